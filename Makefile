@@ -1,0 +1,19 @@
+# Top-level tasks. e2e control plane: see e2e/README.md.
+SHELL := /bin/bash
+# Kubernetes release for the local control plane (default: e2e/k8s-version).
+K8S_VERSION ?= $(or $(ST_K8S_VERSION),$(shell cat e2e/k8s-version))
+export ST_K8S_VERSION := $(K8S_VERSION)
+
+.PHONY: k8s-bins cluster-up cluster-down e2e-smoke
+
+k8s-bins: ## build etcd, kube-*, kubectl, kwok, helm, promtool into ~/.cache/safe-termination/k8s-v$(K8S_VERSION)/bin
+	e2e/build-k8s.sh $(K8S_VERSION)
+
+cluster-up: k8s-bins ## start the local control plane (state in $${ST_E2E_DIR:-/tmp/safe-termination-e2e})
+	e2e/cluster-up.sh
+
+cluster-down: ## stop it and remove its processes, netns, veths and state
+	e2e/cluster-down.sh
+
+e2e-smoke: ## check a running cluster end to end (pods, EndpointSlices, kube-proxy rules/metrics, webhook)
+	e2e/smoke-test.sh

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Tear down everything e2e/cluster-up.sh started: its processes (by recorded
+# process group, checked against the recorded start time so a stale pid file
+# never hits someone else's process), the network namespaces and veth pairs,
+# and the state directory. Idempotent: safe after a failed or partial
+# cluster-up, and safe to call twice.
+#
+#   ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh   # keep $ST_E2E_DIR/logs for debugging
+set -uo pipefail
+E2E_SELF=cluster-down
+# shellcheck source=e2e/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+
+STATE="$ST_E2E_DIR"
+PIDS="$STATE/pids"
+
+proc_start() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
+
+# pid files: pids/NN-name.pid holding "PID STARTTIME"; the process is the
+# leader of its own process group (started via setsid).
+live_groups() {
+  local f pid start
+  [[ -d "$PIDS" ]] || return 0
+  for f in $(ls -1 "$PIDS"/*.pid 2>/dev/null | sort -r); do
+    read -r pid start < "$f" || continue
+    [[ -n "$pid" && "$(proc_start "$pid")" == "$start" ]] && echo "$pid"
+  done
+}
+
+stop_groups() {
+  local sig="$1" pid
+  for pid in $(live_groups); do
+    kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null || true
+  done
+}
+
+if [[ -n "$(live_groups)" ]]; then
+  e2e_log "stopping processes"
+  stop_groups TERM
+  for _ in $(seq 1 50); do
+    [[ -z "$(live_groups)" ]] && break
+    sleep 0.2
+  done
+  if [[ -n "$(live_groups)" ]]; then
+    e2e_log "forcing: $(live_groups | tr '\n' ' ')"
+    stop_groups KILL
+    sleep 0.5
+  fi
+fi
+
+# Network namespaces and veths: the recorded ones plus the ones the current
+# settings would create (covers a cluster-up that died before recording).
+declare -A seen=()
+netns_list=()
+if [[ -f "$STATE/netns.list" ]]; then
+  while read -r ns veth; do [[ -n "$ns" ]] && netns_list+=("$ns $veth"); done < "$STATE/netns.list"
+fi
+for n in $ST_NODES; do netns_list+=("$(node_netns "$n") $(node_veth_host "$n")"); done
+for entry in "${netns_list[@]}"; do
+  read -r ns veth <<<"$entry"
+  [[ -n "${seen[$ns]:-}" ]] && continue
+  seen[$ns]=1
+  if ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$ns"; then
+    # Anything still running inside our own namespace was started by cluster-up.
+    pids="$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"
+    if [[ -n "${pids// /}" ]]; then
+      e2e_log "killing leftover processes in netns $ns: $pids"
+      # shellcheck disable=SC2086
+      kill -KILL $pids 2>/dev/null || true
+      sleep 0.2
+    fi
+    e2e_log "deleting netns $ns"
+    ip netns del "$ns" 2>/dev/null || true
+  fi
+  if [[ -n "$veth" ]] && ip link show "$veth" >/dev/null 2>&1; then
+    e2e_log "deleting veth $veth"
+    ip link del "$veth" 2>/dev/null || true
+  fi
+done
+
+if [[ -d "$STATE" ]]; then
+  if [[ "${ST_E2E_KEEP_LOGS:-0}" == 1 && -d "$STATE/logs" ]]; then
+    find "$STATE" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} +
+    e2e_log "kept logs in $STATE/logs"
+  else
+    rm -rf "$STATE"
+  fi
+fi
+e2e_log "cluster is down"

@@ -1,0 +1,389 @@
+#!/usr/bin/env bash
+# Start a local Kubernetes control plane for the e2e tests:
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler (127.0.0.1),
+#   kwok managing fake nodes $ST_NODES (pods there become Running+Ready with IPs),
+#   and a REAL kube-proxy for the first ${#KP_MODES} nodes, each in its own
+#   network namespace joined to the host by a veth pair.
+# Binaries come from e2e/build-k8s.sh (built first if missing).
+# On any failure it prints the log tails and calls cluster-down.sh.
+#
+#   e2e/cluster-up.sh
+#   KP_MODES="iptables-legacy iptables-nft nftables" e2e/cluster-up.sh
+#   ST_K8S_VERSION=1.29.15 ST_APISERVER_FEATURE_GATES=PodLifecycleSleepAction=true e2e/cluster-up.sh
+#
+# Afterwards: source $ST_E2E_DIR/env  (KUBECONFIG etc.), or read $ST_E2E_DIR/cluster.json.
+set -euo pipefail
+E2E_SELF=cluster-up
+# shellcheck source=e2e/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+
+[[ $EUID -eq 0 ]] || { e2e_log "must run as root (network namespaces, iptables inside them)"; exit 1; }
+T_START=$SECONDS
+STATE="$ST_E2E_DIR"
+BIN="$ST_K8S_BIN"
+PKI="$STATE/pki"
+LOGS="$STATE/logs"
+KC="$STATE/kubeconfigs"
+API="https://127.0.0.1:$ST_APISERVER_PORT"
+read -r -a MODES <<<"$KP_MODES"
+read -r -a NODES <<<"$ST_NODES"
+(( ${#MODES[@]} <= ${#NODES[@]} )) || { e2e_log "KP_MODES has more entries than ST_NODES"; exit 1; }
+for m in "${MODES[@]}"; do
+  case "$m" in iptables|iptables-nft|iptables-legacy|nftables|none) ;;
+    ipvs) e2e_log "ipvs: this kernel has no IP_VS support; see e2e/README.md"; exit 1 ;;
+    *) e2e_log "unknown kube-proxy mode '$m' (iptables-legacy, iptables-nft, nftables, none)"; exit 1 ;;
+  esac
+done
+
+# ------------------------------------------------------------------ binaries
+need_bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl kwok)
+for b in "${need_bins[@]}"; do
+  if [[ ! -x "$BIN/$b" ]]; then
+    e2e_log "missing $BIN/$b: running build-k8s.sh $ST_K8S_VERSION"
+    ST_CACHE_DIR="$ST_CACHE_DIR" "$E2E_HERE/build-k8s.sh" "$ST_K8S_VERSION"
+    break
+  fi
+done
+for c in ip socat openssl curl jq setsid nft xtables-nft-multi xtables-legacy-multi; do
+  command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/build-k8s.sh (installs it)"; exit 1; }
+done
+
+# ------------------------------------------------------------------ clean start
+"$E2E_HERE/cluster-down.sh" >/dev/null 2>&1 || true
+for p in "$ST_ETCD_PORT" "$((ST_ETCD_PORT + 10))" "$ST_APISERVER_PORT" "$ST_KCM_PORT" "$ST_SCHED_PORT" "$ST_KWOK_PORT"; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+    e2e_log "127.0.0.1:$p is already in use (another cluster? run e2e/cluster-down.sh, or set ST_*_PORT)"; exit 1
+  fi
+done
+if ip -4 addr show | grep -q "inet $ST_NET_PREFIX\."; then
+  e2e_log "addresses in $ST_NET_PREFIX.0.0/16 already exist on the host; set ST_NET_PREFIX"; exit 1
+fi
+mkdir -p "$STATE" "$PKI" "$LOGS" "$KC" "$STATE/pids" "$STATE/etcd"
+: > "$STATE/netns.list"
+
+on_exit() {
+  local rc=$?
+  if (( rc != 0 )); then
+    e2e_log "cluster-up FAILED (rc=$rc); last log lines:"
+    for f in "$LOGS"/*.log; do
+      [[ -f "$f" ]] || continue
+      echo "----- $f" >&2; tail -n 15 "$f" >&2
+    done
+    ST_E2E_KEEP_LOGS=1 "$E2E_HERE/cluster-down.sh" || true
+    e2e_log "logs kept in $LOGS"
+  fi
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
+seq_n=0
+# start NAME CMD... : run in its own session/process group, log to logs/NAME.log,
+# record "PID STARTTIME" for cluster-down.
+start() {
+  local name="$1"; shift
+  seq_n=$((seq_n + 1))
+  setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
+  local pid=$!
+  local st=""
+  for _ in 1 2 3 4 5 6 7 8 9 10; do st="$(awk '{print $22}' "/proc/$pid/stat" 2>/dev/null)" && [[ -n "$st" ]] && break; sleep 0.05; done
+  printf '%s %s\n' "$pid" "$st" > "$STATE/pids/$(printf '%02d' "$seq_n")-$name.pid"
+}
+
+# wait_for DESC SECONDS CMD... : poll until CMD succeeds.
+wait_for() {
+  local desc="$1" secs="$2"; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if (( SECONDS >= deadline )); then e2e_log "timed out after ${secs}s waiting for $desc"; return 1; fi
+    sleep 0.3
+  done
+  e2e_log "ready: $desc"
+}
+
+# ------------------------------------------------------------------ PKI (openssl)
+e2e_log "generating certificates in $PKI"
+(
+  cd "$PKI"
+  umask 077
+  openssl ecparam -name prime256v1 -genkey -noout -out ca.key 2>/dev/null
+  openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=safe-termination-e2e-ca" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+    -out ca.crt 2>/dev/null
+  # service-account token signing key pair
+  openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
+  openssl pkey -in sa.key -pubout -out sa.pub 2>/dev/null
+  # cert NAME SUBJECT EXT
+  cert() {
+    openssl ecparam -name prime256v1 -genkey -noout -out "$1.key" 2>/dev/null
+    openssl req -new -key "$1.key" -subj "$2" -out "$1.csr" 2>/dev/null
+    printf '%b\n' "$3" > "$1.ext"
+    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -sha256 \
+      -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+    rm -f "$1.csr" "$1.ext"
+  }
+  first_svc_ip="$(awk -F'[./]' '{print $1"."$2"."$3"."$4+1}' <<<"$ST_SERVICE_CIDR")"
+  server_ext="basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth"
+  client_ext="basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
+  cert apiserver "/CN=kube-apiserver" \
+    "$server_ext\nsubjectAltName=IP:127.0.0.1,IP:$first_svc_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  # For webhook servers the tests run on loopback (clientConfig.url https://127.0.0.1:PORT/...).
+  cert webhook "/CN=safe-termination-webhook" "$server_ext\nsubjectAltName=IP:127.0.0.1,DNS:localhost"
+  cert admin "/O=system:masters/CN=kubernetes-admin" "$client_ext"
+  cert kube-controller-manager "/CN=system:kube-controller-manager" "$client_ext"
+  cert kube-scheduler "/CN=system:kube-scheduler" "$client_ext"
+  cert kube-proxy "/CN=system:kube-proxy" "$client_ext"
+  cert kwok "/O=system:masters/CN=kwok" "$client_ext"
+  chmod 644 ./*.crt sa.pub
+)
+
+# kubeconfig FILE CERTNAME [SERVER]
+kubeconfig() {
+  local file="$1" who="$2" server="${3:-$API}"
+  cat > "$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: safe-termination-e2e
+  cluster:
+    server: $server
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $who
+  user:
+    client-certificate: $PKI/$who.crt
+    client-key: $PKI/$who.key
+contexts:
+- name: safe-termination-e2e
+  context: {cluster: safe-termination-e2e, user: $who}
+current-context: safe-termination-e2e
+EOF
+}
+kubeconfig "$STATE/kubeconfig" admin
+for who in kube-controller-manager kube-scheduler kube-proxy kwok; do kubeconfig "$KC/$who.kubeconfig" "$who"; done
+export KUBECONFIG="$STATE/kubeconfig"
+K() { "$BIN/kubectl" --kubeconfig "$STATE/kubeconfig" "$@"; }
+
+# ------------------------------------------------------------------ etcd
+start etcd "$BIN/etcd" --name st-e2e --data-dir "$STATE/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ST_ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ST_ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$((ST_ETCD_PORT + 10))" --initial-advertise-peer-urls "http://127.0.0.1:$((ST_ETCD_PORT + 10))" \
+  --initial-cluster "st-e2e=http://127.0.0.1:$((ST_ETCD_PORT + 10))" \
+  --listen-metrics-urls "" --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
+wait_for "etcd" 30 curl -fsS "http://127.0.0.1:$ST_ETCD_PORT/health"
+
+# ------------------------------------------------------------------ kube-apiserver
+# Extra flags for version-specific tests: ST_APISERVER_FEATURE_GATES (e.g.
+# PodLifecycleSleepAction=true on 1.29), ST_APISERVER_EXTRA_ARGS (split on spaces).
+apiserver_args=(
+  --bind-address=127.0.0.1 --secure-port="$ST_APISERVER_PORT" --advertise-address=127.0.0.1
+  --endpoint-reconciler-type=none
+  --etcd-servers="http://127.0.0.1:$ST_ETCD_PORT"
+  --service-cluster-ip-range="$ST_SERVICE_CIDR"
+  --authorization-mode=Node,RBAC
+  --enable-admission-plugins=NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook
+  --client-ca-file="$PKI/ca.crt"
+  --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key"
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local
+  --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key"
+  --allow-privileged=true
+  --profiling=false
+)
+[[ -n "${ST_APISERVER_FEATURE_GATES:-}" ]] && apiserver_args+=(--feature-gates="$ST_APISERVER_FEATURE_GATES")
+# shellcheck disable=SC2206
+[[ -n "${ST_APISERVER_EXTRA_ARGS:-}" ]] && apiserver_args+=($ST_APISERVER_EXTRA_ARGS)
+start kube-apiserver "$BIN/kube-apiserver" "${apiserver_args[@]}"
+wait_for "kube-apiserver /readyz" 120 curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API/readyz"
+
+# ------------------------------------------------------------------ controller-manager, scheduler
+kcm_args=(
+  --kubeconfig="$KC/kube-controller-manager.kubeconfig"
+  --authentication-kubeconfig="$KC/kube-controller-manager.kubeconfig"
+  --authorization-kubeconfig="$KC/kube-controller-manager.kubeconfig"
+  --bind-address=127.0.0.1 --secure-port="$ST_KCM_PORT"
+  --leader-elect=false --use-service-account-credentials=true
+  --root-ca-file="$PKI/ca.crt" --service-account-private-key-file="$PKI/sa.key"
+  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key"
+  --service-cluster-ip-range="$ST_SERVICE_CIDR" --allocate-node-cidrs=false
+  --controllers='*'
+)
+[[ -n "${ST_KCM_FEATURE_GATES:-}" ]] && kcm_args+=(--feature-gates="$ST_KCM_FEATURE_GATES")
+start kube-controller-manager "$BIN/kube-controller-manager" "${kcm_args[@]}"
+start kube-scheduler "$BIN/kube-scheduler" \
+  --kubeconfig="$KC/kube-scheduler.kubeconfig" \
+  --authentication-kubeconfig="$KC/kube-scheduler.kubeconfig" \
+  --authorization-kubeconfig="$KC/kube-scheduler.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port="$ST_SCHED_PORT" --leader-elect=false
+
+# ------------------------------------------------------------------ kwok + fake nodes
+# Stages: the pinned kwok release's own defaults (copied by build-k8s.sh), with
+# pod-delete = graceful (e2e/kwok/pod-delete-graceful.yaml) unless ST_KWOK_POD_DELETE=fast.
+STAGES="$(dirname "$BIN")/kwok-stages"
+stage_files=("$STAGES/node-initialize.yaml" "$STAGES/node-heartbeat-with-lease.yaml" "$STAGES/pod-ready.yaml" "$STAGES/pod-complete.yaml")
+case "${ST_KWOK_POD_DELETE:-graceful}" in
+  graceful) stage_files+=("$E2E_HERE/kwok/pod-delete-graceful.yaml") ;;
+  fast) stage_files+=("$STAGES/pod-delete.yaml") ;;
+  *) e2e_log "ST_KWOK_POD_DELETE must be graceful or fast"; exit 1 ;;
+esac
+for f in "${stage_files[@]}"; do
+  [[ -f "$f" ]] || { e2e_log "missing kwok stage $f: run e2e/build-k8s.sh $ST_K8S_VERSION"; exit 1; }
+  cat "$f"; printf '\n---\n'
+done > "$STATE/kwok.yaml"
+start kwok "$BIN/kwok" --kubeconfig="$KC/kwok.kubeconfig" --config="$STATE/kwok.yaml" \
+  --node-lease-duration-seconds=40 \
+  --manage-all-nodes=false \
+  --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+  --cidr="$ST_CLUSTER_CIDR" \
+  --server-address="127.0.0.1:$ST_KWOK_PORT"
+
+wait_for "kube-controller-manager /healthz" 60 curl -fsSk "https://127.0.0.1:$ST_KCM_PORT/healthz"
+wait_for "kube-scheduler /healthz" 60 curl -fsSk "https://127.0.0.1:$ST_SCHED_PORT/healthz"
+
+i=0
+for n in "${NODES[@]}"; do
+  # Nodes with a kube-proxy get their netns address as InternalIP (kube-proxy's
+  # node IP); the others get an address in the same never-routed range.
+  if (( i < ${#MODES[@]} )); then ip_addr="$(node_ns_ip "$n")"; else ip_addr="$ST_NET_PREFIX.$i.2"; fi
+  pod_cidr="$(awk -F'[./]' -v k=$((i + 1)) '{print $1"."$2"."k".0/24"}' <<<"$ST_CLUSTER_CIDR")"
+  K apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $n
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    kubernetes.io/hostname: $n
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok
+    safe-termination.e2e/kube-proxy: "$( (( i < ${#MODES[@]} )) && echo "${MODES[$i]}" || echo none)"
+spec:
+  podCIDR: $pod_cidr
+  podCIDRs: [$pod_cidr]
+status:
+  addresses:
+  - {type: InternalIP, address: $ip_addr}
+  - {type: Hostname, address: $n}
+EOF
+  i=$((i + 1))
+done
+wait_for "nodes Ready (${NODES[*]})" 60 K wait --for=condition=Ready --timeout=1s "${NODES[@]/#/node/}"
+wait_for "default ServiceAccount" 60 K -n default get serviceaccount default
+
+# ------------------------------------------------------------------ kube-proxy per node, in a netns
+# The API server is reached from inside the netns over loopback only:
+#   netns 127.0.0.1:$ST_APISERVER_PORT -(socat)-> $STATE/apiserver.sock -(socat)-> host 127.0.0.1:$ST_APISERVER_PORT
+if (( ${#MODES[@]} > 0 )); then
+  start apiserver-sock-relay socat "UNIX-LISTEN:$STATE/apiserver.sock,fork,unlink-early,mode=600" "TCP:127.0.0.1:$ST_APISERVER_PORT"
+  wait_for "apiserver unix socket" 10 test -S "$STATE/apiserver.sock"
+fi
+
+nodes_json="[]"
+i=0
+for n in "${NODES[@]}"; do
+  if (( i >= ${#MODES[@]} )) || [[ "${MODES[$i]}" == none ]]; then
+    nodes_json="$(jq -c --arg n "$n" '. + [{name: $n, kube_proxy: null}]' <<<"$nodes_json")"
+    i=$((i + 1)); continue
+  fi
+  mode="${MODES[$i]}"
+  ns="$(node_netns "$n")"; vh="$(node_veth_host "$n")"; vn="$(node_veth_ns "$n")"
+  hip="$(node_host_ip "$n")"; nip="$(node_ns_ip "$n")"
+  echo "$ns $vh" >> "$STATE/netns.list"
+  e2e_log "netns $ns: $vh $hip/30 <-> $vn $nip/30, kube-proxy mode $mode"
+  ip netns add "$ns"
+  ip link add "$vh" type veth peer name "$vn"
+  ip link set "$vn" netns "$ns"
+  ip addr add "$hip/30" dev "$vh"
+  ip link set "$vh" up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "$nip/30" dev "$vn"
+  ip -n "$ns" link set "$vn" up
+  # No default route inside the netns: nothing there can reach beyond the /30.
+
+  start "socat-$ns" ip netns exec "$ns" socat "TCP-LISTEN:$ST_APISERVER_PORT,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:$STATE/apiserver.sock"
+
+  case "$mode" in
+    iptables|iptables-nft) kp_mode=iptables; kp_path="$ST_CACHE_DIR/k8s-v$ST_K8S_VERSION/xtables-nft" ;;
+    iptables-legacy)       kp_mode=iptables; kp_path="$ST_CACHE_DIR/k8s-v$ST_K8S_VERSION/xtables-legacy" ;;
+    nftables)              kp_mode=nftables; kp_path="$ST_CACHE_DIR/k8s-v$ST_K8S_VERSION/xtables-nft" ;;
+  esac
+  if [[ ! -x "$kp_path/iptables" ]]; then   # build-k8s.sh makes these; recreate if the cache was copied
+    mkdir -p "$kp_path"; multi="$(command -v "xtables-${kp_path##*xtables-}-multi")"
+    for t in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do ln -sfn "$multi" "$kp_path/$t"; done
+  fi
+  cfg="$STATE/kube-proxy-$n.yaml"
+  cat > "$cfg" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: $KC/kube-proxy.kubeconfig
+hostnameOverride: $n
+bindAddress: $nip
+metricsBindAddress: $nip:10249
+healthzBindAddress: $nip:10256
+mode: $kp_mode
+clusterCIDR: $ST_CLUSTER_CIDR
+iptables:
+  minSyncPeriod: 1s
+  syncPeriod: 30s
+nftables:
+  minSyncPeriod: 1s
+  syncPeriod: 30s
+conntrack:
+  # 0 = leave the kernel's values alone (nf_conntrack_max is not per-netns)
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+EOF
+  start "kube-proxy-$n" ip netns exec "$ns" env PATH="$kp_path:/usr/sbin:/usr/bin:/sbin:/bin" \
+    "$BIN/kube-proxy" --config="$cfg" --v="${ST_KP_VERBOSITY:-2}"
+  nodes_json="$(jq -c --arg n "$n" --arg mode "$mode" --arg ns "$ns" --arg ip "$nip" --arg hip "$hip" \
+    '. + [{name: $n, kube_proxy: {mode: $mode, netns: $ns, ip: $ip, host_ip: $hip,
+           metrics_url: ("http://" + $ip + ":10249/metrics"), healthz_url: ("http://" + $ip + ":10256/healthz")}}]' <<<"$nodes_json")"
+  i=$((i + 1))
+done
+
+kp_ready() {  # metrics served and at least one successful sync recorded
+  curl -fsS "http://$1:10249/metrics" | grep -q '^kubeproxy_sync_proxy_rules_last_timestamp_seconds.* [1-9]' \
+    && curl -fsS -o /dev/null "http://$1:10256/healthz"
+}
+for idx in "${!MODES[@]}"; do
+  [[ "${MODES[$idx]}" == none ]] && continue
+  n="${NODES[$idx]}"
+  wait_for "kube-proxy on $n (${MODES[$idx]}): first sync, /healthz" 90 kp_ready "$(node_ns_ip "$n")"
+  got="$(curl -fsS "http://$(node_ns_ip "$n"):10249/proxyMode")"
+  e2e_log "kube-proxy on $n reports proxyMode=$got"
+done
+
+# ------------------------------------------------------------------ outputs for tests
+server_version="$(K version -o json | jq -r .serverVersion.gitVersion)"
+jq -n --arg state "$STATE" --arg kubeconfig "$STATE/kubeconfig" --arg api "$API" --arg bin "$BIN" \
+  --arg version "$server_version" --arg ca "$PKI/ca.crt" --arg whc "$PKI/webhook.crt" --arg whk "$PKI/webhook.key" \
+  --argjson nodes "$nodes_json" \
+  '{state_dir: $state, kubeconfig: $kubeconfig, apiserver_url: $api, k8s_bin: $bin, server_version: $version,
+    ca_cert: $ca, webhook_cert: $whc, webhook_key: $whk, nodes: $nodes}' > "$STATE/cluster.json"
+kp_urls="$(jq -r '[.nodes[] | select(.kube_proxy) | .kube_proxy.metrics_url] | join(" ")' "$STATE/cluster.json")"
+kp_nodes="$(jq -r '[.nodes[] | select(.kube_proxy) | .name] | join(" ")' "$STATE/cluster.json")"
+cat > "$STATE/env" <<EOF
+# source this file: settings of the running e2e cluster (written by e2e/cluster-up.sh)
+export ST_E2E_DIR='$STATE'
+export KUBECONFIG='$STATE/kubeconfig'
+export ST_K8S_VERSION='$ST_K8S_VERSION'
+export ST_K8S_BIN='$BIN'
+export PATH='$BIN':"\$PATH"
+export ST_APISERVER_URL='$API'
+export ST_CA_CERT='$PKI/ca.crt'
+export ST_WEBHOOK_CERT='$PKI/webhook.crt'
+export ST_WEBHOOK_KEY='$PKI/webhook.key'
+export ST_NODES='${NODES[*]}'
+export ST_KP_NODES='$kp_nodes'
+export ST_KP_METRICS_URLS='$kp_urls'
+export ST_CLUSTER_JSON='$STATE/cluster.json'
+EOF
+trap - EXIT
+e2e_log "cluster up in $((SECONDS - T_START))s: $server_version; kubeconfig $STATE/kubeconfig; kube-proxy metrics: $kp_urls"
+e2e_log "use: source $STATE/env"

@@ -1,0 +1,38 @@
+# shellcheck shell=bash
+# Shared settings for e2e/cluster-up.sh and e2e/cluster-down.sh. Sourced, not run.
+
+E2E_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ST_K8S_VERSION="${ST_K8S_VERSION:-$(tr -d '[:space:]' < "$E2E_HERE/k8s-version")}"
+ST_K8S_VERSION="${ST_K8S_VERSION#v}"
+ST_CACHE_DIR="${ST_CACHE_DIR:-$HOME/.cache/safe-termination}"
+ST_K8S_BIN="${ST_K8S_BIN:-$ST_CACHE_DIR/k8s-v$ST_K8S_VERSION/bin}"
+ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
+
+# Ports, all on 127.0.0.1 in the host network namespace.
+ST_ETCD_PORT="${ST_ETCD_PORT:-23790}"          # etcd client (peer = +10)
+ST_APISERVER_PORT="${ST_APISERVER_PORT:-6443}"
+ST_KCM_PORT="${ST_KCM_PORT:-10257}"
+ST_SCHED_PORT="${ST_SCHED_PORT:-10259}"
+ST_KWOK_PORT="${ST_KWOK_PORT:-10247}"          # kwok's own /healthz + /metrics
+
+# Fake nodes (all managed by kwok) and which of them also get a real
+# kube-proxy in its own network namespace: KP_MODES[i] is the mode of node i.
+# Modes: iptables-legacy, iptables-nft (alias: iptables), nftables.
+ST_NODES="${ST_NODES:-node-a node-b node-c}"
+KP_MODES="${KP_MODES:-iptables-nft nftables}"
+# Node i with a kube-proxy gets netns st-kp-<suffix>, veth st-<suffix>-h (host,
+# ${ST_NET_PREFIX}.i.1/30) <-> st-<suffix>-n (netns, ${ST_NET_PREFIX}.i.2/30).
+ST_NET_PREFIX="${ST_NET_PREFIX:-10.213}"
+ST_SERVICE_CIDR="${ST_SERVICE_CIDR:-10.96.0.0/16}"
+ST_CLUSTER_CIDR="${ST_CLUSTER_CIDR:-10.244.0.0/16}"   # node i: 10.244.(i+1).0/24 (virtual, kwok only)
+
+e2e_log() { printf '[%s %(%H:%M:%S)T] %s\n' "${E2E_SELF:-e2e}" -1 "$*" >&2; }
+
+node_suffix() { local n="$1"; n="${n#node-}"; printf '%s' "${n:0:8}"; }
+node_netns() { printf 'st-kp-%s' "$(node_suffix "$1")"; }
+node_veth_host() { printf 'st-%s-h' "$(node_suffix "$1")"; }
+node_veth_ns() { printf 'st-%s-n' "$(node_suffix "$1")"; }
+# index of node $1 in ST_NODES (0-based)
+node_index() { local i=0 n; for n in $ST_NODES; do [[ "$n" == "$1" ]] && { echo "$i"; return; }; i=$((i + 1)); done; return 1; }
+node_host_ip() { printf '%s.%s.1' "$ST_NET_PREFIX" "$(node_index "$1")"; }
+node_ns_ip() { printf '%s.%s.2' "$ST_NET_PREFIX" "$(node_index "$1")"; }

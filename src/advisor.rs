@@ -1,0 +1,226 @@
+//! The proxy-mode advisor: turns node windows, the proxy mode, cluster counts and the Kubernetes
+//! version into advice items, each with a reason code, a message and the threshold crossed.
+//!
+//! Sources of the thresholds (all parameters, see [`Thresholds`]):
+//! - sync p99 above 1 s: every endpoint change then takes over a second to reach a node's rules,
+//!   longer than the common `sleep 3` margin once minSyncPeriod and two syncs add up;
+//! - iptables past ~1,000 Services: the KUBE-SERVICES chain is walked linearly per packet and
+//!   restores grow with rule count (KEP-3866 nftables motivation); nftables is GA in 1.33 and
+//!   needs kernel 5.13+;
+//! - IPVS at any size: deprecated in 1.35 (KEP-5495), gate planned for 1.37, removal 1.43;
+//! - ~8,000 Services or conntrack pressure: beyond what any kube-proxy mode handles well; an eBPF
+//!   dataplane (Cilium, Calico eBPF) replaces kube-proxy and, in practice, the CNI;
+//! - stale proxy: last queued minus last synced above 30 s (OpenShift's network operator alert).
+
+use crate::model::{Basis, NodeWindow, ProxyMode};
+use serde::Serialize;
+
+/// Advice reason codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum AdviceReason {
+    /// A node's sync p99 is above the slow-sync threshold.
+    ProxySyncSlow,
+    /// Move to another proxy mode (nftables or an eBPF dataplane).
+    MigrateProxyMode,
+    /// A node has changes queued for longer than the stale threshold.
+    ProxyStale,
+    /// A node's histogram has too few samples to trust its p99.
+    LowSampleCount,
+    /// A node's p99 is above the top histogram bucket.
+    BeyondTopBucket,
+}
+
+/// Severity of an advice item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Severity {
+    /// Causes connection errors or hides the truth now.
+    Warning,
+    /// Worth knowing.
+    Info,
+}
+
+/// One advice item.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Advice {
+    /// Reason code.
+    pub reason: AdviceReason,
+    /// Severity.
+    pub severity: Severity,
+    /// What is wrong and what to do.
+    pub message: String,
+    /// The threshold crossed, e.g. `sync p99 > 1 s`.
+    pub threshold: String,
+    /// The node concerned, for per-node items.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Target mode for MigrateProxyMode (`nftables` or `ebpf`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<ProxyMode>,
+}
+
+/// Advisor thresholds (defaults in [`Default`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thresholds {
+    /// ProxySyncSlow when a node's sync p99 is strictly above this, seconds. Default 1.
+    pub sync_slow_seconds: f64,
+    /// MigrateProxyMode to nftables when iptables serves at least this many Services. Default 1000.
+    pub iptables_services: u64,
+    /// MigrateProxyMode to eBPF at or above this many Services. Default 8000.
+    pub ebpf_services: u64,
+    /// MigrateProxyMode to eBPF at or above this conntrack table usage (entries / limit). Default 0.8.
+    pub conntrack_usage_ratio: f64,
+    /// ProxyStale when last queued minus last synced is above this, seconds. Default 30.
+    pub stale_seconds: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self { sync_slow_seconds: 1.0, iptables_services: 1000, ebpf_services: 8000, conntrack_usage_ratio: 0.8, stale_seconds: 30.0 }
+    }
+}
+
+/// Cluster-wide inputs of the advisor besides the node windows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterFacts {
+    /// Proxy mode (the most common among nodes, or given).
+    pub mode: ProxyMode,
+    /// Number of Services.
+    pub services: Option<u64>,
+    /// Number of Service ports (defaults to the Service count when unknown).
+    pub service_ports: Option<u64>,
+    /// Number of endpoints.
+    pub endpoints: Option<u64>,
+    /// Kubernetes version `(major, minor)`.
+    pub kubernetes_version: Option<(u32, u32)>,
+    /// conntrack entries / limit on the worst node, 0..1.
+    pub conntrack_usage_ratio: Option<f64>,
+}
+
+/// Parses `v1.29.0`, `1.33`, `v1.35.2-eks-1234` into `(major, minor)`.
+pub fn parse_version(s: &str) -> Option<(u32, u32)> {
+    let s = s.trim().trim_start_matches('v');
+    let mut it = s.split(['.', '-', '+']);
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.trim_end_matches('+').parse().ok()?;
+    Some((major, minor))
+}
+
+/// Estimated iptables rules: about 2 per Service port plus 2 per endpoint.
+pub fn estimated_rules(facts: &ClusterFacts) -> Option<u64> {
+    let ports = facts.service_ports.or(facts.services)?;
+    Some(2 * ports + 2 * facts.endpoints.unwrap_or(0))
+}
+
+fn fmt_s(x: f64) -> String {
+    format!("{x:.3} s")
+}
+
+/// Produces the advice items for a cluster, most important first.
+pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_samples: u32) -> Vec<Advice> {
+    let mut out = Vec::new();
+    let item = |reason, severity, message: String, threshold: String, node: Option<&str>, to| Advice {
+        reason,
+        severity,
+        message,
+        threshold,
+        node: node.map(str::to_string),
+        to,
+    };
+    for n in nodes {
+        if let Some(q) = n.sync_p99.filter(|q| q.seconds > t.sync_slow_seconds && n.basis != Basis::LowSampleCount) {
+            let value = if q.beyond_top_bucket { format!("above {}", fmt_s(q.seconds)) } else { fmt_s(q.seconds) };
+            out.push(item(
+                AdviceReason::ProxySyncSlow,
+                Severity::Warning,
+                format!(
+                    "node {}: kube-proxy sync p99 is {value}: every endpoint change takes that long (twice, plus minSyncPeriod) to leave this node's rules, so deploys send new connections to terminating pods unless their preStop sleep covers it",
+                    n.node
+                ),
+                format!("sync p99 > {} s", t.sync_slow_seconds),
+                Some(&n.node),
+                None,
+            ));
+        }
+    }
+    let services = facts.services;
+    let version_note = match facts.kubernetes_version {
+        Some((1, minor)) if minor < 31 => format!(" This cluster runs 1.{minor}, where nftables is alpha: upgrade to 1.33+ first."),
+        Some((1, minor)) if minor < 33 => format!(" This cluster runs 1.{minor}, where nftables is beta: 1.33+ is recommended."),
+        _ => String::new(),
+    };
+    let nft = "nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node)";
+    match facts.mode {
+        ProxyMode::Ipvs => out.push(item(
+            AdviceReason::MigrateProxyMode,
+            Severity::Warning,
+            format!("kube-proxy runs in IPVS mode, deprecated since Kubernetes 1.35 (to be removed): migrate to {nft}, or to an eBPF dataplane at large scale.{version_note}"),
+            "mode = ipvs (any size)".into(),
+            None,
+            Some(ProxyMode::Nftables),
+        )),
+        ProxyMode::Iptables if services.is_some_and(|s| s >= t.iptables_services) => out.push(item(
+            AdviceReason::MigrateProxyMode,
+            Severity::Warning,
+            format!(
+                "kube-proxy runs in iptables mode with {} Services: rule restores and the per-packet walk of KUBE-SERVICES grow with every Service; migrate to {nft}.{version_note}",
+                services.unwrap_or(0)
+            ),
+            format!("iptables with >= {} Services", t.iptables_services),
+            None,
+            Some(ProxyMode::Nftables),
+        )),
+        _ => {}
+    }
+    if facts.mode != ProxyMode::Ebpf {
+        let big = services.is_some_and(|s| s >= t.ebpf_services);
+        let conntrack = facts.conntrack_usage_ratio.is_some_and(|r| r >= t.conntrack_usage_ratio);
+        if big || conntrack {
+            let why = if big {
+                format!("{} Services", services.unwrap_or(0))
+            } else {
+                format!("conntrack table {:.0}% full", facts.conntrack_usage_ratio.unwrap_or(0.0) * 100.0)
+            };
+            out.push(item(
+                AdviceReason::MigrateProxyMode,
+                Severity::Warning,
+                format!("{why}: consider an eBPF dataplane (Cilium or Calico eBPF kube-proxy replacement); it replaces kube-proxy and, in practice, the CNI, so plan it as a network migration"),
+                format!(">= {} Services or conntrack usage >= {:.0}%", t.ebpf_services, t.conntrack_usage_ratio * 100.0),
+                None,
+                Some(ProxyMode::Ebpf),
+            ));
+        }
+    }
+    for n in nodes {
+        if let Some(stale) = n.stale_seconds.filter(|s| *s > t.stale_seconds) {
+            out.push(item(
+                AdviceReason::ProxyStale,
+                Severity::Warning,
+                format!("node {}: kube-proxy has had changes queued for {} without a completed sync: it is stuck or far behind; check its logs and restore failures", n.node, fmt_s(stale)),
+                format!("last queued - last synced > {} s", t.stale_seconds),
+                Some(&n.node),
+                None,
+            ));
+        }
+        match n.basis {
+            Basis::LowSampleCount => out.push(item(
+                AdviceReason::LowSampleCount,
+                Severity::Info,
+                format!("node {}: only {} sync samples in the analysed interval: its p99 is not trusted for sizing", n.node, n.sync_samples),
+                format!("samples < {min_samples}"),
+                Some(&n.node),
+                None,
+            )),
+            Basis::BeyondTopBucket => out.push(item(
+                AdviceReason::BeyondTopBucket,
+                Severity::Warning,
+                format!("node {}: the p99 lies beyond the top histogram bucket: the real value is unknown and larger; the preStop sleep is set to the policy maximum", n.node),
+                "p99 rank in the +Inf bucket".into(),
+                Some(&n.node),
+                None,
+            )),
+            _ => {}
+        }
+    }
+    out
+}

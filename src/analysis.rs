@@ -1,0 +1,123 @@
+//! One analysis of a cluster: node windows -> cluster window -> recommendation -> advice.
+//! Pure; shared by `safe-termination analyze` and the controller so both size the same way.
+
+use crate::advisor::{self, Advice, ClusterFacts, Thresholds};
+use crate::crd::TerminationPolicySpec;
+use crate::model::{self, Basis, ClusterWindow, Interval, NodeInput, NodeWindow, ProxyMode};
+use crate::sizing::{self, Recommendation};
+use serde::Serialize;
+
+/// Inputs of an analysis besides the scrapes.
+#[derive(Debug, Clone, Default)]
+pub struct AnalysisOptions {
+    /// kube-proxy minSyncPeriod, seconds (1 s, the iptables default, when unknown).
+    pub min_sync_period_seconds: f64,
+    /// Where minSyncPeriod came from (`flag`, `configz`, `ConfigMap`, `default`).
+    pub min_sync_period_source: String,
+    /// Mode given by the user; overrides `/proxyMode` and inference.
+    pub mode: Option<ProxyMode>,
+    /// Services, Service ports, endpoints, version, conntrack usage.
+    pub facts: ClusterFacts,
+    /// Advisor thresholds.
+    pub thresholds: Thresholds,
+}
+
+/// Proxy summary of a report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxySummary {
+    /// The mode used for advice.
+    pub mode: ProxyMode,
+    /// Services given.
+    pub services: Option<u64>,
+    /// Endpoints given.
+    pub endpoints: Option<u64>,
+    /// About 2 per Service port plus 2 per endpoint.
+    pub estimated_rules: Option<u64>,
+    /// The largest `iptables_total` reported by a node.
+    pub actual_rules: Option<u64>,
+}
+
+/// The result of an analysis; its JSON form is `safe-termination analyze --output json`
+/// (documented in README.md).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AnalysisReport {
+    /// `lifetime`, `betweenScrapes` or `mixed` (see each node's `interval`).
+    pub interval: &'static str,
+    /// Per-node windows.
+    pub nodes: Vec<NodeWindow>,
+    /// The node that sets the window.
+    pub worst_node: Option<String>,
+    /// Highest trusted sync p99 among nodes, seconds.
+    pub sync_p99_seconds: Option<f64>,
+    /// Highest trusted network-programming p99 among nodes, seconds (null when absent).
+    pub network_programming_p99_seconds: Option<f64>,
+    /// Cluster propagation window W, seconds.
+    pub propagation_window_seconds: Option<f64>,
+    /// minSyncPeriod used, seconds.
+    pub min_sync_period_seconds: f64,
+    /// Where minSyncPeriod came from.
+    pub min_sync_period_source: String,
+    /// The sized preStop and grace.
+    pub recommendation: Recommendation,
+    /// Proxy summary.
+    pub proxy: ProxySummary,
+    /// Advice items.
+    pub advice: Vec<Advice>,
+}
+
+/// The mode most nodes report (ties broken by the order of [`ProxyMode`]); Unknown when none.
+fn majority_mode(nodes: &[NodeWindow]) -> ProxyMode {
+    let mut counts: Vec<(ProxyMode, usize)> = Vec::new();
+    for n in nodes.iter().filter(|n| n.mode != ProxyMode::Unknown) {
+        match counts.iter_mut().find(|(m, _)| *m == n.mode) {
+            Some(c) => c.1 += 1,
+            None => counts.push((n.mode, 1)),
+        }
+    }
+    counts.into_iter().max_by_key(|c| c.1).map_or(ProxyMode::Unknown, |c| c.0)
+}
+
+/// Analyses a set of nodes under a policy.
+pub fn analyze(inputs: &[NodeInput], opts: &AnalysisOptions, spec: &TerminationPolicySpec) -> AnalysisReport {
+    let min_samples = spec.pre_stop.min_samples;
+    let nodes: Vec<NodeWindow> =
+        inputs.iter().map(|i| model::measure_node(i, opts.min_sync_period_seconds, min_samples, opts.mode)).collect();
+    let window: ClusterWindow = model::cluster_window(&nodes);
+    let recommendation = sizing::recommend(&window, spec);
+    let mut facts = opts.facts.clone();
+    facts.mode = opts.mode.unwrap_or_else(|| majority_mode(&nodes));
+    if facts.kubernetes_version.is_none() {
+        facts.kubernetes_version = nodes.iter().filter_map(|n| n.kubernetes_version.as_deref()).find_map(advisor::parse_version);
+    }
+    let advice = advisor::advise(&nodes, &facts, &opts.thresholds, min_samples);
+    let trusted = |n: &&NodeWindow| matches!(n.basis, Basis::Measured | Basis::BeyondTopBucket) || window.basis == Basis::LowSampleCount;
+    let max_of = |f: &dyn Fn(&NodeWindow) -> Option<f64>| nodes.iter().filter(trusted).filter_map(f).reduce(f64::max);
+    let interval = if nodes.iter().all(|n| n.interval == Interval::Lifetime) {
+        "lifetime"
+    } else if nodes.iter().all(|n| n.interval != Interval::Lifetime) {
+        "betweenScrapes"
+    } else {
+        "mixed"
+    };
+    AnalysisReport {
+        interval,
+        worst_node: window.worst_node.clone(),
+        sync_p99_seconds: max_of(&|n| n.sync_p99.map(|q| q.seconds)),
+        network_programming_p99_seconds: max_of(&|n| n.network_programming_p99.map(|q| q.seconds)),
+        propagation_window_seconds: window.propagation_window_seconds,
+        min_sync_period_seconds: opts.min_sync_period_seconds,
+        min_sync_period_source: opts.min_sync_period_source.clone(),
+        recommendation,
+        proxy: ProxySummary {
+            mode: facts.mode,
+            services: facts.services,
+            endpoints: facts.endpoints,
+            estimated_rules: advisor::estimated_rules(&facts),
+            actual_rules: nodes.iter().filter_map(|n| n.iptables_rules_total).reduce(f64::max).map(|v| v as u64),
+        },
+        advice,
+        nodes,
+    }
+}

@@ -1,0 +1,261 @@
+//! `safe-termination analyze [NODE=]SOURCE...`: measure the propagation window from kube-proxy
+//! scrapes and print the recommendation and advice.
+
+use crate::advisor::{ClusterFacts, Thresholds, parse_version};
+use crate::analysis::{AnalysisOptions, AnalysisReport, analyze};
+use crate::cli::{OutputFormat, load_policy_spec};
+use crate::metrics::parse_kube_proxy_metrics;
+use crate::model::{Basis, NodeInput, ProxyMode};
+use crate::sources;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Arguments of `analyze`.
+#[derive(Debug, clap::Args)]
+pub struct AnalyzeArgs {
+    /// Scrapes to analyse: a file, `-` for standard input, or a kube-proxy metrics URL
+    /// (`http://NODE_IP:10249/metrics`). Prefix `NODE=` to name the node; the same NODE given
+    /// twice is analysed over the interval between its two scrapes (first = earlier).
+    #[arg(required = true, value_name = "[NODE=]SOURCE")]
+    pub sources: Vec<String>,
+    /// An earlier scrape of a node (`[NODE=]FILE`); without NODE it pairs with the only source.
+    #[arg(long, value_name = "[NODE=]FILE")]
+    pub earlier: Vec<String>,
+    /// A TerminationPolicy YAML/JSON whose spec sizes the recommendation (defaults otherwise).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<String>,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    /// Proxy mode, overriding /proxyMode and inference: iptables, nftables, ipvs, kernelspace, ebpf.
+    #[arg(long, value_parser = parse_mode)]
+    pub mode: Option<ProxyMode>,
+    /// Number of Services in the cluster (for the mode advisor).
+    #[arg(long)]
+    pub services: Option<u64>,
+    /// Number of Service ports (defaults to --services) for the rule estimate.
+    #[arg(long)]
+    pub service_ports: Option<u64>,
+    /// Number of endpoints in the cluster.
+    #[arg(long)]
+    pub endpoints: Option<u64>,
+    /// Kubernetes version (e.g. v1.33.2); defaults to kube-proxy's kubernetes_build_info.
+    #[arg(long)]
+    pub kubernetes_version: Option<String>,
+    /// kube-proxy minSyncPeriod in seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub min_sync_period_seconds: f64,
+    /// conntrack entries / nf_conntrack_max on the worst node (0..1), if known.
+    #[arg(long)]
+    pub conntrack_usage: Option<f64>,
+    /// ProxySyncSlow threshold, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub sync_slow_seconds: f64,
+    /// iptables -> nftables migration threshold, Services.
+    #[arg(long, default_value_t = 1000)]
+    pub iptables_services_threshold: u64,
+    /// eBPF dataplane threshold, Services.
+    #[arg(long, default_value_t = 8000)]
+    pub ebpf_services_threshold: u64,
+    /// ProxyStale threshold (last queued - last synced), seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub stale_seconds: f64,
+    /// Per-URL timeout, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub timeout_seconds: u64,
+}
+
+fn parse_mode(s: &str) -> Result<ProxyMode, String> {
+    ProxyMode::parse(s).ok_or_else(|| format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf"))
+}
+
+/// Splits `NODE=SOURCE`; a source without `NODE=` (or whose prefix looks like a path or URL) is
+/// named after itself.
+fn split_node(arg: &str) -> (String, String) {
+    if let Some((node, src)) = arg.split_once('=')
+        && !node.is_empty()
+        && !node.contains(['/', ':', '.'])
+        && !sources::is_url(arg)
+    {
+        return (node.to_string(), src.to_string());
+    }
+    let name = if sources::is_url(arg) {
+        reqwest::Url::parse(arg).ok().and_then(|u| u.host_str().map(|h| match u.port() {
+            Some(p) => format!("{h}:{p}"),
+            None => h.to_string(),
+        }))
+    } else {
+        std::path::Path::new(arg).file_stem().map(|s| s.to_string_lossy().into_owned())
+    };
+    (name.unwrap_or_else(|| arg.to_string()), arg.to_string())
+}
+
+/// An error for `analyze`: exit 1 (bad input) with a message naming the file, family and line.
+#[derive(Debug)]
+pub struct InputError(pub String);
+
+async fn load(source: &str, client: &reqwest::Client) -> Result<(crate::metrics::KubeProxyScrape, Option<ProxyMode>), InputError> {
+    let fetched = if sources::is_url(source) {
+        sources::fetch_url(client, source).await.map_err(|e| InputError(e.to_string()))?
+    } else {
+        sources::Fetched { text: sources::read_file(source).map_err(|e| InputError(e.to_string()))?, proxy_mode: None }
+    };
+    let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| {
+        InputError(format!("{}:{}: {}: {}", if source == "-" { "<stdin>" } else { source }, e.line, e.family, e.message))
+    })?;
+    Ok((scrape, fetched.proxy_mode))
+}
+
+/// Runs `analyze`; returns the rendered report or an input error.
+pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
+    let spec = match &args.policy {
+        Some(p) => load_policy_spec(p).map_err(InputError)?,
+        None => Default::default(),
+    };
+    let client = sources::http_client(Duration::from_secs(args.timeout_seconds));
+    let mut inputs: Vec<NodeInput> = Vec::new();
+    for arg in &args.sources {
+        let (node, src) = split_node(arg);
+        let (scrape, proxy_mode) = load(&src, &client).await?;
+        match inputs.iter_mut().find(|i| i.node == node) {
+            Some(existing) if existing.earlier.is_none() => {
+                let earlier = std::mem::replace(&mut existing.later, scrape);
+                existing.earlier = Some(earlier);
+                existing.proxy_mode = proxy_mode.or(existing.proxy_mode);
+            }
+            Some(_) => return Err(InputError(format!("node {node} is given more than twice"))),
+            None => inputs.push(NodeInput { node, later: scrape, earlier: None, proxy_mode }),
+        }
+    }
+    for arg in &args.earlier {
+        let (node, src) = split_node(arg);
+        let target = if arg.contains('=') && inputs.iter().any(|i| i.node == node) {
+            inputs.iter_mut().find(|i| i.node == node)
+        } else if inputs.len() == 1 {
+            inputs.first_mut()
+        } else {
+            None
+        };
+        let Some(target) = target else {
+            return Err(InputError(format!("--earlier {arg}: name the node (NODE=FILE) it belongs to")));
+        };
+        if target.earlier.is_some() {
+            return Err(InputError(format!("--earlier {arg}: node {} already has an earlier scrape", target.node)));
+        }
+        target.earlier = Some(load(&src, &client).await?.0);
+    }
+    let opts = AnalysisOptions {
+        min_sync_period_seconds: args.min_sync_period_seconds,
+        min_sync_period_source: "flag".into(),
+        mode: args.mode,
+        facts: ClusterFacts {
+            mode: ProxyMode::Unknown,
+            services: args.services,
+            service_ports: args.service_ports,
+            endpoints: args.endpoints,
+            kubernetes_version: args.kubernetes_version.as_deref().and_then(parse_version),
+            conntrack_usage_ratio: args.conntrack_usage,
+        },
+        thresholds: Thresholds {
+            sync_slow_seconds: args.sync_slow_seconds,
+            iptables_services: args.iptables_services_threshold,
+            ebpf_services: args.ebpf_services_threshold,
+            conntrack_usage_ratio: 0.8,
+            stale_seconds: args.stale_seconds,
+        },
+    };
+    if let Some(v) = &args.kubernetes_version
+        && parse_version(v).is_none()
+    {
+        return Err(InputError(format!("--kubernetes-version {v:?} is not a version like v1.33.2")));
+    }
+    let report = analyze(&inputs, &opts, &spec);
+    Ok(match args.output {
+        OutputFormat::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
+        OutputFormat::Yaml => serde_saphyr::to_string(&report).unwrap_or_default(),
+        OutputFormat::Text => render_text(&report),
+    })
+}
+
+fn secs(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.3}s"))
+}
+
+/// Renders the human-readable report.
+pub fn render_text(r: &AnalysisReport) -> String {
+    let mut s = String::new();
+    let interval = match r.interval {
+        "lifetime" => "since each kube-proxy started (one scrape per node: lifetime counters)",
+        "betweenScrapes" => "between two scrapes per node",
+        _ => "mixed: see the interval column",
+    };
+    let _ = writeln!(s, "Interval: {interval}");
+    let _ = writeln!(
+        s,
+        "{:<24} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} {}",
+        "NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS", "INTERVAL"
+    );
+    for n in &r.nodes {
+        let q = |q: Option<crate::metrics::Quantile>| match q {
+            Some(q) if q.beyond_top_bucket => format!(">{:.3}s", q.seconds),
+            Some(q) => format!("{:.3}s", q.seconds),
+            None => "-".into(),
+        };
+        let _ = writeln!(
+            s,
+            "{:<24} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} {:?}{}",
+            n.node,
+            n.mode.as_str(),
+            n.kubernetes_version.as_deref().unwrap_or("-"),
+            n.sync_samples,
+            q(n.sync_p99),
+            q(n.network_programming_p99),
+            secs(n.propagation_window_seconds),
+            n.stale_seconds.map_or("-".into(), |v| format!("{v:.1}s")),
+            format!("{:?}", n.basis),
+            n.interval,
+            if n.sync_from_legacy_microseconds { " (legacy microsecond histogram, converted)" } else { "" }
+        );
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "Worst node: {}  window W = {}  (W = max(NP p99, minSyncPeriod {}s [{}] + 2 x sync p99))",
+        r.worst_node.as_deref().unwrap_or("-"),
+        secs(r.propagation_window_seconds),
+        r.min_sync_period_seconds,
+        r.min_sync_period_source
+    );
+    let rec = &r.recommendation;
+    let basis = match rec.reason {
+        Basis::Measured => "measured",
+        Basis::LowSampleCount => "LowSampleCount",
+        Basis::BeyondTopBucket => "BeyondTopBucket",
+        Basis::NoData => "NoData",
+    };
+    let _ = writeln!(
+        s,
+        "Recommendation ({basis}): preStop sleep {} s, terminationGracePeriodSeconds {} s",
+        rec.pre_stop_seconds, rec.termination_grace_period_seconds
+    );
+    let _ = writeln!(s, "  {}", rec.arithmetic);
+    let p = &r.proxy;
+    let _ = writeln!(
+        s,
+        "Proxy: mode {}, Services {}, endpoints {}, estimated rules {}, actual rules {}",
+        p.mode.as_str(),
+        p.services.map_or("-".into(), |v| v.to_string()),
+        p.endpoints.map_or("-".into(), |v| v.to_string()),
+        p.estimated_rules.map_or("-".into(), |v| v.to_string()),
+        p.actual_rules.map_or("-".into(), |v| v.to_string()),
+    );
+    if r.advice.is_empty() {
+        let _ = writeln!(s, "Advice: none");
+    } else {
+        let _ = writeln!(s, "Advice:");
+        for a in &r.advice {
+            let _ = writeln!(s, "- {:?} [{:?}] ({}): {}", a.reason, a.severity, a.threshold, a.message);
+        }
+    }
+    s
+}

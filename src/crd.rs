@@ -1,0 +1,335 @@
+//! The `TerminationPolicy` custom resource (`safetermination.io/v1alpha1`, namespaced, short
+//! name `tpol`): what a namespace owner sets (spec) and where they read what the operator measured
+//! and decided (status).
+//!
+//! `crds/terminationpolicy.yaml` is generated from these types by `cargo run --bin crdgen`; a test
+//! fails when the committed file is stale. Every default below is documented on its field and is
+//! also what `safe-termination analyze` uses when no `--policy` is given, so the CLI and the
+//! controller size with one code path.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Desired behaviour for the pods of one namespace.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "safetermination.io",
+    version = "v1alpha1",
+    kind = "TerminationPolicy",
+    plural = "terminationpolicies",
+    singular = "terminationpolicy",
+    shortname = "tpol",
+    namespaced,
+    status = "TerminationPolicyStatus",
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
+    printcolumn = r#"{"name":"PreStop","type":"integer","jsonPath":".status.recommendation.preStopSeconds"}"#,
+    printcolumn = r#"{"name":"Grace","type":"integer","jsonPath":".status.recommendation.terminationGracePeriodSeconds"}"#,
+    printcolumn = r#"{"name":"SyncP99","type":"number","jsonPath":".status.measurement.syncP99Seconds"}"#,
+    printcolumn = r#"{"name":"Window","type":"number","priority":1,"jsonPath":".status.measurement.propagationWindowSeconds"}"#,
+    printcolumn = r#"{"name":"ProxyMode","type":"string","priority":1,"jsonPath":".status.proxy.mode"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = "!has(self.spec.preStop) || self.spec.preStop.minSeconds <= self.spec.preStop.maxSeconds",
+    validation = "!has(self.spec.preStop) || (self.spec.preStop.defaultSeconds >= self.spec.preStop.minSeconds && self.spec.preStop.defaultSeconds <= self.spec.preStop.maxSeconds)"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminationPolicySpec {
+    /// Enforce (mutate pods), Audit (record what would be injected as annotations and admission
+    /// warnings, change nothing) or Disabled. Default Enforce.
+    #[serde(default)]
+    pub mode: EnforcementMode,
+    /// Which pods of the namespace this policy applies to; empty or absent selects all pods.
+    /// When several policies select a pod, the most specific selector (most match terms) wins,
+    /// then the alphabetically first name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<LabelSelector>,
+    /// ServiceBacked (default): only pods whose labels match some Service selector in their
+    /// namespace, since only those receive traffic through kube-proxy. AllLongRunning: every
+    /// pod that is not run-to-completion.
+    #[serde(default)]
+    pub scope: Scope,
+    /// How the preStop sleep is sized and injected.
+    #[serde(default)]
+    pub pre_stop: PreStopSpec,
+    /// How terminationGracePeriodSeconds is sized.
+    #[serde(default)]
+    pub grace: GraceSpec,
+}
+
+/// Enforcement mode of a policy.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum EnforcementMode {
+    /// Mutate new pods.
+    #[default]
+    Enforce,
+    /// Annotate and warn only; no lifecycle or grace change.
+    Audit,
+    /// Do nothing.
+    Disabled,
+}
+
+/// Which pods a policy protects.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Scope {
+    /// Pods selected by at least one Service in their namespace.
+    #[default]
+    ServiceBacked,
+    /// Every long-running pod (restartPolicy Always).
+    AllLongRunning,
+}
+
+/// Which preStop handler to inject.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PreStopHandler {
+    /// Native `sleep` where the API server keeps it (probed), else `exec sleep N` for images on
+    /// `execImages`, else skip the container with a warning.
+    #[default]
+    Auto,
+    /// Native `lifecycle.preStop.sleep` only (Kubernetes 1.30+ with the gate on, GA 1.34).
+    Sleep,
+    /// `exec: ["sleep", "N"]` only, for images on `execImages` (they must ship a `sleep` binary).
+    Exec,
+}
+
+/// preStop sizing: `preStop = clamp(ceil(W * safetyFactor + extraSeconds), minSeconds,
+/// maxSeconds)` where W is the measured propagation window in seconds.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PreStopSpec {
+    /// Lower bound of the injected sleep, seconds. Default 3: "sleep 3 is generally enough" for a
+    /// small cluster (kubernetes issue 43576) and it covers the default 1 s minSyncPeriod twice.
+    #[schemars(range(min = 0, max = 3600))]
+    pub min_seconds: u32,
+    /// Upper bound of the injected sleep, seconds. Default 60: beyond a minute every rollout
+    /// step stalls; a window that needs more is a kube-proxy problem the advice reports. Used as
+    /// the sleep when the sync p99 is beyond the top histogram bucket (the true value is unknown
+    /// and at least 16 s).
+    #[schemars(range(min = 1, max = 3600))]
+    pub max_seconds: u32,
+    /// Sleep used while nothing has been measured (no data, metrics unreachable), seconds.
+    /// Default 10: minSyncPeriod 1 s, a slow sync, and an ingress reload fit inside it.
+    #[schemars(range(min = 0, max = 3600))]
+    pub default_seconds: u32,
+    /// Multiplier on the measured window. Default 1.5: the p99 is an estimate from bucket
+    /// interpolation and a rollout deletes many pods at once.
+    #[schemars(range(min = 1.0, max = 10.0))]
+    pub safety_factor: f64,
+    /// Seconds added for paths kube-proxy does not cover: ingress controller reloads, cloud load
+    /// balancers targeting pod IPs (AWS NLB IP mode deregisters in minutes). Default 0.
+    #[schemars(range(min = 0, max = 3600))]
+    pub extra_seconds: u32,
+    /// Handler to inject. Default Auto.
+    pub handler: PreStopHandler,
+    /// Images allowed to get the `exec sleep` fallback: exact references or prefixes ending in
+    /// `*` (e.g. `docker.io/library/nginx*`). Distroless images have no `sleep`: never list them.
+    #[schemars(length(max = 256))]
+    pub exec_images: Vec<String>,
+    /// Fewer observations than this in a node's histogram (over the analysed interval) and its
+    /// p99 is not trusted for sizing (reason LowSampleCount). Default 5.
+    #[schemars(range(min = 1, max = 1000000))]
+    pub min_samples: u32,
+}
+
+impl Default for PreStopSpec {
+    fn default() -> Self {
+        Self {
+            min_seconds: 3,
+            max_seconds: 60,
+            default_seconds: 10,
+            safety_factor: 1.5,
+            extra_seconds: 0,
+            handler: PreStopHandler::Auto,
+            exec_images: Vec::new(),
+            min_samples: 5,
+        }
+    }
+}
+
+/// terminationGracePeriodSeconds sizing: `grace = max(current, min(preStop + appShutdownSeconds,
+/// maxSeconds), preStop)`; never lowered, never below the sleep (the API server rejects a sleep
+/// longer than the grace period).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GraceSpec {
+    /// Time the application needs after SIGTERM, seconds. Default 30, the Kubernetes default
+    /// grace period: the app keeps the shutdown time it has today after the sleep.
+    #[schemars(range(min = 0, max = 86400))]
+    pub app_shutdown_seconds: u32,
+    /// Upper bound on a raised grace period, seconds. Default 600. A larger value the user set
+    /// is kept.
+    #[schemars(range(min = 1, max = 604800))]
+    pub max_seconds: u32,
+}
+
+impl Default for GraceSpec {
+    fn default() -> Self {
+        Self { app_shutdown_seconds: 30, max_seconds: 600 }
+    }
+}
+
+impl Default for TerminationPolicySpec {
+    fn default() -> Self {
+        Self {
+            mode: EnforcementMode::Enforce,
+            pod_selector: None,
+            scope: Scope::ServiceBacked,
+            pre_stop: PreStopSpec::default(),
+            grace: GraceSpec::default(),
+        }
+    }
+}
+
+impl TerminationPolicySpec {
+    /// Checks the cross-field rules the CRD also enforces with CEL, plus finiteness. Returns every
+    /// problem found, each naming its field.
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let p = &self.pre_stop;
+        let mut errs = Vec::new();
+        if p.min_seconds > p.max_seconds {
+            errs.push(format!("spec.preStop.minSeconds ({}) is above maxSeconds ({})", p.min_seconds, p.max_seconds));
+        }
+        if p.default_seconds < p.min_seconds || p.default_seconds > p.max_seconds {
+            errs.push(format!(
+                "spec.preStop.defaultSeconds ({}) is outside [minSeconds, maxSeconds] ([{}, {}])",
+                p.default_seconds, p.min_seconds, p.max_seconds
+            ));
+        }
+        if !p.safety_factor.is_finite() || !(1.0..=10.0).contains(&p.safety_factor) {
+            errs.push(format!("spec.preStop.safetyFactor ({}) must be within [1, 10]", p.safety_factor));
+        }
+        if p.min_samples == 0 {
+            errs.push("spec.preStop.minSamples must be at least 1".into());
+        }
+        if self.grace.max_seconds == 0 {
+            errs.push("spec.grace.maxSeconds must be at least 1".into());
+        }
+        if errs.is_empty() { Ok(()) } else { Err(errs) }
+    }
+}
+
+/// What the operator measured and decided; written by the leader only.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminationPolicyStatus {
+    /// The spec generation this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The propagation window measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measurement: Option<MeasurementStatus>,
+    /// The preStop sleep and grace period new pods get.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommendation: Option<RecommendationStatus>,
+    /// kube-proxy as seen by the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyStatus>,
+    /// Advice items (slow syncs, proxy-mode migration, stale proxies, sample counts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub advice: Vec<AdviceStatus>,
+    /// Pod counts in the namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<PodCounts>,
+    /// Conditions: Ready, ProxySyncSlow, MigrationRecommended, MetricsUnavailable,
+    /// PodsUnderprotected.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The measured propagation window.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MeasurementStatus {
+    /// Worst node's `kubeproxy_sync_proxy_rules_duration_seconds` p99, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_p99_seconds: Option<f64>,
+    /// Worst node's `kubeproxy_network_programming_duration_seconds` p99, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_programming_p99_seconds: Option<f64>,
+    /// Cluster propagation window W, seconds (max over nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub propagation_window_seconds: Option<f64>,
+    /// The node that set W.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worst_node: Option<String>,
+    /// Nodes whose metrics were read.
+    pub nodes_scraped: u32,
+    /// Nodes whose metrics could not be read.
+    pub nodes_failed: u32,
+    /// Analysed interval, seconds (the rolling window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<u32>,
+    /// Time of the last scrape (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scrape_time: Option<String>,
+}
+
+/// The sized preStop sleep and grace period.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecommendationStatus {
+    /// preStop sleep injected into new pods, seconds.
+    pub pre_stop_seconds: u32,
+    /// terminationGracePeriodSeconds for a pod that did not set one, seconds.
+    pub termination_grace_period_seconds: u32,
+    /// Why this value: Measured, LowSampleCount, BeyondTopBucket, NoData.
+    pub reason: String,
+    /// The arithmetic, e.g. `ceil(2.10 s x 1.5 + 0 s) = 4 s, clamped to [3, 60]`.
+    pub arithmetic: String,
+}
+
+/// kube-proxy summary.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyStatus {
+    /// iptables, nftables, ipvs, kernelspace, ebpf or unknown.
+    pub mode: String,
+    /// Where the mode came from (proxyMode endpoint, ConfigMap, metric families, flag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode_source: Option<String>,
+    /// Services in the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub services: Option<u64>,
+    /// Endpoints in the cluster (EndpointSlice entries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<u64>,
+    /// Estimated iptables rules: about 2 per Service port plus 2 per endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_rules: Option<u64>,
+    /// Rules kube-proxy reports owning (`iptables_total`, worst node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actual_rules: Option<u64>,
+}
+
+/// One advice item.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdviceStatus {
+    /// ProxySyncSlow, MigrateProxyMode, ProxyStale, LowSampleCount, BeyondTopBucket.
+    pub reason: String,
+    /// What to do.
+    pub message: String,
+    /// The threshold crossed.
+    pub threshold: String,
+}
+
+/// Pod counts in the policy's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCounts {
+    /// Pods mutated by the webhook under this policy.
+    pub mutated: u32,
+    /// Running pods whose injected sleep is below the current recommendation (lifecycle is
+    /// immutable on a running pod: they get the new value when replaced).
+    pub stale: u32,
+    /// Service-backed pods with no preStop at all.
+    pub unprotected: u32,
+}
+
+/// The CustomResourceDefinition as YAML, exactly as committed in `crds/terminationpolicy.yaml`.
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    let header = "# Generated by `cargo run --bin crdgen` from src/crd.rs: do not edit by hand.\n";
+    let body = serde_saphyr::to_string(&TerminationPolicy::crd()).unwrap_or_default();
+    format!("{header}{body}")
+}

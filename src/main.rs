@@ -1,0 +1,56 @@
+//! The `safe-termination` binary: the composition root. Parses arguments, sets up logging and
+//! the TLS provider, and dispatches to the command modules in `safe_termination::cli`.
+
+use clap::{Parser, Subcommand};
+use safe_termination::cli::analyze::{self, AnalyzeArgs};
+use std::process::ExitCode;
+
+/// Makes pod termination safe: measures kube-proxy's propagation window and sizes preStop
+/// sleeps and terminationGracePeriodSeconds from it.
+#[derive(Debug, Parser)]
+#[command(name = "safe-termination", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure the propagation window from kube-proxy scrapes (files, stdin or URLs) and print the
+    /// preStop sleep, grace period and proxy-mode advice. Exit 1 on bad input, 2 on usage errors.
+    Analyze(AnalyzeArgs),
+    /// Print the TerminationPolicy CustomResourceDefinition as YAML.
+    Crd,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Analyze(args) => match runtime.block_on(analyze::run(&args)) {
+            Ok(out) => {
+                print!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {}", e.0);
+                ExitCode::from(1)
+            }
+        },
+        Command::Crd => {
+            print!("{}", safe_termination::crd::crd_yaml());
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! The propagation model: how long after an endpoint change a node's kube-proxy can still send
+//! new connections to a terminating pod.
+//!
+//! Per node (design.md): `W = max(p99(network_programming), minSyncPeriod + 2 * p99(sync))`.
+//! A change can arrive just after a sync started (wait for it: one sync), then wait out
+//! `minSyncPeriod` batching, then the sync that removes it (a second sync); network programming
+//! latency measures the same path end to end from the EndpointSlice trigger time when present.
+//! The cluster window is the maximum over nodes, and the node that sets it is named.
+
+use crate::metrics::histogram::{Histogram, Quantile};
+use crate::metrics::parse::KubeProxyScrape;
+use serde::Serialize;
+
+/// The quantile the model uses (p99).
+pub const QUANTILE: f64 = 0.99;
+
+/// kube-proxy's proxy mode, as `/proxyMode` spells it (plus `ebpf` for kube-proxy replacements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyMode {
+    /// iptables (the Linux default; `mode: ""`).
+    Iptables,
+    /// nftables (alpha 1.29, beta 1.31, GA 1.33; kernel 5.13+).
+    Nftables,
+    /// IPVS (deprecated since 1.35).
+    Ipvs,
+    /// Windows kernelspace (HNS).
+    Kernelspace,
+    /// An eBPF dataplane replacing kube-proxy (Cilium, Calico eBPF, GKE Dataplane V2).
+    Ebpf,
+    /// Not known.
+    #[default]
+    Unknown,
+}
+
+impl ProxyMode {
+    /// Parses `/proxyMode` output or a `--mode` flag (case-insensitive, surrounding space
+    /// ignored; `""` is iptables as in KubeProxyConfiguration). `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "iptables" | "" => Some(Self::Iptables),
+            "nftables" => Some(Self::Nftables),
+            "ipvs" => Some(Self::Ipvs),
+            "kernelspace" => Some(Self::Kernelspace),
+            "ebpf" => Some(Self::Ebpf),
+            "unknown" => Some(Self::Unknown),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Iptables => "iptables",
+            Self::Nftables => "nftables",
+            Self::Ipvs => "ipvs",
+            Self::Kernelspace => "kernelspace",
+            Self::Ebpf => "ebpf",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// Infers the mode from which families a scrape holds: iptables-only families (rule counts,
+    /// restore failures, full/partial sync histograms) mean iptables; the nftables failure
+    /// counters mean nftables. IPVS has no family of its own, so it is never inferred.
+    pub fn infer(scrape: &KubeProxyScrape) -> Option<Self> {
+        if scrape.nftables_sync_failures_total.is_some() || scrape.nftables_cleanup_failures_total.is_some() {
+            Some(Self::Nftables)
+        } else if scrape.iptables_rules_total.is_some()
+            || scrape.iptables_rules_last.is_some()
+            || scrape.iptables_restore_failures_total.is_some()
+            || scrape.sync_full.is_some()
+            || scrape.sync_partial.is_some()
+        {
+            Some(Self::Iptables)
+        } else {
+            None
+        }
+    }
+}
+
+/// One node's scrapes: the latest, and optionally an earlier one of the same process for an
+/// interval analysis.
+#[derive(Debug, Clone)]
+pub struct NodeInput {
+    /// Node name (or the source label given by the user).
+    pub node: String,
+    /// The latest scrape.
+    pub later: KubeProxyScrape,
+    /// An earlier scrape; when present the analysis covers the interval between the two.
+    pub earlier: Option<KubeProxyScrape>,
+    /// Mode read from `/proxyMode`, when the source was a URL.
+    pub proxy_mode: Option<ProxyMode>,
+}
+
+/// What interval the histograms of a node cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Interval {
+    /// Since the kube-proxy process started (one scrape, cumulative counters).
+    Lifetime,
+    /// Between two scrapes (delta of cumulative buckets).
+    BetweenScrapes,
+    /// Two scrapes, but a counter went down (kube-proxy restarted): since the restart.
+    SinceRestart,
+}
+
+/// How trustworthy a node's window is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]
+pub enum Basis {
+    /// Enough samples; the p99 is inside the bucket range.
+    Measured,
+    /// The p99 rank fell in the `+Inf` bucket: the window is at least the top bound.
+    BeyondTopBucket,
+    /// Fewer samples than the policy's `minSamples`.
+    LowSampleCount,
+    /// No sync or network-programming observations at all.
+    NoData,
+}
+
+/// One node's measured window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeWindow {
+    /// Node name.
+    pub node: String,
+    /// Interval covered.
+    pub interval: Interval,
+    /// Proxy mode and where it came from.
+    pub mode: ProxyMode,
+    /// `proxyMode endpoint`, `metric families`, `flag` or `unknown`.
+    pub mode_source: &'static str,
+    /// kube-proxy version from `kubernetes_build_info`.
+    pub kubernetes_version: Option<String>,
+    /// Sync observations in the interval.
+    pub sync_samples: f64,
+    /// Sync duration p99 (None: family absent or no observations).
+    pub sync_p99: Option<Quantile>,
+    /// Network programming p99 (None: family absent or no observations).
+    pub network_programming_p99: Option<Quantile>,
+    /// True when the sync histogram came from the pre-1.14 microsecond family.
+    pub sync_from_legacy_microseconds: bool,
+    /// W for this node, seconds (None when there is no data).
+    pub propagation_window_seconds: Option<f64>,
+    /// How far W can be trusted.
+    pub basis: Basis,
+    /// `last_queued - last_synced`, seconds, when both gauges exist.
+    pub stale_seconds: Option<f64>,
+    /// iptables rules owned (`iptables_total`, summed over tables).
+    pub iptables_rules_total: Option<f64>,
+}
+
+fn p99(h: Option<&Histogram>) -> Option<Quantile> {
+    h.map(|h| h.quantile(QUANTILE)).filter(|q| q.seconds.is_finite())
+}
+
+/// Measures one node: deltas when an earlier scrape is given, p99s, W and its basis.
+/// `min_sync_period_seconds` is kube-proxy's minSyncPeriod (1 s by default in iptables mode);
+/// `min_samples` is the policy's `preStop.minSamples`.
+pub fn measure_node(input: &NodeInput, min_sync_period_seconds: f64, min_samples: u32, mode_flag: Option<ProxyMode>) -> NodeWindow {
+    let mut interval = if input.earlier.is_some() { Interval::BetweenScrapes } else { Interval::Lifetime };
+    let over = |later: &Option<Histogram>, earlier: Option<&Option<Histogram>>, interval: &mut Interval| -> Option<Histogram> {
+        let later = later.as_ref()?;
+        match earlier.and_then(|e| e.as_ref()) {
+            None => Some(later.clone()),
+            Some(e) => {
+                let d = later.delta_since(e);
+                if d.is_reset() {
+                    *interval = Interval::SinceRestart;
+                }
+                Some(d.histogram().clone())
+            }
+        }
+    };
+    let earlier = input.earlier.as_ref();
+    let sync = over(&input.later.sync, earlier.map(|e| &e.sync), &mut interval);
+    let np = over(&input.later.network_programming, earlier.map(|e| &e.network_programming), &mut interval);
+    let sync_p99 = p99(sync.as_ref());
+    let np_p99 = p99(np.as_ref());
+    let sync_samples = sync.as_ref().map_or(0.0, |h| h.count());
+    let np_samples = np.as_ref().map_or(0.0, |h| h.count());
+
+    let from_sync = sync_p99.map(|q| min_sync_period_seconds + 2.0 * q.seconds);
+    let from_np = np_p99.map(|q| q.seconds);
+    let window = match (from_np, from_sync) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let samples = if sync_p99.is_some() { sync_samples } else { np_samples };
+    let beyond = sync_p99.is_some_and(|q| q.beyond_top_bucket) || np_p99.is_some_and(|q| q.beyond_top_bucket);
+    let basis = if window.is_none() {
+        Basis::NoData
+    } else if samples < f64::from(min_samples) {
+        Basis::LowSampleCount
+    } else if beyond {
+        Basis::BeyondTopBucket
+    } else {
+        Basis::Measured
+    };
+    let (mode, mode_source) = match (mode_flag, input.proxy_mode, ProxyMode::infer(&input.later)) {
+        (Some(m), _, _) => (m, "flag"),
+        (None, Some(m), _) => (m, "proxyMode endpoint"),
+        (None, None, Some(m)) => (m, "metric families"),
+        _ => (ProxyMode::Unknown, "unknown"),
+    };
+    let stale_seconds = match (input.later.last_queued_timestamp_seconds, input.later.last_sync_timestamp_seconds) {
+        (Some(q), Some(s)) if (q - s).is_finite() => Some((q - s).max(0.0)),
+        _ => None,
+    };
+    NodeWindow {
+        node: input.node.clone(),
+        interval,
+        mode,
+        mode_source,
+        kubernetes_version: input.later.kubernetes_version.clone(),
+        sync_samples,
+        sync_p99,
+        network_programming_p99: np_p99,
+        sync_from_legacy_microseconds: input.later.sync_from_legacy_microseconds,
+        propagation_window_seconds: window,
+        basis,
+        stale_seconds,
+        iptables_rules_total: input.later.iptables_rules_total,
+    }
+}
+
+/// The cluster window: the worst node among those with a trusted measurement (Measured or
+/// BeyondTopBucket); when none is trusted, the worst LowSampleCount node; else no data.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterWindow {
+    /// The node that sets W.
+    pub worst_node: Option<String>,
+    /// W, seconds.
+    pub propagation_window_seconds: Option<f64>,
+    /// The basis of W (BeyondTopBucket when any trusted node is beyond the top bucket).
+    pub basis: Basis,
+}
+
+/// Computes the cluster window from the node windows.
+pub fn cluster_window(nodes: &[NodeWindow]) -> ClusterWindow {
+    let worst_of = |pred: &dyn Fn(&NodeWindow) -> bool| {
+        nodes
+            .iter()
+            .filter(|n| pred(n))
+            .filter_map(|n| n.propagation_window_seconds.map(|w| (n, w)))
+            .max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.node.cmp(&a.0.node)))
+    };
+    let trusted = worst_of(&|n| matches!(n.basis, Basis::Measured | Basis::BeyondTopBucket));
+    if let Some((n, w)) = trusted {
+        let any_beyond = nodes.iter().any(|n| n.basis == Basis::BeyondTopBucket);
+        return ClusterWindow {
+            worst_node: Some(n.node.clone()),
+            propagation_window_seconds: Some(w),
+            basis: if any_beyond { Basis::BeyondTopBucket } else { Basis::Measured },
+        };
+    }
+    if let Some((n, w)) = worst_of(&|n| n.basis == Basis::LowSampleCount) {
+        return ClusterWindow {
+            worst_node: Some(n.node.clone()),
+            propagation_window_seconds: Some(w),
+            basis: Basis::LowSampleCount,
+        };
+    }
+    ClusterWindow { worst_node: None, propagation_window_seconds: None, basis: Basis::NoData }
+}

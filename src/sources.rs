@@ -1,0 +1,102 @@
+//! Metrics sources for the command line: a saved scrape file, standard input, or one kube-proxy's
+//! metrics URL (`http(s)://host:10249/metrics`, with `/proxyMode` read from the same server).
+
+use crate::model::ProxyMode;
+use std::time::Duration;
+
+/// Why a source could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    File {
+        /// The path.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A URL could not be fetched.
+    #[error("{url}: {message}")]
+    Http {
+        /// The URL.
+        url: String,
+        /// What went wrong, with a hint for the common causes.
+        message: String,
+    },
+}
+
+/// The text of a scrape and, for URLs, the mode `/proxyMode` reported.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// Exposition-format body.
+    pub text: String,
+    /// Mode from `/proxyMode` (URL sources only, when it answered).
+    pub proxy_mode: Option<ProxyMode>,
+}
+
+/// True when `source` is an http(s) URL.
+pub fn is_url(source: &str) -> bool {
+    source.starts_with("http://") || source.starts_with("https://")
+}
+
+/// Reads a file or `-` (standard input).
+pub fn read_file(path: &str) -> Result<String, SourceError> {
+    let res = if path == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    };
+    res.map_err(|source| SourceError::File { path: path.to_string(), source })
+}
+
+/// Explains a failed connection the way an operator needs it explained.
+pub fn connect_hint(err: &reqwest::Error) -> String {
+    let mut msg = err.to_string();
+    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(err);
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    if err.is_connect() && msg.to_ascii_lowercase().contains("refused") {
+        msg.push_str(
+            " (kube-proxy binds its metrics server to 127.0.0.1:10249 by default: set metricsBindAddress: 0.0.0.0:10249 in its KubeProxyConfiguration, or use the Prometheus source)",
+        );
+    } else if err.is_timeout() {
+        msg.push_str(" (timed out: is a NetworkPolicy or host firewall blocking port 10249?)");
+    }
+    msg
+}
+
+/// Fetches `url` and, from the same server, `/proxyMode`. A failing `/proxyMode` is not an
+/// error (older or non-Linux kube-proxies may not serve it).
+pub async fn fetch_url(client: &reqwest::Client, url: &str) -> Result<Fetched, SourceError> {
+    let http = |message: String| SourceError::Http { url: url.to_string(), message };
+    let resp = client.get(url).send().await.map_err(|e| http(connect_hint(&e)))?;
+    if !resp.status().is_success() {
+        return Err(http(format!("HTTP {}", resp.status())));
+    }
+    let text = resp.text().await.map_err(|e| http(connect_hint(&e)))?;
+    let proxy_mode = match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            u.set_path("/proxyMode");
+            u.set_query(None);
+            match client.get(u).send().await {
+                Ok(r) if r.status().is_success() => r.text().await.ok().and_then(|t| ProxyMode::parse(&t)),
+                _ => None,
+            }
+        }
+        Err(_) => None,
+    };
+    Ok(Fetched { text, proxy_mode })
+}
+
+/// An HTTP client for scraping: rustls (ring), the given per-request timeout, no proxy.
+pub fn http_client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .no_proxy()
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
