@@ -14,3 +14,4 @@ pub mod metrics;
 pub mod model;
 pub mod sizing;
 pub mod sources;
+pub mod webhook;

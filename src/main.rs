@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use safe_termination::cli::analyze::{self, AnalyzeArgs};
+use safe_termination::cli::mutate::{self as mutate_cmd, MutateArgs, ReviewArgs};
 use std::process::ExitCode;
 
 /// Makes pod termination safe: measures kube-proxy's propagation window and sizes preStop
@@ -19,6 +20,11 @@ enum Command {
     /// Measure the propagation window from kube-proxy scrapes (files, stdin or URLs) and print the
     /// preStop sleep, grace period and proxy-mode advice. Exit 1 on bad input, 2 on usage errors.
     Analyze(AnalyzeArgs),
+    /// Show what the webhook would do to Pods and workload pod templates in manifests (a CI
+    /// check before they reach a cluster). Unknown kinds are reported, not fatal.
+    Mutate(MutateArgs),
+    /// Print exactly the AdmissionReview response the webhook would send for a request.
+    Review(ReviewArgs),
     /// Print the TerminationPolicy CustomResourceDefinition as YAML.
     Crd,
 }
@@ -48,9 +54,25 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Command::Mutate(args) => finish(mutate_cmd::run_mutate(&args)),
+        Command::Review(args) => finish(mutate_cmd::run_review(&args)),
         Command::Crd => {
             print!("{}", safe_termination::crd::crd_yaml());
             ExitCode::SUCCESS
+        }
+    }
+}
+
+/// Prints a command's output, or its error with exit code 1 (bad input).
+fn finish(result: Result<String, String>) -> ExitCode {
+    match result {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
         }
     }
 }

@@ -2,6 +2,7 @@
 //! only parses and dispatches.
 
 pub mod analyze;
+pub mod mutate;
 
 use crate::crd::TerminationPolicySpec;
 

@@ -1,0 +1,270 @@
+//! `safe-termination mutate` and `safe-termination review`: run the webhook's decision offline on
+//! manifests (Pods and workloads' pod templates) or on an AdmissionReview request.
+
+use crate::cli::{OutputFormat, load_policy_spec};
+use crate::crd::TerminationPolicySpec;
+use crate::model::ClusterWindow;
+use crate::sizing;
+use crate::webhook::plan::{AssumeServiceBacked, Capabilities, Labels, Plan, PlanPolicy, ServiceIndex, StaticServiceIndex};
+use crate::webhook::{Decision, mutate_pod, review};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+
+/// `--native-sleep`: whether the target API server keeps `lifecycle.preStop.sleep`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NativeSleep {
+    /// Assume a current API server (1.30+, gate on; GA in 1.34): native sleep.
+    Auto,
+    /// Native sleep is kept.
+    True,
+    /// Native sleep is dropped (1.29, or the gate off): exec fallback or skip.
+    False,
+}
+
+/// Flags shared by `mutate`, `review` and the stand-alone `webhook` (a static plan).
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlanArgs {
+    /// A TerminationPolicy YAML/JSON applied to every namespace (defaults otherwise).
+    #[arg(long, value_name = "FILE", env = "SAFE_TERMINATION_POLICY")]
+    pub policy: Option<String>,
+    /// The preStop sleep to inject, seconds; without it the policy's defaultSeconds (no
+    /// measurement) is used.
+    #[arg(long, env = "SAFE_TERMINATION_PRE_STOP_SECONDS")]
+    pub pre_stop_seconds: Option<u32>,
+    /// Whether the API server keeps native preStop sleep.
+    #[arg(long, value_enum, default_value_t = NativeSleep::Auto, env = "SAFE_TERMINATION_NATIVE_SLEEP")]
+    pub native_sleep: NativeSleep,
+}
+
+impl PlanArgs {
+    /// Builds the static plan: one default policy for every namespace.
+    pub fn plan(&self) -> Result<Plan, String> {
+        let spec: TerminationPolicySpec = match &self.policy {
+            Some(p) => load_policy_spec(p)?,
+            None => TerminationPolicySpec::default(),
+        };
+        let pre_stop_seconds = match self.pre_stop_seconds {
+            Some(s) => s,
+            None => sizing::recommend(&ClusterWindow { worst_node: None, propagation_window_seconds: None, basis: crate::model::Basis::NoData }, &spec).pre_stop_seconds,
+        };
+        let name = self.policy.as_deref().map_or("static", |p| {
+            std::path::Path::new(p).file_stem().and_then(|s| s.to_str()).unwrap_or("static")
+        });
+        Ok(Plan {
+            policies: Vec::new(),
+            default_policy: Some(PlanPolicy { namespace: String::new(), name: name.to_string(), spec, pre_stop_seconds }),
+            capabilities: Capabilities { native_sleep: self.native_sleep != NativeSleep::False },
+        })
+    }
+}
+
+/// Arguments of `mutate`.
+#[derive(Debug, clap::Args)]
+pub struct MutateArgs {
+    /// Manifests: Pods or Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs
+    /// (multi-document YAML, flow-style YAML or JSON; `-` for standard input).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<String>,
+    #[command(flatten)]
+    pub plan: PlanArgs,
+    /// Namespace for objects that name none.
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+/// One pod template's result.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MutateResult {
+    /// `FILE#N Kind/name` (N = document index from 0).
+    pub source: String,
+    /// RFC 6902 operations.
+    pub patch: Value,
+    /// Warnings the webhook would return.
+    pub warnings: Vec<String>,
+    /// Pod-level reason.
+    pub reason: Option<crate::webhook::PodReason>,
+    /// Per-container reasons.
+    pub containers: Vec<crate::webhook::mutate::ContainerDecision>,
+    /// The Pod after the patch (absent for unsupported kinds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<Value>,
+    /// For kinds without a pod template: why nothing was done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// The pod template of a workload, as a Pod, with the namespace it would be created in.
+fn pod_of(doc: &Value, default_ns: &str) -> Result<(Value, String), String> {
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("");
+    let ns = doc.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(default_ns).to_string();
+    let template = match kind {
+        "Pod" => return Ok((doc.clone(), ns)),
+        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" | "ReplicationController" => doc.pointer("/spec/template"),
+        "CronJob" => doc.pointer("/spec/jobTemplate/spec/template"),
+        "" => return Err("document has no kind".into()),
+        other => return Err(format!("kind {other} has no pod template: not mutated")),
+    };
+    let template = template.filter(|t| t.is_object()).ok_or_else(|| format!("{kind} has no pod template"))?;
+    let mut meta = template.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    if let Some(m) = meta.as_object_mut() {
+        m.insert("namespace".into(), Value::String(ns.clone()));
+    }
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template.get("spec").cloned().unwrap_or_else(|| json!({}))});
+    Ok((pod, ns))
+}
+
+fn documents(path: &str) -> Result<Vec<Value>, String> {
+    let text = crate::sources::read_file(path).map_err(|e| e.to_string())?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| format!("{path}: not valid YAML or JSON: {e}"))?;
+    let mut out = Vec::new();
+    for d in docs {
+        flatten(d, &mut out);
+    }
+    Ok(out)
+}
+
+fn flatten(d: Value, out: &mut Vec<Value>) {
+    if d.is_null() {
+        return;
+    }
+    if d.get("kind").and_then(Value::as_str) == Some("List")
+        && let Some(items) = d.get("items").and_then(Value::as_array)
+    {
+        for i in items.clone() {
+            flatten(i, out);
+        }
+        return;
+    }
+    out.push(d);
+}
+
+fn service_index(docs: &[(String, Vec<Value>)], default_ns: &str) -> Option<StaticServiceIndex> {
+    let services: Vec<(String, Labels)> = docs
+        .iter()
+        .flat_map(|(_, d)| d.iter())
+        .filter(|d| d.get("kind").and_then(Value::as_str) == Some("Service"))
+        .map(|d| {
+            let ns = d.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(default_ns).to_string();
+            let sel = d
+                .pointer("/spec/selector")
+                .and_then(Value::as_object)
+                .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+                .unwrap_or_default();
+            (ns, sel)
+        })
+        .collect();
+    if services.is_empty() { None } else { Some(StaticServiceIndex { services }) }
+}
+
+/// Runs `mutate`: returns the rendered output, or an input error (exit 1).
+pub fn run_mutate(args: &MutateArgs) -> Result<String, String> {
+    let plan = args.plan.plan()?;
+    let mut all = Vec::new();
+    for f in &args.files {
+        all.push((f.clone(), documents(f)?));
+    }
+    // Services in the inputs define scope ServiceBacked; with none, every pod counts as backed.
+    let index = service_index(&all, &args.namespace);
+    let services: &dyn ServiceIndex = match &index {
+        Some(i) => i,
+        None => &AssumeServiceBacked,
+    };
+    let mut results = Vec::new();
+    for (file, docs) in &all {
+        for (n, doc) in docs.iter().enumerate() {
+            let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("?");
+            let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+            let source = format!("{file}#{n} {kind}/{name}");
+            if kind == "Service" {
+                continue;
+            }
+            match pod_of(doc, &args.namespace) {
+                Err(why) => results.push(MutateResult {
+                    source,
+                    patch: json!([]),
+                    warnings: Vec::new(),
+                    reason: None,
+                    containers: Vec::new(),
+                    pod: None,
+                    skipped: Some(why),
+                }),
+                Ok((pod, ns)) => {
+                    let d: Decision = mutate_pod(&pod, &ns, &plan, services);
+                    let mut patched = pod.clone();
+                    json_patch::patch(&mut patched, &d.patch.0)
+                        .map_err(|e| format!("{source}: internal error, the patch does not apply: {e}"))?;
+                    results.push(MutateResult {
+                        source,
+                        patch: serde_json::to_value(&d.patch).unwrap_or(Value::Null),
+                        warnings: d.warnings,
+                        reason: Some(d.reason),
+                        containers: d.containers,
+                        pod: Some(patched),
+                        skipped: None,
+                    });
+                }
+            }
+        }
+    }
+    let doc = json!({ "results": results, "serviceScope": if index.is_some() { "services in the inputs" } else { "every pod assumed service-backed (no Service in the inputs)" } });
+    Ok(match args.output {
+        OutputFormat::Json => serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
+        OutputFormat::Yaml => serde_saphyr::to_string(&doc).unwrap_or_default(),
+        OutputFormat::Text => render_text(&results),
+    })
+}
+
+fn render_text(results: &[MutateResult]) -> String {
+    let mut s = String::new();
+    for r in results {
+        let _ = writeln!(s, "{}", r.source);
+        if let Some(why) = &r.skipped {
+            let _ = writeln!(s, "  skipped: {why}");
+            continue;
+        }
+        if let Some(reason) = r.reason {
+            let _ = writeln!(s, "  decision: {reason:?}");
+        }
+        for c in &r.containers {
+            let _ = writeln!(s, "  container {}: {:?}", c.name, c.reason);
+        }
+        for op in r.patch.as_array().into_iter().flatten() {
+            let _ = writeln!(s, "  patch: {op}");
+        }
+        for w in &r.warnings {
+            let _ = writeln!(s, "  warning: {w}");
+        }
+    }
+    s
+}
+
+/// Arguments of `review`.
+#[derive(Debug, clap::Args)]
+pub struct ReviewArgs {
+    /// An AdmissionReview request (JSON), or `-` for standard input.
+    #[arg(value_name = "FILE")]
+    pub file: String,
+    #[command(flatten)]
+    pub plan: PlanArgs,
+}
+
+/// Runs `review`: the exact response body, or the 400 message as an error (exit 1).
+pub fn run_review(args: &ReviewArgs) -> Result<String, String> {
+    let plan = args.plan.plan()?;
+    let body = match args.file.as_str() {
+        "-" => {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut v).map_err(|e| format!("<stdin>: {e}"))?;
+            v
+        }
+        f => std::fs::read(f).map_err(|e| format!("{f}: {e}"))?,
+    };
+    let out = review(&body, &plan, &AssumeServiceBacked);
+    let text = String::from_utf8_lossy(&out.body).into_owned();
+    if out.status == 200 { Ok(text + "\n") } else { Err(text.trim_end().to_string()) }
+}

@@ -1,0 +1,10 @@
+//! The mutating admission webhook: the plan it serves ([`plan`]), the pure mutation engine
+//! ([`mutate`]), AdmissionReview handling ([`review`]).
+
+pub mod mutate;
+pub mod plan;
+pub mod review;
+
+pub use mutate::{ContainerReason, Decision, PodReason, mutate_pod};
+pub use plan::{AssumeServiceBacked, Capabilities, Plan, PlanPolicy, ServiceIndex, StaticServiceIndex};
+pub use review::{ReviewOutcome, review};

@@ -1,0 +1,346 @@
+//! The pod mutation engine: (Pod, plan, Service index) -> a JSON Patch, warnings and a reason per
+//! container. Pure and total: any JSON value is accepted and answered, never a panic.
+//!
+//! Rules (design.md, each tested):
+//! - R1 an existing `lifecycle.preStop` is kept as it is (a handler holds one action); `postStart`
+//!   is never touched; an existing sleep shorter than the plan is reported, not rewritten.
+//! - R2 `terminationGracePeriodSeconds` is only ever raised.
+//! - R3 the sleep never exceeds the resulting grace (raised in the same patch); an explicit
+//!   grace of 0 means "no grace": skip with a warning.
+//! - R4 native sleep only when the probe says the API server keeps it ([`Capabilities`]).
+//! - R5 the `exec sleep N` fallback only for images on the policy's allow-list, never on Windows.
+//! - R6 only `spec.containers` (init containers and native sidecars untouched); classic sidecars
+//!   in `containers` get the same sleep as the app.
+//! - R7 run-to-completion pods (restartPolicy Never/OnFailure) and R8 mirror pods are left alone.
+//! - R11 idempotent: the engine run on its own output yields an empty patch.
+//!
+//! Opt-outs: annotation `safetermination.io/skip: "true"` on the pod, and
+//! `safetermination.io/skip-containers: a,b`. Mutated pods are annotated with
+//! `safetermination.io/prestop-seconds` and `safetermination.io/policy`.
+
+use super::plan::{Capabilities, Labels, Plan, PlanPolicy, ServiceIndex};
+use crate::crd::{EnforcementMode, PreStopHandler, Scope};
+use crate::sizing::{KUBERNETES_DEFAULT_GRACE_SECONDS, grace_seconds};
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// Pod annotation: `"true"` opts the pod out.
+pub const ANNOTATION_SKIP: &str = "safetermination.io/skip";
+/// Pod annotation: comma-separated container names to leave alone.
+pub const ANNOTATION_SKIP_CONTAINERS: &str = "safetermination.io/skip-containers";
+/// Pod annotation written on mutation: the injected sleep, seconds.
+pub const ANNOTATION_PRESTOP_SECONDS: &str = "safetermination.io/prestop-seconds";
+/// Pod annotation written on mutation or audit: `namespace/name` of the policy applied.
+pub const ANNOTATION_POLICY: &str = "safetermination.io/policy";
+/// Pod annotation written in Audit mode: the sleep that would have been injected, seconds.
+pub const ANNOTATION_AUDIT_PRESTOP_SECONDS: &str = "safetermination.io/audit-prestop-seconds";
+/// Annotation the kubelet puts on mirror pods of static pods.
+pub const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
+
+/// Why the pod as a whole was or was not mutated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PodReason {
+    /// At least one operation was emitted.
+    Mutated,
+    /// Audit mode: annotations only.
+    Audited,
+    /// In scope, but nothing to change (already mutated: reinvocation, or every container kept
+    /// its own hook and the grace is already enough).
+    NoChange,
+    /// Not a Pod object.
+    NotAPod,
+    /// No policy applies in this namespace (and no default policy).
+    NoPolicy,
+    /// The policy is Disabled.
+    PolicyDisabled,
+    /// `safetermination.io/skip: "true"`.
+    OptedOut,
+    /// restartPolicy Never or OnFailure (R7).
+    RunToCompletion,
+    /// A mirror pod (R8).
+    MirrorPod,
+    /// Scope ServiceBacked and no Service selects the pod.
+    NotServiceBacked,
+    /// terminationGracePeriodSeconds is explicitly 0 (R3).
+    GraceZero,
+    /// The plan's sleep is 0 s.
+    ZeroSleep,
+    /// No container could be given a hook (R4/R5): warned.
+    NoUsableHandler,
+}
+
+/// What happened to one container of `spec.containers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ContainerReason {
+    /// A native `sleep` preStop was injected.
+    InjectedSleep,
+    /// An `exec: [sleep, N]` preStop was injected.
+    InjectedExec,
+    /// It already had a preStop hook (R1).
+    ExistingPreStop,
+    /// Listed in `safetermination.io/skip-containers`.
+    OptedOut,
+    /// No handler allowed: native sleep unsupported and exec not allowed for its image (R5).
+    NoUsableHandler,
+    /// Audit mode: a hook would have been injected.
+    WouldInject,
+    /// Not evaluated because the pod was skipped.
+    PodSkipped,
+}
+
+/// The decision for one container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerDecision {
+    /// Container name.
+    pub name: String,
+    /// What happened.
+    pub reason: ContainerReason,
+}
+
+/// The engine's answer for one pod.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// RFC 6902 operations (empty when nothing changes); they apply cleanly to the input.
+    pub patch: Patch,
+    /// Human-readable warnings (each under 120 characters, as admission warnings must be).
+    pub warnings: Vec<String>,
+    /// Why the pod was or was not mutated.
+    pub reason: PodReason,
+    /// Per-container decisions, in `spec.containers` order.
+    pub containers: Vec<ContainerDecision>,
+    /// `namespace/name` of the policy applied, if any.
+    pub policy: Option<String>,
+}
+
+impl Decision {
+    fn skip(reason: PodReason, warnings: Vec<String>, policy: Option<String>) -> Self {
+        Self { patch: Patch(Vec::new()), warnings, reason, containers: Vec::new(), policy }
+    }
+}
+
+/// Limits an admission warning to 119 characters (the API server truncates longer ones).
+pub fn short_warning(s: String) -> String {
+    const MAX: usize = 119;
+    if s.chars().count() <= MAX {
+        return s;
+    }
+    let mut out: String = s.chars().take(MAX - 3).collect();
+    out.push_str("...");
+    out
+}
+
+fn ptr(tokens: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(tokens.iter().copied())
+}
+
+fn add(tokens: &[&str], value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path: ptr(tokens), value })
+}
+
+fn str_map(v: Option<&Value>) -> Labels {
+    v.and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+        .unwrap_or_default()
+}
+
+/// True when the image matches an allow-list entry: exact, or a prefix for entries ending in `*`.
+pub fn image_allowed(image: &str, allow: &[String]) -> bool {
+    allow.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => image.starts_with(prefix),
+        None => image == p,
+    })
+}
+
+fn is_windows(spec: &Value) -> bool {
+    let os = spec.pointer("/os/name").and_then(Value::as_str);
+    let selector = spec.pointer("/nodeSelector/kubernetes.io~1os").and_then(Value::as_str);
+    os == Some("windows") || selector == Some("windows")
+}
+
+/// Decides the mutation of `pod` (a Pod as JSON) created in `namespace` (the admission request's
+/// namespace; the pod's own `metadata.namespace` is used when that is empty).
+pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn ServiceIndex) -> Decision {
+    if pod.get("kind").and_then(Value::as_str).is_some_and(|k| k != "Pod") || !pod.is_object() {
+        return Decision::skip(PodReason::NotAPod, Vec::new(), None);
+    }
+    let meta = pod.get("metadata");
+    let annotations = str_map(meta.and_then(|m| m.get("annotations")));
+    let labels = str_map(meta.and_then(|m| m.get("labels")));
+    let namespace = if namespace.is_empty() {
+        meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).unwrap_or("")
+    } else {
+        namespace
+    };
+    let empty = json!({});
+    let spec = pod.get("spec").filter(|s| s.is_object()).unwrap_or(&empty);
+
+    if annotations.contains_key(ANNOTATION_MIRROR) {
+        return Decision::skip(PodReason::MirrorPod, Vec::new(), None);
+    }
+    if matches!(spec.get("restartPolicy").and_then(Value::as_str), Some("Never" | "OnFailure")) {
+        return Decision::skip(PodReason::RunToCompletion, Vec::new(), None);
+    }
+    if annotations.get(ANNOTATION_SKIP).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return Decision::skip(PodReason::OptedOut, Vec::new(), None);
+    }
+    let Some(resolved) = plan.resolve(namespace, &labels) else {
+        return Decision::skip(PodReason::NoPolicy, Vec::new(), None);
+    };
+    let policy: &PlanPolicy = resolved.policy;
+    let policy_ref = if policy.namespace.is_empty() { policy.name.clone() } else { format!("{}/{}", policy.namespace, policy.name) };
+    let mut warnings = Vec::new();
+    if !resolved.also_matched.is_empty() {
+        warnings.push(short_warning(format!(
+            "safe-termination: policy {} chosen over {}",
+            policy.name,
+            resolved.also_matched.join(",")
+        )));
+    }
+    match policy.spec.mode {
+        EnforcementMode::Disabled => return Decision::skip(PodReason::PolicyDisabled, warnings, Some(policy_ref)),
+        EnforcementMode::Enforce | EnforcementMode::Audit => {}
+    }
+    if policy.spec.scope == Scope::ServiceBacked && !services.selects(namespace, &labels) {
+        return Decision::skip(PodReason::NotServiceBacked, warnings, Some(policy_ref));
+    }
+    let current_grace = spec.get("terminationGracePeriodSeconds").and_then(Value::as_i64);
+    if current_grace == Some(0) {
+        warnings.push("safe-termination: terminationGracePeriodSeconds is 0, so no preStop sleep was added".into());
+        return Decision::skip(PodReason::GraceZero, warnings, Some(policy_ref));
+    }
+    let pre_stop = policy.pre_stop_seconds.min(policy.spec.pre_stop.max_seconds.max(policy.spec.pre_stop.min_seconds));
+    if pre_stop == 0 {
+        return Decision::skip(PodReason::ZeroSleep, warnings, Some(policy_ref));
+    }
+    let audit = policy.spec.mode == EnforcementMode::Audit;
+    let skip_containers: Vec<&str> = annotations
+        .get(ANNOTATION_SKIP_CONTAINERS)
+        .map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default();
+    let windows = is_windows(spec);
+    let Capabilities { native_sleep } = plan.capabilities;
+    let handler = policy.spec.pre_stop.handler;
+    let exec_images = &policy.spec.pre_stop.exec_images;
+
+    let mut ops: Vec<PatchOperation> = Vec::new();
+    let mut containers = Vec::new();
+    let mut injected = 0usize;
+    let mut kept = 0usize;
+    let mut no_handler: Vec<String> = Vec::new();
+    let list = spec.get("containers").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    for (i, c) in list.iter().enumerate() {
+        let name = c.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+        let idx = i.to_string();
+        let lifecycle = c.get("lifecycle").filter(|l| l.is_object());
+        let reason = if skip_containers.contains(&name.as_str()) {
+            ContainerReason::OptedOut
+        } else if let Some(existing) = lifecycle.and_then(|l| l.get("preStop")).filter(|p| !p.is_null()) {
+            kept += 1;
+            if let Some(s) = existing.pointer("/sleep/seconds").and_then(Value::as_i64).filter(|s| *s < i64::from(pre_stop)) {
+                warnings.push(short_warning(format!(
+                    "safe-termination: container {name} keeps its preStop sleep of {s}s, below the recommended {pre_stop}s"
+                )));
+            }
+            ContainerReason::ExistingPreStop
+        } else {
+            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            let exec_ok = !windows && image_allowed(image, exec_images);
+            let action = match handler {
+                PreStopHandler::Auto if native_sleep => Some(("sleep", json!({"sleep": {"seconds": pre_stop}}))),
+                PreStopHandler::Sleep if native_sleep => Some(("sleep", json!({"sleep": {"seconds": pre_stop}}))),
+                PreStopHandler::Auto | PreStopHandler::Exec if exec_ok => {
+                    Some(("exec", json!({"exec": {"command": ["sleep", pre_stop.to_string()]}})))
+                }
+                _ => None,
+            };
+            match action {
+                None => {
+                    no_handler.push(name.clone());
+                    ContainerReason::NoUsableHandler
+                }
+                Some(_) if audit => {
+                    injected += 1;
+                    ContainerReason::WouldInject
+                }
+                Some((kind, hook)) => {
+                    injected += 1;
+                    if lifecycle.is_some() {
+                        ops.push(add(&["spec", "containers", &idx, "lifecycle", "preStop"], hook));
+                    } else {
+                        ops.push(add(&["spec", "containers", &idx, "lifecycle"], json!({ "preStop": hook })));
+                    }
+                    if kind == "sleep" { ContainerReason::InjectedSleep } else { ContainerReason::InjectedExec }
+                }
+            }
+        };
+        containers.push(ContainerDecision { name, reason });
+    }
+    if !no_handler.is_empty() {
+        let why = if windows {
+            "native sleep unsupported; no exec fallback on Windows"
+        } else {
+            "native sleep unsupported and image not on execImages"
+        };
+        warnings.push(short_warning(format!("safe-termination: no preStop for {} ({why})", no_handler.join(","))));
+    }
+    if injected == 0 && kept == 0 {
+        let reason = if no_handler.is_empty() { PodReason::NoChange } else { PodReason::NoUsableHandler };
+        return Decision { patch: Patch(Vec::new()), warnings, reason, containers, policy: Some(policy_ref) };
+    }
+    let target_grace = grace_seconds(current_grace, pre_stop, &policy.spec.grace);
+    let grace_changes = match current_grace {
+        Some(g) => target_grace > g,
+        None => target_grace != KUBERNETES_DEFAULT_GRACE_SECONDS,
+    };
+    if audit {
+        warnings.push(short_warning(format!(
+            "safe-termination (audit): would add a {pre_stop}s preStop sleep to {injected} container(s), grace {}s",
+            target_grace
+        )));
+        let mut annotate = Vec::new();
+        if annotations.get(ANNOTATION_AUDIT_PRESTOP_SECONDS) != Some(&pre_stop.to_string()) && injected > 0 {
+            annotate.push((ANNOTATION_AUDIT_PRESTOP_SECONDS, pre_stop.to_string()));
+            annotate.push((ANNOTATION_POLICY, policy_ref.clone()));
+        }
+        let patch = annotation_ops(meta, &annotations, &annotate);
+        let reason = if patch.is_empty() { PodReason::NoChange } else { PodReason::Audited };
+        return Decision { patch: Patch(patch), warnings, reason, containers, policy: Some(policy_ref) };
+    }
+    if grace_changes {
+        let value = json!(target_grace);
+        ops.push(match current_grace {
+            Some(_) => PatchOperation::Replace(ReplaceOperation { path: ptr(&["spec", "terminationGracePeriodSeconds"]), value }),
+            None => add(&["spec", "terminationGracePeriodSeconds"], value),
+        });
+    }
+    if injected > 0 {
+        let annotate = [(ANNOTATION_PRESTOP_SECONDS, pre_stop.to_string()), (ANNOTATION_POLICY, policy_ref.clone())];
+        ops.extend(annotation_ops(meta, &annotations, &annotate));
+    }
+    let reason = if ops.is_empty() { PodReason::NoChange } else { PodReason::Mutated };
+    Decision { patch: Patch(ops), warnings, reason, containers, policy: Some(policy_ref) }
+}
+
+/// Operations that set `annotate` on the pod: one `add` of the whole map when the pod has no
+/// annotations object, else one `add` per key (which replaces an existing value). Keys whose
+/// value is already right are left out.
+fn annotation_ops(meta: Option<&Value>, existing: &Labels, annotate: &[(&str, String)]) -> Vec<PatchOperation> {
+    let todo: Vec<&(&str, String)> = annotate.iter().filter(|(k, v)| existing.get(*k) != Some(v)).collect();
+    if todo.is_empty() {
+        return Vec::new();
+    }
+    let has_map = meta.and_then(|m| m.get("annotations")).is_some_and(Value::is_object);
+    let has_meta = meta.is_some_and(Value::is_object);
+    if !has_map {
+        let map: serde_json::Map<String, Value> = todo.iter().map(|(k, v)| ((*k).to_string(), Value::String(v.clone()))).collect();
+        if !has_meta {
+            return vec![add(&["metadata"], json!({ "annotations": map }))];
+        }
+        return vec![add(&["metadata", "annotations"], Value::Object(map))];
+    }
+    todo.iter().map(|(k, v)| add(&["metadata", "annotations", k], Value::String(v.clone()))).collect()
+}
