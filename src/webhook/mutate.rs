@@ -280,12 +280,8 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         containers.push(ContainerDecision { name, reason });
     }
     if !no_handler.is_empty() {
-        let why = if windows {
-            "native sleep unsupported; no exec fallback on Windows"
-        } else {
-            "native sleep unsupported and image not on execImages"
-        };
-        warnings.push(short_warning(format!("safe-termination: no preStop for {} ({why})", no_handler.join(","))));
+        let why = if windows { "no native sleep, no exec on Windows" } else { "no native sleep, image not in execImages" };
+        warnings.push(short_warning(format!("safe-termination: {why}: no preStop for {}", no_handler.join(","))));
     }
     if injected == 0 && kept == 0 {
         let reason = if no_handler.is_empty() { PodReason::NoChange } else { PodReason::NoUsableHandler };
