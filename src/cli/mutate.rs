@@ -98,8 +98,9 @@ pub struct MutateResult {
     pub skipped: Option<String>,
 }
 
-/// The pod template of a workload, as a Pod, with the namespace it would be created in.
-fn pod_of(doc: &Value, default_ns: &str) -> Result<(Value, String), String> {
+/// The pod template of a workload (or a Pod itself), as a Pod, with the namespace it would be
+/// created in. Errors for kinds without a pod template.
+pub fn pod_of(doc: &Value, default_ns: &str) -> Result<(Value, String), String> {
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("");
     let ns = doc.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(default_ns).to_string();
     let template = match kind {
@@ -118,7 +119,8 @@ fn pod_of(doc: &Value, default_ns: &str) -> Result<(Value, String), String> {
     Ok((pod, ns))
 }
 
-fn documents(path: &str) -> Result<Vec<Value>, String> {
+/// Reads every document of a YAML/JSON file (or `-`), flattening `kind: List`, dropping empty ones.
+pub fn documents(path: &str) -> Result<Vec<Value>, String> {
     let text = crate::sources::read_file(path).map_err(|e| e.to_string())?;
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| format!("{path}: not valid YAML or JSON: {e}"))?;
     let mut out = Vec::new();
