@@ -1,0 +1,37 @@
+//! Criterion benchmarks of the webhook's hot path (issue 3, BENCHMARKS.md "Webhook"):
+//! - `mutate_pod` on the 3-container kube-state-metrics pod template (target <= 20 us);
+//! - `review()` on the shared AdmissionReview (parse, mutate, encode the response).
+//!
+//! Run: `cargo bench --bench mutate`.
+
+use criterion::{Criterion, black_box, criterion_group, criterion_main};
+use safe_termination::cli::mutate::{NativeSleep, PlanArgs, documents, pod_of};
+use safe_termination::webhook::{AssumeServiceBacked, mutate_pod, review};
+
+const KSM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pods/kube-state-metrics-distroless-multicontainer.yaml");
+const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/admission/admissionreview-pod-create.json");
+
+fn static_plan() -> safe_termination::webhook::Plan {
+    PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto }.plan().expect("static plan")
+}
+
+fn bench_mutate(c: &mut Criterion) {
+    let plan = static_plan();
+    let docs = documents(KSM).expect("kube-state-metrics manifest");
+    let (pod, ns) = pod_of(&docs[0], "default").expect("pod template");
+    let d = mutate_pod(&pod, &ns, &plan, &AssumeServiceBacked);
+    assert!(!d.patch.0.is_empty(), "the benchmark pod must be mutated");
+    c.bench_function("mutate_pod/kube-state-metrics-3-containers", |b| {
+        b.iter(|| mutate_pod(black_box(&pod), black_box(&ns), &plan, &AssumeServiceBacked))
+    });
+
+    let body = std::fs::read(REVIEW).expect("admission review");
+    let out = review(&body, &plan, &AssumeServiceBacked);
+    assert_eq!((out.status, out.decision), (200, "mutated"));
+    c.bench_function("review/admissionreview-pod-create", |b| {
+        b.iter(|| review(black_box(&body), &plan, &AssumeServiceBacked))
+    });
+}
+
+criterion_group!(benches, bench_mutate);
+criterion_main!(benches);
