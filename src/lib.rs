@@ -12,6 +12,7 @@ pub mod cli;
 pub mod crd;
 pub mod metrics;
 pub mod model;
+pub mod operator;
 pub mod sizing;
 pub mod sources;
 pub mod webhook;

@@ -1,0 +1,6 @@
+//! The operator (`safe-termination run`): measurement over a rolling window ([`measure`]),
+//! policy status and condition transitions ([`status`]), and the adapters that talk to the
+//! cluster.
+
+pub mod measure;
+pub mod status;

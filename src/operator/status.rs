@@ -1,0 +1,300 @@
+//! From an analysis to a `TerminationPolicy` status, its conditions, and the Events that
+//! condition transitions deserve. Pure: the controller writes what this returns.
+//!
+//! Conditions (all `metav1.Condition`):
+//! - `Ready`: True when a recommendation was computed from the current spec.
+//! - `ProxySyncSlow`: True when some node's sync p99 is above the threshold (1 s).
+//! - `MigrationRecommended`: True when the advisor recommends another proxy mode.
+//! - `MetricsUnavailable`: True when no node could be measured or some nodes failed.
+//! - `PodsUnderprotected`: True when running pods carry a sleep below the recommendation
+//!   (stale) or service-backed pods have no preStop at all (unprotected).
+//!
+//! A condition's `lastTransitionTime` changes only when its status does, so an unchanged
+//! status compares equal and is not written again.
+
+use crate::advisor::AdviceReason;
+use crate::analysis::AnalysisReport;
+use crate::crd::{
+    AdviceStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus,
+};
+use crate::model::Basis;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Facts about the measurement besides the analysis.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MeasurementMeta {
+    /// Nodes measured successfully.
+    pub nodes_scraped: u32,
+    /// Nodes whose last scrape failed, with a short reason each (`node: reason`).
+    pub failed: Vec<String>,
+    /// Rolling window, seconds.
+    pub window_seconds: u32,
+    /// Last scrape, RFC 3339.
+    pub last_scrape_time: Option<String>,
+    /// Where the mode came from (`proxyMode endpoint`, `ConfigMap`, ...), for the status.
+    pub mode_source: Option<String>,
+    /// Set when there is no kube-proxy at all (e.g. an eBPF dataplane): said in Ready's message.
+    pub no_kube_proxy_note: Option<String>,
+}
+
+/// An Event to emit for a condition transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransitionEvent {
+    /// `Normal` or `Warning`.
+    pub type_: &'static str,
+    /// The condition type and new state, e.g. `ProxySyncSlow`.
+    pub reason: String,
+    /// Human message (the condition's message).
+    pub note: String,
+}
+
+fn round_ms(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn cond(type_: &str, on: bool, reason: &str, message: String, generation: Option<i64>, now: &Time) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: if on { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message,
+        observed_generation: generation,
+        last_transition_time: now.clone(),
+    }
+}
+
+/// Computes the desired status. `previous` supplies `lastTransitionTime` of conditions whose
+/// status did not change. `pods` is None when pod counts were not computed this time (the
+/// previous counts are kept).
+pub fn desired_status(
+    spec: &TerminationPolicySpec,
+    generation: Option<i64>,
+    report: &AnalysisReport,
+    meta: &MeasurementMeta,
+    pods: Option<PodCounts>,
+    previous: Option<&TerminationPolicyStatus>,
+    now: &Time,
+) -> TerminationPolicyStatus {
+    let rec = &report.recommendation;
+    let basis = format!("{:?}", rec.reason);
+    let has = |r: AdviceReason| report.advice.iter().any(|a| a.reason == r);
+    let messages = |r: AdviceReason| {
+        report.advice.iter().filter(|a| a.reason == r).map(|a| a.message.as_str()).collect::<Vec<_>>().join(" | ")
+    };
+    let pods = pods.or_else(|| previous.and_then(|p| p.pods.clone()));
+    let mut conditions = Vec::new();
+    let valid = spec.validate();
+    conditions.push(match &valid {
+        Ok(()) => cond(
+            "Ready",
+            true,
+            &basis,
+            format!(
+                "preStop {} s, grace {} s ({}){}",
+                rec.pre_stop_seconds,
+                rec.termination_grace_period_seconds,
+                rec.arithmetic,
+                meta.no_kube_proxy_note.as_deref().map(|n| format!("; {n}")).unwrap_or_default()
+            ),
+            generation,
+            now,
+        ),
+        Err(errs) => cond("Ready", false, "InvalidSpec", errs.join("; "), generation, now),
+    });
+    conditions.push(if has(AdviceReason::ProxySyncSlow) {
+        cond("ProxySyncSlow", true, "SyncP99AboveThreshold", messages(AdviceReason::ProxySyncSlow), generation, now)
+    } else {
+        cond("ProxySyncSlow", false, "SyncP99WithinThreshold", "every measured node syncs within the threshold".into(), generation, now)
+    });
+    conditions.push(if has(AdviceReason::MigrateProxyMode) {
+        cond("MigrationRecommended", true, "MigrateProxyMode", messages(AdviceReason::MigrateProxyMode), generation, now)
+    } else {
+        cond("MigrationRecommended", false, "ProxyModeAdequate", format!("proxy mode {} is adequate", report.proxy.mode.as_str()), generation, now)
+    });
+    let unavailable = meta.nodes_scraped == 0 || !meta.failed.is_empty() || rec.reason == Basis::NoData;
+    conditions.push(if unavailable {
+        let msg = if meta.failed.is_empty() {
+            "no kube-proxy metrics could be read; sizing uses the policy default".to_string()
+        } else {
+            format!("{} node(s) failed: {}", meta.failed.len(), meta.failed.join("; "))
+        };
+        cond("MetricsUnavailable", true, if meta.nodes_scraped == 0 { "NoNodesScraped" } else { "SomeNodesFailed" }, msg, generation, now)
+    } else {
+        cond("MetricsUnavailable", false, "AllNodesScraped", format!("{} node(s) scraped", meta.nodes_scraped), generation, now)
+    });
+    let under = pods.as_ref().map(|p| (p.stale, p.unprotected)).unwrap_or((0, 0));
+    conditions.push(if under.0 + under.1 > 0 {
+        cond(
+            "PodsUnderprotected",
+            true,
+            "StaleOrUnprotectedPods",
+            format!("{} running pod(s) have a sleep below {} s; {} service-backed pod(s) have no preStop (new pods are sized at creation)", under.0, rec.pre_stop_seconds, under.1),
+            generation,
+            now,
+        )
+    } else {
+        cond("PodsUnderprotected", false, "AllPodsProtected", "no stale or unprotected pods".into(), generation, now)
+    });
+    if let Some(prev) = previous {
+        for c in &mut conditions {
+            if let Some(old) = prev.conditions.iter().find(|o| o.type_ == c.type_ && o.status == c.status) {
+                c.last_transition_time = old.last_transition_time.clone();
+            }
+        }
+    }
+    TerminationPolicyStatus {
+        observed_generation: generation,
+        measurement: Some(MeasurementStatus {
+            sync_p99_seconds: report.sync_p99_seconds.map(round_ms),
+            network_programming_p99_seconds: report.network_programming_p99_seconds.map(round_ms),
+            propagation_window_seconds: report.propagation_window_seconds.map(round_ms),
+            worst_node: report.worst_node.clone(),
+            nodes_scraped: meta.nodes_scraped,
+            nodes_failed: meta.failed.len() as u32,
+            window_seconds: Some(meta.window_seconds),
+            last_scrape_time: meta.last_scrape_time.clone(),
+        }),
+        recommendation: Some(RecommendationStatus {
+            pre_stop_seconds: rec.pre_stop_seconds,
+            termination_grace_period_seconds: u32::try_from(rec.termination_grace_period_seconds).unwrap_or(u32::MAX),
+            reason: basis,
+            arithmetic: rec.arithmetic.clone(),
+        }),
+        proxy: Some(ProxyStatus {
+            mode: report.proxy.mode.as_str().to_string(),
+            mode_source: meta.mode_source.clone(),
+            services: report.proxy.services,
+            endpoints: report.proxy.endpoints,
+            estimated_rules: report.proxy.estimated_rules,
+            actual_rules: report.proxy.actual_rules,
+        }),
+        advice: report
+            .advice
+            .iter()
+            .map(|a| AdviceStatus { reason: format!("{:?}", a.reason), message: a.message.clone(), threshold: a.threshold.clone() })
+            .collect(),
+        pods,
+        conditions,
+    }
+}
+
+/// True when `new` differs from `old` in anything but `measurement.lastScrapeTime`, or when
+/// the stored last scrape time is older than `refresh_seconds` (so the status shows the operator
+/// is alive without a write every scrape).
+pub fn needs_write(old: Option<&TerminationPolicyStatus>, new: &TerminationPolicyStatus, now_unix: f64, refresh_seconds: f64) -> bool {
+    let Some(old) = old else { return true };
+    let strip = |s: &TerminationPolicyStatus| {
+        let mut s = s.clone();
+        if let Some(m) = s.measurement.as_mut() {
+            m.last_scrape_time = None;
+        }
+        s
+    };
+    if strip(old) != strip(new) {
+        return true;
+    }
+    let old_time = old.measurement.as_ref().and_then(|m| m.last_scrape_time.as_deref());
+    let new_time = new.measurement.as_ref().and_then(|m| m.last_scrape_time.as_deref());
+    match (old_time, new_time) {
+        (None, Some(_)) => true,
+        (Some(o), Some(n)) if o != n => {
+            let parse = |t: &str| {
+                serde_json::from_value::<Time>(serde_json::Value::String(t.to_string())).ok().map(|t| t.0.as_millisecond() as f64 / 1000.0)
+            };
+            parse(o).is_none_or(|o| now_unix - o >= refresh_seconds)
+        }
+        _ => false,
+    }
+}
+
+/// Events for conditions whose status changed (or that are new and True). Problem conditions
+/// turning True are Warnings; everything else is Normal.
+pub fn transitions(old: &[Condition], new: &[Condition]) -> Vec<TransitionEvent> {
+    new.iter()
+        .filter(|c| match old.iter().find(|o| o.type_ == c.type_) {
+            Some(o) => o.status != c.status,
+            None => c.status == "True",
+        })
+        .map(|c| {
+            let problem = c.type_ != "Ready";
+            let bad = (problem && c.status == "True") || (!problem && c.status == "False");
+            TransitionEvent {
+                type_: if bad { "Warning" } else { "Normal" },
+                reason: match (problem, c.status == "True") {
+                    (false, true) => "Ready".to_string(),
+                    (false, false) => "NotReady".to_string(),
+                    (true, true) => c.type_.clone(),
+                    (true, false) => format!("{}Resolved", c.type_),
+                },
+                note: c.message.chars().take(1000).collect(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{AnalysisOptions, analyze};
+    use crate::metrics::parse_kube_proxy_metrics;
+    use crate::model::NodeInput;
+
+    fn time(s: &str) -> Time {
+        serde_json::from_value(serde_json::Value::String(s.into())).unwrap()
+    }
+
+    fn report(sync_seconds_bucket: &str) -> AnalysisReport {
+        // 100 samples all in one bucket: the p99 lands inside it
+        let text = format!(
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"{sync_seconds_bucket}\"}} 100\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"+Inf\"}} 100\n"
+        );
+        let input = NodeInput { node: "n1".into(), later: parse_kube_proxy_metrics(&text).unwrap(), earlier: None, proxy_mode: None };
+        let opts = AnalysisOptions { min_sync_period_seconds: 1.0, ..Default::default() };
+        analyze(&[input], &opts, &TerminationPolicySpec::default())
+    }
+
+    fn meta() -> MeasurementMeta {
+        MeasurementMeta { nodes_scraped: 1, window_seconds: 600, last_scrape_time: Some("2026-01-01T00:00:00Z".into()), ..Default::default() }
+    }
+
+    #[test]
+    fn slow_sync_sets_condition_and_emits_one_warning_on_transition() {
+        let spec = TerminationPolicySpec::default();
+        let t0 = time("2026-01-01T00:00:00Z");
+        let fast = desired_status(&spec, Some(1), &report("0.5"), &meta(), None, None, &t0);
+        let slow = desired_status(&spec, Some(1), &report("2"), &meta(), None, Some(&fast), &time("2026-01-01T00:01:00Z"));
+        let c = |s: &TerminationPolicyStatus, t: &str| s.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+        assert_eq!(c(&fast, "ProxySyncSlow").status, "False");
+        assert_eq!(c(&slow, "ProxySyncSlow").status, "True");
+        // Ready did not change: its transition time is kept
+        assert_eq!(c(&slow, "Ready").last_transition_time, t0);
+        let ev = transitions(&fast.conditions, &slow.conditions);
+        assert_eq!(ev.len(), 1);
+        assert_eq!((ev[0].type_, ev[0].reason.as_str()), ("Warning", "ProxySyncSlow"));
+        // back to fast: a Normal "resolved" event
+        let back = desired_status(&spec, Some(1), &report("0.5"), &meta(), None, Some(&slow), &t0);
+        let ev = transitions(&slow.conditions, &back.conditions);
+        assert_eq!((ev[0].type_, ev[0].reason.as_str()), ("Normal", "ProxySyncSlowResolved"));
+        // the slow recommendation is larger: 1 + 2 x ~1.99 = ~4.98 s x 1.5 -> 8 s
+        assert!(slow.recommendation.as_ref().unwrap().pre_stop_seconds > fast.recommendation.as_ref().unwrap().pre_stop_seconds);
+    }
+
+    #[test]
+    fn unchanged_status_is_not_written_but_refreshed_eventually() {
+        let spec = TerminationPolicySpec::default();
+        let t0 = time("2026-01-01T00:00:00Z");
+        let a = desired_status(&spec, Some(1), &report("0.5"), &meta(), None, None, &t0);
+        let mut m2 = meta();
+        m2.last_scrape_time = Some("2026-01-01T00:00:30Z".into());
+        let b = desired_status(&spec, Some(1), &report("0.5"), &m2, None, Some(&a), &t0);
+        let now = 1767225630.0; // 2026-01-01T00:00:30Z
+        assert!(!needs_write(Some(&a), &b, now, 300.0));
+        assert!(needs_write(Some(&a), &b, now + 300.0, 300.0));
+        assert!(needs_write(None, &b, now, 300.0));
+        let mut m3 = meta();
+        m3.failed = vec!["n2: connection_refused".into()];
+        let c = desired_status(&spec, Some(1), &report("0.5"), &m3, None, Some(&a), &t0);
+        assert!(needs_write(Some(&a), &c, now, 300.0));
+        assert!(c.conditions.iter().any(|c| c.type_ == "MetricsUnavailable" && c.status == "True"));
+    }
+}
