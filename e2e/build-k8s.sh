@@ -68,13 +68,15 @@ done
 
 MAJOR="${VERSION%%.*}"; MINOR="${VERSION#*.}"; MINOR="${MINOR%%.*}"
 # Release time of the tag, from the module proxy's .info (stable across rebuilds).
-BUILD_DATE="$(cd "$K8S_MOD" && go mod download -json "k8s.io/kubernetes@v$VERSION" | jq -r '.Time // empty')"
+BUILD_DATE="$(cd "$K8S_MOD" && go list -m -json k8s.io/kubernetes | jq -r '.Time // empty')"
 BUILD_DATE="${BUILD_DATE:-1970-01-01T00:00:00Z}"
 
 K8S_LDFLAGS="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   K8S_LDFLAGS+=" -X $pkg.gitVersion=v$VERSION -X $pkg.gitMajor=$MAJOR -X $pkg.gitMinor=$MINOR"
-  K8S_LDFLAGS+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$BUILD_DATE"
+  # gitCommit: the module proxy does not tell the tag's commit; leave it empty
+  # rather than the "$Format:%H$" placeholder of the source archive.
+  K8S_LDFLAGS+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$BUILD_DATE -X $pkg.gitCommit="
 done
 # Go >= 1.23 rejects //go:linkname pulls into the runtime that old releases'
 # dependencies (e.g. github.com/modern-go/reflect2 < 1.0.2 era) still do.
