@@ -4,3 +4,6 @@
 
 pub mod measure;
 pub mod status;
+pub mod cluster;
+pub mod planner;
+pub mod probe;

@@ -1,0 +1,97 @@
+//! Capability probe (rule R4): does the API server keep `lifecycle.preStop.sleep`?
+//!
+//! Probed, never guessed from the version: a server-side dry-run create of a pod with a native
+//! sleep in the operator's own namespace, then a check that the field survived. On 1.29 (gate
+//! `PodLifecycleSleepAction` alpha, off) or with the gate off, the API server silently drops the
+//! field and then rejects the pod ("must specify a handler type"): that answer means "no".
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::json;
+
+/// Result of a probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeResult {
+    /// The sleep action survived the dry-run create.
+    NativeSleep,
+    /// The field was dropped or the pod was rejected for lacking a handler.
+    NoNativeSleep(String),
+}
+
+/// The probe pod: a pause container with a 1 s native preStop sleep, opted out of our own
+/// webhook, never actually created (dry run).
+pub fn probe_pod(namespace: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "safe-termination-probe-",
+            "namespace": namespace,
+            "annotations": {"safetermination.io/skip": "true"},
+            "labels": {"app.kubernetes.io/name": "safe-termination-probe"}
+        },
+        "spec": {
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "automountServiceAccountToken": false,
+            "containers": [{
+                "name": "probe",
+                "image": "registry.k8s.io/pause:3.10",
+                "lifecycle": {"preStop": {"sleep": {"seconds": 1}}}
+            }]
+        }
+    }))
+    .unwrap_or_default()
+}
+
+/// Interprets a dry-run answer: `Ok(pod)` must still carry the sleep; an `Invalid` (422) answer
+/// about the handler means the gate is off. Other errors are returned (keep the last result).
+pub fn interpret(answer: Result<Pod, kube::Error>) -> Result<ProbeResult, kube::Error> {
+    match answer {
+        Ok(pod) => {
+            let kept = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.lifecycle.as_ref())
+                .and_then(|l| l.pre_stop.as_ref())
+                .and_then(|h| h.sleep.as_ref())
+                .is_some();
+            Ok(if kept {
+                ProbeResult::NativeSleep
+            } else {
+                ProbeResult::NoNativeSleep("the API server dropped lifecycle.preStop.sleep".into())
+            })
+        }
+        Err(kube::Error::Api(s)) if s.code == 422 => Ok(ProbeResult::NoNativeSleep(format!("dry-run rejected: {}", s.message))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs the probe in `namespace` (needs `create pods` there; dry run, nothing is persisted).
+pub async fn probe_native_sleep(client: Client, namespace: &str) -> Result<ProbeResult, kube::Error> {
+    let api: Api<Pod> = Api::namespaced(client, namespace);
+    let pp = PostParams { dry_run: true, field_manager: Some("safe-termination-probe".into()) };
+    interpret(api.create(&pp, &probe_pod(namespace)).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interpretation() {
+        let pod = probe_pod("ns");
+        assert_eq!(interpret(Ok(pod.clone())).unwrap(), ProbeResult::NativeSleep);
+        let mut dropped = pod;
+        dropped.spec.as_mut().unwrap().containers[0].lifecycle.as_mut().unwrap().pre_stop.as_mut().unwrap().sleep = None;
+        assert!(matches!(interpret(Ok(dropped)).unwrap(), ProbeResult::NoNativeSleep(_)));
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "status": "Failure", "code": 422, "reason": "Invalid",
+            "message": "Pod \"x\" is invalid: spec.containers[0].lifecycle.preStop: Required value: must specify a handler type"
+        }))
+        .unwrap();
+        assert!(matches!(interpret(Err(kube::Error::Api(Box::new(status)))).unwrap(), ProbeResult::NoNativeSleep(m) if m.contains("handler")));
+    }
+}
