@@ -13,6 +13,8 @@ pub mod crd;
 pub mod metrics;
 pub mod model;
 pub mod operator;
+pub mod shutdown;
 pub mod sizing;
 pub mod sources;
+pub mod telemetry;
 pub mod webhook;

@@ -4,6 +4,8 @@
 use clap::{Parser, Subcommand};
 use safe_termination::cli::analyze::{self, AnalyzeArgs};
 use safe_termination::cli::mutate::{self as mutate_cmd, MutateArgs, ReviewArgs};
+use safe_termination::cli::webhook::{self as webhook_cmd, WebhookArgs};
+use safe_termination::telemetry::{LogFormat, init_logging};
 use std::process::ExitCode;
 
 /// Makes pod termination safe: measures kube-proxy's propagation window and sizes preStop
@@ -11,6 +13,9 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "safe-termination", version, about)]
 struct Cli {
+    /// Log format on standard error.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "SAFE_TERMINATION_LOG_FORMAT")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -27,15 +32,16 @@ enum Command {
     Review(ReviewArgs),
     /// Print the TerminationPolicy CustomResourceDefinition as YAML.
     Crd,
+    /// Run the admission webhook alone (HTTPS), with a static plan from flags, plus the admin
+    /// port (/livez, /readyz, /metrics). SIGTERM drains; a second signal aborts.
+    Webhook(WebhookArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    // servers log each request at info; one-shot commands only warnings
+    init_logging(cli.log_format, if matches!(cli.command, Command::Webhook(_)) { "info" } else { "warn" });
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -59,6 +65,18 @@ fn main() -> ExitCode {
         Command::Crd => {
             print!("{}", safe_termination::crd::crd_yaml());
             ExitCode::SUCCESS
+        }
+        Command::Webhook(args) => {
+            let result = runtime.block_on(webhook_cmd::run(&args));
+            // do not wait for stragglers after an abort
+            runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod analyze;
 pub mod mutate;
+pub mod webhook;
 
 use crate::crd::TerminationPolicySpec;
 

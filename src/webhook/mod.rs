@@ -1,10 +1,14 @@
 //! The mutating admission webhook: the plan it serves ([`plan`]), the pure mutation engine
-//! ([`mutate`]), AdmissionReview handling ([`review`]).
+//! ([`mutate`]), AdmissionReview handling ([`review`]), the HTTPS server ([`server`]) and its
+//! certificate handling ([`tls`]).
 
 pub mod mutate;
 pub mod plan;
 pub mod review;
+pub mod server;
+pub mod tls;
 
 pub use mutate::{ContainerReason, Decision, PodReason, mutate_pod};
 pub use plan::{AssumeServiceBacked, Capabilities, Plan, PlanPolicy, ServiceIndex, StaticServiceIndex};
 pub use review::{ReviewOutcome, review};
+pub use server::PlanHandle;

@@ -1,0 +1,138 @@
+//! `safe-termination webhook`: the admission webhook on its own, serving a static plan built from
+//! flags (the operator runs the same server with the plan its controller publishes).
+//!
+//! Two listeners: the webhook over HTTPS (`--listen`), and the plain-HTTP admin port
+//! (`--admin-listen`: `/livez`, `/readyz`, `/metrics`). Ready once a certificate has loaded and a
+//! plan is published, and not after a shutdown signal. SIGTERM/SIGINT: stop accepting, finish
+//! in-flight reviews (at most `--drain-seconds`), exit 0; a second signal aborts (exit 130).
+
+use crate::cli::mutate::PlanArgs;
+use crate::shutdown::Shutdown;
+use crate::telemetry::{self, Readiness, Telemetry};
+use crate::webhook::plan::AssumeServiceBacked;
+use crate::webhook::server::{self, PlanHandle, Settings, WebhookState};
+use crate::webhook::tls::{CertReloader, CertificateStore};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Arguments of `webhook`. Every flag can also be set by its environment variable.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WebhookArgs {
+    /// HTTPS address of the admission webhook.
+    #[arg(long, default_value = "0.0.0.0:8443", env = "SAFE_TERMINATION_LISTEN")]
+    pub listen: SocketAddr,
+    /// Plain-HTTP address of /livez, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "SAFE_TERMINATION_ADMIN_LISTEN")]
+    pub admin_listen: SocketAddr,
+    /// Serving certificate chain, PEM (leaf first). Reloaded when its content changes.
+    #[arg(long, value_name = "FILE", default_value = "/etc/safe-termination/tls/tls.crt", env = "SAFE_TERMINATION_TLS_CERT_FILE")]
+    pub tls_cert_file: PathBuf,
+    /// Private key of the serving certificate, PEM (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", default_value = "/etc/safe-termination/tls/tls.key", env = "SAFE_TERMINATION_TLS_KEY_FILE")]
+    pub tls_key_file: PathBuf,
+    /// How often the certificate files are re-read, seconds (mounted Secrets change by symlink
+    /// swap, so content is polled).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600), env = "SAFE_TERMINATION_CERT_RELOAD_INTERVAL_SECONDS")]
+    pub cert_reload_interval_seconds: u64,
+    /// Largest accepted AdmissionReview body, bytes (413 beyond).
+    #[arg(long, default_value_t = server::DEFAULT_MAX_BODY_BYTES, env = "SAFE_TERMINATION_MAX_BODY_BYTES")]
+    pub max_body_bytes: usize,
+    /// Per-request timeout, milliseconds; keep it below the webhook's timeoutSeconds.
+    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(1..=30_000), env = "SAFE_TERMINATION_REQUEST_TIMEOUT_MS")]
+    pub request_timeout_ms: u64,
+    /// On shutdown, how long in-flight requests may take to finish, seconds.
+    #[arg(long, default_value_t = 10, env = "SAFE_TERMINATION_DRAIN_SECONDS")]
+    pub drain_seconds: u64,
+    #[command(flatten)]
+    pub plan: PlanArgs,
+}
+
+/// How `run` ended.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// Bad flags or an unusable policy file (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// A listener could not be opened or failed (exit 1).
+    #[error("{0}")]
+    Io(String),
+    /// A second signal (exit 130).
+    #[error("aborted by a second signal")]
+    Aborted,
+}
+
+impl WebhookError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            WebhookError::Usage(_) => 2,
+            WebhookError::Io(_) => 1,
+            WebhookError::Aborted => 130,
+        }
+    }
+}
+
+/// Runs the stand-alone webhook until a shutdown signal. Call inside a Tokio runtime.
+pub async fn run(args: &WebhookArgs) -> Result<(), WebhookError> {
+    let shutdown = Shutdown::new();
+    shutdown.listen_for_signals().map_err(|e| WebhookError::Io(format!("cannot install signal handlers: {e}")))?;
+    run_until(args, shutdown).await
+}
+
+/// Runs the webhook until `shutdown` fires (the testable core of [`run`]).
+pub async fn run_until(args: &WebhookArgs, shutdown: Shutdown) -> Result<(), WebhookError> {
+    let plan = args.plan.plan().map_err(WebhookError::Usage)?;
+    let telemetry = Telemetry::new();
+    let metrics = telemetry.webhook().clone();
+    let plan_handle = PlanHandle::with_plan(plan);
+
+    let listener = std::net::TcpListener::bind(args.listen).map_err(|e| WebhookError::Io(format!("cannot listen on {}: {e}", args.listen)))?;
+    let admin = tokio::net::TcpListener::bind(args.admin_listen)
+        .await
+        .map_err(|e| WebhookError::Io(format!("cannot listen on {}: {e}", args.admin_listen)))?;
+
+    let store = Arc::new(CertificateStore::new());
+    let reloader = Arc::new(CertReloader::new(&args.tls_cert_file, &args.tls_key_file, store.clone(), Some(metrics.clone())));
+    reloader.poll_once().await;
+
+    let readiness = Readiness::new();
+    {
+        let store = store.clone();
+        readiness.add("certificate loaded", move || store.is_loaded());
+        let plan = plan_handle.clone();
+        readiness.add("plan published", move || plan.is_published());
+        readiness.add_shutdown(shutdown.token());
+    }
+
+    let stop_background = CancellationToken::new();
+    let reload_task = tokio::spawn(reloader.clone().run(Duration::from_secs(args.cert_reload_interval_seconds), stop_background.clone()));
+    let admin_task = tokio::spawn(telemetry::serve_admin(admin, telemetry::admin_router(telemetry.clone(), readiness), stop_background.clone()));
+
+    let tls = crate::webhook::tls::server_config(store).map_err(|e| WebhookError::Io(format!("TLS configuration: {e}")))?;
+    let state = WebhookState {
+        plan: plan_handle,
+        // The stand-alone webhook has no Service watch: scope ServiceBacked treats every pod as backed.
+        services: Arc::new(AssumeServiceBacked),
+        metrics,
+        settings: Settings { max_body_bytes: args.max_body_bytes, request_timeout: Duration::from_millis(args.request_timeout_ms) },
+    };
+    tracing::info!(listen = %args.listen, admin = %args.admin_listen, cert = %args.tls_cert_file.display(), "admission webhook serving");
+    let serve = server::serve(listener, server::router(state), tls, shutdown.token(), Duration::from_secs(args.drain_seconds));
+    let abort = shutdown.abort_token();
+    let result = tokio::select! {
+        r = serve => r.map_err(|e| WebhookError::Io(format!("webhook server: {e}"))),
+        () = abort.cancelled() => Err(WebhookError::Aborted),
+    };
+    stop_background.cancel();
+    if !matches!(result, Err(WebhookError::Aborted)) {
+        let _ = reload_task.await;
+        if let Ok(Err(e)) = admin_task.await {
+            tracing::warn!(error = %e, "admin server");
+        }
+        tracing::info!("admission webhook stopped");
+    }
+    result
+}

@@ -1,0 +1,256 @@
+//! The admission webhook's HTTPS server: axum over rustls (see [`super::tls`]), HTTP/1.1 and
+//! HTTP/2, `POST /mutate` with AdmissionReview v1 in and out through [`super::review`].
+//!
+//! Every request is bounded: the body by [`Settings::max_body_bytes`] (413 beyond, with a
+//! message), the whole answer by [`Settings::request_timeout`] (503 with a message, below the
+//! webhook configuration's `timeoutSeconds`, so the API server applies its `failurePolicy`
+//! rather than wait). A wrong `Content-Type` is 415. Every answer is logged once with the uid,
+//! namespace, pod name, decision, patch size and duration, and counted in
+//! [`WebhookMetrics`]. The handler reads the plan from memory only ([`PlanHandle`]).
+//!
+//! Graceful shutdown ([`serve`]): when the shutdown token is cancelled the listener is closed
+//! (new connections are refused), in-flight requests finish (bounded by the drain time), and
+//! `serve` returns.
+
+use super::plan::{Plan, ServiceIndex};
+use super::review::{ReviewOutcome, review};
+use crate::telemetry::WebhookMetrics;
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Default request body limit: 3 MiB (the API server's own request limit; a Pod is far smaller).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// Default per-request timeout: 4 s, below the webhook's `timeoutSeconds` of 5.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
+/// Default drain time on shutdown.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+/// Bodies above this size are reviewed on the blocking pool, so that a large parse neither
+/// stalls the async workers nor escapes the request timeout.
+const INLINE_REVIEW_MAX_BYTES: usize = 256 * 1024;
+
+/// The plan the webhook serves, shared between the publisher (the controller, or the static
+/// plan of the stand-alone webhook) and every request. Reads are lock-free.
+#[derive(Debug, Clone)]
+pub struct PlanHandle {
+    plan: Arc<ArcSwap<Plan>>,
+    published: Arc<AtomicBool>,
+}
+
+impl Default for PlanHandle {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PlanHandle {
+    /// Nothing published yet: [`current`](Self::current) is the empty plan (no policy, so no pod
+    /// is mutated) and [`is_published`](Self::is_published) is false (not ready).
+    pub fn new() -> Self {
+        Self { plan: Arc::new(ArcSwap::from_pointee(Plan::default())), published: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// A handle with `plan` already published.
+    pub fn with_plan(plan: Plan) -> Self {
+        let h = Self::new();
+        h.publish(plan);
+        h
+    }
+
+    /// Replaces the plan; requests that start after this see the new one.
+    pub fn publish(&self, plan: Plan) {
+        self.plan.store(Arc::new(plan));
+        self.published.store(true, Ordering::Release);
+    }
+
+    /// The plan now.
+    pub fn current(&self) -> Arc<Plan> {
+        self.plan.load_full()
+    }
+
+    /// True once a plan has been published.
+    pub fn is_published(&self) -> bool {
+        self.published.load(Ordering::Acquire)
+    }
+}
+
+/// Request limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Largest accepted body, bytes.
+    pub max_body_bytes: usize,
+    /// Time allowed to read the body and answer.
+    pub request_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { max_body_bytes: DEFAULT_MAX_BODY_BYTES, request_timeout: DEFAULT_REQUEST_TIMEOUT }
+    }
+}
+
+/// What every request needs.
+#[derive(Clone)]
+pub struct WebhookState {
+    /// The plan.
+    pub plan: PlanHandle,
+    /// Services, for scope ServiceBacked.
+    pub services: Arc<dyn ServiceIndex>,
+    /// Metrics.
+    pub metrics: WebhookMetrics,
+    /// Limits.
+    pub settings: Settings,
+}
+
+impl std::fmt::Debug for WebhookState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookState").field("plan", &self.plan).field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+/// The webhook router: `POST /mutate`.
+pub fn router(state: WebhookState) -> Router {
+    Router::new().route("/mutate", post(mutate)).with_state(state)
+}
+
+fn text(status: StatusCode, message: String) -> Response {
+    (status, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"))], message + "\n").into_response()
+}
+
+/// True for `application/json` with optional parameters (`; charset=utf-8`).
+fn is_json(headers: &HeaderMap) -> Result<(), String> {
+    let Some(v) = headers.get(header::CONTENT_TYPE) else {
+        return Err("missing Content-Type; expected application/json".into());
+    };
+    let s = v.to_str().unwrap_or("");
+    let essence = s.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(format!("unsupported Content-Type {s:?}; expected application/json"))
+    }
+}
+
+/// A request that was answered before `review` ran.
+struct Rejected {
+    status: StatusCode,
+    decision: &'static str,
+    message: String,
+}
+
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, Rejected> {
+    let too_large = || Rejected {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        decision: "payload_too_large",
+        message: format!("request body exceeds the limit of {limit} bytes"),
+    };
+    if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+        && len > limit as u64
+    {
+        return Err(too_large());
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+        Err(e) => Err(Rejected {
+            status: StatusCode::BAD_REQUEST,
+            decision: "bad_request",
+            message: format!("cannot read the request body: {e}"),
+        }),
+    }
+}
+
+async fn answer(state: &WebhookState, headers: &HeaderMap, body: Body) -> Result<ReviewOutcome, Rejected> {
+    if let Err(message) = is_json(headers) {
+        return Err(Rejected { status: StatusCode::UNSUPPORTED_MEDIA_TYPE, decision: "unsupported_media_type", message });
+    }
+    let bytes = read_body(headers, body, state.settings.max_body_bytes).await?;
+    let plan = state.plan.current();
+    if bytes.len() <= INLINE_REVIEW_MAX_BYTES {
+        Ok(review(&bytes, &plan, state.services.as_ref()))
+    } else {
+        let services = state.services.clone();
+        tokio::task::spawn_blocking(move || review(&bytes, &plan, services.as_ref())).await.map_err(|e| Rejected {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            decision: "fail_open",
+            message: format!("internal error: {e}"),
+        })
+    }
+}
+
+async fn mutate(State(state): State<WebhookState>, request: Request) -> Response {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let timeout = state.settings.request_timeout;
+    let result = match tokio::time::timeout(timeout, answer(&state, &parts.headers, body)).await {
+        Ok(r) => r,
+        Err(_) => Err(Rejected {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            decision: "timeout",
+            message: format!("admission request not answered within {} ms", timeout.as_millis()),
+        }),
+    };
+    let elapsed = started.elapsed();
+    let duration_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+    match result {
+        Ok(out) => {
+            state.metrics.observe(out.decision, elapsed, out.fail_open);
+            let status = StatusCode::from_u16(out.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            if status == StatusCode::OK {
+                if out.fail_open {
+                    tracing::error!(uid = %out.uid, namespace = %out.namespace, pod = %out.name, decision = out.decision, duration_us, "admission review failed open: pod admitted unchanged");
+                } else {
+                    tracing::info!(uid = %out.uid, namespace = %out.namespace, pod = %out.name, decision = out.decision, patch_ops = out.patch_ops, duration_us, "admission review");
+                }
+                (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], out.body).into_response()
+            } else {
+                let message = String::from_utf8_lossy(&out.body).trim_end().to_string();
+                tracing::warn!(status = status.as_u16(), decision = out.decision, duration_us, error = %message, "admission request rejected");
+                text(status, message)
+            }
+        }
+        Err(r) => {
+            state.metrics.observe(r.decision, elapsed, false);
+            tracing::warn!(status = r.status.as_u16(), decision = r.decision, duration_us, error = %r.message, "admission request rejected");
+            text(r.status, r.message)
+        }
+    }
+}
+
+/// Serves `app` over TLS on `listener` until `shutdown` is cancelled, then stops accepting
+/// (the listening socket is closed), lets in-flight requests finish for at most `drain`, and
+/// returns. `tls` must offer ALPN (see [`super::tls::server_config`]).
+pub async fn serve(
+    listener: std::net::TcpListener,
+    app: Router,
+    tls: Arc<rustls::ServerConfig>,
+    shutdown: CancellationToken,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let handle = axum_server::Handle::new();
+    let trigger = {
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            handle.graceful_shutdown(Some(drain));
+        })
+    };
+    let config = axum_server::tls_rustls::RustlsConfig::from_config(tls);
+    let result = axum_server::from_tcp_rustls(listener, config)?
+        // a connection that sends no request is closed (slow or idle clients cannot pin sockets)
+        .first_request_timeout(Duration::from_secs(30))
+        .handle(handle)
+        .serve(app.into_make_service())
+        .await;
+    trigger.abort();
+    result
+}
