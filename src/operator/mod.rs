@@ -7,3 +7,5 @@ pub mod status;
 pub mod cluster;
 pub mod planner;
 pub mod probe;
+pub mod controller;
+pub mod metrics;

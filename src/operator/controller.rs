@@ -1,0 +1,346 @@
+//! The TerminationPolicy controller: on every policy change and every measurement update, the
+//! leader analyses the rolling window with the policy's spec, writes the status by server-side
+//! apply only when it changed, and emits Events on condition transitions. Replicas without the
+//! lease write nothing (they serve the plan from the status the leader wrote).
+
+use super::cluster::ClusterIndex;
+use super::measure::MeasurementStore;
+use super::metrics::{ControllerMetrics, KubeProxyMetrics, PolicyLabel, PolicyStateLabel, ResultLabel};
+use super::status::{self, MeasurementMeta};
+use crate::advisor::{ClusterFacts, Thresholds};
+use crate::analysis::{AnalysisOptions, analyze};
+use crate::crd::{PodCounts, TerminationPolicy};
+use crate::model::ProxyMode;
+use crate::webhook::mutate::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
+use crate::webhook::plan::{ServiceIndex, selector_matches, specificity};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Field manager of status writes.
+pub const FIELD_MANAGER: &str = "safe-termination";
+
+/// kube-proxy facts that do not come from `/metrics`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyFacts {
+    /// minSyncPeriod, seconds.
+    pub min_sync_period_seconds: f64,
+    /// Where it came from: `configz`, `ConfigMap kube-system/kube-proxy`, `default`, `flag`.
+    pub min_sync_period_source: String,
+    /// Mode known from configuration (ConfigMap) or a flag; `/proxyMode` and metric families
+    /// are used per node otherwise.
+    pub mode: Option<ProxyMode>,
+    /// Where the mode came from.
+    pub mode_source: Option<String>,
+    /// Set when the cluster has no kube-proxy (for example Cilium's replacement): the policy
+    /// default sizes pods and the status says so.
+    pub no_kube_proxy_note: Option<String>,
+}
+
+impl Default for ProxyFacts {
+    fn default() -> Self {
+        Self { min_sync_period_seconds: 1.0, min_sync_period_source: "default".into(), mode: None, mode_source: None, no_kube_proxy_note: None }
+    }
+}
+
+/// Controller settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Advisor thresholds.
+    pub thresholds: Thresholds,
+    /// Re-reconcile at least this often.
+    pub requeue: Duration,
+    /// Rewrite an unchanged status at most this often (to refresh lastScrapeTime), seconds.
+    pub status_refresh_seconds: f64,
+    /// Count mutated/stale/unprotected pods (lists the policy's namespace's pods).
+    pub count_pods: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { thresholds: Thresholds::default(), requeue: Duration::from_secs(300), status_refresh_seconds: 300.0, count_pods: true }
+    }
+}
+
+/// Everything a reconcile needs.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// The rolling measurement.
+    pub store: Arc<Mutex<MeasurementStore>>,
+    /// Services and EndpointSlices.
+    pub cluster: Arc<ClusterIndex>,
+    /// minSyncPeriod and mode.
+    pub proxy: Arc<RwLock<ProxyFacts>>,
+    /// True while this replica holds the lease.
+    pub leader: watch::Receiver<bool>,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Settings.
+    pub settings: Settings,
+    /// Controller metrics.
+    pub metrics: ControllerMetrics,
+    /// Per-node metrics.
+    pub kube_proxy_metrics: KubeProxyMetrics,
+    /// All policies (the controller's reflector), for conflict reports.
+    pub policies: kube::runtime::reflector::Store<TerminationPolicy>,
+}
+
+/// Reconcile errors (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The measurement store's lock was poisoned (a bug).
+    #[error("measurement store unavailable")]
+    Store,
+}
+
+fn now_time() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn rfc3339(unix: f64) -> Option<String> {
+    let t = k8s_openapi::jiff::Timestamp::from_millisecond((unix * 1000.0) as i64).ok()?;
+    Some(t.to_string())
+}
+
+/// Counts the namespace's running, long-running pods this policy covers.
+async fn count_pods(ctx: &Context, policy: &TerminationPolicy, recommended: u32) -> Result<(PodCounts, Option<u32>), kube::Error> {
+    let ns = policy.namespace().unwrap_or_default();
+    let policy_ref = format!("{ns}/{}", policy.name_any());
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut counts = PodCounts::default();
+    let mut min_injected: Option<u32> = None;
+    let mut lp = ListParams::default().limit(500);
+    loop {
+        let list = api.list(&lp).await?;
+        for pod in &list.items {
+            let labels = pod.labels().clone().into_iter().collect();
+            if let Some(sel) = &policy.spec.pod_selector
+                && !selector_matches(sel, &labels)
+            {
+                continue;
+            }
+            let spec = pod.spec.as_ref();
+            let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            let long_running = spec.and_then(|s| s.restart_policy.as_deref()).is_none_or(|r| r == "Always");
+            if !running || !long_running || pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let ann = pod.annotations();
+            if ann.get(ANNOTATION_POLICY) == Some(&policy_ref) {
+                counts.mutated += 1;
+                if let Some(s) = ann.get(ANNOTATION_PRESTOP_SECONDS).and_then(|s| s.parse::<u32>().ok()) {
+                    min_injected = Some(min_injected.map_or(s, |m| m.min(s)));
+                    if s < recommended {
+                        counts.stale += 1;
+                    }
+                }
+            }
+            let has_pre_stop =
+                spec.is_some_and(|s| s.containers.iter().any(|c| c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).is_some()));
+            if !has_pre_stop && ctx.cluster.selects(&ns, &labels) {
+                counts.unprotected += 1;
+            }
+        }
+        match list.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => lp = lp.continue_token(&c),
+            None => break,
+        }
+    }
+    Ok((counts, min_injected))
+}
+
+/// A condition reporting other policies of the namespace with the same selector (their
+/// precedence is decided by name only).
+fn conflict_condition(policy: &TerminationPolicy, all: &[Arc<TerminationPolicy>], now: &Time) -> Condition {
+    let ns = policy.namespace();
+    let mine = policy.spec.pod_selector.as_ref();
+    let mut same: Vec<String> = all
+        .iter()
+        .filter(|p| p.namespace() == ns && p.name_any() != policy.name_any())
+        .filter(|p| p.spec.pod_selector.as_ref() == mine || (specificity(mine) == 0 && specificity(p.spec.pod_selector.as_ref()) == 0))
+        .map(|p| p.name_any())
+        .collect();
+    same.sort();
+    let (status, reason, message) = if same.is_empty() {
+        ("False", "NoConflict", "no other policy in this namespace has the same selector".to_string())
+    } else {
+        let mut names = same.clone();
+        names.push(policy.name_any());
+        names.sort();
+        (
+            "True",
+            "SameSelector",
+            format!("policies {} select the same pods; precedence is most specific selector, then name: {} wins", names.join(", "), names[0]),
+        )
+    };
+    Condition {
+        type_: "Conflict".into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: policy.metadata.generation,
+        last_transition_time: now.clone(),
+    }
+}
+
+/// One reconciliation of one policy.
+pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    if !*ctx.leader.borrow() {
+        return Ok(Action::requeue(ctx.settings.requeue));
+    }
+    let (inputs, failures, nodes_with_data, last_scrape, window) = {
+        let store = ctx.store.lock().map_err(|_| Error::Store)?;
+        let failures: Vec<String> = store.failures().iter().map(|(n, f)| format!("{n}: {}", f.message)).collect();
+        (store.inputs(), failures, store.nodes_with_data(), store.last_scrape_unix_seconds(), store.window_seconds())
+    };
+    let proxy = ctx.proxy.read().map(|p| p.clone()).unwrap_or_default();
+    let counts = ctx.cluster.counts();
+    let opts = AnalysisOptions {
+        min_sync_period_seconds: proxy.min_sync_period_seconds,
+        min_sync_period_source: proxy.min_sync_period_source.clone(),
+        mode: proxy.mode,
+        facts: ClusterFacts {
+            services: counts.map(|c| c.services),
+            service_ports: counts.map(|c| c.service_ports),
+            endpoints: counts.map(|c| c.endpoints),
+            ..Default::default()
+        },
+        thresholds: ctx.settings.thresholds.clone(),
+    };
+    let report = analyze(&inputs, &opts, &policy.spec);
+    let rec = report.recommendation.pre_stop_seconds;
+    let pods = if ctx.settings.count_pods {
+        match count_pods(&ctx, &policy, rec).await {
+            Ok((c, min)) => {
+                let l = PolicyLabel { namespace: policy.namespace().unwrap_or_default(), policy: policy.name_any() };
+                if let Some(min) = min {
+                    ctx.metrics.running_min_prestop.get_or_create(&l).set(i64::from(min));
+                }
+                for (state, v) in [("mutated", c.mutated), ("stale", c.stale), ("unprotected", c.unprotected)] {
+                    ctx.metrics
+                        .pods
+                        .get_or_create(&PolicyStateLabel { namespace: l.namespace.clone(), policy: l.policy.clone(), state: state.into() })
+                        .set(i64::from(v));
+                }
+                Some(c)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, policy = %policy.name_any(), "cannot count pods");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let meta = MeasurementMeta {
+        nodes_scraped: u32::try_from(nodes_with_data.saturating_sub(failures.len())).unwrap_or(0),
+        failed: failures.clone(),
+        window_seconds: window as u32,
+        last_scrape_time: last_scrape.and_then(rfc3339),
+        mode_source: proxy.mode_source.clone().or_else(|| report.nodes.first().map(|n| n.mode_source.to_string())),
+        no_kube_proxy_note: proxy.no_kube_proxy_note.clone(),
+    };
+    let now = now_time();
+    let previous = policy.status.as_ref();
+    let mut desired = status::desired_status(&policy.spec, policy.metadata.generation, &report, &meta, pods, previous, &now);
+    let mut conflict = conflict_condition(&policy, &ctx.policies.state(), &now);
+    if let Some(old) = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == "Conflict" && c.status == conflict.status)) {
+        conflict.last_transition_time = old.last_transition_time.clone();
+    }
+    desired.conditions.push(conflict);
+
+    ctx.kube_proxy_metrics.update(&report, failures.len(), ctx.settings.thresholds.sync_slow_seconds);
+    ctx.metrics.update_cluster(&report);
+    ctx.metrics
+        .recommended_prestop
+        .get_or_create(&PolicyLabel { namespace: policy.namespace().unwrap_or_default(), policy: policy.name_any() })
+        .set(i64::from(rec));
+
+    let now_unix = now.0.as_millisecond() as f64 / 1000.0;
+    if status::needs_write(previous, &desired, now_unix, ctx.settings.status_refresh_seconds) {
+        // the lease can be lost while we computed: check again right before writing
+        if !*ctx.leader.borrow() {
+            return Ok(Action::requeue(ctx.settings.requeue));
+        }
+        let api: Api<TerminationPolicy> = Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
+        let body = json!({
+            "apiVersion": "safetermination.io/v1alpha1",
+            "kind": "TerminationPolicy",
+            "status": desired,
+        });
+        api.patch_status(&policy.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
+        ctx.metrics.status_writes.inc();
+        let old_conditions = previous.map(|p| p.conditions.as_slice()).unwrap_or(&[]);
+        let reference = policy.object_ref(&());
+        for t in status::transitions(old_conditions, &desired.conditions) {
+            let ev = Event {
+                type_: if t.type_ == "Warning" { EventType::Warning } else { EventType::Normal },
+                reason: t.reason,
+                note: Some(t.note),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+                tracing::warn!(error = %e, "cannot publish event");
+            }
+        }
+    }
+    ctx.metrics.reconciles.get_or_create(&ResultLabel { result: "ok".into() }).inc();
+    ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+    Ok(Action::requeue(ctx.settings.requeue))
+}
+
+/// Retry policy: count, log, retry in 30 s.
+pub fn error_policy(policy: Arc<TerminationPolicy>, err: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(policy = %policy.name_any(), error = %err, "reconcile failed");
+    ctx.metrics.reconciles.get_or_create(&ResultLabel { result: "error".into() }).inc();
+    Action::requeue(Duration::from_secs(30))
+}
+
+/// Runs the controller until `stop`: reconciles on policy changes, on every measurement update
+/// (`measured` changes) and on leadership changes.
+pub async fn run(
+    client: Client,
+    mut make_context: impl FnMut(kube::runtime::reflector::Store<TerminationPolicy>) -> Context,
+    measured: watch::Receiver<u64>,
+    leader: watch::Receiver<bool>,
+    stop: CancellationToken,
+) {
+    let api: Api<TerminationPolicy> = Api::all(client);
+    let controller = Controller::new(api, watcher::Config::default());
+    let ctx = Arc::new(make_context(controller.store()));
+    let trigger = futures::stream::select(
+        tokio_stream_from_watch(measured),
+        tokio_stream_from_watch(leader),
+    );
+    controller
+        .reconcile_all_on(trigger)
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
+
+/// A stream that yields `()` every time the watch value changes.
+fn tokio_stream_from_watch<T: Send + Sync + 'static>(rx: watch::Receiver<T>) -> impl futures::Stream<Item = ()> + Send {
+    futures::stream::unfold(rx, |mut rx| async move { rx.changed().await.ok().map(|_| ((), rx)) })
+}

@@ -1,0 +1,201 @@
+//! The operator's own metrics, registered in the process's one registry
+//! ([`crate::telemetry::Telemetry`]):
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `safe_termination_kube_proxy_sync_p99_seconds` | gauge | node | sync p99 over the window |
+//! | `safe_termination_kube_proxy_network_programming_p99_seconds` | gauge | node | NP p99 |
+//! | `safe_termination_kube_proxy_sync_slow` | gauge 0/1 | node | sync p99 above the threshold |
+//! | `safe_termination_kube_proxy_stale_seconds` | gauge | node | last queued - last synced |
+//! | `safe_termination_kube_proxy_nodes` | gauge | state (scraped, failed) | nodes by scrape state |
+//! | `safe_termination_controller_propagation_window_seconds` | gauge | | cluster W |
+//! | `safe_termination_controller_recommended_prestop_seconds` | gauge | namespace, policy | sized sleep |
+//! | `safe_termination_controller_running_pods_min_prestop_seconds` | gauge | namespace, policy | smallest sleep injected into a running pod |
+//! | `safe_termination_controller_pods` | gauge | namespace, policy, state | mutated / stale / unprotected |
+//! | `safe_termination_controller_migration_recommended` | gauge 1 | from, to | proxy-mode advice |
+//! | `safe_termination_controller_reconciles_total` | counter | result | reconciliations |
+//! | `safe_termination_controller_reconcile_duration_seconds` | histogram | | reconcile time |
+//! | `safe_termination_controller_status_writes_total` | counter | | status patches sent |
+
+use crate::analysis::AnalysisReport;
+use crate::advisor::AdviceReason;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// `node` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabel {
+    /// Node name.
+    pub node: String,
+}
+
+/// `state` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    /// State.
+    pub state: String,
+}
+
+/// `namespace`, `policy` labels.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabel {
+    /// Policy namespace.
+    pub namespace: String,
+    /// Policy name.
+    pub policy: String,
+}
+
+/// `namespace`, `policy`, `state` labels.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyStateLabel {
+    /// Policy namespace.
+    pub namespace: String,
+    /// Policy name.
+    pub policy: String,
+    /// mutated, stale, unprotected.
+    pub state: String,
+}
+
+/// `from`, `to` labels.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MigrationLabel {
+    /// Current mode.
+    pub from: String,
+    /// Recommended mode.
+    pub to: String,
+}
+
+/// `result` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// ok or error.
+    pub result: String,
+}
+
+/// Per-node kube-proxy gauges (component `kube_proxy`).
+#[derive(Debug, Clone, Default)]
+pub struct KubeProxyMetrics {
+    /// Sync p99 per node.
+    pub sync_p99: Family<NodeLabel, FloatGauge>,
+    /// Network programming p99 per node.
+    pub network_programming_p99: Family<NodeLabel, FloatGauge>,
+    /// 0/1 per node.
+    pub sync_slow: Family<NodeLabel, Gauge>,
+    /// Staleness per node.
+    pub stale: Family<NodeLabel, FloatGauge>,
+    /// Nodes by state.
+    pub nodes: Family<StateLabel, Gauge>,
+}
+
+impl KubeProxyMetrics {
+    /// Registers under `safe_termination_kube_proxy_`.
+    pub fn register(&self, r: &mut Registry) {
+        r.register_with_unit("sync_p99", "kube-proxy sync duration p99 over the window", Unit::Seconds, self.sync_p99.clone());
+        r.register_with_unit(
+            "network_programming_p99",
+            "kube-proxy network programming latency p99 over the window",
+            Unit::Seconds,
+            self.network_programming_p99.clone(),
+        );
+        r.register("sync_slow", "1 when the node's sync p99 is above the slow-sync threshold", self.sync_slow.clone());
+        r.register_with_unit("stale", "last queued minus last synced timestamp", Unit::Seconds, self.stale.clone());
+        r.register("nodes", "kube-proxy nodes by scrape state", self.nodes.clone());
+    }
+
+    /// Replaces the per-node series with the report's nodes (gone nodes disappear).
+    pub fn update(&self, report: &AnalysisReport, failed: usize, sync_slow_seconds: f64) {
+        self.sync_p99.clear();
+        self.network_programming_p99.clear();
+        self.sync_slow.clear();
+        self.stale.clear();
+        for n in &report.nodes {
+            let l = NodeLabel { node: n.node.clone() };
+            if let Some(q) = n.sync_p99 {
+                self.sync_p99.get_or_create(&l).set(q.seconds);
+                self.sync_slow.get_or_create(&l).set(i64::from(q.seconds > sync_slow_seconds));
+            }
+            if let Some(q) = n.network_programming_p99 {
+                self.network_programming_p99.get_or_create(&l).set(q.seconds);
+            }
+            if let Some(s) = n.stale_seconds {
+                self.stale.get_or_create(&l).set(s);
+            }
+        }
+        self.nodes.get_or_create(&StateLabel { state: "scraped".into() }).set(report.nodes.len() as i64);
+        self.nodes.get_or_create(&StateLabel { state: "failed".into() }).set(failed as i64);
+    }
+}
+
+/// Controller metrics (component `controller`).
+#[derive(Debug, Clone)]
+pub struct ControllerMetrics {
+    /// Cluster window.
+    pub propagation_window: FloatGauge,
+    /// Recommended sleep per policy.
+    pub recommended_prestop: Family<PolicyLabel, Gauge>,
+    /// Smallest injected sleep among running pods per policy.
+    pub running_min_prestop: Family<PolicyLabel, Gauge>,
+    /// Pods by state per policy.
+    pub pods: Family<PolicyStateLabel, Gauge>,
+    /// Migration advice.
+    pub migration: Family<MigrationLabel, Gauge>,
+    /// Reconciliations by result.
+    pub reconciles: Family<ResultLabel, Counter>,
+    /// Reconcile duration.
+    pub reconcile_duration: Histogram,
+    /// Status patches.
+    pub status_writes: Counter,
+}
+
+impl Default for ControllerMetrics {
+    fn default() -> Self {
+        Self {
+            propagation_window: FloatGauge::default(),
+            recommended_prestop: Family::default(),
+            running_min_prestop: Family::default(),
+            pods: Family::default(),
+            migration: Family::default(),
+            reconciles: Family::default(),
+            reconcile_duration: Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
+            status_writes: Counter::default(),
+        }
+    }
+}
+
+impl ControllerMetrics {
+    /// Registers under `safe_termination_controller_`.
+    pub fn register(&self, r: &mut Registry) {
+        r.register_with_unit("propagation_window", "cluster propagation window W", Unit::Seconds, self.propagation_window.clone());
+        r.register_with_unit("recommended_prestop", "preStop sleep new pods get, per policy", Unit::Seconds, self.recommended_prestop.clone());
+        r.register_with_unit(
+            "running_pods_min_prestop",
+            "smallest preStop sleep injected into a running pod, per policy",
+            Unit::Seconds,
+            self.running_min_prestop.clone(),
+        );
+        r.register("pods", "pods per policy by state (mutated, stale, unprotected)", self.pods.clone());
+        r.register("migration_recommended", "1 when the advisor recommends another proxy mode", self.migration.clone());
+        r.register("reconciles", "TerminationPolicy reconciliations by result", self.reconciles.clone());
+        r.register_with_unit("reconcile_duration", "reconcile duration", Unit::Seconds, self.reconcile_duration.clone());
+        r.register("status_writes", "status patches sent", self.status_writes.clone());
+    }
+
+    /// Updates the cluster-wide gauges from a report.
+    pub fn update_cluster(&self, report: &AnalysisReport) {
+        if let Some(w) = report.propagation_window_seconds {
+            self.propagation_window.set(w);
+        }
+        self.migration.clear();
+        for a in report.advice.iter().filter(|a| a.reason == AdviceReason::MigrateProxyMode) {
+            let to = a.to.map_or("unknown", |m| m.as_str());
+            self.migration.get_or_create(&MigrationLabel { from: report.proxy.mode.as_str().into(), to: to.into() }).set(1);
+        }
+    }
+}
