@@ -15,37 +15,32 @@ STATE="$ST_E2E_DIR"
 PIDS="$STATE/pids"
 
 proc_start() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
+# alive PID START: the recorded process still exists (not a zombie) and is the same one.
+alive() {
+  local st
+  st="$(awk '{print $3 " " $22}' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [[ -n "$st" && "${st%% *}" != Z && "${st#* }" == "$2" ]]
+}
 
 # pid files: pids/NN-name.pid holding "PID STARTTIME"; the process is the
-# leader of its own process group (started via setsid).
-live_groups() {
-  local f pid start
-  [[ -d "$PIDS" ]] || return 0
+# leader of its own process group (started via setsid). Stop them one by one in
+# reverse start order (kube-proxy ... apiserver, etcd last), so the API server
+# still has its etcd while it shuts down.
+if [[ -d "$PIDS" ]]; then
   for f in $(ls -1 "$PIDS"/*.pid 2>/dev/null | sort -r); do
     read -r pid start < "$f" || continue
-    [[ -n "$pid" && "$(proc_start "$pid")" == "$start" ]] && echo "$pid"
+    [[ -n "$pid" ]] || continue
+    name="$(basename "$f" .pid)"; name="${name#*-}"
+    alive "$pid" "$start" || continue
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do alive "$pid" "$start" || break; sleep 0.1; done
+    if alive "$pid" "$start"; then
+      e2e_log "$name (pid $pid) ignored SIGTERM for 5s: SIGKILL"
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do alive "$pid" "$start" || break; sleep 0.1; done
+    fi
+    e2e_log "stopped $name"
   done
-}
-
-stop_groups() {
-  local sig="$1" pid
-  for pid in $(live_groups); do
-    kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null || true
-  done
-}
-
-if [[ -n "$(live_groups)" ]]; then
-  e2e_log "stopping processes"
-  stop_groups TERM
-  for _ in $(seq 1 50); do
-    [[ -z "$(live_groups)" ]] && break
-    sleep 0.2
-  done
-  if [[ -n "$(live_groups)" ]]; then
-    e2e_log "forcing: $(live_groups | tr '\n' ' ')"
-    stop_groups KILL
-    sleep 0.5
-  fi
 fi
 
 # Network namespaces and veths: the recorded ones plus the ones the current

@@ -58,7 +58,8 @@ done
 if ip -4 addr show | grep -q "inet $ST_NET_PREFIX\."; then
   e2e_log "addresses in $ST_NET_PREFIX.0.0/16 already exist on the host; set ST_NET_PREFIX"; exit 1
 fi
-mkdir -p "$STATE" "$PKI" "$LOGS" "$KC" "$STATE/pids" "$STATE/etcd"
+mkdir -p "$STATE" "$PKI" "$LOGS" "$KC" "$STATE/pids"
+mkdir -m 700 -p "$STATE/etcd"
 : > "$STATE/netns.list"
 
 on_exit() {
@@ -87,13 +88,19 @@ start() {
   local st=""
   for _ in 1 2 3 4 5 6 7 8 9 10; do st="$(awk '{print $22}' "/proc/$pid/stat" 2>/dev/null)" && [[ -n "$st" ]] && break; sleep 0.05; done
   printf '%s %s\n' "$pid" "$st" > "$STATE/pids/$(printf '%02d' "$seq_n")-$name.pid"
+  PIDOF[$name]=$pid
 }
+declare -A PIDOF=()
 
-# wait_for DESC SECONDS CMD... : poll until CMD succeeds.
+# wait_for DESC SECONDS PROC CMD... : poll until CMD succeeds; fail at once if
+# the started process PROC (name given to start, or -) has exited.
 wait_for() {
-  local desc="$1" secs="$2"; shift 2
+  local desc="$1" secs="$2" proc="$3"; shift 3
   local deadline=$((SECONDS + secs))
   until "$@" >/dev/null 2>&1; do
+    if [[ "$proc" != - ]] && ! kill -0 "${PIDOF[$proc]}" 2>/dev/null; then
+      e2e_log "$proc exited while waiting for $desc (see $LOGS/$proc.log)"; return 1
+    fi
     if (( SECONDS >= deadline )); then e2e_log "timed out after ${secs}s waiting for $desc"; return 1; fi
     sleep 0.3
   done
@@ -169,7 +176,7 @@ start etcd "$BIN/etcd" --name st-e2e --data-dir "$STATE/etcd" \
   --listen-peer-urls "http://127.0.0.1:$((ST_ETCD_PORT + 10))" --initial-advertise-peer-urls "http://127.0.0.1:$((ST_ETCD_PORT + 10))" \
   --initial-cluster "st-e2e=http://127.0.0.1:$((ST_ETCD_PORT + 10))" \
   --listen-metrics-urls "" --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
-wait_for "etcd" 30 curl -fsS "http://127.0.0.1:$ST_ETCD_PORT/health"
+wait_for "etcd" 30 etcd curl -fsS "http://127.0.0.1:$ST_ETCD_PORT/health"
 
 # ------------------------------------------------------------------ kube-apiserver
 # Extra flags for version-specific tests: ST_APISERVER_FEATURE_GATES (e.g.
@@ -192,7 +199,7 @@ apiserver_args=(
 # shellcheck disable=SC2206
 [[ -n "${ST_APISERVER_EXTRA_ARGS:-}" ]] && apiserver_args+=($ST_APISERVER_EXTRA_ARGS)
 start kube-apiserver "$BIN/kube-apiserver" "${apiserver_args[@]}"
-wait_for "kube-apiserver /readyz" 120 curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API/readyz"
+wait_for "kube-apiserver /readyz" 120 kube-apiserver curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API/readyz"
 
 # ------------------------------------------------------------------ controller-manager, scheduler
 kcm_args=(
@@ -235,8 +242,8 @@ start kwok "$BIN/kwok" --kubeconfig="$KC/kwok.kubeconfig" --config="$STATE/kwok.
   --cidr="$ST_CLUSTER_CIDR" \
   --server-address="127.0.0.1:$ST_KWOK_PORT"
 
-wait_for "kube-controller-manager /healthz" 60 curl -fsSk "https://127.0.0.1:$ST_KCM_PORT/healthz"
-wait_for "kube-scheduler /healthz" 60 curl -fsSk "https://127.0.0.1:$ST_SCHED_PORT/healthz"
+wait_for "kube-controller-manager /healthz" 60 kube-controller-manager curl -fsSk "https://127.0.0.1:$ST_KCM_PORT/healthz"
+wait_for "kube-scheduler /healthz" 60 kube-scheduler curl -fsSk "https://127.0.0.1:$ST_SCHED_PORT/healthz"
 
 i=0
 for n in "${NODES[@]}"; do
@@ -268,15 +275,15 @@ status:
 EOF
   i=$((i + 1))
 done
-wait_for "nodes Ready (${NODES[*]})" 60 K wait --for=condition=Ready --timeout=1s "${NODES[@]/#/node/}"
-wait_for "default ServiceAccount" 60 K -n default get serviceaccount default
+wait_for "nodes Ready (${NODES[*]})" 60 kwok K wait --for=condition=Ready --timeout=1s "${NODES[@]/#/node/}"
+wait_for "default ServiceAccount" 60 kube-controller-manager K -n default get serviceaccount default
 
 # ------------------------------------------------------------------ kube-proxy per node, in a netns
 # The API server is reached from inside the netns over loopback only:
 #   netns 127.0.0.1:$ST_APISERVER_PORT -(socat)-> $STATE/apiserver.sock -(socat)-> host 127.0.0.1:$ST_APISERVER_PORT
 if (( ${#MODES[@]} > 0 )); then
   start apiserver-sock-relay socat "UNIX-LISTEN:$STATE/apiserver.sock,fork,unlink-early,mode=600" "TCP:127.0.0.1:$ST_APISERVER_PORT"
-  wait_for "apiserver unix socket" 10 test -S "$STATE/apiserver.sock"
+  wait_for "apiserver unix socket" 10 apiserver-sock-relay test -S "$STATE/apiserver.sock"
 fi
 
 nodes_json="[]"
@@ -354,7 +361,7 @@ kp_ready() {  # metrics served and at least one successful sync recorded
 for idx in "${!MODES[@]}"; do
   [[ "${MODES[$idx]}" == none ]] && continue
   n="${NODES[$idx]}"
-  wait_for "kube-proxy on $n (${MODES[$idx]}): first sync, /healthz" 90 kp_ready "$(node_ns_ip "$n")"
+  wait_for "kube-proxy on $n (${MODES[$idx]}): first sync, /healthz" 90 "kube-proxy-$n" kp_ready "$(node_ns_ip "$n")"
   got="$(curl -fsS "http://$(node_ns_ip "$n"):10249/proxyMode")"
   e2e_log "kube-proxy on $n reports proxyMode=$got"
 done

@@ -80,7 +80,7 @@ check "EndpointSlice has 3 ready endpoints" retry 30 bash -c \
   "[[ \$(kubectl -n $NS get endpointslices -l kubernetes.io/service-name=web -o json | jq '[.items[].endpoints[]? | select(.conditions.ready)] | length') == 3 ]]"
 svc_ip="$(kubectl -n "$NS" get service web -o jsonpath='{.spec.clusterIP}')"
 for n in $ST_KP_NODES; do
-  check "kube-proxy on $n programmed $svc_ip" retry 30 bash -c "$(declare -f rules_of); ST_CLUSTER_JSON=$ST_CLUSTER_JSON; rules_of $n | grep -q -- '$svc_ip'"
+  check "kube-proxy on $n programmed $svc_ip" retry 30 bash -c "$(declare -f rules_of); ST_CLUSTER_JSON=$ST_CLUSTER_JSON; rules_of $n | grep -- '$svc_ip' >/dev/null"
   ip="$(jq -r --arg n "$n" '.nodes[] | select(.name == $n) | .kube_proxy.ip' "$ST_CLUSTER_JSON")"
   check "kube-proxy on $n sync count grew (was ${before[$n]})" retry 20 bash -c "(( \$(curl -fsS http://$ip:10249/metrics | awk '/^kubeproxy_sync_proxy_rules_duration_seconds_count/ {s += \$NF} END {print s + 0}') > ${before[$n]} ))"
 done
@@ -92,7 +92,7 @@ check "EndpointSlice shrinks to 2 ready endpoints" retry 30 bash -c \
 for n in $ST_KP_NODES; do
   ip="$(jq -r --arg n "$n" '.nodes[] | select(.name == $n) | .kube_proxy.ip' "$ST_CLUSTER_JSON")"
   check "kube-proxy on $n exports network_programming_duration" retry 20 bash -c \
-    "curl -fsS http://$ip:10249/metrics | grep -q '^kubeproxy_network_programming_duration_seconds_count'"
+    "curl -fsS http://$ip:10249/metrics | grep '^kubeproxy_network_programming_duration_seconds_count' >/dev/null"
 done
 
 # Mutating webhook on loopback: adds a label to ConfigMaps in $NS.
