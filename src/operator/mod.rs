@@ -9,3 +9,5 @@ pub mod planner;
 pub mod probe;
 pub mod controller;
 pub mod metrics;
+pub mod proxyconfig;
+pub mod scrape;
