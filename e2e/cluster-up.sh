@@ -319,6 +319,11 @@ for n in "${NODES[@]}"; do
     mkdir -p "$kp_path"; multi="$(command -v "xtables-${kp_path##*xtables-}-multi")"
     for t in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do ln -sfn "$multi" "$kp_path/$t"; done
   fi
+  kp_gates=""
+  k8s_minor="${ST_K8S_VERSION#*.}"; k8s_minor="${k8s_minor%%.*}"
+  if [[ "$kp_mode" == nftables ]] && (( k8s_minor < 31 )); then
+    kp_gates="featureGates: {NFTablesProxyMode: true}"   # alpha in 1.29/1.30
+  fi
   cfg="$STATE/kube-proxy-$n.yaml"
   cat > "$cfg" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -331,6 +336,8 @@ metricsBindAddress: $nip:10249
 healthzBindAddress: $nip:10256
 mode: $kp_mode
 clusterCIDR: $ST_CLUSTER_CIDR
+nodePortAddresses: ["$nip/32"]
+$kp_gates
 iptables:
   minSyncPeriod: 1s
   syncPeriod: 30s
