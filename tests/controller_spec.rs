@@ -10,7 +10,8 @@ use kube::Client;
 use safe_termination::crd::{TerminationPolicy, TerminationPolicySpec};
 use safe_termination::metrics::parse_kube_proxy_metrics;
 use safe_termination::operator::cluster::ClusterIndex;
-use safe_termination::operator::controller::{Context, ProxyFacts, Settings, reconcile};
+use safe_termination::operator::controller::{Context, Settings, reconcile};
+use safe_termination::operator::proxyconfig::ResolvedProxyConfig;
 use safe_termination::operator::measure::{MeasurementStore, Sample};
 use safe_termination::operator::metrics::{ControllerMetrics, KubeProxyMetrics};
 use serde_json::{Value, json};
@@ -86,7 +87,7 @@ fn context(client: Client, leader: bool, others: &[TerminationPolicy]) -> (Arc<C
         client: client.clone(),
         store: slow_node_store(),
         cluster: Arc::new(ClusterIndex::default()),
-        proxy: Arc::new(RwLock::new(ProxyFacts::default())),
+        proxy: Arc::new(RwLock::new(ResolvedProxyConfig::default())),
         leader: rx,
         recorder: Recorder::new(client, Reporter { controller: "safe-termination".into(), instance: Some("test".into()) }),
         settings: Settings::default(),

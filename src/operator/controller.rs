@@ -5,6 +5,7 @@
 
 use super::cluster::ClusterIndex;
 use super::measure::MeasurementStore;
+use super::proxyconfig::ResolvedProxyConfig;
 use super::metrics::{ControllerMetrics, KubeProxyMetrics, PolicyLabel, PolicyStateLabel, ResultLabel};
 use super::status::{self, MeasurementMeta};
 use crate::advisor::{ClusterFacts, Thresholds};
@@ -30,29 +31,6 @@ use tokio_util::sync::CancellationToken;
 /// Field manager of status writes.
 pub const FIELD_MANAGER: &str = "safe-termination";
 
-/// kube-proxy facts that do not come from `/metrics`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProxyFacts {
-    /// minSyncPeriod, seconds.
-    pub min_sync_period_seconds: f64,
-    /// Where it came from: `configz`, `ConfigMap kube-system/kube-proxy`, `default`, `flag`.
-    pub min_sync_period_source: String,
-    /// Mode known from configuration (ConfigMap) or a flag; `/proxyMode` and metric families
-    /// are used per node otherwise.
-    pub mode: Option<ProxyMode>,
-    /// Where the mode came from.
-    pub mode_source: Option<String>,
-    /// Set when the cluster has no kube-proxy (for example Cilium's replacement): the policy
-    /// default sizes pods and the status says so.
-    pub no_kube_proxy_note: Option<String>,
-}
-
-impl Default for ProxyFacts {
-    fn default() -> Self {
-        Self { min_sync_period_seconds: 1.0, min_sync_period_source: "default".into(), mode: None, mode_source: None, no_kube_proxy_note: None }
-    }
-}
-
 /// Controller settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -64,11 +42,27 @@ pub struct Settings {
     pub status_refresh_seconds: f64,
     /// Count mutated/stale/unprotected pods (lists the policy's namespace's pods).
     pub count_pods: bool,
+    /// Proxy mode given by the operator's flags: overrides `/proxyMode`, configuration and
+    /// metric-family inference.
+    pub mode_override: Option<ProxyMode>,
+    /// minSyncPeriod given by the operator's flags, seconds.
+    pub min_sync_period_override: Option<f64>,
+    /// Said in every status when the cluster has no kube-proxy (eBPF dataplane): sizing then
+    /// uses the policy default.
+    pub no_kube_proxy_note: Option<String>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { thresholds: Thresholds::default(), requeue: Duration::from_secs(300), status_refresh_seconds: 300.0, count_pods: true }
+        Self {
+            thresholds: Thresholds::default(),
+            requeue: Duration::from_secs(300),
+            status_refresh_seconds: 300.0,
+            count_pods: true,
+            mode_override: None,
+            min_sync_period_override: None,
+            no_kube_proxy_note: None,
+        }
     }
 }
 
@@ -80,8 +74,9 @@ pub struct Context {
     pub store: Arc<Mutex<MeasurementStore>>,
     /// Services and EndpointSlices.
     pub cluster: Arc<ClusterIndex>,
-    /// minSyncPeriod and mode.
-    pub proxy: Arc<RwLock<ProxyFacts>>,
+    /// minSyncPeriod and mode as read from kube-proxy's configuration (kept current by the
+    /// scrape loop).
+    pub proxy: Arc<RwLock<ResolvedProxyConfig>>,
     /// True while this replica holds the lease.
     pub leader: watch::Receiver<bool>,
     /// Event recorder.
@@ -209,11 +204,20 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
         (store.inputs(), failures, store.nodes_with_data(), store.last_scrape_unix_seconds(), store.window_seconds())
     };
     let proxy = ctx.proxy.read().map(|p| p.clone()).unwrap_or_default();
+    let (min_sync_period_seconds, min_sync_period_source) = match ctx.settings.min_sync_period_override {
+        Some(v) => (v, "flag".to_string()),
+        None => (proxy.min_sync_period_seconds, proxy.source.clone()),
+    };
+    let (mode, mode_source) = match (ctx.settings.mode_override, proxy.config.as_ref()) {
+        (Some(m), _) => (Some(m), Some("flag".to_string())),
+        (None, Some(c)) => (Some(c.mode), Some(proxy.source.clone())),
+        (None, None) => (None, None),
+    };
     let counts = ctx.cluster.counts();
     let opts = AnalysisOptions {
-        min_sync_period_seconds: proxy.min_sync_period_seconds,
-        min_sync_period_source: proxy.min_sync_period_source.clone(),
-        mode: proxy.mode,
+        min_sync_period_seconds,
+        min_sync_period_source,
+        mode,
         facts: ClusterFacts {
             services: counts.map(|c| c.services),
             service_ports: counts.map(|c| c.service_ports),
@@ -252,8 +256,8 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
         failed: failures.clone(),
         window_seconds: window as u32,
         last_scrape_time: last_scrape.and_then(rfc3339),
-        mode_source: proxy.mode_source.clone().or_else(|| report.nodes.first().map(|n| n.mode_source.to_string())),
-        no_kube_proxy_note: proxy.no_kube_proxy_note.clone(),
+        mode_source: mode_source.or_else(|| report.nodes.first().map(|n| n.mode_source.to_string())),
+        no_kube_proxy_note: ctx.settings.no_kube_proxy_note.clone(),
     };
     let now = now_time();
     let previous = policy.status.as_ref();
