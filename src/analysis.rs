@@ -7,8 +7,9 @@ use crate::model::{self, Basis, ClusterWindow, Interval, NodeInput, NodeWindow, 
 use crate::sizing::{self, Recommendation};
 use serde::Serialize;
 
-/// Inputs of an analysis besides the scrapes.
-#[derive(Debug, Clone, Default)]
+/// Inputs of an analysis besides the scrapes. [`Default`] assumes kube-proxy's iptables
+/// `minSyncPeriod` of 1 s (source `default`), infers the mode, and uses the default thresholds.
+#[derive(Debug, Clone)]
 pub struct AnalysisOptions {
     /// kube-proxy minSyncPeriod, seconds (1 s, the iptables default, when unknown).
     pub min_sync_period_seconds: f64,
@@ -20,6 +21,21 @@ pub struct AnalysisOptions {
     pub facts: ClusterFacts,
     /// Advisor thresholds.
     pub thresholds: Thresholds,
+}
+
+/// kube-proxy's default `minSyncPeriod` in iptables mode, seconds, used when it is not known.
+pub const DEFAULT_MIN_SYNC_PERIOD_SECONDS: f64 = 1.0;
+
+impl Default for AnalysisOptions {
+    fn default() -> Self {
+        Self {
+            min_sync_period_seconds: DEFAULT_MIN_SYNC_PERIOD_SECONDS,
+            min_sync_period_source: "default".into(),
+            mode: None,
+            facts: ClusterFacts::default(),
+            thresholds: Thresholds::default(),
+        }
+    }
 }
 
 /// Proxy summary of a report.
@@ -119,5 +135,19 @@ pub fn analyze(inputs: &[NodeInput], opts: &AnalysisOptions, spec: &TerminationP
         },
         advice,
         nodes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_options_assume_kube_proxys_one_second_min_sync_period() {
+        // a derived Default gave 0 s, silently dropping minSyncPeriod from W
+        let o = AnalysisOptions::default();
+        assert_eq!(o.min_sync_period_seconds, 1.0);
+        assert_eq!(o.min_sync_period_source, "default");
+        assert_eq!(o.thresholds, Thresholds::default());
     }
 }

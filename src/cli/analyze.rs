@@ -2,7 +2,7 @@
 //! scrapes and print the recommendation and advice.
 
 use crate::advisor::{ClusterFacts, Thresholds, parse_version};
-use crate::analysis::{AnalysisOptions, AnalysisReport, analyze};
+use crate::analysis::{AnalysisOptions, AnalysisReport, DEFAULT_MIN_SYNC_PERIOD_SECONDS, analyze};
 use crate::cli::{OutputFormat, load_policy_spec};
 use crate::metrics::parse_kube_proxy_metrics;
 use crate::model::{Basis, NodeInput, ProxyMode};
@@ -42,9 +42,9 @@ pub struct AnalyzeArgs {
     /// Kubernetes version (e.g. v1.33.2); defaults to kube-proxy's kubernetes_build_info.
     #[arg(long)]
     pub kubernetes_version: Option<String>,
-    /// kube-proxy minSyncPeriod in seconds.
-    #[arg(long, default_value_t = 1.0)]
-    pub min_sync_period_seconds: f64,
+    /// kube-proxy minSyncPeriod in seconds [default: 1, kube-proxy's iptables default].
+    #[arg(long, value_parser = parse_seconds)]
+    pub min_sync_period_seconds: Option<f64>,
     /// conntrack entries / nf_conntrack_max on the worst node (0..1), if known.
     #[arg(long)]
     pub conntrack_usage: Option<f64>,
@@ -63,6 +63,13 @@ pub struct AnalyzeArgs {
     /// Per-URL timeout, seconds.
     #[arg(long, default_value_t = 10)]
     pub timeout_seconds: u64,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds >= 0")),
+    }
 }
 
 fn parse_mode(s: &str) -> Result<ProxyMode, String> {
@@ -145,8 +152,8 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
         target.earlier = Some(load(&src, &client).await?.0);
     }
     let opts = AnalysisOptions {
-        min_sync_period_seconds: args.min_sync_period_seconds,
-        min_sync_period_source: "flag".into(),
+        min_sync_period_seconds: args.min_sync_period_seconds.unwrap_or(DEFAULT_MIN_SYNC_PERIOD_SECONDS),
+        min_sync_period_source: if args.min_sync_period_seconds.is_some() { "flag" } else { "default" }.into(),
         mode: args.mode,
         facts: ClusterFacts {
             mode: ProxyMode::Unknown,
