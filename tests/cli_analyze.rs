@@ -1,0 +1,645 @@
+//! `safe-termination analyze` as a user runs it: the built binary on the shared scrapes
+//! (tests/data/metrics), the example policies in config/, files, stdin, NODE= prefixes, two
+//! scrapes of one node, and kube-proxy metrics URLs served by a small local HTTP server.
+//!
+//! Exit codes: 0 success, 1 bad input (the message names the file, family and line), 2 usage.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const V1_29: &str = "tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt";
+const V1_13: &str = "tests/data/metrics/kube-proxy-v1.13-legacy-microseconds.txt";
+const V1_8: &str = "tests/data/metrics/kube-proxy-v1.8-legacy-nan-excerpt.txt";
+const TRUNCATED: &str = "tests/data/metrics/kube-proxy-windows-truncated.txt";
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_safe-termination"));
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c.env_remove("RUST_LOG");
+    c
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn finish(out: Output) -> Run {
+    Run {
+        code: out.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn run(args: &[&str]) -> Run {
+    finish(bin().args(args).output().expect("run the binary"))
+}
+
+/// Runs `analyze --output json ARGS`, asserts exit 0 and returns the document.
+fn json(args: &[&str]) -> Value {
+    let mut all = vec!["analyze", "--output", "json"];
+    all.extend_from_slice(args);
+    let r = run(&all);
+    assert_eq!(r.code, 0, "analyze {args:?} failed: {}", r.stderr);
+    serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", r.stdout))
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn approx(actual: f64, expected: f64) {
+    assert!((actual - expected).abs() < 1e-9, "expected {expected}, got {actual}");
+}
+
+fn reasons(doc: &Value) -> Vec<String> {
+    doc["advice"].as_array().unwrap().iter().map(|a| a["reason"].as_str().unwrap().to_string()).collect()
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// A later scrape of the v1.29 kube-proxy: 100 more syncs, all in (0.128, 0.256].
+fn v1_29_later() -> String {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(V1_29)).unwrap();
+    let sync = "kubeproxy_sync_proxy_rules_duration_seconds";
+    text.lines()
+        .map(|line| {
+            let bump = |n: &str| (n.parse::<u64>().unwrap() + 100).to_string();
+            if let Some(rest) = line.strip_prefix(&format!("{sync}_bucket{{le=\"")) {
+                let (le, n) = rest.split_once("\"} ").unwrap();
+                let big = le == "+Inf" || le.parse::<f64>().unwrap() >= 0.256;
+                format!("{sync}_bucket{{le=\"{le}\"}} {}\n", if big { bump(n) } else { n.to_string() })
+            } else if let Some(n) = line.strip_prefix(&format!("{sync}_count ")) {
+                format!("{sync}_count {}\n", bump(n))
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// the shared scrapes
+
+#[test]
+fn v1_29_json_report() {
+    let doc = json(&[V1_29]);
+    assert_eq!(doc["interval"], "lifetime");
+    let nodes = doc["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1);
+    let n = &nodes[0];
+    assert_eq!(n["node"], "kube-proxy-v1.29-iptables-excerpt"); // named after the file
+    assert_eq!(n["interval"], "lifetime");
+    assert_eq!(n["mode"], "iptables");
+    assert_eq!(n["modeSource"], "metric families");
+    assert_eq!(n["kubernetesVersion"], "v1.29.0");
+    assert_eq!(f(&n["syncSamples"]), 4.0);
+    approx(f(&n["syncP99"]["seconds"]), 0.12672);
+    assert_eq!(n["syncP99"]["beyondTopBucket"], false);
+    approx(f(&n["networkProgrammingP99"]["seconds"]), 4.98);
+    assert_eq!(n["basis"], "LowSampleCount");
+    assert_eq!(f(&n["iptablesRulesTotal"]), 38.0);
+
+    assert_eq!(doc["worstNode"], "kube-proxy-v1.29-iptables-excerpt");
+    approx(f(&doc["syncP99Seconds"]), 0.12672);
+    approx(f(&doc["networkProgrammingP99Seconds"]), 4.98);
+    approx(f(&doc["propagationWindowSeconds"]), 4.98);
+    assert_eq!(f(&doc["minSyncPeriodSeconds"]), 1.0);
+    assert_eq!(doc["minSyncPeriodSource"], "default");
+    let rec = &doc["recommendation"];
+    assert_eq!(rec["preStopSeconds"], 10);
+    assert_eq!(rec["terminationGracePeriodSeconds"], 40);
+    assert_eq!(rec["reason"], "LowSampleCount");
+    assert!(rec["arithmetic"].as_str().unwrap().contains("ceil(4.980 s x 1.5 + 0 s) = 8 s"));
+    assert_eq!(doc["proxy"]["mode"], "iptables");
+    assert_eq!(doc["proxy"]["actualRules"], 38);
+    assert_eq!(doc["proxy"]["services"], Value::Null);
+    assert_eq!(reasons(&doc), ["LowSampleCount"]);
+    let a = &doc["advice"][0];
+    assert_eq!(a["severity"], "Info");
+    assert_eq!(a["threshold"], "samples < 5");
+    assert!(a["message"].as_str().unwrap().contains("only 4 sync samples"), "{a}");
+}
+
+/// The JSON keys are exactly the schema documented in README.md ("JSON output").
+#[test]
+fn json_keys_are_the_documented_schema() {
+    let doc = json(&["--services", "1000", "--endpoints", "20", V1_29]);
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(
+        keys(&doc),
+        [
+            "advice",
+            "interval",
+            "minSyncPeriodSeconds",
+            "minSyncPeriodSource",
+            "networkProgrammingP99Seconds",
+            "nodes",
+            "propagationWindowSeconds",
+            "proxy",
+            "recommendation",
+            "syncP99Seconds",
+            "worstNode"
+        ]
+    );
+    assert_eq!(
+        keys(&doc["nodes"][0]),
+        [
+            "basis",
+            "interval",
+            "iptablesRulesTotal",
+            "kubernetesVersion",
+            "mode",
+            "modeSource",
+            "networkProgrammingP99",
+            "node",
+            "propagationWindowSeconds",
+            "staleSeconds",
+            "syncFromLegacyMicroseconds",
+            "syncP99",
+            "syncSamples"
+        ]
+    );
+    assert_eq!(keys(&doc["nodes"][0]["syncP99"]), ["beyondTopBucket", "samples", "seconds"]);
+    assert_eq!(keys(&doc["recommendation"]), ["arithmetic", "preStopSeconds", "reason", "terminationGracePeriodSeconds"]);
+    assert_eq!(keys(&doc["proxy"]), ["actualRules", "endpoints", "estimatedRules", "mode", "services"]);
+    assert_eq!(doc["proxy"]["estimatedRules"], 2 * 1000 + 2 * 20);
+    // per-node advice carries `node`; cluster-wide advice carries `to` instead
+    let migrate = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "MigrateProxyMode").unwrap();
+    assert_eq!(keys(migrate), ["message", "reason", "severity", "threshold", "to"]);
+    assert_eq!(migrate["to"], "nftables");
+    let low = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "LowSampleCount").unwrap();
+    assert_eq!(keys(low), ["message", "node", "reason", "severity", "threshold"]);
+}
+
+#[test]
+fn v1_13_microseconds_json_with_null_network_programming() {
+    let doc = json(&[V1_13]);
+    let p99 = (32000.0 + 32000.0 * (2642.31 - 2534.0) / 126.0) * 1e-6;
+    approx(f(&doc["syncP99Seconds"]), p99);
+    assert!(f(&doc["syncP99Seconds"]) < 0.1);
+    assert_eq!(doc["networkProgrammingP99Seconds"], Value::Null);
+    assert_eq!(doc["nodes"][0]["networkProgrammingP99"], Value::Null);
+    assert_eq!(doc["nodes"][0]["syncFromLegacyMicroseconds"], true);
+    assert_eq!(doc["nodes"][0]["mode"], "unknown");
+    assert_eq!(doc["nodes"][0]["kubernetesVersion"], "v1.13.4");
+    assert_eq!(doc["nodes"][0]["staleSeconds"], Value::Null);
+    assert_eq!(doc["nodes"][0]["iptablesRulesTotal"], Value::Null);
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 3);
+    assert_eq!(doc["recommendation"]["terminationGracePeriodSeconds"], 33);
+    assert_eq!(doc["recommendation"]["reason"], "Measured");
+    assert_eq!(doc["advice"], Value::Array(vec![]));
+    assert_eq!(doc["proxy"]["actualRules"], Value::Null);
+}
+
+#[test]
+fn v1_8_nan_file_analyses() {
+    let doc = json(&[V1_8]);
+    approx(f(&doc["syncP99Seconds"]), 0.24288);
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 3);
+}
+
+#[test]
+fn text_report_shows_table_arithmetic_and_advice() {
+    let r = run(&["analyze", V1_29]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = r.stdout;
+    assert!(out.starts_with("Interval: since each kube-proxy started"), "{out}");
+    for col in ["NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS"] {
+        assert!(out.contains(col), "missing column {col}: {out}");
+    }
+    let row = out.lines().find(|l| l.starts_with("kube-proxy-v1.29-iptables-excerpt")).expect("node row");
+    for cell in ["iptables", "v1.29.0", "0.127s", "4.980s", "LowSampleCount", "Lifetime"] {
+        assert!(row.contains(cell), "missing {cell} in {row:?}");
+    }
+    assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 4.980s"), "{out}");
+    assert!(out.contains("Recommendation (LowSampleCount): preStop sleep 10 s, terminationGracePeriodSeconds 40 s"), "{out}");
+    assert!(out.contains("grace = max(30 s default, min(10 + 30 s, 600 s), 10 s) = 40 s"), "{out}");
+    assert!(out.contains("Proxy: mode iptables") && out.contains("actual rules 38"), "{out}");
+    assert!(out.contains("- LowSampleCount [Info] (samples < 5)"), "{out}");
+    // YAML output carries the same document
+    let r = run(&["analyze", "-o", "yaml", V1_29]);
+    assert_eq!(r.code, 0);
+    let yaml: Value = serde_saphyr::from_str(&r.stdout).unwrap();
+    assert_eq!(yaml["recommendation"]["preStopSeconds"], 10);
+}
+
+// ---------------------------------------------------------------------------------------------
+// errors and exit codes
+
+#[test]
+fn truncated_scrape_exits_1_naming_file_family_and_line() {
+    let r = run(&["analyze", TRUNCATED]);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stdout, "");
+    assert!(r.stderr.contains(&format!("{TRUNCATED}:17:")), "{}", r.stderr);
+    assert!(r.stderr.contains("kubeproxy_sync_proxy_rules_duration_seconds"), "{}", r.stderr);
+    assert!(r.stderr.contains("cut off"), "{}", r.stderr);
+    // a good file beside it does not hide the error
+    let r = run(&["analyze", "--output", "json", V1_29, TRUNCATED]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains(TRUNCATED));
+}
+
+#[test]
+fn unreadable_input_exits_1() {
+    let r = run(&["analyze", "tests/data/metrics/no-such-file.txt"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("no-such-file.txt"), "{}", r.stderr);
+    let r = run(&["analyze", "--kubernetes-version", "latest", V1_29]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("--kubernetes-version"), "{}", r.stderr);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["analyze", "--no-such-flag", V1_29][..],
+        &["analyze"][..],
+        &["analyze", "--mode", "userspace", V1_29][..],
+        &["analyze", "--output", "xml", V1_29][..],
+        &["analyze", "--services", "many", V1_29][..],
+        &["analyze", "--min-sync-period-seconds", "NaN", V1_29][..],
+        &["no-such-command"][..],
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.is_empty());
+        assert_eq!(r.stdout, "");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// flags
+
+#[test]
+fn flags_feed_the_advisor_and_the_model() {
+    // --mode overrides inference; IPVS is flagged at any size
+    let doc = json(&["--mode", "ipvs", "--services", "1", V1_29]);
+    assert_eq!(doc["nodes"][0]["mode"], "ipvs");
+    assert_eq!(doc["nodes"][0]["modeSource"], "flag");
+    let m = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "MigrateProxyMode").expect("IPVS advice");
+    assert_eq!(m["to"], "nftables");
+    // iptables at 999 / 1000 Services
+    assert!(!reasons(&json(&["--services", "999", V1_29])).contains(&"MigrateProxyMode".to_string()));
+    assert!(reasons(&json(&["--services", "1000", V1_29])).contains(&"MigrateProxyMode".to_string()));
+    // thresholds are flags too
+    assert!(reasons(&json(&["--services", "500", "--iptables-services-threshold", "500", V1_29])).contains(&"MigrateProxyMode".to_string()));
+    // minSyncPeriod: W = max(NP p99 4.98, 5 + 2 x 0.12672)
+    let doc = json(&["--min-sync-period-seconds", "5", V1_29]);
+    approx(f(&doc["propagationWindowSeconds"]), 5.0 + 2.0 * 0.12672);
+    assert_eq!(doc["minSyncPeriodSource"], "flag");
+    // --kubernetes-version overrides kubernetes_build_info in the nftables note
+    let doc = json(&["--services", "1000", "--kubernetes-version", "v1.31.4", V1_29]);
+    let m = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "MigrateProxyMode").unwrap();
+    assert!(m["message"].as_str().unwrap().contains("1.31, where nftables is beta"), "{m}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// --policy and the examples in config/
+
+#[test]
+fn example_policies_size_the_recommendation() {
+    // the default example spells out the defaults: identical to no policy
+    let none = json(&[V1_29]);
+    let default = json(&["--policy", "config/terminationpolicy-default.yaml", V1_29]);
+    assert_eq!(default["recommendation"], none["recommendation"]);
+    let default13 = json(&["--policy", "config/terminationpolicy-default.yaml", V1_13]);
+    assert_eq!(default13["recommendation"], json(&[V1_13])["recommendation"]);
+
+    // NLB path: extraSeconds 90, default 100, bounds [10, 180]
+    let doc = json(&["--policy", "config/terminationpolicy-ingress.yaml", V1_29]);
+    // LowSampleCount: max(default 100, ceil(4.98 x 1.5 + 90) = 98) = 100; grace 100 + 30
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 100);
+    assert_eq!(doc["recommendation"]["terminationGracePeriodSeconds"], 130);
+    let doc = json(&["--policy", "config/terminationpolicy-ingress.yaml", V1_13]);
+    // Measured: ceil(1.119 x 1.5 + 90) = 92
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 92);
+    assert_eq!(doc["recommendation"]["terminationGracePeriodSeconds"], 122);
+    assert!(doc["recommendation"]["arithmetic"].as_str().unwrap().contains("+ 90 s"));
+
+    // audit changes what the webhook does, not the sizing
+    let doc = json(&["--policy", "config/terminationpolicy-audit.yaml", V1_29]);
+    assert_eq!(doc["recommendation"], none["recommendation"]);
+}
+
+/// Every field the examples set exists in the CRD schema (serde would silently ignore a typo),
+/// and every example passes the spec validation.
+#[test]
+fn example_policies_only_use_schema_fields() {
+    let crd: Value = serde_saphyr::from_str(&safe_termination::crd::crd_yaml()).unwrap();
+    let spec_schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    fn check(path: &str, value: &Value, schema: &Value) {
+        let Some(obj) = value.as_object() else { return };
+        let Some(props) = schema["properties"].as_object() else {
+            return; // free-form map (matchLabels)
+        };
+        for (k, v) in obj {
+            let sub = props.get(k).unwrap_or_else(|| panic!("{path}.{k} is not in the CRD schema"));
+            check(&format!("{path}.{k}"), v, sub);
+        }
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("terminationpolicy-") {
+            continue;
+        }
+        let doc: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(doc["apiVersion"], "safetermination.io/v1alpha1", "{name}");
+        assert_eq!(doc["kind"], "TerminationPolicy", "{name}");
+        assert!(doc["metadata"]["name"].is_string(), "{name}");
+        check(&format!("{name}: spec"), &doc["spec"], spec_schema);
+        safe_termination::cli::load_policy_spec(path.to_str().unwrap()).unwrap_or_else(|e| panic!("{e}"));
+        seen += 1;
+    }
+    assert!(seen >= 3, "expected the default, ingress and audit examples in config/");
+}
+
+#[test]
+fn the_default_example_spells_out_every_field_with_a_comment() {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/terminationpolicy-default.yaml")).unwrap();
+    let doc: Value = serde_saphyr::from_str(&text).unwrap();
+    let spec: safe_termination::crd::TerminationPolicySpec = serde_json::from_value(doc["spec"].clone()).unwrap();
+    let defaults = safe_termination::crd::TerminationPolicySpec::default();
+    assert_eq!(spec.pre_stop, defaults.pre_stop);
+    assert_eq!(spec.grace, defaults.grace);
+    assert_eq!(spec.mode, defaults.mode);
+    assert_eq!(spec.scope, defaults.scope);
+    // every spec field of the Rust type appears in the file, each preceded by a comment line
+    let full = serde_json::to_value(&defaults).unwrap();
+    let mut fields: Vec<String> = full.as_object().unwrap().keys().cloned().collect();
+    fields.push("podSelector".into());
+    for section in ["preStop", "grace"] {
+        fields.extend(full[section].as_object().unwrap().keys().cloned());
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    for field in fields {
+        let i = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(&format!("{field}:")))
+            .unwrap_or_else(|| panic!("{field} missing from config/terminationpolicy-default.yaml"));
+        if !["preStop", "grace"].contains(&field.as_str()) {
+            assert!(lines[i - 1].trim_start().starts_with('#'), "{field} has no comment above it");
+        }
+    }
+}
+
+#[test]
+fn bad_policies_exit_1_naming_the_field() {
+    let dir = tmp();
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "apiVersion: safetermination.io/v1alpha1\nkind: TerminationPolicy\nmetadata:\n  name: bad\nspec:\n  preStop:\n    minSeconds: 90\n    maxSeconds: 30\n    defaultSeconds: 30\n",
+    );
+    let r = run(&["analyze", "--policy", bad.to_str().unwrap(), V1_29]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("spec.preStop.minSeconds (90) is above maxSeconds (30)"), "{}", r.stderr);
+    assert!(r.stderr.contains("bad.yaml"), "{}", r.stderr);
+
+    let wrong_kind = write(dir.path(), "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n");
+    let r = run(&["analyze", "--policy", wrong_kind.to_str().unwrap(), V1_29]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("expected kind TerminationPolicy"), "{}", r.stderr);
+
+    let wrong_type = write(dir.path(), "t.yaml", "kind: TerminationPolicy\nspec:\n  preStop:\n    safetyFactor: lots\n");
+    let r = run(&["analyze", "--policy", wrong_type.to_str().unwrap(), V1_29]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("invalid spec"), "{}", r.stderr);
+
+    let r = run(&["analyze", "--policy", "config/no-such-policy.yaml", V1_29]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("no-such-policy.yaml"), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// several nodes, two scrapes of one node, stdin
+
+#[test]
+fn node_prefixes_name_the_nodes_and_the_worst_one() {
+    let dir = tmp();
+    let slow = write(
+        dir.path(),
+        "slow.txt",
+        "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"2\"} 98\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"2.2\"} 100\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 100\n",
+    );
+    let doc = json(&[&format!("node-a={V1_13}"), &format!("node-b={}", slow.display()), &format!("node-c={V1_8}")]);
+    let names: Vec<&str> = doc["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
+    assert_eq!(names, ["node-a", "node-b", "node-c"]);
+    assert_eq!(doc["worstNode"], "node-b");
+    approx(f(&doc["propagationWindowSeconds"]), 1.0 + 2.0 * 2.1);
+    approx(f(&doc["syncP99Seconds"]), 2.1);
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 8); // ceil(5.2 x 1.5)
+    let slow_advice = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "ProxySyncSlow").unwrap();
+    assert_eq!(slow_advice["node"], "node-b");
+}
+
+#[test]
+fn two_scrapes_of_one_node_are_analysed_over_the_interval() {
+    let dir = tmp();
+    let later = write(dir.path(), "later.txt", &v1_29_later());
+    let later = later.to_str().unwrap();
+    let p99 = 0.128 + 0.128 * 0.99;
+
+    // the same NODE twice: first is earlier
+    let doc = json(&[&format!("n1={V1_29}"), &format!("n1={later}")]);
+    assert_eq!(doc["interval"], "betweenScrapes");
+    assert_eq!(doc["nodes"][0]["interval"], "betweenScrapes");
+    assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 100.0);
+    approx(f(&doc["syncP99Seconds"]), p99);
+    assert_eq!(doc["networkProgrammingP99Seconds"], Value::Null); // none in the interval
+    assert_eq!(doc["recommendation"]["reason"], "Measured");
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 3);
+
+    // --earlier with a single source
+    let doc2 = json(&["--earlier", V1_29, later]);
+    assert_eq!(doc2["nodes"][0]["interval"], "betweenScrapes");
+    assert_eq!(doc2["recommendation"], doc["recommendation"]);
+
+    // --earlier NODE=FILE among several nodes; the other node stays lifetime
+    let doc3 = json(&["--earlier", &format!("n1={V1_29}"), &format!("n1={later}"), &format!("n2={V1_13}")]);
+    assert_eq!(doc3["interval"], "mixed");
+    assert_eq!(doc3["nodes"][0]["interval"], "betweenScrapes");
+    assert_eq!(doc3["nodes"][1]["interval"], "lifetime");
+
+    // swapped: the "later" scrape has lower counts -> a restart, analysed on its own
+    let doc4 = json(&["--earlier", later, V1_29]);
+    assert_eq!(doc4["nodes"][0]["interval"], "sinceRestart");
+    assert_eq!(f(&doc4["nodes"][0]["syncSamples"]), 4.0);
+
+    // ambiguous or repeated pairings are input errors
+    let r = run(&["analyze", "--earlier", V1_29, &format!("a={later}"), &format!("b={V1_13}")]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("name the node"), "{}", r.stderr);
+    let r = run(&["analyze", &format!("n={V1_29}"), &format!("n={later}"), &format!("n={V1_29}")]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("more than twice"), "{}", r.stderr);
+}
+
+#[test]
+fn stdin_source() {
+    let text = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(V1_29)).unwrap();
+    let mut child = bin()
+        .args(["analyze", "-o", "json", "worker-1=-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&text).unwrap();
+    let r = finish(child.wait_with_output().unwrap());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(doc["worstNode"], "worker-1");
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 10);
+
+    // a cut stdin names <stdin>
+    let cut = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(TRUNCATED)).unwrap();
+    let mut child = bin().args(["analyze", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(&cut).unwrap();
+    let r = finish(child.wait_with_output().unwrap());
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("<stdin>:17: kubeproxy_sync_proxy_rules_duration_seconds"), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// URL sources: a local stand-in for kube-proxy's metrics server
+
+/// Serves `/metrics` and `/proxyMode` (404 when `proxy_mode` is None) on 127.0.0.1 until the
+/// test process exits; one request per connection. Returns the base URL.
+fn serve(metrics: String, metrics_status: u16, proxy_mode: Option<&'static str>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let _ = respond(stream, &metrics, metrics_status, proxy_mode);
+        }
+    });
+    format!("http://{addr}")
+}
+
+fn respond(mut stream: TcpStream, metrics: &str, metrics_status: u16, proxy_mode: Option<&str>) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header)? == 0 || header == "\r\n" || header == "\n" {
+            break;
+        }
+    }
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/");
+    let (status, body) = match (path, proxy_mode) {
+        ("/metrics", _) => (metrics_status, metrics.to_string()),
+        ("/proxyMode", Some(mode)) => (200, mode.to_string()),
+        _ => (404, "404 page not found\n".to_string()),
+    };
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        _ => "Internal Server Error",
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    stream.flush()?;
+    // drain anything else the client sent before closing
+    let mut sink = [0u8; 256];
+    stream.set_read_timeout(Some(std::time::Duration::from_millis(50)))?;
+    let _ = stream.read(&mut sink);
+    Ok(())
+}
+
+fn shared(path: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
+}
+
+#[test]
+fn url_source_reads_the_mode_from_proxy_mode() {
+    // the v1.29 families say iptables; /proxyMode says nftables and wins
+    let base = serve(shared(V1_29), 200, Some("nftables"));
+    let doc = json(&[&format!("{base}/metrics")]);
+    let n = &doc["nodes"][0];
+    assert_eq!(n["node"], base.trim_start_matches("http://"));
+    assert_eq!(n["mode"], "nftables");
+    assert_eq!(n["modeSource"], "proxyMode endpoint");
+    approx(f(&doc["syncP99Seconds"]), 0.12672);
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 10);
+
+    // a v1.13 scrape has no mode-specific family: only /proxyMode can tell, and IPVS is flagged
+    let base = serve(shared(V1_13), 200, Some("ipvs\n"));
+    let doc = json(&[&format!("worker-7={base}/metrics")]);
+    assert_eq!(doc["nodes"][0]["node"], "worker-7");
+    assert_eq!(doc["nodes"][0]["mode"], "ipvs");
+    assert_eq!(doc["proxy"]["mode"], "ipvs");
+    let m = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "MigrateProxyMode").expect("IPVS advice");
+    assert_eq!(m["to"], "nftables");
+
+    // no /proxyMode (404): inferred from the families
+    let base = serve(shared(V1_29), 200, None);
+    let doc = json(&[&format!("{base}/metrics")]);
+    assert_eq!(doc["nodes"][0]["mode"], "iptables");
+    assert_eq!(doc["nodes"][0]["modeSource"], "metric families");
+
+    // URL and file for the same node: an interval analysis
+    let dir = tmp();
+    let later = write(dir.path(), "later.txt", &v1_29_later());
+    let base = serve(std::fs::read_to_string(&later).unwrap(), 200, Some("iptables"));
+    let doc = json(&["--earlier", V1_29, &format!("{base}/metrics")]);
+    assert_eq!(doc["nodes"][0]["interval"], "betweenScrapes");
+    assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 100.0);
+}
+
+#[test]
+fn url_errors_exit_1() {
+    // a cut body names the URL, family and line
+    let base = serve(shared(TRUNCATED), 200, Some("kernelspace"));
+    let url = format!("{base}/metrics");
+    let r = run(&["analyze", &url]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains(&format!("{url}:17: kubeproxy_sync_proxy_rules_duration_seconds")), "{}", r.stderr);
+
+    // HTTP 500
+    let base = serve("oops\n".into(), 500, None);
+    let r = run(&["analyze", &format!("{base}/metrics")]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("HTTP 500"), "{}", r.stderr);
+}
+
+#[test]
+fn refused_connection_exits_1_with_the_metrics_bind_address_hint() {
+    // a port that was just free: nothing listens on it
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let r = run(&["analyze", "--timeout-seconds", "5", &url]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains(&url), "{}", r.stderr);
+    assert!(r.stderr.to_lowercase().contains("refused"), "{}", r.stderr);
+    assert!(r.stderr.contains("metricsBindAddress: 0.0.0.0:10249"), "{}", r.stderr);
+}
