@@ -11,3 +11,4 @@ pub mod controller;
 pub mod metrics;
 pub mod proxyconfig;
 pub mod scrape;
+pub mod prometheus;

@@ -295,6 +295,16 @@ impl ScrapeOutcome {
     }
 }
 
+/// An HTTP client for scraping ([`crate::sources::http_client`]) that also works when the
+/// process has not installed a rustls crypto provider yet (tests, examples): the ring provider,
+/// the one the whole project uses, is installed first when none is.
+pub fn scrape_client(timeout: Duration) -> reqwest::Client {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    crate::sources::http_client(timeout)
+}
+
 /// Now as Unix seconds.
 pub fn unix_now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
@@ -382,7 +392,10 @@ pub async fn scrape_once(client: &reqwest::Client, target: &Target, opts: &Scrap
 /// (`stream::iter(..).buffer_unordered(n)`), each bounded by `opts.timeout`. The outcomes come
 /// back in completion order, one per target.
 pub async fn scrape_all(client: &reqwest::Client, targets: &[Target], opts: &ScrapeOptions) -> Vec<ScrapeOutcome> {
-    futures::stream::iter(targets.iter().map(|t| scrape_once(client, t, opts)))
+    // by index, lazily: a closure over `&Target` would be higher-ranked over the reference's
+    // lifetime, which makes a caller's `tokio::spawn` fail the `Send` check (rustc limitation);
+    // collecting the futures first would allocate all of them at once
+    futures::stream::iter((0..targets.len()).map(move |i| scrape_once(client, &targets[i], opts)))
         .buffer_unordered(opts.max_in_flight.max(1))
         .collect()
         .await
@@ -611,15 +624,15 @@ pub struct ScrapeLoop {
 
 impl ScrapeLoop {
     /// A loop over `source` feeding `store` and bumping `generation`, with the defaults:
-    /// interval 30 s, [`ScrapeOptions::default`], an HTTP client from
-    /// [`crate::sources::http_client`], configuration refreshed every 10 cycles.
+    /// interval 30 s, [`ScrapeOptions::default`], an HTTP client from [`scrape_client`],
+    /// configuration refreshed every 10 cycles.
     pub fn new(source: TargetSource, store: Arc<Mutex<MeasurementStore>>, generation: watch::Sender<u64>) -> Self {
         let options = ScrapeOptions::default();
         Self {
             source,
             store,
             generation,
-            http: crate::sources::http_client(options.timeout),
+            http: scrape_client(options.timeout),
             options,
             interval: DEFAULT_INTERVAL,
             metrics: None,
@@ -639,7 +652,7 @@ impl ScrapeLoop {
 
     /// Sets timeout, concurrency and body cap; rebuilds the HTTP client for the new timeout.
     pub fn with_options(mut self, options: ScrapeOptions) -> Self {
-        self.http = crate::sources::http_client(options.timeout);
+        self.http = scrape_client(options.timeout);
         self.options = options;
         self
     }

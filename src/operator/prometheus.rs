@@ -1,0 +1,593 @@
+//! The Prometheus source (adapter): instead of scraping every kube-proxy, ask a Prometheus
+//! server that already does, through its HTTP API (`GET /api/v1/query`), and feed the same core
+//! maths.
+//!
+//! Queries (`W` is the window, e.g. `600s`):
+//!
+//! | what | PromQL |
+//! |---|---|
+//! | sync buckets | `sum by (node, instance, le) (increase(kubeproxy_sync_proxy_rules_duration_seconds_bucket[W]))` |
+//! | network programming buckets | the same over `kubeproxy_network_programming_duration_seconds_bucket` |
+//! | last sync | `min by (node, instance) (kubeproxy_sync_proxy_rules_last_timestamp_seconds)` |
+//! | last queued | `max by (node, instance) (kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds)` |
+//! | iptables rules | `sum by (node, instance) (kubeproxy_sync_proxy_rules_iptables_total)` |
+//!
+//! Per instance the bucket vectors become [`Histogram`]s (`le` parsed, `"+Inf"` included, extra
+//! labels such as `ip_family` already summed away by the query) in a [`KubeProxyScrape`], and
+//! so a [`NodeInput`] with `earlier: None`: `increase()` over the window already is the
+//! interval (Prometheus handles counter resets), so the core takes no further delta. The
+//! oldest last-sync and newest last-queued match what the scrape parser does with dual-stack
+//! series (worst staleness), and the rule count is summed over `table` as the parser does.
+//!
+//! Instance keys: the `node` label when the series carry one (kube-prometheus relabels it in),
+//! else the `instance` label without its port (`10.0.0.7:10249` -> `10.0.0.7`).
+//!
+//! Because every answer is already a window, a snapshot must not be recorded into a
+//! long-lived [`MeasurementStore`] (its deltas between two windows would be meaningless):
+//! [`PrometheusSnapshot::into_store`] builds a fresh store per query, which [`PrometheusLoop`]
+//! swaps in.
+
+use crate::metrics::{Bucket, Histogram, HistogramFamily, KubeProxyScrape};
+use crate::model::NodeInput;
+use crate::operator::measure::{MeasurementStore, NodeFailure, Sample};
+use crate::operator::scrape::{JITTER_FRACTION, reason, unix_now};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Why a Prometheus query failed. Every variant's message names the URL or the query.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PrometheusError {
+    /// The base URL is not an http(s) URL.
+    #[error("Prometheus URL {url:?} is not valid: {message}")]
+    Url {
+        /// The URL given.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// No HTTP answer (refused, timeout, DNS, TLS).
+    #[error("Prometheus at {url} did not answer: {message}")]
+    Transport {
+        /// The query URL (without the query string).
+        url: String,
+        /// The client error with its causes.
+        message: String,
+    },
+    /// Prometheus answered `"status": "error"` (bad query, timeout, unavailable).
+    #[error("Prometheus rejected the query {query:?}: {error_type}: {error} (HTTP {http_status})")]
+    Api {
+        /// The PromQL.
+        query: String,
+        /// `errorType` (`bad_data`, `timeout`, `execution`, `unavailable`, ...).
+        error_type: String,
+        /// `error`.
+        error: String,
+        /// The HTTP status code of the answer.
+        http_status: u16,
+    },
+    /// A non-2xx answer without a Prometheus error body (a proxy or the wrong server).
+    #[error("Prometheus query {query:?} failed: HTTP {http_status}: {body}")]
+    Http {
+        /// The PromQL.
+        query: String,
+        /// The HTTP status code.
+        http_status: u16,
+        /// The start of the body (at most 200 characters).
+        body: String,
+    },
+    /// The body is not the Prometheus API's JSON, or not an instant vector.
+    #[error("Prometheus query {query:?}: unexpected answer: {message}")]
+    Decode {
+        /// The PromQL.
+        query: String,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// One element of an instant vector.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorSample {
+    /// The series' labels.
+    pub labels: BTreeMap<String, String>,
+    /// Evaluation time, Unix seconds.
+    pub timestamp: f64,
+    /// The value (`NaN` and `±Inf` accepted).
+    pub value: f64,
+}
+
+#[derive(Deserialize)]
+struct ApiResponse {
+    status: String,
+    #[serde(default)]
+    data: Option<ApiData>,
+    #[serde(default, rename = "errorType")]
+    error_type: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ApiData {
+    #[serde(rename = "resultType")]
+    result_type: String,
+    result: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct ApiVectorElement {
+    #[serde(default)]
+    metric: BTreeMap<String, String>,
+    value: (f64, String),
+}
+
+/// Parses a Prometheus sample value (`"3"`, `"1.5e3"`, `"NaN"`, `"+Inf"`, `"-Inf"`).
+pub fn parse_sample_value(s: &str) -> Option<f64> {
+    match s {
+        "+Inf" | "Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        "NaN" => Some(f64::NAN),
+        _ => s.parse().ok(),
+    }
+}
+
+/// Decodes a `/api/v1/query` answer body into an instant vector. `http_status` is used in
+/// error messages; a `"status": "error"` body is an [`PrometheusError::Api`] whatever the
+/// status code.
+pub fn decode_query_response(query: &str, http_status: u16, body: &str) -> Result<Vec<VectorSample>, PrometheusError> {
+    let decode = |message: String| PrometheusError::Decode { query: query.to_string(), message };
+    let resp: ApiResponse = match serde_json::from_str(body) {
+        Ok(r) => r,
+        Err(e) if (200..300).contains(&http_status) => return Err(decode(format!("not Prometheus API JSON: {e}"))),
+        Err(_) => {
+            let body: String = body.chars().take(200).collect();
+            return Err(PrometheusError::Http { query: query.to_string(), http_status, body: body.trim().to_string() });
+        }
+    };
+    if resp.status != "success" {
+        return Err(PrometheusError::Api {
+            query: query.to_string(),
+            error_type: resp.error_type.unwrap_or_else(|| "unknown".into()),
+            error: resp.error.unwrap_or_else(|| format!("status {:?}", resp.status)),
+            http_status,
+        });
+    }
+    let data = resp.data.ok_or_else(|| decode("status success without data".into()))?;
+    if data.result_type != "vector" {
+        return Err(decode(format!("resultType {:?}, expected \"vector\"", data.result_type)));
+    }
+    let elements: Vec<ApiVectorElement> =
+        serde_json::from_value(data.result).map_err(|e| decode(format!("vector result: {e}")))?;
+    elements
+        .into_iter()
+        .map(|e| {
+            let value = parse_sample_value(&e.value.1).ok_or_else(|| decode(format!("value {:?} is not a number", e.value.1)))?;
+            Ok(VectorSample { labels: e.metric, timestamp: e.value.0, value })
+        })
+        .collect()
+}
+
+/// The key a series is stored under: a non-empty `node` label, else `instance` without its
+/// port (`10.0.0.7:10249` -> `10.0.0.7`, `[fd00::7]:10249` -> `fd00::7`). `None` when the
+/// series has neither.
+pub fn instance_key(labels: &BTreeMap<String, String>) -> Option<String> {
+    if let Some(node) = labels.get("node").filter(|n| !n.is_empty()) {
+        return Some(node.clone());
+    }
+    let instance = labels.get("instance").filter(|i| !i.is_empty())?;
+    if let Some(rest) = instance.strip_prefix('[') {
+        if let Some((host, _)) = rest.split_once(']') {
+            return Some(host.to_string());
+        }
+    }
+    // host:port (one colon); a bare IPv6 address (several colons) is kept whole
+    match instance.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') && port.chars().all(|c| c.is_ascii_digit()) => Some(host.to_string()),
+        _ => Some(instance.clone()),
+    }
+}
+
+/// The PromQL of each query for a window of `window_seconds`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queries {
+    /// Sync-duration buckets increase over the window, per instance and `le`.
+    pub sync_buckets: String,
+    /// Network-programming buckets increase over the window, per instance and `le`.
+    pub network_programming_buckets: String,
+    /// Oldest last successful sync per instance.
+    pub last_sync: String,
+    /// Newest last queued sync per instance.
+    pub last_queued: String,
+    /// iptables rules owned, summed over tables, per instance.
+    pub iptables_rules: String,
+}
+
+impl Queries {
+    /// The queries for a window of `window_seconds` (rounded to whole seconds, at least 1).
+    pub fn new(window_seconds: f64) -> Self {
+        let w = format!("{}s", window_seconds.round().max(1.0) as u64);
+        let buckets = |family: HistogramFamily| format!("sum by (node, instance, le) (increase({}_bucket[{w}]))", family.name());
+        Self {
+            sync_buckets: buckets(HistogramFamily::Sync),
+            network_programming_buckets: buckets(HistogramFamily::NetworkProgramming),
+            last_sync: "min by (node, instance) (kubeproxy_sync_proxy_rules_last_timestamp_seconds)".into(),
+            last_queued: "max by (node, instance) (kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds)".into(),
+            iptables_rules: "sum by (node, instance) (kubeproxy_sync_proxy_rules_iptables_total)".into(),
+        }
+    }
+}
+
+/// The per-instance result of one round of queries.
+#[derive(Debug, Clone)]
+pub struct PrometheusSnapshot {
+    /// One input per instance with at least one histogram, sorted by key; `earlier` is `None`.
+    pub inputs: Vec<NodeInput>,
+    /// Instances whose series could not be turned into a histogram (e.g. no `+Inf` bucket),
+    /// reason `parse`.
+    pub failures: BTreeMap<String, NodeFailure>,
+    /// When the queries were answered, Unix seconds.
+    pub at_unix_seconds: f64,
+}
+
+impl PrometheusSnapshot {
+    /// A fresh store holding exactly this snapshot (one sample per instance, so the analysis
+    /// uses each window as it is), with the failures recorded.
+    pub fn into_store(self, window_seconds: f64) -> MeasurementStore {
+        let mut store = MeasurementStore::new(window_seconds);
+        for input in self.inputs {
+            store.record(&input.node, Sample { at_unix_seconds: self.at_unix_seconds, scrape: input.later, proxy_mode: input.proxy_mode });
+        }
+        for (node, f) in self.failures {
+            store.record_failure(&node, f);
+        }
+        store
+    }
+}
+
+/// The vectors of one round of queries, by role.
+#[derive(Debug, Clone, Default)]
+pub struct Vectors {
+    /// Answer of [`Queries::sync_buckets`].
+    pub sync_buckets: Vec<VectorSample>,
+    /// Answer of [`Queries::network_programming_buckets`].
+    pub network_programming_buckets: Vec<VectorSample>,
+    /// Answer of [`Queries::last_sync`].
+    pub last_sync: Vec<VectorSample>,
+    /// Answer of [`Queries::last_queued`].
+    pub last_queued: Vec<VectorSample>,
+    /// Answer of [`Queries::iptables_rules`].
+    pub iptables_rules: Vec<VectorSample>,
+}
+
+/// Turns the query answers into per-instance inputs (pure). Series without an `le` label or
+/// with an unreadable one, and series without an instance key, are ignored; an instance whose
+/// buckets have no `+Inf` bound gets a `parse` failure naming the family.
+pub fn build_snapshot(v: &Vectors, at_unix_seconds: f64) -> PrometheusSnapshot {
+    let mut scrapes: BTreeMap<String, KubeProxyScrape> = BTreeMap::new();
+    let mut failures = BTreeMap::new();
+    for (family, samples) in
+        [(HistogramFamily::Sync, &v.sync_buckets), (HistogramFamily::NetworkProgramming, &v.network_programming_buckets)]
+    {
+        let mut per_key: BTreeMap<String, Vec<Bucket>> = BTreeMap::new();
+        for s in samples {
+            let (Some(key), Some(le)) = (instance_key(&s.labels), s.labels.get("le").and_then(|l| parse_sample_value(l))) else {
+                continue;
+            };
+            per_key.entry(key).or_default().push(Bucket { upper_bound_seconds: le, count: s.value });
+        }
+        for (key, buckets) in per_key {
+            match Histogram::new(buckets, None) {
+                Ok(h) => {
+                    let scrape = scrapes.entry(key).or_default();
+                    match family {
+                        HistogramFamily::Sync => scrape.sync = Some(h),
+                        _ => scrape.network_programming = Some(h),
+                    }
+                }
+                Err(e) => {
+                    failures.insert(
+                        key,
+                        NodeFailure {
+                            reason: reason::PARSE.into(),
+                            message: format!("Prometheus series of {}: {e}", family.name()),
+                            at_unix_seconds,
+                        },
+                    );
+                }
+            }
+        }
+    }
+    // gauges only for instances that have a histogram (an instance with gauges alone has
+    // nothing to measure)
+    let mut gauge = |samples: &[VectorSample], set: fn(&mut KubeProxyScrape, f64)| {
+        for s in samples {
+            if let Some(scrape) = instance_key(&s.labels).and_then(|k| scrapes.get_mut(&k)) {
+                set(scrape, s.value);
+            }
+        }
+    };
+    gauge(&v.last_sync, |s, x| s.last_sync_timestamp_seconds = Some(s.last_sync_timestamp_seconds.map_or(x, |o| o.min(x))));
+    gauge(&v.last_queued, |s, x| s.last_queued_timestamp_seconds = Some(s.last_queued_timestamp_seconds.map_or(x, |o| o.max(x))));
+    gauge(&v.iptables_rules, |s, x| s.iptables_rules_total = Some(s.iptables_rules_total.unwrap_or(0.0) + x));
+    for k in scrapes.keys() {
+        failures.remove(k);
+    }
+    let inputs = scrapes
+        .into_iter()
+        .map(|(node, later)| NodeInput { node, later, earlier: None, proxy_mode: None })
+        .collect();
+    PrometheusSnapshot { inputs, failures, at_unix_seconds }
+}
+
+/// A Prometheus server to query.
+#[derive(Debug, Clone)]
+pub struct PrometheusSource {
+    query_url: reqwest::Url,
+    client: reqwest::Client,
+    window_seconds: f64,
+}
+
+impl PrometheusSource {
+    /// A source for the server at `base_url` (e.g. `http://prometheus.monitoring:9090`, a path
+    /// prefix such as `/prometheus` kept), analysing `window` (default 10 minutes in the
+    /// operator), each request bounded by `timeout`.
+    ///
+    /// Errors: `base_url` is not an http(s) URL.
+    pub fn new(base_url: &str, window: Duration, timeout: Duration) -> Result<Self, PrometheusError> {
+        let url_err = |message: String| PrometheusError::Url { url: base_url.to_string(), message };
+        let mut base = reqwest::Url::parse(base_url).map_err(|e| url_err(e.to_string()))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(url_err("expected http:// or https://".into()));
+        }
+        if !base.path().ends_with('/') {
+            let p = format!("{}/", base.path());
+            base.set_path(&p);
+        }
+        base.set_query(None);
+        let query_url = base.join("api/v1/query").map_err(|e| url_err(e.to_string()))?;
+        Ok(Self { query_url, client: crate::operator::scrape::scrape_client(timeout), window_seconds: window.as_secs_f64() })
+    }
+
+    /// The `/api/v1/query` URL used.
+    pub fn query_url(&self) -> &str {
+        self.query_url.as_str()
+    }
+
+    /// The analysed window, seconds.
+    pub fn window_seconds(&self) -> f64 {
+        self.window_seconds
+    }
+
+    /// Runs one instant query and returns its vector.
+    ///
+    /// Errors: no answer ([`PrometheusError::Transport`]), `"status": "error"`
+    /// ([`PrometheusError::Api`]), another non-2xx answer ([`PrometheusError::Http`]), or a
+    /// body that is not an instant vector ([`PrometheusError::Decode`]).
+    pub async fn query(&self, promql: &str) -> Result<Vec<VectorSample>, PrometheusError> {
+        let transport =
+            |e: reqwest::Error| PrometheusError::Transport { url: self.query_url.to_string(), message: crate::sources::connect_hint(&e) };
+        let resp = self.client.get(self.query_url.clone()).query(&[("query", promql)]).send().await.map_err(transport)?;
+        let status = resp.status().as_u16();
+        let body = resp.text().await.map_err(transport)?;
+        decode_query_response(promql, status, &body)
+    }
+
+    /// Runs the five queries of [`Queries`] concurrently and builds the snapshot. The
+    /// iptables rule query is optional: its failure is ignored (only iptables mode has it).
+    ///
+    /// Errors: the first failure of the four required queries.
+    pub async fn fetch(&self) -> Result<PrometheusSnapshot, PrometheusError> {
+        let q = Queries::new(self.window_seconds);
+        let (sync, np, last, queued, rules) = tokio::join!(
+            self.query(&q.sync_buckets),
+            self.query(&q.network_programming_buckets),
+            self.query(&q.last_sync),
+            self.query(&q.last_queued),
+            self.query(&q.iptables_rules),
+        );
+        let v = Vectors {
+            sync_buckets: sync?,
+            network_programming_buckets: np?,
+            last_sync: last?,
+            last_queued: queued?,
+            iptables_rules: rules.unwrap_or_default(),
+        };
+        Ok(build_snapshot(&v, unix_now()))
+    }
+}
+
+/// The measurement loop of the Prometheus source: every interval (plus up to 10% jitter) it
+/// queries, replaces the shared store with [`PrometheusSnapshot::into_store`], and bumps the
+/// generation counter. A failed round keeps the previous store (the plan keeps its last good
+/// measurement) and bumps nothing. Stops when `cancel` fires.
+pub struct PrometheusLoop {
+    source: PrometheusSource,
+    store: Arc<Mutex<MeasurementStore>>,
+    generation: watch::Sender<u64>,
+    interval: Duration,
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+impl PrometheusLoop {
+    /// A loop with the default 30 s interval.
+    pub fn new(source: PrometheusSource, store: Arc<Mutex<MeasurementStore>>, generation: watch::Sender<u64>) -> Self {
+        Self { source, store, generation, interval: crate::operator::scrape::DEFAULT_INTERVAL, last_error: Arc::default() }
+    }
+
+    /// Sets the time between rounds.
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// The last round's error (`None` after a success), for a `MetricsUnavailable` condition.
+    pub fn last_error(&self) -> Arc<Mutex<Option<String>>> {
+        Arc::clone(&self.last_error)
+    }
+
+    /// One round now. Returns the number of instances measured.
+    ///
+    /// Errors: the round's query error (the store is left as it was).
+    pub async fn run_once(&self) -> Result<usize, PrometheusError> {
+        let start = Instant::now();
+        let result = self.source.fetch().await;
+        let mut last_error = self.last_error.lock().unwrap_or_else(PoisonError::into_inner);
+        match result {
+            Ok(snapshot) => {
+                let n = snapshot.inputs.len();
+                let fresh = snapshot.into_store(self.source.window_seconds);
+                *self.store.lock().unwrap_or_else(PoisonError::into_inner) = fresh;
+                *last_error = None;
+                drop(last_error);
+                self.generation.send_modify(|g| *g += 1);
+                tracing::info!(instances = n, elapsed_ms = start.elapsed().as_millis() as u64, "Prometheus query round");
+                Ok(n)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "Prometheus query round failed; keeping the previous measurement");
+                *last_error = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs rounds until `cancel` fires: one immediately, then every interval plus jitter.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut seed = (unix_now() * 1e6) as u64 | 1;
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                _ = self.run_once() => {}
+            }
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let unit = (seed >> 11) as f64 / (1u64 << 53) as f64;
+            let delay = self.interval.mul_f64(1.0 + JITTER_FRACTION * unit);
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn s(pairs: &[(&str, &str)], value: f64) -> VectorSample {
+        VectorSample { labels: labels(pairs), timestamp: 1.7e9, value }
+    }
+
+    #[test]
+    fn keys() {
+        assert_eq!(instance_key(&labels(&[("instance", "10.0.0.1:10249")])).as_deref(), Some("10.0.0.1"));
+        assert_eq!(instance_key(&labels(&[("instance", "[fd00::1]:10249")])).as_deref(), Some("fd00::1"));
+        assert_eq!(instance_key(&labels(&[("instance", "fd00::1")])).as_deref(), Some("fd00::1"));
+        assert_eq!(instance_key(&labels(&[("instance", "node-a")])).as_deref(), Some("node-a"));
+        assert_eq!(instance_key(&labels(&[("instance", "10.0.0.1:10249"), ("node", "node-a")])).as_deref(), Some("node-a"));
+        assert_eq!(instance_key(&labels(&[("instance", "10.0.0.1:10249"), ("node", "")])).as_deref(), Some("10.0.0.1"));
+        assert_eq!(instance_key(&labels(&[("job", "kube-proxy")])), None);
+    }
+
+    #[test]
+    fn queries_name_the_window_and_families() {
+        let q = Queries::new(600.0);
+        assert_eq!(
+            q.sync_buckets,
+            "sum by (node, instance, le) (increase(kubeproxy_sync_proxy_rules_duration_seconds_bucket[600s]))"
+        );
+        assert!(q.network_programming_buckets.contains("kubeproxy_network_programming_duration_seconds_bucket[600s]"));
+        assert_eq!(Queries::new(0.2).sync_buckets, Queries::new(1.0).sync_buckets);
+    }
+
+    #[test]
+    fn snapshot_from_vectors() {
+        let a = [("instance", "10.0.0.1:10249")];
+        let b = [("instance", "10.0.0.2:10249")];
+        let with_le = |base: &[(&'static str, &'static str)], le: &'static str| {
+            let mut v = base.to_vec();
+            v.push(("le", le));
+            v
+        };
+        let v = Vectors {
+            sync_buckets: vec![
+                s(&with_le(&a, "0.128"), 3.0),
+                s(&with_le(&a, "0.256"), 9.0),
+                s(&with_le(&a, "+Inf"), 10.0),
+                s(&with_le(&b, "0.128"), 1.0), // b: no +Inf
+                s(&[("le", "1")], 1.0),        // no instance: ignored
+            ],
+            network_programming_buckets: vec![s(&with_le(&a, "1"), 1.0), s(&with_le(&a, "+Inf"), 1.5)],
+            last_sync: vec![s(&a, 100.0)],
+            last_queued: vec![s(&a, 220.0), s(&b, 5.0)],
+            iptables_rules: vec![s(&a, 30.0)],
+        };
+        let snap = build_snapshot(&v, 42.0);
+        assert_eq!(snap.inputs.len(), 1);
+        let n = &snap.inputs[0];
+        assert_eq!(n.node, "10.0.0.1");
+        assert!(n.earlier.is_none());
+        let sync = n.later.sync.as_ref().unwrap();
+        assert_eq!(sync.count(), 10.0);
+        assert_eq!(n.later.network_programming.as_ref().unwrap().count(), 1.5);
+        assert_eq!(n.later.last_sync_timestamp_seconds, Some(100.0));
+        assert_eq!(n.later.last_queued_timestamp_seconds, Some(220.0));
+        assert_eq!(n.later.iptables_rules_total, Some(30.0));
+        let f = &snap.failures["10.0.0.2"];
+        assert_eq!(f.reason, "parse");
+        assert!(f.message.contains("kubeproxy_sync_proxy_rules_duration_seconds") && f.message.contains("+Inf"), "{}", f.message);
+        let store = snap.into_store(600.0);
+        assert_eq!(store.nodes_with_data(), 1);
+        assert_eq!(store.failures().len(), 1);
+        assert!(store.inputs()[0].earlier.is_none());
+    }
+
+    #[test]
+    fn decoding_answers() {
+        let ok = r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"instance":"10.0.0.1:10249","le":"+Inf"},"value":[1700000000.5,"NaN"]},{"metric":{},"value":[1700000000,"2"]}]}}"#;
+        let v = decode_query_response("q", 200, ok).unwrap();
+        assert_eq!(v.len(), 2);
+        assert!(v[0].value.is_nan());
+        assert_eq!(v[0].timestamp, 1700000000.5);
+        assert_eq!(v[1].value, 2.0);
+
+        let err = r#"{"status":"error","errorType":"bad_data","error":"1:10: parse error: unexpected identifier"}"#;
+        let e = decode_query_response("sum(", 400, err).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Prometheus rejected the query \"sum(\": bad_data: 1:10: parse error: unexpected identifier (HTTP 400)"
+        );
+        let e = decode_query_response("q", 502, "<html>Bad Gateway</html>").unwrap_err();
+        assert!(matches!(e, PrometheusError::Http { http_status: 502, .. }), "{e}");
+        let e = decode_query_response("q", 200, "{\"status\":\"success\"").unwrap_err();
+        assert!(e.to_string().contains("not Prometheus API JSON"), "{e}");
+        let m = r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
+        assert!(decode_query_response("q", 200, m).unwrap_err().to_string().contains("resultType \"matrix\""));
+        let bad = r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"x"]}]}}"#;
+        assert!(decode_query_response("q", 200, bad).unwrap_err().to_string().contains("\"x\" is not a number"));
+    }
+
+    #[test]
+    fn source_urls() {
+        let s = PrometheusSource::new("http://prom:9090", Duration::from_secs(600), Duration::from_secs(5)).unwrap();
+        assert_eq!(s.query_url(), "http://prom:9090/api/v1/query");
+        let s = PrometheusSource::new("https://x/prometheus", Duration::from_secs(600), Duration::from_secs(5)).unwrap();
+        assert_eq!(s.query_url(), "https://x/prometheus/api/v1/query");
+        assert!(matches!(
+            PrometheusSource::new("prom:9090", Duration::from_secs(1), Duration::from_secs(1)),
+            Err(PrometheusError::Url { .. })
+        ));
+    }
+}
