@@ -1,0 +1,270 @@
+//! End-to-end tests against the real local control plane (e2e/README.md): a real
+//! kube-apiserver calls our webhook over TLS and applies (or rejects) what it answers.
+//!
+//! They need a running cluster (`make cluster-up`), so they are `#[ignore]`d in the plain
+//! `cargo test` and run by `make e2e` with `--ignored`. Without a cluster they fail loudly: they
+//! never pass by skipping.
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::{Api, Client};
+use safe_termination::cli::mutate::{documents, pod_of};
+use safe_termination::crd::TerminationPolicySpec;
+use safe_termination::telemetry::Telemetry;
+use safe_termination::webhook::plan::{AssumeServiceBacked, Capabilities, Plan, PlanPolicy};
+use safe_termination::webhook::server::{self, PlanHandle, Settings, WebhookState};
+use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
+use safe_termination::webhook::mutate_pod;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+struct Env {
+    ca_pem: String,
+    webhook_cert: String,
+    webhook_key: String,
+}
+
+fn env() -> Env {
+    let dir = std::env::var("ST_E2E_DIR").unwrap_or_else(|_| "/tmp/safe-termination-e2e".into());
+    let read = |p: &str| std::fs::read_to_string(format!("{dir}/{p}")).unwrap_or_else(|e| panic!("{dir}/{p}: {e}: run `make cluster-up` first"));
+    if std::env::var("KUBECONFIG").is_err() {
+        // SAFETY: set once, before any client is built, in a test process that reads it only here
+        unsafe { std::env::set_var("KUBECONFIG", format!("{dir}/kubeconfig")) };
+    }
+    Env { ca_pem: read("pki/ca.crt"), webhook_cert: read("pki/webhook.crt"), webhook_key: read("pki/webhook.key") }
+}
+
+async fn client() -> Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::try_default().await.expect("kubeconfig of the e2e cluster")
+}
+
+/// The webhook served in-process on 127.0.0.1 with a static plan.
+struct Webhook {
+    port: u16,
+    stop: CancellationToken,
+}
+
+fn start_webhook(env: &Env, plan: Plan) -> Webhook {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let store = Arc::new(CertificateStore::new());
+    store.set(load_certified_key(env.webhook_cert.as_bytes(), env.webhook_key.as_bytes()).expect("webhook cert"));
+    let tls = server_config(store).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let state = WebhookState {
+        plan: PlanHandle::with_plan(plan),
+        services: Arc::new(AssumeServiceBacked),
+        metrics: Telemetry::new().webhook().clone(),
+        settings: Settings::default(),
+    };
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    tokio::spawn(async move { server::serve(listener, server::router(state), tls, token, Duration::from_secs(2)).await });
+    Webhook { port, stop }
+}
+
+fn static_plan(pre_stop: u32, native_sleep: bool) -> Plan {
+    Plan {
+        policies: Vec::new(),
+        default_policy: Some(PlanPolicy { namespace: String::new(), name: "e2e".into(), spec: TerminationPolicySpec::default(), pre_stop_seconds: pre_stop }),
+        capabilities: Capabilities { native_sleep },
+    }
+}
+
+/// Registers a MutatingWebhookConfiguration scoped to one namespace, shaped like the chart's
+/// (R10: Ignore, 5 s, sideEffects None, IfNeeded, pods CREATE only).
+async fn register(client: &Client, name: &str, namespace: &str, port: u16, ca_pem: &str) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let _ = api.delete(name, &DeleteParams::default()).await;
+    let cfg: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "prestop.safetermination.io",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Ignore",
+            "timeoutSeconds": 5,
+            "reinvocationPolicy": "IfNeeded",
+            "clientConfig": {
+                "url": format!("https://127.0.0.1:{port}/mutate"),
+                "caBundle": base64_encode(ca_pem.as_bytes()),
+            },
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        }]
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &cfg).await.expect("create MutatingWebhookConfiguration");
+}
+
+fn base64_encode(b: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
+
+async fn namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let _ = api.delete(name, &DeleteParams::default()).await;
+    // wait for a previous run's namespace to be gone
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while api.get_opt(name).await.ok().flatten().is_some() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let ns = Namespace { metadata: ObjectMeta { name: Some(name.into()), ..Default::default() }, ..Default::default() };
+    api.create(&PostParams::default(), &ns).await.expect("create namespace");
+    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sa.get_opt("default").await.ok().flatten().is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn cleanup(client: &Client, webhook_name: &str, ns: &str) {
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(webhook_name, &DeleteParams::default()).await;
+    let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
+}
+
+/// A case file's pod template, made creatable in `ns`: its own name, service account created.
+async fn creatable_pods(client: &Client, file: &str, ns: &str) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for (i, doc) in documents(&format!("tests/data/pods/{file}")).unwrap().iter().enumerate() {
+        let Ok((mut pod, _)) = pod_of(doc, ns) else { continue };
+        let stem = file.trim_end_matches(".yaml").replace('.', "-");
+        let name = format!("{}-{i}", &stem[..stem.len().min(50)]);
+        pod["metadata"]["name"] = json!(name);
+        pod["metadata"]["namespace"] = json!(ns);
+        if let Some(m) = pod["metadata"].as_object_mut() {
+            m.remove("generateName");
+            m.remove("creationTimestamp");
+        }
+        if let Some(sa) = pod.pointer("/spec/serviceAccountName").and_then(Value::as_str) {
+            let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+            let obj = ServiceAccount { metadata: ObjectMeta { name: Some(sa.into()), ..Default::default() }, ..Default::default() };
+            let _ = api.create(&PostParams::default(), &obj).await;
+        }
+        out.push((name, pod));
+    }
+    out
+}
+
+/// Waits until the API server calls the webhook (its configuration is picked up by an informer).
+async fn wait_until_mutating(client: &Client, ns: &str) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let probe: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "wait-for-webhook", "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pp = PostParams { dry_run: true, ..Default::default() };
+        if let Ok(p) = api.create(&pp, &probe).await
+            && p.spec.as_ref().and_then(|s| s.containers[0].lifecycle.as_ref()).is_some()
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the API server never called the webhook");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn lifecycles_and_grace(pod: &Value) -> (Vec<Value>, Option<i64>, Value) {
+    let containers = pod.pointer("/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let lc = containers.iter().map(|c| c.get("lifecycle").cloned().unwrap_or(Value::Null)).collect();
+    let inits = pod.pointer("/spec/initContainers").cloned().unwrap_or(Value::Null);
+    (lc, pod.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64), inits)
+}
+
+fn strip_defaults(mut inits: Value) -> Value {
+    // the API server defaults fields (imagePullPolicy, terminationMessagePath, ...): compare
+    // only what we could have changed
+    if let Some(a) = inits.as_array_mut() {
+        for c in a {
+            *c = json!({"name": c.get("name"), "lifecycle": c.get("lifecycle")});
+        }
+    }
+    inits
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn every_pod_case_through_the_real_api_server() {
+    let env = env();
+    let client = client().await;
+    let ns = "e2e-pod-cases";
+    let hook_name = "safe-termination-e2e-pod-cases";
+    namespace(&client, ns).await;
+    let hook = start_webhook(&env, static_plan(10, true));
+    register(&client, hook_name, ns, hook.port, &env.ca_pem).await;
+    wait_until_mutating(&client, ns).await;
+
+    let plan = static_plan(10, true);
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut checked = 0;
+    let mut files: Vec<String> = std::fs::read_dir("tests/data/pods").unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    files.sort();
+    for file in &files {
+        for (name, pod) in creatable_pods(&client, file, ns).await {
+            let expected = {
+                let d = mutate_pod(&pod, ns, &plan, &AssumeServiceBacked);
+                let mut p = pod.clone();
+                json_patch::patch(&mut p, &d.patch.0).unwrap();
+                p
+            };
+            let typed: Pod = serde_json::from_value(pod.clone()).unwrap_or_else(|e| panic!("{file}: {e}"));
+            for dry_run in [true, false] {
+                let pp = PostParams { dry_run, ..Default::default() };
+                let created = api.create(&pp, &typed).await.unwrap_or_else(|e| panic!("{file} (dry_run={dry_run}) rejected: {e}"));
+                let got = serde_json::to_value(&created).unwrap();
+                let (lc_got, grace_got, inits_got) = lifecycles_and_grace(&got);
+                let (lc_want, grace_want, inits_want) = lifecycles_and_grace(&expected);
+                assert_eq!(lc_got, lc_want, "{file}: container lifecycles after the real API server");
+                assert_eq!(grace_got, grace_want.or(Some(30)), "{file}: terminationGracePeriodSeconds");
+                assert_eq!(strip_defaults(inits_got), strip_defaults(inits_want), "{file}: init containers untouched");
+            }
+            checked += 1;
+            let _ = api.delete(&name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await;
+        }
+    }
+    assert!(checked >= 16, "only {checked} pod templates created");
+    hook.stop.cancel();
+    cleanup(&client, hook_name, ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn pods_are_created_unmutated_when_the_webhook_is_down() {
+    let env = env();
+    let client = client().await;
+    let ns = "e2e-webhook-down";
+    let hook_name = "safe-termination-e2e-webhook-down";
+    namespace(&client, ns).await;
+    // a port nothing listens on
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    register(&client, hook_name, ns, port, &env.ca_pem).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "unmutated", "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .unwrap();
+    let started = Instant::now();
+    let created = api.create(&PostParams::default(), &pod).await.expect("failurePolicy Ignore: the pod is admitted");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(6), "admission took {took:?}, above the 5 s webhook timeout");
+    assert!(created.spec.unwrap().containers[0].lifecycle.is_none(), "not mutated");
+    cleanup(&client, hook_name, ns).await;
+}
