@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
     plural = "terminationpolicies",
     singular = "terminationpolicy",
     shortname = "tpol",
+    doc = "A namespace's pod-termination policy: how safe-termination sizes the preStop sleep and terminationGracePeriodSeconds of new pods from kube-proxy's measured propagation window (spec), and what it measured and decided (status).",
     namespaced,
     status = "TerminationPolicyStatus",
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
