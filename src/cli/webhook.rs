@@ -79,20 +79,41 @@ impl WebhookError {
 pub async fn run(args: &WebhookArgs) -> Result<(), WebhookError> {
     let shutdown = Shutdown::new();
     shutdown.listen_for_signals().map_err(|e| WebhookError::Io(format!("cannot install signal handlers: {e}")))?;
-    run_until(args, shutdown).await
+    let listeners = Listeners::bind(args).await?;
+    serve(args, listeners, shutdown).await
 }
 
-/// Runs the webhook until `shutdown` fires (the testable core of [`run`]).
-pub async fn run_until(args: &WebhookArgs, shutdown: Shutdown) -> Result<(), WebhookError> {
+/// The two listening sockets.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The HTTPS webhook socket.
+    pub webhook: std::net::TcpListener,
+    /// The plain-HTTP admin socket.
+    pub admin: tokio::net::TcpListener,
+}
+
+impl Listeners {
+    /// Binds `--listen` and `--admin-listen`.
+    pub async fn bind(args: &WebhookArgs) -> Result<Self, WebhookError> {
+        let webhook =
+            std::net::TcpListener::bind(args.listen).map_err(|e| WebhookError::Io(format!("cannot listen on {}: {e}", args.listen)))?;
+        let admin = tokio::net::TcpListener::bind(args.admin_listen)
+            .await
+            .map_err(|e| WebhookError::Io(format!("cannot listen on {}: {e}", args.admin_listen)))?;
+        Ok(Self { webhook, admin })
+    }
+}
+
+/// Serves on already-bound `listeners` until `shutdown` fires: returns `Ok` after a graceful
+/// drain, [`WebhookError::Aborted`] after a second trigger. (`--listen`/`--admin-listen` are
+/// only used by [`Listeners::bind`].)
+pub async fn serve(args: &WebhookArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), WebhookError> {
     let plan = args.plan.plan().map_err(WebhookError::Usage)?;
     let telemetry = Telemetry::new();
     let metrics = telemetry.webhook().clone();
     let plan_handle = PlanHandle::with_plan(plan);
-
-    let listener = std::net::TcpListener::bind(args.listen).map_err(|e| WebhookError::Io(format!("cannot listen on {}: {e}", args.listen)))?;
-    let admin = tokio::net::TcpListener::bind(args.admin_listen)
-        .await
-        .map_err(|e| WebhookError::Io(format!("cannot listen on {}: {e}", args.admin_listen)))?;
+    let Listeners { webhook: listener, admin } = listeners;
+    let (listen, admin_listen) = (listener.local_addr().ok(), admin.local_addr().ok());
 
     let store = Arc::new(CertificateStore::new());
     let reloader = Arc::new(CertReloader::new(&args.tls_cert_file, &args.tls_key_file, store.clone(), Some(metrics.clone())));
@@ -119,7 +140,7 @@ pub async fn run_until(args: &WebhookArgs, shutdown: Shutdown) -> Result<(), Web
         metrics,
         settings: Settings { max_body_bytes: args.max_body_bytes, request_timeout: Duration::from_millis(args.request_timeout_ms) },
     };
-    tracing::info!(listen = %args.listen, admin = %args.admin_listen, cert = %args.tls_cert_file.display(), "admission webhook serving");
+    tracing::info!(listen = ?listen, admin = ?admin_listen, cert = %args.tls_cert_file.display(), "admission webhook serving");
     let serve = server::serve(listener, server::router(state), tls, shutdown.token(), Duration::from_secs(args.drain_seconds));
     let abort = shutdown.abort_token();
     let result = tokio::select! {

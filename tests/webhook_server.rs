@@ -1,0 +1,476 @@
+//! The admission webhook's HTTPS server over real sockets on 127.0.0.1 (ephemeral ports), run
+//! in-process through the same composition as `safe-termination webhook`
+//! (`cli::webhook::serve`), with certificates from rcgen and real rustls clients (reqwest, and
+//! tokio-rustls for raw HTTP/1.1 when a test needs byte-level control).
+
+use base64::Engine as _;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use reqwest::StatusCode;
+use rustls::pki_types::{CertificateDer, ServerName};
+use safe_termination::cli::mutate::{NativeSleep, PlanArgs};
+use safe_termination::cli::webhook::{Listeners, WebhookArgs, WebhookError, serve};
+use safe_termination::shutdown::Shutdown;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
+
+const CASE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/admission/admissionreview-pod-create.json");
+const CASE_UID: &str = "0c9a8d74-9cb7-44dd-b98e-09fd62def2f4";
+
+// ---------------------------------------------------------------------------------------------
+// certificates
+
+struct Pki {
+    ca: CertifiedIssuer<'static, KeyPair>,
+}
+
+struct Leaf {
+    cert_pem: String,
+    key_pem: String,
+    der: CertificateDer<'static>,
+}
+
+impl Pki {
+    fn new() -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, "safe-termination test CA");
+        Self { ca: CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap() }
+    }
+
+    fn leaf(&self, cn: &str) -> Leaf {
+        let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        Leaf { cert_pem: cert.pem(), key_pem: key.serialize_pem(), der: cert.der().clone() }
+    }
+
+    fn client_config(&self, alpn: &[&[u8]]) -> rustls::ClientConfig {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca.der().clone()).unwrap();
+        let mut c = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        c
+    }
+
+    /// A fresh client (no pooled connection) offering only `alpn`.
+    fn client(&self, alpn: &[&[u8]]) -> reqwest::Client {
+        let mut b = reqwest::Client::builder().use_preconfigured_tls(self.client_config(alpn)).tls_info(true).timeout(Duration::from_secs(10));
+        if alpn == [b"http/1.1"] {
+            b = b.http1_only();
+        }
+        b.build().unwrap()
+    }
+}
+
+/// Replaces `path` atomically (write a temporary file, then rename), as a Secret mount update does.
+fn write_atomically(path: &Path, content: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, content).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn install(dir: &Path, leaf: &Leaf) {
+    write_atomically(&dir.join("tls.key"), &leaf.key_pem);
+    write_atomically(&dir.join("tls.crt"), &leaf.cert_pem);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the server under test
+
+struct Harness {
+    addr: SocketAddr,
+    admin: SocketAddr,
+    shutdown: Shutdown,
+    task: JoinHandle<Result<(), WebhookError>>,
+    dir: tempfile::TempDir,
+    pki: Pki,
+}
+
+struct Options {
+    with_cert: bool,
+    request_timeout_ms: u64,
+    drain_seconds: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { with_cert: true, request_timeout_ms: 4000, drain_seconds: 10 }
+    }
+}
+
+impl Harness {
+    async fn start(o: Options) -> Self {
+        // as src/main.rs does: ring is the process default (reqwest's plain client needs one)
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let pki = Pki::new();
+        let dir = tempfile::tempdir().unwrap();
+        if o.with_cert {
+            install(dir.path(), &pki.leaf("cert-a"));
+        }
+        let args = WebhookArgs {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            admin_listen: "127.0.0.1:0".parse().unwrap(),
+            tls_cert_file: dir.path().join("tls.crt"),
+            tls_key_file: dir.path().join("tls.key"),
+            cert_reload_interval_seconds: 1,
+            max_body_bytes: safe_termination::webhook::server::DEFAULT_MAX_BODY_BYTES,
+            request_timeout_ms: o.request_timeout_ms,
+            drain_seconds: o.drain_seconds,
+            plan: PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto },
+        };
+        let listeners = Listeners::bind(&args).await.unwrap();
+        let addr = listeners.webhook.local_addr().unwrap();
+        let admin = listeners.admin.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let task = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move { serve(&args, listeners, shutdown).await }
+        });
+        Self { addr, admin, shutdown, task, dir, pki }
+    }
+
+    fn url(&self) -> String {
+        format!("https://{}/mutate", self.addr)
+    }
+
+    async fn admin_get(&self, path: &str) -> (StatusCode, String, String) {
+        let r = reqwest::get(format!("http://{}{path}", self.admin)).await.unwrap();
+        let ct = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+        (r.status(), ct, r.text().await.unwrap())
+    }
+
+    async fn metrics(&self) -> String {
+        self.admin_get("/metrics").await.2
+    }
+
+    /// A raw TLS connection (ALPN http/1.1) for byte-level HTTP/1.1.
+    async fn raw(&self) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(self.pki.client_config(&[b"http/1.1"])));
+        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        connector.connect(ServerName::IpAddress(self.addr.ip().into()), tcp).await.unwrap()
+    }
+
+    /// The leaf certificate a new TLS connection is served.
+    async fn served_leaf(&self) -> CertificateDer<'static> {
+        self.raw().await.get_ref().1.peer_certificates().unwrap()[0].clone()
+    }
+
+    async fn stop(self) {
+        self.shutdown.trigger();
+        let r = tokio::time::timeout(Duration::from_secs(15), self.task).await.expect("server stops").unwrap();
+        assert!(r.is_ok(), "{r:?}");
+    }
+}
+
+/// Polls `f` until it returns true, for at most `limit`.
+async fn eventually<F, Fut>(limit: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+fn case() -> Vec<u8> {
+    std::fs::read(CASE).unwrap()
+}
+
+/// Checks an AdmissionReview response for the shared case: uid echoed, allowed, a base64
+/// JSONPatch that applies to request.object and injects the preStop.
+fn check_case_response(body: &[u8]) {
+    let v: Value = serde_json::from_slice(body).unwrap();
+    assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(v["kind"], "AdmissionReview");
+    let r = &v["response"];
+    assert_eq!(r["uid"], CASE_UID);
+    assert_eq!(r["allowed"], true);
+    assert_eq!(r["patchType"], "JSONPatch");
+    let patch_bytes = base64::engine::general_purpose::STANDARD.decode(r["patch"].as_str().expect("patch is a base64 string")).unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&patch_bytes).unwrap();
+    let request: Value = serde_json::from_slice(&case()).unwrap();
+    let mut pod = request["request"]["object"].clone();
+    json_patch::patch(&mut pod, &patch.0).expect("the patch applies to request.object");
+    let pre_stop = &pod["spec"]["containers"][0]["lifecycle"]["preStop"];
+    assert!(pre_stop.is_object(), "preStop injected: {pod}");
+    assert_eq!(pod["metadata"]["annotations"]["safetermination.io/prestop-seconds"], "10");
+}
+
+async fn post(client: &reqwest::Client, url: &str, body: Vec<u8>, content_type: &str) -> reqwest::Response {
+    client.post(url).header("content-type", content_type).body(body).send().await.unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// tests
+
+#[tokio::test]
+async fn shared_case_over_https_http1_and_http2() {
+    let h = Harness::start(Options::default()).await;
+    for (alpn, version) in [(&b"http/1.1"[..], reqwest::Version::HTTP_11), (&b"h2"[..], reqwest::Version::HTTP_2)] {
+        let client = h.pki.client(&[alpn]);
+        for _ in 0..3 {
+            // several requests on one keep-alive connection
+            let r = post(&client, &h.url(), case(), "application/json").await;
+            assert_eq!(r.status(), StatusCode::OK);
+            assert_eq!(r.version(), version, "negotiated protocol for ALPN {:?}", String::from_utf8_lossy(alpn));
+            assert_eq!(r.headers()["content-type"], "application/json");
+            check_case_response(&r.bytes().await.unwrap());
+        }
+    }
+    // a client offering both gets h2 (server preference order h2, http/1.1)
+    let r = post(&h.pki.client(&[b"h2", b"http/1.1"]), &h.url(), case(), "application/json; charset=utf-8").await;
+    assert_eq!((r.status(), r.version()), (StatusCode::OK, reqwest::Version::HTTP_2));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_clear_errors() {
+    let h = Harness::start(Options::default()).await;
+    for alpn in [&b"http/1.1"[..], &b"h2"[..]] {
+        let c = h.pki.client(&[alpn]);
+        let r = post(&c, &h.url(), b"{\"kind\": \"AdmissionReview\", nope".to_vec(), "application/json").await;
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        let msg = r.text().await.unwrap();
+        assert!(msg.contains("bad AdmissionReview: body is not JSON"), "{msg}");
+
+        let r = post(&c, &h.url(), br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{"uid":"x"}}"#.to_vec(), "application/json").await;
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert!(r.text().await.unwrap().contains("admission.k8s.io/v1"));
+
+        let r = post(&c, &h.url(), case(), "text/plain").await;
+        assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let msg = r.text().await.unwrap();
+        assert!(msg.contains("unsupported Content-Type \"text/plain\"; expected application/json"), "{msg}");
+        let r = c.post(h.url()).body(case()).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert!(r.text().await.unwrap().contains("missing Content-Type"));
+
+        assert_eq!(c.get(h.url()).send().await.unwrap().status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(c.post(format!("https://{}/validate", h.addr)).send().await.unwrap().status(), StatusCode::NOT_FOUND);
+    }
+
+    // oversized over HTTP/2: the request is refused with 413 and a message
+    let over = vec![b' '; safe_termination::webhook::server::DEFAULT_MAX_BODY_BYTES + 1];
+    let r = post(&h.pki.client(&[b"h2"]), &h.url(), over, "application/json").await;
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(r.text().await.unwrap().contains("request body exceeds the limit of 3145728 bytes"));
+
+    // oversized over HTTP/1.1, announced by Content-Length: answered before the body is sent
+    let mut s = h.raw().await;
+    s.write_all(b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 4000000\r\n\r\n").await.unwrap();
+    let head = read_response(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    assert!(head.contains("exceeds the limit"), "{head}");
+
+    // oversized over HTTP/1.1 without a length (chunked): cut at the limit
+    let mut s = h.raw().await;
+    s.write_all(b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n").await.unwrap();
+    let chunk = vec![b' '; 1 << 20];
+    for _ in 0..4 {
+        let _ = s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).await;
+        if s.write_all(&chunk).await.is_err() || s.write_all(b"\r\n").await.is_err() {
+            break;
+        }
+    }
+    let _ = s.flush().await;
+    let head = read_response(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+
+    // the rejections were counted
+    let m = h.metrics().await;
+    for needle in [
+        "safe_termination_webhook_requests_total{decision=\"bad_request\"} 4",
+        "safe_termination_webhook_requests_total{decision=\"unsupported_media_type\"} 4",
+        "safe_termination_webhook_requests_total{decision=\"payload_too_large\"} 3",
+    ] {
+        assert!(m.contains(needle), "missing {needle}:\n{m}");
+    }
+    h.stop().await;
+}
+
+/// Reads an HTTP/1.1 response (headers and a Content-Length body) as text.
+async fn read_response<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16384];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = tokio::time::timeout_at(deadline.into(), s.read(&mut chunk)).await.expect("response in time").unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()))
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                break;
+            }
+        }
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[tokio::test]
+async fn readyz_waits_for_a_certificate() {
+    let h = Harness::start(Options { with_cert: false, ..Options::default() }).await;
+    assert_eq!(h.admin_get("/livez").await.0, StatusCode::OK);
+    let (status, _, body) = h.admin_get("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.contains("certificate loaded"), "{body}");
+    // no certificate: the handshake is refused
+    let err = h.pki.client(&[b"h2"]).post(h.url()).body(case()).send().await;
+    assert!(err.is_err(), "{err:?}");
+
+    install(h.dir.path(), &h.pki.leaf("cert-a"));
+    assert!(eventually(Duration::from_secs(5), || async { h.admin_get("/readyz").await.0 == StatusCode::OK }).await, "ready after the certificate appears");
+    let r = post(&h.pki.client(&[b"h2"]), &h.url(), case(), "application/json").await;
+    assert_eq!(r.status(), StatusCode::OK);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn certificate_rotation_without_restart() {
+    let h = Harness::start(Options { with_cert: false, ..Options::default() }).await;
+    let (a, b) = (h.pki.leaf("cert-a"), h.pki.leaf("cert-b"));
+    install(h.dir.path(), &a);
+    assert!(eventually(Duration::from_secs(5), || async { h.admin_get("/readyz").await.0 == StatusCode::OK }).await);
+    assert_eq!(h.served_leaf().await, a.der);
+    // a keep-alive connection opened on cert A
+    let kept = h.pki.client(&[b"h2"]);
+    assert_eq!(post(&kept, &h.url(), case(), "application/json").await.status(), StatusCode::OK);
+
+    install(h.dir.path(), &b);
+    assert!(eventually(Duration::from_secs(5), || async { h.served_leaf().await == b.der }).await, "cert B served after the poll");
+    // the open connection keeps working; a new one sees B and validates it
+    assert_eq!(post(&kept, &h.url(), case(), "application/json").await.status(), StatusCode::OK);
+    let r = post(&h.pki.client(&[b"http/1.1"]), &h.url(), case(), "application/json").await;
+    let tls = r.extensions().get::<reqwest::tls::TlsInfo>().unwrap();
+    assert_eq!(tls.peer_certificate(), Some(b.der.as_ref()));
+
+    // a broken replacement (key of A with cert B... then garbage) keeps B and is counted
+    write_atomically(&h.dir.path().join("tls.key"), &a.key_pem);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(h.served_leaf().await, b.der);
+    write_atomically(&h.dir.path().join("tls.crt"), "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(h.served_leaf().await, b.der);
+    assert_eq!(h.admin_get("/readyz").await.0, StatusCode::OK);
+    let m = h.metrics().await;
+    assert!(m.contains("safe_termination_webhook_certificate_reloads_total{result=\"success\"} 2"), "{m}");
+    assert!(m.contains("safe_termination_webhook_certificate_reloads_total{result=\"error\"}"), "{m}");
+    h.stop().await;
+}
+
+/// Sends the headers and the first half of the shared case, returning the stream and the rest.
+async fn start_slow_request(h: &Harness) -> (tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Vec<u8>) {
+    let body = case();
+    let mut s = h.raw().await;
+    let head = format!("POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());
+    s.write_all(head.as_bytes()).await.unwrap();
+    let half = body.len() / 2;
+    s.write_all(&body[..half]).await.unwrap();
+    s.flush().await.unwrap();
+    // let the server parse the headers and start reading the body: the request is in flight
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    (s, body[half..].to_vec())
+}
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_the_in_flight_request() {
+    let h = Harness::start(Options::default()).await;
+    let (mut s, rest) = start_slow_request(&h).await;
+    assert_eq!(h.shutdown.trigger(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // no new connections
+    let refused = tokio::net::TcpStream::connect(h.addr).await;
+    assert!(refused.is_err(), "the listener is closed during the drain");
+    // not ready while draining (the admin port stays up until the drain ends)
+    let (status, _, body) = h.admin_get("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.contains("not shutting down"), "{body}");
+    assert!(!h.task.is_finished(), "the server waits for the in-flight request");
+    // the in-flight request completes normally
+    s.write_all(&rest).await.unwrap();
+    s.flush().await.unwrap();
+    let response = read_response(&mut s).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let body_at = response.find("\r\n\r\n").unwrap() + 4;
+    check_case_response(response[body_at..].as_bytes());
+    // then the server exits cleanly
+    let r = tokio::time::timeout(Duration::from_secs(5), h.task).await.expect("exits after the drain").unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    assert!(tokio::net::TcpStream::connect(h.admin).await.is_err(), "admin port closed at exit");
+}
+
+#[tokio::test]
+async fn second_signal_aborts_the_drain() {
+    let h = Harness::start(Options { drain_seconds: 60, ..Options::default() }).await;
+    let (_stuck, _) = start_slow_request(&h).await;
+    h.shutdown.trigger();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!h.task.is_finished(), "draining");
+    h.shutdown.trigger();
+    let r = tokio::time::timeout(Duration::from_secs(2), h.task).await.expect("abort is immediate").unwrap();
+    assert!(matches!(r, Err(WebhookError::Aborted)), "{r:?}");
+    assert_eq!(WebhookError::Aborted.exit_code(), 130);
+}
+
+#[tokio::test]
+async fn request_timeout_answers_instead_of_hanging() {
+    let h = Harness::start(Options { request_timeout_ms: 500, ..Options::default() }).await;
+    let (mut s, _) = start_slow_request(&h).await;
+    let response = read_response(&mut s).await;
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(response.contains("admission request not answered within 500 ms"), "{response}");
+    assert!(h.metrics().await.contains("safe_termination_webhook_requests_total{decision=\"timeout\"} 1"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_decision() {
+    let h = Harness::start(Options::default()).await;
+    let c = h.pki.client(&[b"h2"]);
+    for _ in 0..3 {
+        assert_eq!(post(&c, &h.url(), case(), "application/json").await.status(), StatusCode::OK);
+    }
+    // a DELETE review: allowed, ignored
+    let mut delete: Value = serde_json::from_slice(&case()).unwrap();
+    delete["request"]["operation"] = "DELETE".into();
+    let r = post(&c, &h.url(), serde_json::to_vec(&delete).unwrap(), "application/json").await;
+    let v: Value = r.json().await.unwrap();
+    assert_eq!((v["response"]["allowed"].as_bool(), v["response"].get("patch")), (Some(true), None));
+
+    let (status, content_type, m) = h.admin_get("/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
+    for needle in [
+        "safe_termination_webhook_requests_total{decision=\"mutated\"} 3",
+        "safe_termination_webhook_requests_total{decision=\"ignored\"} 1",
+        "safe_termination_webhook_request_duration_seconds_count 4",
+        "safe_termination_webhook_fail_open_total 0",
+        "safe_termination_webhook_certificate_reloads_total{result=\"success\"} 1",
+        "# EOF",
+    ] {
+        assert!(m.contains(needle), "missing {needle}:\n{m}");
+    }
+    h.stop().await;
+}
