@@ -1,0 +1,574 @@
+//! The operator's measurement sources over real sockets on 127.0.0.1 (ephemeral ports): fake
+//! kube-proxies (axum, in this process) serving the real scrapes in tests/data/metrics (copies
+//! of ../shared/cases/metrics, provenance in tests/data/SOURCES.md) plus `/proxyMode` and
+//! `/configz`, and a fake Prometheus answering `/api/v1/query` like the real API.
+//!
+//! Targets carry node names but always connect to 127.0.0.1. Analyses go through the same core
+//! as the controller (`analysis::analyze` over `MeasurementStore::inputs`). Unless a test says
+//! otherwise a node has one sample, so its quantiles cover the kube-proxy process lifetime; the
+//! restart test records two and uses their delta.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use safe_termination::advisor::{AdviceReason, ClusterFacts, Thresholds};
+use safe_termination::analysis::{AnalysisOptions, AnalysisReport, analyze};
+use safe_termination::crd::TerminationPolicySpec;
+use safe_termination::model::{Basis, Interval, ProxyMode};
+use safe_termination::operator::measure::MeasurementStore;
+use safe_termination::operator::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
+use safe_termination::operator::scrape::{
+    ScrapeLoop, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, fetch_configz, record_outcomes,
+    resolve_proxy_config, scrape_all, scrape_client, scrape_once,
+};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+const V1_29: &str = include_str!("data/metrics/kube-proxy-v1.29-iptables-excerpt.txt");
+const V1_13: &str = include_str!("data/metrics/kube-proxy-v1.13-legacy-microseconds.txt");
+const WINDOWS_TRUNCATED: &str = include_str!("data/metrics/kube-proxy-windows-truncated.txt");
+
+const SYNC: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
+
+// ---------------------------------------------------------------------------------------------
+// fake kube-proxy
+
+/// What a fake kube-proxy serves; tests change it between scrapes.
+#[derive(Clone)]
+struct Fake {
+    body: Arc<Mutex<String>>,
+    status: Arc<AtomicU16>,
+    mode: &'static str,
+    configz: Option<&'static str>,
+    hits: Arc<AtomicUsize>,
+}
+
+impl Fake {
+    fn new(body: &str) -> Self {
+        Self {
+            body: Arc::new(Mutex::new(body.to_string())),
+            status: Arc::new(AtomicU16::new(200)),
+            mode: "iptables",
+            configz: None,
+            hits: Arc::default(),
+        }
+    }
+
+    fn set_body(&self, body: &str) {
+        *self.body.lock().unwrap() = body.to_string();
+    }
+}
+
+async fn metrics(State(f): State<Fake>) -> Response {
+    f.hits.fetch_add(1, Ordering::SeqCst);
+    let status = StatusCode::from_u16(f.status.load(Ordering::SeqCst)).unwrap();
+    (status, f.body.lock().unwrap().clone()).into_response()
+}
+
+async fn proxy_mode(State(f): State<Fake>) -> &'static str {
+    f.mode
+}
+
+async fn configz(State(f): State<Fake>) -> Response {
+    match f.configz {
+        Some(c) => ([("content-type", "application/json")], c).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn serve(router: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+/// Starts a fake kube-proxy and returns its target, named `node`, on 127.0.0.1.
+async fn kube_proxy(node: &str, fake: &Fake) -> Target {
+    let router = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/proxyMode", get(proxy_mode))
+        .route("/configz", get(configz))
+        .with_state(fake.clone());
+    let addr = serve(router).await;
+    Target::new(node, &format!("http://{addr}"))
+}
+
+/// A 127.0.0.1 port with nothing listening (bound, then released).
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    port
+}
+
+/// A server that accepts connections and never answers.
+async fn silent_server() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    addr
+}
+
+fn opts(timeout_ms: u64) -> ScrapeOptions {
+    ScrapeOptions { timeout: Duration::from_millis(timeout_ms), ..ScrapeOptions::default() }
+}
+
+fn client() -> reqwest::Client {
+    scrape_client(Duration::from_secs(5))
+}
+
+fn analysis_options() -> AnalysisOptions {
+    AnalysisOptions {
+        min_sync_period_seconds: 1.0,
+        min_sync_period_source: "test".into(),
+        mode: None,
+        facts: ClusterFacts::default(),
+        thresholds: Thresholds::default(),
+    }
+}
+
+fn analyze_store(store: &MeasurementStore) -> AnalysisReport {
+    analyze(&store.inputs(), &analysis_options(), &TerminationPolicySpec::default())
+}
+
+fn approx(actual: f64, expected: f64, tol: f64) {
+    assert!((actual - expected).abs() <= tol, "expected {expected} ± {tol}, got {actual}");
+}
+
+fn failure(o: &ScrapeOutcome) -> &safe_termination::operator::measure::NodeFailure {
+    o.result.as_ref().err().unwrap_or_else(|| panic!("{}: expected a failure", o.node))
+}
+
+/// Multiplies every cumulative count of `family`'s buckets and `_count` by `k`.
+fn scale_counts(text: &str, family: &str, k: u64) -> String {
+    let bucket = format!("{family}_bucket{{");
+    let count = format!("{family}_count ");
+    text.split_inclusive('\n')
+        .map(|line| {
+            if line.starts_with(&bucket) || line.starts_with(&count) {
+                let (head, value) = line.trim_end().rsplit_once(' ').unwrap();
+                format!("{head} {}\n", value.parse::<u64>().unwrap() * k)
+            } else {
+                line.to_string()
+            }
+        })
+        .collect()
+}
+
+/// A scrape whose only sync histogram has `n` syncs between 4.096 and 8.192 s (kube-proxy's
+/// bucket layout), i.e. a p99 of 4.096 + 4.096 x 0.99 = 8.15104 s.
+fn slow_scrape(n: u64) -> String {
+    let bounds = ["0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256", "0.512", "1.024", "2.048", "4.096"];
+    let mut s = format!("# HELP {SYNC} [ALPHA] SyncProxyRules latency in seconds\n# TYPE {SYNC} histogram\n");
+    for le in bounds {
+        s.push_str(&format!("{SYNC}_bucket{{le=\"{le}\"}} 0\n"));
+    }
+    for le in ["8.192", "16.384", "+Inf"] {
+        s.push_str(&format!("{SYNC}_bucket{{le=\"{le}\"}} {n}\n"));
+    }
+    s.push_str(&format!("{SYNC}_sum {}\n{SYNC}_count {n}\n", 6.0 * n as f64));
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+// kube-proxy scraping
+
+#[tokio::test]
+async fn real_scrapes_are_scraped_parsed_and_analysed() {
+    let a = Fake::new(V1_29);
+    let b = Fake { mode: "ipvs\n", ..Fake::new(V1_13) };
+    let targets = vec![kube_proxy("node-a", &a).await, kube_proxy("node-b", &b).await];
+    let outcomes = scrape_all(&client(), &targets, &opts(2000)).await;
+    assert_eq!(outcomes.len(), 2);
+    for o in &outcomes {
+        let s = o.result.as_ref().unwrap_or_else(|f| panic!("{}: {} {}", o.node, f.reason, f.message));
+        assert!(s.at_unix_seconds > 1.7e9);
+        assert!(o.elapsed < Duration::from_secs(2));
+    }
+    let mut store = MeasurementStore::new(600.0);
+    let n = record_outcomes(&mut store, outcomes);
+    assert_eq!((n.scraped, n.failed), (2, 0));
+    assert!(store.last_scrape_unix_seconds().is_some());
+
+    let r = analyze_store(&store);
+    assert_eq!(r.interval, "lifetime");
+    let node_a = r.nodes.iter().find(|n| n.node == "node-a").unwrap();
+    // v1.29 excerpt, lifetime: sync p99 = 0.064 + 0.064 x 1.96 / 2, NP p99 = 4 + 0.98
+    approx(node_a.sync_p99.unwrap().seconds, 0.12672, 1e-9);
+    approx(node_a.network_programming_p99.unwrap().seconds, 4.98, 1e-9);
+    assert_eq!(node_a.sync_samples, 4.0);
+    assert_eq!(node_a.basis, Basis::LowSampleCount);
+    assert_eq!((node_a.mode, node_a.mode_source), (ProxyMode::Iptables, "proxyMode endpoint"));
+    assert_eq!(node_a.kubernetes_version.as_deref(), Some("v1.29.0"));
+
+    let node_b = r.nodes.iter().find(|n| n.node == "node-b").unwrap();
+    // v1.13 legacy microseconds, converted: p99 = (32000 + 32000 x 108.31 / 126) us
+    approx(node_b.sync_p99.unwrap().seconds, (32000.0 + 32000.0 * (2642.31 - 2534.0) / 126.0) * 1e-6, 1e-9);
+    assert!(node_b.sync_from_legacy_microseconds);
+    assert_eq!(node_b.basis, Basis::Measured);
+    assert_eq!((node_b.mode, node_b.mode_source), (ProxyMode::Ipvs, "proxyMode endpoint"));
+
+    // node-b is the only trusted node: it sets the window, 1 + 2 x p99
+    assert_eq!(r.worst_node.as_deref(), Some("node-b"));
+    approx(r.propagation_window_seconds.unwrap(), 1.0 + 2.0 * node_b.sync_p99.unwrap().seconds, 1e-9);
+}
+
+#[tokio::test]
+async fn connection_refused_names_the_metrics_bind_address_fix() {
+    let target = Target::new("node-refused", &format!("http://127.0.0.1:{}", closed_port()));
+    let o = scrape_once(&client(), &target, &opts(2000)).await;
+    let f = failure(&o);
+    assert_eq!(f.reason, "connection_refused");
+    assert!(f.message.contains("metricsBindAddress: 0.0.0.0:10249"), "{}", f.message);
+    assert!(f.message.contains("Prometheus source"), "{}", f.message);
+    assert!(f.message.contains(&target.base_url), "{}", f.message);
+    assert_eq!(o.node, "node-refused");
+}
+
+#[tokio::test]
+async fn a_silent_server_times_out_within_the_per_target_timeout() {
+    let addr = silent_server().await;
+    let target = Target::new("node-silent", &format!("http://{addr}"));
+    let start = Instant::now();
+    let o = scrape_once(&client(), &target, &opts(300)).await;
+    let took = start.elapsed();
+    let f = failure(&o);
+    assert_eq!(f.reason, "timeout");
+    assert!(f.message.contains("within 0.3 s"), "{}", f.message);
+    assert!(took >= Duration::from_millis(290) && took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test]
+async fn http_500_is_an_http_status_failure() {
+    let fake = Fake::new("internal error");
+    fake.status.store(500, Ordering::SeqCst);
+    let target = kube_proxy("node-500", &fake).await;
+    let o = scrape_once(&client(), &target, &opts(2000)).await;
+    let f = failure(&o);
+    assert_eq!(f.reason, "http_status");
+    assert!(f.message.contains("HTTP 500"), "{}", f.message);
+    assert!(f.message.contains("/metrics"), "{}", f.message);
+}
+
+#[tokio::test]
+async fn a_truncated_body_is_a_parse_failure_naming_family_and_line() {
+    let target = kube_proxy("node-windows", &Fake::new(WINDOWS_TRUNCATED)).await;
+    let o = scrape_once(&client(), &target, &opts(2000)).await;
+    let f = failure(&o);
+    assert_eq!(f.reason, "parse");
+    assert!(f.message.contains(SYNC), "{}", f.message);
+    assert!(f.message.contains("line 17"), "{}", f.message);
+
+    // recorded as the node's failure; no sample, so no input
+    let mut store = MeasurementStore::new(600.0);
+    record_outcomes(&mut store, [o]);
+    assert_eq!(store.failures()["node-windows"].reason, "parse");
+    assert!(store.inputs().is_empty());
+}
+
+#[tokio::test]
+async fn a_restarted_kube_proxy_is_analysed_since_its_restart() {
+    let fake = Fake::new(&scale_counts(V1_29, SYNC, 10));
+    let target = kube_proxy("node-restarted", &fake).await;
+    let c = client();
+    let mut store = MeasurementStore::new(600.0);
+    record_outcomes(&mut store, [scrape_once(&c, &target, &opts(2000)).await]);
+    fake.set_body(V1_29); // lower cumulative counts: the process restarted
+    record_outcomes(&mut store, [scrape_once(&c, &target, &opts(2000)).await]);
+    let inputs = store.inputs();
+    assert!(inputs[0].earlier.is_some(), "two samples: an interval analysis");
+    let r = analyze_store(&store);
+    let n = &r.nodes[0];
+    assert_eq!(n.interval, Interval::SinceRestart);
+    // since the restart = the later scrape on its own
+    assert_eq!(n.sync_samples, 4.0);
+    approx(n.sync_p99.unwrap().seconds, 0.12672, 1e-9);
+    assert_eq!(fake.hits.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_stale_proxy_is_advised() {
+    let last_sync = "kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.704894799332805e+09";
+    let last_queued = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds 1.704894799314416e+09";
+    assert!(V1_29.contains(last_sync) && V1_29.contains(last_queued));
+    // queued 120 s after the last successful sync
+    let stale = V1_29.replace(last_queued, "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds 1704894919.332805");
+    let target = kube_proxy("node-stale", &Fake::new(&stale)).await;
+    let mut store = MeasurementStore::new(600.0);
+    record_outcomes(&mut store, [scrape_once(&client(), &target, &opts(2000)).await]);
+    let r = analyze_store(&store);
+    approx(r.nodes[0].stale_seconds.unwrap(), 120.0, 1e-3);
+    let advice = r.advice.iter().find(|a| a.reason == AdviceReason::ProxyStale).expect("ProxyStale advice");
+    assert_eq!(advice.node.as_deref(), Some("node-stale"));
+
+    // the unmodified scrape is not stale
+    let fresh = kube_proxy("node-fresh", &Fake::new(V1_29)).await;
+    let mut store = MeasurementStore::new(600.0);
+    record_outcomes(&mut store, [scrape_once(&client(), &fresh, &opts(2000)).await]);
+    assert!(analyze_store(&store).advice.iter().all(|a| a.reason != AdviceReason::ProxyStale));
+}
+
+#[tokio::test]
+async fn of_two_nodes_the_slow_one_is_the_worst_node() {
+    let fast = kube_proxy("node-fast", &Fake::new(V1_13)).await;
+    let slow = kube_proxy("node-slow", &Fake::new(&slow_scrape(100))).await;
+    let mut store = MeasurementStore::new(600.0);
+    record_outcomes(&mut store, scrape_all(&client(), &[fast, slow], &opts(2000)).await);
+    let r = analyze_store(&store);
+    assert!(r.nodes.iter().all(|n| n.basis == Basis::Measured));
+    assert_eq!(r.worst_node.as_deref(), Some("node-slow"));
+    let p99 = 4.096 + 4.096 * 0.99;
+    approx(r.sync_p99_seconds.unwrap(), p99, 1e-9);
+    approx(r.propagation_window_seconds.unwrap(), 1.0 + 2.0 * p99, 1e-9);
+    assert!(r.advice.iter().any(|a| a.reason == AdviceReason::ProxySyncSlow && a.node.as_deref() == Some("node-slow")));
+}
+
+#[tokio::test]
+async fn scrape_all_bounds_requests_in_flight_and_keeps_going_past_failures() {
+    let fake = Fake::new(V1_29);
+    let mut targets = Vec::new();
+    for i in 0..12 {
+        targets.push(kube_proxy(&format!("node-{i:02}"), &fake).await);
+    }
+    targets.push(Target::new("node-refused", &format!("http://127.0.0.1:{}", closed_port())));
+    let outcomes = scrape_all(&client(), &targets, &ScrapeOptions { max_in_flight: 3, ..opts(2000) }).await;
+    assert_eq!(outcomes.len(), 13);
+    assert_eq!(outcomes.iter().filter(|o| o.result.is_ok()).count(), 12);
+    assert_eq!(outcomes.iter().find(|o| o.node == "node-refused").unwrap().reason(), Some("connection_refused"));
+    assert_eq!(fake.hits.load(Ordering::SeqCst), 12);
+}
+
+#[tokio::test]
+async fn configz_is_read_best_effort_and_resolution_names_its_source() {
+    const CONFIGZ: &str = r#"{"kubeproxy.config.k8s.io":{"Mode":"nftables","NFTables":{"MasqueradeBit":14},"MetricsBindAddress":"0.0.0.0:10249","SyncPeriod":"30s","MinSyncPeriod":"2s","ConfigSyncPeriod":"15m0s"}}"#;
+    let with = kube_proxy("node-configz", &Fake { configz: Some(CONFIGZ), ..Fake::new(V1_29) }).await;
+    let without = kube_proxy("node-plain", &Fake::new(V1_29)).await;
+    let c = client();
+    let cfg = fetch_configz(&c, &with, Duration::from_secs(2)).await.unwrap();
+    assert_eq!((cfg.mode, cfg.min_sync_period_seconds), (ProxyMode::Nftables, 2.0));
+    let e = fetch_configz(&c, &without, Duration::from_secs(2)).await.unwrap_err();
+    assert!(e.contains("HTTP 404") && e.contains("/configz"), "{e}");
+
+    let r = resolve_proxy_config(&c, &[without.clone(), with.clone()], None, Duration::from_secs(2)).await;
+    assert_eq!(r.source, "configz node-configz");
+    assert_eq!(r.min_sync_period_seconds, 2.0);
+    assert_eq!(r.mode(), Some(ProxyMode::Nftables));
+    assert_eq!(r.notes.len(), 1, "{:?}", r.notes);
+
+    let r = resolve_proxy_config(&c, &[without], None, Duration::from_secs(2)).await;
+    assert_eq!((r.source.as_str(), r.min_sync_period_seconds), ("default", 1.0));
+    assert!(r.notes[0].starts_with("configz: "), "{:?}", r.notes);
+}
+
+#[tokio::test]
+async fn the_scrape_loop_records_retains_publishes_and_stops() {
+    const CONFIGZ: &str = r#"{"kubeproxy.config.k8s.io":{"Mode":"iptables","SyncPeriod":"30s","MinSyncPeriod":"3s"}}"#;
+    let a = kube_proxy("node-a", &Fake { configz: Some(CONFIGZ), ..Fake::new(V1_29) }).await;
+    let b = kube_proxy("node-b", &Fake::new(V1_13)).await;
+    let gone = Target::new("node-gone", &format!("http://127.0.0.1:{}", closed_port()));
+    let store = Arc::new(Mutex::new(MeasurementStore::new(600.0)));
+    let (tx, mut rx) = tokio::sync::watch::channel(0u64);
+    let metrics = ScrapeMetrics::default();
+    let mut registry = prometheus_client::registry::Registry::with_prefix("safe_termination_scrape");
+    metrics.register(&mut registry);
+
+    let mut lp = ScrapeLoop::new(TargetSource::Static(vec![a.clone(), b.clone(), gone]), store.clone(), tx.clone())
+        .with_options(opts(2000))
+        .with_metrics(metrics.clone());
+    let config = lp.proxy_config();
+    let s = lp.run_cycle().await;
+    assert_eq!((s.targets, s.scraped, s.failed, s.generation), (3, 2, 1, 1));
+    assert!(rx.has_changed().unwrap());
+    assert_eq!(*rx.borrow_and_update(), 1);
+    {
+        let st = store.lock().unwrap();
+        assert_eq!(st.nodes_with_data(), 2);
+        assert_eq!(st.failures()["node-gone"].reason, "connection_refused");
+    }
+    assert_eq!(config.read().unwrap().source, "configz node-a");
+    assert_eq!(config.read().unwrap().min_sync_period_seconds, 3.0);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(text.contains("safe_termination_scrape_errors_total{reason=\"connection_refused\"} 1"), "{text}");
+    assert!(text.contains("safe_termination_scrape_duration_seconds_count 3"), "{text}");
+    assert!(text.contains("safe_termination_scrape_targets 3"), "{text}");
+
+    // node-gone and node-b leave: their failure and samples are dropped
+    let mut lp = ScrapeLoop::new(TargetSource::Static(vec![a.clone()]), store.clone(), tx.clone()).with_options(opts(2000));
+    let s = lp.run_cycle().await;
+    assert_eq!((s.targets, s.scraped, s.failed, s.generation), (1, 1, 0, 2));
+    assert_eq!(*rx.borrow_and_update(), 2);
+    {
+        let st = store.lock().unwrap();
+        assert_eq!(st.nodes_with_data(), 1);
+        assert!(st.failures().is_empty());
+        assert!(st.inputs()[0].earlier.is_some(), "node-a has two samples now");
+    }
+
+    // run(): a cycle at once, then cancellation ends it promptly
+    let cancel = CancellationToken::new();
+    let lp = ScrapeLoop::new(TargetSource::Static(vec![a]), store.clone(), tx).with_options(opts(2000)).with_interval(Duration::from_secs(3600));
+    let task = tokio::spawn(lp.run(cancel.clone()));
+    tokio::time::timeout(Duration::from_secs(5), rx.changed()).await.unwrap().unwrap();
+    assert_eq!(*rx.borrow(), 3);
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(2), task).await.expect("the loop stops on cancel").unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prometheus
+
+/// What the fake Prometheus answers, by query.
+#[derive(Clone, Default)]
+struct FakeProm {
+    answers: Arc<HashMap<String, (u16, String)>>,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+async fn prom_query(State(p): State<FakeProm>, uri: Uri) -> Response {
+    let url = reqwest::Url::parse(&format!("http://prometheus{uri}")).unwrap();
+    let query = url.query_pairs().find(|(k, _)| k == "query").map(|(_, v)| v.into_owned()).unwrap_or_default();
+    p.seen.lock().unwrap().push(query.clone());
+    match p.answers.get(&query) {
+        Some((status, body)) => (StatusCode::from_u16(*status).unwrap(), [("content-type", "application/json")], body.clone()).into_response(),
+        None => (
+            StatusCode::BAD_REQUEST,
+            format!(r#"{{"status":"error","errorType":"bad_data","error":"unexpected query {query:?}"}}"#),
+        )
+            .into_response(),
+    }
+}
+
+fn vector(series: &[(&[(&str, &str)], f64)]) -> String {
+    let result: Vec<serde_json::Value> = series
+        .iter()
+        .map(|(labels, v)| {
+            let metric: serde_json::Map<String, serde_json::Value> =
+                labels.iter().map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string()))).collect();
+            serde_json::json!({"metric": metric, "value": [1700000000.0, v.to_string()]})
+        })
+        .collect();
+    serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": result}}).to_string()
+}
+
+/// Increases over the window for two instances: 10.0.0.1 (no node label) with the v1.29
+/// excerpt's bucket counts, and 10.0.0.2 labelled node-b with 100 syncs in (4.096, 8.192].
+fn prometheus_answers(window_seconds: f64) -> HashMap<String, (u16, String)> {
+    let q = Queries::new(window_seconds);
+    let a = "10.0.0.1:10249";
+    let b = "10.0.0.2:10249";
+    let sync_a = [("0.016", 1.0), ("0.032", 2.0), ("0.064", 2.0), ("0.128", 4.0), ("16.384", 4.0), ("+Inf", 4.0)];
+    let sync_b = [("4.096", 0.0), ("8.192", 100.0), ("16.384", 100.0), ("+Inf", 100.0)];
+    let mut sync: Vec<(Vec<(&str, &str)>, f64)> = Vec::new();
+    for (le, v) in sync_a {
+        sync.push((vec![("instance", a), ("le", le)], v));
+    }
+    for (le, v) in sync_b {
+        sync.push((vec![("instance", b), ("node", "node-b"), ("le", le)], v));
+    }
+    let sync: Vec<(&[(&str, &str)], f64)> = sync.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
+    let np: Vec<(Vec<(&str, &str)>, f64)> = [("4", 1.0), ("5", 2.0), ("+Inf", 2.0)]
+        .into_iter()
+        .map(|(le, v)| (vec![("instance", a), ("le", le)], v))
+        .collect();
+    let np: Vec<(&[(&str, &str)], f64)> = np.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
+    let mut m = HashMap::new();
+    m.insert(q.sync_buckets, (200, vector(&sync)));
+    m.insert(q.network_programming_buckets, (200, vector(&np)));
+    m.insert(q.last_sync, (200, vector(&[(&[("instance", a)], 1704894799.0), (&[("instance", b), ("node", "node-b")], 1704894700.0)])));
+    m.insert(q.last_queued, (200, vector(&[(&[("instance", a)], 1704894799.0), (&[("instance", b), ("node", "node-b")], 1704894820.0)])));
+    m.insert(q.iptables_rules, (200, vector(&[(&[("instance", a)], 38.0)])));
+    m
+}
+
+async fn prometheus(answers: HashMap<String, (u16, String)>) -> (String, FakeProm) {
+    let p = FakeProm { answers: Arc::new(answers), seen: Arc::default() };
+    let router = Router::new().route("/api/v1/query", get(prom_query)).with_state(p.clone());
+    (format!("http://{}", serve(router).await), p)
+}
+
+#[tokio::test]
+async fn prometheus_source_feeds_the_same_core_maths() {
+    let (url, fake) = prometheus(prometheus_answers(600.0)).await;
+    let src = PrometheusSource::new(&url, Duration::from_secs(600), Duration::from_secs(5)).unwrap();
+    let snap = src.fetch().await.unwrap();
+    assert!(snap.failures.is_empty(), "{:?}", snap.failures);
+    let keys: Vec<&str> = snap.inputs.iter().map(|i| i.node.as_str()).collect();
+    assert_eq!(keys, ["10.0.0.1", "node-b"], "instance without port, or the node label");
+    assert!(snap.inputs.iter().all(|i| i.earlier.is_none()));
+    // every query arrived intact (URL-encoded and decoded)
+    let q = Queries::new(600.0);
+    let seen = fake.seen.lock().unwrap().clone();
+    for expected in [&q.sync_buckets, &q.network_programming_buckets, &q.last_sync, &q.last_queued, &q.iptables_rules] {
+        assert!(seen.contains(expected), "{expected} not in {seen:?}");
+    }
+
+    let r = analyze(&snap.inputs, &analysis_options(), &TerminationPolicySpec::default());
+    let a = r.nodes.iter().find(|n| n.node == "10.0.0.1").unwrap();
+    approx(a.sync_p99.unwrap().seconds, 0.12672, 1e-9); // same buckets as the v1.29 excerpt
+    approx(a.network_programming_p99.unwrap().seconds, 4.98, 1e-9);
+    assert_eq!(a.iptables_rules_total, Some(38.0));
+    assert_eq!(a.stale_seconds, Some(0.0));
+    let b = r.nodes.iter().find(|n| n.node == "node-b").unwrap();
+    approx(b.sync_p99.unwrap().seconds, 4.096 + 4.096 * 0.99, 1e-9);
+    approx(b.stale_seconds.unwrap(), 120.0, 1e-9);
+    assert_eq!(r.worst_node.as_deref(), Some("node-b"));
+    assert!(r.advice.iter().any(|x| x.reason == AdviceReason::ProxyStale && x.node.as_deref() == Some("node-b")));
+}
+
+#[tokio::test]
+async fn prometheus_errors_are_clear_and_keep_the_last_measurement() {
+    let mut answers = prometheus_answers(600.0);
+    let q = Queries::new(600.0);
+    answers.insert(
+        q.network_programming_buckets.clone(),
+        (422, r#"{"status":"error","errorType":"execution","error":"query processing would load too many samples into memory in query execution"}"#.into()),
+    );
+    let (url, _) = prometheus(answers).await;
+    let src = PrometheusSource::new(&url, Duration::from_secs(600), Duration::from_secs(5)).unwrap();
+    let e = src.fetch().await.unwrap_err();
+    assert!(matches!(e, PrometheusError::Api { http_status: 422, .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("Prometheus rejected the query") && msg.contains("execution: query processing would load too many samples"), "{msg}");
+    assert!(msg.contains("kubeproxy_network_programming_duration_seconds_bucket"), "{msg}");
+
+    // a non-Prometheus answer (a proxy's error page)
+    let mut answers = prometheus_answers(600.0);
+    answers.insert(q.sync_buckets.clone(), (503, "<html>upstream unavailable</html>".into()));
+    let (url, _) = prometheus(answers).await;
+    let src = PrometheusSource::new(&url, Duration::from_secs(600), Duration::from_secs(5)).unwrap();
+    let e = src.fetch().await.unwrap_err().to_string();
+    assert!(e.contains("HTTP 503") && e.contains("upstream unavailable"), "{e}");
+
+    // nothing listening
+    let src = PrometheusSource::new(&format!("http://127.0.0.1:{}", closed_port()), Duration::from_secs(600), Duration::from_secs(2)).unwrap();
+    let e = src.fetch().await.unwrap_err();
+    assert!(matches!(e, PrometheusError::Transport { .. }), "{e:?}");
+    assert!(e.to_string().contains("did not answer"), "{e}");
+
+    // the loop: a good round fills the store, a failed one keeps it and does not publish
+    let (good_url, _) = prometheus(prometheus_answers(600.0)).await;
+    let store = Arc::new(Mutex::new(MeasurementStore::new(600.0)));
+    let (tx, rx) = tokio::sync::watch::channel(0u64);
+    let good = PrometheusLoop::new(PrometheusSource::new(&good_url, Duration::from_secs(600), Duration::from_secs(5)).unwrap(), store.clone(), tx.clone());
+    assert_eq!(good.run_once().await.unwrap(), 2);
+    assert_eq!(*rx.borrow(), 1);
+    let bad = PrometheusLoop::new(src, store.clone(), tx);
+    let last_error = bad.last_error();
+    assert!(bad.run_once().await.is_err());
+    assert_eq!(*rx.borrow(), 1);
+    assert!(last_error.lock().unwrap().as_deref().unwrap().contains("did not answer"));
+    assert_eq!(store.lock().unwrap().nodes_with_data(), 2);
+}
