@@ -12,3 +12,4 @@ pub mod metrics;
 pub mod proxyconfig;
 pub mod scrape;
 pub mod prometheus;
+pub mod tasks;
