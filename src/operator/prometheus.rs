@@ -179,10 +179,8 @@ pub fn instance_key(labels: &BTreeMap<String, String>) -> Option<String> {
         return Some(node.clone());
     }
     let instance = labels.get("instance").filter(|i| !i.is_empty())?;
-    if let Some(rest) = instance.strip_prefix('[') {
-        if let Some((host, _)) = rest.split_once(']') {
-            return Some(host.to_string());
-        }
+    if let Some((host, _)) = instance.strip_prefix('[').and_then(|rest| rest.split_once(']')) {
+        return Some(host.to_string());
     }
     // host:port (one colon); a bare IPv6 address (several colons) is kept whole
     match instance.rsplit_once(':') {

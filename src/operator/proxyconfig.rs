@@ -80,8 +80,7 @@ pub fn parse_go_duration(input: &str) -> Result<f64, DurationError> {
         if num.matches('.').count() > 1 {
             return Err(err("a number has more than one decimal point"));
         }
-        let value: f64 = if num.ends_with('.') { num[..num.len() - 1].parse() } else { num.parse() }
-            .map_err(|_| err("expected a number"))?;
+        let value: f64 = num.strip_suffix('.').unwrap_or(num).parse().map_err(|_| err("expected a number"))?;
         s = &s[num_len..];
         let unit_len = s.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(s.len());
         let unit = &s[..unit_len];

@@ -700,7 +700,7 @@ impl ScrapeLoop {
                 tracing::debug!(node = %o.node, reason = %f.reason, message = %f.message, "kube-proxy scrape failed");
             }
         }
-        if self.config_every > 0 && self.cycles % self.config_every == 0 {
+        if self.config_every > 0 && self.cycles.is_multiple_of(self.config_every) {
             // prefer targets that just answered
             let mut ordered: Vec<Target> =
                 targets.iter().filter(|t| outcomes.iter().any(|o| o.node == t.node && o.result.is_ok())).cloned().collect();
