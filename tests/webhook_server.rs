@@ -8,7 +8,7 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 use reqwest::StatusCode;
 use rustls::pki_types::{CertificateDer, ServerName};
 use safe_termination::cli::mutate::{NativeSleep, PlanArgs};
-use safe_termination::cli::webhook::{Listeners, WebhookArgs, WebhookError, serve};
+use safe_termination::cli::webhook::{Listeners, ServingArgs, WebhookArgs, WebhookError, serve};
 use safe_termination::shutdown::Shutdown;
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -118,6 +118,7 @@ impl Harness {
             install(dir.path(), &pki.leaf("cert-a"));
         }
         let args = WebhookArgs {
+            serving: ServingArgs {
             listen: "127.0.0.1:0".parse().unwrap(),
             admin_listen: "127.0.0.1:0".parse().unwrap(),
             tls_cert_file: dir.path().join("tls.crt"),
@@ -126,9 +127,10 @@ impl Harness {
             max_body_bytes: safe_termination::webhook::server::DEFAULT_MAX_BODY_BYTES,
             request_timeout_ms: o.request_timeout_ms,
             drain_seconds: o.drain_seconds,
+            },
             plan: PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto },
         };
-        let listeners = Listeners::bind(&args).await.unwrap();
+        let listeners = Listeners::bind(&args.serving).await.unwrap();
         let addr = listeners.webhook.local_addr().unwrap();
         let admin = listeners.admin.local_addr().unwrap();
         let shutdown = Shutdown::new();

@@ -9,7 +9,7 @@
 use crate::cli::mutate::PlanArgs;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{self, Readiness, Telemetry};
-use crate::webhook::plan::AssumeServiceBacked;
+use crate::webhook::plan::{AssumeServiceBacked, ServiceIndex};
 use crate::webhook::server::{self, PlanHandle, Settings, WebhookState};
 use crate::webhook::tls::{CertReloader, CertificateStore};
 use std::net::SocketAddr;
@@ -21,6 +21,15 @@ use tokio_util::sync::CancellationToken;
 /// Arguments of `webhook`. Every flag can also be set by its environment variable.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WebhookArgs {
+    #[command(flatten)]
+    pub serving: ServingArgs,
+    #[command(flatten)]
+    pub plan: PlanArgs,
+}
+
+/// How the HTTPS webhook and the admin port are served; shared by `webhook` and `run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServingArgs {
     /// HTTPS address of the admission webhook.
     #[arg(long, default_value = "0.0.0.0:8443", env = "SAFE_TERMINATION_LISTEN")]
     pub listen: SocketAddr,
@@ -46,8 +55,6 @@ pub struct WebhookArgs {
     /// On shutdown, how long in-flight requests may take to finish, seconds.
     #[arg(long, default_value_t = 10, env = "SAFE_TERMINATION_DRAIN_SECONDS")]
     pub drain_seconds: u64,
-    #[command(flatten)]
-    pub plan: PlanArgs,
 }
 
 /// How `run` ended.
@@ -79,7 +86,7 @@ impl WebhookError {
 pub async fn run(args: &WebhookArgs) -> Result<(), WebhookError> {
     let shutdown = Shutdown::new();
     shutdown.listen_for_signals().map_err(|e| WebhookError::Io(format!("cannot install signal handlers: {e}")))?;
-    let listeners = Listeners::bind(args).await?;
+    let listeners = Listeners::bind(&args.serving).await?;
     serve(args, listeners, shutdown).await
 }
 
@@ -94,7 +101,7 @@ pub struct Listeners {
 
 impl Listeners {
     /// Binds `--listen` and `--admin-listen`.
-    pub async fn bind(args: &WebhookArgs) -> Result<Self, WebhookError> {
+    pub async fn bind(args: &ServingArgs) -> Result<Self, WebhookError> {
         let webhook =
             std::net::TcpListener::bind(args.listen).map_err(|e| WebhookError::Io(format!("cannot listen on {}: {e}", args.listen)))?;
         let admin = tokio::net::TcpListener::bind(args.admin_listen)
@@ -104,22 +111,48 @@ impl Listeners {
     }
 }
 
-/// Serves on already-bound `listeners` until `shutdown` fires: returns `Ok` after a graceful
-/// drain, [`WebhookError::Aborted`] after a second trigger. (`--listen`/`--admin-listen` are
-/// only used by [`Listeners::bind`].)
+/// Serves the stand-alone webhook (a static plan from flags, every pod counted as
+/// service-backed: it has no Service watch) on already-bound `listeners` until `shutdown`
+/// fires: returns `Ok` after a graceful drain, [`WebhookError::Aborted`] after a second
+/// trigger. (`--listen`/`--admin-listen` are only used by [`Listeners::bind`].)
 pub async fn serve(args: &WebhookArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), WebhookError> {
     let plan = args.plan.plan().map_err(WebhookError::Usage)?;
     let telemetry = Telemetry::new();
+    let parts = Served {
+        plan: PlanHandle::with_plan(plan),
+        services: Arc::new(AssumeServiceBacked),
+        readiness: Readiness::new(),
+        telemetry,
+    };
+    serve_with(&args.serving, listeners, parts, shutdown).await
+}
+
+/// What the served webhook reads: the plan handle (published by whoever owns the plan), the
+/// Service index, the process's telemetry and readiness checks (the webhook adds "certificate
+/// loaded", "plan published" and the shutdown check to them).
+pub struct Served {
+    /// The plan the handler reads.
+    pub plan: PlanHandle,
+    /// Services, for scope ServiceBacked.
+    pub services: Arc<dyn ServiceIndex>,
+    /// The process's one registry.
+    pub telemetry: Telemetry,
+    /// The process's readiness checks.
+    pub readiness: Readiness,
+}
+
+/// Serves the HTTPS webhook and the admin port on `listeners` until `shutdown` fires, with
+/// certificates reloaded from `serving`'s files.
+pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Served, shutdown: Shutdown) -> Result<(), WebhookError> {
+    let Served { plan: plan_handle, services, telemetry, readiness } = parts;
     let metrics = telemetry.webhook().clone();
-    let plan_handle = PlanHandle::with_plan(plan);
     let Listeners { webhook: listener, admin } = listeners;
     let (listen, admin_listen) = (listener.local_addr().ok(), admin.local_addr().ok());
 
     let store = Arc::new(CertificateStore::new());
-    let reloader = Arc::new(CertReloader::new(&args.tls_cert_file, &args.tls_key_file, store.clone(), Some(metrics.clone())));
+    let reloader = Arc::new(CertReloader::new(&serving.tls_cert_file, &serving.tls_key_file, store.clone(), Some(metrics.clone())));
     reloader.poll_once().await;
 
-    let readiness = Readiness::new();
     {
         let store = store.clone();
         readiness.add("certificate loaded", move || store.is_loaded());
@@ -129,19 +162,18 @@ pub async fn serve(args: &WebhookArgs, listeners: Listeners, shutdown: Shutdown)
     }
 
     let stop_background = CancellationToken::new();
-    let reload_task = tokio::spawn(reloader.clone().run(Duration::from_secs(args.cert_reload_interval_seconds), stop_background.clone()));
+    let reload_task = tokio::spawn(reloader.clone().run(Duration::from_secs(serving.cert_reload_interval_seconds), stop_background.clone()));
     let admin_task = tokio::spawn(telemetry::serve_admin(admin, telemetry::admin_router(telemetry.clone(), readiness), stop_background.clone()));
 
     let tls = crate::webhook::tls::server_config(store).map_err(|e| WebhookError::Io(format!("TLS configuration: {e}")))?;
     let state = WebhookState {
         plan: plan_handle,
-        // The stand-alone webhook has no Service watch: scope ServiceBacked treats every pod as backed.
-        services: Arc::new(AssumeServiceBacked),
+        services,
         metrics,
-        settings: Settings { max_body_bytes: args.max_body_bytes, request_timeout: Duration::from_millis(args.request_timeout_ms) },
+        settings: Settings { max_body_bytes: serving.max_body_bytes, request_timeout: Duration::from_millis(serving.request_timeout_ms) },
     };
-    tracing::info!(listen = ?listen, admin = ?admin_listen, cert = %args.tls_cert_file.display(), "admission webhook serving");
-    let serve = server::serve(listener, server::router(state), tls, shutdown.token(), Duration::from_secs(args.drain_seconds));
+    tracing::info!(listen = ?listen, admin = ?admin_listen, cert = %serving.tls_cert_file.display(), "admission webhook serving");
+    let serve = server::serve(listener, server::router(state), tls, shutdown.token(), Duration::from_secs(serving.drain_seconds));
     let abort = shutdown.abort_token();
     let result = tokio::select! {
         r = serve => r.map_err(|e| WebhookError::Io(format!("webhook server: {e}"))),
