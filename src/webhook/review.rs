@@ -136,6 +136,11 @@ pub fn review(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> ReviewOu
         (true, Some(pod)) => {
             let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mutate_pod(pod, &namespace, plan, services)));
             match decided {
+                // Never send a patch the API server cannot apply (it would fail the pod's
+                // creation): check it against the object first, and fail open if it does not.
+                Ok(decision) if !patch_applies(pod, &decision.patch) => {
+                    fail_open(response, &mut out, "internal error: the patch does not apply to the pod")
+                }
                 Ok(decision) => apply(response, decision, &mut out),
                 Err(_) => fail_open(response, &mut out, "internal error while deciding the mutation"),
             }
@@ -151,6 +156,15 @@ pub fn review(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> ReviewOu
         }
     }
     out
+}
+
+/// True when `patch` applies cleanly to `object` (always true for an empty patch).
+fn patch_applies(object: &Value, patch: &json_patch::Patch) -> bool {
+    if patch.0.is_empty() {
+        return true;
+    }
+    let mut probe = object.clone();
+    json_patch::patch(&mut probe, &patch.0).is_ok()
 }
 
 fn apply(response: AdmissionResponse, d: Decision, out: &mut ReviewOutcome) -> AdmissionResponse {
