@@ -41,7 +41,7 @@ EOF
   if ((${#want[@]})); then
     command -v apt-get >/dev/null || die "missing ${want[*]} and no apt-get"
     log "installing Debian packages: ${want[*]}"
-    if [[ ! -d /var/lib/apt/lists ]] || [[ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e lock -e partial)" ]]; then
+    if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then   # never updated
       apt-get update -qq
     fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${want[@]}" \

@@ -181,6 +181,7 @@ wait_for "etcd" 30 etcd curl -fsS "http://127.0.0.1:$ST_ETCD_PORT/health"
 # ------------------------------------------------------------------ kube-apiserver
 # Extra flags for version-specific tests: ST_APISERVER_FEATURE_GATES (e.g.
 # PodLifecycleSleepAction=true on 1.29), ST_APISERVER_EXTRA_ARGS (split on spaces).
+# shellcheck disable=SC2054  # commas inside flag values
 apiserver_args=(
   --bind-address=127.0.0.1 --secure-port="$ST_APISERVER_PORT" --advertise-address=127.0.0.1
   --endpoint-reconciler-type=none
