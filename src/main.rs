@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 use safe_termination::cli::analyze::{self, AnalyzeArgs};
 use safe_termination::cli::mutate::{self as mutate_cmd, MutateArgs, ReviewArgs};
+use safe_termination::cli::run::{self as run_cmd, RunArgs};
 use safe_termination::cli::webhook::{self as webhook_cmd, WebhookArgs};
 use safe_termination::telemetry::{LogFormat, init_logging};
 use std::process::ExitCode;
@@ -35,13 +36,16 @@ enum Command {
     /// Run the admission webhook alone (HTTPS), with a static plan from flags, plus the admin
     /// port (/livez, /readyz, /metrics). SIGTERM drains; a second signal aborts.
     Webhook(WebhookArgs),
+    /// Run the operator: measure kube-proxy, reconcile TerminationPolicies, serve the webhook
+    /// with the measured plan (leader election; SIGTERM drains, a second signal aborts).
+    Run(Box<RunArgs>),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
     // servers log each request at info; one-shot commands only warnings
-    init_logging(cli.log_format, if matches!(cli.command, Command::Webhook(_)) { "info" } else { "warn" });
+    init_logging(cli.log_format, if matches!(cli.command, Command::Webhook(_) | Command::Run(_)) { "info" } else { "warn" });
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -66,8 +70,16 @@ fn main() -> ExitCode {
             print!("{}", safe_termination::crd::crd_yaml());
             ExitCode::SUCCESS
         }
-        Command::Webhook(args) => {
-            let result = runtime.block_on(webhook_cmd::run(&args));
+        Command::Webhook(args) => served(runtime, |rt| rt.block_on(webhook_cmd::run(&args))),
+        Command::Run(args) => served(runtime, |rt| rt.block_on(run_cmd::run(&args))),
+    }
+}
+
+/// Runs a serving command and maps its end to an exit code.
+fn served(runtime: tokio::runtime::Runtime, f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), webhook_cmd::WebhookError>) -> ExitCode {
+    {
+        {
+            let result = f(&runtime);
             // do not wait for stragglers after an abort
             runtime.shutdown_timeout(std::time::Duration::from_millis(200));
             match result {

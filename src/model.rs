@@ -60,18 +60,15 @@ impl ProxyMode {
         }
     }
 
-    /// Infers the mode from which families a scrape holds: iptables-only families (rule counts,
-    /// restore failures, full/partial sync histograms) mean iptables; the nftables failure
-    /// counters mean nftables. IPVS has no family of its own, so it is never inferred.
+    /// Infers the mode from which families a scrape holds: the rule-count gauges
+    /// (`iptables_total`, `iptables_last`) exist only in iptables mode; the nftables failure
+    /// counters mean nftables. Not evidence: the full/partial sync histograms (nftables mode
+    /// exports them too, seen on 1.37) and the restore-failure counters. IPVS has no family of
+    /// its own, so it is never inferred: prefer `/proxyMode`.
     pub fn infer(scrape: &KubeProxyScrape) -> Option<Self> {
         if scrape.nftables_sync_failures_total.is_some() || scrape.nftables_cleanup_failures_total.is_some() {
             Some(Self::Nftables)
-        } else if scrape.iptables_rules_total.is_some()
-            || scrape.iptables_rules_last.is_some()
-            || scrape.iptables_restore_failures_total.is_some()
-            || scrape.sync_full.is_some()
-            || scrape.sync_partial.is_some()
-        {
+        } else if scrape.iptables_rules_total.is_some() || scrape.iptables_rules_last.is_some() {
             Some(Self::Iptables)
         } else {
             None

@@ -3,6 +3,7 @@
 
 pub mod analyze;
 pub mod mutate;
+pub mod run;
 pub mod webhook;
 
 use crate::crd::TerminationPolicySpec;

@@ -320,7 +320,7 @@ pub fn error_policy(policy: Arc<TerminationPolicy>, err: &Error, ctx: Arc<Contex
 /// (`measured` changes) and on leadership changes.
 pub async fn run(
     client: Client,
-    mut make_context: impl FnMut(kube::runtime::reflector::Store<TerminationPolicy>) -> Context,
+    make_context: impl FnOnce(kube::runtime::reflector::Store<TerminationPolicy>) -> Context,
     measured: watch::Receiver<u64>,
     leader: watch::Receiver<bool>,
     stop: CancellationToken,

@@ -5,10 +5,10 @@
 
 use super::planner::{DefaultPolicyRef, build_plan};
 use super::probe::{ProbeResult, probe_native_sleep};
-use super::scrape::ScrapeLoop;
 use crate::crd::TerminationPolicy;
 use crate::webhook::server::PlanHandle;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -95,9 +95,14 @@ pub async fn probe_capabilities(client: Client, namespace: String, tx: watch::Se
     }
 }
 
-/// Runs `make_loop()`'s scrape loop only while `leader` is true: started on acquiring the
-/// lease, cancelled on losing it (so only one replica scrapes). Returns on `stop`.
-pub async fn scrape_while_leading(mut make_loop: impl FnMut() -> ScrapeLoop, mut leader: watch::Receiver<bool>, stop: CancellationToken) {
+/// Runs a measurement loop (kube-proxy scraping or Prometheus queries: `start(token)` returns
+/// it) only while `leader` is true: started on acquiring the lease, cancelled on losing it, so
+/// only one replica measures. Returns on `stop`.
+pub async fn measure_while_leading(
+    mut start: impl FnMut(CancellationToken) -> BoxFuture<'static, ()>,
+    mut leader: watch::Receiver<bool>,
+    stop: CancellationToken,
+) {
     loop {
         while !*leader.borrow_and_update() {
             tokio::select! {
@@ -105,9 +110,9 @@ pub async fn scrape_while_leading(mut make_loop: impl FnMut() -> ScrapeLoop, mut
                 r = leader.changed() => if r.is_err() { return },
             }
         }
-        tracing::info!("leading: scraping kube-proxy");
+        tracing::info!("leading: measuring");
         let running = stop.child_token();
-        let task = tokio::spawn(make_loop().run(running.clone()));
+        let task = tokio::spawn(start(running.clone()));
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -119,6 +124,6 @@ pub async fn scrape_while_leading(mut make_loop: impl FnMut() -> ScrapeLoop, mut
         if stop.is_cancelled() {
             return;
         }
-        tracing::info!("lost the lease: scraping stopped");
+        tracing::info!("lost the lease: measuring stopped");
     }
 }

@@ -1,0 +1,370 @@
+//! `safe-termination run`: the operator process. Wires the measurement source, the
+//! TerminationPolicy controller, the plan publisher, the capability probe, the Service index,
+//! leader election, the HTTPS webhook and the admin port under one shutdown signal.
+//!
+//! Every replica serves the webhook from the plan its own watch builds out of the policies'
+//! status; only the lease holder measures and writes status. The process exits non-zero when
+//! any task dies (a dead lease task included) and drains gracefully on SIGTERM (a second
+//! signal aborts).
+
+use crate::advisor::Thresholds;
+use crate::cli::webhook::{Listeners, Served, ServingArgs, WebhookError, serve_with};
+use crate::model::ProxyMode;
+use crate::operator::cluster::ClusterIndex;
+use crate::operator::controller::{self, Context, Settings};
+use crate::operator::measure::{MeasurementStore, Sample};
+use crate::operator::metrics::{ControllerMetrics, KubeProxyMetrics};
+use crate::operator::planner::DefaultPolicyRef;
+use crate::operator::prometheus::{PrometheusLoop, PrometheusSource};
+use crate::operator::scrape::{Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, TargetSource, parse_static_targets, unix_now};
+use crate::operator::tasks;
+use crate::shutdown::Shutdown;
+use crate::telemetry::{Readiness, Telemetry};
+use crate::webhook::server::PlanHandle;
+use futures::FutureExt;
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// Where measurements come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SourceKind {
+    /// Scrape every kube-proxy's `/metrics` (discovered by selector, or `--kube-proxy-target`).
+    KubeProxy,
+    /// Query a Prometheus server (`--prometheus-url`).
+    Prometheus,
+    /// Saved scrapes (`--metrics-file NODE=FILE`), read once: air-gapped use and tests.
+    Files,
+}
+
+/// Arguments of `run`. Every flag has an environment variable.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub serving: ServingArgs,
+    /// The operator's namespace (capability probe, lease).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "safe-termination")]
+    pub namespace: String,
+    /// This replica's identity in the lease (defaults to the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Lease name for leader election.
+    #[arg(long, env = "SAFE_TERMINATION_LEASE_NAME", default_value = "safe-termination-leader")]
+    pub lease_name: String,
+    /// Run without leader election (one replica only).
+    #[arg(long, env = "SAFE_TERMINATION_NO_LEADER_ELECTION")]
+    pub no_leader_election: bool,
+    /// Measurement source.
+    #[arg(long, value_enum, env = "SAFE_TERMINATION_SOURCE", default_value_t = SourceKind::KubeProxy)]
+    pub source: SourceKind,
+    /// Namespace of the kube-proxy pods.
+    #[arg(long, env = "SAFE_TERMINATION_KUBE_PROXY_NAMESPACE", default_value = "kube-system")]
+    pub kube_proxy_namespace: String,
+    /// Label selector of the kube-proxy pods.
+    #[arg(long, env = "SAFE_TERMINATION_KUBE_PROXY_SELECTOR", default_value = "k8s-app=kube-proxy")]
+    pub kube_proxy_selector: String,
+    /// kube-proxy metrics port.
+    #[arg(long, env = "SAFE_TERMINATION_KUBE_PROXY_PORT", default_value_t = 10249)]
+    pub kube_proxy_port: u16,
+    /// Fixed kube-proxy targets `NODE=http://IP:PORT` instead of discovery (comma-separated or
+    /// repeated).
+    #[arg(long = "kube-proxy-target", env = "SAFE_TERMINATION_KUBE_PROXY_TARGETS", value_delimiter = ',')]
+    pub kube_proxy_targets: Vec<String>,
+    /// Prometheus base URL for `--source prometheus`.
+    #[arg(long, env = "SAFE_TERMINATION_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+    /// Saved scrapes `NODE=FILE` for `--source files`.
+    #[arg(long = "metrics-file", env = "SAFE_TERMINATION_METRICS_FILES", value_delimiter = ',')]
+    pub metrics_files: Vec<String>,
+    /// Seconds between measurements (plus up to 10% jitter).
+    #[arg(long, env = "SAFE_TERMINATION_SCRAPE_INTERVAL_SECONDS", default_value_t = 30)]
+    pub scrape_interval_seconds: u64,
+    /// Per-target scrape timeout, seconds.
+    #[arg(long, env = "SAFE_TERMINATION_SCRAPE_TIMEOUT_SECONDS", default_value_t = 5)]
+    pub scrape_timeout_seconds: u64,
+    /// kube-proxies scraped at once.
+    #[arg(long, env = "SAFE_TERMINATION_SCRAPE_MAX_IN_FLIGHT", default_value_t = 64)]
+    pub scrape_max_in_flight: usize,
+    /// Rolling analysis window, seconds.
+    #[arg(long, env = "SAFE_TERMINATION_WINDOW_SECONDS", default_value_t = 600)]
+    pub window_seconds: u64,
+    /// kube-proxy minSyncPeriod, seconds, overriding what /configz or the ConfigMap say.
+    #[arg(long, env = "SAFE_TERMINATION_MIN_SYNC_PERIOD_SECONDS")]
+    pub min_sync_period_seconds: Option<f64>,
+    /// Proxy mode, overriding /proxyMode, the ConfigMap and inference (`ebpf` when there is no
+    /// kube-proxy: sizing then uses each policy's defaultSeconds).
+    #[arg(long, env = "SAFE_TERMINATION_PROXY_MODE", value_parser = parse_mode)]
+    pub proxy_mode: Option<ProxyMode>,
+    /// `NAMESPACE/NAME` of the TerminationPolicy that applies to namespaces without one (off
+    /// by default: such namespaces are not mutated).
+    #[arg(long, env = "SAFE_TERMINATION_DEFAULT_POLICY")]
+    pub default_policy: Option<String>,
+    /// Seconds between capability probes (also re-probed when the API server version changes).
+    #[arg(long, env = "SAFE_TERMINATION_PROBE_INTERVAL_SECONDS", default_value_t = 600)]
+    pub probe_interval_seconds: u64,
+    /// ProxySyncSlow threshold, seconds.
+    #[arg(long, env = "SAFE_TERMINATION_SYNC_SLOW_SECONDS", default_value_t = 1.0)]
+    pub sync_slow_seconds: f64,
+    /// iptables -> nftables threshold, Services.
+    #[arg(long, env = "SAFE_TERMINATION_IPTABLES_SERVICES_THRESHOLD", default_value_t = 1000)]
+    pub iptables_services_threshold: u64,
+    /// eBPF dataplane threshold, Services.
+    #[arg(long, env = "SAFE_TERMINATION_EBPF_SERVICES_THRESHOLD", default_value_t = 8000)]
+    pub ebpf_services_threshold: u64,
+    /// ProxyStale threshold, seconds.
+    #[arg(long, env = "SAFE_TERMINATION_STALE_SECONDS", default_value_t = 30.0)]
+    pub stale_seconds: f64,
+    /// Rewrite an unchanged status at most this often, seconds.
+    #[arg(long, env = "SAFE_TERMINATION_STATUS_REFRESH_SECONDS", default_value_t = 300)]
+    pub status_refresh_seconds: u64,
+}
+
+fn parse_mode(s: &str) -> Result<ProxyMode, String> {
+    ProxyMode::parse(s).ok_or_else(|| format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf"))
+}
+
+fn usage(msg: String) -> WebhookError {
+    WebhookError::Usage(msg)
+}
+
+/// Reads `--metrics-file NODE=FILE` scrapes into a store (files source).
+fn store_from_files(specs: &[String], window: f64) -> Result<MeasurementStore, String> {
+    let mut store = MeasurementStore::new(window);
+    for spec in specs {
+        let (node, path) = spec.split_once('=').ok_or_else(|| format!("--metrics-file {spec:?}: expected NODE=FILE"))?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        let scrape = crate::metrics::parse_kube_proxy_metrics(&text).map_err(|e| format!("{path}:{}: {}: {}", e.line, e.family, e.message))?;
+        store.record(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None });
+    }
+    Ok(store)
+}
+
+/// Runs the operator until a shutdown signal. Call inside a Tokio runtime.
+pub async fn run(args: &RunArgs) -> Result<(), WebhookError> {
+    let shutdown = Shutdown::new();
+    shutdown.listen_for_signals().map_err(|e| WebhookError::Io(format!("cannot install signal handlers: {e}")))?;
+    let listeners = Listeners::bind(&args.serving).await?;
+    run_with(args, listeners, shutdown).await
+}
+
+/// The operator on already-bound listeners (the testable core of [`run`]).
+pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), WebhookError> {
+    let default_ref = args.default_policy.as_deref().map(DefaultPolicyRef::parse).transpose().map_err(usage)?;
+    let window = args.window_seconds as f64;
+    let files_store = match args.source {
+        SourceKind::Files => Some(store_from_files(&args.metrics_files, window).map_err(usage)?),
+        _ => None,
+    };
+    if args.source == SourceKind::Prometheus && args.prometheus_url.is_none() {
+        return Err(usage("--source prometheus needs --prometheus-url".into()));
+    }
+    let static_targets = parse_static_targets(&args.kube_proxy_targets).map_err(usage)?;
+    let client = Client::try_default().await.map_err(|e| WebhookError::Io(format!("cannot build a Kubernetes client: {e}")))?;
+
+    let telemetry = Telemetry::new();
+    let kube_proxy_metrics = KubeProxyMetrics::default();
+    let controller_metrics = ControllerMetrics::default();
+    let scrape_metrics = ScrapeMetrics::default();
+    let _ = telemetry.register("kube_proxy", |r| kube_proxy_metrics.register(r));
+    let _ = telemetry.register("controller", |r| controller_metrics.register(r));
+    let _ = telemetry.register("scrape", |r| scrape_metrics.register(r));
+    let readiness = Readiness::new();
+
+    let plans = PlanHandle::new();
+    let cluster = Arc::new(ClusterIndex::default());
+    let store = Arc::new(Mutex::new(files_store.unwrap_or_else(|| MeasurementStore::new(window))));
+    let (generation_tx, generation_rx) = watch::channel(0u64);
+    let (native_tx, native_rx) = watch::channel(false);
+    let stop = shutdown.token();
+    let mut tasks: JoinSet<&'static str> = JoinSet::new();
+
+    // leader election
+    let (leader_rx, lease_task) = if args.no_leader_election {
+        let (tx, rx) = watch::channel(true);
+        std::mem::forget(tx); // stays leader for the process's life
+        (rx, None)
+    } else {
+        let identity = args.identity.clone().unwrap_or_else(|| {
+            std::env::var("HOSTNAME").unwrap_or_else(|_| format!("safe-termination-{}", std::process::id()))
+        });
+        let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+            .with_namespace(&args.namespace)
+            .with_identity(identity)
+            .with_field_manager("safe-termination-lease")
+            .build()
+            .await
+            .map_err(|e| WebhookError::Io(format!("leader election: {e}")))?;
+        let (rx, handle) = manager.watch().await;
+        (rx, Some(handle))
+    };
+    if let Some(handle) = lease_task {
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                r = handle => tracing::error!(result = ?r.map(|r| r.map(|_| ())), "the lease task ended"),
+            }
+            "lease"
+        });
+    }
+
+    {
+        let (client, cluster, stop) = (client.clone(), cluster.clone(), stop.clone());
+        tasks.spawn(async move {
+            cluster.run(client, stop).await;
+            "service index"
+        });
+    }
+    {
+        let (client, plans, stop) = (client.clone(), plans.clone(), stop.clone());
+        tasks.spawn(async move {
+            tasks::publish_plans(client, plans, native_rx, default_ref, stop).await;
+            "plan publisher"
+        });
+    }
+    {
+        let (client, ns, stop) = (client.clone(), args.namespace.clone(), stop.clone());
+        let interval = Duration::from_secs(args.probe_interval_seconds);
+        tasks.spawn(async move {
+            tasks::probe_capabilities(client, ns, native_tx, interval, stop).await;
+            "capability probe"
+        });
+    }
+
+    // measurement (leader only)
+    let proxy_config = Arc::new(RwLock::new(Default::default()));
+    if args.source != SourceKind::Files {
+        let (args2, client2, store2, gen2, proxy2, metrics2) =
+            (args.clone(), client.clone(), store.clone(), generation_tx.clone(), proxy_config.clone(), scrape_metrics.clone());
+        let static_targets = static_targets.clone();
+        let start = move |token: tokio_util::sync::CancellationToken| -> futures::future::BoxFuture<'static, ()> {
+            match args2.source {
+                SourceKind::Prometheus => {
+                    let url = args2.prometheus_url.clone().unwrap_or_default();
+                    match PrometheusSource::new(&url, Duration::from_secs(args2.window_seconds), Duration::from_secs(args2.scrape_timeout_seconds)) {
+                        Ok(src) => PrometheusLoop::new(src, store2.clone(), gen2.clone())
+                            .with_interval(Duration::from_secs(args2.scrape_interval_seconds))
+                            .run(token)
+                            .boxed(),
+                        Err(e) => {
+                            tracing::error!(error = %e, "Prometheus source");
+                            futures::future::ready(()).boxed()
+                        }
+                    }
+                }
+                _ => {
+                    let source = if static_targets.is_empty() {
+                        TargetSource::Kube {
+                            client: client2.clone(),
+                            discovery: Discovery {
+                                namespace: args2.kube_proxy_namespace.clone(),
+                                selector: args2.kube_proxy_selector.clone(),
+                                port: args2.kube_proxy_port,
+                            },
+                        }
+                    } else {
+                        TargetSource::Static(static_targets.clone())
+                    };
+                    let lp = ScrapeLoop::new(source, store2.clone(), gen2.clone())
+                        .with_interval(Duration::from_secs(args2.scrape_interval_seconds))
+                        .with_options(ScrapeOptions {
+                            timeout: Duration::from_secs(args2.scrape_timeout_seconds),
+                            max_in_flight: args2.scrape_max_in_flight,
+                            ..Default::default()
+                        })
+                        .with_metrics(metrics2.clone());
+                    let shared = lp.proxy_config();
+                    let proxy2 = proxy2.clone();
+                    // mirror the loop's refreshed kube-proxy configuration into the controller's
+                    async move {
+                        let mirror = async {
+                            loop {
+                                tokio::time::sleep(Duration::from_secs(1)).await;
+                                let v = shared.read().map(|c| c.clone()).ok();
+                                if let (Some(v), Ok(mut dst)) = (v, proxy2.write()) {
+                                    *dst = v;
+                                }
+                            }
+                        };
+                        tokio::select! { _ = lp.run(token) => {}, _ = mirror => {} }
+                    }
+                    .boxed()
+                }
+            }
+        };
+        let (leader, stop) = (leader_rx.clone(), stop.clone());
+        tasks.spawn(async move {
+            tasks::measure_while_leading(start, leader, stop).await;
+            "measurement"
+        });
+    } else {
+        generation_tx.send_modify(|g| *g += 1);
+    }
+
+    // controller
+    {
+        let settings = Settings {
+            thresholds: Thresholds {
+                sync_slow_seconds: args.sync_slow_seconds,
+                iptables_services: args.iptables_services_threshold,
+                ebpf_services: args.ebpf_services_threshold,
+                conntrack_usage_ratio: Thresholds::default().conntrack_usage_ratio,
+                stale_seconds: args.stale_seconds,
+            },
+            status_refresh_seconds: args.status_refresh_seconds as f64,
+            mode_override: args.proxy_mode,
+            min_sync_period_override: args.min_sync_period_seconds,
+            no_kube_proxy_note: (args.proxy_mode == Some(ProxyMode::Ebpf))
+                .then(|| "no kube-proxy (eBPF dataplane): sized from the policy default".to_string()),
+            ..Settings::default()
+        };
+        let reporter = Reporter { controller: "safe-termination".into(), instance: args.identity.clone() };
+        let recorder = Recorder::new(client.clone(), reporter);
+        let (client2, store2, cluster2, proxy2, leader2, km, cm) =
+            (client.clone(), store.clone(), cluster.clone(), proxy_config.clone(), leader_rx.clone(), kube_proxy_metrics.clone(), controller_metrics.clone());
+        let make = move |policies| Context {
+            client: client2,
+            store: store2,
+            cluster: cluster2,
+            proxy: proxy2,
+            leader: leader2,
+            recorder,
+            settings,
+            metrics: cm,
+            kube_proxy_metrics: km,
+            policies,
+        };
+        let (client, leader, stop) = (client.clone(), leader_rx.clone(), stop.clone());
+        tasks.spawn(async move {
+            controller::run(client, make, generation_rx, leader, stop).await;
+            "controller"
+        });
+    }
+
+    let parts = Served { plan: plans, services: cluster.clone(), telemetry, readiness };
+    let serving = serve_with(&args.serving, listeners, parts, shutdown.clone());
+    let mut serving = std::pin::pin!(serving);
+    let result = tokio::select! {
+        r = &mut serving => r,
+        Some(done) = tasks.join_next() => {
+            let name = done.unwrap_or("a task");
+            if stop.is_cancelled() {
+                serving.await
+            } else {
+                tracing::error!(task = name, "a task of the operator stopped: shutting down");
+                shutdown.trigger();
+                let _ = serving.await;
+                Err(WebhookError::Io(format!("the {name} task stopped")))
+            }
+        }
+    };
+    stop.cancel();
+    let drain = tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} });
+    if drain.await.is_err() {
+        tasks.abort_all();
+    }
+    result
+}
