@@ -19,7 +19,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
-use safe_termination::crd::{EnforcementMode, PreStopHandler, Scope, TerminationPolicySpec};
+use safe_termination::crd::{EnforcementMode, GraceSpec, PreStopHandler, PreStopSpec, Scope, TerminationPolicySpec};
 use safe_termination::webhook::plan::Labels;
 use safe_termination::webhook::{AssumeServiceBacked, Capabilities, Plan, PlanPolicy, ServiceIndex, StaticServiceIndex, review};
 use serde_json::{Map, Value, json};
@@ -79,16 +79,19 @@ fn plans() -> &'static [Plan] {
     static PLANS: OnceLock<Vec<Plan>> = OnceLock::new();
     PLANS.get_or_init(|| {
         let native = Capabilities { native_sleep: true };
-        let mut exec = TerminationPolicySpec::default();
-        exec.scope = Scope::AllLongRunning;
-        exec.pre_stop.exec_images = vec!["busybox*".into(), "nginx".into()];
-        let mut exec_only = exec.clone();
-        exec_only.pre_stop.handler = PreStopHandler::Exec;
-        let mut audit = TerminationPolicySpec::default();
-        audit.mode = EnforcementMode::Audit;
-        let mut long = TerminationPolicySpec::default();
-        long.pre_stop.max_seconds = 3600;
-        long.grace.max_seconds = 60;
+        let base = TerminationPolicySpec::default();
+        let exec = TerminationPolicySpec {
+            scope: Scope::AllLongRunning,
+            pre_stop: PreStopSpec { exec_images: vec!["busybox*".into(), "nginx".into()], ..base.pre_stop.clone() },
+            ..base.clone()
+        };
+        let exec_only = TerminationPolicySpec { pre_stop: PreStopSpec { handler: PreStopHandler::Exec, ..exec.pre_stop.clone() }, ..exec.clone() };
+        let audit = TerminationPolicySpec { mode: EnforcementMode::Audit, ..base.clone() };
+        let long = TerminationPolicySpec {
+            pre_stop: PreStopSpec { max_seconds: 3600, ..base.pre_stop.clone() },
+            grace: GraceSpec { max_seconds: 60, ..base.grace.clone() },
+            ..base.clone()
+        };
         vec![
             Plan { policies: Vec::new(), default_policy: policy(TerminationPolicySpec::default(), 10), capabilities: native },
             Plan {

@@ -416,7 +416,7 @@ async fn graceful_shutdown_finishes_the_in_flight_request() {
     let response = read_response(&mut s).await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     let body_at = response.find("\r\n\r\n").unwrap() + 4;
-    check_case_response(response[body_at..].as_bytes());
+    check_case_response(&response.as_bytes()[body_at..]);
     // then the server exits cleanly
     let r = tokio::time::timeout(Duration::from_secs(5), h.task).await.expect("exits after the drain").unwrap();
     assert!(r.is_ok(), "{r:?}");

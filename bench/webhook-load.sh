@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Load test of the admission webhook over TLS keep-alive on loopback (BENCHMARKS.md, "Webhook").
+#
+# Servers: the real webhook (`safe-termination webhook`, static plan, default logging at info to
+# a file) and the ceiling (`examples/constant_webhook.rs`: same axum + rustls stack, constant
+# answer). Body: tests/data/admission/admissionreview-pod-create.json (a real Pod CREATE review,
+# 3.4 KB), which the webhook mutates (4 patch operations).
+#
+# Per server: max throughput over HTTP/2 (h2load, 4 connections x 16 streams) and over HTTP/1.1
+# (wrk, 32 keep-alive connections); then fixed rates (h2load --rps, 10 connections) with
+# p50/p99 computed from h2load's per-request log. Only 127.0.0.1 is contacted; every run is
+# bounded by DURATION.
+#
+# Needs: apt-get install -y nghttp2-client wrk openssl; a Rust toolchain.
+# Env: DURATION (s, default 10), RATES (default "1000 2000 5000"), SERVER_CPUS / LOADGEN_CPUS
+# (taskset lists, default 0 and 1: the server gets one core, the load generator the other;
+# set both empty to not pin), OUT (default target/webhook-load).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-10}
+RATES=${RATES:-"1000 2000 5000"}
+SERVER_CPUS=${SERVER_CPUS-0}
+LOADGEN_CPUS=${LOADGEN_CPUS-1}
+OUT=${OUT:-target/webhook-load}
+BODY=tests/data/admission/admissionreview-pod-create.json
+WEBHOOK_PORT=18443
+ADMIN_PORT=18080
+CEILING_PORT=18444
+
+for tool in h2load wrk openssl taskset; do
+    command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y nghttp2-client wrk openssl util-linux" >&2; exit 2; }
+done
+pin() { # pin CPUS CMD...
+    local cpus=$1; shift
+    if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi
+}
+
+mkdir -p "$OUT"
+cargo build --release --bin safe-termination --example constant_webhook
+BIN=target/release/safe-termination
+CEILING=target/release/examples/constant_webhook
+
+# a throw-away serving certificate for 127.0.0.1 (P-256, as cert-manager issues by default)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+    -subj /CN=safe-termination-bench -addext subjectAltName=IP:127.0.0.1 \
+    -keyout "$OUT/tls.key" -out "$OUT/tls.crt" 2>/dev/null
+
+cat > "$OUT/post.lua" <<LUA
+local f = assert(io.open("$BODY", "rb"))
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = "application/json"
+LUA
+
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+wait_port() { # wait_port PORT
+    for _ in $(seq 100); do
+        if (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "nothing listens on $1" >&2; exit 1
+}
+
+# p50 and p99 (ms) and count of 2xx from an h2load --log-file (start_us, status, duration_us)
+percentiles() {
+    awk -F'\t' '{ if ($2 >= 200 && $2 < 300) ok++; print $3 }  END { print ok > "/dev/stderr" }' "$1" 2>"$1.ok" \
+        | sort -n | awk -v ok="$(cat "$1.ok")" '{ d[NR] = $1 } END {
+            p50 = d[int(NR * 0.50 + 0.999999)]; p99 = d[int(NR * 0.99 + 0.999999)]; p999 = d[int(NR * 0.999 + 0.999999)];
+            printf "requests %d (2xx %d)  p50 %.3f ms  p99 %.3f ms  p99.9 %.3f ms  max %.3f ms\n", NR, ok, p50/1000, p99/1000, p999/1000, d[NR]/1000 }'
+}
+
+run_suite() { # run_suite NAME PORT
+    local name=$1 port=$2 url="https://127.0.0.1:$2/mutate"
+    echo "== $name: max throughput, HTTP/2 (h2load -c 4 -m 16)"
+    pin "$LOADGEN_CPUS" h2load -c 4 -m 16 -t 1 -D "$DURATION" --warm-up-time 2 -d "$BODY" \
+        -H 'content-type: application/json' "$url" > "$OUT/$name-h2-max.txt"
+    grep -E "^finished in|^requests:|^status codes:|^time for request:" "$OUT/$name-h2-max.txt"
+    echo "== $name: max throughput, HTTP/1.1 keep-alive (wrk -t1 -c 32)"
+    pin "$LOADGEN_CPUS" wrk -t1 -c 32 -d "${DURATION}s" --latency -s "$OUT/post.lua" "$url" > "$OUT/$name-h1-max.txt"
+    grep -E "Requests/sec|Non-2xx|^\s+(50|99)%" "$OUT/$name-h1-max.txt"
+    for rate in $RATES; do
+        echo "== $name: fixed rate $rate/s, HTTP/2 (h2load -c 10 --rps $((rate / 10)))"
+        pin "$LOADGEN_CPUS" h2load -c 10 -m 8 -t 1 --rps "$((rate / 10))" -D "$DURATION" --warm-up-time 2 -d "$BODY" \
+            -H 'content-type: application/json' --log-file "$OUT/$name-h2-$rate.log" "$url" > "$OUT/$name-h2-$rate.txt"
+        grep -E "^finished in" "$OUT/$name-h2-$rate.txt"
+        percentiles "$OUT/$name-h2-$rate.log"
+        echo "== $name: fixed rate $rate/s, HTTP/1.1 (h2load --h1 -c 10 --rps $((rate / 10)))"
+        pin "$LOADGEN_CPUS" h2load --h1 -c 10 -t 1 --rps "$((rate / 10))" -D "$DURATION" --warm-up-time 2 -d "$BODY" \
+            -H 'content-type: application/json' --log-file "$OUT/$name-h1-$rate.log" "$url" > "$OUT/$name-h1-$rate.txt"
+        grep -E "^finished in" "$OUT/$name-h1-$rate.txt"
+        percentiles "$OUT/$name-h1-$rate.log"
+    done
+}
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); server cpus: ${SERVER_CPUS:-any}, load generator cpus: ${LOADGEN_CPUS:-any}"
+
+pin "$SERVER_CPUS" "$BIN" webhook --listen "127.0.0.1:$WEBHOOK_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
+    --tls-cert-file "$OUT/tls.crt" --tls-key-file "$OUT/tls.key" --pre-stop-seconds 10 2> "$OUT/webhook.log" &
+PIDS+=($!)
+wait_port "$WEBHOOK_PORT"
+# sanity: the webhook mutates the body
+curl_out=$(h2load -n 1 -c 1 -d "$BODY" -H 'content-type: application/json' "https://127.0.0.1:$WEBHOOK_PORT/mutate" | grep "status codes")
+echo "sanity: $curl_out"
+run_suite webhook "$WEBHOOK_PORT"
+echo "== webhook: counters after the run"
+(exec 3<>/dev/tcp/127.0.0.1/$ADMIN_PORT; printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3; cat <&3) | grep -E '^safe_termination_webhook_(requests_total|request_duration_seconds_count|fail_open_total)'
+kill "${PIDS[0]}"; wait "${PIDS[0]}" 2>/dev/null || true
+echo "webhook exit after SIGTERM: drained"
+
+pin "$SERVER_CPUS" "$CEILING" "127.0.0.1:$CEILING_PORT" "$OUT/tls.crt" "$OUT/tls.key" &
+PIDS+=($!)
+wait_port "$CEILING_PORT"
+run_suite ceiling "$CEILING_PORT"

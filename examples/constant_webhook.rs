@@ -1,0 +1,35 @@
+//! The load-test ceiling (BENCHMARKS.md "Webhook"): the same axum + axum-server + rustls (ring,
+//! ALPN h2/http1.1) stack as the real webhook, with a handler that reads the request body and
+//! returns a constant AdmissionReview: no JSON parsing, no mutation, no logging, no metrics.
+//!
+//! `cargo run --release --example constant_webhook -- LISTEN CERT.pem KEY.pem`
+
+use axum::body::Bytes;
+use axum::http::header;
+use axum::routing::post;
+use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
+use std::sync::Arc;
+
+const RESPONSE: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"0c9a8d74-9cb7-44dd-b98e-09fd62def2f4","allowed":true}}"#;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, listen, cert, key] = args.as_slice() else {
+        return Err("usage: constant_webhook LISTEN CERT.pem KEY.pem".into());
+    };
+    let store = Arc::new(CertificateStore::new());
+    store.set(load_certified_key(&std::fs::read(cert)?, &std::fs::read(key)?)?);
+    let tls = server_config(store)?;
+    let app = axum::Router::new().route(
+        "/mutate",
+        post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], RESPONSE) }),
+    );
+    let listener = std::net::TcpListener::bind(listen)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        axum_server::from_tcp_rustls(listener, axum_server::tls_rustls::RustlsConfig::from_config(tls))?
+            .serve(app.into_make_service())
+            .await
+    })?;
+    Ok(())
+}
