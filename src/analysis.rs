@@ -110,9 +110,10 @@ pub fn analyze(inputs: &[NodeInput], opts: &AnalysisOptions, spec: &TerminationP
     let advice = advisor::advise(&nodes, &facts, &opts.thresholds, min_samples);
     let trusted = |n: &&NodeWindow| matches!(n.basis, Basis::Measured | Basis::BeyondTopBucket) || window.basis == Basis::LowSampleCount;
     let max_of = |f: &dyn Fn(&NodeWindow) -> Option<f64>| nodes.iter().filter(trusted).filter_map(f).reduce(f64::max);
-    let interval = if nodes.iter().all(|n| n.interval == Interval::Lifetime) {
+    let lifetime = |n: &NodeWindow| matches!(n.interval, Interval::Lifetime | Interval::LifetimeFallback);
+    let interval = if nodes.iter().all(lifetime) {
         "lifetime"
-    } else if nodes.iter().all(|n| n.interval != Interval::Lifetime) {
+    } else if nodes.iter().all(|n| !lifetime(n)) {
         "betweenScrapes"
     } else {
         "mixed"

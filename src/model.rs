@@ -100,6 +100,10 @@ pub enum Interval {
     BetweenScrapes,
     /// Two scrapes, but a counter went down (kube-proxy restarted): since the restart.
     SinceRestart,
+    /// Two scrapes, but fewer than `minSamples` syncs happened between them (a quiet proxy
+    /// syncs only on changes): kube-proxy's lifetime counters are used instead, so an idle
+    /// window keeps the last evidence rather than falling back to "no data".
+    LifetimeFallback,
 }
 
 /// How trustworthy a node's window is.
@@ -170,8 +174,17 @@ pub fn measure_node(input: &NodeInput, min_sync_period_seconds: f64, min_samples
         }
     };
     let earlier = input.earlier.as_ref();
-    let sync = over(&input.later.sync, earlier.map(|e| &e.sync), &mut interval);
-    let np = over(&input.later.network_programming, earlier.map(|e| &e.network_programming), &mut interval);
+    let mut sync = over(&input.later.sync, earlier.map(|e| &e.sync), &mut interval);
+    let mut np = over(&input.later.network_programming, earlier.map(|e| &e.network_programming), &mut interval);
+    let count = |h: &Option<Histogram>| h.as_ref().map_or(0.0, Histogram::count);
+    if interval == Interval::BetweenScrapes
+        && count(&sync) < f64::from(min_samples)
+        && count(&input.later.sync) > count(&sync)
+    {
+        sync = input.later.sync.clone();
+        np = input.later.network_programming.clone();
+        interval = Interval::LifetimeFallback;
+    }
     let sync_p99 = p99(sync.as_ref());
     let np_p99 = p99(np.as_ref());
     let sync_samples = sync.as_ref().map_or(0.0, |h| h.count());
@@ -260,4 +273,31 @@ pub fn cluster_window(nodes: &[NodeWindow]) -> ClusterWindow {
         };
     }
     ClusterWindow { worst_node: None, propagation_window_seconds: None, basis: Basis::NoData }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::parse_kube_proxy_metrics;
+
+    fn scrape(count: u32) -> KubeProxyScrape {
+        parse_kube_proxy_metrics(&format!(
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"0.1\"}} {count}\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"+Inf\"}} {count}\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_quiet_window_falls_back_to_lifetime_counters() {
+        // 20 syncs in kube-proxy's life, none in the window
+        let input = NodeInput { node: "n".into(), later: scrape(20), earlier: Some(scrape(20)), proxy_mode: None };
+        let w = measure_node(&input, 1.0, 5, None);
+        assert_eq!(w.interval, Interval::LifetimeFallback);
+        assert_eq!(w.sync_samples, 20.0);
+        assert_eq!(w.basis, Basis::Measured);
+        // enough syncs in the window: the window is used
+        let input = NodeInput { node: "n".into(), later: scrape(30), earlier: Some(scrape(20)), proxy_mode: None };
+        let w = measure_node(&input, 1.0, 5, None);
+        assert_eq!((w.interval, w.sync_samples), (Interval::BetweenScrapes, 10.0));
+    }
 }

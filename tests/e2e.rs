@@ -268,3 +268,191 @@ async fn pods_are_created_unmutated_when_the_webhook_is_down() {
     assert!(created.spec.unwrap().containers[0].lifecycle.is_none(), "not mutated");
     cleanup(&client, hook_name, ns).await;
 }
+
+// ---------- the operator (`safe-termination run`) against the real cluster ----------
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams};
+use safe_termination::crd::TerminationPolicy;
+
+/// Applies crds/terminationpolicy.yaml (server-side apply) and waits until it is served.
+async fn apply_crd(client: &Client) {
+    let text = std::fs::read_to_string("crds/terminationpolicy.yaml").unwrap();
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch("terminationpolicies.safetermination.io", &PatchParams::apply("e2e").force(), &Patch::Apply(&crd)).await.expect("apply CRD");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = api.get("terminationpolicies.safetermination.io").await.unwrap();
+        let established = c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return;
+        }
+        assert!(Instant::now() < deadline, "CRD not established");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The operator binary as a child process, killed on drop.
+struct Operator {
+    child: std::process::Child,
+    admin: u16,
+    webhook: u16,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn start_operator(env: &Env, namespace: &str, extra: &[&str]) -> Operator {
+    let dir = std::env::var("ST_E2E_DIR").unwrap_or_else(|_| "/tmp/safe-termination-e2e".into());
+    let targets: Vec<String> = std::env::var("ST_KP_METRICS_URLS")
+        .unwrap_or_else(|_| "http://10.213.0.2:10249/metrics http://10.213.1.2:10249/metrics".into())
+        .split_whitespace()
+        .zip(["node-a", "node-b", "node-c"])
+        .map(|(url, node)| format!("{node}={}", url.trim_end_matches("/metrics")))
+        .collect();
+    let (admin, webhook) = (free_port(), free_port());
+    let _ = env;
+    let log = std::fs::File::create(format!("{dir}/logs/operator-{namespace}.log")).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
+        .args(["run", "--listen", &format!("127.0.0.1:{webhook}"), "--admin-listen", &format!("127.0.0.1:{admin}")])
+        .args(["--tls-cert-file", &format!("{dir}/pki/webhook.crt"), "--tls-key-file", &format!("{dir}/pki/webhook.key")])
+        .args(["--namespace", namespace, "--identity", "e2e-operator", "--kube-proxy-target", &targets.join(",")])
+        .args(["--scrape-interval-seconds", "2", "--window-seconds", "120", "--status-refresh-seconds", "5"])
+        .args(extra)
+        .env("KUBECONFIG", format!("{dir}/kubeconfig"))
+        .env("RUST_LOG", "info,safe_termination=debug")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start the operator");
+    Operator { child, admin, webhook }
+}
+
+async fn wait_ready(op: &Operator) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let url = format!("http://127.0.0.1:{}/readyz", op.admin);
+    let http = reqwest::Client::new();
+    loop {
+        if let Ok(r) = http.get(&url).send().await
+            && r.status().is_success()
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "operator never became ready ({url})");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn policy_status(client: &Client, ns: &str, name: &str) -> Value {
+    let api: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
+    api.get(name).await.map(|p| serde_json::to_value(p.status).unwrap()).unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
+    let env = env();
+    let client = client().await;
+    apply_crd(&client).await;
+    let system = "e2e-operator-system";
+    let ns = "e2e-operator";
+    let hook_name = "safe-termination-e2e-operator";
+    namespace(&client, system).await;
+    namespace(&client, ns).await;
+    let op = start_operator(&env, system, &[]);
+    wait_ready(&op).await;
+    register(&client, hook_name, ns, op.webhook, &env.ca_pem).await;
+
+    // a policy that trusts a single sync sample, so the real (small) syncs size the sleep
+    let policy: TerminationPolicy = serde_json::from_value(json!({
+        "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"preStop": {"minSamples": 1, "minSeconds": 2}, "grace": {"appShutdownSeconds": 20}}
+    }))
+    .unwrap();
+    let policies: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
+    policies.create(&PostParams::default(), &policy).await.expect("create TerminationPolicy");
+
+    // wait for a measured status from both real kube-proxies
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        let s = policy_status(&client, ns, "web").await;
+        if s["measurement"]["nodesScraped"] == 2 && s["recommendation"]["reason"] == "Measured" {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no measured status: {s:#}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let sync = status["measurement"]["syncP99Seconds"].as_f64().expect("sync p99");
+    assert!(sync > 0.0 && sync < 1.0, "a small cluster syncs in well under a second: {sync}");
+    let w = status["measurement"]["propagationWindowSeconds"].as_f64().unwrap();
+    assert!(w >= 1.0 + 2.0 * sync - 0.002, "W >= minSyncPeriod + 2 x sync p99: {w} vs {sync}");
+    let worst = status["measurement"]["worstNode"].as_str().unwrap();
+    assert!(["node-a", "node-b"].contains(&worst), "{worst}");
+    let pre_stop = status["recommendation"]["preStopSeconds"].as_u64().unwrap();
+    let sized = ((w * 1.5) - 1e-9).ceil().max(2.0) as u64;
+    assert!(pre_stop.abs_diff(sized) <= 1, "preStop {pre_stop} vs ceil({w} x 1.5) = {sized}");
+    let cond = |t: &str| status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).cloned().unwrap();
+    assert_eq!(cond("Ready")["status"], "True");
+    assert_eq!(cond("ProxySyncSlow")["status"], "False");
+    assert_eq!(cond("MetricsUnavailable")["status"], "False");
+
+    // a Deployment behind a Service: its new pods get the measured sleep and grace
+    let apply = |v: Value| {
+        let client = client.clone();
+        async move {
+            let kind = v["kind"].as_str().unwrap().to_string();
+            let name = v["metadata"]["name"].as_str().unwrap().to_string();
+            let gvk = match kind.as_str() {
+                "Service" => kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
+                _ => kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
+            };
+            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client, "e2e-operator", &gvk);
+            api.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&v)).await.expect("apply");
+        }
+    };
+    apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})).await;
+    // the Service index must see the Service before the pods are admitted (scope ServiceBacked)
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = policy_status(&client, ns, "web").await["recommendation"]["preStopSeconds"].as_u64().unwrap();
+    apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}]}}}})).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let list = loop {
+        let l = pods.list(&Default::default()).await.unwrap();
+        if l.items.len() == 3 {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "Deployment pods not created");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let after = policy_status(&client, ns, "web").await["recommendation"]["preStopSeconds"].as_u64().unwrap();
+    for p in &list.items {
+        let spec = p.spec.as_ref().unwrap();
+        let sleep = spec.containers[0].lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).and_then(|h| h.sleep.as_ref()).map(|s| s.seconds as u64);
+        let sleep = sleep.expect("pod got a native preStop sleep");
+        assert!(sleep == before || sleep == after, "sleep {sleep} is the measured recommendation ({before}/{after})");
+        assert_eq!(spec.termination_grace_period_seconds, Some(((sleep + 20).max(30)) as i64));
+        assert_eq!(p.metadata.annotations.as_ref().unwrap()["safetermination.io/policy"], format!("{ns}/web"));
+    }
+    // the operator's own metrics show the per-node p99 it measured
+    let metrics = reqwest::get(format!("http://127.0.0.1:{}/metrics", op.admin)).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("safe_termination_kube_proxy_sync_p99_seconds{node=\"node-a\"}"), "{metrics}");
+    assert!(metrics.contains("safe_termination_webhook_requests_total{decision=\"mutated\"}"), "{metrics}");
+    drop(op);
+    cleanup(&client, hook_name, ns).await;
+    let _ = Api::<Namespace>::all(client.clone()).delete(system, &DeleteParams::default()).await;
+}

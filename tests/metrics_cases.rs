@@ -322,13 +322,25 @@ fn interval_between_two_scrapes_uses_the_delta() {
 }
 
 #[test]
-fn interval_with_no_new_syncs_is_no_data_not_zero() {
+fn interval_with_no_new_syncs_falls_back_to_lifetime_never_zero() {
+    // a quiet kube-proxy syncs only on changes: no sync between the two scrapes, so its lifetime
+    // counters (4 syncs) are the last evidence; still too few to trust, so the default applies
     let input = NodeInput { node: "n1".into(), later: parse(V1_29), earlier: Some(parse(V1_29)), proxy_mode: None };
     let r = analyze(&[input], &opts(ClusterFacts::default()), &TerminationPolicySpec::default());
-    assert_eq!(r.nodes[0].sync_samples, 0.0);
+    assert_eq!(r.nodes[0].interval, Interval::LifetimeFallback);
+    assert_eq!(r.nodes[0].sync_samples, 4.0);
+    assert_eq!(r.nodes[0].basis, Basis::LowSampleCount);
+    approx(r.nodes[0].sync_p99.unwrap().seconds, 0.12672, 1e-9);
+    assert_eq!(r.recommendation.pre_stop_seconds, 10); // max(defaultSeconds, sized 8)
+    assert_eq!(r.recommendation.reason, Basis::LowSampleCount);
+    // a kube-proxy that never synced at all: no data, the default, never 0
+    let empty = edit_counts(V1_29, SYNC, |_, _| 0);
+    let empty = edit_counts(&empty, NP, |_, _| 0);
+    let input = NodeInput { node: "n1".into(), later: parse(&empty), earlier: Some(parse(&empty)), proxy_mode: None };
+    let r = analyze(&[input], &opts(ClusterFacts::default()), &TerminationPolicySpec::default());
     assert_eq!(r.nodes[0].basis, Basis::NoData);
     assert_eq!(r.propagation_window_seconds, None);
-    assert_eq!(r.recommendation.pre_stop_seconds, 10); // defaultSeconds
+    assert_eq!(r.recommendation.pre_stop_seconds, 10);
     assert_eq!(r.recommendation.reason, Basis::NoData);
 }
 
