@@ -229,6 +229,10 @@ fn text_report_shows_table_arithmetic_and_advice() {
     for cell in ["iptables", "v1.29.0", "0.127s", "4.980s", "LowSampleCount", "Lifetime"] {
         assert!(row.contains(cell), "missing {cell} in {row:?}");
     }
+    // columns stay aligned with a node name longer than the default column width
+    let header = out.lines().find(|l| l.starts_with("NODE")).unwrap();
+    assert_eq!(header.find("MODE"), row.find(" iptables ").map(|i| i + 1), "\n{header}\n{row}");
+    assert_eq!(header.find("BASIS"), row.find("LowSampleCount"), "\n{header}\n{row}");
     assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 4.980s"), "{out}");
     assert!(out.contains("Recommendation (LowSampleCount): preStop sleep 10 s, terminationGracePeriodSeconds 40 s"), "{out}");
     assert!(out.contains("grace = max(30 s default, min(10 + 30 s, 600 s), 10 s) = 40 s"), "{out}");

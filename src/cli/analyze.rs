@@ -197,9 +197,11 @@ pub fn render_text(r: &AnalysisReport) -> String {
         _ => "mixed: see the interval column",
     };
     let _ = writeln!(s, "Interval: {interval}");
+    // the node column is as wide as the longest name (file stems and host:port are long)
+    let w = r.nodes.iter().map(|n| n.node.chars().count()).max().unwrap_or(0).max(24);
     let _ = writeln!(
         s,
-        "{:<24} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} {}",
+        "{:<w$} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} {}",
         "NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS", "INTERVAL"
     );
     for n in &r.nodes {
@@ -210,7 +212,7 @@ pub fn render_text(r: &AnalysisReport) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<24} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} {:?}{}",
+            "{:<w$} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} {:?}{}",
             n.node,
             n.mode.as_str(),
             n.kubernetes_version.as_deref().unwrap_or("-"),
