@@ -17,3 +17,14 @@ cluster-down: ## stop it and remove its processes, netns, veths and state
 
 e2e-smoke: ## check a running cluster end to end (pods, EndpointSlices, kube-proxy rules/metrics, webhook)
 	e2e/smoke-test.sh
+
+.PHONY: test e2e demo
+
+test: ## unit, property and integration tests (no cluster needed)
+	cargo test
+
+e2e: k8s-bins ## start the local control plane, run the end-to-end tests, stop it
+	e2e/run-e2e.sh
+
+demo: k8s-bins ## the main job: local cluster + operator + an example app; prints the policy and a mutated pod
+	e2e/demo.sh
