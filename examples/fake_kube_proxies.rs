@@ -1,0 +1,160 @@
+//! Many fake kube-proxies on 127.0.0.1, for the scrape fan-out benchmark
+//! (`examples/scrape_fanout.rs`) and for running the operator out of cluster against static
+//! targets.
+//!
+//! Each listens on its own ephemeral port and serves `/metrics` (a real kube-proxy scrape,
+//! tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt, padded with realistic unrelated
+//! families, mostly `rest_client_*` histograms, up to the requested size) and `/proxyMode`
+//! (`iptables`).
+//!
+//! ```text
+//! cargo run --release --example fake_kube_proxies -- [--count 1000] [--size-kb 75] [--print-scrape]
+//! ```
+//!
+//! Output on stdout: `BODY_BYTES=<n>`, one `node-NNNN=http://127.0.0.1:<port>` line per server
+//! (the operator's static target syntax), then `READY`. It serves until its standard input
+//! closes (so a parent that dies takes it along) or it is killed. `--print-scrape` prints the
+//! synthesised scrape and exits.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::routing::get;
+use std::io::{BufRead, Write};
+
+/// The real scrape the body starts with.
+const BASE_SCRAPE: &str = include_str!("../tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt");
+
+/// A kube-proxy scrape of at least `target_bytes`: the real v1.29 excerpt followed by unrelated
+/// families a kube-proxy exposes (client-go `rest_client_*` histograms per host and verb, Go
+/// runtime and process metrics), whole series only, stopping within about 1.5 KB past the
+/// target. Counts are deterministic.
+pub fn synthesize_scrape(target_bytes: usize) -> String {
+    let mut s = String::with_capacity(target_bytes + 8192);
+    s.push_str(BASE_SCRAPE);
+    if !s.ends_with('\n') {
+        s.push('\n');
+    }
+    s.push_str(
+        "# HELP go_gc_duration_seconds A summary of the pause duration of garbage collection cycles.\n\
+         # TYPE go_gc_duration_seconds summary\n\
+         go_gc_duration_seconds{quantile=\"0\"} 3.1191e-05\n\
+         go_gc_duration_seconds{quantile=\"0.25\"} 5.4981e-05\n\
+         go_gc_duration_seconds{quantile=\"0.5\"} 7.0861e-05\n\
+         go_gc_duration_seconds{quantile=\"0.75\"} 0.000113481\n\
+         go_gc_duration_seconds{quantile=\"1\"} 0.002409093\n\
+         go_gc_duration_seconds_sum 0.118730437\n\
+         go_gc_duration_seconds_count 1204\n\
+         # HELP go_goroutines Number of goroutines that currently exist.\n\
+         # TYPE go_goroutines gauge\n\
+         go_goroutines 62\n\
+         # HELP process_resident_memory_bytes Resident memory size in bytes.\n\
+         # TYPE process_resident_memory_bytes gauge\n\
+         process_resident_memory_bytes 5.4571008e+07\n",
+    );
+    let hosts = ["10.96.0.1:443", "172.18.0.2:6443", "kube-apiserver.kube-system.svc:443", "10.0.0.10:6443"];
+    let verbs = ["GET", "LIST", "WATCH", "PATCH", "POST", "PUT", "DELETE"];
+    let latency_le = ["0.005", "0.025", "0.1", "0.25", "0.5", "1", "2", "4", "8", "15", "30", "60", "+Inf"];
+    let size_le = ["64", "256", "512", "1024", "4096", "16384", "65536", "262144", "1.048576e+06", "4.194304e+06", "1.6777216e+07", "+Inf"];
+    let families: [(&str, &str, &[&str]); 4] = [
+        ("rest_client_request_duration_seconds", "Request latency in seconds. Broken down by verb, and host.", &latency_le),
+        ("rest_client_rate_limiter_duration_seconds", "Client side rate limiter latency in seconds. Broken down by verb, and host.", &latency_le),
+        ("rest_client_request_size_bytes", "Request size in bytes. Broken down by verb and host.", &size_le),
+        ("rest_client_response_size_bytes", "Response size in bytes. Broken down by verb and host.", &size_le),
+    ];
+    let mut round = 0u64;
+    'outer: loop {
+        for (family, help, les) in families {
+            if s.len() >= target_bytes {
+                break 'outer;
+            }
+            s.push_str(&format!("# HELP {family} [ALPHA] {help}\n# TYPE {family} histogram\n"));
+            for (h, host) in hosts.iter().enumerate() {
+                let host = if round == 0 { host.to_string() } else { format!("{host}-{round}") };
+                for (v, verb) in verbs.iter().enumerate() {
+                    if s.len() >= target_bytes {
+                        break 'outer;
+                    }
+                    let total = 1000 + 37 * (h as u64 + 1) * (v as u64 + 3) + round;
+                    for (i, le) in les.iter().enumerate() {
+                        let cum = if *le == "+Inf" { total } else { total * (i as u64 + 1) / les.len() as u64 };
+                        s.push_str(&format!("{family}_bucket{{host=\"{host}\",verb=\"{verb}\",le=\"{le}\"}} {cum}\n"));
+                    }
+                    s.push_str(&format!("{family}_sum{{host=\"{host}\",verb=\"{verb}\"}} {}\n", total as f64 * 0.0123));
+                    s.push_str(&format!("{family}_count{{host=\"{host}\",verb=\"{verb}\"}} {total}\n"));
+                }
+            }
+        }
+        round += 1;
+    }
+    s
+}
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} expects a number, got {v:?}")))
+        .unwrap_or(default)
+}
+
+/// Raises the soft open-files limit to the hard limit (each server holds a listener and one
+/// connection per client).
+fn raise_nofile() -> u64 {
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
+        l.rlim_cur
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let count = arg(&args, "--count", 1000);
+    let size = arg(&args, "--size-kb", 75) * 1024;
+    let body = synthesize_scrape(size);
+    if args.iter().any(|a| a == "--print-scrape") {
+        print!("{body}");
+        return;
+    }
+    let nofile = raise_nofile();
+    if (nofile as usize) < count * 2 + 64 {
+        eprintln!("warning: open-files limit {nofile} is low for {count} servers (ulimit -n)");
+    }
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    rt.block_on(async move {
+        let body = Bytes::from(body);
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "BODY_BYTES={}", body.len()).unwrap();
+        for i in 0..count {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+            let addr = listener.local_addr().unwrap();
+            let b = body.clone();
+            let app = Router::new()
+                .route("/metrics", get(move || std::future::ready(b.clone())))
+                .route("/proxyMode", get(|| std::future::ready("iptables")));
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            });
+            writeln!(out, "node-{i:04}=http://{addr}").unwrap();
+        }
+        writeln!(out, "READY").unwrap();
+        out.flush().unwrap();
+        drop(out);
+        // serve until stdin closes
+        tokio::task::spawn_blocking(|| {
+            let stdin = std::io::stdin();
+            for line in stdin.lock().lines() {
+                if line.is_err() {
+                    break;
+                }
+            }
+        })
+        .await
+        .ok();
+    });
+}
