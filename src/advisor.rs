@@ -85,6 +85,9 @@ impl Default for Thresholds {
 pub struct ClusterFacts {
     /// Proxy mode (the most common among nodes, or given).
     pub mode: ProxyMode,
+    /// Other modes some nodes run (a cluster mid-migration, or mixed node pools): each gets its
+    /// own migration advice.
+    pub other_modes: Vec<ProxyMode>,
     /// Number of Services.
     pub services: Option<u64>,
     /// Number of Service ports (defaults to the Service count when unknown).
@@ -146,11 +149,16 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
     let services = facts.services;
     let version_note = match facts.kubernetes_version {
         Some((1, minor)) if minor < 31 => format!(" This cluster runs 1.{minor}, where nftables is alpha: upgrade to 1.33+ first."),
-        Some((1, minor)) if minor < 33 => format!(" This cluster runs 1.{minor}, where nftables is beta: 1.33+ is recommended."),
+        Some((1, minor)) if minor < 33 => {
+            format!(" This cluster runs 1.{minor}, where nftables is beta: 1.33+ is recommended.")
+        }
         _ => String::new(),
     };
     let nft = "nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node)";
-    match facts.mode {
+    let mut modes = vec![facts.mode];
+    modes.extend(facts.other_modes.iter().copied().filter(|m| *m != facts.mode));
+    for mode in modes {
+        match mode {
         ProxyMode::Ipvs => out.push(item(
             AdviceReason::MigrateProxyMode,
             Severity::Warning,
@@ -163,7 +171,8 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
             AdviceReason::MigrateProxyMode,
             Severity::Warning,
             format!(
-                "kube-proxy runs in iptables mode with {} Services: rule restores and the per-packet walk of KUBE-SERVICES grow with every Service; migrate to {nft}.{version_note}",
+                "kube-proxy runs in iptables mode{} with {} Services: rule restores and the per-packet walk of KUBE-SERVICES grow with every Service; migrate to {nft}.{version_note}",
+                if facts.other_modes.is_empty() { "" } else { " on some nodes" },
                 services.unwrap_or(0)
             ),
             format!("iptables with >= {} Services", t.iptables_services),
@@ -171,6 +180,7 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
             Some(ProxyMode::Nftables),
         )),
         _ => {}
+    }
     }
     if facts.mode != ProxyMode::Ebpf {
         let big = services.is_some_and(|s| s >= t.ebpf_services);

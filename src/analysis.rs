@@ -104,6 +104,13 @@ pub fn analyze(inputs: &[NodeInput], opts: &AnalysisOptions, spec: &TerminationP
     let recommendation = sizing::recommend(&window, spec);
     let mut facts = opts.facts.clone();
     facts.mode = opts.mode.unwrap_or_else(|| majority_mode(&nodes));
+    if opts.mode.is_none() {
+        for n in &nodes {
+            if n.mode != ProxyMode::Unknown && n.mode != facts.mode && !facts.other_modes.contains(&n.mode) {
+                facts.other_modes.push(n.mode);
+            }
+        }
+    }
     if facts.kubernetes_version.is_none() {
         facts.kubernetes_version = nodes.iter().filter_map(|n| n.kubernetes_version.as_deref()).find_map(advisor::parse_version);
     }
@@ -150,5 +157,33 @@ mod tests {
         assert_eq!(o.min_sync_period_seconds, 1.0);
         assert_eq!(o.min_sync_period_source, "default");
         assert_eq!(o.thresholds, Thresholds::default());
+    }
+}
+
+#[cfg(test)]
+mod mixed_mode_tests {
+    use super::*;
+    use crate::advisor::AdviceReason;
+    use crate::metrics::parse_kube_proxy_metrics;
+
+    #[test]
+    fn mixed_modes_each_get_their_migration_advice() {
+        let node = |name: &str, mode| NodeInput {
+            node: name.into(),
+            later: parse_kube_proxy_metrics("kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 0\n").unwrap(),
+            earlier: None,
+            proxy_mode: Some(mode),
+        };
+        let opts = AnalysisOptions {
+            min_sync_period_seconds: 1.0,
+            facts: ClusterFacts { services: Some(1500), ..Default::default() },
+            ..Default::default()
+        };
+        // one iptables node, one nftables node: the iptables one still needs moving
+        let r = analyze(&[node("a", ProxyMode::Nftables), node("b", ProxyMode::Iptables)], &opts, &TerminationPolicySpec::default());
+        let migrate: Vec<_> = r.advice.iter().filter(|a| a.reason == AdviceReason::MigrateProxyMode).collect();
+        assert_eq!(migrate.len(), 1, "{migrate:?}");
+        assert_eq!(migrate[0].to, Some(ProxyMode::Nftables));
+        assert!(migrate[0].message.contains("on some nodes"), "{}", migrate[0].message);
     }
 }
