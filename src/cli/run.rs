@@ -120,6 +120,26 @@ pub struct RunArgs {
     /// Rewrite an unchanged status at most this often, seconds.
     #[arg(long, env = "SAFE_TERMINATION_STATUS_REFRESH_SECONDS", default_value_t = 300)]
     pub status_refresh_seconds: u64,
+    /// Secret (in --namespace) where the leader keeps a generated CA and serving certificate,
+    /// renewed at 2/3 of their lifetime (off when unset: certificates come from elsewhere).
+    #[arg(long, env = "SAFE_TERMINATION_CERT_SECRET")]
+    pub cert_secret: Option<String>,
+    /// The webhook Service: the serving certificate is for `<service>.<namespace>.svc`.
+    #[arg(long, env = "SAFE_TERMINATION_WEBHOOK_SERVICE", default_value = "safe-termination")]
+    pub webhook_service: String,
+    /// MutatingWebhookConfiguration whose caBundle the leader keeps equal to the generated CA.
+    #[arg(long, env = "SAFE_TERMINATION_WEBHOOK_CONFIGURATION")]
+    pub webhook_configuration: Option<String>,
+    /// More names or IP addresses for the generated serving certificate (out-of-cluster runs).
+    #[arg(long = "cert-extra-san", env = "SAFE_TERMINATION_CERT_EXTRA_SANS", value_delimiter = ',')]
+    pub cert_extra_sans: Vec<String>,
+    /// Also copy the generated certificate from the Secret to --tls-cert-file/--tls-key-file
+    /// (out of cluster; in a pod the kubelet updates the mounted Secret).
+    #[arg(long, env = "SAFE_TERMINATION_WRITE_CERT_FILES")]
+    pub write_cert_files: bool,
+    /// Seconds between certificate checks.
+    #[arg(long, env = "SAFE_TERMINATION_CERT_CHECK_INTERVAL_SECONDS", default_value_t = 60)]
+    pub cert_check_interval_seconds: u64,
 }
 
 fn parse_mode(s: &str) -> Result<ProxyMode, String> {
@@ -231,6 +251,20 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
         tasks.spawn(async move {
             tasks::probe_capabilities(client, ns, native_tx, interval, stop).await;
             "capability probe"
+        });
+    }
+
+    // operator-managed webhook certificates (leader writes; --write-cert-files: every replica copies)
+    if let Some(secret) = &args.cert_secret {
+        let mut cfg = crate::operator::certs::CertConfig::new(secret, &args.namespace, &args.webhook_service);
+        cfg.extra_sans = args.cert_extra_sans.clone();
+        cfg.webhook_configuration = args.webhook_configuration.clone();
+        cfg.files = args.write_cert_files.then(|| (args.serving.tls_cert_file.clone(), args.serving.tls_key_file.clone()));
+        cfg.interval = Duration::from_secs(args.cert_check_interval_seconds.max(1));
+        let (client, leader, stop) = (client.clone(), leader_rx.clone(), stop.clone());
+        tasks.spawn(async move {
+            crate::operator::certs::run(client, cfg, leader, stop).await;
+            "certificates"
         });
     }
 

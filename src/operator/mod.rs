@@ -13,3 +13,4 @@ pub mod proxyconfig;
 pub mod scrape;
 pub mod prometheus;
 pub mod tasks;
+pub mod certs;

@@ -1,0 +1,799 @@
+//! Webhook certificates generated and rotated by the operator itself (the Helm chart's
+//! `certificates.mode: operator`).
+//!
+//! The lease holder keeps one Secret (`--cert-secret`, in the operator's namespace) holding:
+//!
+//! | key | content |
+//! |---|---|
+//! | `ca.crt` | the CA bundle the API server trusts: the current CA first, then the previous CA while it is still valid (so a replica still serving a leaf of the old CA stays trusted during a CA rotation) |
+//! | `ca.key` | the current CA's private key (never mounted into the pod: the chart mounts only `tls.crt`/`tls.key`) |
+//! | `tls.crt`, `tls.key` | the serving certificate for `<service>.<namespace>.svc` (and `<service>`, `<service>.<namespace>`, `<service>.<namespace>.svc.cluster.local`, plus `--cert-extra-san`) and its key |
+//!
+//! Each certificate is renewed at two thirds of its lifetime (a serving certificate of 1 year
+//! is replaced after 8 months; the 10-year CA after ~6.7 years), or at once when it is missing,
+//! unreadable, not signed by the CA, not matching its key, or not naming the current Service.
+//! The leader also keeps `webhooks[*].clientConfig.caBundle` of the MutatingWebhookConfiguration
+//! (`--webhook-configuration`) equal to `ca.crt`, with a JSON patch that tests each webhook's
+//! name before setting its caBundle, and repairs it when something else (a reinstall) reset it.
+//! On a CA rotation the caBundle (old and new CA) is patched before the Secret changes.
+//!
+//! Every replica serves what the kubelet mounts from the Secret (the webhook's
+//! [`crate::webhook::tls::CertReloader`] polls the files' content, so a renewal needs no
+//! restart). Out of cluster there is no kubelet: with `--write-cert-files` every replica also
+//! copies `tls.crt`/`tls.key` from the Secret to `--tls-cert-file`/`--tls-key-file`
+//! (atomically, by rename).
+//!
+//! The pure parts ([`decide`], [`subject_alt_names`], [`renew_at`], [`observe`], generation)
+//! have no I/O; [`reconcile_once`] and [`run`] talk to the API server.
+
+use base64::Engine as _;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Secret key of the CA bundle (current CA first).
+pub const CA_CERT: &str = "ca.crt";
+/// Secret key of the current CA's private key.
+pub const CA_KEY: &str = "ca.key";
+/// Secret key of the serving certificate.
+pub const TLS_CERT: &str = "tls.crt";
+/// Secret key of the serving certificate's private key.
+pub const TLS_KEY: &str = "tls.key";
+/// Lifetime of a generated CA: 10 years.
+pub const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// Lifetime of a generated serving certificate: 1 year.
+pub const SERVING_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Field manager of the Secret and caBundle writes.
+pub const FIELD_MANAGER: &str = "safe-termination-certs";
+/// `notBefore` is set this far in the past, for clocks slightly behind ours.
+const BACKDATE_SECONDS: i64 = 300;
+
+/// What the certificate task manages.
+#[derive(Debug, Clone)]
+pub struct CertConfig {
+    /// The Secret's name (in `namespace`).
+    pub secret: String,
+    /// The operator's namespace.
+    pub namespace: String,
+    /// The webhook Service's name.
+    pub service: String,
+    /// More names or IP addresses for the serving certificate (out-of-cluster runs).
+    pub extra_sans: Vec<String>,
+    /// The MutatingWebhookConfiguration whose caBundle is kept current (none: not patched).
+    pub webhook_configuration: Option<String>,
+    /// Also write `tls.crt`/`tls.key` to these files (certificate, key).
+    pub files: Option<(PathBuf, PathBuf)>,
+    /// Lifetime of a new CA.
+    pub ca_validity: Duration,
+    /// Lifetime of a new serving certificate.
+    pub serving_validity: Duration,
+    /// Time between checks.
+    pub interval: Duration,
+}
+
+impl CertConfig {
+    /// A configuration with the default lifetimes and a 60 s check interval.
+    pub fn new(secret: &str, namespace: &str, service: &str) -> Self {
+        Self {
+            secret: secret.into(),
+            namespace: namespace.into(),
+            service: service.into(),
+            extra_sans: Vec::new(),
+            webhook_configuration: None,
+            files: None,
+            ca_validity: CA_VALIDITY,
+            serving_validity: SERVING_VALIDITY,
+            interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A certificate problem.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    /// The API call failed.
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+    /// A certificate could not be generated.
+    #[error("cannot generate a certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    /// Another writer changed the Secret between our read and our write; retried next round.
+    #[error("Secret {0} changed while we renewed it; retrying")]
+    Conflict(String),
+    /// A patch could not be built (a bug).
+    #[error("internal error: {0}")]
+    Internal(String),
+    /// A file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The DNS names the API server may use for the Service: `<service>`, `<service>.<namespace>`,
+/// `<service>.<namespace>.svc` (the one it uses) and `<service>.<namespace>.svc.cluster.local`.
+pub fn dns_names(service: &str, namespace: &str) -> Vec<String> {
+    vec![
+        service.to_string(),
+        format!("{service}.{namespace}"),
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+    ]
+}
+
+/// The serving certificate's subject alternative names: [`dns_names`], then `extra` (names
+/// or IP addresses), without duplicates or blanks, in that order.
+pub fn subject_alt_names(service: &str, namespace: &str, extra: &[String]) -> Vec<String> {
+    let mut names = dns_names(service, namespace);
+    for e in extra.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        if !names.iter().any(|n| n == e) {
+            names.push(e.to_string());
+        }
+    }
+    names
+}
+
+/// When a certificate valid from `not_before` to `not_after` (Unix seconds) is renewed: at two
+/// thirds of its lifetime.
+pub fn renew_at(not_before: i64, not_after: i64) -> i64 {
+    not_before + (not_after - not_before).max(0) * 2 / 3
+}
+
+/// What a certificate says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertInfo {
+    /// notBefore, Unix seconds.
+    pub not_before: i64,
+    /// notAfter, Unix seconds.
+    pub not_after: i64,
+    /// DNS names and IP addresses (as text) of its subjectAltName.
+    pub sans: Vec<String>,
+    /// basicConstraints CA.
+    pub is_ca: bool,
+    /// DER of its SubjectPublicKeyInfo (to match a key).
+    pub spki: Vec<u8>,
+}
+
+fn info(cert: &x509_parser::certificate::X509Certificate<'_>) -> CertInfo {
+    use x509_parser::extensions::GeneralName;
+    let mut sans = Vec::new();
+    if let Ok(Some(ext)) = cert.subject_alternative_name() {
+        for n in &ext.value.general_names {
+            match n {
+                GeneralName::DNSName(d) => sans.push((*d).to_string()),
+                GeneralName::IPAddress(b) => {
+                    let ip = match b.len() {
+                        4 => <[u8; 4]>::try_from(*b).ok().map(IpAddr::from),
+                        16 => <[u8; 16]>::try_from(*b).ok().map(IpAddr::from),
+                        _ => None,
+                    };
+                    if let Some(ip) = ip {
+                        sans.push(ip.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    CertInfo {
+        not_before: cert.validity().not_before.timestamp(),
+        not_after: cert.validity().not_after.timestamp(),
+        sans,
+        is_ca: cert.is_ca(),
+        spki: cert.public_key().raw.to_vec(),
+    }
+}
+
+/// The DER of every CERTIFICATE block in `pem`, in order.
+fn pem_certs(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = Vec::new();
+    for p in x509_parser::pem::Pem::iter_from_buffer(pem) {
+        let p = p.map_err(|e| format!("bad PEM: {e}"))?;
+        if p.label == "CERTIFICATE" {
+            out.push(p.contents);
+        }
+    }
+    if out.is_empty() {
+        return Err("no CERTIFICATE block".into());
+    }
+    Ok(out)
+}
+
+fn parse_der(der: &[u8]) -> Result<x509_parser::certificate::X509Certificate<'_>, String> {
+    x509_parser::parse_x509_certificate(der).map(|(_, c)| c).map_err(|e| format!("bad certificate: {e}"))
+}
+
+/// [`CertInfo`] of every certificate in a PEM bundle, in order.
+pub fn bundle_info(pem: &[u8]) -> Result<Vec<CertInfo>, String> {
+    pem_certs(pem)?.iter().map(|der| parse_der(der).map(|c| info(&c))).collect()
+}
+
+/// The SubjectPublicKeyInfo DER of a PEM private key.
+fn key_spki(key_pem: &[u8]) -> Result<Vec<u8>, String> {
+    let text = std::str::from_utf8(key_pem).map_err(|_| "key is not text".to_string())?;
+    KeyPair::from_pem(text).map(|k| rcgen::PublicKeyData::subject_public_key_info(&k)).map_err(|e| format!("bad key: {e}"))
+}
+
+/// The Secret's content, checked (no I/O).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    /// The current CA (first of `ca.crt`), or why it is unusable (missing, unreadable, not a
+    /// CA, not matching `ca.key`).
+    pub ca: Result<CertInfo, String>,
+    /// Every certificate of `ca.crt` (current first).
+    pub ca_bundle: Vec<CertInfo>,
+    /// The serving certificate, or why it is unusable (missing, unreadable, not matching
+    /// `tls.key`, not signed by the current CA).
+    pub serving: Result<CertInfo, String>,
+}
+
+/// Reads and checks the Secret's data.
+pub fn observe(data: &BTreeMap<String, Vec<u8>>) -> Observed {
+    let get = |k: &str| data.get(k).filter(|v| !v.is_empty()).ok_or_else(|| format!("no {k}"));
+    let ca_ders = get(CA_CERT).and_then(|pem| pem_certs(pem));
+    let ca_bundle: Vec<CertInfo> = ca_ders
+        .as_ref()
+        .map(|ders| ders.iter().filter_map(|d| parse_der(d).ok().map(|c| info(&c))).collect())
+        .unwrap_or_default();
+    let ca = ca_ders.clone().and_then(|ders| {
+        let c = info(&parse_der(&ders[0])?);
+        if !c.is_ca {
+            return Err(format!("the first certificate of {CA_CERT} is not a CA"));
+        }
+        if key_spki(get(CA_KEY)?)? != c.spki {
+            return Err(format!("{CA_KEY} does not match {CA_CERT}"));
+        }
+        Ok(c)
+    });
+    let serving = (|| {
+        let ders = pem_certs(get(TLS_CERT)?)?;
+        let leaf = parse_der(&ders[0])?;
+        let i = info(&leaf);
+        if key_spki(get(TLS_KEY)?)? != i.spki {
+            return Err(format!("{TLS_KEY} does not match {TLS_CERT}"));
+        }
+        let ca_der = ca_ders.as_ref().map_err(|e| format!("cannot check its issuer: {e}"))?;
+        let ca = parse_der(&ca_der[0])?;
+        leaf.verify_signature(Some(ca.public_key())).map_err(|_| "not signed by the current CA".to_string())?;
+        Ok(i)
+    })();
+    Observed { ca, ca_bundle, serving }
+}
+
+/// What to do with the Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Everything is current; check again at `renew_at` at the latest (Unix seconds).
+    Keep {
+        /// The earliest renewal point of the CA and the serving certificate.
+        renew_at: i64,
+    },
+    /// Issue a new serving certificate from the current CA.
+    RenewServing(String),
+    /// Generate a new CA (keeping the old one in the bundle while valid) and a new serving
+    /// certificate.
+    RenewCa(String),
+}
+
+/// The renewal decision for a Secret (`None`: there is none) that should serve `wanted` names
+/// at `now` (Unix seconds).
+pub fn decide(observed: Option<&Observed>, wanted: &[String], now: i64) -> Action {
+    let Some(o) = observed else { return Action::RenewCa("no Secret yet".into()) };
+    let ca = match &o.ca {
+        Ok(ca) => ca,
+        Err(e) => return Action::RenewCa(format!("CA unusable: {e}")),
+    };
+    let ca_renew = renew_at(ca.not_before, ca.not_after);
+    if now >= ca_renew {
+        return Action::RenewCa(format!("the CA is past two thirds of its lifetime (expires at {})", ca.not_after));
+    }
+    let serving = match &o.serving {
+        Ok(s) => s,
+        Err(e) => return Action::RenewServing(format!("serving certificate unusable: {e}")),
+    };
+    let missing: Vec<&str> = wanted.iter().filter(|w| !serving.sans.contains(w)).map(String::as_str).collect();
+    if !missing.is_empty() {
+        return Action::RenewServing(format!("the serving certificate does not name {}", missing.join(", ")));
+    }
+    if now < serving.not_before {
+        return Action::RenewServing("the serving certificate is not valid yet".into());
+    }
+    let serving_renew = renew_at(serving.not_before, serving.not_after);
+    if now >= serving_renew {
+        return Action::RenewServing(format!("the serving certificate is past two thirds of its lifetime (expires at {})", serving.not_after));
+    }
+    Action::Keep { renew_at: ca_renew.min(serving_renew) }
+}
+
+fn ts(unix: i64) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp(unix).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+}
+
+/// A new self-signed CA valid from `now` (backdated 5 minutes) for `validity`: (cert, key) PEM.
+pub fn generate_ca(now: i64, validity: Duration) -> Result<(String, String), rcgen::Error> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, format!("safe-termination webhook CA {now}"));
+    params.distinguished_name.push(DnType::OrganizationName, "safe-termination");
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params.not_before = ts(now - BACKDATE_SECONDS);
+    params.not_after = ts(now + validity.as_secs() as i64);
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// A new serving certificate for `names` signed by the CA (`ca_cert_pem` first certificate,
+/// `ca_key_pem`), valid from `now` (backdated 5 minutes) for `validity` but never past
+/// `ca_not_after`: (cert, key) PEM.
+pub fn generate_serving(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    names: &[String],
+    now: i64,
+    validity: Duration,
+    ca_not_after: i64,
+) -> Result<(String, String), rcgen::Error> {
+    let ca_key = KeyPair::from_pem(ca_key_pem)?;
+    let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key)?;
+    let mut params = CertificateParams::new(names.to_vec())?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, names.get(2).or(names.first()).cloned().unwrap_or_default());
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    params.not_before = ts(now - BACKDATE_SECONDS);
+    params.not_after = ts((now + validity.as_secs() as i64).min(ca_not_after));
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// The PEM blocks of `pem` whose certificate is still valid at `now`, concatenated.
+fn still_valid(pem: &[u8], now: i64) -> String {
+    let mut out = String::new();
+    for p in x509_parser::pem::Pem::iter_from_buffer(pem).flatten() {
+        if p.label != "CERTIFICATE" {
+            continue;
+        }
+        if parse_der(&p.contents).is_ok_and(|c| c.validity().not_after.timestamp() > now) {
+            out.push_str(&pem_encode(&p.contents));
+        }
+    }
+    out
+}
+
+fn pem_encode(der: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut s = String::from("-----BEGIN CERTIFICATE-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        s.push_str(std::str::from_utf8(chunk).unwrap_or_default());
+        s.push('\n');
+    }
+    s.push_str("-----END CERTIFICATE-----\n");
+    s
+}
+
+/// The Secret data after `action` (pure apart from key generation): `current` is what the
+/// Secret holds now. `Keep` only drops expired previous CAs from the bundle.
+pub fn renewed(
+    current: &BTreeMap<String, Vec<u8>>,
+    action: &Action,
+    names: &[String],
+    now: i64,
+    ca_validity: Duration,
+    serving_validity: Duration,
+) -> Result<BTreeMap<String, Vec<u8>>, rcgen::Error> {
+    let mut data = current.clone();
+    let text = |k: &str| current.get(k).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
+    match action {
+        Action::Keep { .. } => {
+            // drop previous CAs that have expired (the current CA stays first)
+            let ders = pem_certs(&current.get(CA_CERT).cloned().unwrap_or_default()).unwrap_or_default();
+            let keep: Vec<&Vec<u8>> = ders
+                .iter()
+                .enumerate()
+                .filter(|(i, d)| *i == 0 || parse_der(d).is_ok_and(|c| c.validity().not_after.timestamp() > now))
+                .map(|(_, d)| d)
+                .collect();
+            if keep.len() != ders.len() {
+                data.insert(CA_CERT.into(), keep.iter().map(|d| pem_encode(d)).collect::<String>().into_bytes());
+            }
+        }
+        Action::RenewServing(_) => {
+            let ca_pem = text(CA_CERT);
+            let ca_not_after = bundle_info(ca_pem.as_bytes()).ok().and_then(|b| b.first().map(|c| c.not_after)).unwrap_or(i64::MAX);
+            let (cert, key) = generate_serving(&ca_pem, &text(CA_KEY), names, now, serving_validity, ca_not_after)?;
+            data.insert(TLS_CERT.into(), cert.into_bytes());
+            data.insert(TLS_KEY.into(), key.into_bytes());
+        }
+        Action::RenewCa(_) => {
+            let (ca_cert, ca_key) = generate_ca(now, ca_validity)?;
+            let ca_not_after = now + ca_validity.as_secs() as i64;
+            let (cert, key) = generate_serving(&ca_cert, &ca_key, names, now, serving_validity, ca_not_after)?;
+            // keep the previous CAs that still verify something, so replicas serving an old
+            // leaf stay trusted until the kubelet refreshes their files
+            let previous = still_valid(&current.get(CA_CERT).cloned().unwrap_or_default(), now);
+            data.insert(CA_CERT.into(), format!("{ca_cert}{previous}").into_bytes());
+            data.insert(CA_KEY.into(), ca_key.into_bytes());
+            data.insert(TLS_CERT.into(), cert.into_bytes());
+            data.insert(TLS_KEY.into(), key.into_bytes());
+        }
+    }
+    Ok(data)
+}
+
+/// What one [`reconcile_once`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The decision.
+    pub action: Action,
+    /// The Secret was created or replaced.
+    pub secret_written: bool,
+    /// Webhooks whose caBundle was patched.
+    pub ca_bundle_patched: usize,
+}
+
+fn secret_data(s: &Secret) -> BTreeMap<String, Vec<u8>> {
+    s.data.as_ref().map(|d| d.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect()).unwrap_or_default()
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// One leader round: reads the Secret, renews what [`decide`] says, writes the Secret (create,
+/// or replace at the read resourceVersion: a concurrent writer makes it a
+/// [`CertError::Conflict`]), and keeps the webhook configuration's caBundle equal to `ca.crt`
+/// (a CA rotation patches the caBundle first).
+pub async fn reconcile_once(client: &Client, cfg: &CertConfig) -> Result<Outcome, CertError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
+    let existing = api.get_opt(&cfg.secret).await?;
+    let current = existing.as_ref().map(secret_data).unwrap_or_default();
+    let names = subject_alt_names(&cfg.service, &cfg.namespace, &cfg.extra_sans);
+    let now = unix_now();
+    let observed = existing.as_ref().map(|_| observe(&current));
+    let action = decide(observed.as_ref(), &names, now);
+    let data = renewed(&current, &action, &names, now, cfg.ca_validity, cfg.serving_validity)?;
+    let mut patched = 0;
+    if matches!(action, Action::RenewCa(_)) {
+        // trust the new CA before any replica can serve a leaf it signed
+        patched += patch_ca_bundle(client, cfg, &data).await?;
+    }
+    let mut written = false;
+    if data != current || existing.is_none() {
+        if let Action::RenewCa(why) | Action::RenewServing(why) = &action {
+            tracing::info!(secret = %cfg.secret, namespace = %cfg.namespace, reason = %why, new_ca = matches!(action, Action::RenewCa(_)), "renewing the webhook certificate");
+        }
+        let bytes = data.iter().map(|(k, v)| (k.clone(), ByteString(v.clone()))).collect();
+        match existing {
+            None => {
+                let secret = Secret {
+                    metadata: ObjectMeta {
+                        name: Some(cfg.secret.clone()),
+                        namespace: Some(cfg.namespace.clone()),
+                        labels: Some([("app.kubernetes.io/managed-by".to_string(), "safe-termination".to_string())].into()),
+                        ..Default::default()
+                    },
+                    type_: Some("kubernetes.io/tls".into()),
+                    data: Some(bytes),
+                    ..Default::default()
+                };
+                let pp = PostParams { dry_run: false, field_manager: Some(FIELD_MANAGER.into()) };
+                match api.create(&pp, &secret).await {
+                    Err(kube::Error::Api(s)) if s.code == 409 => return Err(CertError::Conflict(cfg.secret.clone())),
+                    r => r?,
+                };
+            }
+            Some(mut secret) => {
+                secret.data = Some(bytes);
+                secret.string_data = None;
+                let pp = PostParams { dry_run: false, field_manager: Some(FIELD_MANAGER.into()) };
+                match api.replace(&cfg.secret, &pp, &secret).await {
+                    Err(kube::Error::Api(s)) if s.code == 409 => return Err(CertError::Conflict(cfg.secret.clone())),
+                    r => r?,
+                };
+            }
+        }
+        written = true;
+    }
+    patched += patch_ca_bundle(client, cfg, &data).await?;
+    Ok(Outcome { action, secret_written: written, ca_bundle_patched: patched })
+}
+
+/// The JSON patch that sets `webhooks[i].clientConfig.caBundle` to `ca_b64` wherever it
+/// differs, each guarded by a test of the webhook's name (an empty list: nothing to do).
+pub fn ca_bundle_patch(config: &MutatingWebhookConfiguration, ca_b64: &str) -> Vec<serde_json::Value> {
+    let mut ops = Vec::new();
+    for (i, w) in config.webhooks.iter().flatten().enumerate() {
+        let current = w.client_config.ca_bundle.as_ref().map(|b| base64::engine::general_purpose::STANDARD.encode(&b.0));
+        if current.as_deref() != Some(ca_b64) {
+            ops.push(json!({"op": "test", "path": format!("/webhooks/{i}/name"), "value": w.name}));
+            ops.push(json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": ca_b64}));
+        }
+    }
+    ops
+}
+
+/// Patches the configured webhook configuration's caBundle to `data[ca.crt]`; returns how many
+/// webhooks changed (0 when none is configured, it does not exist yet, or all are current).
+async fn patch_ca_bundle(client: &Client, cfg: &CertConfig, data: &BTreeMap<String, Vec<u8>>) -> Result<usize, CertError> {
+    let (Some(name), Some(ca)) = (cfg.webhook_configuration.as_deref(), data.get(CA_CERT)) else { return Ok(0) };
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let Some(config) = api.get_opt(name).await? else {
+        tracing::warn!(webhook_configuration = name, "MutatingWebhookConfiguration not found: caBundle not patched yet");
+        return Ok(0);
+    };
+    let ops = ca_bundle_patch(&config, &base64::engine::general_purpose::STANDARD.encode(ca));
+    if ops.is_empty() {
+        return Ok(0);
+    }
+    let n = ops.len() / 2;
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops)).map_err(|e| CertError::Internal(e.to_string()))?;
+    api.patch(name, &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &Patch::<()>::Json(patch)).await?;
+    tracing::info!(webhook_configuration = name, webhooks = n, "caBundle patched");
+    Ok(n)
+}
+
+/// Writes `content` to `path` if it differs, by a rename of a temporary file in the same
+/// directory (a reader never sees half a file). Returns whether it wrote.
+pub fn write_if_changed(path: &Path, content: &[u8]) -> Result<bool, CertError> {
+    if std::fs::read(path).is_ok_and(|old| old == content) {
+        return Ok(false);
+    }
+    let io = |source| CertError::Io { path: path.to_path_buf(), source };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("cert"), std::process::id()));
+    {
+        use std::io::Write as _;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        let mut f = opts.open(&tmp).map_err(io)?;
+        f.write_all(content).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    std::fs::rename(&tmp, path).map_err(io)?;
+    Ok(true)
+}
+
+/// Copies `tls.crt`/`tls.key` from the Secret to the configured files (`--write-cert-files`).
+/// Returns whether a file changed (false when the Secret does not exist yet).
+pub async fn sync_files(client: &Client, cfg: &CertConfig) -> Result<bool, CertError> {
+    let Some((cert_path, key_path)) = &cfg.files else { return Ok(false) };
+    let api: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
+    let Some(secret) = api.get_opt(&cfg.secret).await? else { return Ok(false) };
+    let data = secret_data(&secret);
+    let (Some(cert), Some(key)) = (data.get(TLS_CERT), data.get(TLS_KEY)) else { return Ok(false) };
+    // key first: a reader that sees the new certificate with the old key rejects the pair and
+    // retries on the next change, which the certificate write is
+    let k = write_if_changed(key_path, key)?;
+    let c = write_if_changed(cert_path, cert)?;
+    Ok(k || c)
+}
+
+/// The certificate task: while this replica leads, [`reconcile_once`] now and every
+/// `interval` (sooner at a renewal point); every replica copies the Secret to files when
+/// `files` is set. Errors are logged and retried; returns on `stop` (or when the lease
+/// channel closes).
+pub async fn run(client: Client, cfg: CertConfig, mut leader: watch::Receiver<bool>, stop: CancellationToken) {
+    tracing::info!(secret = %cfg.secret, namespace = %cfg.namespace, service = %cfg.service, webhook_configuration = ?cfg.webhook_configuration, write_files = cfg.files.is_some(), "operator-managed webhook certificates");
+    loop {
+        let mut wait = cfg.interval;
+        if *leader.borrow_and_update() {
+            match reconcile_once(&client, &cfg).await {
+                Ok(o) => {
+                    if let Action::Keep { renew_at } = o.action {
+                        let until = Duration::from_secs(renew_at.saturating_sub(unix_now()).max(1) as u64);
+                        wait = wait.min(until);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, secret = %cfg.secret, "webhook certificate check failed; retrying");
+                    wait = wait.min(Duration::from_secs(5));
+                }
+            }
+        }
+        if cfg.files.is_some() {
+            match sync_files(&client, &cfg).await {
+                Ok(true) => tracing::info!(secret = %cfg.secret, "webhook certificate files written"),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot copy the webhook certificate to its files");
+                    wait = wait.min(Duration::from_secs(5));
+                }
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            r = leader.changed() => if r.is_err() { return },
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = 86_400;
+
+    fn names() -> Vec<String> {
+        subject_alt_names("safe-termination", "ops", &[])
+    }
+
+    fn fresh(now: i64) -> BTreeMap<String, Vec<u8>> {
+        renewed(&BTreeMap::new(), &Action::RenewCa("test".into()), &names(), now, CA_VALIDITY, SERVING_VALIDITY).unwrap()
+    }
+
+    #[test]
+    fn names_cover_the_service_dns_forms_and_extras_once() {
+        assert_eq!(
+            names(),
+            ["safe-termination", "safe-termination.ops", "safe-termination.ops.svc", "safe-termination.ops.svc.cluster.local"]
+        );
+        let extra = ["127.0.0.1".to_string(), " ".into(), "safe-termination.ops.svc".into(), "localhost".into()];
+        let all = subject_alt_names("safe-termination", "ops", &extra);
+        assert_eq!(all.len(), 6);
+        assert_eq!(&all[4..], ["127.0.0.1", "localhost"]);
+    }
+
+    #[test]
+    fn renewal_point_is_two_thirds_of_the_lifetime() {
+        assert_eq!(renew_at(0, 300), 200);
+        assert_eq!(renew_at(1000, 1000 + 365 * DAY), 1000 + 365 * DAY * 2 / 3);
+        assert_eq!(renew_at(10, 5), 10, "an inverted validity renews at once");
+    }
+
+    #[test]
+    fn no_secret_or_garbage_means_a_new_ca() {
+        assert!(matches!(decide(None, &names(), 0), Action::RenewCa(_)));
+        let o = observe(&BTreeMap::new());
+        assert!(matches!(decide(Some(&o), &names(), 0), Action::RenewCa(m) if m.contains("no ca.crt")));
+        let junk: BTreeMap<String, Vec<u8>> = [(CA_CERT.to_string(), b"junk".to_vec())].into();
+        assert!(matches!(decide(Some(&observe(&junk)), &names(), 0), Action::RenewCa(_)));
+    }
+
+    #[test]
+    fn a_fresh_secret_is_kept_until_the_serving_renewal_point() {
+        let now = unix_now();
+        let data = fresh(now);
+        let o = observe(&data);
+        assert!(o.ca.as_ref().unwrap().is_ca);
+        let s = o.serving.as_ref().unwrap();
+        assert_eq!(s.sans, names());
+        assert!(!s.is_ca);
+        assert_eq!(s.not_after - s.not_before, SERVING_VALIDITY.as_secs() as i64 + BACKDATE_SECONDS);
+        let at = renew_at(s.not_before, s.not_after);
+        assert_eq!(decide(Some(&o), &names(), now), Action::Keep { renew_at: at });
+        assert!(at - now > 240 * DAY && at - now < 245 * DAY, "about 8 months: {}", (at - now) / DAY);
+        assert!(matches!(decide(Some(&o), &names(), at), Action::RenewServing(m) if m.contains("two thirds")));
+        assert!(matches!(decide(Some(&o), &names(), s.not_before - 1), Action::RenewServing(m) if m.contains("not valid yet")));
+        // the CA's point comes later and wins over the serving certificate's
+        let ca = o.ca.as_ref().unwrap();
+        assert!(matches!(decide(Some(&o), &names(), renew_at(ca.not_before, ca.not_after)), Action::RenewCa(_)));
+        // a renamed Service needs a new serving certificate
+        let other = subject_alt_names("webhook", "ops", &[]);
+        assert!(matches!(decide(Some(&o), &other, now), Action::RenewServing(m) if m.contains("webhook.ops.svc")));
+        // an extra IP SAN is checked too
+        let with_ip = subject_alt_names("safe-termination", "ops", &["127.0.0.1".into()]);
+        assert!(matches!(decide(Some(&o), &with_ip, now), Action::RenewServing(m) if m.contains("127.0.0.1")));
+        let data2 = renewed(&data, &Action::RenewServing("ip".into()), &with_ip, now, CA_VALIDITY, SERVING_VALIDITY).unwrap();
+        assert!(matches!(decide(Some(&observe(&data2)), &with_ip, now), Action::Keep { .. }));
+        assert_eq!(observe(&data2).serving.unwrap().sans.last().unwrap(), "127.0.0.1");
+    }
+
+    #[test]
+    fn mismatched_keys_and_foreign_issuers_are_renewed() {
+        let now = unix_now();
+        let a = fresh(now);
+        let b = fresh(now);
+        let mut wrong_key = a.clone();
+        wrong_key.insert(TLS_KEY.into(), b[TLS_KEY].clone());
+        assert!(matches!(decide(Some(&observe(&wrong_key)), &names(), now), Action::RenewServing(m) if m.contains("does not match")));
+        let mut foreign = a.clone();
+        foreign.insert(TLS_CERT.into(), b[TLS_CERT].clone());
+        foreign.insert(TLS_KEY.into(), b[TLS_KEY].clone());
+        assert!(matches!(decide(Some(&observe(&foreign)), &names(), now), Action::RenewServing(m) if m.contains("not signed by the current CA")));
+        let mut wrong_ca_key = a.clone();
+        wrong_ca_key.insert(CA_KEY.into(), b[CA_KEY].clone());
+        assert!(matches!(decide(Some(&observe(&wrong_ca_key)), &names(), now), Action::RenewCa(m) if m.contains("ca.key does not match")));
+        let mut leaf_as_ca = a.clone();
+        leaf_as_ca.insert(CA_CERT.into(), a[TLS_CERT].clone());
+        leaf_as_ca.insert(CA_KEY.into(), a[TLS_KEY].clone());
+        assert!(matches!(decide(Some(&observe(&leaf_as_ca)), &names(), now), Action::RenewCa(m) if m.contains("not a CA")));
+        // renewing the serving certificate keeps the CA and fixes it
+        let fixed = renewed(&foreign, &Action::RenewServing("t".into()), &names(), now, CA_VALIDITY, SERVING_VALIDITY).unwrap();
+        assert_eq!(fixed[CA_CERT], a[CA_CERT]);
+        assert_eq!(fixed[CA_KEY], a[CA_KEY]);
+        assert!(matches!(decide(Some(&observe(&fixed)), &names(), now), Action::Keep { .. }));
+        // the new pair is usable by the webhook's TLS loader
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::webhook::tls::load_certified_key(&fixed[TLS_CERT], &fixed[TLS_KEY]).expect("serving pair loads");
+    }
+
+    #[test]
+    fn a_ca_rotation_keeps_the_previous_ca_until_it_expires() {
+        let now = unix_now();
+        let short = Duration::from_secs(3 * DAY as u64);
+        let old = renewed(&BTreeMap::new(), &Action::RenewCa("t".into()), &names(), now, short, short).unwrap();
+        let o = observe(&old);
+        let ca = o.ca.as_ref().unwrap();
+        let at = renew_at(ca.not_before, ca.not_after);
+        assert!(matches!(decide(Some(&o), &names(), at), Action::RenewCa(_)));
+        let rotated = renewed(&old, &Action::RenewCa("t".into()), &names(), at, CA_VALIDITY, SERVING_VALIDITY).unwrap();
+        let bundle = bundle_info(&rotated[CA_CERT]).unwrap();
+        assert_eq!(bundle.len(), 2, "new CA + previous CA");
+        assert_eq!(bundle[1], *ca);
+        let r = observe(&rotated);
+        assert_eq!(r.ca_bundle.len(), 2);
+        assert!(matches!(decide(Some(&r), &names(), at), Action::Keep { .. }));
+        // the serving certificate never outlives its CA
+        let s = r.serving.unwrap();
+        assert!(s.not_after <= r.ca.unwrap().not_after);
+        // once the previous CA has expired, Keep drops it from the bundle
+        let later = ca.not_after + 1;
+        let trimmed = renewed(&rotated, &Action::Keep { renew_at: 0 }, &names(), later, CA_VALIDITY, SERVING_VALIDITY).unwrap();
+        assert_eq!(bundle_info(&trimmed[CA_CERT]).unwrap().len(), 1);
+        let same = renewed(&rotated, &Action::Keep { renew_at: 0 }, &names(), at, CA_VALIDITY, SERVING_VALIDITY).unwrap();
+        assert_eq!(same, rotated, "nothing to drop: unchanged");
+    }
+
+    #[test]
+    fn a_serving_certificate_is_capped_at_the_ca_expiry() {
+        let now = unix_now();
+        let (ca, key) = generate_ca(now, Duration::from_secs(10 * DAY as u64)).unwrap();
+        let ca_after = bundle_info(ca.as_bytes()).unwrap()[0].not_after;
+        let (cert, _) = generate_serving(&ca, &key, &names(), now, SERVING_VALIDITY, ca_after).unwrap();
+        assert_eq!(bundle_info(cert.as_bytes()).unwrap()[0].not_after, ca_after);
+    }
+
+    #[test]
+    fn ca_bundle_patch_touches_only_stale_webhooks_and_tests_names() {
+        let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": "st"},
+            "webhooks": [
+                {"name": "a.safetermination.io", "clientConfig": {"caBundle": "Zm9v"}, "sideEffects": "None", "admissionReviewVersions": ["v1"]},
+                {"name": "b.safetermination.io", "clientConfig": {}, "sideEffects": "None", "admissionReviewVersions": ["v1"]}
+            ]
+        }))
+        .unwrap();
+        assert!(ca_bundle_patch(&config, "Zm9v")[..].iter().any(|op| op["path"] == "/webhooks/1/clientConfig/caBundle"));
+        assert_eq!(ca_bundle_patch(&config, "Zm9v").len(), 2, "the first webhook is current");
+        let ops = ca_bundle_patch(&config, "YmFy");
+        assert_eq!(ops.len(), 4);
+        assert_eq!(ops[0], json!({"op": "test", "path": "/webhooks/0/name", "value": "a.safetermination.io"}));
+        assert_eq!(ops[3], json!({"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": "YmFy"}));
+        let _: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops)).unwrap();
+    }
+
+    #[test]
+    fn files_are_replaced_atomically_and_only_on_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tls/tls.crt");
+        assert!(write_if_changed(&p, b"one").unwrap());
+        assert!(!write_if_changed(&p, b"one").unwrap());
+        assert!(write_if_changed(&p, b"two").unwrap());
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        let leftovers: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+    }
+}
