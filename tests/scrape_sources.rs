@@ -19,14 +19,15 @@ use safe_termination::crd::TerminationPolicySpec;
 use safe_termination::model::{Basis, Interval, ProxyMode};
 use safe_termination::operator::measure::MeasurementStore;
 use safe_termination::operator::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
+use safe_termination::operator::proxyconfig::ResolvedProxyConfig;
 use safe_termination::operator::scrape::{
-    ScrapeLoop, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, fetch_configz, record_outcomes,
-    resolve_proxy_config, scrape_all, scrape_client, scrape_once,
+    Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, discover, fetch_configz,
+    read_proxy_configmap, record_outcomes, resolve_proxy_config, scrape_all, scrape_client, scrape_once,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -386,7 +387,8 @@ async fn the_scrape_loop_records_retains_publishes_and_stops() {
 
     let mut lp = ScrapeLoop::new(TargetSource::Static(vec![a.clone(), b.clone(), gone]), store.clone(), tx.clone())
         .with_options(opts(2000))
-        .with_metrics(metrics.clone());
+        .with_metrics(metrics.clone())
+        .with_proxy_config(Arc::new(RwLock::new(ResolvedProxyConfig::default())));
     let config = lp.proxy_config();
     let s = lp.run_cycle().await;
     assert_eq!((s.targets, s.scraped, s.failed, s.generation), (3, 2, 1, 1));
@@ -571,4 +573,91 @@ async fn prometheus_errors_are_clear_and_keep_the_last_measurement() {
     assert_eq!(*rx.borrow(), 1);
     assert!(last_error.lock().unwrap().as_deref().unwrap().contains("did not answer"));
     assert_eq!(store.lock().unwrap().nodes_with_data(), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the kube API side (a mocked API server, tower-test)
+
+/// EKS's `kube-proxy-config` ConfigMap, key `config` (as in proxyconfig's unit tests).
+const EKS_CONFIG: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nbindAddress: 0.0.0.0\niptables:\n  masqueradeAll: false\n  masqueradeBit: 14\n  minSyncPeriod: 0s\n  syncPeriod: 30s\nmetricsBindAddress: 0.0.0.0:10249\nmode: \"iptables\"\n";
+
+/// A fake API server for kube-system: a kube-proxy PodList, no `kube-proxy` ConfigMap (404),
+/// and EKS's `kube-proxy-config`. Records every `path?query`.
+fn fake_api() -> (kube::Client, Arc<Mutex<Vec<String>>>) {
+    use http::{Request, Response};
+    use kube::client::Body;
+    let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Some((req, send)) = handle.next_request().await {
+            let path = req.uri().path().to_string();
+            log.lock().unwrap().push(format!("{}?{}", path, req.uri().query().unwrap_or("")));
+            let pod = |name: &str, node: &str, phase: &str, ip: &str| {
+                serde_json::json!({"metadata": {"name": name, "namespace": "kube-system", "labels": {"k8s-app": "kube-proxy"}},
+                    "spec": {"nodeName": node, "hostNetwork": true, "containers": [{"name": "kube-proxy", "image": "registry.k8s.io/kube-proxy:v1.33.0"}]},
+                    "status": {"phase": phase, "podIP": ip, "hostIP": ip}})
+            };
+            let (status, body) = match path.as_str() {
+                "/api/v1/namespaces/kube-system/pods" => (200, serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": [
+                    pod("kube-proxy-x1", "node-b", "Running", "10.0.0.2"),
+                    pod("kube-proxy-x2", "node-a", "Running", "10.0.0.1"),
+                    pod("kube-proxy-x3", "node-c", "Pending", ""),
+                ]})),
+                "/api/v1/namespaces/kube-system/configmaps/kube-proxy-config" => (200, serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "kube-proxy-config", "namespace": "kube-system"}, "data": {"config": EKS_CONFIG}})),
+                _ => (404, serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": format!("{path} not found"), "reason": "NotFound", "code": 404})),
+            };
+            send.send_response(Response::builder().status(status).body(Body::from(serde_json::to_vec(&body).unwrap())).unwrap());
+        }
+    });
+    (kube::Client::new(svc, "default"), seen)
+}
+
+#[tokio::test]
+async fn discovery_lists_kube_proxy_pods_by_selector() {
+    let (client, seen) = fake_api();
+    let targets = discover(&client, &Discovery::default()).await.unwrap();
+    assert_eq!(targets, vec![Target::new("node-a", "http://10.0.0.1:10249"), Target::new("node-b", "http://10.0.0.2:10249")]);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].starts_with("/api/v1/namespaces/kube-system/pods?") && seen[0].contains("labelSelector=k8s-app%3Dkube-proxy"), "{seen:?}");
+
+    let source = TargetSource::Kube { client, discovery: Discovery { port: 9999, ..Discovery::default() } };
+    assert_eq!(source.targets().await.unwrap()[0].base_url, "http://10.0.0.1:9999");
+}
+
+#[tokio::test]
+async fn the_configmap_is_the_fallback_when_configz_is_unreachable() {
+    let (kube_client, seen) = fake_api();
+    let (source, cfg) = read_proxy_configmap(&kube_client, "kube-system").await.unwrap();
+    assert_eq!(source, "ConfigMap kube-system/kube-proxy-config");
+    assert_eq!((cfg.mode, cfg.min_sync_period_seconds, cfg.min_sync_period_defaulted), (ProxyMode::Iptables, 1.0, true));
+    assert_eq!(
+        seen.lock().unwrap().iter().map(|p| p.split('?').next().unwrap().to_string()).collect::<Vec<_>>(),
+        ["/api/v1/namespaces/kube-system/configmaps/kube-proxy", "/api/v1/namespaces/kube-system/configmaps/kube-proxy-config"]
+    );
+    let e = read_proxy_configmap(&kube_client, "elsewhere").await.unwrap_err();
+    assert!(e.contains("no ConfigMap kube-proxy (key config.conf) or kube-proxy-config (key config) in elsewhere"), "{e}");
+
+    // configz refused on the only target: the ConfigMap is used and the skip is explained
+    let refused = Target::new("node-a", &format!("http://127.0.0.1:{}", closed_port()));
+    let r = resolve_proxy_config(&client(), &[refused], Some((&kube_client, "kube-system")), Duration::from_secs(2)).await;
+    assert_eq!(r.source, "ConfigMap kube-system/kube-proxy-config");
+    assert_eq!(r.min_sync_period_seconds, 1.0);
+    assert!(r.notes[0].contains("configz") && r.notes[0].contains("metricsBindAddress"), "{:?}", r.notes);
+
+    // the Prometheus loop reads the ConfigMap into a shared handle on its first round
+    let (url, _) = prometheus(prometheus_answers(600.0)).await;
+    let shared = Arc::new(RwLock::new(ResolvedProxyConfig::default()));
+    let (tx, _rx) = tokio::sync::watch::channel(0u64);
+    let lp = PrometheusLoop::new(
+        PrometheusSource::new(&url, Duration::from_secs(600), Duration::from_secs(5)).unwrap(),
+        Arc::new(Mutex::new(MeasurementStore::new(600.0))),
+        tx,
+    )
+    .with_configmap(kube_client.clone(), "kube-system", shared.clone(), 10);
+    lp.run_once().await.unwrap();
+    assert_eq!(shared.read().unwrap().source, "ConfigMap kube-system/kube-proxy-config");
 }

@@ -30,10 +30,12 @@
 use crate::metrics::{Bucket, Histogram, HistogramFamily, KubeProxyScrape};
 use crate::model::NodeInput;
 use crate::operator::measure::{MeasurementStore, NodeFailure, Sample};
-use crate::operator::scrape::{JITTER_FRACTION, reason, unix_now};
+use crate::operator::proxyconfig::ResolvedProxyConfig;
+use crate::operator::scrape::{JITTER_FRACTION, read_proxy_configmap, reason, unix_now};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -408,12 +410,40 @@ pub struct PrometheusLoop {
     generation: watch::Sender<u64>,
     interval: Duration,
     last_error: Arc<Mutex<Option<String>>>,
+    config: Option<ConfigRefresh>,
+    rounds: AtomicU64,
+}
+
+/// Where [`PrometheusLoop`] reads kube-proxy's configuration from (the ConfigMap: with this
+/// source the metrics port and its `/configz` are usually not reachable).
+struct ConfigRefresh {
+    client: kube::Client,
+    namespace: String,
+    shared: Arc<RwLock<ResolvedProxyConfig>>,
+    every: u64,
 }
 
 impl PrometheusLoop {
     /// A loop with the default 30 s interval.
     pub fn new(source: PrometheusSource, store: Arc<Mutex<MeasurementStore>>, generation: watch::Sender<u64>) -> Self {
-        Self { source, store, generation, interval: crate::operator::scrape::DEFAULT_INTERVAL, last_error: Arc::default() }
+        Self {
+            source,
+            store,
+            generation,
+            interval: crate::operator::scrape::DEFAULT_INTERVAL,
+            last_error: Arc::default(),
+            config: None,
+            rounds: AtomicU64::new(0),
+        }
+    }
+
+    /// Also reads kube-proxy's configuration from its ConfigMap in `namespace`
+    /// ([`crate::operator::scrape::read_proxy_configmap`]) on the first round and every
+    /// `every` rounds (at least 1), publishing it into `shared`; when it cannot be read,
+    /// `shared` gets the 1 s default with the reason in its notes.
+    pub fn with_configmap(mut self, client: kube::Client, namespace: &str, shared: Arc<RwLock<ResolvedProxyConfig>>, every: u64) -> Self {
+        self.config = Some(ConfigRefresh { client, namespace: namespace.to_string(), shared, every: every.max(1) });
+        self
     }
 
     /// Sets the time between rounds.
@@ -432,6 +462,14 @@ impl PrometheusLoop {
     /// Errors: the round's query error (the store is left as it was).
     pub async fn run_once(&self) -> Result<usize, PrometheusError> {
         let start = Instant::now();
+        let round = self.rounds.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = self.config.as_ref().filter(|c| round.is_multiple_of(c.every)) {
+            let resolved = match read_proxy_configmap(&c.client, &c.namespace).await {
+                Ok((source, config)) => ResolvedProxyConfig::from_config(config, source, Vec::new()),
+                Err(e) => ResolvedProxyConfig { notes: vec![e], ..ResolvedProxyConfig::default() },
+            };
+            *c.shared.write().unwrap_or_else(PoisonError::into_inner) = resolved;
+        }
         let result = self.source.fetch().await;
         let mut last_error = self.last_error.lock().unwrap_or_else(PoisonError::into_inner);
         match result {

@@ -670,6 +670,13 @@ impl ScrapeLoop {
         self
     }
 
+    /// Publishes the refreshed kube-proxy configuration into `shared` (e.g. the controller's
+    /// own handle) instead of a handle of the loop's making.
+    pub fn with_proxy_config(mut self, shared: Arc<RwLock<ResolvedProxyConfig>>) -> Self {
+        self.proxy_config = shared;
+        self
+    }
+
     /// The shared, refreshed kube-proxy configuration (minSyncPeriod, mode, source); starts as
     /// the 1 s default. Clone it before [`ScrapeLoop::run`] consumes the loop.
     pub fn proxy_config(&self) -> Arc<RwLock<ResolvedProxyConfig>> {
