@@ -9,3 +9,5 @@ e2e/cluster-up.sh
 # shellcheck disable=SC1091
 source "$ST_E2E_DIR/env"
 cargo test --test e2e -- --ignored --test-threads=1
+# the ground truth of the propagation window, then scale (thousands of Services: slow syncs)
+cargo test --test e2e_window -- --ignored --test-threads=1 --nocapture
