@@ -5,42 +5,22 @@
 //! `cargo test` and run by `make e2e` with `--ignored`. Without a cluster they fail loudly: they
 //! never pass by skipping.
 
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
+
+mod common;
 use safe_termination::cli::mutate::{documents, pod_of};
 use safe_termination::crd::TerminationPolicySpec;
 use safe_termination::telemetry::Telemetry;
+use safe_termination::webhook::mutate_pod;
 use safe_termination::webhook::plan::{AssumeServiceBacked, Capabilities, Plan, PlanPolicy};
 use safe_termination::webhook::server::{self, PlanHandle, Settings, WebhookState};
 use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
-use safe_termination::webhook::mutate_pod;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-
-struct Env {
-    ca_pem: String,
-    webhook_cert: String,
-    webhook_key: String,
-}
-
-fn env() -> Env {
-    let dir = std::env::var("ST_E2E_DIR").unwrap_or_else(|_| "/tmp/safe-termination-e2e".into());
-    let read = |p: &str| std::fs::read_to_string(format!("{dir}/{p}")).unwrap_or_else(|e| panic!("{dir}/{p}: {e}: run `make cluster-up` first"));
-    if std::env::var("KUBECONFIG").is_err() {
-        // SAFETY: set once, before any client is built, in a test process that reads it only here
-        unsafe { std::env::set_var("KUBECONFIG", format!("{dir}/kubeconfig")) };
-    }
-    Env { ca_pem: read("pki/ca.crt"), webhook_cert: read("pki/webhook.crt"), webhook_key: read("pki/webhook.key") }
-}
-
-async fn client() -> Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Client::try_default().await.expect("kubeconfig of the e2e cluster")
-}
 
 /// The webhook served in-process on 127.0.0.1 with a static plan.
 struct Webhook {
@@ -48,10 +28,11 @@ struct Webhook {
     stop: CancellationToken,
 }
 
-fn start_webhook(env: &Env, plan: Plan) -> Webhook {
+fn start_webhook(plan: Plan) -> Webhook {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let store = Arc::new(CertificateStore::new());
-    store.set(load_certified_key(env.webhook_cert.as_bytes(), env.webhook_key.as_bytes()).expect("webhook cert"));
+    let (cert, key) = (common::read_state("pki/webhook.crt"), common::read_state("pki/webhook.key"));
+    store.set(load_certified_key(cert.as_bytes(), key.as_bytes()).expect("webhook cert"));
     let tls = server_config(store).unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -71,64 +52,14 @@ fn start_webhook(env: &Env, plan: Plan) -> Webhook {
 fn static_plan(pre_stop: u32, native_sleep: bool) -> Plan {
     Plan {
         policies: Vec::new(),
-        default_policy: Some(PlanPolicy { namespace: String::new(), name: "e2e".into(), spec: TerminationPolicySpec::default(), pre_stop_seconds: pre_stop }),
+        default_policy: Some(PlanPolicy {
+            namespace: String::new(),
+            name: "e2e".into(),
+            spec: TerminationPolicySpec::default(),
+            pre_stop_seconds: pre_stop,
+        }),
         capabilities: Capabilities { native_sleep },
     }
-}
-
-/// Registers a MutatingWebhookConfiguration scoped to one namespace, shaped like the chart's
-/// (R10: Ignore, 5 s, sideEffects None, IfNeeded, pods CREATE only).
-async fn register(client: &Client, name: &str, namespace: &str, port: u16, ca_pem: &str) {
-    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let _ = api.delete(name, &DeleteParams::default()).await;
-    let cfg: MutatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "prestop.safetermination.io",
-            "admissionReviewVersions": ["v1"],
-            "sideEffects": "None",
-            "failurePolicy": "Ignore",
-            "timeoutSeconds": 5,
-            "reinvocationPolicy": "IfNeeded",
-            "clientConfig": {
-                "url": format!("https://127.0.0.1:{port}/mutate"),
-                "caBundle": base64_encode(ca_pem.as_bytes()),
-            },
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-        }]
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &cfg).await.expect("create MutatingWebhookConfiguration");
-}
-
-fn base64_encode(b: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(b)
-}
-
-async fn namespace(client: &Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let _ = api.delete(name, &DeleteParams::default()).await;
-    // wait for a previous run's namespace to be gone
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while api.get_opt(name).await.ok().flatten().is_some() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let ns = Namespace { metadata: ObjectMeta { name: Some(name.into()), ..Default::default() }, ..Default::default() };
-    api.create(&PostParams::default(), &ns).await.expect("create namespace");
-    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while sa.get_opt("default").await.ok().flatten().is_none() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn cleanup(client: &Client, webhook_name: &str, ns: &str) {
-    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(webhook_name, &DeleteParams::default()).await;
-    let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
 }
 
 /// A case file's pod template, made creatable in `ns`: its own name, service account created.
@@ -197,19 +128,19 @@ fn strip_defaults(mut inits: Value) -> Value {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn every_pod_case_through_the_real_api_server() {
-    let env = env();
-    let client = client().await;
+    let client = common::client().await;
     let ns = "e2e-pod-cases";
     let hook_name = "safe-termination-e2e-pod-cases";
-    namespace(&client, ns).await;
-    let hook = start_webhook(&env, static_plan(10, true));
-    register(&client, hook_name, ns, hook.port, &env.ca_pem).await;
+    common::fresh_namespace(&client, ns).await;
+    let hook = start_webhook(static_plan(10, true));
+    common::register_webhook(&client, hook_name, ns, hook.port).await;
     wait_until_mutating(&client, ns).await;
 
     let plan = static_plan(10, true);
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let mut checked = 0;
-    let mut files: Vec<String> = std::fs::read_dir("tests/data/pods").unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut files: Vec<String> =
+        std::fs::read_dir("tests/data/pods").unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     files.sort();
     for file in &files {
         for (name, pod) in creatable_pods(&client, file, ns).await {
@@ -236,23 +167,22 @@ async fn every_pod_case_through_the_real_api_server() {
     }
     assert!(checked >= 16, "only {checked} pod templates created");
     hook.stop.cancel();
-    cleanup(&client, hook_name, ns).await;
+    common::cleanup(&client, hook_name, ns).await;
 }
 
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn pods_are_created_unmutated_when_the_webhook_is_down() {
-    let env = env();
-    let client = client().await;
+    let client = common::client().await;
     let ns = "e2e-webhook-down";
     let hook_name = "safe-termination-e2e-webhook-down";
-    namespace(&client, ns).await;
+    common::fresh_namespace(&client, ns).await;
     // a port nothing listens on
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    register(&client, hook_name, ns, port, &env.ca_pem).await;
+    common::register_webhook(&client, hook_name, ns, port).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(json!({
@@ -266,111 +196,26 @@ async fn pods_are_created_unmutated_when_the_webhook_is_down() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(6), "admission took {took:?}, above the 5 s webhook timeout");
     assert!(created.spec.unwrap().containers[0].lifecycle.is_none(), "not mutated");
-    cleanup(&client, hook_name, ns).await;
+    common::cleanup(&client, hook_name, ns).await;
 }
 
 // ---------- the operator (`safe-termination run`) against the real cluster ----------
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
 use safe_termination::crd::TerminationPolicy;
-
-/// Applies crds/terminationpolicy.yaml (server-side apply) and waits until it is served.
-async fn apply_crd(client: &Client) {
-    let text = std::fs::read_to_string("crds/terminationpolicy.yaml").unwrap();
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch("terminationpolicies.safetermination.io", &PatchParams::apply("e2e").force(), &Patch::Apply(&crd)).await.expect("apply CRD");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let c = api.get("terminationpolicies.safetermination.io").await.unwrap();
-        let established = c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return;
-        }
-        assert!(Instant::now() < deadline, "CRD not established");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// The operator binary as a child process, killed on drop.
-struct Operator {
-    child: std::process::Child,
-    admin: u16,
-    webhook: u16,
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn start_operator(env: &Env, namespace: &str, extra: &[&str]) -> Operator {
-    let dir = std::env::var("ST_E2E_DIR").unwrap_or_else(|_| "/tmp/safe-termination-e2e".into());
-    let targets: Vec<String> = std::env::var("ST_KP_METRICS_URLS")
-        .unwrap_or_else(|_| "http://10.213.0.2:10249/metrics http://10.213.1.2:10249/metrics".into())
-        .split_whitespace()
-        .zip(["node-a", "node-b", "node-c"])
-        .map(|(url, node)| format!("{node}={}", url.trim_end_matches("/metrics")))
-        .collect();
-    let (admin, webhook) = (free_port(), free_port());
-    let _ = env;
-    let log = std::fs::File::create(format!("{dir}/logs/operator-{namespace}.log")).unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
-        .args(["run", "--listen", &format!("127.0.0.1:{webhook}"), "--admin-listen", &format!("127.0.0.1:{admin}")])
-        .args(["--tls-cert-file", &format!("{dir}/pki/webhook.crt"), "--tls-key-file", &format!("{dir}/pki/webhook.key")])
-        .args(["--namespace", namespace, "--identity", "e2e-operator", "--kube-proxy-target", &targets.join(",")])
-        .args(["--scrape-interval-seconds", "2", "--window-seconds", "120", "--status-refresh-seconds", "5"])
-        .args(extra)
-        .env("KUBECONFIG", format!("{dir}/kubeconfig"))
-        .env("RUST_LOG", "info,safe_termination=debug")
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start the operator");
-    Operator { child, admin, webhook }
-}
-
-async fn wait_ready(op: &Operator) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let url = format!("http://127.0.0.1:{}/readyz", op.admin);
-    let http = reqwest::Client::new();
-    loop {
-        if let Ok(r) = http.get(&url).send().await
-            && r.status().is_success()
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "operator never became ready ({url})");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
-async fn policy_status(client: &Client, ns: &str, name: &str) -> Value {
-    let api: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
-    api.get(name).await.map(|p| serde_json::to_value(p.status).unwrap()).unwrap_or(Value::Null)
-}
 
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
-    let env = env();
-    let client = client().await;
-    apply_crd(&client).await;
+    let client = common::client().await;
+    common::apply_crd(&client).await;
     let system = "e2e-operator-system";
     let ns = "e2e-operator";
     let hook_name = "safe-termination-e2e-operator";
-    namespace(&client, system).await;
-    namespace(&client, ns).await;
-    let op = start_operator(&env, system, &[]);
-    wait_ready(&op).await;
-    register(&client, hook_name, ns, op.webhook, &env.ca_pem).await;
+    common::fresh_namespace(&client, system).await;
+    common::fresh_namespace(&client, ns).await;
+    let op = common::Operator::start(system, &[]).await;
+    common::register_webhook(&client, hook_name, ns, op.webhook).await;
 
     // a policy that trusts a single sync sample, so the real (small) syncs size the sleep
     let policy: TerminationPolicy = serde_json::from_value(json!({
@@ -385,7 +230,7 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     // wait for a measured status from both real kube-proxies
     let deadline = Instant::now() + Duration::from_secs(90);
     let status = loop {
-        let s = policy_status(&client, ns, "web").await;
+        let s = common::policy_status(&client, ns, "web").await;
         if s["measurement"]["nodesScraped"] == 2 && s["recommendation"]["reason"] == "Measured" {
             break s;
         }
@@ -421,14 +266,16 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
         }
     };
     apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
-        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})).await;
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
+    .await;
     // the Service index must see the Service before the pods are admitted (scope ServiceBacked)
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = policy_status(&client, ns, "web").await["recommendation"]["preStopSeconds"].as_u64().unwrap();
+    let before = common::policy_status(&client, ns, "web").await["recommendation"]["preStopSeconds"].as_u64().unwrap();
     apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
         "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}]}}}})).await;
+                "spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}]}}}}))
+    .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let deadline = Instant::now() + Duration::from_secs(60);
     let list = loop {
@@ -439,20 +286,25 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
         assert!(Instant::now() < deadline, "Deployment pods not created");
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let after = policy_status(&client, ns, "web").await["recommendation"]["preStopSeconds"].as_u64().unwrap();
+    let after = common::policy_status(&client, ns, "web").await["recommendation"]["preStopSeconds"].as_u64().unwrap();
     for p in &list.items {
         let spec = p.spec.as_ref().unwrap();
-        let sleep = spec.containers[0].lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).and_then(|h| h.sleep.as_ref()).map(|s| s.seconds as u64);
+        let sleep = spec.containers[0]
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .and_then(|h| h.sleep.as_ref())
+            .map(|s| s.seconds as u64);
         let sleep = sleep.expect("pod got a native preStop sleep");
         assert!(sleep == before || sleep == after, "sleep {sleep} is the measured recommendation ({before}/{after})");
         assert_eq!(spec.termination_grace_period_seconds, Some(((sleep + 20).max(30)) as i64));
         assert_eq!(p.metadata.annotations.as_ref().unwrap()["safetermination.io/policy"], format!("{ns}/web"));
     }
     // the operator's own metrics show the per-node p99 it measured
-    let metrics = reqwest::get(format!("http://127.0.0.1:{}/metrics", op.admin)).await.unwrap().text().await.unwrap();
+    let metrics = op.metrics().await;
     assert!(metrics.contains("safe_termination_kube_proxy_sync_p99_seconds{node=\"node-a\"}"), "{metrics}");
     assert!(metrics.contains("safe_termination_webhook_requests_total{decision=\"mutated\"}"), "{metrics}");
     drop(op);
-    cleanup(&client, hook_name, ns).await;
+    common::cleanup(&client, hook_name, ns).await;
     let _ = Api::<Namespace>::all(client.clone()).delete(system, &DeleteParams::default()).await;
 }

@@ -8,32 +8,19 @@
 //! must be below the preStop sleep the webhook injected into that pod.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+
+mod common;
 use safe_termination::crd::TerminationPolicy;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn state_dir() -> String {
-    std::env::var("ST_E2E_DIR").unwrap_or_else(|_| "/tmp/safe-termination-e2e".into())
-}
-
-async fn client() -> Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    if std::env::var("KUBECONFIG").is_err() {
-        // SAFETY: set before any client exists; read only here
-        unsafe { std::env::set_var("KUBECONFIG", format!("{}/kubeconfig", state_dir())) };
-    }
-    Client::try_default()
-        .await
-        .expect("kubeconfig of the e2e cluster: run `make cluster-up` first")
-}
 
 fn k8s_dir() -> String {
     let bin = std::env::var("ST_K8S_BIN").expect("ST_K8S_BIN: source $ST_E2E_DIR/env");
@@ -43,171 +30,16 @@ fn k8s_dir() -> String {
 /// Pod IPs present in a node's proxy rules right now (read-only listing inside its netns).
 fn ips_in_rules(node: &str) -> BTreeSet<String> {
     let out = match node {
-        "node-a" => Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                "st-kp-a",
-                &format!("{}/xtables-nft/iptables-save", k8s_dir()),
-                "-t",
-                "nat",
-            ])
-            .output(),
-        _ => Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                "st-kp-b",
-                "nft",
-                "list",
-                "table",
-                "ip",
-                "kube-proxy",
-            ])
-            .output(),
+        "node-a" => {
+            Command::new("ip").args(["netns", "exec", "st-kp-a", &format!("{}/xtables-nft/iptables-save", k8s_dir()), "-t", "nat"]).output()
+        }
+        _ => Command::new("ip").args(["netns", "exec", "st-kp-b", "nft", "list", "table", "ip", "kube-proxy"]).output(),
     };
-    let text = out
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
     text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .filter(|t| t.starts_with("10.244.") && t.split('.').count() == 4)
         .map(str::to_string)
         .collect()
-}
-
-struct Operator(std::process::Child);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts the operator against the cluster's two real kube-proxies and registers its webhook
-/// for `ns`. Returns the process and the admin port.
-async fn operator(client: &Client, system: &str, ns: &str, hook: &str) -> (Operator, u16) {
-    let dir = state_dir();
-    let (admin, webhook) = (free_port(), free_port());
-    let log = std::fs::File::create(format!("{dir}/logs/operator-{ns}.log")).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_safe-termination"))
-        .args([
-            "run",
-            "--listen",
-            &format!("127.0.0.1:{webhook}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin}"),
-        ])
-        .args([
-            "--tls-cert-file",
-            &format!("{dir}/pki/webhook.crt"),
-            "--tls-key-file",
-            &format!("{dir}/pki/webhook.key"),
-        ])
-        .args([
-            "--namespace",
-            system,
-            "--kube-proxy-target",
-            "node-a=http://10.213.0.2:10249,node-b=http://10.213.1.2:10249",
-        ])
-        .args([
-            "--scrape-interval-seconds",
-            "2",
-            "--window-seconds",
-            "300",
-            "--status-refresh-seconds",
-            "5",
-        ])
-        .env("KUBECONFIG", format!("{dir}/kubeconfig"))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start the operator");
-    let op = Operator(child);
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !http
-        .get(format!("http://127.0.0.1:{admin}/readyz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(Instant::now() < deadline, "operator not ready");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    let ca = std::fs::read(format!("{dir}/pki/ca.crt")).unwrap();
-    let ca_bundle = {
-        use base64::Engine as _;
-        base64::engine::general_purpose::STANDARD.encode(&ca)
-    };
-    let cfg: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": hook},
-        "webhooks": [{
-            "name": "prestop.safetermination.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
-            "failurePolicy": "Ignore", "timeoutSeconds": 5, "reinvocationPolicy": "IfNeeded",
-            "clientConfig": {"url": format!("https://127.0.0.1:{webhook}/mutate"), "caBundle": ca_bundle},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}
-        }]
-    }))
-    .unwrap();
-    let api: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
-        Api::all(client.clone());
-    api.patch(
-        hook,
-        &PatchParams::apply("e2e").force(),
-        &Patch::Apply(&cfg),
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    (op, admin)
-}
-
-async fn fresh_namespace(client: &Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let _ = api.delete(name, &DeleteParams::default()).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while api.get_opt(name).await.ok().flatten().is_some() {
-        assert!(Instant::now() < deadline, "namespace {name} not deleted");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    api.create(&PostParams::default(), &ns).await.unwrap();
-    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), name);
-    while sa.get_opt("default").await.ok().flatten().is_none() {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn apply_crd(client: &Client) {
-    let text = std::fs::read_to_string("crds/terminationpolicy.yaml").unwrap();
-    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
-        serde_saphyr::from_str(&text).unwrap();
-    let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        "terminationpolicies.safetermination.io",
-        &PatchParams::apply("e2e").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -221,35 +53,25 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends() {
-    let client = client().await;
-    apply_crd(&client).await;
-    let (system, ns, hook) = (
-        "e2e-window-system",
-        "e2e-window",
-        "safe-termination-e2e-window",
-    );
-    fresh_namespace(&client, system).await;
-    fresh_namespace(&client, ns).await;
-    let (op, _admin) = operator(&client, system, ns, hook).await;
+    let client = common::client().await;
+    common::apply_crd(&client).await;
+    let (system, ns, hook) = ("e2e-window-system", "e2e-window", "safe-termination-e2e-window");
+    common::fresh_namespace(&client, system).await;
+    common::fresh_namespace(&client, ns).await;
+    let op = common::Operator::start(system, &[]).await;
+    common::register_webhook(&client, hook, ns, op.webhook).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let policies: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
     let policy: TerminationPolicy = serde_json::from_value(json!({
         "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
         "metadata": {"name": "web", "namespace": ns}, "spec": {"preStop": {"minSamples": 1}}
     }))
     .unwrap();
-    policies
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
-    let svc: Service = serde_json::from_value(
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
-        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}),
-    )
+    policies.create(&PostParams::default(), &policy).await.unwrap();
+    let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
     .unwrap();
-    Api::<Service>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &svc)
-        .await
-        .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns).create(&PostParams::default(), &svc).await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let deploy = |generation: u32| -> Deployment {
         serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
@@ -260,14 +82,7 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
         .unwrap()
     };
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    deployments
-        .patch(
-            "web",
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&deploy(1)),
-        )
-        .await
-        .unwrap();
+    deployments.patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(&deploy(1))).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     // wait for 4 running pods whose IPs are in both nodes' rules
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -278,16 +93,10 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
             .unwrap()
             .items
             .into_iter()
-            .filter(|p| {
-                p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some()
-                    && p.metadata.deletion_timestamp.is_none()
-            })
+            .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() && p.metadata.deletion_timestamp.is_none())
             .collect();
         if l.len() == 4 {
-            let ips: BTreeSet<String> = l
-                .iter()
-                .map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap())
-                .collect();
+            let ips: BTreeSet<String> = l.iter().map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap()).collect();
             if ips.is_subset(&ips_in_rules("node-a")) && ips.is_subset(&ips_in_rules("node-b")) {
                 break l;
             }
@@ -304,10 +113,7 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
                 .and_then(|l| l.pre_stop.as_ref())
                 .and_then(|h| h.sleep.as_ref())
                 .map(|s| s.seconds);
-            (
-                p.status.as_ref().unwrap().pod_ip.clone().unwrap(),
-                s.expect("pods got a preStop sleep") as f64,
-            )
+            (p.status.as_ref().unwrap().pod_ip.clone().unwrap(), s.expect("pods got a preStop sleep") as f64)
         })
         .collect();
 
@@ -318,20 +124,13 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
         let seen = seen_terminating.clone();
         let pods = pods.clone();
         tokio::spawn(async move {
-            let mut s = std::pin::pin!(
-                watcher(pods, watcher::Config::default())
-                    .applied_objects()
-                    .default_backoff()
-            );
+            let mut s = std::pin::pin!(watcher(pods, watcher::Config::default()).applied_objects().default_backoff());
             use futures::StreamExt;
             while let Some(Ok(p)) = s.next().await {
                 if p.metadata.deletion_timestamp.is_some()
                     && let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone())
                 {
-                    seen.lock()
-                        .unwrap()
-                        .entry(ip)
-                        .or_insert(started.elapsed().as_secs_f64());
+                    seen.lock().unwrap().entry(ip).or_insert(started.elapsed().as_secs_f64());
                 }
             }
         })
@@ -349,11 +148,7 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
                     let t = started.elapsed().as_secs_f64();
                     for ip in &ips {
                         if !present.contains(ip) {
-                            removed
-                                .lock()
-                                .unwrap()
-                                .entry((node.to_string(), ip.clone()))
-                                .or_insert(t);
+                            removed.lock().unwrap().entry((node.to_string(), ip.clone())).or_insert(t);
                         }
                     }
                 }
@@ -365,32 +160,18 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    deployments
-        .patch(
-            "web",
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&deploy(2)),
-        )
-        .await
-        .unwrap();
+    deployments.patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(&deploy(2))).await.unwrap();
     sampler.await.unwrap();
     watch.abort();
     let seen = seen_terminating.lock().unwrap().clone();
     let removed = removed.lock().unwrap().clone();
     let mut delays = Vec::new();
     for ((node, ip), t_removed) in &removed {
-        let t_deleted = *seen
-            .get(ip)
-            .unwrap_or_else(|| panic!("deletion of {ip} never observed"));
+        let t_deleted = *seen.get(ip).unwrap_or_else(|| panic!("deletion of {ip} never observed"));
         let delay = (t_removed - t_deleted).max(0.0);
         let sleep = sleep_of[ip];
-        println!(
-            "{node} {ip}: left the rules {delay:.3} s after deletion (preStop sleep {sleep} s)"
-        );
-        assert!(
-            delay < sleep,
-            "{node}: {ip} stayed in the rules {delay:.3} s, longer than its {sleep} s preStop sleep"
-        );
+        println!("{node} {ip}: left the rules {delay:.3} s after deletion (preStop sleep {sleep} s)");
+        assert!(delay < sleep, "{node}: {ip} stayed in the rules {delay:.3} s, longer than its {sleep} s preStop sleep");
         delays.push(delay);
     }
     assert_eq!(delays.len(), 8, "4 old pods x 2 nodes: {removed:?}");
@@ -405,22 +186,10 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     );
     // the measured window the operator sized the sleep from covers the truth
     let status = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap();
-    let w = status["measurement"]["propagationWindowSeconds"]
-        .as_f64()
-        .unwrap_or(0.0);
-    println!(
-        "operator's measured propagation window W = {w:.3} s, recommended preStop {} s",
-        status["recommendation"]["preStopSeconds"]
-    );
+    let w = status["measurement"]["propagationWindowSeconds"].as_f64().unwrap_or(0.0);
+    println!("operator's measured propagation window W = {w:.3} s, recommended preStop {} s", status["recommendation"]["preStopSeconds"]);
     drop(op);
-    let _ = Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(
-        client.clone(),
-    )
-    .delete(hook, &DeleteParams::default())
-    .await;
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(ns, &DeleteParams::default())
-        .await;
+    common::cleanup(&client, hook, ns).await;
 }
 
 /// Creates `n` selector-less Services, each with a one-endpoint EndpointSlice.
@@ -452,26 +221,21 @@ async fn create_services(client: &Client, ns: &str, n: usize) {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables() {
-    let client = client().await;
-    apply_crd(&client).await;
-    let (system, ns, hook) = (
-        "e2e-scale-system",
-        "e2e-scale",
-        "safe-termination-e2e-scale",
-    );
-    fresh_namespace(&client, system).await;
-    fresh_namespace(&client, ns).await;
-    let (op, admin) = operator(&client, system, ns, hook).await;
+    let client = common::client().await;
+    common::apply_crd(&client).await;
+    let (system, ns, hook) = ("e2e-scale-system", "e2e-scale", "safe-termination-e2e-scale");
+    common::fresh_namespace(&client, system).await;
+    common::fresh_namespace(&client, ns).await;
+    let op = common::Operator::start(system, &[]).await;
+    common::register_webhook(&client, hook, ns, op.webhook).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let policies: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
     let policy: TerminationPolicy = serde_json::from_value(json!({
         "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
         "metadata": {"name": "web", "namespace": ns}, "spec": {}
     }))
     .unwrap();
-    policies
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
+    policies.create(&PostParams::default(), &policy).await.unwrap();
     let before = loop {
         let s = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap();
         if s["recommendation"]["preStopSeconds"].is_u64() {
@@ -479,10 +243,7 @@ async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    let n: usize = std::env::var("ST_SCALE_SERVICES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4000);
+    let n: usize = std::env::var("ST_SCALE_SERVICES").ok().and_then(|v| v.parse().ok()).unwrap_or(4000);
     let t0 = Instant::now();
     create_services(&client, ns, n).await;
     println!("created {n} Services with endpoints in {:?}", t0.elapsed());
@@ -490,63 +251,30 @@ async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables(
     let deadline = Instant::now() + Duration::from_secs(400);
     let status = loop {
         let s = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap();
-        let slow = s["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "ProxySyncSlow" && c["status"] == "True");
-        let migrate = s["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "MigrationRecommended" && c["status"] == "True");
+        let slow = s["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "ProxySyncSlow" && c["status"] == "True");
+        let migrate =
+            s["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "MigrationRecommended" && c["status"] == "True");
         if slow && migrate {
             break s;
         }
-        assert!(
-            Instant::now() < deadline,
-            "no ProxySyncSlow + MigrationRecommended after {n} Services: {s:#}"
-        );
+        assert!(Instant::now() < deadline, "no ProxySyncSlow + MigrationRecommended after {n} Services: {s:#}");
         tokio::time::sleep(Duration::from_secs(3)).await;
     };
     println!("status at scale: {status:#}");
     let sync = status["measurement"]["syncP99Seconds"].as_f64().unwrap();
     assert!(sync > 1.0, "sync p99 {sync}");
     let after = status["recommendation"]["preStopSeconds"].as_u64().unwrap();
-    assert!(
-        after > before,
-        "the sleep grew with the window: {before} -> {after}"
-    );
-    assert!(
-        status["advice"].to_string().contains("nftables"),
-        "{}",
-        status["advice"]
-    );
+    assert!(after > before, "the sleep grew with the window: {before} -> {after}");
+    assert!(status["advice"].to_string().contains("nftables"), "{}", status["advice"]);
     // the Service index lags the creates by a few: the count is what crossed the threshold
     assert!(status["proxy"]["services"].as_u64().unwrap() >= 1000, "{}", status["proxy"]);
-    let metrics = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = op.metrics().await;
+    assert!(metrics.contains("safe_termination_kube_proxy_sync_slow{node=\"node-a\"} 1"), "alert metric: {metrics}");
     assert!(
-        metrics.contains("safe_termination_kube_proxy_sync_slow{node=\"node-a\"} 1"),
-        "alert metric: {metrics}"
-    );
-    assert!(
-        metrics.contains(
-            "safe_termination_controller_migration_recommended{from=\"iptables\",to=\"nftables\"} 1"
-        ) || metrics.contains("to=\"nftables\""),
+        metrics.contains("safe_termination_controller_migration_recommended{from=\"iptables\",to=\"nftables\"} 1")
+            || metrics.contains("to=\"nftables\""),
         "{metrics}"
     );
     drop(op);
-    let _ = Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(
-        client.clone(),
-    )
-    .delete(hook, &DeleteParams::default())
-    .await;
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(ns, &DeleteParams::default())
-        .await;
+    common::cleanup(&client, hook, ns).await;
 }

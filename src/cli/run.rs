@@ -281,6 +281,8 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
                     match PrometheusSource::new(&url, Duration::from_secs(args2.window_seconds), Duration::from_secs(args2.scrape_timeout_seconds)) {
                         Ok(src) => PrometheusLoop::new(src, store2.clone(), gen2.clone())
                             .with_interval(Duration::from_secs(args2.scrape_interval_seconds))
+                            // minSyncPeriod from the kube-proxy ConfigMap, every 10 rounds
+                            .with_configmap(client2.clone(), &args2.kube_proxy_namespace, proxy2.clone(), 10)
                             .run(token)
                             .boxed(),
                         Err(e) => {
@@ -302,29 +304,17 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
                     } else {
                         TargetSource::Static(static_targets.clone())
                     };
-                    let lp = ScrapeLoop::new(source, store2.clone(), gen2.clone())
+                    ScrapeLoop::new(source, store2.clone(), gen2.clone())
                         .with_interval(Duration::from_secs(args2.scrape_interval_seconds))
                         .with_options(ScrapeOptions {
                             timeout: Duration::from_secs(args2.scrape_timeout_seconds),
                             max_in_flight: args2.scrape_max_in_flight,
                             ..Default::default()
                         })
-                        .with_metrics(metrics2.clone());
-                    let shared = lp.proxy_config();
-                    let proxy2 = proxy2.clone();
-                    // mirror the loop's refreshed kube-proxy configuration into the controller's
-                    async move {
-                        let mirror = async {
-                            loop {
-                                tokio::time::sleep(Duration::from_secs(1)).await;
-                                let v = shared.read().map(|c| c.clone()).ok();
-                                if let (Some(v), Ok(mut dst)) = (v, proxy2.write()) {
-                                    *dst = v;
-                                }
-                            }
-                        };
-                        tokio::select! { _ = lp.run(token) => {}, _ = mirror => {} }
-                    }
+                        .with_metrics(metrics2.clone())
+                        // publishes kube-proxy's configuration straight into the controller's handle
+                        .with_proxy_config(proxy2.clone())
+                        .run(token)
                     .boxed()
                 }
             }

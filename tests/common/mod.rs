@@ -1,0 +1,180 @@
+//! Shared helpers of the end-to-end tests (tests/e2e*.rs) against the local control plane of
+//! e2e/README.md: the cluster's state directory, a client, namespaces, the CRD, the webhook
+//! registration, and the operator binary as a child process.
+#![allow(dead_code)]
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use safe_termination::crd::TerminationPolicy;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// `$ST_E2E_DIR` (default `/tmp/safe-termination-e2e`).
+pub fn state_dir() -> String {
+    std::env::var("ST_E2E_DIR").unwrap_or_else(|_| "/tmp/safe-termination-e2e".into())
+}
+
+/// A file of the state directory; panics with the hint to start the cluster.
+pub fn read_state(path: &str) -> String {
+    let dir = state_dir();
+    std::fs::read_to_string(format!("{dir}/{path}")).unwrap_or_else(|e| panic!("{dir}/{path}: {e}: run `make cluster-up` first"))
+}
+
+/// A client for the e2e cluster (its kubeconfig unless KUBECONFIG is set).
+pub async fn client() -> Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    if std::env::var("KUBECONFIG").is_err() {
+        // SAFETY: set before any client exists, read by the client builder only
+        unsafe { std::env::set_var("KUBECONFIG", format!("{}/kubeconfig", state_dir())) };
+    }
+    Client::try_default().await.expect("kubeconfig of the e2e cluster: run `make cluster-up` first")
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Deletes `name` if present, waits until it is gone, creates it and waits for its default
+/// ServiceAccount.
+pub async fn fresh_namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let _ = api.delete(name, &DeleteParams::default()).await;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while api.get_opt(name).await.ok().flatten().is_some() {
+        assert!(Instant::now() < deadline, "namespace {name} not deleted");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let ns = Namespace { metadata: ObjectMeta { name: Some(name.into()), ..Default::default() }, ..Default::default() };
+    api.create(&PostParams::default(), &ns).await.expect("create namespace");
+    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sa.get_opt("default").await.ok().flatten().is_none() {
+        assert!(Instant::now() < deadline, "no default ServiceAccount in {name}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Server-side applies crds/terminationpolicy.yaml and waits until it is Established.
+pub async fn apply_crd(client: &Client) {
+    let text = std::fs::read_to_string("crds/terminationpolicy.yaml").unwrap();
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = "terminationpolicies.safetermination.io";
+    api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&crd)).await.expect("apply CRD");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = api.get(name).await.unwrap();
+        let established =
+            c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return;
+        }
+        assert!(Instant::now() < deadline, "CRD not established");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Registers (server-side apply) a MutatingWebhookConfiguration for one namespace, shaped like
+/// the chart's (R10: Ignore, 5 s, sideEffects None, IfNeeded, pods CREATE only), calling
+/// `https://127.0.0.1:<port>/mutate` with the cluster CA as caBundle.
+pub async fn register_webhook(client: &Client, name: &str, namespace: &str, port: u16) {
+    use base64::Engine as _;
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(read_state("pki/ca.crt"));
+    let cfg: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "prestop.safetermination.io",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Ignore",
+            "timeoutSeconds": 5,
+            "reinvocationPolicy": "IfNeeded",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate"), "caBundle": ca_bundle},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        }]
+    }))
+    .unwrap();
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&cfg)).await.expect("apply MutatingWebhookConfiguration");
+}
+
+/// Removes a test's webhook configuration and namespace (best effort).
+pub async fn cleanup(client: &Client, webhook_name: &str, namespace: &str) {
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(webhook_name, &DeleteParams::default()).await;
+    let _ = Api::<Namespace>::all(client.clone()).delete(namespace, &DeleteParams::default()).await;
+}
+
+/// A TerminationPolicy's status as JSON (null when absent).
+pub async fn policy_status(client: &Client, ns: &str, name: &str) -> Value {
+    let api: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
+    api.get(name).await.map(|p| serde_json::to_value(p.status).unwrap()).unwrap_or(Value::Null)
+}
+
+/// The operator binary (`safe-termination run`) as a child process against the e2e cluster's
+/// real kube-proxies (`$ST_KP_METRICS_URLS`), killed on drop. Logs go to
+/// `$ST_E2E_DIR/logs/operator-<namespace>.log`.
+pub struct Operator {
+    child: std::process::Child,
+    /// Admin port (/readyz, /metrics).
+    pub admin: u16,
+    /// Webhook port (HTTPS).
+    pub webhook: u16,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Operator {
+    /// Starts it with its namespace `namespace`, fast scrapes, and `extra` flags; waits for
+    /// `/readyz`.
+    pub async fn start(namespace: &str, extra: &[&str]) -> Operator {
+        let dir = state_dir();
+        let nodes = std::env::var("ST_KP_NODES").unwrap_or_else(|_| "node-a node-b".into());
+        let urls = std::env::var("ST_KP_METRICS_URLS")
+            .unwrap_or_else(|_| "http://10.213.0.2:10249/metrics http://10.213.1.2:10249/metrics".into());
+        let targets: Vec<String> = urls
+            .split_whitespace()
+            .zip(nodes.split_whitespace())
+            .map(|(url, node)| format!("{node}={}", url.trim_end_matches("/metrics")))
+            .collect();
+        let (admin, webhook) = (free_port(), free_port());
+        let log = std::fs::File::create(format!("{dir}/logs/operator-{namespace}.log")).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
+            .args(["run", "--listen", &format!("127.0.0.1:{webhook}"), "--admin-listen", &format!("127.0.0.1:{admin}")])
+            .args(["--tls-cert-file", &format!("{dir}/pki/webhook.crt"), "--tls-key-file", &format!("{dir}/pki/webhook.key")])
+            .args(["--namespace", namespace, "--identity", &format!("e2e-{namespace}"), "--kube-proxy-target", &targets.join(",")])
+            .args(["--scrape-interval-seconds", "2", "--window-seconds", "300", "--status-refresh-seconds", "5"])
+            .args(extra)
+            .env("KUBECONFIG", format!("{dir}/kubeconfig"))
+            .env("RUST_LOG", "info,safe_termination=debug")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start the operator");
+        let op = Operator { child, admin, webhook };
+        let http = reqwest::Client::new();
+        let url = format!("http://127.0.0.1:{admin}/readyz");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !http.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+            assert!(Instant::now() < deadline, "operator never became ready ({url}); see {dir}/logs/operator-{namespace}.log");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        op
+    }
+
+    /// The operator's /metrics text.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("http://127.0.0.1:{}/metrics", self.admin)).await.unwrap().text().await.unwrap()
+    }
+}
