@@ -28,3 +28,15 @@ e2e: k8s-bins ## start the local control plane, run the end-to-end tests, stop i
 
 demo: k8s-bins ## the main job: local cluster + operator + an example app; prints the policy and a mutated pod
 	e2e/demo.sh
+
+.PHONY: image
+
+IMAGE ?= safe-termination:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+
+image: ## build the operator image (Dockerfile: static musl binary on distroless/static, uid 65532); needs a Docker engine
+	@if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then \
+		echo "make image needs a Docker engine (docker build); none is available here." >&2; \
+		echo "Build elsewhere with: docker build -t $(IMAGE) ." >&2; \
+		exit 1; \
+	fi
+	docker build -t $(IMAGE) .

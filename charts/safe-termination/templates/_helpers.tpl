@@ -1,0 +1,74 @@
+{{/* Chart name. */}}
+{{- define "safe-termination.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name of the release's objects (Service, webhook configuration, RBAC). */}}
+{{- define "safe-termination.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "safe-termination.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "safe-termination.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "safe-termination.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "safe-termination.labels" -}}
+helm.sh/chart: {{ include "safe-termination.chart" . }}
+{{ include "safe-termination.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: safe-termination
+{{- end -}}
+
+{{- define "safe-termination.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "safe-termination.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret the pods mount tls.crt/tls.key from. */}}
+{{- define "safe-termination.tlsSecretName" -}}
+{{- if eq .Values.certificates.mode "existingSecret" -}}
+{{- required "certificates.existingSecret.name is required with certificates.mode existingSecret" .Values.certificates.existingSecret.name -}}
+{{- else -}}
+{{- default (printf "%s-tls" (include "safe-termination.fullname" .)) .Values.certificates.secretName -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "safe-termination.leaseName" -}}
+{{- default (printf "%s-leader" (include "safe-termination.fullname" .)) .Values.operator.leaseName -}}
+{{- end -}}
+
+{{- define "safe-termination.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* caBundle for mode existingSecret: accepts PEM or base64 of the PEM. */}}
+{{- define "safe-termination.existingCaBundle" -}}
+{{- $ca := required "certificates.existingSecret.caBundle is required with certificates.mode existingSecret" .Values.certificates.existingSecret.caBundle | trim -}}
+{{- if hasPrefix "-----BEGIN" $ca -}}
+{{- $ca | b64enc -}}
+{{- else -}}
+{{- $ca -}}
+{{- end -}}
+{{- end -}}
