@@ -1,13 +1,30 @@
 #!/usr/bin/env bash
 # make e2e: start the local control plane, run the Rust end-to-end tests against it, and stop it
-# again whatever happens (no process, netns or veth is left behind).
+# again whatever happens (no process, netns or veth is left behind). Two clusters in turn:
+#   1. the pinned current minor (e2e/k8s-version): webhook, operator, chart, ground truth, scale;
+#   2. Kubernetes 1.29 (native sleep gate off): the capability probe and the exec fallback.
+# ST_E2E_OLD_MINOR=0 skips the second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
+OLD_MINOR="${ST_E2E_OLD_VERSION:-1.29.15}"
 trap 'ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh >/dev/null 2>&1 || true' EXIT
+
 e2e/cluster-up.sh
 # shellcheck disable=SC1091
 source "$ST_E2E_DIR/env"
 cargo test --test e2e -- --ignored --test-threads=1
+if [ -f tests/e2e_chart.rs ]; then
+  cargo test --test e2e_chart -- --ignored --test-threads=1
+fi
 # the ground truth of the propagation window, then scale (thousands of Services: slow syncs)
 cargo test --test e2e_window -- --ignored --test-threads=1 --nocapture
+e2e/cluster-down.sh
+
+if [ "${ST_E2E_OLD_MINOR:-1}" != 0 ]; then
+  e2e/build-k8s.sh "$OLD_MINOR"
+  ST_K8S_VERSION="$OLD_MINOR" e2e/cluster-up.sh
+  # shellcheck disable=SC1091
+  source "$ST_E2E_DIR/env"
+  cargo test --test e2e_old_minor -- --ignored --test-threads=1
+fi
