@@ -16,7 +16,6 @@ source "$ST_E2E_DIR/env"
 cargo test --test e2e -- --ignored --test-threads=1
 # the Helm chart (lint, renderings, server-side dry runs, install/upgrade/uninstall, webhook
 # routing with operator-generated certificates) and the alert rules (promtool)
-cargo test --test e2e_chart -- --ignored --test-threads=1
 if [ -f tests/e2e_chart.rs ]; then
   cargo test --test e2e_chart -- --ignored --test-threads=1
 fi
