@@ -31,7 +31,7 @@ use crate::metrics::{Bucket, Histogram, HistogramFamily, KubeProxyScrape};
 use crate::model::NodeInput;
 use crate::operator::measure::{MeasurementStore, NodeFailure, Sample};
 use crate::operator::proxyconfig::ResolvedProxyConfig;
-use crate::operator::scrape::{JITTER_FRACTION, read_proxy_configmap, reason, unix_now};
+use crate::operator::scrape::{Jitter, read_proxy_configmap, reason, unix_now};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -493,18 +493,14 @@ impl PrometheusLoop {
 
     /// Runs rounds until `cancel` fires: one immediately, then every interval plus jitter.
     pub async fn run(self, cancel: CancellationToken) {
-        let mut seed = (unix_now() * 1e6) as u64 | 1;
+        let mut jitter = Jitter::seeded();
         loop {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return,
                 _ = self.run_once() => {}
             }
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let unit = (seed >> 11) as f64 / (1u64 << 53) as f64;
-            let delay = self.interval.mul_f64(1.0 + JITTER_FRACTION * unit);
+            let delay = jitter.delay(self.interval);
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return,

@@ -565,12 +565,13 @@ pub struct CycleSummary {
     pub generation: u64,
 }
 
-/// A small xorshift64* generator for the jitter (no cryptographic use).
+/// A small xorshift64* generator for the loops' jitter (no cryptographic use).
 #[derive(Debug, Clone)]
-struct Jitter(u64);
+pub struct Jitter(u64);
 
 impl Jitter {
-    fn seeded() -> Self {
+    /// Seeded from the clock and the process id.
+    pub fn seeded() -> Self {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         Self((nanos ^ (std::process::id() as u64).rotate_left(32)) | 1)
     }
@@ -586,7 +587,7 @@ impl Jitter {
     }
 
     /// `interval` plus up to `JITTER_FRACTION` of it.
-    fn delay(&mut self, interval: Duration) -> Duration {
+    pub fn delay(&mut self, interval: Duration) -> Duration {
         interval.mul_f64(1.0 + JITTER_FRACTION * self.next_unit())
     }
 }
