@@ -64,7 +64,9 @@ fn cumulative(rng: &mut Rng, n: usize, total: u64, peak: usize) -> Vec<u64> {
         .collect()
 }
 
-fn histogram(out: &mut String, rng: &mut Rng, family: &str, help: &str, labels: &[String], bounds: &[&str], total: u64, peak: usize, with_header: bool) {
+/// One histogram family (`(name, help)`) with a series per label set; `(total, peak)`: the
+/// observations per series and the bucket they cluster around.
+fn histogram(out: &mut String, rng: &mut Rng, (family, help): (&str, &str), labels: &[String], bounds: &[&str], (total, peak): (u64, usize), with_header: bool) {
     if with_header {
         let _ = writeln!(out, "# HELP {family} {help}\n# TYPE {family} histogram");
     }
@@ -124,10 +126,10 @@ fn rest_client(out: &mut String, rng: &mut Rng, hosts: &[String], header: bool) 
     let verbs = ["GET", "LIST", "WATCH", "PATCH", "POST", "PUT"];
     let labels: Vec<String> =
         hosts.iter().flat_map(|h| verbs.iter().map(move |v| format!("host=\"{h}\",verb=\"{v}\""))).collect();
-    histogram(out, rng, "rest_client_request_duration_seconds", "[ALPHA] Request latency in seconds. Broken down by verb, and host.", &labels, &LATENCY_BOUNDS, 5000, 2, header);
-    histogram(out, rng, "rest_client_rate_limiter_duration_seconds", "[ALPHA] Client side rate limiter latency in seconds. Broken down by verb, and host.", &labels, &LATENCY_BOUNDS, 5000, 0, header);
-    histogram(out, rng, "rest_client_request_size_bytes", "[ALPHA] Request size in bytes. Broken down by verb and host.", &labels, &SIZE_BOUNDS, 5000, 1, header);
-    histogram(out, rng, "rest_client_response_size_bytes", "[ALPHA] Response size in bytes. Broken down by verb and host.", &labels, &SIZE_BOUNDS, 5000, 4, header);
+    histogram(out, rng, ("rest_client_request_duration_seconds", "[ALPHA] Request latency in seconds. Broken down by verb, and host."), &labels, &LATENCY_BOUNDS, (5000, 2), header);
+    histogram(out, rng, ("rest_client_rate_limiter_duration_seconds", "[ALPHA] Client side rate limiter latency in seconds. Broken down by verb, and host."), &labels, &LATENCY_BOUNDS, (5000, 0), header);
+    histogram(out, rng, ("rest_client_request_size_bytes", "[ALPHA] Request size in bytes. Broken down by verb and host."), &labels, &SIZE_BOUNDS, (5000, 1), header);
+    histogram(out, rng, ("rest_client_response_size_bytes", "[ALPHA] Response size in bytes. Broken down by verb and host."), &labels, &SIZE_BOUNDS, (5000, 4), header);
     if header {
         let _ = writeln!(out, "# HELP rest_client_requests_total [ALPHA] Number of HTTP requests, partitioned by status code, method, and host.\n# TYPE rest_client_requests_total counter");
     }
@@ -145,10 +147,10 @@ fn kube_proxy(out: &mut String, rng: &mut Rng) {
     let fams = ["ip_family=\"IPv4\"".to_string(), "ip_family=\"IPv6\"".to_string()];
     let np = np_bounds();
     let np: Vec<&str> = np.iter().map(String::as_str).collect();
-    histogram(out, rng, "kubeproxy_network_programming_duration_seconds", "[ALPHA] In Cluster Network Programming Latency in seconds", &fams, &np, 4000, 3, true);
-    histogram(out, rng, "kubeproxy_sync_full_proxy_rules_duration_seconds", "[ALPHA] SyncProxyRules latency in seconds for full resyncs", &fams, &SYNC_BOUNDS, 300, 8, true);
-    histogram(out, rng, "kubeproxy_sync_partial_proxy_rules_duration_seconds", "[ALPHA] SyncProxyRules latency in seconds for partial resyncs", &fams, &SYNC_BOUNDS, 3700, 6, true);
-    histogram(out, rng, "kubeproxy_sync_proxy_rules_duration_seconds", "[ALPHA] SyncProxyRules latency in seconds", &fams, &SYNC_BOUNDS, 4000, 7, true);
+    histogram(out, rng, ("kubeproxy_network_programming_duration_seconds", "[ALPHA] In Cluster Network Programming Latency in seconds"), &fams, &np, (4000, 3), true);
+    histogram(out, rng, ("kubeproxy_sync_full_proxy_rules_duration_seconds", "[ALPHA] SyncProxyRules latency in seconds for full resyncs"), &fams, &SYNC_BOUNDS, (300, 8), true);
+    histogram(out, rng, ("kubeproxy_sync_partial_proxy_rules_duration_seconds", "[ALPHA] SyncProxyRules latency in seconds for partial resyncs"), &fams, &SYNC_BOUNDS, (3700, 6), true);
+    histogram(out, rng, ("kubeproxy_sync_proxy_rules_duration_seconds", "[ALPHA] SyncProxyRules latency in seconds"), &fams, &SYNC_BOUNDS, (4000, 7), true);
     let per_family = |v: f64| fams.iter().map(|f| (f.clone(), v)).collect::<Vec<_>>();
     gauge(out, "kubeproxy_sync_proxy_rules_endpoint_changes_pending", "gauge", &per_family(0.0));
     gauge(out, "kubeproxy_sync_proxy_rules_endpoint_changes_total", "counter", &per_family(81234.0));

@@ -202,8 +202,8 @@ pub fn render_text(r: &AnalysisReport) -> String {
     let w = r.nodes.iter().map(|n| n.node.chars().count()).max().unwrap_or(0).max(24);
     let _ = writeln!(
         s,
-        "{:<w$} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} {}",
-        "NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS", "INTERVAL"
+        "{:<w$} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} INTERVAL",
+        "NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS"
     );
     for n in &r.nodes {
         let q = |q: Option<crate::metrics::Quantile>| match q {
