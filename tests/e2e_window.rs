@@ -15,7 +15,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 mod common;
-use safe_termination::crd::TerminationPolicy;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::Command;
@@ -54,20 +53,8 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 #[ignore = "needs the local control plane: make e2e"]
 async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends() {
     let client = common::client().await;
-    common::apply_crd(&client).await;
     let (system, ns, hook) = ("e2e-window-system", "e2e-window", "safe-termination-e2e-window");
-    common::fresh_namespace(&client, system).await;
-    common::fresh_namespace(&client, ns).await;
-    let op = common::Operator::start(system, &[]).await;
-    common::register_webhook(&client, hook, ns, op.webhook).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let policies: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
-    let policy: TerminationPolicy = serde_json::from_value(json!({
-        "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
-        "metadata": {"name": "web", "namespace": ns}, "spec": {"preStop": {"minSamples": 1}}
-    }))
-    .unwrap();
-    policies.create(&PostParams::default(), &policy).await.unwrap();
+    let (op, policies) = common::operator_with_policy(&client, system, ns, hook, json!({"preStop": {"minSamples": 1}})).await;
     let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
     .unwrap();
@@ -222,20 +209,8 @@ async fn create_services(client: &Client, ns: &str, n: usize) {
 #[ignore = "needs the local control plane: make e2e"]
 async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables() {
     let client = common::client().await;
-    common::apply_crd(&client).await;
     let (system, ns, hook) = ("e2e-scale-system", "e2e-scale", "safe-termination-e2e-scale");
-    common::fresh_namespace(&client, system).await;
-    common::fresh_namespace(&client, ns).await;
-    let op = common::Operator::start(system, &[]).await;
-    common::register_webhook(&client, hook, ns, op.webhook).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let policies: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
-    let policy: TerminationPolicy = serde_json::from_value(json!({
-        "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
-        "metadata": {"name": "web", "namespace": ns}, "spec": {}
-    }))
-    .unwrap();
-    policies.create(&PostParams::default(), &policy).await.unwrap();
+    let (op, policies) = common::operator_with_policy(&client, system, ns, hook, json!({})).await;
     let before = loop {
         let s = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap();
         if s["recommendation"]["preStopSeconds"].is_u64() {

@@ -178,3 +178,24 @@ impl Operator {
         reqwest::get(format!("http://127.0.0.1:{}/metrics", self.admin)).await.unwrap().text().await.unwrap()
     }
 }
+
+/// The usual scene of an operator test: the CRD, fresh `system` and `ns` namespaces, the operator
+/// running in `system` with its webhook registered (as `hook`) for `ns`, and a TerminationPolicy
+/// `web` in `ns` with `spec`. Returns the operator and the policies of `ns`.
+pub async fn operator_with_policy(client: &Client, system: &str, ns: &str, hook: &str, spec: Value) -> (Operator, Api<TerminationPolicy>) {
+    apply_crd(client).await;
+    fresh_namespace(client, system).await;
+    fresh_namespace(client, ns).await;
+    let op = Operator::start(system, &[]).await;
+    register_webhook(client, hook, ns, op.webhook).await;
+    // the API server picks the configuration up through an informer
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let policies: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
+    let policy: TerminationPolicy = serde_json::from_value(json!({
+        "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
+        "metadata": {"name": "web", "namespace": ns}, "spec": spec
+    }))
+    .unwrap();
+    policies.create(&PostParams::default(), &policy).await.expect("create TerminationPolicy");
+    (op, policies)
+}
