@@ -20,8 +20,9 @@ e2e-smoke: ## check a running cluster end to end (pods, EndpointSlices, kube-pro
 
 .PHONY: test e2e demo
 
-test: ## unit, property and integration tests (no cluster needed)
-	cargo test
+test: ## unit, property, integration and CLI tests; benches and examples built, each bench run once (no cluster needed)
+	cargo test --all-targets
+	cargo test --doc
 
 e2e: k8s-bins ## start the local control plane, run the end-to-end tests, stop it
 	e2e/run-e2e.sh

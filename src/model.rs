@@ -198,12 +198,14 @@ pub fn measure_node(input: &NodeInput, min_sync_period_seconds: f64, min_samples
     };
     let samples = if sync_p99.is_some() { sync_samples } else { np_samples };
     let beyond = sync_p99.is_some_and(|q| q.beyond_top_bucket) || np_p99.is_some_and(|q| q.beyond_top_bucket);
+    // beyond the top bucket wins over a low sample count: even one sync above 16 s is evidence
+    // that the window is at least that long
     let basis = if window.is_none() {
         Basis::NoData
-    } else if samples < f64::from(min_samples) {
-        Basis::LowSampleCount
     } else if beyond {
         Basis::BeyondTopBucket
+    } else if samples < f64::from(min_samples) {
+        Basis::LowSampleCount
     } else {
         Basis::Measured
     };
@@ -299,5 +301,16 @@ mod tests {
         let input = NodeInput { node: "n".into(), later: scrape(30), earlier: Some(scrape(20)), proxy_mode: None };
         let w = measure_node(&input, 1.0, 5, None);
         assert_eq!((w.interval, w.sync_samples), (Interval::BetweenScrapes, 10.0));
+    }
+
+    #[test]
+    fn one_sync_beyond_the_top_bucket_is_not_dismissed_as_a_low_sample_count() {
+        let later = parse_kube_proxy_metrics(
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"16.384\"} 1\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 2\n",
+        )
+        .unwrap();
+        let w = measure_node(&NodeInput { node: "n".into(), later, earlier: None, proxy_mode: None }, 1.0, 5, None);
+        assert_eq!(w.basis, Basis::BeyondTopBucket);
+        assert_eq!(w.sync_p99.unwrap().seconds, 16.384);
     }
 }
