@@ -20,7 +20,9 @@ pub enum ProbeResult {
 }
 
 /// The probe pod: a pause container with a 1 s native preStop sleep, opted out of our own
-/// webhook, never actually created (dry run).
+/// webhook, never actually created (dry run). It satisfies the `restricted` Pod Security
+/// profile, so the probe also works in a namespace that enforces it (Pod Security admission
+/// runs on dry-run creates too and would otherwise answer 403).
 pub fn probe_pod(namespace: &str) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -35,10 +37,12 @@ pub fn probe_pod(namespace: &str) -> Pod {
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 30,
             "automountServiceAccountToken": false,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
                 "name": "probe",
                 "image": "registry.k8s.io/pause:3.10",
-                "lifecycle": {"preStop": {"sleep": {"seconds": 1}}}
+                "lifecycle": {"preStop": {"sleep": {"seconds": 1}}},
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
             }]
         }
     }))
