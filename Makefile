@@ -18,7 +18,9 @@ cluster-down: ## stop it and remove its processes, netns, veths and state
 e2e-smoke: ## check a running cluster end to end (pods, EndpointSlices, kube-proxy rules/metrics, webhook)
 	e2e/smoke-test.sh
 
-.PHONY: test e2e demo
+.PHONY: test e2e demo check
+
+check: test e2e ## everything .ci/run runs: make test, then make e2e
 
 test: ## unit, property, integration and CLI tests; benches and examples built, each bench run once (no cluster needed)
 	cargo test --all-targets
