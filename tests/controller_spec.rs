@@ -110,7 +110,7 @@ fn events(seen: &[Seen]) -> Vec<&Seen> {
 async fn a_new_policy_gets_its_status_written_once_with_events_for_problems() {
     let (client, seen) = fake_api();
     let p = policy("p", None);
-    let (ctx, _tx) = context(client, true, &[p.clone()]);
+    let (ctx, _tx) = context(client, true, std::slice::from_ref(&p));
     reconcile(Arc::new(p), ctx).await.unwrap();
     let seen = seen.lock().unwrap().clone();
     let patches = status_patches(&seen);
@@ -138,7 +138,7 @@ async fn a_new_policy_gets_its_status_written_once_with_events_for_problems() {
 async fn an_unchanged_status_is_not_written_again_and_emits_no_event() {
     let (client, seen) = fake_api();
     let first = policy("p", None);
-    let (ctx, _tx) = context(client.clone(), true, &[first.clone()]);
+    let (ctx, _tx) = context(client.clone(), true, std::slice::from_ref(&first));
     reconcile(Arc::new(first), ctx.clone()).await.unwrap();
     let written = status_patches(&seen.lock().unwrap())[0].body["status"].clone();
     seen.lock().unwrap().clear();
@@ -154,7 +154,7 @@ async fn an_unchanged_status_is_not_written_again_and_emits_no_event() {
 async fn without_the_lease_nothing_is_written() {
     let (client, seen) = fake_api();
     let p = policy("p", None);
-    let (ctx, _tx) = context(client, false, &[p.clone()]);
+    let (ctx, _tx) = context(client, false, std::slice::from_ref(&p));
     reconcile(Arc::new(p), ctx).await.unwrap();
     assert!(seen.lock().unwrap().is_empty(), "a follower sends no request at all");
 }

@@ -249,8 +249,7 @@ fn opt_outs_mirror_pods_disabled_audit_and_scope() {
     assert_eq!(d.containers[0].reason, ContainerReason::OptedOut);
     assert!(d.patch.0.is_empty());
 
-    let mut spec = TerminationPolicySpec::default();
-    spec.mode = EnforcementMode::Disabled;
+    let mut spec = TerminationPolicySpec { mode: EnforcementMode::Disabled, ..Default::default() };
     let d = mutate_pod(&base, "default", &plan_with(spec.clone(), 10, true), &AssumeServiceBacked);
     assert_eq!(d.reason, PodReason::PolicyDisabled);
 
@@ -270,8 +269,7 @@ fn opt_outs_mirror_pods_disabled_audit_and_scope() {
     let p = plan(true);
     assert_eq!(mutate_pod(&base, "default", &p, &matching).reason, PodReason::Mutated);
     assert_eq!(mutate_pod(&base, "default", &p, &other_ns).reason, PodReason::NotServiceBacked);
-    let mut all = TerminationPolicySpec::default();
-    all.scope = Scope::AllLongRunning;
+    let all = TerminationPolicySpec { scope: Scope::AllLongRunning, ..Default::default() };
     assert_eq!(mutate_pod(&base, "default", &plan_with(all, 10, true), &other_ns).reason, PodReason::Mutated);
     // no policy in the namespace and no default: untouched
     let none = Plan { policies: vec![], default_policy: None, capabilities: Capabilities { native_sleep: true } };
@@ -311,8 +309,7 @@ fn policy_precedence_most_specific_then_name() {
     let labels: Labels = serde_json::from_value(pod.pointer("/metadata/labels").cloned().unwrap()).unwrap();
     let first_label = labels.iter().next().map(|(k, v)| (k.clone(), v.clone())).unwrap();
     let mk = |name: &str, selector, pre| {
-        let mut spec = TerminationPolicySpec::default();
-        spec.pod_selector = selector;
+        let spec = TerminationPolicySpec { pod_selector: selector, ..Default::default() };
         PlanPolicy { namespace: "default".into(), name: name.into(), spec, pre_stop_seconds: pre }
     };
     let plan = Plan {
