@@ -1001,18 +1001,16 @@ async fn the_charts_webhook_routes_pods_through_the_real_api_server_with_operato
     fresh_namespace(&client, optout, &[("safetermination.io/ignore", "true")]).await;
     // Service IPs are virtual here: the API server reaches the operator by URL on loopback; every
     // other field (rules, selectors, matchConditions, policies) is the chart's
-    let op_port_placeholder = "https://127.0.0.1:PORT/mutate";
-    for o in objects.iter_mut().filter(|o| o["kind"] == "MutatingWebhookConfiguration") {
-        let cc = &mut o["webhooks"][0]["clientConfig"];
-        *cc = json!({"url": op_port_placeholder});
+    let apply = |o: &Value| {
+        run(tool("kubectl").args(["apply", "--server-side", "--field-manager=e2e-chart", "-f", "-"]), Some(&serde_json::to_string(o).unwrap()));
+    };
+    for o in objects.iter().filter(|o| o["kind"] != "MutatingWebhookConfiguration") {
+        apply(o);
     }
     let op = start_operator(sys, fullname, release, &[]);
-    for o in &mut objects {
-        if o["kind"] == "MutatingWebhookConfiguration" {
-            o["webhooks"][0]["clientConfig"]["url"] = json!(format!("https://127.0.0.1:{}/mutate", op.webhook));
-        }
-        let text = serde_json::to_string(o).unwrap();
-        run(tool("kubectl").args(["apply", "--server-side", "--field-manager=e2e-chart", "-f", "-"]), Some(&text));
+    for o in objects.iter_mut().filter(|o| o["kind"] == "MutatingWebhookConfiguration") {
+        o["webhooks"][0]["clientConfig"] = json!({"url": format!("https://127.0.0.1:{}/mutate", op.webhook)});
+        apply(o);
     }
     for ns in [app, optout, sys] {
         let p = json!({"apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
@@ -1076,9 +1074,15 @@ async fn the_charts_webhook_routes_pods_through_the_real_api_server_with_operato
     // renewal without restart: a serving certificate that is no longer usable is replaced
     // from the same CA; the webhook reloads it from the files
     let old_leaf = secret["tls.crt"].clone();
-    run(tool("kubectl").args(["patch", "secret", &secret_name, "-n", sys, "--type=json", "-p", r#"[{"op":"remove","path":"/data/tls.crt"}]"#]), None);
+    // (a kubernetes.io/tls Secret must keep tls.crt: put one from a foreign CA there)
+    let now = certs::unix_now();
+    let (foreign_ca, foreign_key) = certs::generate_ca(now, Duration::from_secs(86_400)).unwrap();
+    let names = certs::subject_alt_names(fullname, sys, &["127.0.0.1".to_string()]);
+    let (c, k) = certs::generate_serving(&foreign_ca, &foreign_key, &names, now, Duration::from_secs(3600), i64::MAX).unwrap();
+    let patch = json!([{"op": "replace", "path": "/data/tls.crt", "value": b64(c.as_bytes())}, {"op": "replace", "path": "/data/tls.key", "value": b64(k.as_bytes())}]);
+    run(tool("kubectl").args(["patch", "secret", &secret_name, "-n", sys, "--type=json", "-p", &patch.to_string()]), None);
     let renewed = wait_for("a renewed serving certificate", 30, async || {
-        secret_data(&client, sys, &secret_name).await.filter(|d| d.get("tls.crt").is_some_and(|c| *c != old_leaf))
+        secret_data(&client, sys, &secret_name).await.filter(|d| d.get("tls.crt").is_some_and(|x| *x != old_leaf && *x != c.as_bytes()))
     })
     .await;
     assert_eq!(renewed["ca.crt"], secret["ca.crt"], "same CA");
