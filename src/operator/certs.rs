@@ -471,8 +471,9 @@ pub async fn reconcile_once(client: &Client, cfg: &CertConfig) -> Result<Outcome
     let observed = existing.as_ref().map(|_| observe(&current));
     let action = decide(observed.as_ref(), &names, now);
     let data = renewed(&current, &action, &names, now, cfg.ca_validity, cfg.serving_validity)?;
+    let new_ca = matches!(action, Action::RenewCa(_));
     let mut patched = 0;
-    if matches!(action, Action::RenewCa(_)) {
+    if new_ca {
         // trust the new CA before any replica can serve a leaf it signed
         patched += patch_ca_bundle(client, cfg, &data).await?;
     }
@@ -513,7 +514,10 @@ pub async fn reconcile_once(client: &Client, cfg: &CertConfig) -> Result<Outcome
         }
         written = true;
     }
-    patched += patch_ca_bundle(client, cfg, &data).await?;
+    if !new_ca {
+        // also repairs a caBundle something else reset
+        patched += patch_ca_bundle(client, cfg, &data).await?;
+    }
     Ok(Outcome { action, secret_written: written, ca_bundle_patched: patched })
 }
 
