@@ -103,7 +103,8 @@ fn compare(path: &str, schema: &Value, values: &Value, errors: &mut Vec<String>)
     }
     for k in props.keys() {
         // an object that defaults to {} lists optional keys (e.g. certManager.issuerRef)
-        if !obj.is_empty() && !obj.contains_key(k) && !(path.is_empty() && k == "global") {
+        let optional = obj.is_empty() || (path.is_empty() && k == "global");
+        if !optional && !obj.contains_key(k) {
             errors.push(format!("{path}.{k}: in values.schema.json, not in values.yaml"));
         }
     }
