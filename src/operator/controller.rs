@@ -192,12 +192,17 @@ fn conflict_condition(policy: &TerminationPolicy, all: &[Arc<TerminationPolicy>]
     }
 }
 
-/// One reconciliation of one policy.
-pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    if !*ctx.leader.borrow() {
-        return Ok(Action::requeue(ctx.settings.requeue));
-    }
+/// The rolling window analysed under one policy spec, with what the status reports about it.
+struct Measured {
+    report: crate::analysis::AnalysisReport,
+    failures: Vec<String>,
+    nodes_with_data: usize,
+    last_scrape: Option<f64>,
+    window: f64,
+    mode_source: Option<String>,
+}
+
+fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Measured, Error> {
     let (inputs, failures, nodes_with_data, last_scrape, window) = {
         let store = ctx.store.lock().map_err(|_| Error::Store)?;
         let failures: Vec<String> = store.failures().iter().map(|(n, f)| format!("{n}: {}", f.message)).collect();
@@ -226,7 +231,41 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
         },
         thresholds: ctx.settings.thresholds.clone(),
     };
-    let report = analyze(&inputs, &opts, &policy.spec);
+    let report = analyze(&inputs, &opts, spec);
+    Ok(Measured { report, failures, nodes_with_data, last_scrape, window, mode_source })
+}
+
+/// Keeps the per-node and cluster gauges current on every measurement update, whether or not
+/// any TerminationPolicy exists (so the metrics-unavailable and slow-sync alerts work before the
+/// first policy). Only the leader measures: a follower exports no kube-proxy series and
+/// `safe_termination_controller_leader 0`, so `max by (node)` alerts never see stale values.
+async fn export_measurement_metrics(ctx: Arc<Context>, mut measured: watch::Receiver<u64>, mut leader: watch::Receiver<bool>, stop: CancellationToken) {
+    loop {
+        let leading = *leader.borrow_and_update();
+        ctx.metrics.leader.set(i64::from(leading));
+        if leading {
+            if let Ok(m) = measure(&ctx, &crate::crd::TerminationPolicySpec::default()) {
+                ctx.kube_proxy_metrics.update(&m.report, m.failures.len(), ctx.settings.thresholds.sync_slow_seconds);
+                ctx.metrics.update_cluster(&m.report);
+            }
+        } else {
+            ctx.kube_proxy_metrics.clear();
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            r = measured.changed() => if r.is_err() { return },
+            r = leader.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// One reconciliation of one policy.
+pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    if !*ctx.leader.borrow() {
+        return Ok(Action::requeue(ctx.settings.requeue));
+    }
+    let Measured { report, failures, nodes_with_data, last_scrape, window, mode_source } = measure(&ctx, &policy.spec)?;
     let rec = report.recommendation.pre_stop_seconds;
     let pods = if ctx.settings.count_pods {
         match count_pods(&ctx, &policy, rec).await {
@@ -268,8 +307,6 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
     }
     desired.conditions.push(conflict);
 
-    ctx.kube_proxy_metrics.update(&report, failures.len(), ctx.settings.thresholds.sync_slow_seconds);
-    ctx.metrics.update_cluster(&report);
     ctx.metrics
         .recommended_prestop
         .get_or_create(&PolicyLabel { namespace: policy.namespace().unwrap_or_default(), policy: policy.name_any() })
@@ -328,6 +365,7 @@ pub async fn run(
     let api: Api<TerminationPolicy> = Api::all(client);
     let controller = Controller::new(api, watcher::Config::default());
     let ctx = Arc::new(make_context(controller.store()));
+    let exporter = tokio::spawn(export_measurement_metrics(ctx.clone(), measured.clone(), leader.clone(), stop.clone()));
     let trigger = futures::stream::select(
         tokio_stream_from_watch(measured),
         tokio_stream_from_watch(leader),
@@ -342,6 +380,7 @@ pub async fn run(
             }
         })
         .await;
+    exporter.abort();
 }
 
 /// A stream that yields `()` every time the watch value changes.

@@ -1,4 +1,4 @@
-//! The operator's own metrics, registered in the process's one registry
+//! The operator's own metrics (per-node series only on the leader), registered in the process's one registry
 //! ([`crate::telemetry::Telemetry`]):
 //!
 //! | name | type | labels | meaning |
@@ -8,6 +8,8 @@
 //! | `safe_termination_kube_proxy_sync_slow` | gauge 0/1 | node | sync p99 above the threshold |
 //! | `safe_termination_kube_proxy_stale_seconds` | gauge | node | last queued - last synced |
 //! | `safe_termination_kube_proxy_nodes` | gauge | state (scraped, failed) | nodes by scrape state |
+//! | `safe_termination_kube_proxy_mode` | gauge 1 | node, mode | each node's proxy mode |
+//! | `safe_termination_controller_leader` | gauge 0/1 | | this replica holds the lease |
 //! | `safe_termination_controller_propagation_window_seconds` | gauge | | cluster W |
 //! | `safe_termination_controller_recommended_prestop_seconds` | gauge | namespace, policy | sized sleep |
 //! | `safe_termination_controller_running_pods_min_prestop_seconds` | gauge | namespace, policy | smallest sleep injected into a running pod |
@@ -34,6 +36,15 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 pub struct NodeLabel {
     /// Node name.
     pub node: String,
+}
+
+/// `node`, `mode` labels.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeModeLabel {
+    /// Node name.
+    pub node: String,
+    /// Proxy mode.
+    pub mode: String,
 }
 
 /// `state` label.
@@ -92,6 +103,8 @@ pub struct KubeProxyMetrics {
     pub stale: Family<NodeLabel, FloatGauge>,
     /// Nodes by state.
     pub nodes: Family<StateLabel, Gauge>,
+    /// 1 per node and its proxy mode.
+    pub mode: Family<NodeModeLabel, Gauge>,
 }
 
 impl KubeProxyMetrics {
@@ -107,15 +120,24 @@ impl KubeProxyMetrics {
         r.register("sync_slow", "1 when the node's sync p99 is above the slow-sync threshold", self.sync_slow.clone());
         r.register_with_unit("stale", "last queued minus last synced timestamp", Unit::Seconds, self.stale.clone());
         r.register("nodes", "kube-proxy nodes by scrape state", self.nodes.clone());
+        r.register("mode", "1 for each node's kube-proxy proxy mode", self.mode.clone());
     }
 
-    /// Replaces the per-node series with the report's nodes (gone nodes disappear).
-    pub fn update(&self, report: &AnalysisReport, failed: usize, sync_slow_seconds: f64) {
+    /// Removes every series (a replica that does not lead measures nothing).
+    pub fn clear(&self) {
         self.sync_p99.clear();
         self.network_programming_p99.clear();
         self.sync_slow.clear();
         self.stale.clear();
+        self.nodes.clear();
+        self.mode.clear();
+    }
+
+    /// Replaces the per-node series with the report's nodes (gone nodes disappear).
+    pub fn update(&self, report: &AnalysisReport, failed: usize, sync_slow_seconds: f64) {
+        self.clear();
         for n in &report.nodes {
+            self.mode.get_or_create(&NodeModeLabel { node: n.node.clone(), mode: n.mode.as_str().into() }).set(1);
             let l = NodeLabel { node: n.node.clone() };
             if let Some(q) = n.sync_p99 {
                 self.sync_p99.get_or_create(&l).set(q.seconds);
@@ -152,6 +174,8 @@ pub struct ControllerMetrics {
     pub reconcile_duration: Histogram,
     /// Status patches.
     pub status_writes: Counter,
+    /// 1 while this replica holds the lease (measures and writes status).
+    pub leader: Gauge,
 }
 
 impl Default for ControllerMetrics {
@@ -165,6 +189,7 @@ impl Default for ControllerMetrics {
             reconciles: Family::default(),
             reconcile_duration: Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
             status_writes: Counter::default(),
+            leader: Gauge::default(),
         }
     }
 }
@@ -185,6 +210,7 @@ impl ControllerMetrics {
         r.register("reconciles", "TerminationPolicy reconciliations by result", self.reconciles.clone());
         r.register_with_unit("reconcile_duration", "reconcile duration", Unit::Seconds, self.reconcile_duration.clone());
         r.register("status_writes", "status patches sent", self.status_writes.clone());
+        r.register("leader", "1 while this replica holds the lease", self.leader.clone());
     }
 
     /// Updates the cluster-wide gauges from a report.
