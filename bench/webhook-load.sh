@@ -7,14 +7,15 @@
 # 3.4 KB), which the webhook mutates (4 patch operations).
 #
 # Per server: max throughput over HTTP/2 (h2load, 4 connections x 16 streams) and over HTTP/1.1
-# (wrk, 32 keep-alive connections); then fixed rates (h2load --rps, 10 connections) with
-# p50/p99 computed from h2load's per-request log. Only 127.0.0.1 is contacted; every run is
+# (wrk, 32 keep-alive connections), with the server's CPU time per request (from /proc, which
+# other load on the machine does not inflate much); then fixed rates (h2load --rps, 100 requests/s
+# per connection) over HTTP/2 and HTTP/1.1 with p50/p99 from h2load's per-request log. Only 127.0.0.1 is contacted; every run is
 # bounded by DURATION.
 #
 # Needs: apt-get install -y nghttp2-client wrk openssl; a Rust toolchain.
 # Env: DURATION (s, default 10), RATES (default "1000 2000 5000"), SERVER_CPUS / LOADGEN_CPUS
 # (taskset lists, default 0 and 1: the server gets one core, the load generator the other;
-# set both empty to not pin), OUT (default target/webhook-load).
+# set both empty to not pin), OUT (default target/webhook-load), CARGO_TARGET_DIR (honoured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,8 +39,8 @@ pin() { # pin CPUS CMD...
 
 mkdir -p "$OUT"
 cargo build --release --bin safe-termination --example constant_webhook
-BIN=target/release/safe-termination
-CEILING=target/release/examples/constant_webhook
+BIN=${CARGO_TARGET_DIR:-target}/release/safe-termination
+CEILING=${CARGO_TARGET_DIR:-target}/release/examples/constant_webhook
 
 # a throw-away serving certificate for 127.0.0.1 (P-256, as cert-manager issues by default)
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
@@ -66,38 +67,51 @@ wait_port() { # wait_port PORT
     echo "nothing listens on $1" >&2; exit 1
 }
 
-# p50 and p99 (ms) and count of 2xx from an h2load --log-file (start_us, status, duration_us)
+# p50/p99 (ms) and 2xx count from an h2load --log-file (start_us, status, duration_us)
 percentiles() {
-    awk -F'\t' '{ if ($2 >= 200 && $2 < 300) ok++; print $3 }  END { print ok > "/dev/stderr" }' "$1" 2>"$1.ok" \
-        | sort -n | awk -v ok="$(cat "$1.ok")" '{ d[NR] = $1 } END {
-            p50 = d[int(NR * 0.50 + 0.999999)]; p99 = d[int(NR * 0.99 + 0.999999)]; p999 = d[int(NR * 0.999 + 0.999999)];
-            printf "requests %d (2xx %d)  p50 %.3f ms  p99 %.3f ms  p99.9 %.3f ms  max %.3f ms\n", NR, ok, p50/1000, p99/1000, p999/1000, d[NR]/1000 }'
+    local ok
+    ok=$(awk -F'\t' '$2 >= 200 && $2 < 300 { n++ } END { print n + 0 }' "$1")
+    cut -f3 "$1" | sort -n | awk -v ok="$ok" '{ d[NR] = $1 } END {
+        p50 = d[int(NR * 0.50 + 0.999999)]; p99 = d[int(NR * 0.99 + 0.999999)]; p999 = d[int(NR * 0.999 + 0.999999)];
+        printf "requests %d (2xx %d)  p50 %.3f ms  p99 %.3f ms  p99.9 %.3f ms  max %.3f ms\n", NR, ok, p50/1000, p99/1000, p999/1000, d[NR]/1000 }'
 }
 
-run_suite() { # run_suite NAME PORT
-    local name=$1 port=$2 url="https://127.0.0.1:$2/mutate"
+# CPU time (user + system, microseconds) the server process has used so far
+server_cpu_us() { awk -v t="$(getconf CLK_TCK)" '{ printf "%d", ($14 + $15) * 1e6 / t }' "/proc/$1/stat"; }
+
+run_suite() { # run_suite NAME PORT PID
+    local name=$1 port=$2 pid=$3 url="https://127.0.0.1:$2/mutate" c0 c1 n
     echo "== $name: max throughput, HTTP/2 (h2load -c 4 -m 16)"
-    pin "$LOADGEN_CPUS" h2load -c 4 -m 16 -t 1 -D "$DURATION" --warm-up-time 2 -d "$BODY" \
+    c0=$(server_cpu_us "$pid")
+    pin "$LOADGEN_CPUS" h2load -c 4 -m 16 -t 1 -D "$DURATION" -d "$BODY" \
         -H 'content-type: application/json' "$url" > "$OUT/$name-h2-max.txt"
-    grep -E "^finished in|^requests:|^status codes:|^time for request:" "$OUT/$name-h2-max.txt"
+    c1=$(server_cpu_us "$pid"); n=$(awk '/^requests:/ { print $8 }' "$OUT/$name-h2-max.txt")
+    grep -E "^finished in|^status codes:" "$OUT/$name-h2-max.txt"
+    echo "server CPU per request: $(( (c1 - c0) / (n > 0 ? n : 1) )) us"
     echo "== $name: max throughput, HTTP/1.1 keep-alive (wrk -t1 -c 32)"
+    c0=$(server_cpu_us "$pid")
     pin "$LOADGEN_CPUS" wrk -t1 -c 32 -d "${DURATION}s" --latency -s "$OUT/post.lua" "$url" > "$OUT/$name-h1-max.txt"
+    c1=$(server_cpu_us "$pid"); n=$(awk '/requests in/ { print $1 }' "$OUT/$name-h1-max.txt")
     grep -E "Requests/sec|Non-2xx|^\s+(50|99)%" "$OUT/$name-h1-max.txt"
+    echo "server CPU per request: $(( (c1 - c0) / (n > 0 ? n : 1) )) us"
     for rate in $RATES; do
-        echo "== $name: fixed rate $rate/s, HTTP/2 (h2load -c 10 --rps $((rate / 10)))"
-        pin "$LOADGEN_CPUS" h2load -c 10 -m 8 -t 1 --rps "$((rate / 10))" -D "$DURATION" --warm-up-time 2 -d "$BODY" \
-            -H 'content-type: application/json' --log-file "$OUT/$name-h2-$rate.log" "$url" > "$OUT/$name-h2-$rate.txt"
-        grep -E "^finished in" "$OUT/$name-h2-$rate.txt"
-        percentiles "$OUT/$name-h2-$rate.log"
-        echo "== $name: fixed rate $rate/s, HTTP/1.1 (h2load --h1 -c 10 --rps $((rate / 10)))"
-        pin "$LOADGEN_CPUS" h2load --h1 -c 10 -t 1 --rps "$((rate / 10))" -D "$DURATION" --warm-up-time 2 -d "$BODY" \
-            -H 'content-type: application/json' --log-file "$OUT/$name-h1-$rate.log" "$url" > "$OUT/$name-h1-$rate.txt"
-        grep -E "^finished in" "$OUT/$name-h1-$rate.txt"
-        percentiles "$OUT/$name-h1-$rate.log"
+        # open loop per client: 100 requests/s each, one request in flight per connection
+        # (h2load's --rps with several streams per connection adds ~10 ms of its own)
+        local clients=$((rate / 100))
+        for proto in h2 h1; do
+            local flag=""; [ "$proto" = h1 ] && flag="--h1"
+            echo "== $name: fixed rate $rate/s, $proto (h2load $flag -c $clients -m 1 --rps 100)"
+            rm -f "$OUT/$name-$proto-$rate.log"
+            pin "$LOADGEN_CPUS" h2load $flag -c "$clients" -m 1 -t 1 --rps 100 -D "$DURATION" -d "$BODY" \
+                -H 'content-type: application/json' --log-file "$OUT/$name-$proto-$rate.log" "$url" > "$OUT/$name-$proto-$rate.txt"
+            grep -E "^finished in" "$OUT/$name-$proto-$rate.txt"
+            percentiles "$OUT/$name-$proto-$rate.log"
+        done
     done
 }
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); server cpus: ${SERVER_CPUS:-any}, load generator cpus: ${LOADGEN_CPUS:-any}"
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r); server cpus: ${SERVER_CPUS:-any}, load generator cpus: ${LOADGEN_CPUS:-any}"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 pin "$SERVER_CPUS" "$BIN" webhook --listen "127.0.0.1:$WEBHOOK_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
     --tls-cert-file "$OUT/tls.crt" --tls-key-file "$OUT/tls.key" --pre-stop-seconds 10 2> "$OUT/webhook.log" &
@@ -106,7 +120,7 @@ wait_port "$WEBHOOK_PORT"
 # sanity: the webhook mutates the body
 curl_out=$(h2load -n 1 -c 1 -d "$BODY" -H 'content-type: application/json' "https://127.0.0.1:$WEBHOOK_PORT/mutate" | grep "status codes")
 echo "sanity: $curl_out"
-run_suite webhook "$WEBHOOK_PORT"
+run_suite webhook "$WEBHOOK_PORT" "${PIDS[0]}"
 echo "== webhook: counters after the run"
 (exec 3<>/dev/tcp/127.0.0.1/$ADMIN_PORT; printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3; cat <&3) | grep -E '^safe_termination_webhook_(requests_total|request_duration_seconds_count|fail_open_total)'
 kill "${PIDS[0]}"; wait "${PIDS[0]}" 2>/dev/null || true
@@ -115,4 +129,5 @@ echo "webhook exit after SIGTERM: drained"
 pin "$SERVER_CPUS" "$CEILING" "127.0.0.1:$CEILING_PORT" "$OUT/tls.crt" "$OUT/tls.key" &
 PIDS+=($!)
 wait_port "$CEILING_PORT"
-run_suite ceiling "$CEILING_PORT"
+run_suite ceiling "$CEILING_PORT" "${PIDS[1]}"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

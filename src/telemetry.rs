@@ -122,7 +122,8 @@ impl Telemetry {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabel {
     /// The decision: `mutated`, `no_change`, `skipped_*`, `ignored`, `fail_open`, `bad_request`,
-    /// `payload_too_large`, `unsupported_media_type`, `timeout`.
+    /// `payload_too_large`, `unsupported_media_type`, `body_read_error` (the client went away
+    /// mid-body), `timeout`.
     pub decision: &'static str,
 }
 
@@ -284,7 +285,8 @@ pub enum LogFormat {
 pub fn init_logging(format: LogFormat, default_filter: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),

@@ -161,9 +161,10 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+        // usually the client went away mid-body (a reset stream or connection)
         Err(e) => Err(Rejected {
             status: StatusCode::BAD_REQUEST,
-            decision: "bad_request",
+            decision: "body_read_error",
             message: format!("cannot read the request body: {e}"),
         }),
     }
