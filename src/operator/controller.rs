@@ -336,8 +336,13 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
                 action: "Reconcile".into(),
                 secondary: None,
             };
-            if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
-                tracing::warn!(error = %e, "cannot publish event");
+            match ctx.recorder.publish(&ev, &reference).await {
+                Ok(()) => {}
+                // a namespace being deleted takes no new objects: nothing to report
+                Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("being terminated") => {
+                    tracing::debug!(policy = %policy.name_any(), "namespace terminating: transition event not recorded");
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot publish event"),
             }
         }
     }
