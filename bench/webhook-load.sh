@@ -36,6 +36,8 @@ pin() { # pin CPUS CMD...
     local cpus=$1; shift
     if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi
 }
+SERVER_PIN=()
+[ -n "$SERVER_CPUS" ] && SERVER_PIN=(taskset -c "$SERVER_CPUS")
 
 mkdir -p "$OUT"
 cargo build --release --bin safe-termination --example constant_webhook
@@ -113,7 +115,7 @@ run_suite() { # run_suite NAME PORT PID
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r); server cpus: ${SERVER_CPUS:-any}, load generator cpus: ${LOADGEN_CPUS:-any}"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-pin "$SERVER_CPUS" "$BIN" webhook --listen "127.0.0.1:$WEBHOOK_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
+"${SERVER_PIN[@]}" "$BIN" webhook --listen "127.0.0.1:$WEBHOOK_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
     --tls-cert-file "$OUT/tls.crt" --tls-key-file "$OUT/tls.key" --pre-stop-seconds 10 2> "$OUT/webhook.log" &
 PIDS+=($!)
 wait_port "$WEBHOOK_PORT"
@@ -126,7 +128,7 @@ echo "== webhook: counters after the run"
 kill "${PIDS[0]}"; wait "${PIDS[0]}" 2>/dev/null || true
 echo "webhook exit after SIGTERM: drained"
 
-pin "$SERVER_CPUS" "$CEILING" "127.0.0.1:$CEILING_PORT" "$OUT/tls.crt" "$OUT/tls.key" &
+"${SERVER_PIN[@]}" "$CEILING" "127.0.0.1:$CEILING_PORT" "$OUT/tls.crt" "$OUT/tls.key" &
 PIDS+=($!)
 wait_port "$CEILING_PORT"
 run_suite ceiling "$CEILING_PORT" "${PIDS[1]}"
