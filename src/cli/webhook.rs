@@ -147,7 +147,8 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
     let Served { plan: plan_handle, services, telemetry, readiness } = parts;
     let metrics = telemetry.webhook().clone();
     let Listeners { webhook: listener, admin } = listeners;
-    let (listen, admin_listen) = (listener.local_addr().ok(), admin.local_addr().ok());
+    let addr = |a: std::io::Result<SocketAddr>| a.map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
+    let (listen, admin_listen) = (addr(listener.local_addr()), addr(admin.local_addr()));
 
     let store = Arc::new(CertificateStore::new());
     let reloader = Arc::new(CertReloader::new(&serving.tls_cert_file, &serving.tls_key_file, store.clone(), Some(metrics.clone())));
@@ -172,7 +173,7 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
         metrics,
         settings: Settings { max_body_bytes: serving.max_body_bytes, request_timeout: Duration::from_millis(serving.request_timeout_ms) },
     };
-    tracing::info!(listen = ?listen, admin = ?admin_listen, cert = %serving.tls_cert_file.display(), "admission webhook serving");
+    tracing::info!(listen = %listen, admin = %admin_listen, cert = %serving.tls_cert_file.display(), "admission webhook serving");
     let serve = server::serve(listener, server::router(state), tls, shutdown.token(), Duration::from_secs(serving.drain_seconds));
     let abort = shutdown.abort_token();
     let result = tokio::select! {
