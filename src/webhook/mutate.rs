@@ -233,6 +233,11 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
     let mut no_handler: Vec<String> = Vec::new();
     let list = spec.get("containers").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
     for (i, c) in list.iter().enumerate() {
+        // a container entry that is not an object cannot take a hook (the API server rejects
+        // such a pod anyway); nothing is added under it
+        if !c.is_object() {
+            continue;
+        }
         let name = c.get("name").and_then(Value::as_str).unwrap_or("").to_string();
         let idx = i.to_string();
         let lifecycle = c.get("lifecycle").filter(|l| l.is_object());

@@ -16,6 +16,7 @@ use super::plan::{Plan, ServiceIndex};
 use base64::Engine as _;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde::Deserialize as _;
 use serde_json::Value;
 
 /// The answer to one admission HTTP request.
@@ -104,7 +105,8 @@ pub fn review(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> ReviewOu
         Some(u) if !u.is_empty() => u.to_string(),
         _ => return bad_request("request.uid is missing or empty".into()),
     };
-    let review_typed: AdmissionReview<DynamicObject> = match serde_json::from_value(value.clone()) {
+    // decoded from the parsed value by reference: no copy of the (possibly large) object
+    let review_typed: AdmissionReview<DynamicObject> = match AdmissionReview::deserialize(&value) {
         Ok(r) => r,
         Err(e) => return bad_request(format!("request {uid} does not decode as AdmissionReview v1: {e}")),
     };
