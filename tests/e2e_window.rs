@@ -179,7 +179,7 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     common::cleanup(&client, hook, ns).await;
 }
 
-/// Creates `n` selector-less Services, each with a one-endpoint EndpointSlice.
+/// Creates `n` selector-less Services, each with a two-endpoint EndpointSlice.
 async fn create_services(client: &Client, ns: &str, n: usize) {
     use futures::StreamExt;
     let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
@@ -192,11 +192,14 @@ async fn create_services(client: &Client, ns: &str, n: usize) {
                 let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
                     "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}})).unwrap();
                 let _ = svcs.create(&PostParams::default(), &svc).await;
-                let ip = format!("10.244.{}.{}", 100 + i / 250, 1 + i % 250);
+                // two endpoints each: the rule count (and so iptables-nft's restore time, which
+                // grows about quadratically) is what makes syncs slow, not the object count
+                let ip = format!("10.244.{}.{}", 100 + i / 125, 1 + 2 * (i % 125));
+                let ip2 = format!("10.244.{}.{}", 100 + i / 125, 2 + 2 * (i % 125));
                 let slice: EndpointSlice = serde_json::from_value(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                     "metadata": {"name": format!("{name}-1"), "labels": {"kubernetes.io/service-name": name, "endpointslice.kubernetes.io/managed-by": "e2e"}},
                     "addressType": "IPv4", "ports": [{"port": 8080, "protocol": "TCP"}],
-                    "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]})).unwrap();
+                    "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}, {"addresses": [ip2], "conditions": {"ready": true}}]})).unwrap();
                 let _ = slices.create(&PostParams::default(), &slice).await;
             }
         })
