@@ -24,7 +24,9 @@ cargo test --test e2e_window -- --ignored --test-threads=1 --nocapture
 e2e/cluster-down.sh
 
 if [ "${ST_E2E_OLD_MINOR:-1}" != 0 ]; then
-  e2e/build-k8s.sh "$OLD_MINOR"
+  # the first cluster's env set ST_K8S_BIN (and PATH) to its own binaries: start clean
+  unset ST_K8S_BIN
+  ST_K8S_VERSION="$OLD_MINOR" e2e/build-k8s.sh "$OLD_MINOR"
   ST_K8S_VERSION="$OLD_MINOR" e2e/cluster-up.sh
   # shellcheck disable=SC1091
   source "$ST_E2E_DIR/env"
