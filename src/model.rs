@@ -204,7 +204,8 @@ pub fn measure_node(input: &NodeInput, min_sync_period_seconds: f64, min_samples
         Basis::NoData
     } else if beyond {
         Basis::BeyondTopBucket
-    } else if samples < f64::from(min_samples) {
+    } else if !(samples >= f64::from(min_samples)) {
+        // NaN counts (a broken exposition) are "too few", never "enough"
         Basis::LowSampleCount
     } else {
         Basis::Measured
@@ -312,5 +313,15 @@ mod tests {
         let w = measure_node(&NodeInput { node: "n".into(), later, earlier: None, proxy_mode: None }, 1.0, 5, None);
         assert_eq!(w.basis, Basis::BeyondTopBucket);
         assert_eq!(w.sync_p99.unwrap().seconds, 16.384);
+    }
+
+    #[test]
+    fn a_nan_total_is_never_enough_samples() {
+        let later = parse_kube_proxy_metrics(
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.2\"} 1\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} NaN\n",
+        )
+        .unwrap();
+        let w = measure_node(&NodeInput { node: "n".into(), later, earlier: None, proxy_mode: None }, 1.0, 5, None);
+        assert_ne!(w.basis, Basis::Measured);
     }
 }

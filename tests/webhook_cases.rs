@@ -491,3 +491,14 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_grace_period_that_is_not_an_integer_is_never_overwritten() {
+    for g in [json!("600"), json!(45.5), json!(1e20), json!(true)] {
+        let mut pod = one_pod("hostnetwork-deployment.yaml");
+        pod["spec"]["terminationGracePeriodSeconds"] = g.clone();
+        let d = mutate_pod(&pod, "default", &plan(true), &AssumeServiceBacked);
+        assert!(d.patch.0.is_empty(), "{g}: {:?}", d.patch);
+        assert!(d.warnings.iter().any(|w| w.contains("not an integer")), "{g}");
+    }
+}

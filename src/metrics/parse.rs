@@ -181,8 +181,8 @@ pub struct ParseError {
 struct HistAcc {
     buckets: Vec<Bucket>,
     sum: Option<f64>,
-    /// (labels other than `le`, saw +Inf) per series
-    series: Vec<(String, bool)>,
+    /// labels other than `le` -> saw +Inf, per series (a map: scrapes can hold many series)
+    series: std::collections::HashMap<String, bool>,
     last_line: usize,
 }
 
@@ -228,10 +228,7 @@ pub fn parse_kube_proxy_metrics(text: &str) -> Result<KubeProxyScrape, ParseErro
                         let le = parse_float(le).ok_or_else(|| err(format!("`le` value {le:?} is not a number")))?;
                         let key = labels.others;
                         let is_inf = le == f64::INFINITY;
-                        match acc.series.iter_mut().find(|(s, _)| *s == key) {
-                            Some(entry) => entry.1 |= is_inf,
-                            None => acc.series.push((key, is_inf)),
-                        }
+                        *acc.series.entry(key).or_insert(false) |= is_inf;
                         acc.buckets.push(Bucket { upper_bound_seconds: le * k, count: value });
                     }
                     Part::Sum => acc.sum = Some(acc.sum.unwrap_or(0.0) + value * k),
@@ -244,7 +241,9 @@ pub fn parse_kube_proxy_metrics(text: &str) -> Result<KubeProxyScrape, ParseErro
     for fam in HistogramFamily::ALL {
         let Some(acc) = hists[fam.index()].take() else { continue };
         let fail = |message: String| ParseError { line: acc.last_line, family: fam.name().to_string(), message };
-        if let Some((series, _)) = acc.series.iter().find(|(_, inf)| !inf) {
+        let mut missing: Vec<&String> = acc.series.iter().filter(|(_, inf)| !**inf).map(|(s, _)| s).collect();
+        missing.sort();
+        if let Some(series) = missing.first() {
             let which = if series.is_empty() { String::new() } else { format!(" (series {{{series}}})") };
             return Err(fail(format!(
                 "histogram has no le=\"+Inf\" bucket{which}: the scrape is incomplete or cut off"

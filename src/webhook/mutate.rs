@@ -207,7 +207,13 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
     if policy.spec.scope == Scope::ServiceBacked && !services.selects(namespace, &labels) {
         return Decision::skip(PodReason::NotServiceBacked, warnings, Some(policy_ref));
     }
-    let current_grace = spec.get("terminationGracePeriodSeconds").and_then(Value::as_i64);
+    let grace_value = spec.get("terminationGracePeriodSeconds").filter(|v| !v.is_null());
+    if grace_value.is_some_and(|v| v.as_i64().is_none()) {
+        // not an integer (the API server would reject it): never overwrite what the user wrote
+        warnings.push("safe-termination: terminationGracePeriodSeconds is not an integer; pod left unchanged".into());
+        return Decision::skip(PodReason::NoChange, warnings, Some(policy_ref));
+    }
+    let current_grace = grace_value.and_then(Value::as_i64);
     if current_grace == Some(0) {
         warnings.push("safe-termination: terminationGracePeriodSeconds is 0, so no preStop sleep was added".into());
         return Decision::skip(PodReason::GraceZero, warnings, Some(policy_ref));

@@ -68,7 +68,11 @@ impl Plan {
     pub fn resolve(&self, namespace: &str, labels: &Labels) -> Option<Resolved<'_>> {
         let in_ns: Vec<&PlanPolicy> = self.policies.iter().filter(|p| p.namespace == namespace).collect();
         if in_ns.is_empty() {
-            return self.default_policy.as_ref().map(|policy| Resolved { policy, also_matched: Vec::new() });
+            return self
+                .default_policy
+                .as_ref()
+                .filter(|p| p.spec.pod_selector.as_ref().is_none_or(|s| selector_matches(s, labels)))
+                .map(|policy| Resolved { policy, also_matched: Vec::new() });
         }
         let mut matching: Vec<&PlanPolicy> =
             in_ns.into_iter().filter(|p| p.spec.pod_selector.as_ref().is_none_or(|s| selector_matches(s, labels))).collect();
@@ -140,5 +144,23 @@ pub struct AssumeServiceBacked;
 impl ServiceIndex for AssumeServiceBacked {
     fn selects(&self, _: &str, _: &Labels) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_policy_honours_its_pod_selector() {
+        let mut spec = TerminationPolicySpec::default();
+        spec.pod_selector = Some(LabelSelector { match_labels: Some([("app".to_string(), "web".to_string())].into()), match_expressions: None });
+        let plan = Plan {
+            policies: vec![],
+            default_policy: Some(PlanPolicy { namespace: String::new(), name: "d".into(), spec, pre_stop_seconds: 10 }),
+            capabilities: Capabilities { native_sleep: true },
+        };
+        assert!(plan.resolve("ns", &[("app".to_string(), "web".to_string())].into()).is_some());
+        assert!(plan.resolve("ns", &[("app".to_string(), "db".to_string())].into()).is_none());
     }
 }

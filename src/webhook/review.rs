@@ -74,13 +74,13 @@ pub fn decision_label(reason: PodReason) -> &'static str {
 }
 
 /// Serialises a response review, with `patch` as base64.
-fn encode(review: AdmissionReview<DynamicObject>) -> Result<Vec<u8>, String> {
+fn encode(mut review: AdmissionReview<DynamicObject>) -> Result<Vec<u8>, String> {
+    // the patch bytes are taken out first: through serde they would become a JSON array with one
+    // number per byte (hundreds of MB for a pod with tens of thousands of containers)
+    let patch = review.response.as_mut().and_then(|r| r.patch.take());
     let mut v = serde_json::to_value(&review).map_err(|e| e.to_string())?;
-    if let Some(patch) = v.pointer_mut("/response/patch")
-        && let Some(arr) = patch.as_array()
-    {
-        let bytes: Vec<u8> = arr.iter().map(|n| n.as_u64().and_then(|n| u8::try_from(n).ok())).collect::<Option<_>>().ok_or("patch is not bytes")?;
-        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+    if let (Some(bytes), Some(resp)) = (patch, v.get_mut("response").and_then(Value::as_object_mut)) {
+        resp.insert("patch".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)));
     }
     serde_json::to_vec(&v).map_err(|e| e.to_string())
 }
