@@ -500,11 +500,8 @@ impl PrometheusLoop {
                 _ = cancel.cancelled() => return,
                 _ = self.run_once() => {}
             }
-            let delay = jitter.delay(self.interval);
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
+            if !jitter.sleep(self.interval, &cancel).await {
+                return;
             }
         }
     }

@@ -590,6 +590,16 @@ impl Jitter {
     pub fn delay(&mut self, interval: Duration) -> Duration {
         interval.mul_f64(1.0 + JITTER_FRACTION * self.next_unit())
     }
+
+    /// Sleeps `interval` plus jitter; false when `cancel` fired first (the loop should end).
+    pub async fn sleep(&mut self, interval: Duration, cancel: &CancellationToken) -> bool {
+        let delay = self.delay(interval);
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => false,
+            _ = tokio::time::sleep(delay) => true,
+        }
+    }
 }
 
 /// The measurement loop of the kube-proxy source: every interval (plus jitter) it finds the
@@ -755,11 +765,8 @@ impl ScrapeLoop {
                 _ = cancel.cancelled() => return,
                 _ = self.run_cycle() => {}
             }
-            let delay = self.jitter.delay(self.interval);
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
+            if !self.jitter.sleep(self.interval, &cancel).await {
+                return;
             }
         }
     }
