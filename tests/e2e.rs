@@ -308,3 +308,68 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     common::cleanup(&client, hook_name, ns).await;
     let _ = Api::<Namespace>::all(client.clone()).delete(system, &DeleteParams::default()).await;
 }
+
+/// Waits until the policy `web` in `ns` has a status for which `done` holds; panics with the
+/// last status after `secs`.
+async fn wait_status(client: &Client, ns: &str, secs: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let s = common::policy_status(client, ns, "web").await;
+        if done(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{what}: {s:#}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: make e2e"]
+async fn no_kube_proxy_pods_and_a_cilium_agent_is_reported_as_ebpf() {
+    let client = common::client().await;
+    common::apply_crd(&client).await;
+    let (system, ns) = ("e2e-cilium-system", "e2e-cilium");
+    common::fresh_namespace(&client, system).await;
+    common::fresh_namespace(&client, ns).await;
+    // a Cilium agent pod where Cilium's chart puts it; kwok makes it Running on node-c
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    let _ = pods.delete("cilium-e2e", &DeleteParams::default().grace_period(0)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pods.get_opt("cilium-e2e").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "old cilium-e2e pod not deleted");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let agent: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "cilium-e2e", "namespace": "kube-system", "labels": {"k8s-app": "cilium"}},
+        "spec": {"nodeName": "node-c", "containers": [{"name": "cilium-agent", "image": "quay.io/cilium/cilium:v1.18.0"}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &agent).await.expect("create the Cilium agent pod");
+
+    // the operator finds kube-proxy pods through the API (the cluster's kube-proxies are
+    // processes, not pods: there are none)
+    let op = common::Operator::start_discovering(system, &[]).await;
+    let policies: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
+    let policy: TerminationPolicy = serde_json::from_value(json!({
+        "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
+        "metadata": {"name": "web", "namespace": ns}, "spec": {"preStop": {"defaultSeconds": 7}}
+    }))
+    .unwrap();
+    policies.create(&PostParams::default(), &policy).await.expect("create TerminationPolicy");
+    let cond = |s: &Value, t: &str| s["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == t).cloned()).unwrap_or(Value::Null);
+    let s = wait_status(&client, ns, 90, "no eBPF dataplane reported", |s| cond(s, "MetricsUnavailable")["reason"] == "NoKubeProxy").await;
+    assert_eq!(s["proxy"]["mode"], "ebpf", "{s:#}");
+    assert_eq!(s["recommendation"]["preStopSeconds"], 7, "sized from the policy default: {s:#}");
+    let note = "no kube-proxy pods; 1 Cilium agent pod(s) (k8s-app=cilium in kube-system): eBPF dataplane, sized from the policy default";
+    assert_eq!(cond(&s, "MetricsUnavailable")["message"], note);
+    assert!(cond(&s, "Ready")["message"].as_str().unwrap().ends_with(note), "{s:#}");
+    assert_eq!(cond(&s, "MigrationRecommended")["status"], "False", "eBPF needs no migration: {s:#}");
+
+    // the agent goes away: no dataplane is claimed any more (re-read with the configuration,
+    // every 10 scrape cycles = 20 s here)
+    pods.delete("cilium-e2e", &DeleteParams::default().grace_period(0)).await.unwrap();
+    let s = wait_status(&client, ns, 90, "still reported as eBPF", |s| cond(s, "MetricsUnavailable")["reason"] == "NoNodesScraped").await;
+    assert_ne!(s["proxy"]["mode"], "ebpf", "{s:#}");
+    drop(op);
+    let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;
+    let _ = Api::<Namespace>::all(client.clone()).delete(system, &DeleteParams::default()).await;
+}

@@ -578,6 +578,29 @@ async fn prometheus_errors_are_clear_and_keep_the_last_measurement() {
 // ---------------------------------------------------------------------------------------------
 // the kube API side (a mocked API server, tower-test)
 
+#[tokio::test]
+async fn no_kube_proxy_and_a_running_cilium_agent_is_an_ebpf_dataplane() {
+    let (kube_client, seen) = fake_api();
+    let r = resolve_proxy_config(&client(), &[], Some((&kube_client, &Discovery::default())), Duration::from_secs(2)).await;
+    let dataplane = r.dataplane.clone().expect("a Cilium dataplane");
+    assert_eq!((r.mode(), r.source.as_str()), (Some(ProxyMode::Ebpf), "Cilium agent pods"));
+    assert_eq!(dataplane.note, "no kube-proxy pods; 1 Cilium agent pod(s) (k8s-app=cilium in cilium): eBPF dataplane, sized from the policy default");
+    assert_eq!(r.notes, ["configz: no kube-proxy target"]);
+    assert_eq!(*seen.lock().unwrap(), ["/api/v1/pods?&labelSelector=k8s-app%3Dcilium&limit=100"], "only the Cilium lookup, no ConfigMap read");
+
+    // no agent for this selector: the kube-proxy ConfigMap is read as before, no dataplane
+    let other = Discovery { cilium_selector: "app=not-there".into(), ..Discovery::default() };
+    let r = resolve_proxy_config(&client(), &[], Some((&kube_client, &other)), Duration::from_secs(2)).await;
+    assert_eq!((r.mode(), r.source.as_str(), r.dataplane), (Some(ProxyMode::Iptables), "ConfigMap kube-system/kube-proxy-config", None));
+
+    // an empty selector never looks
+    let off = Discovery { cilium_selector: String::new(), ..Discovery::default() };
+    let cilium_lookups = || seen.lock().unwrap().iter().filter(|p| p.starts_with("/api/v1/pods?")).count();
+    assert_eq!(cilium_lookups(), 2);
+    let r = resolve_proxy_config(&client(), &[], Some((&kube_client, &off)), Duration::from_secs(2)).await;
+    assert_eq!((r.dataplane, cilium_lookups()), (None, 2));
+}
+
 /// EKS's `kube-proxy-config` ConfigMap, key `config` (as in proxyconfig's unit tests).
 const EKS_CONFIG: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nbindAddress: 0.0.0.0\niptables:\n  masqueradeAll: false\n  masqueradeBit: 14\n  minSyncPeriod: 0s\n  syncPeriod: 30s\nmetricsBindAddress: 0.0.0.0:10249\nmode: \"iptables\"\n";
 
@@ -604,6 +627,21 @@ fn fake_api() -> (kube::Client, Arc<Mutex<Vec<String>>>) {
                     pod("kube-proxy-x2", "node-a", "Running", "10.0.0.1"),
                     pod("kube-proxy-x3", "node-c", "Pending", ""),
                 ]})),
+                // Cilium agents, all namespaces: one running, one being deleted; none for other selectors
+                "/api/v1/pods" if req.uri().query().unwrap_or("").contains("labelSelector=k8s-app%3Dcilium") => {
+                    let agent = |name: &str, deleting: bool| {
+                        let mut p = serde_json::json!({"metadata": {"name": name, "namespace": "cilium", "labels": {"k8s-app": "cilium"}},
+                            "spec": {"nodeName": "node-a", "containers": [{"name": "cilium-agent", "image": "quay.io/cilium/cilium:v1.18.0"}]},
+                            "status": {"phase": "Running"}});
+                        if deleting {
+                            p["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z".into();
+                        }
+                        p
+                    };
+                    (200, serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"},
+                        "items": [agent("cilium-abcde", false), agent("cilium-old", true)]}))
+                }
+                "/api/v1/pods" => (200, serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": []})),
                 "/api/v1/namespaces/kube-system/configmaps/kube-proxy-config" => (200, serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "kube-proxy-config", "namespace": "kube-system"}, "data": {"config": EKS_CONFIG}})),
                 _ => (404, serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -643,7 +681,8 @@ async fn the_configmap_is_the_fallback_when_configz_is_unreachable() {
 
     // configz refused on the only target: the ConfigMap is used and the skip is explained
     let refused = Target::new("node-a", &format!("http://127.0.0.1:{}", closed_port()));
-    let r = resolve_proxy_config(&client(), &[refused], Some((&kube_client, "kube-system")), Duration::from_secs(2)).await;
+    let r = resolve_proxy_config(&client(), &[refused], Some((&kube_client, &Discovery::default())), Duration::from_secs(2)).await;
+    assert_eq!(r.dataplane, None);
     assert_eq!(r.source, "ConfigMap kube-system/kube-proxy-config");
     assert_eq!(r.min_sync_period_seconds, 1.0);
     assert!(r.notes[0].contains("configz") && r.notes[0].contains("metricsBindAddress"), "{:?}", r.notes);

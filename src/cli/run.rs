@@ -69,6 +69,11 @@ pub struct RunArgs {
     /// kube-proxy metrics port.
     #[arg(long, env = "SAFE_TERMINATION_KUBE_PROXY_PORT", default_value_t = 10249)]
     pub kube_proxy_port: u16,
+    /// Label selector of Cilium agent pods, looked for in all namespaces when no kube-proxy pod
+    /// is found: with one running, the proxy mode is `ebpf` and sizing uses the policy default
+    /// (empty: never look).
+    #[arg(long, env = "SAFE_TERMINATION_CILIUM_SELECTOR", default_value = "k8s-app=cilium")]
+    pub cilium_selector: String,
     /// Fixed kube-proxy targets `NODE=http://IP:PORT` instead of discovery (comma-separated or
     /// repeated).
     #[arg(long = "kube-proxy-target", env = "SAFE_TERMINATION_KUBE_PROXY_TARGETS", value_delimiter = ',')]
@@ -95,7 +100,8 @@ pub struct RunArgs {
     #[arg(long, env = "SAFE_TERMINATION_MIN_SYNC_PERIOD_SECONDS")]
     pub min_sync_period_seconds: Option<f64>,
     /// Proxy mode, overriding /proxyMode, the ConfigMap and inference (`ebpf` when there is no
-    /// kube-proxy: sizing then uses each policy's defaultSeconds).
+    /// kube-proxy: sizing then uses each policy's defaultSeconds; a running Cilium agent without
+    /// kube-proxy pods is detected without this flag, see --cilium-selector).
     #[arg(long, env = "SAFE_TERMINATION_PROXY_MODE", value_parser = parse_mode)]
     pub proxy_mode: Option<ProxyMode>,
     /// `NAMESPACE/NAME` of the TerminationPolicy that applies to namespaces without one (off
@@ -299,6 +305,7 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
                                 namespace: args2.kube_proxy_namespace.clone(),
                                 selector: args2.kube_proxy_selector.clone(),
                                 port: args2.kube_proxy_port,
+                                cilium_selector: args2.cilium_selector.clone(),
                             },
                         }
                     } else {

@@ -200,6 +200,8 @@ struct Measured {
     last_scrape: Option<f64>,
     window: f64,
     mode_source: Option<String>,
+    /// From the flags (`--proxy-mode ebpf`) or a detected dataplane without kube-proxy.
+    no_kube_proxy_note: Option<String>,
 }
 
 fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Measured, Error> {
@@ -213,11 +215,12 @@ fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Me
         Some(v) => (v, "flag".to_string()),
         None => (proxy.min_sync_period_seconds, proxy.source.clone()),
     };
-    let (mode, mode_source) = match (ctx.settings.mode_override, proxy.config.as_ref()) {
+    let (mode, mode_source) = match (ctx.settings.mode_override, proxy.mode()) {
         (Some(m), _) => (Some(m), Some("flag".to_string())),
-        (None, Some(c)) => (Some(c.mode), Some(proxy.source.clone())),
+        (None, Some(m)) => (Some(m), Some(proxy.source.clone())),
         (None, None) => (None, None),
     };
+    let no_kube_proxy_note = ctx.settings.no_kube_proxy_note.clone().or_else(|| proxy.dataplane.as_ref().map(|d| d.note.clone()));
     let counts = ctx.cluster.counts();
     let opts = AnalysisOptions {
         min_sync_period_seconds,
@@ -232,7 +235,7 @@ fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Me
         thresholds: ctx.settings.thresholds.clone(),
     };
     let report = analyze(&inputs, &opts, spec);
-    Ok(Measured { report, failures, nodes_with_data, last_scrape, window, mode_source })
+    Ok(Measured { report, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note })
 }
 
 /// Keeps the per-node and cluster gauges current on every measurement update, whether or not
@@ -265,7 +268,7 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
     if !*ctx.leader.borrow() {
         return Ok(Action::requeue(ctx.settings.requeue));
     }
-    let Measured { report, failures, nodes_with_data, last_scrape, window, mode_source } = measure(&ctx, &policy.spec)?;
+    let Measured { report, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note } = measure(&ctx, &policy.spec)?;
     let rec = report.recommendation.pre_stop_seconds;
     let pods = if ctx.settings.count_pods {
         match count_pods(&ctx, &policy, rec).await {
@@ -296,7 +299,7 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
         window_seconds: window as u32,
         last_scrape_time: last_scrape.and_then(rfc3339),
         mode_source: mode_source.or_else(|| report.nodes.first().map(|n| n.mode_source.to_string())),
-        no_kube_proxy_note: ctx.settings.no_kube_proxy_note.clone(),
+        no_kube_proxy_note,
     };
     let now = now_time();
     let previous = policy.status.as_ref();

@@ -270,23 +270,43 @@ pub struct ResolvedProxyConfig {
     pub source: String,
     /// Why the better sources were not used (one line each), for logs and status messages.
     pub notes: Vec<String>,
+    /// Set when no kube-proxy runs and another dataplane does the Service load-balancing (a
+    /// Cilium agent found without kube-proxy pods).
+    pub dataplane: Option<Dataplane>,
+}
+
+/// A Service dataplane other than kube-proxy, found because no kube-proxy runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Dataplane {
+    /// Its proxy mode (`ebpf` for Cilium's kube-proxy replacement).
+    pub mode: ProxyMode,
+    /// One sentence for the policy status and logs: what was found, and that sizing uses the
+    /// policy default (an eBPF dataplane exports no kube-proxy sync histograms).
+    pub note: String,
 }
 
 impl Default for ResolvedProxyConfig {
     fn default() -> Self {
-        Self { config: None, min_sync_period_seconds: DEFAULT_MIN_SYNC_PERIOD_SECONDS, source: "default".into(), notes: Vec::new() }
+        Self {
+            config: None,
+            min_sync_period_seconds: DEFAULT_MIN_SYNC_PERIOD_SECONDS,
+            source: "default".into(),
+            notes: Vec::new(),
+            dataplane: None,
+        }
     }
 }
 
 impl ResolvedProxyConfig {
     /// A configuration read from `source`.
     pub fn from_config(config: ProxyConfig, source: String, notes: Vec<String>) -> Self {
-        Self { min_sync_period_seconds: config.min_sync_period_seconds, config: Some(config), source, notes }
+        Self { min_sync_period_seconds: config.min_sync_period_seconds, config: Some(config), source, notes, dataplane: None }
     }
 
-    /// The mode the configuration names, if one was read.
+    /// The mode the configuration names, if one was read, else the detected dataplane's.
     pub fn mode(&self) -> Option<ProxyMode> {
-        self.config.as_ref().map(|c| c.mode)
+        self.config.as_ref().map(|c| c.mode).or_else(|| self.dataplane.as_ref().map(|d| d.mode))
     }
 }
 

@@ -22,7 +22,7 @@
 use crate::metrics::parse_kube_proxy_metrics;
 use crate::model::ProxyMode;
 use crate::operator::measure::{MeasurementStore, NodeFailure, Sample};
-use crate::operator::proxyconfig::{self, ProxyConfig, ResolvedProxyConfig};
+use crate::operator::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
 use crate::sources::connect_hint;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -44,6 +44,9 @@ use tokio_util::sync::CancellationToken;
 pub const DEFAULT_NAMESPACE: &str = "kube-system";
 /// Default label selector of the kube-proxy pods.
 pub const DEFAULT_SELECTOR: &str = "k8s-app=kube-proxy";
+/// Default label selector of Cilium agent pods (the `cilium` DaemonSet of Cilium's Helm chart
+/// and of `cilium install`), looked for in every namespace when no kube-proxy pod is found.
+pub const DEFAULT_CILIUM_SELECTOR: &str = "k8s-app=cilium";
 /// Default kube-proxy metrics port (`metricsBindAddress`).
 pub const DEFAULT_PORT: u16 = 10249;
 /// Default time between scrape cycles.
@@ -157,12 +160,65 @@ pub struct Discovery {
     pub selector: String,
     /// Metrics port (default 10249).
     pub port: u16,
+    /// Label selector of Cilium agent pods, looked for in all namespaces when no kube-proxy pod
+    /// is found (default `k8s-app=cilium`; empty: never look).
+    pub cilium_selector: String,
 }
 
 impl Default for Discovery {
     fn default() -> Self {
-        Self { namespace: DEFAULT_NAMESPACE.into(), selector: DEFAULT_SELECTOR.into(), port: DEFAULT_PORT }
+        Self {
+            namespace: DEFAULT_NAMESPACE.into(),
+            selector: DEFAULT_SELECTOR.into(),
+            port: DEFAULT_PORT,
+            cilium_selector: DEFAULT_CILIUM_SELECTOR.into(),
+        }
     }
+}
+
+/// The dataplane of a cluster without kube-proxy pods, from the Cilium agent pods found there
+/// (`agents`, listed by `selector`): with at least one agent not being deleted and not
+/// `Failed`/`Succeeded`, Cilium does the Service load-balancing itself (kube-proxy replacement),
+/// so the mode is `ebpf`. `None` without such a pod.
+///
+/// Cilium's replacement programs Services into eBPF maps from its own watch and exports no
+/// kube-proxy histograms, so there is no sync p99 to measure: sizing uses the policy default,
+/// and the note says so.
+pub fn cilium_dataplane(agents: &[Pod], selector: &str) -> Option<Dataplane> {
+    let live: Vec<&Pod> = agents
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Failed" | "Succeeded")))
+        .collect();
+    let first = live.first()?;
+    let mut namespaces: Vec<&str> = live.iter().filter_map(|p| p.metadata.namespace.as_deref()).collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    let ns = if namespaces.is_empty() { first.metadata.namespace.as_deref().unwrap_or("?").to_string() } else { namespaces.join(",") };
+    Some(Dataplane {
+        mode: ProxyMode::Ebpf,
+        note: format!(
+            "no kube-proxy pods; {} Cilium agent pod(s) ({selector} in {ns}): eBPF dataplane, sized from the policy default",
+            live.len()
+        ),
+    })
+}
+
+/// Looks for Cilium agent pods in all namespaces (`discovery.cilium_selector`) and classifies
+/// them with [`cilium_dataplane`]. `Ok(None)` when the selector is empty or no agent runs.
+///
+/// Errors: the API call failed (RBAC needs cluster-wide `list pods`, which pod counting needs
+/// too).
+pub async fn detect_dataplane(client: &kube::Client, discovery: &Discovery) -> Result<Option<Dataplane>, String> {
+    if discovery.cilium_selector.is_empty() {
+        return Ok(None);
+    }
+    let api: Api<Pod> = Api::all(client.clone());
+    let pods = api
+        .list(&ListParams::default().labels(&discovery.cilium_selector).limit(100))
+        .await
+        .map_err(|e| format!("listing Cilium agent pods {:?}: {e}", discovery.cilium_selector))?;
+    Ok(cilium_dataplane(&pods.items, &discovery.cilium_selector))
 }
 
 /// Targets from kube-proxy pods: only pods in phase `Running`, not being deleted, with a pod IP
@@ -244,11 +300,12 @@ impl TargetSource {
         }
     }
 
-    /// The API client, for the ConfigMap fallback of [`resolve_proxy_config`].
-    pub fn kube_client(&self) -> Option<(&kube::Client, &str)> {
+    /// The API client and discovery settings, for the ConfigMap fallback and the dataplane
+    /// detection of [`resolve_proxy_config`].
+    pub fn kube_client(&self) -> Option<(&kube::Client, &Discovery)> {
         match self {
             Self::Static(_) => None,
-            Self::Kube { client, discovery } => Some((client, discovery.namespace.as_str())),
+            Self::Kube { client, discovery } => Some((client, discovery)),
         }
     }
 }
@@ -467,11 +524,13 @@ pub async fn read_proxy_configmap(client: &kube::Client, namespace: &str) -> Res
 /// kube-proxy's minSyncPeriod and mode, from the best source available: `/configz` of the
 /// first of `targets` that answers (at most three are tried), else the ConfigMap (when a
 /// client is given), else the default 1 s. The result names its source and says why better
-/// sources were skipped.
+/// sources were skipped. With a client and no target at all (no kube-proxy pod), Cilium agent
+/// pods are looked for first ([`detect_dataplane`]); when found the result carries the
+/// [`Dataplane`] (mode `ebpf`) and its source is `Cilium agent pods`.
 pub async fn resolve_proxy_config(
     http: &reqwest::Client,
     targets: &[Target],
-    kube: Option<(&kube::Client, &str)>,
+    kube: Option<(&kube::Client, &Discovery)>,
     timeout: Duration,
 ) -> ResolvedProxyConfig {
     let mut notes = Vec::new();
@@ -483,8 +542,23 @@ pub async fn resolve_proxy_config(
     }
     if targets.is_empty() {
         notes.push("configz: no kube-proxy target".into());
+        if let Some((client, discovery)) = kube {
+            match detect_dataplane(client, discovery).await {
+                Ok(Some(dataplane)) => {
+                    return ResolvedProxyConfig {
+                        source: "Cilium agent pods".into(),
+                        notes,
+                        dataplane: Some(dataplane),
+                        ..ResolvedProxyConfig::default()
+                    };
+                }
+                Ok(None) => {}
+                Err(e) => notes.push(e),
+            }
+        }
     }
-    if let Some((client, ns)) = kube {
+    if let Some((client, discovery)) = kube {
+        let ns = discovery.namespace.as_str();
         match read_proxy_configmap(client, ns).await {
             Ok((source, c)) => return ResolvedProxyConfig::from_config(c, source, notes),
             Err(e) => notes.push(e),
@@ -784,6 +858,20 @@ mod tests {
             spec: Some(PodSpec { node_name: node.map(Into::into), host_network: Some(true), ..Default::default() }),
             status: Some(PodStatus { phase: Some(phase.into()), pod_ip: ip.map(Into::into), ..Default::default() }),
         }
+    }
+
+    #[test]
+    fn a_cilium_agent_counts_only_while_it_runs() {
+        let agent = |name: &str, phase: &str| {
+            let mut p = pod(name, Some("n1"), phase, None);
+            p.metadata.namespace = Some("kube-system".into());
+            p
+        };
+        assert_eq!(cilium_dataplane(&[], "k8s-app=cilium"), None);
+        assert_eq!(cilium_dataplane(&[agent("c1", "Failed"), agent("c2", "Succeeded")], "k8s-app=cilium"), None);
+        let d = cilium_dataplane(&[agent("c1", "Pending"), agent("c2", "Running"), agent("c3", "Failed")], "k8s-app=cilium").unwrap();
+        assert_eq!(d.mode, ProxyMode::Ebpf);
+        assert_eq!(d.note, "no kube-proxy pods; 2 Cilium agent pod(s) (k8s-app=cilium in kube-system): eBPF dataplane, sized from the policy default");
     }
 
     #[test]

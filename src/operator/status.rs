@@ -113,12 +113,15 @@ pub fn desired_status(
     });
     let unavailable = meta.nodes_scraped == 0 || !meta.failed.is_empty() || rec.reason == Basis::NoData;
     conditions.push(if unavailable {
-        let msg = if meta.failed.is_empty() {
-            "no kube-proxy metrics could be read; sizing uses the policy default".to_string()
-        } else {
-            format!("{} node(s) failed: {}", meta.failed.len(), meta.failed.join("; "))
+        let (reason, msg) = match (&meta.no_kube_proxy_note, meta.failed.is_empty()) {
+            (Some(note), true) if meta.nodes_scraped == 0 => ("NoKubeProxy", note.clone()),
+            (_, true) => ("NoNodesScraped", "no kube-proxy metrics could be read; sizing uses the policy default".to_string()),
+            (_, false) => (
+                if meta.nodes_scraped == 0 { "NoNodesScraped" } else { "SomeNodesFailed" },
+                format!("{} node(s) failed: {}", meta.failed.len(), meta.failed.join("; ")),
+            ),
         };
-        cond("MetricsUnavailable", true, if meta.nodes_scraped == 0 { "NoNodesScraped" } else { "SomeNodesFailed" }, msg, generation, now)
+        cond("MetricsUnavailable", true, reason, msg, generation, now)
     } else {
         cond("MetricsUnavailable", false, "AllNodesScraped", format!("{} node(s) scraped", meta.nodes_scraped), generation, now)
     });
@@ -277,6 +280,26 @@ mod tests {
         assert_eq!((ev[0].type_, ev[0].reason.as_str()), ("Normal", "ProxySyncSlowResolved"));
         // the slow recommendation is larger: 1 + 2 x ~1.99 = ~4.98 s x 1.5 -> 8 s
         assert!(slow.recommendation.as_ref().unwrap().pre_stop_seconds > fast.recommendation.as_ref().unwrap().pre_stop_seconds);
+    }
+
+    #[test]
+    fn no_kube_proxy_sizes_from_the_default_and_says_why() {
+        let spec = TerminationPolicySpec::default();
+        let opts = AnalysisOptions { mode: Some(crate::model::ProxyMode::Ebpf), ..Default::default() };
+        let report = analyze(&[], &opts, &spec);
+        let note = "no kube-proxy pods; 3 Cilium agent pod(s) (k8s-app=cilium in kube-system): eBPF dataplane, sized from the policy default";
+        let meta = MeasurementMeta { nodes_scraped: 0, no_kube_proxy_note: Some(note.into()), ..Default::default() };
+        let st = desired_status(&spec, Some(1), &report, &meta, None, None, &time("2026-01-01T00:00:00Z"));
+        let c = |t: &str| st.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+        assert_eq!((c("MetricsUnavailable").status.as_str(), c("MetricsUnavailable").reason.as_str()), ("True", "NoKubeProxy"));
+        assert_eq!(c("MetricsUnavailable").message, note);
+        assert!(c("Ready").message.ends_with(&format!("; {note}")), "{}", c("Ready").message);
+        assert_eq!(c("MigrationRecommended").status, "False");
+        assert_eq!(st.recommendation.as_ref().unwrap().pre_stop_seconds, 10, "PreStopSpec::default_seconds");
+        // without the note the same status reads as a measurement failure
+        let plain = desired_status(&spec, Some(1), &report, &MeasurementMeta::default(), None, None, &time("2026-01-01T00:00:00Z"));
+        let m = plain.conditions.iter().find(|c| c.type_ == "MetricsUnavailable").unwrap();
+        assert_eq!(m.reason, "NoNodesScraped");
     }
 
     #[test]

@@ -139,7 +139,6 @@ impl Operator {
     /// Starts it with its namespace `namespace`, fast scrapes, and `extra` flags; waits for
     /// `/readyz`.
     pub async fn start(namespace: &str, extra: &[&str]) -> Operator {
-        let dir = state_dir();
         let nodes = std::env::var("ST_KP_NODES").unwrap_or_else(|_| "node-a node-b".into());
         let urls = std::env::var("ST_KP_METRICS_URLS")
             .unwrap_or_else(|_| "http://10.213.0.2:10249/metrics http://10.213.1.2:10249/metrics".into());
@@ -148,12 +147,26 @@ impl Operator {
             .zip(nodes.split_whitespace())
             .map(|(url, node)| format!("{node}={}", url.trim_end_matches("/metrics")))
             .collect();
+        Self::spawn(namespace, Some(targets.join(",")), extra).await
+    }
+
+    /// Like [`Operator::start`] but finding kube-proxy pods through the API (the default
+    /// discovery) instead of the fixed targets: the e2e cluster's kube-proxies are processes,
+    /// not pods, so it finds none.
+    pub async fn start_discovering(namespace: &str, extra: &[&str]) -> Operator {
+        Self::spawn(namespace, None, extra).await
+    }
+
+    async fn spawn(namespace: &str, targets: Option<String>, extra: &[&str]) -> Operator {
+        let dir = state_dir();
+        let targets: Vec<String> = targets.map(|t| vec!["--kube-proxy-target".to_string(), t]).unwrap_or_default();
         let (admin, webhook) = (free_port(), free_port());
         let log = std::fs::File::create(format!("{dir}/logs/operator-{namespace}.log")).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
             .args(["run", "--listen", &format!("127.0.0.1:{webhook}"), "--admin-listen", &format!("127.0.0.1:{admin}")])
             .args(["--tls-cert-file", &format!("{dir}/pki/webhook.crt"), "--tls-key-file", &format!("{dir}/pki/webhook.key")])
-            .args(["--namespace", namespace, "--identity", &format!("e2e-{namespace}"), "--kube-proxy-target", &targets.join(",")])
+            .args(["--namespace", namespace, "--identity", &format!("e2e-{namespace}")])
+            .args(&targets)
             .args(["--scrape-interval-seconds", "2", "--window-seconds", "300", "--status-refresh-seconds", "5"])
             .args(extra)
             .env("KUBECONFIG", format!("{dir}/kubeconfig"))
