@@ -176,6 +176,10 @@ pub struct ControllerMetrics {
     pub status_writes: Counter,
     /// 1 while this replica holds the lease (measures and writes status).
     pub leader: Gauge,
+    /// Services in the cluster (the advisor's input; set once the Service watch has synced).
+    pub cluster_services: Gauge,
+    /// Endpoints in all EndpointSlices (set once the EndpointSlice watch has synced).
+    pub cluster_endpoints: Gauge,
 }
 
 impl Default for ControllerMetrics {
@@ -190,6 +194,8 @@ impl Default for ControllerMetrics {
             reconcile_duration: Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
             status_writes: Counter::default(),
             leader: Gauge::default(),
+            cluster_services: Gauge::default(),
+            cluster_endpoints: Gauge::default(),
         }
     }
 }
@@ -211,12 +217,20 @@ impl ControllerMetrics {
         r.register_with_unit("reconcile_duration", "reconcile duration", Unit::Seconds, self.reconcile_duration.clone());
         r.register("status_writes", "status patches sent", self.status_writes.clone());
         r.register("leader", "1 while this replica holds the lease", self.leader.clone());
+        r.register("cluster_services", "Services in the cluster (advisor input)", self.cluster_services.clone());
+        r.register("cluster_endpoints", "endpoints in all EndpointSlices (advisor input)", self.cluster_endpoints.clone());
     }
 
     /// Updates the cluster-wide gauges from a report.
     pub fn update_cluster(&self, report: &AnalysisReport) {
         if let Some(w) = report.propagation_window_seconds {
             self.propagation_window.set(w);
+        }
+        if let Some(n) = report.proxy.services {
+            self.cluster_services.set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        if let Some(n) = report.proxy.endpoints {
+            self.cluster_endpoints.set(i64::try_from(n).unwrap_or(i64::MAX));
         }
         self.migration.clear();
         for a in report.advice.iter().filter(|a| a.reason == AdviceReason::MigrateProxyMode) {
