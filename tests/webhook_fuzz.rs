@@ -8,9 +8,10 @@
 //! | the shared AdmissionReview with fields deleted, replaced or retyped | 30,000 |
 //! | generated pods (containers, lifecycles, grace, restartPolicy, opt-outs, OS) in generated reviews, under four plans | 20,000 |
 //!
-//! Properties: `review` never panics; the status is 200 or 400; a decodable review (kube's
-//! AdmissionReview v1 decodes and has a uid) gets 200, its uid echoed and `allowed: true`, and
-//! an undecodable one gets 400 with a message; no internal error (fail-open) occurs; warnings
+//! Properties: `review` never panics; the status is 200 or 400; a decodable review (review.rs's
+//! documented request contract, which accepts everything kube-core's AdmissionReview v1 decodes
+//! with a uid: checked on every input) gets 200, its uid echoed and `allowed: true`, and an
+//! undecodable one gets 400 with a message; no internal error (fail-open) occurs; warnings
 //! are at most 120 characters; a patch is base64 JSONPatch that applies cleanly to
 //! `request.object`; and reviewing the patched pod again gives no patch (R11).
 
@@ -111,9 +112,9 @@ fn services() -> StaticServiceIndex {
     StaticServiceIndex { services: vec![("default".into(), sel.clone()), ("team".into(), sel)] }
 }
 
-/// The oracle for "decodable": kube's own types accept it as an AdmissionReview v1 request with
-/// a non-empty uid (and the envelope names admission.k8s.io/v1 AdmissionReview).
-fn decodable(body: &[u8]) -> Option<String> {
+/// kube-core's own types accept it as an AdmissionReview v1 request with a non-empty uid (and
+/// the envelope names admission.k8s.io/v1 AdmissionReview).
+fn kube_decodable(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
     if v.get("kind")?.as_str()? != "AdmissionReview" || v.get("apiVersion")?.as_str()? != "admission.k8s.io/v1" {
         return None;
@@ -123,11 +124,42 @@ fn decodable(body: &[u8]) -> Option<String> {
     (!req.uid.is_empty()).then_some(req.uid)
 }
 
+/// The oracle for "decodable": the contract of review.rs (`RequestFields`), written again here
+/// from its documentation: the envelope, a request object with a non-empty string uid, `kind`
+/// and `resource` objects of three strings, a known operation, optional strings, an object or
+/// null as `object`.
+fn decodable(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    if v.get("kind")?.as_str()? != "AdmissionReview" || v.get("apiVersion")?.as_str()? != "admission.k8s.io/v1" {
+        return None;
+    }
+    let r = v.get("request")?.as_object()?;
+    let uid = r.get("uid")?.as_str().filter(|u| !u.is_empty())?;
+    let strings = |field: &str, keys: [&str; 3]| r.get(field).and_then(Value::as_object).is_some_and(|o| keys.iter().all(|k| o.get(*k).is_some_and(Value::is_string)));
+    let optional = |field: &str, null_ok: bool| match r.get(field) {
+        None => true,
+        Some(Value::Null) => null_ok,
+        Some(x) => x.is_string(),
+    };
+    let ok = strings("kind", ["group", "version", "kind"])
+        && strings("resource", ["group", "version", "resource"])
+        && matches!(r.get("operation").and_then(Value::as_str), Some("CREATE" | "UPDATE" | "DELETE" | "CONNECT"))
+        && optional("subResource", true)
+        && optional("namespace", true)
+        && optional("name", false)
+        && matches!(r.get("object"), None | Some(Value::Null | Value::Object(_)));
+    ok.then(|| uid.to_string())
+}
+
 /// Runs one body through `review` and checks every property. Returns the patched pod when a
 /// patch was sent.
 fn check(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> Result<Option<Value>, TestCaseError> {
     let out = review(body, plan, services);
     prop_assert!(!out.fail_open, "internal error (fail open) for {}", String::from_utf8_lossy(body));
+    // never stricter than the Kubernetes client types: what kube-core decodes is answered 200
+    if let Some(uid) = kube_decodable(body) {
+        prop_assert_eq!(decodable(body), Some(uid), "kube-core decodes it, the contract does not: {}", String::from_utf8_lossy(body));
+    }
     match decodable(body) {
         None => {
             prop_assert_eq!(out.status, 400, "undecodable body answered {}: {}", out.status, String::from_utf8_lossy(body));

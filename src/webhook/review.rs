@@ -8,15 +8,16 @@
 //! (a bug) answers `allowed: true` with a warning: the webhook fails open.
 //!
 //! Wire format: kube-core 5 serialises `AdmissionResponse.patch` (`Vec<u8>`) as a JSON array of
-//! numbers. Kubernetes documents `patch` as base64 (Go `[]byte`); the response is re-encoded to
-//! base64 here so that it matches the documented form whatever the decoder accepts.
+//! numbers. Kubernetes documents `patch` as base64 (Go `[]byte`); the response is written here
+//! directly, in kube-core's field order, with `patch` as base64, so that it matches the
+//! documented form whatever the decoder accepts (tests/e2e.rs: a real kube-apiserver applies it).
+//!
+//! Cost: the body is parsed once into a `serde_json::Value`; the request's fields are read from
+//! it by reference and the pod is patched in place to check the patch (BENCHMARKS.md "Webhook").
 
 use super::mutate::{Decision, PodReason, mutate_pod, short_warning};
 use super::plan::{Plan, ServiceIndex};
 use base64::Engine as _;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use serde::Deserialize as _;
 use serde_json::Value;
 
 /// The answer to one admission HTTP request.
@@ -73,21 +74,105 @@ pub fn decision_label(reason: PodReason) -> &'static str {
     }
 }
 
-/// Serialises a response review, with `patch` as base64.
-fn encode(mut review: AdmissionReview<DynamicObject>) -> Result<Vec<u8>, String> {
-    // the patch bytes are taken out first: through serde they would become a JSON array with one
-    // number per byte (hundreds of MB for a pod with tens of thousands of containers)
-    let patch = review.response.as_mut().and_then(|r| r.patch.take());
-    let mut v = serde_json::to_value(&review).map_err(|e| e.to_string())?;
-    if let (Some(bytes), Some(resp)) = (patch, v.get_mut("response").and_then(Value::as_object_mut)) {
-        resp.insert("patch".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)));
+/// The fields of an AdmissionReview v1 request the decision needs, read by reference from the
+/// parsed body (no second, typed decode of the whole review: that cost more than the decision).
+///
+/// The contract (checked by [`request_of`]; every request kube-core's `AdmissionRequest`
+/// accepts meets it): `uid` a non-empty string; `kind` `{group, version, kind}` and `resource`
+/// `{group, version, resource}` objects of strings; `operation` one of `CREATE`, `UPDATE`,
+/// `DELETE`, `CONNECT`; `subResource`, `namespace` absent, null or a string; `name` absent or a
+/// string; `object` (checked by [`review`], which takes it out) absent, null or an object. Other
+/// fields (userInfo, oldObject, options, dryRun) are not read.
+struct RequestFields<'a> {
+    uid: &'a str,
+    group: &'a str,
+    version: &'a str,
+    resource: &'a str,
+    sub_resource: &'a str,
+    operation: &'a str,
+    namespace: &'a str,
+    name: &'a str,
+}
+
+/// Reads and checks the fields of `request` (see [`RequestFields`]). Errors name the field.
+fn request_of(req: &Value) -> Result<RequestFields<'_>, String> {
+    let uid = match req.get("uid") {
+        Some(Value::String(u)) if !u.is_empty() => u.as_str(),
+        _ => return Err("request.uid is missing or empty".into()),
+    };
+    let object_of_strings = |field: &str, keys: [&str; 3]| -> Result<[&str; 3], String> {
+        let o = req.get(field).and_then(Value::as_object).ok_or_else(|| format!("request {uid}: request.{field} is missing or not an object"))?;
+        let mut out = [""; 3];
+        for (slot, key) in out.iter_mut().zip(keys) {
+            *slot = o.get(key).and_then(Value::as_str).ok_or_else(|| format!("request {uid}: request.{field}.{key} is missing or not a string"))?;
+        }
+        Ok(out)
+    };
+    object_of_strings("kind", ["group", "version", "kind"])?;
+    let [group, version, resource] = object_of_strings("resource", ["group", "version", "resource"])?;
+    let optional = |field: &str| -> Result<&str, String> {
+        match req.get(field) {
+            None | Some(Value::Null) => Ok(""),
+            Some(Value::String(s)) => Ok(s.as_str()),
+            Some(_) => Err(format!("request {uid}: request.{field} is not a string")),
+        }
+    };
+    let sub_resource = optional("subResource")?;
+    let namespace = optional("namespace")?;
+    let name = match req.get("name") {
+        None => "",
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => return Err(format!("request {uid}: request.name is not a string")),
+    };
+    let operation = match req.get("operation").and_then(Value::as_str) {
+        Some(op @ ("CREATE" | "UPDATE" | "DELETE" | "CONNECT")) => op,
+        _ => return Err(format!("request {uid}: request.operation is missing or not one of CREATE, UPDATE, DELETE, CONNECT")),
+    };
+    Ok(RequestFields { uid, group, version, resource, sub_resource, operation, namespace, name })
+}
+
+/// The response half of an AdmissionReview v1, serialised in the field order (sorted) and
+/// form kube-core's `AdmissionResponse` has: `patch` as base64 (Go `[]byte`), `status` `{}`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Response<'a> {
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    status: Empty,
+    uid: &'a str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+#[derive(serde::Serialize)]
+struct Empty {}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseReview<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: Response<'a>,
+}
+
+impl<'a> Response<'a> {
+    fn allow(uid: &'a str) -> Self {
+        Self { allowed: true, patch: None, patch_type: None, status: Empty {}, uid, warnings: Vec::new() }
     }
-    serde_json::to_vec(&v).map_err(|e| e.to_string())
+
+    fn encode(self) -> Vec<u8> {
+        let review = ResponseReview { api_version: "admission.k8s.io/v1", kind: "AdmissionReview", response: self };
+        // strings, a bool and an empty map: serialisation into a Vec cannot fail
+        serde_json::to_vec(&review).unwrap_or_default()
+    }
 }
 
 /// Handles one AdmissionReview request body. Never panics.
 pub fn review(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> ReviewOutcome {
-    let value: Value = match serde_json::from_slice(body) {
+    let mut value: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => return bad_request(format!("body is not JSON: {e}")),
     };
@@ -98,103 +183,73 @@ pub fn review(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> ReviewOu
             "expected kind AdmissionReview, apiVersion admission.k8s.io/v1; got kind {kind:?}, apiVersion {api_version:?}"
         ));
     }
-    let Some(req_value) = value.get("request").filter(|r| r.is_object()) else {
+    let Some(req_value) = value.get_mut("request").filter(|r| r.is_object()) else {
         return bad_request("no request object".into());
     };
-    let uid = match req_value.get("uid").and_then(Value::as_str) {
-        Some(u) if !u.is_empty() => u.to_string(),
-        _ => return bad_request("request.uid is missing or empty".into()),
-    };
-    // decoded from the parsed value by reference: no copy of the (possibly large) object
-    let review_typed: AdmissionReview<DynamicObject> = match AdmissionReview::deserialize(&value) {
+    // the object is taken out (not copied): the patch is checked against it in place below
+    let mut object = req_value.get_mut("object").map(Value::take).unwrap_or(Value::Null);
+    let req = match request_of(req_value) {
         Ok(r) => r,
-        Err(e) => return bad_request(format!("request {uid} does not decode as AdmissionReview v1: {e}")),
+        Err(e) => return bad_request(e),
     };
-    let req: AdmissionRequest<DynamicObject> = match review_typed.try_into() {
-        Ok(r) => r,
-        Err(e) => return bad_request(format!("request {uid}: {e}")),
-    };
-    let namespace = req.namespace.clone().unwrap_or_default();
-    let object = req_value.get("object");
+    if !matches!(object, Value::Null | Value::Object(_)) {
+        return bad_request(format!("request {}: request.object is not an object", req.uid));
+    }
     let name = if req.name.is_empty() {
-        object.and_then(|o| o.pointer("/metadata/generateName")).and_then(Value::as_str).unwrap_or("").to_string()
+        object.pointer("/metadata/generateName").and_then(Value::as_str).unwrap_or("")
     } else {
-        req.name.clone()
+        req.name
     };
     let mut out = ReviewOutcome {
         status: 200,
         body: Vec::new(),
-        uid: uid.clone(),
-        namespace: namespace.clone(),
-        name,
+        uid: req.uid.to_string(),
+        namespace: req.namespace.to_string(),
+        name: name.to_string(),
         decision: "ignored",
         patch_ops: 0,
         fail_open: false,
     };
-    let response = AdmissionResponse::from(&req);
-    let is_pod = req.resource.group.is_empty() && req.resource.version == "v1" && req.resource.resource == "pods";
-    let mutable = is_pod && req.operation == Operation::Create && req.sub_resource.as_deref().unwrap_or("").is_empty();
-    let response = match (mutable, object) {
-        (true, Some(pod)) => {
-            let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mutate_pod(pod, &namespace, plan, services)));
-            match decided {
-                // Never send a patch the API server cannot apply (it would fail the pod's
-                // creation): check it against the object first, and fail open if it does not.
-                Ok(decision) if !patch_applies(pod, &decision.patch) => {
-                    fail_open(response, &mut out, "internal error: the patch does not apply to the pod")
-                }
-                Ok(decision) => apply(response, decision, &mut out),
-                Err(_) => fail_open(response, &mut out, "internal error while deciding the mutation"),
+    let mut response = Response::allow(req.uid);
+    let is_pod = req.group.is_empty() && req.version == "v1" && req.resource == "pods";
+    if is_pod && req.operation == "CREATE" && req.sub_resource.is_empty() && object.is_object() {
+        let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mutate_pod(&object, req.namespace, plan, services)));
+        match decided {
+            // Never send a patch the API server cannot apply (it would fail the pod's creation):
+            // apply it to the object first (ours to change: it is not used afterwards), and fail
+            // open if it does not apply.
+            Ok(decision) if !decision.patch.0.is_empty() && json_patch::patch(&mut object, &decision.patch.0).is_err() => {
+                fail_open(&mut response, &mut out, "internal error: the patch does not apply to the pod");
             }
-        }
-        _ => response,
-    };
-    match encode(response.into_review()) {
-        Ok(body) => out.body = body,
-        Err(e) => {
-            // cannot happen for these types; answer allowed with no patch rather than fail closed
-            let fallback = fail_open(AdmissionResponse::from(&req), &mut out, &format!("cannot encode the response: {e}"));
-            out.body = encode(fallback.into_review()).unwrap_or_default();
+            Ok(decision) => apply(&mut response, decision, &mut out),
+            Err(_) => fail_open(&mut response, &mut out, "internal error while deciding the mutation"),
         }
     }
+    out.body = response.encode();
     out
 }
 
-/// True when `patch` applies cleanly to `object` (always true for an empty patch).
-fn patch_applies(object: &Value, patch: &json_patch::Patch) -> bool {
-    if patch.0.is_empty() {
-        return true;
-    }
-    let mut probe = object.clone();
-    json_patch::patch(&mut probe, &patch.0).is_ok()
-}
-
-fn apply(response: AdmissionResponse, d: Decision, out: &mut ReviewOutcome) -> AdmissionResponse {
+fn apply(response: &mut Response<'_>, d: Decision, out: &mut ReviewOutcome) {
     out.decision = decision_label(d.reason);
-    let mut response = if d.patch.0.is_empty() {
-        response
-    } else {
-        let n = d.patch.0.len();
-        match response.clone().with_patch(d.patch) {
-            Ok(r) => {
-                out.patch_ops = n;
-                r
+    if !d.patch.0.is_empty() {
+        match serde_json::to_vec(&d.patch) {
+            Ok(bytes) => {
+                out.patch_ops = d.patch.0.len();
+                response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+                response.patch_type = Some("JSONPatch");
             }
             Err(e) => return fail_open(response, out, &format!("cannot serialise the patch: {e}")),
         }
-    };
-    if !d.warnings.is_empty() {
-        response.warnings = Some(d.warnings.into_iter().map(short_warning).collect());
     }
-    response
+    response.warnings = d.warnings.into_iter().map(short_warning).collect();
 }
 
-fn fail_open(mut response: AdmissionResponse, out: &mut ReviewOutcome, why: &str) -> AdmissionResponse {
+fn fail_open(response: &mut Response<'_>, out: &mut ReviewOutcome, why: &str) {
     out.decision = "fail_open";
     out.fail_open = true;
     out.patch_ops = 0;
     response.allowed = true;
     response.patch = None;
-    response.warnings = Some(vec![short_warning(format!("safe-termination: {why}; pod admitted unchanged"))]);
-    response
+    response.patch_type = None;
+    response.warnings = vec![short_warning(format!("safe-termination: {why}; pod admitted unchanged"))];
 }

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Resident memory of `safe-termination run` in a cluster with many Services and endpoints
+# (issue 4, Performance; BENCHMARKS.md "Operator memory"). Target: under 150 MiB with 10,000
+# Services and 100,000 endpoints.
+#
+# 1. Starts the local control plane (e2e/cluster-up.sh) WITHOUT kube-proxies (KP_MODES=none: no
+#    kube-proxy has to program 100,000 endpoints; the operator's watches and index are what is
+#    measured). This replaces any running e2e cluster.
+# 2. examples/populate_services.rs: SERVICES Services with a selector in NAMESPACES namespaces,
+#    one EndpointSlice each with ENDPOINTS endpoints (the EndpointSlice controller adds its own
+#    empty slice per Service, as in a real cluster).
+# 3. One TerminationPolicy per namespace (scope ServiceBacked), so reconciles, status writes,
+#    the plan and the Service index are all live.
+# 4. `safe-termination run` (release build, leader election on, default kube-proxy discovery:
+#    it finds none) until its metrics show every Service and endpoint
+#    (safe_termination_controller_cluster_services / _cluster_endpoints), then VmRSS sampled
+#    every second for SAMPLE_SECONDS while CHURN Services are deleted and re-created; VmHWM
+#    (peak, includes the initial lists) at the end. kube-apiserver's RSS is printed for scale.
+# 5. Stops the cluster (trap), whatever happens.
+#
+# Env: SERVICES (10000), ENDPOINTS (10 per Service), NAMESPACES (20), SAMPLE_SECONDS (60),
+# CHURN (500), OUT (target/operator-memory), CARGO_TARGET_DIR (honoured). Needs root (the
+# cluster). Takes about 6 minutes warm.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SERVICES=${SERVICES:-10000}
+ENDPOINTS=${ENDPOINTS:-10}
+NAMESPACES=${NAMESPACES:-20}
+SAMPLE_SECONDS=${SAMPLE_SECONDS:-60}
+CHURN=${CHURN:-500}
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+OUT=${OUT:-$TARGET_DIR/operator-memory}
+export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
+mkdir -p "$OUT"
+log() { printf '[operator-memory %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+cargo build --release --bin safe-termination --example populate_services
+BIN="$TARGET_DIR/release/safe-termination"
+POPULATE="$TARGET_DIR/release/examples/populate_services"
+
+OP_PID=""
+cleanup() {
+  [[ -n "$OP_PID" ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
+  ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+KP_MODES=none e2e/cluster-up.sh
+# shellcheck disable=SC1091
+source "$ST_E2E_DIR/env"
+
+t0=$SECONDS
+"$POPULATE" --services "$SERVICES" --endpoints-per-service "$ENDPOINTS" --namespaces "$NAMESPACES"
+log "populated in $((SECONDS - t0)) s"
+
+kubectl apply --server-side -f crds/terminationpolicy.yaml >/dev/null
+kubectl wait --for condition=established crd/terminationpolicies.safetermination.io --timeout=60s >/dev/null
+kubectl create namespace safe-termination-bench --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+for ((n = 0; n < NAMESPACES; n++)); do
+  cat <<EOF
+---
+apiVersion: safetermination.io/v1alpha1
+kind: TerminationPolicy
+metadata: {name: web, namespace: bench-$n}
+spec: {scope: ServiceBacked}
+EOF
+done | kubectl apply -f - >/dev/null
+
+ADMIN_PORT=18090
+"$BIN" run --listen 127.0.0.1:18443 --admin-listen "127.0.0.1:$ADMIN_PORT" \
+  --tls-cert-file "$ST_WEBHOOK_CERT" --tls-key-file "$ST_WEBHOOK_KEY" \
+  --namespace safe-termination-bench --identity bench --scrape-interval-seconds 5 \
+  >"$OUT/operator.log" 2>&1 &
+OP_PID=$!
+gauge() { curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+hwm_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
+
+t0=$SECONDS
+want_endpoints=$((SERVICES * ENDPOINTS))
+# (the cluster's own `kubernetes` Service and its endpoint come on top)
+until (( $(gauge safe_termination_controller_cluster_services || echo 0) >= SERVICES &&
+         $(gauge safe_termination_controller_cluster_endpoints || echo 0) >= want_endpoints )); do
+  kill -0 "$OP_PID" 2>/dev/null || { log "the operator exited; see $OUT/operator.log"; exit 1; }
+  (( SECONDS - t0 < 300 )) || { log "counts never reached $SERVICES / $want_endpoints: $(gauge safe_termination_controller_cluster_services) / $(gauge safe_termination_controller_cluster_endpoints)"; exit 1; }
+  sleep 1
+done
+synced_s=$((SECONDS - t0))
+log "operator sees $(gauge safe_termination_controller_cluster_services) Services and $(gauge safe_termination_controller_cluster_endpoints) endpoints after $synced_s s; RSS $(( $(rss_kib "$OP_PID") / 1024 )) MiB"
+
+# churn: delete and re-create CHURN Services (and their slices) while sampling
+(
+  for ((i = 0; i < CHURN; i++)); do echo "bench-$((i % NAMESPACES)) s$i"; done |
+    while read -r ns s; do kubectl -n "$ns" delete service "$s" endpointslice "$s-bench" --wait=false >/dev/null 2>&1 || true; done
+  "$POPULATE" --services "$SERVICES" --endpoints-per-service "$ENDPOINTS" --namespaces "$NAMESPACES" >/dev/null
+) &
+CHURN_PID=$!
+
+max=0
+: >"$OUT/rss.tsv"
+for ((s = 0; s < SAMPLE_SECONDS; s++)); do
+  r=$(rss_kib "$OP_PID")
+  (( r > max )) && max=$r
+  printf '%s\t%s\n' "$s" "$r" >>"$OUT/rss.tsv"
+  sleep 1
+done
+wait "$CHURN_PID" || true
+hwm=$(hwm_kib "$OP_PID")
+final=$(rss_kib "$OP_PID")
+api_rss=$(rss_kib "$(pgrep -o -x kube-apiserver)")
+services_now=$(gauge safe_termination_controller_cluster_services)
+cpu_ticks=$(awk '{ print $14 + $15 }' "/proc/$OP_PID/stat")
+clk=$(getconf CLK_TCK)
+summary=$(printf 'services=%s endpoints=%s namespaces=%s policies=%s synced_after_s=%s rss_max_sampled_mib=%.1f rss_final_mib=%.1f vmhwm_mib=%.1f cpu_seconds=%.1f apiserver_rss_mib=%.0f services_after_churn=%s' \
+  "$SERVICES" "$want_endpoints" "$NAMESPACES" "$NAMESPACES" "$synced_s" "$(bc -l <<<"$max/1024")" "$(bc -l <<<"$final/1024")" \
+  "$(bc -l <<<"$hwm/1024")" "$(bc -l <<<"$cpu_ticks/$clk")" "$(bc -l <<<"$api_rss/1024")" "$services_now")
+echo "$summary" | tee "$OUT/summary.txt"
+(( hwm < 150 * 1024 )) || { log "VmHWM $((hwm / 1024)) MiB is above the 150 MiB target"; exit 2; }
