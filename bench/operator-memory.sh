@@ -73,15 +73,16 @@ ADMIN_PORT=18090
   --namespace safe-termination-bench --identity bench --scrape-interval-seconds 5 \
   >"$OUT/operator.log" 2>&1 &
 OP_PID=$!
-gauge() { curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+# a gauge's value from the operator's /metrics (0 while absent or unreachable)
+gauge() { curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v m="$1" 'BEGIN { v = 0 } $1 == m { v = $2 } END { print v }'; }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 hwm_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 
 t0=$SECONDS
 want_endpoints=$((SERVICES * ENDPOINTS))
 # (the cluster's own `kubernetes` Service and its endpoint come on top)
-until (( $(gauge safe_termination_controller_cluster_services || echo 0) >= SERVICES &&
-         $(gauge safe_termination_controller_cluster_endpoints || echo 0) >= want_endpoints )); do
+until (( $(gauge safe_termination_controller_cluster_services) >= SERVICES &&
+         $(gauge safe_termination_controller_cluster_endpoints) >= want_endpoints )); do
   kill -0 "$OP_PID" 2>/dev/null || { log "the operator exited; see $OUT/operator.log"; exit 1; }
   (( SECONDS - t0 < 300 )) || { log "counts never reached $SERVICES / $want_endpoints: $(gauge safe_termination_controller_cluster_services) / $(gauge safe_termination_controller_cluster_endpoints)"; exit 1; }
   sleep 1

@@ -1,6 +1,9 @@
 //! Criterion benchmarks of the webhook's hot path (issue 3, BENCHMARKS.md "Webhook"):
 //! - `mutate_pod` on the 3-container kube-state-metrics pod template (target <= 20 us);
-//! - `review()` on the shared AdmissionReview (parse, mutate, encode the response).
+//! - `review()` on the shared AdmissionReview (parse, mutate, encode the response);
+//! - for scale, in the same run: parsing that body into a `serde_json::Value` alone (the floor
+//!   of `review()`), and kube-core's typed decode of the parsed body (what `review()` did
+//!   before it read the few fields it needs by reference).
 //!
 //! Run: `cargo bench --bench mutate`.
 
@@ -30,6 +33,16 @@ fn bench_mutate(c: &mut Criterion) {
     assert_eq!((out.status, out.decision), (200, "mutated"));
     c.bench_function("review/admissionreview-pod-create", |b| {
         b.iter(|| review(black_box(&body), &plan, &AssumeServiceBacked))
+    });
+    c.bench_function("review-parts/parse-into-value", |b| b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&body)).unwrap()));
+    let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    c.bench_function("review-parts/kube-typed-decode-of-the-value", |b| {
+        b.iter(|| {
+            use serde::Deserialize as _;
+            let r = kube::core::admission::AdmissionReview::<kube::core::DynamicObject>::deserialize(black_box(&value)).unwrap();
+            let req: kube::core::admission::AdmissionRequest<kube::core::DynamicObject> = r.try_into().unwrap();
+            req
+        })
     });
 }
 

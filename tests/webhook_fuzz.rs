@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use safe_termination::crd::{EnforcementMode, GraceSpec, PreStopHandler, PreStopSpec, Scope, TerminationPolicySpec};
 use safe_termination::webhook::plan::Labels;
-use safe_termination::webhook::{AssumeServiceBacked, Capabilities, Plan, PlanPolicy, ServiceIndex, StaticServiceIndex, review};
+use safe_termination::webhook::{AssumeServiceBacked, Capabilities, Plan, PlanPolicy, ServiceIndex, StaticServiceIndex, mutate_pod, review};
 use serde_json::{Map, Value, json};
 use std::sync::OnceLock;
 
@@ -126,7 +126,7 @@ fn kube_decodable(body: &[u8]) -> Option<String> {
 
 /// The oracle for "decodable": the contract of review.rs (`RequestFields`), written again here
 /// from its documentation: the envelope, a request object with a non-empty string uid, `kind`
-/// and `resource` objects of three strings, a known operation, optional strings, an object or
+/// and `resource` objects (or arrays) of three strings, a known operation, optional strings, an object or
 /// null as `object`.
 fn decodable(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
@@ -135,7 +135,11 @@ fn decodable(body: &[u8]) -> Option<String> {
     }
     let r = v.get("request")?.as_object()?;
     let uid = r.get("uid")?.as_str().filter(|u| !u.is_empty())?;
-    let strings = |field: &str, keys: [&str; 3]| r.get(field).and_then(Value::as_object).is_some_and(|o| keys.iter().all(|k| o.get(*k).is_some_and(Value::is_string)));
+    let strings = |field: &str, keys: [&str; 3]| match r.get(field) {
+        Some(Value::Object(o)) => keys.iter().all(|k| o.get(*k).is_some_and(Value::is_string)),
+        Some(Value::Array(a)) => a.len() == 3 && a.iter().all(Value::is_string),
+        _ => false,
+    };
     let optional = |field: &str, null_ok: bool| match r.get(field) {
         None => true,
         Some(Value::Null) => null_ok,
@@ -175,6 +179,17 @@ fn check(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> Result<Option
             prop_assert_eq!(r["uid"].as_str(), Some(uid.as_str()));
             prop_assert_eq!(&out.uid, &uid);
             prop_assert_eq!(r["allowed"].as_bool(), Some(true));
+            // the decision on the pruned parse (parse_review) is the decision on the whole pod
+            let request: Value = serde_json::from_slice(body).unwrap();
+            let q = &request["request"];
+            let whole = (q["resource"]["group"] == "" && q["resource"]["version"] == "v1" && q["resource"]["resource"] == "pods"
+                && q["operation"] == "CREATE" && q["subResource"].as_str().unwrap_or("").is_empty() && q["object"].is_object())
+            .then(|| mutate_pod(&q["object"], q["namespace"].as_str().unwrap_or(""), plan, services));
+            let sent: Vec<json_patch::PatchOperation> = match r.get("patch").and_then(Value::as_str) {
+                Some(p) => serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(p).unwrap_or_default()).unwrap_or_default(),
+                None => Vec::new(),
+            };
+            prop_assert_eq!(&sent, &whole.as_ref().map(|d| d.patch.0.clone()).unwrap_or_default(), "pruned and whole decisions differ");
             for w in r["warnings"].as_array().into_iter().flatten() {
                 let w = w.as_str().unwrap_or("");
                 prop_assert!(w.chars().count() <= 120, "warning over 120 characters: {w}");

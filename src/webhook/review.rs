@@ -79,7 +79,8 @@ pub fn decision_label(reason: PodReason) -> &'static str {
 ///
 /// The contract (checked by [`request_of`]; every request kube-core's `AdmissionRequest`
 /// accepts meets it): `uid` a non-empty string; `kind` `{group, version, kind}` and `resource`
-/// `{group, version, resource}` objects of strings; `operation` one of `CREATE`, `UPDATE`,
+/// `{group, version, resource}` objects of strings (or arrays of three strings, the sequence
+/// form serde accepts for kube-core's structs); `operation` one of `CREATE`, `UPDATE`,
 /// `DELETE`, `CONNECT`; `subResource`, `namespace` absent, null or a string; `name` absent or a
 /// string; `object` (checked by [`review`], which takes it out) absent, null or an object. Other
 /// fields (userInfo, oldObject, options, dryRun) are not read.
@@ -100,11 +101,22 @@ fn request_of(req: &Value) -> Result<RequestFields<'_>, String> {
         Some(Value::String(u)) if !u.is_empty() => u.as_str(),
         _ => return Err("request.uid is missing or empty".into()),
     };
+    // an object with the three keys, or (as serde, and so kube-core, also accepts for a struct)
+    // an array of exactly three strings in that order
     let object_of_strings = |field: &str, keys: [&str; 3]| -> Result<[&str; 3], String> {
-        let o = req.get(field).and_then(Value::as_object).ok_or_else(|| format!("request {uid}: request.{field} is missing or not an object"))?;
         let mut out = [""; 3];
-        for (slot, key) in out.iter_mut().zip(keys) {
-            *slot = o.get(key).and_then(Value::as_str).ok_or_else(|| format!("request {uid}: request.{field}.{key} is missing or not a string"))?;
+        match req.get(field) {
+            Some(Value::Object(o)) => {
+                for (slot, key) in out.iter_mut().zip(keys) {
+                    *slot = o.get(key).and_then(Value::as_str).ok_or_else(|| format!("request {uid}: request.{field}.{key} is missing or not a string"))?;
+                }
+            }
+            Some(Value::Array(a)) if a.len() == 3 && a.iter().all(Value::is_string) => {
+                for (slot, v) in out.iter_mut().zip(a) {
+                    *slot = v.as_str().unwrap_or("");
+                }
+            }
+            _ => return Err(format!("request {uid}: request.{field} is missing or not an object {{{}}}", keys.join(", "))),
         }
         Ok(out)
     };
@@ -172,7 +184,7 @@ impl<'a> Response<'a> {
 
 /// Handles one AdmissionReview request body. Never panics.
 pub fn review(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> ReviewOutcome {
-    let mut value: Value = match serde_json::from_slice(body) {
+    let mut value: Value = match parse_review(body) {
         Ok(v) => v,
         Err(e) => return bad_request(format!("body is not JSON: {e}")),
     };
@@ -252,4 +264,213 @@ fn fail_open(response: &mut Response<'_>, out: &mut ReviewOutcome, why: &str) {
     response.patch = None;
     response.patch_type = None;
     response.warnings = vec![short_warning(format!("safe-termination: {why}; pod admitted unchanged"))];
+}
+
+/// Where a JSON value sits in an AdmissionReview, for [`parse_review`]: which keys of an
+/// object there are kept, and the place of each kept key's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Kept whole.
+    Whole,
+    /// The envelope: `apiVersion`, `kind`, `request`.
+    Review,
+    /// `request`: the fields of [`RequestFields`] and `object`.
+    Request,
+    /// `request.object`: `kind`, `apiVersion`, `metadata`, `spec`.
+    Pod,
+    /// `metadata`: `annotations`, `labels`, `namespace`, `name`, `generateName`.
+    Metadata,
+    /// `spec`: `containers`, `restartPolicy`, `terminationGracePeriodSeconds`, `os`, `nodeSelector`.
+    Spec,
+    /// `spec.containers`: each element is a [`Place::Container`].
+    Containers,
+    /// A container: `name`, `image`, `lifecycle`.
+    Container,
+}
+
+impl Place {
+    /// The place of the value under `key`, `None` when the key is dropped.
+    fn child(self, key: &str) -> Option<Place> {
+        use Place::*;
+        match (self, key) {
+            (Whole, _) | (Review, "apiVersion" | "kind") => Some(Whole),
+            (Review, "request") => Some(Request),
+            (Request, "object") => Some(Pod),
+            (Request, "uid" | "kind" | "resource" | "subResource" | "name" | "namespace" | "operation") => Some(Whole),
+            (Pod, "kind" | "apiVersion") => Some(Whole),
+            (Pod, "metadata") => Some(Metadata),
+            (Pod, "spec") => Some(Spec),
+            (Metadata, "annotations" | "labels" | "namespace" | "name" | "generateName") => Some(Whole),
+            (Spec, "containers") => Some(Containers),
+            (Spec, "restartPolicy" | "terminationGracePeriodSeconds" | "os" | "nodeSelector") => Some(Whole),
+            (Container, "name" | "image" | "lifecycle") => Some(Whole),
+            _ => None,
+        }
+    }
+
+    /// The place of an array's elements.
+    fn element(self) -> Place {
+        if self == Place::Containers { Place::Container } else { Place::Whole }
+    }
+}
+
+/// Parses an AdmissionReview body into a `serde_json::Value` that holds only what [`review`]
+/// and [`mutate_pod`] read (see [`Place`]): the envelope, the request's identifying fields, and
+/// of the pod its kind, metadata annotations/labels/namespace/name/generateName, and of its spec
+/// the containers' name/image/lifecycle, restartPolicy, terminationGracePeriodSeconds, os and
+/// nodeSelector. Everything else (managedFields, userInfo, oldObject, volumes, env, probes,
+/// status, ...) is checked as JSON and skipped without being built, which is most of the body's
+/// allocations. Every JSON patch [`mutate_pod`] makes touches only kept paths, so it applies to
+/// this value exactly when it applies to the whole object (tested against whole objects in
+/// tests/webhook_fuzz.rs and tests/webhook_cases.rs).
+///
+/// Errors: the body is not UTF-8 or not one JSON value (serde_json's message, with line and
+/// column); the same inputs `serde_json::from_slice::<Value>` rejects.
+pub fn parse_review(body: &[u8]) -> Result<Value, serde_json::Error> {
+    use serde::de::DeserializeSeed as _;
+    let text = std::str::from_utf8(body).map_err(|e| <serde_json::Error as serde::de::Error>::custom(format!("body is not UTF-8: {e}")))?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = Pruned(Place::Review).deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+/// [`parse_review`]'s seed: a `Value` built at `Place`.
+struct Pruned(Place);
+
+/// An object key, borrowed from the body when it has no escapes.
+enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl Key<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Key::Borrowed(s) => s,
+            Key::Owned(s) => s,
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key::Borrowed(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(v.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(v))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Pruned {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        if self.0 == Place::Whole {
+            return <Value as serde::Deserialize>::deserialize(d);
+        }
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Pruned {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(v) = seq.next_element_seed(Pruned(self.0.element()))? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match self.0.child(key.as_str()) {
+                Some(place) => {
+                    let v = map.next_value_seed(Pruned(place))?;
+                    let key = match key {
+                        Key::Borrowed(s) => s.to_string(),
+                        Key::Owned(s) => s,
+                    };
+                    out.insert(key, v);
+                }
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CASE: &[u8] = include_bytes!("../../tests/data/admission/admissionreview-pod-create.json");
+
+    #[test]
+    fn parse_review_keeps_only_what_the_decision_reads() {
+        let v = parse_review(CASE).unwrap();
+        let whole: Value = serde_json::from_slice(CASE).unwrap();
+        let r = &v["request"];
+        assert_eq!(r.as_object().unwrap().keys().collect::<Vec<_>>(), ["kind", "name", "namespace", "object", "operation", "resource", "uid"]);
+        assert_eq!(r["object"]["metadata"].as_object().unwrap().keys().collect::<Vec<_>>(), ["annotations", "labels", "name", "namespace"]);
+        assert_eq!(r["object"]["metadata"]["annotations"], whole["request"]["object"]["metadata"]["annotations"]);
+        assert_eq!(r["object"]["spec"].as_object().unwrap().keys().collect::<Vec<_>>(), ["containers", "restartPolicy", "terminationGracePeriodSeconds"]);
+        assert_eq!(r["object"]["spec"]["containers"], serde_json::json!([{"image": "jmalloc/echo-server", "name": "echo-server"}]));
+        assert_eq!(r["uid"], whole["request"]["uid"]);
+    }
+
+    #[test]
+    fn parse_review_rejects_what_serde_json_rejects() {
+        for bad in [&b"{\"kind\": 1} x"[..], b"{\"request\": {\"userInfo\": {\"a\": [1,}}}", b"{\"a\": \"\xff\"}", b"", b"{\"request\": {\"oldObject\": tru}}"] {
+            assert!(parse_review(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+            assert!(serde_json::from_slice::<Value>(bad).is_err());
+        }
+        // duplicate keys: the last one wins, as in serde_json's Value
+        let v = parse_review(br#"{"kind": "a", "kind": "AdmissionReview", "x": {"y": [1, {"z": null}]}}"#).unwrap();
+        assert_eq!(v, serde_json::json!({"kind": "AdmissionReview"}));
+    }
 }
