@@ -1,6 +1,7 @@
 //! The load-test ceiling (BENCHMARKS.md "Webhook"): the same axum + axum-server + rustls (ring,
 //! ALPN h2/http1.1) stack as the real webhook, with a handler that reads the request body and
 //! returns a constant AdmissionReview: no JSON parsing, no mutation, no logging, no metrics.
+//! Same global allocator (mimalloc) as the `safe-termination` binary.
 //!
 //! `cargo run --release --example constant_webhook -- LISTEN CERT.pem KEY.pem`
 
@@ -9,6 +10,9 @@ use axum::http::header;
 use axum::routing::post;
 use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
 use std::sync::Arc;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const RESPONSE: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"0c9a8d74-9cb7-44dd-b98e-09fd62def2f4","allowed":true}}"#;
 
