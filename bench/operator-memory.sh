@@ -14,13 +14,13 @@
 # 4. `safe-termination run` (release build, leader election on, default kube-proxy discovery:
 #    it finds none) until its metrics show every Service and endpoint
 #    (safe_termination_controller_cluster_services / _cluster_endpoints), then VmRSS sampled
-#    every second for SAMPLE_SECONDS while CHURN Services are deleted and re-created; VmHWM
-#    (peak, includes the initial lists) at the end. kube-apiserver's RSS is printed for scale.
+#    every second for SAMPLE_SECONDS while one namespace's Services and EndpointSlices are
+#    deleted and re-created; VmHWM (peak, includes the initial lists) at the end.
+#    kube-apiserver's RSS is printed for scale.
 # 5. Stops the cluster (trap), whatever happens.
 #
-# Env: SERVICES (10000), ENDPOINTS (10 per Service), NAMESPACES (20), SAMPLE_SECONDS (60),
-# CHURN (500), OUT (target/operator-memory), CARGO_TARGET_DIR (honoured). Needs root (the
-# cluster). Takes about 6 minutes warm.
+# Env: SERVICES (10000), ENDPOINTS (10 per Service), NAMESPACES (20), SAMPLE_SECONDS (60), OUT (target/operator-memory), CARGO_TARGET_DIR (honoured). Needs root (the
+# cluster). Takes about 8-12 minutes warm, most of it creating the objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +28,6 @@ SERVICES=${SERVICES:-10000}
 ENDPOINTS=${ENDPOINTS:-10}
 NAMESPACES=${NAMESPACES:-20}
 SAMPLE_SECONDS=${SAMPLE_SECONDS:-60}
-CHURN=${CHURN:-500}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 OUT=${OUT:-$TARGET_DIR/operator-memory}
 export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
@@ -90,11 +89,12 @@ done
 synced_s=$((SECONDS - t0))
 log "operator sees $(gauge safe_termination_controller_cluster_services) Services and $(gauge safe_termination_controller_cluster_endpoints) endpoints after $synced_s s; RSS $(( $(rss_kib "$OP_PID") / 1024 )) MiB"
 
-# churn: delete and re-create CHURN Services (and their slices) while sampling
+# churn while sampling: delete every Service and EndpointSlice of namespace bench-0
+# (SERVICES / NAMESPACES of each) and create them again
 (
-  for ((i = 0; i < CHURN; i++)); do echo "bench-$((i % NAMESPACES)) s$i"; done |
-    while read -r ns s; do kubectl -n "$ns" delete service "$s" endpointslice "$s-bench" --wait=false >/dev/null 2>&1 || true; done
-  "$POPULATE" --services "$SERVICES" --endpoints-per-service "$ENDPOINTS" --namespaces "$NAMESPACES" >/dev/null
+  kubectl -n bench-0 delete services,endpointslices --all --wait=false >/dev/null
+  sleep 5
+  "$POPULATE" --services "$SERVICES" --endpoints-per-service "$ENDPOINTS" --namespaces "$NAMESPACES" --only-namespace 0 >/dev/null
 ) &
 CHURN_PID=$!
 

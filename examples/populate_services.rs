@@ -13,8 +13,12 @@
 //!
 //! ```text
 //! KUBECONFIG=... cargo run --release --example populate_services -- \
-//!     [--services 10000] [--endpoints-per-service 10] [--namespaces 20] [--concurrency 48]
+//!     [--services 10000] [--endpoints-per-service 10] [--namespaces 20] [--concurrency 48] [--only-namespace K]
 //! ```
+//!
+//! `--only-namespace K` creates only the objects of namespace `bench-K` (Service i goes to
+//! `bench-<i mod namespaces>`): the churn step of the benchmark re-creates one namespace's
+//! Services after deleting them.
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Service};
@@ -51,6 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let per_service = arg(&args, "--endpoints-per-service", 10);
     let namespaces = arg(&args, "--namespaces", 20).max(1);
     let concurrency = arg(&args, "--concurrency", 48).max(1);
+    let only = args.iter().any(|a| a == "--only-namespace").then(|| arg(&args, "--only-namespace", 0));
     let client = kube::Client::try_default().await?;
     let started = Instant::now();
 
@@ -60,7 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         create(&ns_api, &ns).await?;
     }
 
-    let results: Vec<Result<usize, kube::Error>> = futures::stream::iter(0..services)
+    let results: Vec<Result<usize, kube::Error>> = futures::stream::iter((0..services).filter(|i| only.is_none_or(|k| i % namespaces == k)))
         .map(|i| {
             let client = client.clone();
             async move {
