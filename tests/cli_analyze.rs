@@ -262,6 +262,65 @@ fn truncated_scrape_exits_1_naming_file_family_and_line() {
     assert!(r.stderr.contains(TRUNCATED));
 }
 
+/// A scrape cut inside a family we do not read loses every family after it: exit 1 naming the
+/// file, line and family (it was "NoData", exit 0). A valid scrape that simply has no kube-proxy
+/// family is still analysed as NoData.
+#[test]
+fn scrape_cut_inside_an_unrelated_family_exits_1() {
+    let dir = tmp();
+    let full = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(V1_13)).unwrap();
+    let at = full.find("go_gc_duration_seconds{quantile=\"0.25\"}").unwrap() + "go_gc_duration_seconds{quantile=\"0.2".len();
+    let cut = write(dir.path(), "cut.txt", &full[..at]);
+    let r = run(&["analyze", cut.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.stdout, "");
+    assert_eq!(
+        r.stderr,
+        format!(
+            "error: {}:10: go_gc_duration_seconds: label quantile value is cut off (no closing quote), and the last line has no terminating line feed: the scrape was cut off\n",
+            cut.display()
+        )
+    );
+
+    let garbled = write(dir.path(), "garbled.txt", &full.replacen("# HELP go_goroutines", "  # HELP go_goroutines\n   !!", 1));
+    let r = run(&["analyze", garbled.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.stderr, format!("error: {}:17: expected a metric name or a comment, found '!'\n", garbled.display()));
+
+    let unrelated: String = full.split_inclusive('\n').take(18).collect();
+    let unrelated = write(dir.path(), "go-only.txt", &unrelated);
+    let doc = json(&[unrelated.to_str().unwrap()]);
+    assert_eq!(doc["recommendation"]["reason"], "NoData");
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 10);
+}
+
+/// Bytes that are not UTF-8: exit 1 naming the file, the line and the byte offset.
+#[test]
+fn non_utf8_scrape_exits_1_naming_file_line_and_offset() {
+    let dir = tmp();
+    let mut bytes = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(V1_29)).unwrap();
+    let line3 = bytes.iter().enumerate().filter(|(_, b)| **b == b'\n').nth(1).unwrap().0 + 1;
+    bytes[line3 + 5] = 0xff;
+    let bad = dir.path().join("latin1.txt");
+    std::fs::write(&bad, &bytes).unwrap();
+    let r = run(&["analyze", bad.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "error: {}:3: invalid UTF-8 at byte offset {} (byte 6 of line 3): the input must be UTF-8 text\n",
+            bad.display(),
+            line3 + 5
+        )
+    );
+    // the same on standard input
+    let mut child = bin().args(["analyze", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(&bytes).unwrap();
+    let r = finish(child.wait_with_output().unwrap());
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.starts_with(&format!("error: <stdin>:3: invalid UTF-8 at byte offset {}", line3 + 5)), "{}", r.stderr);
+}
+
 #[test]
 fn unreadable_input_exits_1() {
     let r = run(&["analyze", "tests/data/metrics/no-such-file.txt"]);

@@ -107,9 +107,7 @@ async fn load(source: &str, client: &reqwest::Client) -> Result<(crate::metrics:
     } else {
         sources::Fetched { text: sources::read_file(source).map_err(|e| InputError(e.to_string()))?, proxy_mode: None }
     };
-    let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| {
-        InputError(format!("{}:{}: {}: {}", if source == "-" { "<stdin>" } else { source }, e.line, e.family, e.message))
-    })?;
+    let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| InputError(e.at(if source == "-" { "<stdin>" } else { source })))?;
     Ok((scrape, fetched.proxy_mode))
 }
 

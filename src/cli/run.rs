@@ -161,8 +161,9 @@ fn store_from_files(specs: &[String], window: f64) -> Result<MeasurementStore, S
     let mut store = MeasurementStore::new(window);
     for spec in specs {
         let (node, path) = spec.split_once('=').ok_or_else(|| format!("--metrics-file {spec:?}: expected NODE=FILE"))?;
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-        let scrape = crate::metrics::parse_kube_proxy_metrics(&text).map_err(|e| format!("{path}:{}: {}: {}", e.line, e.family, e.message))?;
+        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+        let text = crate::sources::decode_utf8(path, bytes).map_err(|e| e.to_string())?;
+        let scrape = crate::metrics::parse_kube_proxy_metrics(&text).map_err(|e| e.at(path))?;
         store.record(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None });
     }
     Ok(store)
