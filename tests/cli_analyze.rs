@@ -559,6 +559,43 @@ fn two_scrapes_of_one_node_are_analysed_over_the_interval() {
     assert!(r.stderr.contains("more than twice"), "{}", r.stderr);
 }
 
+/// Names that come from the path (file stem, host:port) never pair two sources: two different
+/// nodes' scrapes saved as a/metrics.txt and b/metrics.txt were merged into one node and analysed
+/// "between scrapes". Only the same NODE= twice (or --earlier) pairs scrapes.
+#[test]
+fn colliding_implicit_node_names_exit_1_naming_both_sources() {
+    let dir = tmp();
+    for sub in ["a", "b"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+    }
+    let a = write(&dir.path().join("a"), "metrics.txt", &shared(V1_29));
+    let b = write(&dir.path().join("b"), "metrics.txt", &v1_29_later());
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let hint = "(a source without NODE= is named after its file stem or host:port): name each node, e.g. node-a=FILE node-b=FILE; to compare two scrapes of one node, give both the same NODE= (first is earlier) or use --earlier";
+
+    let r = run(&["analyze", a, b]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert_eq!(r.stderr, format!("error: {a} and {b} are both node \"metrics\" {hint}\n"));
+    // an implicit name meeting an explicit one, and the same file twice without NODE=
+    let r = run(&["analyze", &format!("metrics={a}"), b]);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stderr, format!("error: metrics={a} and {b} are both node \"metrics\" {hint}\n"));
+    let r = run(&["analyze", V1_29, V1_29]);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stderr, format!("error: {V1_29} and {V1_29} are both node \"kube-proxy-v1.29-iptables-excerpt\" {hint}\n"));
+
+    // named: two nodes, each over its lifetime
+    let doc = json(&[&format!("node-a={a}"), &format!("node-b={b}")]);
+    let nodes = doc["nodes"].as_array().unwrap();
+    assert_eq!(nodes.iter().map(|n| n["node"].as_str().unwrap()).collect::<Vec<_>>(), ["node-a", "node-b"]);
+    assert_eq!(nodes.iter().map(|n| f(&n["syncSamples"])).collect::<Vec<_>>(), [4.0, 104.0]);
+    assert_eq!(doc["interval"], "lifetime");
+    // the same NODE= twice still pairs them
+    let doc = json(&[&format!("n={a}"), &format!("n={b}")]);
+    assert_eq!(doc["interval"], "betweenScrapes");
+    assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 100.0);
+}
+
 #[test]
 fn stdin_source() {
     let text = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(V1_29)).unwrap();

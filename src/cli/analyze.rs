@@ -14,8 +14,10 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 pub struct AnalyzeArgs {
     /// Scrapes to analyse: a file, `-` for standard input, or a kube-proxy metrics URL
-    /// (`http://NODE_IP:10249/metrics`). Prefix `NODE=` to name the node; the same NODE given
-    /// twice is analysed over the interval between its two scrapes (first = earlier).
+    /// (`http://NODE_IP:10249/metrics`). Prefix `NODE=` to name the node (else a file is named
+    /// after its stem, a URL after host:port; two sources may not get the same such name); the
+    /// same NODE given twice is analysed over the interval between its two scrapes (first =
+    /// earlier).
     #[arg(required = true, value_name = "[NODE=]SOURCE")]
     pub sources: Vec<String>,
     /// An earlier scrape of a node (`[NODE=]FILE`); without NODE it pairs with the only source.
@@ -76,15 +78,16 @@ fn parse_mode(s: &str) -> Result<ProxyMode, String> {
     ProxyMode::parse(s).ok_or_else(|| format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf"))
 }
 
-/// Splits `NODE=SOURCE`; a source without `NODE=` (or whose prefix looks like a path or URL) is
-/// named after itself.
-fn split_node(arg: &str) -> (String, String) {
+/// Splits `NODE=SOURCE` into the node, the source and whether the node was named (`true`); a
+/// source without `NODE=` (or whose prefix looks like a path or URL) is named after itself: a
+/// file after its stem, a URL after `host:port`.
+fn split_node(arg: &str) -> (String, String, bool) {
     if let Some((node, src)) = arg.split_once('=')
         && !node.is_empty()
         && !node.contains(['/', ':', '.'])
         && !sources::is_url(arg)
     {
-        return (node.to_string(), src.to_string());
+        return (node.to_string(), src.to_string(), true);
     }
     let name = if sources::is_url(arg) {
         reqwest::Url::parse(arg).ok().and_then(|u| u.host_str().map(|h| match u.port() {
@@ -94,7 +97,7 @@ fn split_node(arg: &str) -> (String, String) {
     } else {
         std::path::Path::new(arg).file_stem().map(|s| s.to_string_lossy().into_owned())
     };
-    (name.unwrap_or_else(|| arg.to_string()), arg.to_string())
+    (name.unwrap_or_else(|| arg.to_string()), arg.to_string(), false)
 }
 
 /// An error for `analyze`: exit 1 (bad input) with a message naming the file, family and line.
@@ -119,8 +122,23 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
     };
     let client = sources::http_client(Duration::from_secs(args.timeout_seconds));
     let mut inputs: Vec<NodeInput> = Vec::new();
+    // per node: the first source and whether NODE= named it. Only a NODE= given twice pairs two
+    // scrapes of one node; an implicit name (file stem, host:port) that meets another name is an
+    // error, never a silent "between scrapes" of two different nodes.
+    let mut named: Vec<(String, String, bool)> = Vec::new();
     for arg in &args.sources {
-        let (node, src) = split_node(arg);
+        let (node, src, explicit) = split_node(arg);
+        if let Some((_, first, first_explicit)) = named.iter().find(|(n, _, _)| *n == node)
+            && !(explicit && *first_explicit)
+        {
+            let how = |src: &str, explicit: bool| if explicit { format!("{node}={src}") } else { src.to_string() };
+            return Err(InputError(format!(
+                "{} and {} are both node {node:?} (a source without NODE= is named after its file stem or host:port): name each node, e.g. node-a=FILE node-b=FILE; to compare two scrapes of one node, give both the same NODE= (first is earlier) or use --earlier",
+                how(first, *first_explicit),
+                how(&src, explicit)
+            )));
+        }
+        named.push((node.clone(), src.clone(), explicit));
         let (scrape, proxy_mode) = load(&src, &client).await?;
         match inputs.iter_mut().find(|i| i.node == node) {
             Some(existing) if existing.earlier.is_none() => {
@@ -133,7 +151,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
         }
     }
     for arg in &args.earlier {
-        let (node, src) = split_node(arg);
+        let (node, src, _) = split_node(arg);
         let target = if arg.contains('=') && inputs.iter().any(|i| i.node == node) {
             inputs.iter_mut().find(|i| i.node == node)
         } else if inputs.len() == 1 {
