@@ -495,6 +495,53 @@ fn bad_policies_exit_1_naming_the_field() {
     assert!(r.stderr.contains("no-such-policy.yaml"), "{}", r.stderr);
 }
 
+/// A field the TerminationPolicy schema does not have is refused, naming it (serde used to drop a
+/// typo such as `safetyFactr` and size with the default); free-form maps (matchLabels) and a
+/// `kubectl get -o yaml` object (metadata, status) stay accepted.
+#[test]
+fn unknown_policy_fields_exit_1_naming_the_field() {
+    let dir = tmp();
+    let policy = |name: &str, body: &str| {
+        let p = write(
+            dir.path(),
+            name,
+            &format!("apiVersion: safetermination.io/v1alpha1\nkind: TerminationPolicy\nmetadata:\n  name: p\n{body}"),
+        );
+        p.to_str().unwrap().to_string()
+    };
+    let pre_stop_fields = "defaultSeconds, execImages, extraSeconds, handler, maxSeconds, minSamples, minSeconds, safetyFactor";
+    let cases = [
+        (
+            policy("typo.yaml", "spec:\n  preStop:\n    safetyFactr: 3\n"),
+            format!("unknown field spec.preStop.safetyFactr (known in spec.preStop: {pre_stop_fields})"),
+        ),
+        (
+            policy("top.yaml", "specs:\n  mode: Audit\n"),
+            "unknown field specs (known here: apiVersion, kind, metadata, spec, status)".to_string(),
+        ),
+        (
+            policy("two.yaml", "spec:\n  grace:\n    maxSecond: 60\n  podSelector:\n    matchExpressions:\n    - key: app\n      operator: In\n      value: [web]\n"),
+            "unknown field spec.grace.maxSecond (known in spec.grace: appShutdownSeconds, maxSeconds); unknown field spec.podSelector.matchExpressions[0].value (known in spec.podSelector.matchExpressions[0]: key, operator, values)".to_string(),
+        ),
+    ];
+    for (path, message) in &cases {
+        let r = run(&["analyze", "--policy", path, V1_29]);
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+        assert_eq!(r.stderr, format!("error: {path}: {message}\n"));
+    }
+    // the same check wherever --policy is read
+    let r = run(&["mutate", "--policy", &cases[0].0, "tests/data/pods/hostnetwork-deployment.yaml"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.stderr, format!("error: {}: {}\n", cases[0].0, cases[0].1));
+
+    let ok = policy(
+        "ok.yaml",
+        "  namespace: demo\n  labels: {team: a}\nspec:\n  podSelector:\n    matchLabels: {app: web, any-key: x}\n  preStop:\n    safetyFactor: 2\nstatus:\n  observedGeneration: 1\n  conditions: []\n",
+    );
+    let doc = json(&["--policy", &ok, V1_29]);
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 10); // max(default 10, ceil(4.98 x 2) = 10)
+}
+
 // ---------------------------------------------------------------------------------------------
 // several nodes, two scrapes of one node, stdin
 

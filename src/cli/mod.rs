@@ -22,13 +22,19 @@ pub enum OutputFormat {
 /// Reads a TerminationPolicy (YAML or JSON; the whole object with `kind: TerminationPolicy`)
 /// and returns its spec with defaults filled in and validated.
 ///
-/// Errors name the file and what is wrong (unreadable, not YAML, wrong kind, an invalid field).
+/// Errors name the file and what is wrong (unreadable, not YAML, wrong kind, an invalid field, a
+/// field the TerminationPolicy schema does not have: a typo is refused rather than ignored, see
+/// [`crate::crd::unknown_fields`]).
 pub fn load_policy_spec(path: &str) -> Result<TerminationPolicySpec, String> {
     let text = crate::sources::read_file(path).map_err(|e| e.to_string())?;
     let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| format!("{path}: not valid YAML or JSON: {e}"))?;
     let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
     if kind != "TerminationPolicy" {
         return Err(format!("{path}: expected kind TerminationPolicy, found {kind:?}"));
+    }
+    let unknown = crate::crd::unknown_fields(&value);
+    if !unknown.is_empty() {
+        return Err(format!("{path}: {}", unknown.join("; ")));
     }
     let spec_value = value.get("spec").cloned().unwrap_or(serde_json::Value::Object(Default::default()));
     let spec: TerminationPolicySpec =
