@@ -349,6 +349,97 @@ fn usage_errors_exit_2() {
     }
 }
 
+/// NaN, infinite, negative and absurd values of number and duration flags are usage errors
+/// (exit 2) naming the flag and the accepted range, in every command; they used to be accepted
+/// (a NaN threshold silently disabled its advice).
+#[test]
+fn out_of_range_flag_values_exit_2_naming_flag_and_range() {
+    let cases: [(&[&str], &str); 16] = [
+        (
+            &["analyze", "--sync-slow-seconds", "NaN", V1_29],
+            "invalid value 'NaN' for '--sync-slow-seconds <SYNC_SLOW_SECONDS>': expected a number of seconds above 0 and at most 3600",
+        ),
+        (
+            &["analyze", "--sync-slow-seconds", "-1", V1_29],
+            "invalid value '-1' for '--sync-slow-seconds <SYNC_SLOW_SECONDS>': expected a number of seconds above 0 and at most 3600",
+        ),
+        (
+            &["analyze", "--sync-slow-seconds=0", V1_29],
+            "invalid value '0' for '--sync-slow-seconds <SYNC_SLOW_SECONDS>': expected a number of seconds above 0 and at most 3600",
+        ),
+        (
+            &["analyze", "--stale-seconds", "inf", V1_29],
+            "invalid value 'inf' for '--stale-seconds <STALE_SECONDS>': expected a number of seconds above 0 and at most 86400",
+        ),
+        (
+            &["analyze", "--min-sync-period-seconds", "1e9", V1_29],
+            "invalid value '1e9' for '--min-sync-period-seconds <MIN_SYNC_PERIOD_SECONDS>': expected a number of seconds from 0 to 300",
+        ),
+        (
+            &["analyze", "--min-sync-period-seconds", "-0.5", V1_29],
+            "invalid value '-0.5' for '--min-sync-period-seconds <MIN_SYNC_PERIOD_SECONDS>': expected a number of seconds from 0 to 300",
+        ),
+        (
+            &["analyze", "--conntrack-usage", "1.5", V1_29],
+            "invalid value '1.5' for '--conntrack-usage <CONNTRACK_USAGE>': expected a ratio from 0 to 1",
+        ),
+        (
+            &["analyze", "--timeout-seconds", "0", V1_29],
+            "invalid value '0' for '--timeout-seconds <TIMEOUT_SECONDS>': expected a whole number of seconds from 1 to 3600",
+        ),
+        (
+            &["analyze", "--timeout-seconds", "-3", V1_29],
+            "invalid value '-3' for '--timeout-seconds <TIMEOUT_SECONDS>': expected a whole number of seconds from 1 to 3600",
+        ),
+        (
+            &["run", "--scrape-interval-seconds", "0"],
+            "invalid value '0' for '--scrape-interval-seconds <SCRAPE_INTERVAL_SECONDS>': expected a whole number of seconds from 1 to 3600",
+        ),
+        (
+            &["run", "--window-seconds", "5"],
+            "invalid value '5' for '--window-seconds <WINDOW_SECONDS>': expected a whole number of seconds from 60 to 86400",
+        ),
+        (
+            &["run", "--stale-seconds", "NaN"],
+            "invalid value 'NaN' for '--stale-seconds <STALE_SECONDS>': expected a number of seconds above 0 and at most 86400",
+        ),
+        (
+            &["run", "--drain-seconds", "-1"],
+            "invalid value '-1' for '--drain-seconds <DRAIN_SECONDS>': expected a whole number of seconds from 0 to 3600",
+        ),
+        (
+            &["webhook", "--request-timeout-ms", "60000"],
+            "invalid value '60000' for '--request-timeout-ms <REQUEST_TIMEOUT_MS>': expected a whole number of milliseconds from 1 to 30000",
+        ),
+        (
+            &["webhook", "--pre-stop-seconds", "-5"],
+            "invalid value '-5' for '--pre-stop-seconds <PRE_STOP_SECONDS>': expected a whole number of seconds from 0 to 3600",
+        ),
+        (
+            &["mutate", "--pre-stop-seconds", "99999", "tests/data/pods/hostnetwork-deployment.yaml"],
+            "invalid value '99999' for '--pre-stop-seconds <PRE_STOP_SECONDS>': expected a whole number of seconds from 0 to 3600",
+        ),
+    ];
+    for (args, message) in cases {
+        let r = run(args);
+        assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{args:?}: {}", r.stderr);
+        assert_eq!(r.stderr.lines().next(), Some(format!("error: {message}").as_str()), "{args:?}");
+    }
+    // the same check for a value from the environment
+    let r = finish(bin().args(["run"]).env("SAFE_TERMINATION_SYNC_SLOW_SECONDS", "NaN").output().unwrap());
+    assert_eq!(r.code, 2);
+    assert_eq!(
+        r.stderr.lines().next(),
+        Some(
+            "error: invalid value 'NaN' for '--sync-slow-seconds <SYNC_SLOW_SECONDS>': expected a number of seconds above 0 and at most 3600"
+        )
+    );
+    // the bounds themselves are accepted
+    let doc =
+        json(&["--sync-slow-seconds", "3600", "--stale-seconds", "0.5", "--min-sync-period-seconds", "0", "--conntrack-usage", "1", V1_29]);
+    assert_eq!(doc["minSyncPeriodSeconds"], 0.0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // flags
 

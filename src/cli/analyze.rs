@@ -3,7 +3,7 @@
 
 use crate::advisor::{ClusterFacts, Thresholds, parse_version};
 use crate::analysis::{AnalysisOptions, AnalysisReport, DEFAULT_MIN_SYNC_PERIOD_SECONDS, analyze};
-use crate::cli::{OutputFormat, load_policy_spec};
+use crate::cli::{OutputFormat, load_policy_spec, number_in, whole_in};
 use crate::metrics::parse_kube_proxy_metrics;
 use crate::model::{Basis, NodeInput, ProxyMode};
 use crate::sources;
@@ -44,14 +44,14 @@ pub struct AnalyzeArgs {
     /// Kubernetes version (e.g. v1.33.2); defaults to kube-proxy's kubernetes_build_info.
     #[arg(long)]
     pub kubernetes_version: Option<String>,
-    /// kube-proxy minSyncPeriod in seconds [default: 1, kube-proxy's iptables default].
-    #[arg(long, value_parser = parse_seconds)]
+    /// kube-proxy minSyncPeriod in seconds, 0 to 300 [default: 1, kube-proxy's iptables default].
+    #[arg(long, allow_negative_numbers = true, value_parser = number_in(0.0, 300.0, false, "a number of seconds"))]
     pub min_sync_period_seconds: Option<f64>,
-    /// conntrack entries / nf_conntrack_max on the worst node (0..1), if known.
-    #[arg(long)]
+    /// conntrack entries / nf_conntrack_max on the worst node (0 to 1), if known.
+    #[arg(long, allow_negative_numbers = true, value_parser = number_in(0.0, 1.0, false, "a ratio"))]
     pub conntrack_usage: Option<f64>,
-    /// ProxySyncSlow threshold, seconds.
-    #[arg(long, default_value_t = 1.0)]
+    /// ProxySyncSlow threshold, seconds (above 0, at most 3600).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = number_in(0.0, 3600.0, true, "a number of seconds"))]
     pub sync_slow_seconds: f64,
     /// iptables -> nftables migration threshold, Services.
     #[arg(long, default_value_t = 1000)]
@@ -59,19 +59,12 @@ pub struct AnalyzeArgs {
     /// eBPF dataplane threshold, Services.
     #[arg(long, default_value_t = 8000)]
     pub ebpf_services_threshold: u64,
-    /// ProxyStale threshold (last queued - last synced), seconds.
-    #[arg(long, default_value_t = 30.0)]
+    /// ProxyStale threshold (last queued - last synced), seconds (above 0, at most 86400).
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true, value_parser = number_in(0.0, 86400.0, true, "a number of seconds"))]
     pub stale_seconds: f64,
-    /// Per-URL timeout, seconds.
-    #[arg(long, default_value_t = 10)]
+    /// Per-URL timeout, seconds (1 to 3600).
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"))]
     pub timeout_seconds: u64,
-}
-
-fn parse_seconds(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a number of seconds >= 0")),
-    }
 }
 
 fn parse_mode(s: &str) -> Result<ProxyMode, String> {

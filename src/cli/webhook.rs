@@ -7,6 +7,7 @@
 //! in-flight reviews (at most `--drain-seconds`), exit 0; a second signal aborts (exit 130).
 
 use crate::cli::mutate::PlanArgs;
+use crate::cli::whole_in;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{self, Readiness, Telemetry};
 use crate::webhook::plan::{AssumeServiceBacked, ServiceIndex};
@@ -44,16 +45,16 @@ pub struct ServingArgs {
     pub tls_key_file: PathBuf,
     /// How often the certificate files are re-read, seconds (mounted Secrets change by symlink
     /// swap, so content is polled).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600), env = "SAFE_TERMINATION_CERT_RELOAD_INTERVAL_SECONDS")]
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"), env = "SAFE_TERMINATION_CERT_RELOAD_INTERVAL_SECONDS")]
     pub cert_reload_interval_seconds: u64,
     /// Largest accepted AdmissionReview body, bytes (413 beyond).
     #[arg(long, default_value_t = server::DEFAULT_MAX_BODY_BYTES, env = "SAFE_TERMINATION_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
     /// Per-request timeout, milliseconds; keep it below the webhook's timeoutSeconds.
-    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(1..=30_000), env = "SAFE_TERMINATION_REQUEST_TIMEOUT_MS")]
+    #[arg(long, default_value_t = 4000, allow_negative_numbers = true, value_parser = whole_in(1u64, 30_000, "a whole number of milliseconds"), env = "SAFE_TERMINATION_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: u64,
-    /// On shutdown, how long in-flight requests may take to finish, seconds.
-    #[arg(long, default_value_t = 10, env = "SAFE_TERMINATION_DRAIN_SECONDS")]
+    /// On shutdown, how long in-flight requests may take to finish, seconds, 0 to 3600.
+    #[arg(long, default_value_t = 10, env = "SAFE_TERMINATION_DRAIN_SECONDS", allow_negative_numbers = true, value_parser = whole_in(0u64, 3600, "a whole number of seconds"))]
     pub drain_seconds: u64,
 }
 
