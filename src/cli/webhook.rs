@@ -56,6 +56,10 @@ pub struct ServingArgs {
     /// On shutdown, how long in-flight requests may take to finish, seconds, 0 to 3600.
     #[arg(long, default_value_t = 10, env = "SAFE_TERMINATION_DRAIN_SECONDS", allow_negative_numbers = true, value_parser = whole_in(0u64, 3600, "a whole number of seconds"))]
     pub drain_seconds: u64,
+    /// How long a connection may wait before its first request and, on HTTP/1.1, stay idle
+    /// between requests or take to send a request's headers, seconds; then it is closed.
+    #[arg(long, default_value_t = 30, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"), env = "SAFE_TERMINATION_IDLE_TIMEOUT_SECONDS")]
+    pub idle_timeout_seconds: u64,
 }
 
 /// How `run` ended.
@@ -175,7 +179,14 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
         settings: Settings { max_body_bytes: serving.max_body_bytes, request_timeout: Duration::from_millis(serving.request_timeout_ms) },
     };
     tracing::info!(listen = %listen, admin = %admin_listen, cert = %serving.tls_cert_file.display(), "admission webhook serving");
-    let serve = server::serve(listener, server::router(state), tls, shutdown.token(), Duration::from_secs(serving.drain_seconds));
+    let serve = server::serve(
+        listener,
+        server::router(state),
+        tls,
+        shutdown.token(),
+        Duration::from_secs(serving.drain_seconds),
+        Duration::from_secs(serving.idle_timeout_seconds),
+    );
     let abort = shutdown.abort_token();
     let result = tokio::select! {
         r = serve => r.map_err(|e| WebhookError::Io(format!("webhook server: {e}"))),
