@@ -133,8 +133,8 @@ pub async fn serve(args: &WebhookArgs, listeners: Listeners, shutdown: Shutdown)
 }
 
 /// What the served webhook reads: the plan handle (published by whoever owns the plan), the
-/// Service index, the process's telemetry and readiness checks (the webhook adds "certificate
-/// loaded", "plan published" and the shutdown check to them).
+/// Service index, the process's telemetry and readiness checks (the webhook adds "no certificate
+/// loaded", "no plan published yet" and "shutting down" to them).
 pub struct Served {
     /// The plan the handler reads.
     pub plan: PlanHandle,
@@ -161,9 +161,9 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
 
     {
         let store = store.clone();
-        readiness.add("certificate loaded", move || store.is_loaded());
+        readiness.add("no certificate loaded", move || store.is_loaded());
         let plan = plan_handle.clone();
-        readiness.add("plan published", move || plan.is_published());
+        readiness.add("no plan published yet", move || plan.is_published());
         readiness.add_shutdown(shutdown.token());
     }
 
