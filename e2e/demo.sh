@@ -8,7 +8,13 @@ cd "$(dirname "$0")/.."
 export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
 say() { printf '\n== %s\n' "$*"; }
 
-cargo build --release --quiet
+# the binary's path from cargo itself: honours CARGO_TARGET_DIR and build.target-dir
+bin=$(cargo build --release --quiet --message-format=json-render-diagnostics |
+  sed -n 's/.*"executable":"\([^"]*\/safe-termination\)".*/\1/p' | tail -n 1)
+if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+  echo "cargo build did not report the safe-termination binary" >&2
+  exit 1
+fi
 e2e/cluster-up.sh
 # shellcheck disable=SC1091
 source "$ST_E2E_DIR/env"
@@ -29,7 +35,7 @@ for url in $ST_KP_METRICS_URLS; do
   targets="${targets:+$targets,}$node=${url%/metrics}"
   i=$((i + 1))
 done
-./target/release/safe-termination run \
+"$bin" run \
   --listen 127.0.0.1:18443 --admin-listen 127.0.0.1:18080 \
   --tls-cert-file "$ST_WEBHOOK_CERT" --tls-key-file "$ST_WEBHOOK_KEY" \
   --namespace safe-termination --kube-proxy-target "$targets" \

@@ -353,3 +353,64 @@ fn kubernetes_formats(v: &mut serde_json::Value) {
         _ => {}
     }
 }
+
+/// The fields of a TerminationPolicy object (`apiVersion`, `kind`, `metadata`, `spec`, `status`
+/// as read from a file) that the CRD's schema does not know, each as its path (`spec.preStop.x`)
+/// with the fields known at that place. Empty when every field is known.
+///
+/// The API server prunes unknown fields (`kubectl apply` warns, `--validate=strict` refuses), so a
+/// typo in a file used with `--policy` would otherwise be dropped without a word; the Rust types
+/// stay lenient (no `deny_unknown_fields`) because objects read from a newer API server may carry
+/// fields this version does not know. `metadata` is not checked (ObjectMeta, not ours).
+pub fn unknown_fields(object: &serde_json::Value) -> Vec<String> {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(TerminationPolicy::crd()).unwrap_or_default();
+    let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let mut out = Vec::new();
+    let Some(obj) = object.as_object() else { return out };
+    let known: Vec<&str> = ["apiVersion", "kind", "metadata"]
+        .into_iter()
+        .chain(root["properties"].as_object().into_iter().flat_map(|p| p.keys().map(String::as_str)))
+        .collect();
+    for (k, v) in obj {
+        match root["properties"].get(k) {
+            Some(schema) => unknown_in(v, schema, k, &mut out),
+            None if known.contains(&k.as_str()) => {}
+            None => out.push(format!("unknown field {k} (known here: {})", known.join(", "))),
+        }
+    }
+    out
+}
+
+fn unknown_in(value: &serde_json::Value, schema: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&serde_json::Value::Bool(true)) {
+        return;
+    }
+    match value {
+        serde_json::Value::Object(obj) => {
+            let props = schema.get("properties").and_then(|p| p.as_object());
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (k, v) in obj {
+                let sub = format!("{path}.{k}");
+                match (props.and_then(|p| p.get(k)), additional) {
+                    (Some(s), _) | (None, Some(s)) => unknown_in(v, s, &sub, out),
+                    // without properties the object is free-form: nothing to compare with
+                    (None, None) => {
+                        if let Some(p) = props {
+                            let known: Vec<&str> = p.keys().map(String::as_str).collect();
+                            out.push(format!("unknown field {sub} (known in {path}: {})", known.join(", ")));
+                        }
+                    }
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                for (i, v) in items.iter().enumerate() {
+                    unknown_in(v, s, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}

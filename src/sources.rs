@@ -15,6 +15,18 @@ pub enum SourceError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A file or body is not UTF-8 text.
+    #[error("{origin}:{line}: invalid UTF-8 at byte offset {offset} (byte {column} of line {line}): the input must be UTF-8 text")]
+    NotUtf8 {
+        /// The path, `<stdin>` or URL.
+        origin: String,
+        /// 1-based line of the first invalid byte.
+        line: usize,
+        /// 1-based byte column of the first invalid byte within its line.
+        column: usize,
+        /// 0-based byte offset of the first invalid byte in the input.
+        offset: usize,
+    },
     /// A URL could not be fetched.
     #[error("{url}: {message}")]
     Http {
@@ -39,14 +51,29 @@ pub fn is_url(source: &str) -> bool {
     source.starts_with("http://") || source.starts_with("https://")
 }
 
-/// Reads a file or `-` (standard input).
+/// Reads a file or `-` (standard input) as UTF-8 text; invalid UTF-8 is an error naming the
+/// file (`<stdin>`), the line and the byte offset.
 pub fn read_file(path: &str) -> Result<String, SourceError> {
     let res = if path == "-" {
-        std::io::read_to_string(std::io::stdin())
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
     } else {
-        std::fs::read_to_string(path)
+        std::fs::read(path)
     };
-    res.map_err(|source| SourceError::File { path: path.to_string(), source })
+    let bytes = res.map_err(|source| SourceError::File { path: path.to_string(), source })?;
+    decode_utf8(if path == "-" { "<stdin>" } else { path }, bytes)
+}
+
+/// `bytes` as UTF-8 text, or [`SourceError::NotUtf8`] naming `origin`, the line, the column and
+/// the byte offset of the first invalid byte.
+pub fn decode_utf8(origin: &str, bytes: Vec<u8>) -> Result<String, SourceError> {
+    String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        let before = &e.as_bytes()[..offset];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let column = offset - before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) + 1;
+        SourceError::NotUtf8 { origin: origin.to_string(), line, column, offset }
+    })
 }
 
 /// Explains a failed connection the way an operator needs it explained.
@@ -76,7 +103,8 @@ pub async fn fetch_url(client: &reqwest::Client, url: &str) -> Result<Fetched, S
     if !resp.status().is_success() {
         return Err(http(format!("HTTP {}", resp.status())));
     }
-    let text = resp.text().await.map_err(|e| http(connect_hint(&e)))?;
+    let body = resp.bytes().await.map_err(|e| http(connect_hint(&e)))?;
+    let text = decode_utf8(url, body.to_vec())?;
     let proxy_mode = match reqwest::Url::parse(url) {
         Ok(mut u) => {
             u.set_path("/proxyMode");

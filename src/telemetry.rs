@@ -194,8 +194,9 @@ impl WebhookMetrics {
 
 type Check = Arc<dyn Fn() -> bool + Send + Sync>;
 
-/// Readiness: a set of named checks; ready when every check holds. Components add their own
-/// (the webhook: "certificate" and "plan"; the process: "not shutting down").
+/// Readiness: a set of checks, each named by what `/readyz` says while it fails; ready when every
+/// check holds. Components add their own (the webhook: "no certificate loaded", "no plan
+/// published yet"; the process: "shutting down").
 #[derive(Clone, Default)]
 pub struct Readiness {
     checks: Arc<Mutex<Vec<(String, Check)>>>,
@@ -213,18 +214,19 @@ impl Readiness {
         Self::default()
     }
 
-    /// Adds a named check.
-    pub fn add(&self, name: &str, check: impl Fn() -> bool + Send + Sync + 'static) {
-        self.checks.lock().unwrap_or_else(PoisonError::into_inner).push((name.to_string(), Arc::new(check)));
+    /// Adds a check; `failing` is what `/readyz` reports while it is false (`"no certificate
+    /// loaded"`, not the condition it tests).
+    pub fn add(&self, failing: &str, check: impl Fn() -> bool + Send + Sync + 'static) {
+        self.checks.lock().unwrap_or_else(PoisonError::into_inner).push((failing.to_string(), Arc::new(check)));
     }
 
-    /// Adds the check "not shutting down": false once `token` is cancelled, so load balancers
+    /// Adds a check that fails, as "shutting down", once `token` is cancelled, so load balancers
     /// and the API server's endpoints stop sending new work during the drain.
     pub fn add_shutdown(&self, token: CancellationToken) {
-        self.add("not shutting down", move || !token.is_cancelled());
+        self.add("shutting down", move || !token.is_cancelled());
     }
 
-    /// Names of the checks that fail now (empty = ready).
+    /// What each failing check reports, in the order they were added (empty = ready).
     pub fn not_ready(&self) -> Vec<String> {
         let checks: Vec<(String, Check)> = self.checks.lock().unwrap_or_else(PoisonError::into_inner).clone();
         checks.into_iter().filter(|(_, c)| !c()).map(|(n, _)| n).collect()
@@ -242,8 +244,9 @@ struct AdminState {
     readiness: Readiness,
 }
 
-/// The admin router: `GET /livez` (200 while the process serves), `GET /readyz` (200 when
-/// every readiness check holds, else 503 naming the failing ones), `GET /metrics` (OpenMetrics).
+/// The admin router: `GET /livez` (200 while the process serves), `GET /readyz` (200 `ready`
+/// when every readiness check holds, else 503 `not ready: ` and what each failing check reports,
+/// e.g. `not ready: shutting down`), `GET /metrics` (OpenMetrics).
 pub fn admin_router(telemetry: Telemetry, readiness: Readiness) -> Router {
     Router::new()
         .route("/livez", get(|| async { "ok\n" }))
@@ -343,10 +346,41 @@ mod tests {
         let r = Readiness::new();
         assert!(r.is_ready());
         let token = CancellationToken::new();
-        r.add("certificate", || true);
+        r.add("no certificate loaded", || true);
         r.add_shutdown(token.clone());
         assert!(r.is_ready());
         token.cancel();
-        assert_eq!(r.not_ready(), vec!["not shutting down".to_string()]);
+        assert_eq!(r.not_ready(), vec!["shutting down".to_string()]);
+        r.add("no plan published yet", || false);
+        assert_eq!(r.not_ready(), vec!["shutting down".to_string(), "no plan published yet".to_string()]);
+    }
+
+    /// `/readyz` says what is wrong, not the name of the condition that holds when all is well
+    /// (it used to answer "not ready: not shutting down" during the drain).
+    #[tokio::test]
+    async fn readyz_bodies() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use tower::ServiceExt as _;
+        let get = |r: Readiness| async move {
+            let resp = admin_router(Telemetry::new(), r)
+                .oneshot(axum::http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            let body = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+            (status, String::from_utf8(body.to_vec()).unwrap())
+        };
+        let r = Readiness::new();
+        let (cert, token) = (Arc::new(AtomicBool::new(false)), CancellationToken::new());
+        let c = cert.clone();
+        r.add("no certificate loaded", move || c.load(Ordering::Relaxed));
+        r.add_shutdown(token.clone());
+        assert_eq!(get(r.clone()).await, (503, "not ready: no certificate loaded\n".to_string()));
+        cert.store(true, Ordering::Relaxed);
+        assert_eq!(get(r.clone()).await, (200, "ready\n".to_string()));
+        token.cancel();
+        assert_eq!(get(r.clone()).await, (503, "not ready: shutting down\n".to_string()));
+        cert.store(false, Ordering::Relaxed);
+        assert_eq!(get(r).await, (503, "not ready: no certificate loaded, shutting down\n".to_string()));
     }
 }

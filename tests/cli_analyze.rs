@@ -262,6 +262,65 @@ fn truncated_scrape_exits_1_naming_file_family_and_line() {
     assert!(r.stderr.contains(TRUNCATED));
 }
 
+/// A scrape cut inside a family we do not read loses every family after it: exit 1 naming the
+/// file, line and family (it was "NoData", exit 0). A valid scrape that simply has no kube-proxy
+/// family is still analysed as NoData.
+#[test]
+fn scrape_cut_inside_an_unrelated_family_exits_1() {
+    let dir = tmp();
+    let full = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(V1_13)).unwrap();
+    let at = full.find("go_gc_duration_seconds{quantile=\"0.25\"}").unwrap() + "go_gc_duration_seconds{quantile=\"0.2".len();
+    let cut = write(dir.path(), "cut.txt", &full[..at]);
+    let r = run(&["analyze", cut.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.stdout, "");
+    assert_eq!(
+        r.stderr,
+        format!(
+            "error: {}:10: go_gc_duration_seconds: label quantile value is cut off (no closing quote), and the last line has no terminating line feed: the scrape was cut off\n",
+            cut.display()
+        )
+    );
+
+    let garbled = write(dir.path(), "garbled.txt", &full.replacen("# HELP go_goroutines", "  # HELP go_goroutines\n   !!", 1));
+    let r = run(&["analyze", garbled.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.stderr, format!("error: {}:17: expected a metric name or a comment, found '!'\n", garbled.display()));
+
+    let unrelated: String = full.split_inclusive('\n').take(18).collect();
+    let unrelated = write(dir.path(), "go-only.txt", &unrelated);
+    let doc = json(&[unrelated.to_str().unwrap()]);
+    assert_eq!(doc["recommendation"]["reason"], "NoData");
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 10);
+}
+
+/// Bytes that are not UTF-8: exit 1 naming the file, the line and the byte offset.
+#[test]
+fn non_utf8_scrape_exits_1_naming_file_line_and_offset() {
+    let dir = tmp();
+    let mut bytes = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(V1_29)).unwrap();
+    let line3 = bytes.iter().enumerate().filter(|(_, b)| **b == b'\n').nth(1).unwrap().0 + 1;
+    bytes[line3 + 5] = 0xff;
+    let bad = dir.path().join("latin1.txt");
+    std::fs::write(&bad, &bytes).unwrap();
+    let r = run(&["analyze", bad.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "error: {}:3: invalid UTF-8 at byte offset {} (byte 6 of line 3): the input must be UTF-8 text\n",
+            bad.display(),
+            line3 + 5
+        )
+    );
+    // the same on standard input
+    let mut child = bin().args(["analyze", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(&bytes).unwrap();
+    let r = finish(child.wait_with_output().unwrap());
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.starts_with(&format!("error: <stdin>:3: invalid UTF-8 at byte offset {}", line3 + 5)), "{}", r.stderr);
+}
+
 #[test]
 fn unreadable_input_exits_1() {
     let r = run(&["analyze", "tests/data/metrics/no-such-file.txt"]);
@@ -288,6 +347,97 @@ fn usage_errors_exit_2() {
         assert!(!r.stderr.is_empty());
         assert_eq!(r.stdout, "");
     }
+}
+
+/// NaN, infinite, negative and absurd values of number and duration flags are usage errors
+/// (exit 2) naming the flag and the accepted range, in every command; they used to be accepted
+/// (a NaN threshold silently disabled its advice).
+#[test]
+fn out_of_range_flag_values_exit_2_naming_flag_and_range() {
+    let cases: [(&[&str], &str); 16] = [
+        (
+            &["analyze", "--sync-slow-seconds", "NaN", V1_29],
+            "invalid value 'NaN' for '--sync-slow-seconds <SYNC_SLOW_SECONDS>': expected a number of seconds above 0 and at most 3600",
+        ),
+        (
+            &["analyze", "--sync-slow-seconds", "-1", V1_29],
+            "invalid value '-1' for '--sync-slow-seconds <SYNC_SLOW_SECONDS>': expected a number of seconds above 0 and at most 3600",
+        ),
+        (
+            &["analyze", "--sync-slow-seconds=0", V1_29],
+            "invalid value '0' for '--sync-slow-seconds <SYNC_SLOW_SECONDS>': expected a number of seconds above 0 and at most 3600",
+        ),
+        (
+            &["analyze", "--stale-seconds", "inf", V1_29],
+            "invalid value 'inf' for '--stale-seconds <STALE_SECONDS>': expected a number of seconds above 0 and at most 86400",
+        ),
+        (
+            &["analyze", "--min-sync-period-seconds", "1e9", V1_29],
+            "invalid value '1e9' for '--min-sync-period-seconds <MIN_SYNC_PERIOD_SECONDS>': expected a number of seconds from 0 to 300",
+        ),
+        (
+            &["analyze", "--min-sync-period-seconds", "-0.5", V1_29],
+            "invalid value '-0.5' for '--min-sync-period-seconds <MIN_SYNC_PERIOD_SECONDS>': expected a number of seconds from 0 to 300",
+        ),
+        (
+            &["analyze", "--conntrack-usage", "1.5", V1_29],
+            "invalid value '1.5' for '--conntrack-usage <CONNTRACK_USAGE>': expected a ratio from 0 to 1",
+        ),
+        (
+            &["analyze", "--timeout-seconds", "0", V1_29],
+            "invalid value '0' for '--timeout-seconds <TIMEOUT_SECONDS>': expected a whole number of seconds from 1 to 3600",
+        ),
+        (
+            &["analyze", "--timeout-seconds", "-3", V1_29],
+            "invalid value '-3' for '--timeout-seconds <TIMEOUT_SECONDS>': expected a whole number of seconds from 1 to 3600",
+        ),
+        (
+            &["run", "--scrape-interval-seconds", "0"],
+            "invalid value '0' for '--scrape-interval-seconds <SCRAPE_INTERVAL_SECONDS>': expected a whole number of seconds from 1 to 3600",
+        ),
+        (
+            &["run", "--window-seconds", "5"],
+            "invalid value '5' for '--window-seconds <WINDOW_SECONDS>': expected a whole number of seconds from 60 to 86400",
+        ),
+        (
+            &["run", "--stale-seconds", "NaN"],
+            "invalid value 'NaN' for '--stale-seconds <STALE_SECONDS>': expected a number of seconds above 0 and at most 86400",
+        ),
+        (
+            &["run", "--drain-seconds", "-1"],
+            "invalid value '-1' for '--drain-seconds <DRAIN_SECONDS>': expected a whole number of seconds from 0 to 3600",
+        ),
+        (
+            &["webhook", "--request-timeout-ms", "60000"],
+            "invalid value '60000' for '--request-timeout-ms <REQUEST_TIMEOUT_MS>': expected a whole number of milliseconds from 1 to 30000",
+        ),
+        (
+            &["webhook", "--pre-stop-seconds", "-5"],
+            "invalid value '-5' for '--pre-stop-seconds <PRE_STOP_SECONDS>': expected a whole number of seconds from 0 to 3600",
+        ),
+        (
+            &["mutate", "--pre-stop-seconds", "99999", "tests/data/pods/hostnetwork-deployment.yaml"],
+            "invalid value '99999' for '--pre-stop-seconds <PRE_STOP_SECONDS>': expected a whole number of seconds from 0 to 3600",
+        ),
+    ];
+    for (args, message) in cases {
+        let r = run(args);
+        assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{args:?}: {}", r.stderr);
+        assert_eq!(r.stderr.lines().next(), Some(format!("error: {message}").as_str()), "{args:?}");
+    }
+    // the same check for a value from the environment
+    let r = finish(bin().args(["run"]).env("SAFE_TERMINATION_SYNC_SLOW_SECONDS", "NaN").output().unwrap());
+    assert_eq!(r.code, 2);
+    assert_eq!(
+        r.stderr.lines().next(),
+        Some(
+            "error: invalid value 'NaN' for '--sync-slow-seconds <SYNC_SLOW_SECONDS>': expected a number of seconds above 0 and at most 3600"
+        )
+    );
+    // the bounds themselves are accepted
+    let doc =
+        json(&["--sync-slow-seconds", "3600", "--stale-seconds", "0.5", "--min-sync-period-seconds", "0", "--conntrack-usage", "1", V1_29]);
+    assert_eq!(doc["minSyncPeriodSeconds"], 0.0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -436,6 +586,53 @@ fn bad_policies_exit_1_naming_the_field() {
     assert!(r.stderr.contains("no-such-policy.yaml"), "{}", r.stderr);
 }
 
+/// A field the TerminationPolicy schema does not have is refused, naming it (serde used to drop a
+/// typo such as `safetyFactr` and size with the default); free-form maps (matchLabels) and a
+/// `kubectl get -o yaml` object (metadata, status) stay accepted.
+#[test]
+fn unknown_policy_fields_exit_1_naming_the_field() {
+    let dir = tmp();
+    let policy = |name: &str, body: &str| {
+        let p = write(
+            dir.path(),
+            name,
+            &format!("apiVersion: safetermination.io/v1alpha1\nkind: TerminationPolicy\nmetadata:\n  name: p\n{body}"),
+        );
+        p.to_str().unwrap().to_string()
+    };
+    let pre_stop_fields = "defaultSeconds, execImages, extraSeconds, handler, maxSeconds, minSamples, minSeconds, safetyFactor";
+    let cases = [
+        (
+            policy("typo.yaml", "spec:\n  preStop:\n    safetyFactr: 3\n"),
+            format!("unknown field spec.preStop.safetyFactr (known in spec.preStop: {pre_stop_fields})"),
+        ),
+        (
+            policy("top.yaml", "specs:\n  mode: Audit\n"),
+            "unknown field specs (known here: apiVersion, kind, metadata, spec, status)".to_string(),
+        ),
+        (
+            policy("two.yaml", "spec:\n  grace:\n    maxSecond: 60\n  podSelector:\n    matchExpressions:\n    - key: app\n      operator: In\n      value: [web]\n"),
+            "unknown field spec.grace.maxSecond (known in spec.grace: appShutdownSeconds, maxSeconds); unknown field spec.podSelector.matchExpressions[0].value (known in spec.podSelector.matchExpressions[0]: key, operator, values)".to_string(),
+        ),
+    ];
+    for (path, message) in &cases {
+        let r = run(&["analyze", "--policy", path, V1_29]);
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+        assert_eq!(r.stderr, format!("error: {path}: {message}\n"));
+    }
+    // the same check wherever --policy is read
+    let r = run(&["mutate", "--policy", &cases[0].0, "tests/data/pods/hostnetwork-deployment.yaml"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.stderr, format!("error: {}: {}\n", cases[0].0, cases[0].1));
+
+    let ok = policy(
+        "ok.yaml",
+        "  namespace: demo\n  labels: {team: a}\nspec:\n  podSelector:\n    matchLabels: {app: web, any-key: x}\n  preStop:\n    safetyFactor: 2\nstatus:\n  observedGeneration: 1\n  conditions: []\n",
+    );
+    let doc = json(&["--policy", &ok, V1_29]);
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 10); // max(default 10, ceil(4.98 x 2) = 10)
+}
+
 // ---------------------------------------------------------------------------------------------
 // several nodes, two scrapes of one node, stdin
 
@@ -498,6 +695,43 @@ fn two_scrapes_of_one_node_are_analysed_over_the_interval() {
     let r = run(&["analyze", &format!("n={V1_29}"), &format!("n={later}"), &format!("n={V1_29}")]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("more than twice"), "{}", r.stderr);
+}
+
+/// Names that come from the path (file stem, host:port) never pair two sources: two different
+/// nodes' scrapes saved as a/metrics.txt and b/metrics.txt were merged into one node and analysed
+/// "between scrapes". Only the same NODE= twice (or --earlier) pairs scrapes.
+#[test]
+fn colliding_implicit_node_names_exit_1_naming_both_sources() {
+    let dir = tmp();
+    for sub in ["a", "b"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+    }
+    let a = write(&dir.path().join("a"), "metrics.txt", &shared(V1_29));
+    let b = write(&dir.path().join("b"), "metrics.txt", &v1_29_later());
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let hint = "(a source without NODE= is named after its file stem or host:port): name each node, e.g. node-a=FILE node-b=FILE; to compare two scrapes of one node, give both the same NODE= (first is earlier) or use --earlier";
+
+    let r = run(&["analyze", a, b]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert_eq!(r.stderr, format!("error: {a} and {b} are both node \"metrics\" {hint}\n"));
+    // an implicit name meeting an explicit one, and the same file twice without NODE=
+    let r = run(&["analyze", &format!("metrics={a}"), b]);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stderr, format!("error: metrics={a} and {b} are both node \"metrics\" {hint}\n"));
+    let r = run(&["analyze", V1_29, V1_29]);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stderr, format!("error: {V1_29} and {V1_29} are both node \"kube-proxy-v1.29-iptables-excerpt\" {hint}\n"));
+
+    // named: two nodes, each over its lifetime
+    let doc = json(&[&format!("node-a={a}"), &format!("node-b={b}")]);
+    let nodes = doc["nodes"].as_array().unwrap();
+    assert_eq!(nodes.iter().map(|n| n["node"].as_str().unwrap()).collect::<Vec<_>>(), ["node-a", "node-b"]);
+    assert_eq!(nodes.iter().map(|n| f(&n["syncSamples"])).collect::<Vec<_>>(), [4.0, 104.0]);
+    assert_eq!(doc["interval"], "lifetime");
+    // the same NODE= twice still pairs them
+    let doc = json(&[&format!("n={a}"), &format!("n={b}")]);
+    assert_eq!(doc["interval"], "betweenScrapes");
+    assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 100.0);
 }
 
 #[test]

@@ -273,6 +273,41 @@ fn windows_truncated_scrape_is_an_error_naming_family_and_line() {
     assert!(e.message.contains("+Inf"), "{}", e.message);
 }
 
+/// The shared v1.13 scrape cut inside `go_gc_duration_seconds` (line 10 of 190), a family we do
+/// not read: every kube-proxy family is lost with the rest, so this must be an error naming the
+/// line and family, never "no data".
+#[test]
+fn v1_13_cut_inside_an_unrelated_family_is_an_error_naming_line_and_family() {
+    let at = V1_13.find("go_gc_duration_seconds{quantile=\"0.25\"}").unwrap() + "go_gc_duration_seconds{quantile=\"0.2".len();
+    let e = parse_kube_proxy_metrics(&V1_13[..at]).unwrap_err();
+    assert_eq!(e.line, 10);
+    assert_eq!(e.family, "go_gc_duration_seconds");
+    assert_eq!(
+        e.message,
+        "label quantile value is cut off (no closing quote), and the last line has no terminating line feed: the scrape was cut off"
+    );
+    // a garbled line there is an error too, not a skipped line
+    let garbled =
+        V1_13.replacen("go_gc_duration_seconds{quantile=\"0.25\"} 5.9037e-05", "go_gc_duration_seconds{quantile=\"0.25\"} 5.9037e-05 )", 1);
+    let e = parse_kube_proxy_metrics(&garbled).unwrap_err();
+    assert_eq!(
+        (e.line, e.family.as_str(), e.message.as_str()),
+        (10, "go_gc_duration_seconds", "timestamp \")\" after the value is not an integer (milliseconds)")
+    );
+}
+
+/// Prometheus skips blanks before a line's first token: the shared scrapes indented (spaces,
+/// tabs, blank lines between) parse to exactly the same values.
+#[test]
+fn shared_scrapes_indented_parse_the_same() {
+    for text in [V1_29, V1_13, V1_8] {
+        let indented: String =
+            text.split_inclusive('\n').enumerate().map(|(i, l)| format!("{}{l}", ["  ", "\t", " \t ", ""][i % 4])).collect();
+        let indented = indented.replace("\n#", "\n\t\n#");
+        assert_eq!(parse(&indented), parse(text));
+    }
+}
+
 #[test]
 fn unrelated_families_and_prefix_sharing_names_are_ignored() {
     let text = format!(

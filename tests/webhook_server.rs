@@ -100,11 +100,12 @@ struct Options {
     with_cert: bool,
     request_timeout_ms: u64,
     drain_seconds: u64,
+    idle_timeout_seconds: u64,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { with_cert: true, request_timeout_ms: 4000, drain_seconds: 10 }
+        Self { with_cert: true, request_timeout_ms: 4000, drain_seconds: 10, idle_timeout_seconds: 30 }
     }
 }
 
@@ -127,6 +128,7 @@ impl Harness {
             max_body_bytes: safe_termination::webhook::server::DEFAULT_MAX_BODY_BYTES,
             request_timeout_ms: o.request_timeout_ms,
             drain_seconds: o.drain_seconds,
+            idle_timeout_seconds: o.idle_timeout_seconds,
             },
             plan: PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto },
         };
@@ -337,13 +339,14 @@ async fn readyz_waits_for_a_certificate() {
     assert_eq!(h.admin_get("/livez").await.0, StatusCode::OK);
     let (status, _, body) = h.admin_get("/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(body.contains("certificate loaded"), "{body}");
+    assert_eq!(body, "not ready: no certificate loaded\n");
     // no certificate: the handshake is refused
     let err = h.pki.client(&[b"h2"]).post(h.url()).body(case()).send().await;
     assert!(err.is_err(), "{err:?}");
 
     install(h.dir.path(), &h.pki.leaf("cert-a"));
     assert!(eventually(Duration::from_secs(5), || async { h.admin_get("/readyz").await.0 == StatusCode::OK }).await, "ready after the certificate appears");
+    assert_eq!(h.admin_get("/readyz").await.2, "ready\n");
     let r = post(&h.pki.client(&[b"h2"]), &h.url(), case(), "application/json").await;
     assert_eq!(r.status(), StatusCode::OK);
     h.stop().await;
@@ -408,7 +411,7 @@ async fn graceful_shutdown_finishes_the_in_flight_request() {
     // not ready while draining (the admin port stays up until the drain ends)
     let (status, _, body) = h.admin_get("/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(body.contains("not shutting down"), "{body}");
+    assert_eq!(body, "not ready: shutting down\n");
     assert!(!h.task.is_finished(), "the server waits for the in-flight request");
     // the in-flight request completes normally
     s.write_all(&rest).await.unwrap();
@@ -421,6 +424,76 @@ async fn graceful_shutdown_finishes_the_in_flight_request() {
     let r = tokio::time::timeout(Duration::from_secs(5), h.task).await.expect("exits after the drain").unwrap();
     assert!(r.is_ok(), "{r:?}");
     assert!(tokio::net::TcpStream::connect(h.admin).await.is_err(), "admin port closed at exit");
+}
+
+/// Reads until the peer closes the connection (EOF or a reset) or `limit` passes; returns how
+/// long that took, or None when the connection was still open at `limit`. Writes `dribble` one
+/// byte every 100 ms meanwhile (a slowloris sending a request head).
+async fn closed_within(
+    s: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    dribble: &[u8],
+    limit: Duration,
+) -> Option<Duration> {
+    let start = Instant::now();
+    let mut bytes = dribble.iter();
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < limit {
+        if let Some(b) = bytes.next()
+            && (s.write_all(&[*b]).await.is_err() || s.flush().await.is_err())
+        {
+            return Some(start.elapsed());
+        }
+        // anything else is a 408 or nothing yet
+        if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await {
+            return Some(start.elapsed());
+        }
+    }
+    None
+}
+
+/// Slowloris after the first request: hyper's header timeout used to cover only the first
+/// request of a connection (axum-server turns it off; its first-request timeout stops after the
+/// first request), so a client could send one good request and then dribble a header, or idle,
+/// forever. Now both are closed once the idle timeout (1 s here) has passed.
+#[tokio::test]
+async fn slow_header_or_idle_connection_after_a_first_request_is_closed() {
+    let h = Harness::start(Options { idle_timeout_seconds: 1, ..Options::default() }).await;
+    let body = case();
+    let request = |s: &mut Vec<u8>| {
+        s.extend_from_slice(
+            format!("POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len())
+                .as_bytes(),
+        );
+        s.extend_from_slice(&body);
+    };
+    let slow_head = b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    for dribble in [&slow_head[..], b""] {
+        let mut s = h.raw().await;
+        let mut first = Vec::new();
+        request(&mut first);
+        s.write_all(&first).await.unwrap();
+        s.flush().await.unwrap();
+        let response = read_response(&mut s).await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(!response.to_ascii_lowercase().contains("connection: close"), "kept alive: {response}");
+        let took = closed_within(&mut s, dribble, Duration::from_secs(8)).await;
+        let took = took.unwrap_or_else(|| panic!("connection still open 8 s after its first request (dribbling {} bytes)", dribble.len()));
+        assert!(
+            took >= Duration::from_millis(500) && took <= Duration::from_secs(3),
+            "closed after {took:?} (dribbling {} bytes)",
+            dribble.len()
+        );
+    }
+    // a client that keeps sending whole requests within the timeout keeps its connection
+    let mut s = h.raw().await;
+    for _ in 0..3 {
+        let mut req = Vec::new();
+        request(&mut req);
+        s.write_all(&req).await.unwrap();
+        assert!(read_response(&mut s).await.starts_with("HTTP/1.1 200"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    h.stop().await;
 }
 
 #[tokio::test]

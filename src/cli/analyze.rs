@@ -3,7 +3,7 @@
 
 use crate::advisor::{ClusterFacts, Thresholds, parse_version};
 use crate::analysis::{AnalysisOptions, AnalysisReport, DEFAULT_MIN_SYNC_PERIOD_SECONDS, analyze};
-use crate::cli::{OutputFormat, load_policy_spec};
+use crate::cli::{OutputFormat, load_policy_spec, number_in, whole_in};
 use crate::metrics::parse_kube_proxy_metrics;
 use crate::model::{Basis, NodeInput, ProxyMode};
 use crate::sources;
@@ -14,8 +14,10 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 pub struct AnalyzeArgs {
     /// Scrapes to analyse: a file, `-` for standard input, or a kube-proxy metrics URL
-    /// (`http://NODE_IP:10249/metrics`). Prefix `NODE=` to name the node; the same NODE given
-    /// twice is analysed over the interval between its two scrapes (first = earlier).
+    /// (`http://NODE_IP:10249/metrics`). Prefix `NODE=` to name the node (else a file is named
+    /// after its stem, a URL after host:port; two sources may not get the same such name); the
+    /// same NODE given twice is analysed over the interval between its two scrapes (first =
+    /// earlier).
     #[arg(required = true, value_name = "[NODE=]SOURCE")]
     pub sources: Vec<String>,
     /// An earlier scrape of a node (`[NODE=]FILE`); without NODE it pairs with the only source.
@@ -42,14 +44,14 @@ pub struct AnalyzeArgs {
     /// Kubernetes version (e.g. v1.33.2); defaults to kube-proxy's kubernetes_build_info.
     #[arg(long)]
     pub kubernetes_version: Option<String>,
-    /// kube-proxy minSyncPeriod in seconds [default: 1, kube-proxy's iptables default].
-    #[arg(long, value_parser = parse_seconds)]
+    /// kube-proxy minSyncPeriod in seconds, 0 to 300 [default: 1, kube-proxy's iptables default].
+    #[arg(long, allow_negative_numbers = true, value_parser = number_in(0.0, 300.0, false, "a number of seconds"))]
     pub min_sync_period_seconds: Option<f64>,
-    /// conntrack entries / nf_conntrack_max on the worst node (0..1), if known.
-    #[arg(long)]
+    /// conntrack entries / nf_conntrack_max on the worst node (0 to 1), if known.
+    #[arg(long, allow_negative_numbers = true, value_parser = number_in(0.0, 1.0, false, "a ratio"))]
     pub conntrack_usage: Option<f64>,
-    /// ProxySyncSlow threshold, seconds.
-    #[arg(long, default_value_t = 1.0)]
+    /// ProxySyncSlow threshold, seconds (above 0, at most 3600).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = number_in(0.0, 3600.0, true, "a number of seconds"))]
     pub sync_slow_seconds: f64,
     /// iptables -> nftables migration threshold, Services.
     #[arg(long, default_value_t = 1000)]
@@ -57,34 +59,28 @@ pub struct AnalyzeArgs {
     /// eBPF dataplane threshold, Services.
     #[arg(long, default_value_t = 8000)]
     pub ebpf_services_threshold: u64,
-    /// ProxyStale threshold (last queued - last synced), seconds.
-    #[arg(long, default_value_t = 30.0)]
+    /// ProxyStale threshold (last queued - last synced), seconds (above 0, at most 86400).
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true, value_parser = number_in(0.0, 86400.0, true, "a number of seconds"))]
     pub stale_seconds: f64,
-    /// Per-URL timeout, seconds.
-    #[arg(long, default_value_t = 10)]
+    /// Per-URL timeout, seconds (1 to 3600).
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"))]
     pub timeout_seconds: u64,
-}
-
-fn parse_seconds(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a number of seconds >= 0")),
-    }
 }
 
 fn parse_mode(s: &str) -> Result<ProxyMode, String> {
     ProxyMode::parse(s).ok_or_else(|| format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf"))
 }
 
-/// Splits `NODE=SOURCE`; a source without `NODE=` (or whose prefix looks like a path or URL) is
-/// named after itself.
-fn split_node(arg: &str) -> (String, String) {
+/// Splits `NODE=SOURCE` into the node, the source and whether the node was named (`true`); a
+/// source without `NODE=` (or whose prefix looks like a path or URL) is named after itself: a
+/// file after its stem, a URL after `host:port`.
+fn split_node(arg: &str) -> (String, String, bool) {
     if let Some((node, src)) = arg.split_once('=')
         && !node.is_empty()
         && !node.contains(['/', ':', '.'])
         && !sources::is_url(arg)
     {
-        return (node.to_string(), src.to_string());
+        return (node.to_string(), src.to_string(), true);
     }
     let name = if sources::is_url(arg) {
         reqwest::Url::parse(arg).ok().and_then(|u| u.host_str().map(|h| match u.port() {
@@ -94,7 +90,7 @@ fn split_node(arg: &str) -> (String, String) {
     } else {
         std::path::Path::new(arg).file_stem().map(|s| s.to_string_lossy().into_owned())
     };
-    (name.unwrap_or_else(|| arg.to_string()), arg.to_string())
+    (name.unwrap_or_else(|| arg.to_string()), arg.to_string(), false)
 }
 
 /// An error for `analyze`: exit 1 (bad input) with a message naming the file, family and line.
@@ -107,9 +103,7 @@ async fn load(source: &str, client: &reqwest::Client) -> Result<(crate::metrics:
     } else {
         sources::Fetched { text: sources::read_file(source).map_err(|e| InputError(e.to_string()))?, proxy_mode: None }
     };
-    let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| {
-        InputError(format!("{}:{}: {}: {}", if source == "-" { "<stdin>" } else { source }, e.line, e.family, e.message))
-    })?;
+    let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| InputError(e.at(if source == "-" { "<stdin>" } else { source })))?;
     Ok((scrape, fetched.proxy_mode))
 }
 
@@ -121,8 +115,23 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
     };
     let client = sources::http_client(Duration::from_secs(args.timeout_seconds));
     let mut inputs: Vec<NodeInput> = Vec::new();
+    // per node: the first source and whether NODE= named it. Only a NODE= given twice pairs two
+    // scrapes of one node; an implicit name (file stem, host:port) that meets another name is an
+    // error, never a silent "between scrapes" of two different nodes.
+    let mut named: Vec<(String, String, bool)> = Vec::new();
     for arg in &args.sources {
-        let (node, src) = split_node(arg);
+        let (node, src, explicit) = split_node(arg);
+        if let Some((_, first, first_explicit)) = named.iter().find(|(n, _, _)| *n == node)
+            && !(explicit && *first_explicit)
+        {
+            let how = |src: &str, explicit: bool| if explicit { format!("{node}={src}") } else { src.to_string() };
+            return Err(InputError(format!(
+                "{} and {} are both node {node:?} (a source without NODE= is named after its file stem or host:port): name each node, e.g. node-a=FILE node-b=FILE; to compare two scrapes of one node, give both the same NODE= (first is earlier) or use --earlier",
+                how(first, *first_explicit),
+                how(&src, explicit)
+            )));
+        }
+        named.push((node.clone(), src.clone(), explicit));
         let (scrape, proxy_mode) = load(&src, &client).await?;
         match inputs.iter_mut().find(|i| i.node == node) {
             Some(existing) if existing.earlier.is_none() => {
@@ -135,7 +144,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
         }
     }
     for arg in &args.earlier {
-        let (node, src) = split_node(arg);
+        let (node, src, _) = split_node(arg);
         let target = if arg.contains('=') && inputs.iter().any(|i| i.node == node) {
             inputs.iter_mut().find(|i| i.node == node)
         } else if inputs.len() == 1 {

@@ -22,7 +22,9 @@ pub enum OutputFormat {
 /// Reads a TerminationPolicy (YAML or JSON; the whole object with `kind: TerminationPolicy`)
 /// and returns its spec with defaults filled in and validated.
 ///
-/// Errors name the file and what is wrong (unreadable, not YAML, wrong kind, an invalid field).
+/// Errors name the file and what is wrong (unreadable, not YAML, wrong kind, an invalid field, a
+/// field the TerminationPolicy schema does not have: a typo is refused rather than ignored, see
+/// [`crate::crd::unknown_fields`]).
 pub fn load_policy_spec(path: &str) -> Result<TerminationPolicySpec, String> {
     let text = crate::sources::read_file(path).map_err(|e| e.to_string())?;
     let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| format!("{path}: not valid YAML or JSON: {e}"))?;
@@ -30,9 +32,45 @@ pub fn load_policy_spec(path: &str) -> Result<TerminationPolicySpec, String> {
     if kind != "TerminationPolicy" {
         return Err(format!("{path}: expected kind TerminationPolicy, found {kind:?}"));
     }
+    let unknown = crate::crd::unknown_fields(&value);
+    if !unknown.is_empty() {
+        return Err(format!("{path}: {}", unknown.join("; ")));
+    }
     let spec_value = value.get("spec").cloned().unwrap_or(serde_json::Value::Object(Default::default()));
     let spec: TerminationPolicySpec =
         serde_json::from_value(spec_value).map_err(|e| format!("{path}: invalid spec: {e}"))?;
     spec.validate().map_err(|errs| format!("{path}: {}", errs.join("; ")))?;
     Ok(spec)
+}
+
+/// A clap value parser for a number flag (seconds, a ratio): finite, at least `min` (above it
+/// when `min_exclusive`) and at most `max`. NaN, infinities, negative and absurd values are
+/// refused with a message giving `what` is expected and the accepted range; clap prefixes it
+/// with the flag and the value (`invalid value 'NaN' for '--stale-seconds <STALE_SECONDS>': ...`).
+pub fn number_in(
+    min: f64,
+    max: f64,
+    min_exclusive: bool,
+    what: &'static str,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync {
+    move |s: &str| {
+        let v = s.trim().parse::<f64>().ok().filter(|v| v.is_finite());
+        match v {
+            Some(v) if (if min_exclusive { v > min } else { v >= min }) && v <= max => Ok(v),
+            _ if min_exclusive => Err(format!("expected {what} above {min} and at most {max}")),
+            _ => Err(format!("expected {what} from {min} to {max}")),
+        }
+    }
+}
+
+/// A clap value parser for a whole-number flag: from `min` to `max`; anything else (negative,
+/// fractional, out of range) is refused with a message giving `what` is expected and the range.
+pub fn whole_in<T>(min: T, max: T, what: &'static str) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync
+where
+    T: std::str::FromStr + PartialOrd + Copy + std::fmt::Display + Send + Sync,
+{
+    move |s: &str| match s.trim().parse::<T>() {
+        Ok(v) if v >= min && v <= max => Ok(v),
+        _ => Err(format!("expected {what} from {min} to {max}")),
+    }
 }

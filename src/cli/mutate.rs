@@ -1,7 +1,7 @@
 //! `safe-termination mutate` and `safe-termination review`: run the webhook's decision offline on
 //! manifests (Pods and workloads' pod templates) or on an AdmissionReview request.
 
-use crate::cli::{OutputFormat, load_policy_spec};
+use crate::cli::{OutputFormat, load_policy_spec, whole_in};
 use crate::crd::TerminationPolicySpec;
 use crate::model::ClusterWindow;
 use crate::sizing;
@@ -28,9 +28,9 @@ pub struct PlanArgs {
     /// A TerminationPolicy YAML/JSON applied to every namespace (defaults otherwise).
     #[arg(long, value_name = "FILE", env = "SAFE_TERMINATION_POLICY")]
     pub policy: Option<String>,
-    /// The preStop sleep to inject, seconds; without it the policy's defaultSeconds (no
-    /// measurement) is used.
-    #[arg(long, env = "SAFE_TERMINATION_PRE_STOP_SECONDS")]
+    /// The preStop sleep to inject, seconds (0 to 3600, the CRD's bound on maxSeconds); without
+    /// it the policy's defaultSeconds (no measurement) is used.
+    #[arg(long, env = "SAFE_TERMINATION_PRE_STOP_SECONDS", allow_negative_numbers = true, value_parser = whole_in(0u32, 3600, "a whole number of seconds"))]
     pub pre_stop_seconds: Option<u32>,
     /// Whether the API server keeps native preStop sleep.
     #[arg(long, value_enum, default_value_t = NativeSleep::Auto, env = "SAFE_TERMINATION_NATIVE_SLEEP")]

@@ -9,6 +9,7 @@
 
 use crate::advisor::Thresholds;
 use crate::cli::webhook::{Listeners, Served, ServingArgs, WebhookError, serve_with};
+use crate::cli::{number_in, whole_in};
 use crate::model::ProxyMode;
 use crate::operator::cluster::ClusterIndex;
 use crate::operator::controller::{self, Context, Settings};
@@ -84,20 +85,20 @@ pub struct RunArgs {
     /// Saved scrapes `NODE=FILE` for `--source files`.
     #[arg(long = "metrics-file", env = "SAFE_TERMINATION_METRICS_FILES", value_delimiter = ',')]
     pub metrics_files: Vec<String>,
-    /// Seconds between measurements (plus up to 10% jitter).
-    #[arg(long, env = "SAFE_TERMINATION_SCRAPE_INTERVAL_SECONDS", default_value_t = 30)]
+    /// Seconds between measurements (plus up to 10% jitter), 1 to 3600.
+    #[arg(long, env = "SAFE_TERMINATION_SCRAPE_INTERVAL_SECONDS", default_value_t = 30, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"))]
     pub scrape_interval_seconds: u64,
-    /// Per-target scrape timeout, seconds.
-    #[arg(long, env = "SAFE_TERMINATION_SCRAPE_TIMEOUT_SECONDS", default_value_t = 5)]
+    /// Per-target scrape timeout, seconds, 1 to 300.
+    #[arg(long, env = "SAFE_TERMINATION_SCRAPE_TIMEOUT_SECONDS", default_value_t = 5, allow_negative_numbers = true, value_parser = whole_in(1u64, 300, "a whole number of seconds"))]
     pub scrape_timeout_seconds: u64,
     /// kube-proxies scraped at once.
     #[arg(long, env = "SAFE_TERMINATION_SCRAPE_MAX_IN_FLIGHT", default_value_t = 64)]
     pub scrape_max_in_flight: usize,
-    /// Rolling analysis window, seconds.
-    #[arg(long, env = "SAFE_TERMINATION_WINDOW_SECONDS", default_value_t = 600)]
+    /// Rolling analysis window, seconds, 60 to 86400.
+    #[arg(long, env = "SAFE_TERMINATION_WINDOW_SECONDS", default_value_t = 600, allow_negative_numbers = true, value_parser = whole_in(60u64, 86_400, "a whole number of seconds"))]
     pub window_seconds: u64,
-    /// kube-proxy minSyncPeriod, seconds, overriding what /configz or the ConfigMap say.
-    #[arg(long, env = "SAFE_TERMINATION_MIN_SYNC_PERIOD_SECONDS")]
+    /// kube-proxy minSyncPeriod, seconds (0 to 300), overriding what /configz or the ConfigMap say.
+    #[arg(long, env = "SAFE_TERMINATION_MIN_SYNC_PERIOD_SECONDS", allow_negative_numbers = true, value_parser = number_in(0.0, 300.0, false, "a number of seconds"))]
     pub min_sync_period_seconds: Option<f64>,
     /// Proxy mode, overriding /proxyMode, the ConfigMap and inference (`ebpf` when there is no
     /// kube-proxy: sizing then uses each policy's defaultSeconds; a running Cilium agent without
@@ -108,11 +109,12 @@ pub struct RunArgs {
     /// by default: such namespaces are not mutated).
     #[arg(long, env = "SAFE_TERMINATION_DEFAULT_POLICY")]
     pub default_policy: Option<String>,
-    /// Seconds between capability probes (also re-probed when the API server version changes).
-    #[arg(long, env = "SAFE_TERMINATION_PROBE_INTERVAL_SECONDS", default_value_t = 600)]
+    /// Seconds between capability probes, 1 to 86400 (also re-probed when the API server
+    /// version changes).
+    #[arg(long, env = "SAFE_TERMINATION_PROBE_INTERVAL_SECONDS", default_value_t = 600, allow_negative_numbers = true, value_parser = whole_in(1u64, 86_400, "a whole number of seconds"))]
     pub probe_interval_seconds: u64,
-    /// ProxySyncSlow threshold, seconds.
-    #[arg(long, env = "SAFE_TERMINATION_SYNC_SLOW_SECONDS", default_value_t = 1.0)]
+    /// ProxySyncSlow threshold, seconds (above 0, at most 3600).
+    #[arg(long, env = "SAFE_TERMINATION_SYNC_SLOW_SECONDS", default_value_t = 1.0, allow_negative_numbers = true, value_parser = number_in(0.0, 3600.0, true, "a number of seconds"))]
     pub sync_slow_seconds: f64,
     /// iptables -> nftables threshold, Services.
     #[arg(long, env = "SAFE_TERMINATION_IPTABLES_SERVICES_THRESHOLD", default_value_t = 1000)]
@@ -120,11 +122,11 @@ pub struct RunArgs {
     /// eBPF dataplane threshold, Services.
     #[arg(long, env = "SAFE_TERMINATION_EBPF_SERVICES_THRESHOLD", default_value_t = 8000)]
     pub ebpf_services_threshold: u64,
-    /// ProxyStale threshold, seconds.
-    #[arg(long, env = "SAFE_TERMINATION_STALE_SECONDS", default_value_t = 30.0)]
+    /// ProxyStale threshold, seconds (above 0, at most 86400).
+    #[arg(long, env = "SAFE_TERMINATION_STALE_SECONDS", default_value_t = 30.0, allow_negative_numbers = true, value_parser = number_in(0.0, 86_400.0, true, "a number of seconds"))]
     pub stale_seconds: f64,
-    /// Rewrite an unchanged status at most this often, seconds.
-    #[arg(long, env = "SAFE_TERMINATION_STATUS_REFRESH_SECONDS", default_value_t = 300)]
+    /// Rewrite an unchanged status at most this often, seconds, 1 to 86400.
+    #[arg(long, env = "SAFE_TERMINATION_STATUS_REFRESH_SECONDS", default_value_t = 300, allow_negative_numbers = true, value_parser = whole_in(1u64, 86_400, "a whole number of seconds"))]
     pub status_refresh_seconds: u64,
     /// Secret (in --namespace) where the leader keeps a generated CA and serving certificate,
     /// renewed at 2/3 of their lifetime (off when unset: certificates come from elsewhere).
@@ -143,8 +145,8 @@ pub struct RunArgs {
     /// (out of cluster; in a pod the kubelet updates the mounted Secret).
     #[arg(long, env = "SAFE_TERMINATION_WRITE_CERT_FILES")]
     pub write_cert_files: bool,
-    /// Seconds between certificate checks.
-    #[arg(long, env = "SAFE_TERMINATION_CERT_CHECK_INTERVAL_SECONDS", default_value_t = 60)]
+    /// Seconds between certificate checks, 1 to 86400.
+    #[arg(long, env = "SAFE_TERMINATION_CERT_CHECK_INTERVAL_SECONDS", default_value_t = 60, allow_negative_numbers = true, value_parser = whole_in(1u64, 86_400, "a whole number of seconds"))]
     pub cert_check_interval_seconds: u64,
 }
 
@@ -161,8 +163,9 @@ fn store_from_files(specs: &[String], window: f64) -> Result<MeasurementStore, S
     let mut store = MeasurementStore::new(window);
     for spec in specs {
         let (node, path) = spec.split_once('=').ok_or_else(|| format!("--metrics-file {spec:?}: expected NODE=FILE"))?;
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-        let scrape = crate::metrics::parse_kube_proxy_metrics(&text).map_err(|e| format!("{path}:{}: {}: {}", e.line, e.family, e.message))?;
+        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+        let text = crate::sources::decode_utf8(path, bytes).map_err(|e| e.to_string())?;
+        let scrape = crate::metrics::parse_kube_proxy_metrics(&text).map_err(|e| e.at(path))?;
         store.record(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None });
     }
     Ok(store)

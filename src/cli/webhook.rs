@@ -7,6 +7,7 @@
 //! in-flight reviews (at most `--drain-seconds`), exit 0; a second signal aborts (exit 130).
 
 use crate::cli::mutate::PlanArgs;
+use crate::cli::whole_in;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{self, Readiness, Telemetry};
 use crate::webhook::plan::{AssumeServiceBacked, ServiceIndex};
@@ -44,17 +45,21 @@ pub struct ServingArgs {
     pub tls_key_file: PathBuf,
     /// How often the certificate files are re-read, seconds (mounted Secrets change by symlink
     /// swap, so content is polled).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600), env = "SAFE_TERMINATION_CERT_RELOAD_INTERVAL_SECONDS")]
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"), env = "SAFE_TERMINATION_CERT_RELOAD_INTERVAL_SECONDS")]
     pub cert_reload_interval_seconds: u64,
     /// Largest accepted AdmissionReview body, bytes (413 beyond).
     #[arg(long, default_value_t = server::DEFAULT_MAX_BODY_BYTES, env = "SAFE_TERMINATION_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
     /// Per-request timeout, milliseconds; keep it below the webhook's timeoutSeconds.
-    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(1..=30_000), env = "SAFE_TERMINATION_REQUEST_TIMEOUT_MS")]
+    #[arg(long, default_value_t = 4000, allow_negative_numbers = true, value_parser = whole_in(1u64, 30_000, "a whole number of milliseconds"), env = "SAFE_TERMINATION_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: u64,
-    /// On shutdown, how long in-flight requests may take to finish, seconds.
-    #[arg(long, default_value_t = 10, env = "SAFE_TERMINATION_DRAIN_SECONDS")]
+    /// On shutdown, how long in-flight requests may take to finish, seconds, 0 to 3600.
+    #[arg(long, default_value_t = 10, env = "SAFE_TERMINATION_DRAIN_SECONDS", allow_negative_numbers = true, value_parser = whole_in(0u64, 3600, "a whole number of seconds"))]
     pub drain_seconds: u64,
+    /// How long a connection may wait before its first request and, on HTTP/1.1, stay idle
+    /// between requests or take to send a request's headers, seconds; then it is closed.
+    #[arg(long, default_value_t = 30, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"), env = "SAFE_TERMINATION_IDLE_TIMEOUT_SECONDS")]
+    pub idle_timeout_seconds: u64,
 }
 
 /// How `run` ended.
@@ -128,8 +133,8 @@ pub async fn serve(args: &WebhookArgs, listeners: Listeners, shutdown: Shutdown)
 }
 
 /// What the served webhook reads: the plan handle (published by whoever owns the plan), the
-/// Service index, the process's telemetry and readiness checks (the webhook adds "certificate
-/// loaded", "plan published" and the shutdown check to them).
+/// Service index, the process's telemetry and readiness checks (the webhook adds "no certificate
+/// loaded", "no plan published yet" and "shutting down" to them).
 pub struct Served {
     /// The plan the handler reads.
     pub plan: PlanHandle,
@@ -156,9 +161,9 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
 
     {
         let store = store.clone();
-        readiness.add("certificate loaded", move || store.is_loaded());
+        readiness.add("no certificate loaded", move || store.is_loaded());
         let plan = plan_handle.clone();
-        readiness.add("plan published", move || plan.is_published());
+        readiness.add("no plan published yet", move || plan.is_published());
         readiness.add_shutdown(shutdown.token());
     }
 
@@ -174,7 +179,14 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
         settings: Settings { max_body_bytes: serving.max_body_bytes, request_timeout: Duration::from_millis(serving.request_timeout_ms) },
     };
     tracing::info!(listen = %listen, admin = %admin_listen, cert = %serving.tls_cert_file.display(), "admission webhook serving");
-    let serve = server::serve(listener, server::router(state), tls, shutdown.token(), Duration::from_secs(serving.drain_seconds));
+    let serve = server::serve(
+        listener,
+        server::router(state),
+        tls,
+        shutdown.token(),
+        Duration::from_secs(serving.drain_seconds),
+        Duration::from_secs(serving.idle_timeout_seconds),
+    );
     let abort = shutdown.abort_token();
     let result = tokio::select! {
         r = serve => r.map_err(|e| WebhookError::Io(format!("webhook server: {e}"))),

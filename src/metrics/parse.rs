@@ -1,18 +1,56 @@
 //! A small, exact reader for the Prometheus text exposition format (version 0.0.4) as kube-proxy
 //! serves it on `:10249/metrics`, extracting only the families this project uses.
 //!
-//! Rule R12 (design.md): unrelated families are skipped without being parsed; any bucket layout is
-//! accepted; series that differ only in extra labels (`ip_family` since 1.33, ...) are summed per
-//! `le`; `NaN` and `±Inf` values are accepted; family names match exactly (the `_full_`/`_partial_`
-//! families share a prefix with the main sync family); a histogram without a `+Inf` bucket, a
-//! sample line cut off before its value, or a last line without its terminating line feed (the
-//! format requires one) is an error that names the family and the line; the pre-1.14 histogram
-//! `kubeproxy_sync_proxy_rules_latency_microseconds` is converted to seconds.
+//! Rule R12 (design.md): unrelated families are not interpreted (any type, any bucket layout, any
+//! values); any bucket layout of our own histograms is accepted; series that differ only in extra
+//! labels (`ip_family` since 1.33, ...) are summed per `le`; `NaN` and `±Inf` sample values are
+//! accepted; family names match exactly (the `_full_`/`_partial_` families share a prefix with the
+//! main sync family); the pre-1.14 histogram `kubeproxy_sync_proxy_rules_latency_microseconds` is
+//! converted to seconds.
+//!
+//! # What is an error
+//!
+//! Every error names the 1-based line and, when known, the metric family (the sample's family, or
+//! the family of the `# HELP`/`# TYPE` block the line sits in).
+//!
+//! * **Syntax, on every line** (also in families we do not read, since a garbled line means the
+//!   text is not the exposition it claims to be): the grammar is the one Prometheus' own scrape
+//!   parser (`model/textparse`, `promlex.l`) and `expfmt.TextParser` accept:
+//!   - blanks (spaces and tabs) may precede a line's first token and separate tokens anywhere
+//!     (both parsers skip them: `<*>[ \t]+` in promlex, `skipBlankTab` at the start of every line
+//!     in expfmt), so an indented sample is read like any other; a blank line is skipped;
+//!   - `#` starts a comment; `# HELP name text` and `# TYPE name type` must name a valid metric
+//!     (`[a-zA-Z_:][a-zA-Z0-9_:]*`), and the type is one of `counter`, `gauge`, `histogram`,
+//!     `summary`, `untyped`, with nothing after it;
+//!   - a sample is `name [{label="value",...}] value [timestamp]`: label names
+//!     `[a-zA-Z_][a-zA-Z0-9_]*`, values double-quoted with backslash escapes, an optional
+//!     trailing comma; the value a Go float (`1.5`, `1e3`, `NaN`, `+Inf`, `-Inf`); the timestamp
+//!     an integer (milliseconds); nothing else on the line;
+//!   - a line ending in `\r\n` is read as ending in `\n` (saved files from Windows tools);
+//!   - not accepted: OpenMetrics-only syntax (exemplars, float timestamps, `# EOF` is a plain
+//!     comment) and Prometheus 3's quoted UTF-8 names (`{"my.metric"}`), which a server only
+//!     sends when the scraper asks for them.
+//! * **Cut-off scrapes**: the format ends every line with a line feed, so a last line without one
+//!   was cut off. That is an error when the line is a sample of a family we read, a comment
+//!   (a `# HELP` or `# TYPE` line's family lost its samples; a plain comment may be a `# HELP`
+//!   cut inside its keyword) other than OpenMetrics' `# EOF`, or an incomplete sample of any
+//!   family (cut inside its name, labels or before its value). A *complete* last sample line of a
+//!   family we do not read is accepted without its line feed: editors drop a file's final newline
+//!   (one of the shared real scrapes is saved so), and no value this reader returns depends on
+//!   that line.
+//!   A cut that falls exactly on a line boundary leaves a valid exposition, so it is only caught
+//!   when it leaves one of our histograms without its `+Inf` bucket.
+//! * **Our histograms**, per series (the labels other than `le`): a `le` label that is a number,
+//!   not NaN, not `-Inf` and not negative (these are all durations, so a bound below 0 cannot
+//!   occur; `le="0"` is kube-proxy's first network-programming bucket), no `le` twice, a
+//!   `le="+Inf"` bucket, bucket counts that are not negative and never decrease as `le` grows
+//!   (the counts are cumulative). A NaN count is tolerated (Prometheus' `histogram_quantile`
+//!   skips it).
 //!
 //! Why not a parser crate: the maintained ones (`prometheus-parse`) build every sample of every
 //! family with a regex per line, lose the line number needed for errors, and silently skip cut-off
-//! lines; this reader skips unrelated lines with one prefix test and meets the 200 MB/s target
-//! (BENCHMARKS.md).
+//! lines; this reader checks the syntax of unrelated lines with one byte scan and interprets only
+//! our families, and meets the 200 MB/s target (BENCHMARKS.md).
 
 use super::histogram::{Bucket, Histogram, HistogramError};
 use serde::Serialize;
@@ -167,71 +205,135 @@ pub struct KubeProxyScrape {
 
 /// A scrape that cannot be trusted, with the 1-based line and the family it concerns.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("line {line}: {family}: {message}")]
+#[error("line {line}: {}", self.what())]
 pub struct ParseError {
     /// 1-based line number in the input.
     pub line: usize,
-    /// The family concerned (or the partial name when a line was cut inside the name).
+    /// The family concerned (or the partial name when a line was cut inside the name); empty
+    /// when the line names none and sits in no `# HELP`/`# TYPE` block.
     pub family: String,
     /// What was wrong.
     pub message: String,
 }
 
+impl ParseError {
+    /// `family: message`, or the message alone when no family is known.
+    fn what(&self) -> String {
+        if self.family.is_empty() { self.message.clone() } else { format!("{}: {}", self.family, self.message) }
+    }
+
+    /// The error as `SOURCE:LINE: family: message`, the form the command line prints for a file
+    /// or URL.
+    pub fn at(&self, source: &str) -> String {
+        format!("{source}:{}: {}", self.line, self.what())
+    }
+}
+
+/// One bucket line of one of our histograms: `le` in the family's unit, the count, the line.
+#[derive(Clone, Copy)]
+struct BucketLine {
+    le: f64,
+    count: f64,
+    line: usize,
+}
+
 #[derive(Default)]
 struct HistAcc {
-    buckets: Vec<Bucket>,
     sum: Option<f64>,
-    /// labels other than `le` -> saw +Inf, per series (a map: scrapes can hold many series)
-    series: std::collections::HashMap<String, bool>,
+    /// labels other than `le` -> that series' bucket lines (a map: scrapes can hold many series)
+    series: std::collections::HashMap<String, Vec<BucketLine>>,
     last_line: usize,
 }
+
+const BLANKS: [char; 2] = [' ', '\t'];
 
 /// Parses a kube-proxy `/metrics` body. Never panics; see the module docs for what is an error.
 pub fn parse_kube_proxy_metrics(text: &str) -> Result<KubeProxyScrape, ParseError> {
     let mut hists: [Option<HistAcc>; 5] = Default::default();
     let mut out = KubeProxyScrape::default();
     let ends_with_newline = text.is_empty() || text.ends_with('\n');
+    // the family of the last `# HELP`/`# TYPE` line, to name the family of a broken line
+    let mut block: &str = "";
     let mut line_no = 0usize;
     let mut lines = text.split('\n').peekable();
     while let Some(raw) = lines.next() {
         line_no += 1;
         let is_last_unterminated = !ends_with_newline && lines.peek().is_none();
         let line = raw.strip_suffix('\r').unwrap_or(raw);
-        let interesting = line.starts_with("kubeproxy_") || line.starts_with("kubernetes_build_info");
-        if !interesting {
+        let body = skip_blanks(line);
+        if body.is_empty() {
             continue;
         }
-        let name_end = line.find(['{', ' ', '\t']).unwrap_or(line.len());
-        let name = &line[..name_end];
-        let Some(kind) = classify(name) else {
-            if name_end == line.len() {
-                // a kubeproxy_ line with nothing after its name: cut off inside the name or before
-                // the value. Name the family it belonged to when the prefix says so.
-                return Err(cut_line_error(line_no, name));
+        if let Some(comment) = body.strip_prefix('#') {
+            match check_comment(comment) {
+                // OpenMetrics' `# EOF` may end the text without a line feed; any other comment
+                // cut there may be a `# HELP` cut inside its keyword
+                Ok(None) if is_last_unterminated && body.trim_end_matches(BLANKS) != "# EOF" => {
+                    return Err(ParseError {
+                        line: line_no,
+                        family: String::new(),
+                        message: "the last line is a comment without its terminating line feed: the scrape was cut off".into(),
+                    });
+                }
+                Ok(None) => {}
+                Ok(Some(family)) => {
+                    block = family;
+                    if is_last_unterminated {
+                        return Err(ParseError {
+                            line: line_no,
+                            family: family.to_string(),
+                            message: "the last line is a # HELP or # TYPE line without its terminating line feed: the scrape was cut off before the family's samples".into(),
+                        });
+                    }
+                }
+                Err((family, message)) => {
+                    let message = if is_last_unterminated { cut_off(&message) } else { message };
+                    return Err(ParseError { line: line_no, family: family.to_string(), message });
+                }
             }
-            continue; // an unrelated kubeproxy_ family
+            continue;
+        }
+        let name_end = run_len(body, is_name_byte);
+        let name = &body[..name_end];
+        let kind = if name.starts_with("kubeproxy_") || name == "kubernetes_build_info" { classify(name) } else { None };
+        let family = |kind: &Option<Name>| match kind {
+            Some(k) => family_of(k).to_string(),
+            None if !block.is_empty() && (name.starts_with(block) || (!name.is_empty() && block.starts_with(name))) => block.to_string(),
+            None => name.to_string(),
         };
-        let err = |message: String| ParseError { line: line_no, family: family_of(&kind).to_string(), message };
-        if is_last_unterminated {
+        let err = |message: String| ParseError { line: line_no, family: family(&kind), message };
+        if is_last_unterminated && kind.is_some() {
             return Err(err("the last line has no terminating line feed: the scrape was cut off".into()));
         }
-        let (labels, rest) = parse_labels(&line[name_end..]).map_err(err)?;
-        let value = parse_value(rest).map_err(err)?;
-        match kind {
+        // labels are only collected for our families; every line's are checked
+        let mut labels = Labels::default();
+        let ours = kind.is_some();
+        let sample = split_sample(body, name_end, |name, raw, escaped| if ours { labels.add(name, raw, escaped) } else { Ok(()) });
+        let value = match sample {
+            Ok(value) => value,
+            Err(SyntaxError::NoValue) if is_last_unterminated && !name.is_empty() && body[name_end..].trim().is_empty() => {
+                return Err(cut_line_error(line_no, name, block));
+            }
+            Err(e) => {
+                let message = e.to_string();
+                return Err(err(if is_last_unterminated { cut_off(&message) } else { message }));
+            }
+        };
+        let Some(k) = &kind else { continue }; // a family we do not read: checked, not interpreted
+        match *k {
             Name::Hist(fam, part) => {
                 let acc = hists[fam.index()].get_or_insert_with(HistAcc::default);
                 acc.last_line = line_no;
-                let k = fam.to_seconds();
                 match part {
                     Part::Bucket => {
                         let le = labels.le.ok_or_else(|| err("bucket sample without an `le` label".into()))?;
-                        let le = parse_float(le).ok_or_else(|| err(format!("`le` value {le:?} is not a number")))?;
-                        let key = labels.others;
-                        let is_inf = le == f64::INFINITY;
-                        *acc.series.entry(key).or_insert(false) |= is_inf;
-                        acc.buckets.push(Bucket { upper_bound_seconds: le * k, count: value });
+                        let le = bucket_bound(le).map_err(&err)?;
+                        if value < 0.0 {
+                            return Err(err(format!("bucket le=\"{}\" has a negative count {value}", labels.le.unwrap_or_default())));
+                        }
+                        acc.series.entry(labels.others).or_default().push(BucketLine { le, count: value, line: line_no });
                     }
-                    Part::Sum => acc.sum = Some(acc.sum.unwrap_or(0.0) + value * k),
+                    Part::Sum => acc.sum = Some(acc.sum.unwrap_or(0.0) + value * fam.to_seconds()),
                     Part::Count => {}
                 }
             }
@@ -240,19 +342,11 @@ pub fn parse_kube_proxy_metrics(text: &str) -> Result<KubeProxyScrape, ParseErro
     }
     for fam in HistogramFamily::ALL {
         let Some(acc) = hists[fam.index()].take() else { continue };
-        let fail = |message: String| ParseError { line: acc.last_line, family: fam.name().to_string(), message };
-        let mut missing: Vec<&String> = acc.series.iter().filter(|(_, inf)| !**inf).map(|(s, _)| s).collect();
-        missing.sort();
-        if let Some(series) = missing.first() {
-            let which = if series.is_empty() { String::new() } else { format!(" (series {{{series}}})") };
-            return Err(fail(format!(
-                "histogram has no le=\"+Inf\" bucket{which}: the scrape is incomplete or cut off"
-            )));
-        }
-        let hist = match Histogram::new(acc.buckets, acc.sum) {
+        let buckets = check_series(fam, acc.series, acc.last_line)?;
+        let hist = match Histogram::new(buckets, acc.sum) {
             Ok(h) => h,
             Err(HistogramError::Empty) => continue, // only _sum/_count lines: nothing to read
-            Err(e) => return Err(fail(e.to_string())),
+            Err(e) => return Err(ParseError { line: acc.last_line, family: fam.name().to_string(), message: e.to_string() }),
         };
         match fam {
             HistogramFamily::Sync => out.sync = Some(hist),
@@ -268,6 +362,73 @@ pub fn parse_kube_proxy_metrics(text: &str) -> Result<KubeProxyScrape, ParseErro
         }
     }
     Ok(out)
+}
+
+fn cut_off(message: &str) -> String {
+    format!("{message}, and the last line has no terminating line feed: the scrape was cut off")
+}
+
+/// A bucket's `le` (in the family's unit): a number, not NaN, not negative (durations).
+fn bucket_bound(le: &str) -> Result<f64, String> {
+    let v = parse_float(le).ok_or_else(|| format!("`le` value {le:?} is not a number"))?;
+    if v.is_nan() {
+        Err(format!("bucket bound le=\"{le}\" is NaN"))
+    } else if v == f64::NEG_INFINITY {
+        Err(format!("bucket bound le=\"{le}\" is -Inf: no bucket can be below every value"))
+    } else if v < 0.0 {
+        Err(format!("bucket bound le=\"{le}\" is negative: a duration histogram has no bucket below 0"))
+    } else {
+        Ok(v)
+    }
+}
+
+/// Checks each series of one of our histograms (a `+Inf` bucket, no `le` twice, cumulative
+/// counts) and returns all their buckets, in seconds, for [`Histogram::new`] to sum per `le`.
+fn check_series(
+    fam: HistogramFamily,
+    series: std::collections::HashMap<String, Vec<BucketLine>>,
+    last_line: usize,
+) -> Result<Vec<Bucket>, ParseError> {
+    let fail = |line: usize, message: String| ParseError { line, family: fam.name().to_string(), message };
+    let which = |key: &str| if key.is_empty() { String::new() } else { format!(" (series {{{key}}})") };
+    let mut series: Vec<(String, Vec<BucketLine>)> = series.into_iter().collect();
+    series.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some((key, _)) = series.iter().find(|(_, b)| !b.iter().any(|b| b.le == f64::INFINITY)) {
+        return Err(fail(last_line, format!("histogram has no le=\"+Inf\" bucket{}: the scrape is incomplete or cut off", which(key))));
+    }
+    let mut out = Vec::with_capacity(series.iter().map(|s| s.1.len()).sum());
+    for (key, mut lines) in series {
+        lines.sort_by(|a, b| a.le.total_cmp(&b.le).then(a.line.cmp(&b.line)));
+        for w in lines.windows(2) {
+            let (lo, hi) = (w[0], w[1]);
+            if lo.le == hi.le {
+                return Err(fail(
+                    hi.line,
+                    format!("bucket le=\"{}\" appears twice{} (also on line {})", fmt_le(hi.le), which(&key), lo.line),
+                ));
+            }
+            if hi.count < lo.count {
+                return Err(fail(
+                    hi.line,
+                    format!(
+                        "bucket le=\"{}\" counts {} but le=\"{}\" (line {}) counts {}{}: bucket counts are cumulative and never decrease as le grows",
+                        fmt_le(hi.le),
+                        hi.count,
+                        fmt_le(lo.le),
+                        lo.line,
+                        lo.count,
+                        which(&key)
+                    ),
+                ));
+            }
+        }
+        out.extend(lines.into_iter().map(|b| Bucket { upper_bound_seconds: b.le * fam.to_seconds(), count: b.count }));
+    }
+    Ok(out)
+}
+
+fn fmt_le(v: f64) -> String {
+    if v == f64::INFINITY { "+Inf".into() } else { v.to_string() }
 }
 
 fn family_of(kind: &Name) -> &'static str {
@@ -290,20 +451,6 @@ fn family_of(kind: &Name) -> &'static str {
             Scalar::NftablesCleanupFailures => "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
             Scalar::BuildInfo => "kubernetes_build_info",
         },
-    }
-}
-
-fn cut_line_error(line: usize, partial: &str) -> ParseError {
-    let candidates: Vec<&str> =
-        HistogramFamily::ALL.iter().map(|f| f.name()).filter(|n| n.starts_with(partial) || partial.starts_with(n)).collect();
-    let family = match candidates.as_slice() {
-        [one] => (*one).to_string(),
-        _ => partial.to_string(),
-    };
-    ParseError {
-        line,
-        family,
-        message: format!("sample line {partial:?} is cut off before its value: the scrape is incomplete"),
     }
 }
 
@@ -340,58 +487,24 @@ struct Labels<'a> {
     others: String,
 }
 
-/// Parses `{a="b",...}` (if present) and returns the labels and the rest of the line.
-fn parse_labels(s: &str) -> Result<(Labels<'_>, &str), String> {
-    let mut labels = Labels::default();
-    let Some(mut rest) = s.strip_prefix('{') else { return Ok((labels, s)) };
-    loop {
-        rest = rest.trim_start_matches([' ', '\t']);
-        if let Some(r) = rest.strip_prefix('}') {
-            return Ok((labels, r));
-        }
-        let eq = rest.find('=').ok_or("label set is cut off (no `=`)")?;
-        let lname = rest[..eq].trim();
-        rest = rest[eq + 1..].trim_start();
-        rest = rest.strip_prefix('"').ok_or_else(|| format!("label {lname} has no quoted value"))?;
-        // find the closing quote, honouring backslash escapes
-        let bytes = rest.as_bytes();
-        let mut i = 0;
-        let mut escaped = false;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'\\' => {
-                    escaped = true;
-                    i += 2;
-                    continue;
-                }
-                b'"' => break,
-                _ => i += 1,
-            }
-        }
-        if i >= bytes.len() {
-            return Err(format!("label {lname} value is cut off (no closing quote)"));
-        }
-        let raw = &rest[..i];
-        rest = &rest[i + 1..];
-        match lname {
-            "le" => labels.le = Some(raw),
-            "git_version" | "gitVersion" => labels.git_version = Some(if escaped { unescape(raw) } else { raw.to_string() }),
+impl<'a> Labels<'a> {
+    /// Takes one label of a sample of ours.
+    fn add(&mut self, name: &'a str, raw: &'a str, escaped: bool) -> Result<(), String> {
+        match name {
+            "le" if self.le.is_some() => return Err("the label le appears twice on one sample".into()),
+            "le" => self.le = Some(raw),
+            "git_version" | "gitVersion" => self.git_version = Some(if escaped { unescape(raw) } else { raw.to_string() }),
             _ => {
-                if !labels.others.is_empty() {
-                    labels.others.push(',');
+                if !self.others.is_empty() {
+                    self.others.push(',');
                 }
-                labels.others.push_str(lname);
-                labels.others.push_str("=\"");
-                labels.others.push_str(raw);
-                labels.others.push('"');
+                self.others.push_str(name);
+                self.others.push_str("=\"");
+                self.others.push_str(raw);
+                self.others.push('"');
             }
         }
-        rest = rest.trim_start_matches([' ', '\t']);
-        if let Some(r) = rest.strip_prefix(',') {
-            rest = r;
-        } else if !rest.starts_with('}') {
-            return Err("label set is cut off (expected `,` or `}`)".into());
-        }
+        Ok(())
     }
 }
 
@@ -412,15 +525,6 @@ fn unescape(s: &str) -> String {
     out
 }
 
-fn parse_value(rest: &str) -> Result<f64, String> {
-    let rest = rest.trim_start_matches([' ', '\t']);
-    let tok = rest.split([' ', '\t']).next().unwrap_or("");
-    if tok.is_empty() {
-        return Err("sample has no value: the line is cut off".into());
-    }
-    parse_float(tok).ok_or_else(|| format!("value {tok:?} is not a number"))
-}
-
 /// Go `strconv.ParseFloat` as Prometheus uses it: decimal/exponent forms, `NaN`, `+Inf`, `-Inf`
 /// (case-insensitive, `Inf`/`Infinity`).
 fn parse_float(s: &str) -> Option<f64> {
@@ -430,6 +534,224 @@ fn parse_float(s: &str) -> Option<f64> {
         "NaN" => Some(f64::NAN),
         _ => s.parse::<f64>().ok(),
     }
+}
+
+fn cut_line_error(line: usize, partial: &str, block: &str) -> ParseError {
+    let candidates: Vec<&str> =
+        HistogramFamily::ALL.iter().map(|f| f.name()).filter(|n| n.starts_with(partial) || partial.starts_with(n)).collect();
+    let family = match candidates.as_slice() {
+        [one] => (*one).to_string(),
+        _ if !block.is_empty() && (block.starts_with(partial) || partial.starts_with(block)) => block.to_string(),
+        _ => partial.to_string(),
+    };
+    ParseError {
+        line,
+        family,
+        message: format!("sample line {partial:?} is cut off before its value: the scrape is incomplete"),
+    }
+}
+
+/// Why a line is not exposition syntax.
+#[derive(Debug)]
+enum SyntaxError {
+    /// The line ends after the name and labels: no value.
+    NoValue,
+    /// Anything else, described.
+    Other(String),
+}
+
+impl std::fmt::Display for SyntaxError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SyntaxError::NoValue => f.write_str("sample has no value"),
+            SyntaxError::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<String> for SyntaxError {
+    fn from(m: String) -> Self {
+        SyntaxError::Other(m)
+    }
+}
+
+/// `s` without its leading blanks (spaces and tabs).
+#[inline]
+fn skip_blanks(s: &str) -> &str {
+    &s[run_len(s, |b| b == b' ' || b == b'\t')..]
+}
+
+/// The length of the leading run of bytes for which `ascii` holds; `ascii` accepts ASCII bytes
+/// only, so the run ends on a character boundary.
+#[inline]
+fn run_len(s: &str, ascii: impl Fn(u8) -> bool) -> usize {
+    s.bytes().position(|b| !ascii(b)).unwrap_or(s.len())
+}
+
+#[inline]
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b':'
+}
+
+#[inline]
+fn is_blank(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+/// The first character of `s`, for messages.
+fn first_char(s: &str) -> char {
+    s.chars().next().unwrap_or(' ')
+}
+
+/// Checks a sample line (`body`: leading blanks removed; `name_end`: where the metric name
+/// ends) against the grammar in the module docs, passes each label to `each` (see
+/// [`scan_labels`]) and returns the value. Byte-wise: every delimiter is ASCII, and this runs on
+/// every line of the scrape.
+fn split_sample<'a>(
+    body: &'a str,
+    name_end: usize,
+    each: impl FnMut(&'a str, &'a str, bool) -> Result<(), String>,
+) -> Result<f64, SyntaxError> {
+    let name = &body[..name_end];
+    let mut rest = &body[name_end..];
+    if name.is_empty() {
+        let c = first_char(rest);
+        return Err(if c == '{' {
+            "a sample must start with its metric name (a name inside the braces, Prometheus 3's quoted UTF-8 form, is not accepted)"
+                .to_string()
+                .into()
+        } else {
+            format!("expected a metric name or a comment, found {c:?}").into()
+        });
+    }
+    match rest.as_bytes().first() {
+        None | Some(b' ' | b'\t' | b'{') => {}
+        Some(_) => {
+            let c = first_char(rest);
+            return Err(format!("character {c:?} is not allowed in metric name {:?}", &body[..name_end + c.len_utf8()]).into());
+        }
+    }
+    if name.as_bytes()[0].is_ascii_digit() {
+        return Err(format!("metric name {name:?} starts with a digit").into());
+    }
+    rest = skip_blanks(rest);
+    if let Some(inner) = rest.strip_prefix('{') {
+        rest = skip_blanks(scan_labels(inner, each)?);
+    }
+    if rest.is_empty() {
+        return Err(SyntaxError::NoValue);
+    }
+    let (tok, after) = rest.split_at(run_len(rest, |b| !is_blank(b)));
+    let value = parse_float(tok).ok_or_else(|| format!("value {tok:?} is not a number"))?;
+    let after = skip_blanks(after);
+    if !after.is_empty() {
+        let (ts, trailing) = after.split_at(run_len(after, |b| !is_blank(b)));
+        let digits = ts.strip_prefix('-').unwrap_or(ts);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("timestamp {ts:?} after the value is not an integer (milliseconds)").into());
+        }
+        let trailing = skip_blanks(trailing);
+        if !trailing.is_empty() {
+            return Err(format!("unexpected {trailing:?} after the timestamp").into());
+        }
+    }
+    Ok(value)
+}
+
+/// Walks a label set; `s` starts just after `{`. Calls `each(name, raw value, has escapes)` per
+/// label and returns the text after the closing `}`.
+fn scan_labels<'a>(s: &'a str, mut each: impl FnMut(&'a str, &'a str, bool) -> Result<(), String>) -> Result<&'a str, String> {
+    let cut = || "label set is cut off (no closing `}`)".to_string();
+    let mut rest = s;
+    loop {
+        rest = skip_blanks(rest);
+        if let Some(r) = rest.strip_prefix('}') {
+            return Ok(r);
+        }
+        let name_end = run_len(rest, |b| b.is_ascii_alphanumeric() || b == b'_');
+        let name = &rest[..name_end];
+        if name.is_empty() || name.as_bytes()[0].is_ascii_digit() {
+            return Err(match rest.chars().next() {
+                None => cut(),
+                Some('"') => "quoted label names (Prometheus 3's UTF-8 form) are not accepted".into(),
+                Some(c) if name.is_empty() => format!("expected a label name, found {c:?}"),
+                Some(_) => format!("label name {name:?} starts with a digit"),
+            });
+        }
+        rest = skip_blanks(&rest[name_end..]);
+        rest = match rest.as_bytes().first() {
+            Some(b'=') => skip_blanks(&rest[1..]),
+            None => return Err(format!("label set is cut off after the label name {name} (no `=`)")),
+            Some(_) => return Err(format!("expected `=` after the label name {name}, found {:?}", first_char(rest))),
+        };
+        rest = match rest.strip_prefix('"') {
+            Some(r) => r,
+            None if rest.is_empty() => return Err(format!("label {name} value is cut off (no opening quote)")),
+            None => return Err(format!("label {name} has no quoted value")),
+        };
+        // find the closing quote, honouring backslash escapes
+        let bytes = rest.as_bytes();
+        let mut i = 0;
+        let mut escaped = false;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\\' => {
+                    escaped = true;
+                    i += 2;
+                }
+                b'"' => break,
+                _ => i += 1,
+            }
+        }
+        if i >= bytes.len() {
+            return Err(format!("label {name} value is cut off (no closing quote)"));
+        }
+        each(name, &rest[..i], escaped)?;
+        rest = skip_blanks(&rest[i + 1..]);
+        match rest.as_bytes().first() {
+            Some(b',') => rest = &rest[1..],
+            Some(b'}') => {}
+            None => return Err(cut()),
+            Some(_) => return Err(format!("expected `,` or `}}` after the label {name}, found {:?}", first_char(rest))),
+        }
+    }
+}
+
+/// Checks a comment line (`s`: the text after `#`). Returns the family a `# HELP`/`# TYPE` line
+/// names; an error comes with the family when the line names a valid one.
+fn check_comment(s: &str) -> Result<Option<&str>, (&str, String)> {
+    // promlex: only `#` followed by blanks can start HELP/TYPE; anything else is a plain comment
+    if !s.starts_with(BLANKS) {
+        return Ok(None);
+    }
+    let s = s.trim_start_matches(BLANKS);
+    let (keyword, rest) = s.split_once(BLANKS).unwrap_or((s, ""));
+    if keyword != "HELP" && keyword != "TYPE" {
+        return Ok(None);
+    }
+    let rest = rest.trim_start_matches(BLANKS);
+    let (name, rest) = rest.split_once(BLANKS).unwrap_or((rest, ""));
+    if name.is_empty() {
+        return Err(("", format!("# {keyword} without a metric name")));
+    }
+    let valid = name.bytes().enumerate().all(|(i, b)| b.is_ascii_alphabetic() || b == b'_' || b == b':' || (i > 0 && b.is_ascii_digit()));
+    if !valid {
+        return Err(("", format!("# {keyword} names {name:?}, which is not a metric name")));
+    }
+    if keyword == "TYPE" {
+        let ty = rest.trim_matches(BLANKS);
+        if !matches!(ty, "counter" | "gauge" | "histogram" | "summary" | "untyped") {
+            return Err((
+                name,
+                if ty.is_empty() {
+                    format!("# TYPE {name} has no type")
+                } else {
+                    format!("# TYPE {name} has the unknown type {ty:?} (expected counter, gauge, histogram, summary or untyped)")
+                },
+            ));
+        }
+    }
+    Ok(Some(name))
 }
 
 #[cfg(test)]
@@ -502,6 +824,188 @@ kubeproxy_sync_proxy_rules_endpoint_changes_pending +Inf 1700000000000
         assert!(s.last_sync_timestamp_seconds.unwrap().is_nan());
         assert_eq!(s.endpoint_changes_pending, Some(f64::INFINITY));
     }
+
+    /// Prometheus' parsers skip blanks before a line's first token and between tokens: an
+    /// indented scrape reads exactly like the original, blank lines included.
+    #[test]
+    fn indented_lines_and_blanks_between_tokens_are_read() {
+        let plain = "\
+# HELP kubeproxy_sync_proxy_rules_duration_seconds x
+# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"1\"} 3
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 4
+kubeproxy_sync_proxy_rules_duration_seconds_sum 2.5
+kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 7
+";
+        let indented = "\
+  # HELP kubeproxy_sync_proxy_rules_duration_seconds x
+\t# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram
+  kubeproxy_sync_proxy_rules_duration_seconds_bucket { le = \"1\" , } 3 1700000000000
+\t \t
+\tkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"}\t4\t
+    kubeproxy_sync_proxy_rules_duration_seconds_sum 2.5
+ kubeproxy_sync_proxy_rules_iptables_total{ table=\"nat\"} 7
+";
+        let want = parse_kube_proxy_metrics(plain).unwrap();
+        assert_eq!(want.sync.as_ref().unwrap().count(), 4.0);
+        assert_eq!(want.iptables_rules_total, Some(7.0));
+        assert_eq!(parse_kube_proxy_metrics(indented).unwrap(), want);
+    }
+
+    #[test]
+    fn valid_text_without_our_families_is_empty_not_an_error() {
+        let text = "# HELP go_goroutines x\n# TYPE go_goroutines gauge\ngo_goroutines 46\n\n# a comment\nprocess_open_fds{a=\"b\"} 9 -12\n";
+        assert_eq!(parse_kube_proxy_metrics(text).unwrap(), KubeProxyScrape::default());
+    }
+
+    fn err(text: &str) -> (usize, String, String) {
+        let e = parse_kube_proxy_metrics(text).unwrap_err();
+        (e.line, e.family, e.message)
+    }
+
+    /// A broken line is an error wherever it is, also in a family we do not read.
+    #[test]
+    fn garbled_lines_in_unrelated_families_are_errors_naming_line_and_family() {
+        let head = "# HELP go_goroutines x\n# TYPE go_goroutines gauge\n";
+        let cases: [(&str, &str, &str); 12] = [
+            ("go_goroutines 46 12 9\n", "go_goroutines", "unexpected \"9\" after the timestamp"),
+            ("go_goroutines forty\n", "go_goroutines", "value \"forty\" is not a number"),
+            ("go_goroutines 46 1.5\n", "go_goroutines", "timestamp \"1.5\" after the value is not an integer (milliseconds)"),
+            ("go_goroutines\n", "go_goroutines", "sample has no value"),
+            ("go_gorout-ines 46\n", "go_goroutines", "character '-' is not allowed in metric name \"go_gorout-\""),
+            ("go_goroutines{a=\"b\" 46\n", "go_goroutines", "expected `,` or `}` after the label a, found '4'"),
+            ("go_goroutines{a=b} 46\n", "go_goroutines", "label a has no quoted value"),
+            ("go_goroutines{a.b=\"c\"} 46\n", "go_goroutines", "expected `=` after the label name a, found '.'"),
+            ("go_goroutines{\"a\"=\"c\"} 46\n", "go_goroutines", "quoted label names (Prometheus 3's UTF-8 form) are not accepted"),
+            ("<html><body>502 Bad Gateway</body></html>\n", "", "expected a metric name or a comment, found '<'"),
+            (
+                "# TYPE go_threads gauges\n",
+                "go_threads",
+                "# TYPE go_threads has the unknown type \"gauges\" (expected counter, gauge, histogram, summary or untyped)",
+            ),
+            ("# HELP 9lives x\n", "", "# HELP names \"9lives\", which is not a metric name"),
+        ];
+        for (line, family, message) in cases {
+            assert_eq!(err(&format!("{head}{line}")), (3, family.to_string(), message.to_string()), "{line:?}");
+        }
+        // before any # HELP/# TYPE line, and on a line that names no family: no family
+        let e = parse_kube_proxy_metrics("}\n").unwrap_err();
+        assert_eq!((e.line, e.family.as_str()), (1, ""));
+        assert_eq!(e.to_string(), "line 1: expected a metric name or a comment, found '}'");
+        assert_eq!(e.at("scrape.txt"), "scrape.txt:1: expected a metric name or a comment, found '}'");
+    }
+
+    /// The format ends every line with a line feed. A last line without one is an error when it
+    /// is incomplete (whatever its family), ours, or a comment other than `# EOF`; a complete
+    /// last sample line of a family we do not read is accepted (the shared v1.13 scrape is saved
+    /// so).
+    #[test]
+    fn a_scrape_cut_inside_an_unrelated_family_is_an_error() {
+        let head =
+            "# HELP go_gc_duration_seconds x\n# TYPE go_gc_duration_seconds summary\ngo_gc_duration_seconds{quantile=\"0\"} 2.2652e-05\n";
+        let cut = format!("{head}go_gc_duration_seconds{{quantile=\"0.2");
+        assert_eq!(
+            err(&cut),
+            (
+                4,
+                "go_gc_duration_seconds".into(),
+                "label quantile value is cut off (no closing quote), and the last line has no terminating line feed: the scrape was cut off".into()
+            )
+        );
+        assert_eq!(
+            err(&format!("{head}go_gc_dura")),
+            (4, "go_gc_duration_seconds".into(), "sample line \"go_gc_dura\" is cut off before its value: the scrape is incomplete".into())
+        );
+        assert_eq!(
+            err(&format!("{head}go_gc_duration_seconds{{quantile=\"0.25\"}} ")),
+            (
+                4,
+                "go_gc_duration_seconds".into(),
+                "sample has no value, and the last line has no terminating line feed: the scrape was cut off".into()
+            )
+        );
+        assert_eq!(
+            err(&format!("{head}# HELP go_goroutines Number of gorout")),
+            (
+                4,
+                "go_goroutines".into(),
+                "the last line is a # HELP or # TYPE line without its terminating line feed: the scrape was cut off before the family's samples".into()
+            )
+        );
+        assert_eq!(
+            err(&format!("{head}# HE")),
+            (4, String::new(), "the last line is a comment without its terminating line feed: the scrape was cut off".into())
+        );
+        // complete last lines without a line feed: accepted
+        for tail in ["go_gc_duration_seconds{quantile=\"0.25\"} 5.9e-05", "# EOF", "  "] {
+            assert_eq!(parse_kube_proxy_metrics(&format!("{head}{tail}")).unwrap(), KubeProxyScrape::default(), "{tail:?}");
+        }
+    }
+
+    fn sync_text(buckets: &[(&str, &str)]) -> String {
+        buckets.iter().map(|(le, c)| format!("kubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"{le}\"}} {c}\n")).collect()
+    }
+
+    /// `(le, count)` bucket lines, the line of the expected error, its message.
+    type BucketCase<'a> = (&'a [(&'a str, &'a str)], usize, &'a str);
+
+    #[test]
+    fn impossible_buckets_are_errors_naming_family_and_line() {
+        let cases: [BucketCase; 7] = [
+            (&[("-Inf", "0"), ("1", "1"), ("+Inf", "1")], 1, "bucket bound le=\"-Inf\" is -Inf: no bucket can be below every value"),
+            (&[("0.5", "0"), ("NaN", "1"), ("+Inf", "1")], 2, "bucket bound le=\"NaN\" is NaN"),
+            (
+                &[("-0.5", "0"), ("1", "1"), ("+Inf", "1")],
+                1,
+                "bucket bound le=\"-0.5\" is negative: a duration histogram has no bucket below 0",
+            ),
+            (&[("1", "2"), ("2", "3"), ("1.0", "2"), ("+Inf", "3")], 3, "bucket le=\"1\" appears twice (also on line 1)"),
+            (&[("1", "-2"), ("+Inf", "3")], 1, "bucket le=\"1\" has a negative count -2"),
+            (
+                &[("1", "5"), ("2", "3"), ("+Inf", "6")],
+                2,
+                "bucket le=\"2\" counts 3 but le=\"1\" (line 1) counts 5: bucket counts are cumulative and never decrease as le grows",
+            ),
+            (
+                &[("+Inf", "4"), ("1", "5")],
+                1,
+                "bucket le=\"+Inf\" counts 4 but le=\"1\" (line 2) counts 5: bucket counts are cumulative and never decrease as le grows",
+            ),
+        ];
+        for (buckets, line, message) in cases {
+            assert_eq!(err(&sync_text(buckets)), (line, SYNC.into(), message.into()), "{buckets:?}");
+        }
+        // per series: a layout that is cumulative within each ip_family is fine, a decrease in
+        // one of them is named with its series
+        let text = "\
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv4\",le=\"1\"} 9
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv6\",le=\"1\"} 1
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv4\",le=\"+Inf\"} 10
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv6\",le=\"+Inf\"} 0
+";
+        assert_eq!(
+            err(text),
+            (
+                4,
+                SYNC.into(),
+                "bucket le=\"+Inf\" counts 0 but le=\"1\" (line 2) counts 1 (series {ip_family=\"IPv6\"}): bucket counts are cumulative and never decrease as le grows"
+                    .into()
+            )
+        );
+        assert_eq!(
+            err("kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"1\",le=\"2\"} 1\n"),
+            (1, SYNC.into(), "the label le appears twice on one sample".into())
+        );
+        // the network-programming layout starts at le="0"; NaN counts are tolerated
+        let np = "\
+kubeproxy_network_programming_duration_seconds_bucket{le=\"0\"} 0
+kubeproxy_network_programming_duration_seconds_bucket{le=\"0.25\"} NaN
+kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 2
+";
+        assert_eq!(parse_kube_proxy_metrics(np).unwrap().network_programming.unwrap().buckets()[0].upper_bound_seconds, 0.0);
+    }
+
+    const SYNC: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
 
     #[test]
     fn garbage_never_panics() {

@@ -400,8 +400,7 @@ async fn fetch_text(client: &reqwest::Client, url: &str, limit: usize) -> Result
         }
         buf.extend_from_slice(&chunk);
     }
-    String::from_utf8(buf)
-        .map_err(|e| Failure { reason: reason::PARSE, message: format!("{url}: body is not UTF-8 text: {e}") })
+    crate::sources::decode_utf8(url, buf).map_err(|e| Failure { reason: reason::PARSE, message: e.to_string() })
 }
 
 /// Scrapes one target: GET `/metrics` (and, when enabled, `/proxyMode` at the same time), both

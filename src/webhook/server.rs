@@ -11,6 +11,20 @@
 //! Graceful shutdown ([`serve`]): when the shutdown token is cancelled the listener is closed
 //! (new connections are refused), in-flight requests finish (bounded by the drain time), and
 //! `serve` returns.
+//!
+//! Slow and idle connections ([`serve`]): no connection can hold a socket for long without
+//! working. The TLS handshake is bounded by the acceptor (10 s); the first request on a
+//! connection must arrive within the idle timeout; on HTTP/1.1 the same timeout bounds, for
+//! *every* request on a keep-alive connection, both the idle time before it and the time its
+//! head takes to arrive (hyper's `header_read_timeout`, which axum-server turns off by default
+//! and which hyper restarts whenever the connection goes idle), so a client that dribbles a
+//! header after a first good request is cut off too. Once the head is in, the request timeout
+//! above bounds the body and the answer. On HTTP/2, keep-alive pings
+//! ([`H2_KEEP_ALIVE_INTERVAL`], answered within [`H2_KEEP_ALIVE_TIMEOUT`]) close connections whose
+//! peer is gone or stalled, and at most [`H2_MAX_CONCURRENT_STREAMS`] requests run at once per
+//! connection. An idle HTTP/2 connection whose peer answers pings is kept: the API server reuses
+//! its connection for every review, and closing it without a GOAWAY would race with its next
+//! request and fail that review open.
 
 use super::plan::{Plan, ServiceIndex};
 use super::review::{ReviewOutcome, review};
@@ -34,6 +48,15 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
 /// Default drain time on shutdown.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+/// Default idle timeout of a connection (see [`serve`]): hyper's own default header timeout.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// HTTP/2: a keep-alive ping is sent after this long without a frame from the peer.
+pub const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
+/// HTTP/2: a peer that does not answer a keep-alive ping within this is disconnected.
+pub const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/2: concurrent requests (streams) per connection; the API server opens another connection
+/// beyond it.
+pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
 /// Bodies above this size are reviewed on the blocking pool, so that a large parse neither
 /// stalls the async workers nor escapes the request timeout.
 const INLINE_REVIEW_MAX_BYTES: usize = 256 * 1024;
@@ -229,13 +252,16 @@ async fn mutate(State(state): State<WebhookState>, request: Request) -> Response
 
 /// Serves `app` over TLS on `listener` until `shutdown` is cancelled, then stops accepting
 /// (the listening socket is closed), lets in-flight requests finish for at most `drain`, and
-/// returns. `tls` must offer ALPN (see [`super::tls::server_config`]).
+/// returns. `tls` must offer ALPN (see [`super::tls::server_config`]). `idle_timeout` bounds the
+/// first request on every connection and, on HTTP/1.1, the idle time before each later request
+/// and the time its head takes (see the module docs; HTTP/2 uses keep-alive pings instead).
 pub async fn serve(
     listener: std::net::TcpListener,
     app: Router,
     tls: Arc<rustls::ServerConfig>,
     shutdown: CancellationToken,
     drain: Duration,
+    idle_timeout: Duration,
 ) -> std::io::Result<()> {
     let handle = axum_server::Handle::new();
     let trigger = {
@@ -246,12 +272,20 @@ pub async fn serve(
         })
     };
     let config = axum_server::tls_rustls::RustlsConfig::from_config(tls);
-    let result = axum_server::from_tcp_rustls(listener, config)?
+    let mut server = axum_server::from_tcp_rustls(listener, config)?
         // a connection that sends no request is closed (slow or idle clients cannot pin sockets)
-        .first_request_timeout(Duration::from_secs(30))
-        .handle(handle)
-        .serve(app.into_make_service())
-        .await;
+        .first_request_timeout(idle_timeout)
+        .handle(handle);
+    let builder = server.http_builder();
+    // axum-server installs a timer but turns the header timeout off; with it, hyper also closes
+    // a keep-alive connection that stays idle, or dribbles its next head, for this long
+    builder.http1().keep_alive(true).header_read_timeout(idle_timeout);
+    builder
+        .http2()
+        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
+        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS);
+    let result = server.serve(app.into_make_service()).await;
     trigger.abort();
     result
 }
