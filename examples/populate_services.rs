@@ -27,12 +27,24 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use std::time::Instant;
 
-fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} expects a number, got {v:?}")))
-        .unwrap_or(default)
+/// Flags (see the module docs).
+#[derive(clap::Parser)]
+struct Args {
+    /// Services to create.
+    #[arg(long, default_value_t = 10_000)]
+    services: usize,
+    /// Endpoints in each Service's EndpointSlice.
+    #[arg(long, default_value_t = 10)]
+    endpoints_per_service: usize,
+    /// Namespaces `bench-<i>` the Services are spread over.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    namespaces: u32,
+    /// Create requests in flight.
+    #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..))]
+    concurrency: u32,
+    /// Only the objects of namespace `bench-K`.
+    #[arg(long)]
+    only_namespace: Option<usize>,
 }
 
 /// Creates `obj`; an AlreadyExists answer counts as done. Returns 1 when created.
@@ -50,12 +62,9 @@ where
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let args: Vec<String> = std::env::args().collect();
-    let services = arg(&args, "--services", 10_000);
-    let per_service = arg(&args, "--endpoints-per-service", 10);
-    let namespaces = arg(&args, "--namespaces", 20).max(1);
-    let concurrency = arg(&args, "--concurrency", 48).max(1);
-    let only = args.iter().any(|a| a == "--only-namespace").then(|| arg(&args, "--only-namespace", 0));
+    let args = <Args as clap::Parser>::parse();
+    let (services, per_service, namespaces, concurrency, only) =
+        (args.services, args.endpoints_per_service, args.namespaces as usize, args.concurrency as usize, args.only_namespace);
     let client = kube::Client::try_default().await?;
     let started = Instant::now();
 
