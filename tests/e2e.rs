@@ -228,15 +228,10 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     policies.create(&PostParams::default(), &policy).await.expect("create TerminationPolicy");
 
     // wait for a measured status from both real kube-proxies
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let status = loop {
-        let s = common::policy_status(&client, ns, "web").await;
-        if s["measurement"]["nodesScraped"] == 2 && s["recommendation"]["reason"] == "Measured" {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "no measured status: {s:#}");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+    let status = common::wait_policy_status(&client, ns, "web", 90, "no measured status", |s| {
+        s["measurement"]["nodesScraped"] == 2 && s["recommendation"]["reason"] == "Measured"
+    })
+    .await;
     let sync = status["measurement"]["syncP99Seconds"].as_f64().expect("sync p99");
     assert!(sync > 0.0 && sync < 1.0, "a small cluster syncs in well under a second: {sync}");
     let w = status["measurement"]["propagationWindowSeconds"].as_f64().unwrap();
@@ -309,20 +304,6 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     let _ = Api::<Namespace>::all(client.clone()).delete(system, &DeleteParams::default()).await;
 }
 
-/// Waits until the policy `web` in `ns` has a status for which `done` holds; panics with the
-/// last status after `secs`.
-async fn wait_status(client: &Client, ns: &str, secs: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let s = common::policy_status(client, ns, "web").await;
-        if done(&s) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "{what}: {s:#}");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn no_kube_proxy_pods_and_a_cilium_agent_is_reported_as_ebpf() {
@@ -356,7 +337,7 @@ async fn no_kube_proxy_pods_and_a_cilium_agent_is_reported_as_ebpf() {
     .unwrap();
     policies.create(&PostParams::default(), &policy).await.expect("create TerminationPolicy");
     let cond = |s: &Value, t: &str| s["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == t).cloned()).unwrap_or(Value::Null);
-    let s = wait_status(&client, ns, 90, "no eBPF dataplane reported", |s| cond(s, "MetricsUnavailable")["reason"] == "NoKubeProxy").await;
+    let s = common::wait_policy_status(&client, ns, "web", 90, "no eBPF dataplane reported", |s| cond(s, "MetricsUnavailable")["reason"] == "NoKubeProxy").await;
     assert_eq!(s["proxy"]["mode"], "ebpf", "{s:#}");
     assert_eq!(s["recommendation"]["preStopSeconds"], 7, "sized from the policy default: {s:#}");
     let note = "no kube-proxy pods; 1 Cilium agent pod(s) (k8s-app=cilium in kube-system): eBPF dataplane, sized from the policy default";
@@ -367,7 +348,7 @@ async fn no_kube_proxy_pods_and_a_cilium_agent_is_reported_as_ebpf() {
     // the agent goes away: no dataplane is claimed any more (re-read with the configuration,
     // every 10 scrape cycles = 20 s here)
     pods.delete("cilium-e2e", &DeleteParams::default().grace_period(0)).await.unwrap();
-    let s = wait_status(&client, ns, 90, "still reported as eBPF", |s| cond(s, "MetricsUnavailable")["reason"] == "NoNodesScraped").await;
+    let s = common::wait_policy_status(&client, ns, "web", 90, "still reported as eBPF", |s| cond(s, "MetricsUnavailable")["reason"] == "NoNodesScraped").await;
     assert_ne!(s["proxy"]["mode"], "ebpf", "{s:#}");
     drop(op);
     let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::default()).await;

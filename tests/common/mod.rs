@@ -117,6 +117,20 @@ pub async fn policy_status(client: &Client, ns: &str, name: &str) -> Value {
     api.get(name).await.map(|p| serde_json::to_value(p.status).unwrap()).unwrap_or(Value::Null)
 }
 
+/// Polls the status of TerminationPolicy `name` in `ns` every second until `done` holds and
+/// returns it; panics with `what` and the last status after `secs`.
+pub async fn wait_policy_status(client: &Client, ns: &str, name: &str, secs: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let s = policy_status(client, ns, name).await;
+        if done(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{what}: {s:#}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// The operator binary (`safe-termination run`) as a child process against the e2e cluster's
 /// real kube-proxies (`$ST_KP_METRICS_URLS`), killed on drop. Logs go to
 /// `$ST_E2E_DIR/logs/operator-<namespace>.log`.
