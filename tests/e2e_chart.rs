@@ -23,8 +23,10 @@
 use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+
+mod common;
 use safe_termination::cli::run::RunArgs;
 use safe_termination::operator::certs::{self, Action, CertConfig};
 use serde_json::{Value, json};
@@ -45,12 +47,8 @@ fn chart() -> PathBuf {
     root().join("charts/safe-termination")
 }
 
-fn state_dir() -> String {
-    std::env::var("ST_E2E_DIR").unwrap_or_else(|_| "/tmp/safe-termination-e2e".into())
-}
-
 fn kubeconfig() -> String {
-    std::env::var("KUBECONFIG").unwrap_or_else(|_| format!("{}/kubeconfig", state_dir()))
+    std::env::var("KUBECONFIG").unwrap_or_else(|_| format!("{}/kubeconfig", common::state_dir()))
 }
 
 /// `$ST_K8S_BIN`, else the cache dir of the pinned Kubernetes version.
@@ -511,27 +509,6 @@ fn promtool_checks_and_unit_tests_the_alert_rules() {
 // ---------------------------------------------------------------------------------------------
 // tests on the control plane
 
-async fn client() -> Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    if std::env::var("KUBECONFIG").is_err() {
-        // SAFETY: set before any client is built, in a test process that reads it only here
-        unsafe { std::env::set_var("KUBECONFIG", kubeconfig()) };
-    }
-    Client::try_default().await.unwrap_or_else(|e| panic!("kubeconfig {}: {e}: run `make cluster-up` first", kubeconfig()))
-}
-
-async fn fresh_namespace(client: &Client, name: &str, labels: &[(&str, &str)]) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let _ = api.delete(name, &DeleteParams::default()).await;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while api.get_opt(name).await.ok().flatten().is_some() {
-        assert!(Instant::now() < deadline, "namespace {name} from a previous run is still terminating");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let labels: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let ns = Namespace { metadata: ObjectMeta { name: Some(name.into()), labels: Some(labels), ..Default::default() }, ..Default::default() };
-    api.create(&PostParams::default(), &ns).await.unwrap();
-}
 
 async fn delete_namespace(client: &Client, name: &str) {
     let _ = Api::<Namespace>::all(client.clone()).delete(name, &DeleteParams::default()).await;
@@ -578,11 +555,11 @@ fn install_stand_in_crds() -> Vec<String> {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn every_rendering_passes_a_server_side_dry_run() {
-    let client = client().await;
+    let client = common::client().await;
     apply_chart_crd();
     let stand_ins = install_stand_in_crds();
     let ns = "st-chart-dry";
-    fresh_namespace(&client, ns, &[]).await;
+    common::fresh_namespace(&client, ns).await;
     for f in ci_files() {
         let rendered = helm_template("st", ns, Some(&f), &[]);
         let n = docs(&rendered).len();
@@ -678,7 +655,7 @@ fn start_operator(namespace: &str, sa: &str, release: &str, extra: &[&str]) -> O
         .collect();
     let (admin, webhook) = (free_port(), free_port());
     let tls = (dir.path().join("tls/tls.crt"), dir.path().join("tls/tls.key"));
-    let log = PathBuf::from(format!("{}/logs/operator-chart-{namespace}.log", state_dir()));
+    let log = PathBuf::from(format!("{}/logs/operator-chart-{namespace}.log", common::state_dir()));
     let _ = std::fs::create_dir_all(log.parent().unwrap());
     let file = std::fs::File::create(&log).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_safe-termination"))
@@ -733,14 +710,14 @@ fn can_i(sa: &str, args: &[&str]) -> bool {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn helm_install_upgrade_and_uninstall_on_the_real_control_plane() {
-    let client = client().await;
+    let client = common::client().await;
     let (ns, release, fullname) = ("st-helm", "st", "st-safe-termination");
     let app = "st-helm-app";
     let _ = try_run(tool("helm").args(["uninstall", release, "-n", ns, "--wait"]), None);
     // the release namespace enforces the restricted Pod Security profile: the ReplicaSet's pods
     // are only created if the chart's pod template complies
-    fresh_namespace(&client, ns, &[("pod-security.kubernetes.io/enforce", "restricted"), ("pod-security.kubernetes.io/enforce-version", "latest")]).await;
-    fresh_namespace(&client, app, &[]).await;
+    common::fresh_namespace_with_labels(&client, ns, &[("pod-security.kubernetes.io/enforce", "restricted"), ("pod-security.kubernetes.io/enforce-version", "latest")]).await;
+    common::fresh_namespace(&client, app).await;
     // Service IPs are virtual here: no namespace selects this release's webhook, so the API
     // server never tries to reach it
     let never = "webhook.namespaceSelector.matchLabels.safetermination\\.e2e/never=true";
@@ -980,7 +957,7 @@ fn first_der(pem: &[u8]) -> Vec<u8> {
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn the_charts_webhook_routes_pods_through_the_real_api_server_with_operator_certificates() {
-    let client = client().await;
+    let client = common::client().await;
     apply_chart_crd();
     let (release, sys, fullname) = ("sthook", "st-hook-sys", "sthook-safe-termination");
     let (app, optout) = ("st-hook-app", "st-hook-optout");
@@ -996,9 +973,9 @@ async fn the_charts_webhook_routes_pods_through_the_real_api_server_with_operato
         &["role", &kp, "-n", "kube-system"],
         &["rolebinding", &kp, "-n", "kube-system"],
     ]);
-    fresh_namespace(&client, sys, &[]).await;
-    fresh_namespace(&client, app, &[]).await;
-    fresh_namespace(&client, optout, &[("safetermination.io/ignore", "true")]).await;
+    common::fresh_namespace(&client, sys).await;
+    common::fresh_namespace(&client, app).await;
+    common::fresh_namespace_with_labels(&client, optout, &[("safetermination.io/ignore", "true")]).await;
     // Service IPs are virtual here: the API server reaches the operator by URL on loopback; every
     // other field (rules, selectors, matchConditions, policies) is the chart's
     let apply = |o: &Value| {
@@ -1123,10 +1100,10 @@ async fn the_charts_webhook_routes_pods_through_the_real_api_server_with_operato
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn certificate_module_on_the_real_api_server() {
-    let client = client().await;
+    let client = common::client().await;
     let ns = "st-certs";
     let hook = "st-certs-e2e";
-    fresh_namespace(&client, ns, &[]).await;
+    common::fresh_namespace(&client, ns).await;
     let hooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let _ = hooks.delete(hook, &DeleteParams::default()).await;
     let _cleanup = Leftovers::new(&[&["mutatingwebhookconfiguration", hook]]);

@@ -41,6 +41,11 @@ pub fn free_port() -> u16 {
 /// Deletes `name` if present, waits until it is gone, creates it and waits for its default
 /// ServiceAccount.
 pub async fn fresh_namespace(client: &Client, name: &str) {
+    fresh_namespace_with_labels(client, name, &[]).await;
+}
+
+/// [`fresh_namespace`] with `labels` on the new namespace (Pod Security levels, opt-outs).
+pub async fn fresh_namespace_with_labels(client: &Client, name: &str, labels: &[(&str, &str)]) {
     let api: Api<Namespace> = Api::all(client.clone());
     let _ = api.delete(name, &DeleteParams::default()).await;
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -48,7 +53,8 @@ pub async fn fresh_namespace(client: &Client, name: &str) {
         assert!(Instant::now() < deadline, "namespace {name} not deleted");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let ns = Namespace { metadata: ObjectMeta { name: Some(name.into()), ..Default::default() }, ..Default::default() };
+    let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let ns = Namespace { metadata: ObjectMeta { name: Some(name.into()), labels: Some(labels), ..Default::default() }, ..Default::default() };
     api.create(&PostParams::default(), &ns).await.expect("create namespace");
     let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
     let deadline = Instant::now() + Duration::from_secs(30);
