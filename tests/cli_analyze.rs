@@ -354,7 +354,13 @@ fn usage_errors_exit_2() {
 /// (a NaN threshold silently disabled its advice).
 #[test]
 fn out_of_range_flag_values_exit_2_naming_flag_and_range() {
-    let cases: [(&[&str], &str); 16] = [
+    let cases: [(&[&str], &str); 19] = [
+        (&["analyze", "--services", "NaN", V1_29], "invalid value 'NaN' for '--services <SERVICES>': expected a whole number of Services from 0 to 100000000"),
+        (&["analyze", "--endpoints", "-1", V1_29], "invalid value '-1' for '--endpoints <ENDPOINTS>': expected a whole number of endpoints from 0 to 100000000"),
+        (
+            &["analyze", "--iptables-services-threshold", "0", V1_29],
+            "invalid value '0' for '--iptables-services-threshold <IPTABLES_SERVICES_THRESHOLD>': expected a whole number of Services from 1 to 100000000",
+        ),
         (
             &["analyze", "--sync-slow-seconds", "NaN", V1_29],
             "invalid value 'NaN' for '--sync-slow-seconds <SYNC_SLOW_SECONDS>': expected a number of seconds above 0 and at most 3600",

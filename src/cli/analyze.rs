@@ -33,13 +33,13 @@ pub struct AnalyzeArgs {
     #[arg(long, value_parser = parse_mode)]
     pub mode: Option<ProxyMode>,
     /// Number of Services in the cluster (for the mode advisor).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole_in(0u64, 100_000_000, "a whole number of Services"))]
     pub services: Option<u64>,
     /// Number of Service ports (defaults to --services) for the rule estimate.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole_in(0u64, 100_000_000, "a whole number of Service ports"))]
     pub service_ports: Option<u64>,
     /// Number of endpoints in the cluster.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole_in(0u64, 100_000_000, "a whole number of endpoints"))]
     pub endpoints: Option<u64>,
     /// Kubernetes version (e.g. v1.33.2); defaults to kube-proxy's kubernetes_build_info.
     #[arg(long)]
@@ -53,11 +53,11 @@ pub struct AnalyzeArgs {
     /// ProxySyncSlow threshold, seconds (above 0, at most 3600).
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = number_in(0.0, 3600.0, true, "a number of seconds"))]
     pub sync_slow_seconds: f64,
-    /// iptables -> nftables migration threshold, Services.
-    #[arg(long, default_value_t = 1000)]
+    /// iptables -> nftables migration threshold, Services (1 to 100,000,000).
+    #[arg(long, default_value_t = 1000, allow_negative_numbers = true, value_parser = whole_in(1u64, 100_000_000, "a whole number of Services"))]
     pub iptables_services_threshold: u64,
-    /// eBPF dataplane threshold, Services.
-    #[arg(long, default_value_t = 8000)]
+    /// eBPF dataplane threshold, Services (1 to 100,000,000).
+    #[arg(long, default_value_t = 8000, allow_negative_numbers = true, value_parser = whole_in(1u64, 100_000_000, "a whole number of Services"))]
     pub ebpf_services_threshold: u64,
     /// ProxyStale threshold (last queued - last synced), seconds (above 0, at most 86400).
     #[arg(long, default_value_t = 30.0, allow_negative_numbers = true, value_parser = number_in(0.0, 86400.0, true, "a number of seconds"))]

@@ -117,10 +117,10 @@ pub struct RunArgs {
     #[arg(long, env = "SAFE_TERMINATION_SYNC_SLOW_SECONDS", default_value_t = 1.0, allow_negative_numbers = true, value_parser = number_in(0.0, 3600.0, true, "a number of seconds"))]
     pub sync_slow_seconds: f64,
     /// iptables -> nftables threshold, Services.
-    #[arg(long, env = "SAFE_TERMINATION_IPTABLES_SERVICES_THRESHOLD", default_value_t = 1000)]
+    #[arg(long, env = "SAFE_TERMINATION_IPTABLES_SERVICES_THRESHOLD", default_value_t = 1000, allow_negative_numbers = true, value_parser = whole_in(1u64, 100_000_000, "a whole number of Services"))]
     pub iptables_services_threshold: u64,
     /// eBPF dataplane threshold, Services.
-    #[arg(long, env = "SAFE_TERMINATION_EBPF_SERVICES_THRESHOLD", default_value_t = 8000)]
+    #[arg(long, env = "SAFE_TERMINATION_EBPF_SERVICES_THRESHOLD", default_value_t = 8000, allow_negative_numbers = true, value_parser = whole_in(1u64, 100_000_000, "a whole number of Services"))]
     pub ebpf_services_threshold: u64,
     /// ProxyStale threshold, seconds (above 0, at most 86400).
     #[arg(long, env = "SAFE_TERMINATION_STALE_SECONDS", default_value_t = 30.0, allow_negative_numbers = true, value_parser = number_in(0.0, 86_400.0, true, "a number of seconds"))]
