@@ -6,7 +6,7 @@ use safe_termination::cli::analyze::{self, AnalyzeArgs};
 use safe_termination::cli::mutate::{self as mutate_cmd, MutateArgs, ReviewArgs};
 use safe_termination::cli::run::{self as run_cmd, RunArgs};
 use safe_termination::cli::webhook::{self as webhook_cmd, WebhookArgs};
-use safe_termination::telemetry::{LogFormat, init_logging};
+use safe_termination::telemetry::{LogFormat, LogGuard, init_logging};
 use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: the webhook's hot path (parse an AdmissionReview into a
@@ -50,8 +50,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
-    // servers log each request at info; one-shot commands only warnings
-    init_logging(cli.log_format, if matches!(cli.command, Command::Webhook(_) | Command::Run(_)) { "info" } else { "warn" });
+    // servers log each request at info, from a writer thread; one-shot commands only warnings,
+    // directly. The guard lives until main returns, so queued lines are written out.
+    let serving = matches!(cli.command, Command::Webhook(_) | Command::Run(_));
+    let log = init_logging(cli.log_format, if serving { "info" } else { "warn" }, serving);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -76,25 +78,27 @@ fn main() -> ExitCode {
             print!("{}", safe_termination::crd::crd_yaml());
             ExitCode::SUCCESS
         }
-        Command::Webhook(args) => served(runtime, |rt| rt.block_on(webhook_cmd::run(&args))),
-        Command::Run(args) => served(runtime, |rt| rt.block_on(run_cmd::run(&args))),
+        Command::Webhook(args) => served(runtime, log, |rt| rt.block_on(webhook_cmd::run(&args))),
+        Command::Run(args) => served(runtime, log, |rt| rt.block_on(run_cmd::run(&args))),
     }
 }
 
-/// Runs a serving command and maps its end to an exit code.
-fn served(runtime: tokio::runtime::Runtime, f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), webhook_cmd::WebhookError>) -> ExitCode {
-    {
-        {
-            let result = f(&runtime);
-            // do not wait for stragglers after an abort
-            runtime.shutdown_timeout(std::time::Duration::from_millis(200));
-            match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(e.exit_code())
-                }
-            }
+/// Runs a serving command and maps its end to an exit code. The queued log lines are written
+/// out before the final error line, so that it is the last line of the output.
+fn served(
+    runtime: tokio::runtime::Runtime,
+    log: LogGuard,
+    f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), webhook_cmd::WebhookError>,
+) -> ExitCode {
+    let result = f(&runtime);
+    // do not wait for stragglers after an abort
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    drop(log);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -283,17 +283,47 @@ pub enum LogFormat {
     Json,
 }
 
+/// Keeps the log writer of [`init_logging`] running: dropping it writes out every queued line
+/// (waiting at most about a second) and stops the writer thread. Hold it until the process ends.
+#[must_use = "dropping the guard stops the log writer"]
+pub struct LogGuard(Option<tracing_appender::non_blocking::WorkerGuard>);
+
+impl std::fmt::Debug for LogGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LogGuard").field(&self.0.is_some()).finish()
+    }
+}
+
 /// Installs the global tracing subscriber on standard error. `RUST_LOG` overrides
 /// `default_filter` (e.g. `"info"`). A second call is a no-op.
-pub fn init_logging(format: LogFormat, default_filter: &str) {
+///
+/// `background` (the servers, which log every admission review): lines are formatted by the
+/// caller and written by a writer thread ([`tracing_appender::non_blocking`]) through a buffer
+/// that is flushed whenever the queue is empty, so a request never waits for a `write(2)` and
+/// a burst of lines is one write. Nothing is dropped: when the queue (128k lines) is full the
+/// logging request waits. Without `background` (the one-shot commands), lines are written
+/// directly, in order with the command's own error output.
+pub fn init_logging(format: LogFormat, default_filter: &str, background: bool) -> LogGuard {
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    let _ = match format {
+    let (writer, guard) = if background {
+        let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+            .lossy(false)
+            .thread_name("safe-termination-log")
+            .finish(std::io::BufWriter::new(std::io::stderr()));
+        (BoxMakeWriter::new(writer), Some(guard))
+    } else {
+        (BoxMakeWriter::new(std::io::stderr), None)
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
+    let installed = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
     };
+    // a second call installed nothing: its writer thread is not needed
+    LogGuard(if installed.is_ok() { guard } else { None })
 }
 
 #[cfg(test)]

@@ -549,3 +549,62 @@ async fn metrics_count_requests_by_decision() {
     }
     h.stop().await;
 }
+
+/// The real binary, as deployed: every review is logged once (JSON lines, with the fields the
+/// issue names), and after a SIGTERM sent right after the last answer, no line is missing and the
+/// shutdown's last line is there (the servers log from a writer thread, see
+/// `telemetry::init_logging`: this is the check that the queue is written out, not dropped).
+#[tokio::test]
+async fn the_binary_logs_every_review_and_writes_its_queued_lines_out_on_sigterm() {
+    use std::io::BufRead as _;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), &pki.leaf("cert-a"));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
+        .args(["--log-format", "json", "webhook", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pre-stop-seconds", "10"])
+        .arg("--tls-cert-file")
+        .arg(dir.path().join("tls.crt"))
+        .arg("--tls-key-file")
+        .arg(dir.path().join("tls.key"))
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<Value>();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+            if lines_tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let serving = loop {
+        let v = lines_rx.recv_timeout(Duration::from_secs(20)).expect("the webhook logs that it serves");
+        if v["message"] == "admission webhook serving" {
+            break v;
+        }
+    };
+    let url = format!("https://{}/mutate", serving["listen"].as_str().unwrap());
+    let client = pki.client(&[b"h2"]);
+    const REVIEWS: usize = 300;
+    let answers = futures::future::join_all((0..REVIEWS).map(|_| post(&client, &url, case(), "application/json"))).await;
+    assert!(answers.iter().all(|r| r.status() == StatusCode::OK));
+    // at once: lines may still be queued
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status:?}");
+    reader.join().unwrap();
+    let rest: Vec<Value> = lines_rx.try_iter().collect();
+    let reviews: Vec<&Value> = rest.iter().filter(|v| v["message"] == "admission review").collect();
+    assert_eq!(reviews.len(), REVIEWS, "one line per review, none lost");
+    for v in &reviews {
+        assert_eq!((v["level"].as_str(), v["uid"].as_str(), v["namespace"].as_str()), (Some("INFO"), Some(CASE_UID), Some("example-ns")));
+        assert_eq!((v["pod"].as_str(), v["decision"].as_str(), v["patch_ops"].as_u64()), (Some("echo-pod"), Some("mutated"), Some(4)));
+        assert!(v["duration_us"].as_u64().is_some(), "{v}");
+    }
+    assert_eq!(rest.last().unwrap()["message"], "admission webhook stopped", "the last line is written too");
+}
