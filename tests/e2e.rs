@@ -45,7 +45,7 @@ fn start_webhook(plan: Plan) -> Webhook {
     };
     let stop = CancellationToken::new();
     let token = stop.clone();
-    tokio::spawn(async move { server::serve(listener, server::router(state), tls, token, Duration::from_secs(2), server::DEFAULT_IDLE_TIMEOUT).await });
+    tokio::spawn(async move { server::serve(listener, server::router(state), tls, token, Duration::from_secs(2), server::Connections::default()).await });
     Webhook { port, stop }
 }
 

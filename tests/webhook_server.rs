@@ -1,8 +1,10 @@
 //! The admission webhook's HTTPS server over real sockets on 127.0.0.1 (ephemeral ports), run
 //! in-process through the same composition as `safe-termination webhook`
 //! (`cli::webhook::serve`), with certificates from rcgen and real rustls clients (reqwest, and
-//! tokio-rustls for raw HTTP/1.1 when a test needs byte-level control).
+//! tokio-rustls for raw HTTP/1.1 and the h2 crate for HTTP/2 when a test needs frame-level
+//! control).
 
+use axum::body::Bytes;
 use base64::Engine as _;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use reqwest::StatusCode;
@@ -607,4 +609,99 @@ async fn the_binary_logs_every_review_and_writes_its_queued_lines_out_on_sigterm
         assert!(v["duration_us"].as_u64().is_some(), "{v}");
     }
     assert_eq!(rest.last().unwrap()["message"], "admission webhook stopped", "the last line is written too");
+}
+
+/// An HTTP/2 client connection over TLS (ALPN h2) to `addr`: the request handle and the
+/// connection, which answers the server's pings only while it is polled.
+async fn h2_connect(
+    pki: &Pki,
+    addr: SocketAddr,
+) -> (h2::client::SendRequest<Bytes>, h2::client::Connection<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Bytes>) {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(pki.client_config(&[b"h2"])));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = connector.connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    h2::client::handshake(tls).await.unwrap()
+}
+
+/// POSTs the shared case on `send`, polling `conn` meanwhile; returns the status.
+async fn h2_review<C: std::future::Future<Output = Result<(), h2::Error>> + Unpin>(
+    send: &mut h2::client::SendRequest<Bytes>,
+    conn: &mut C,
+    addr: SocketAddr,
+) -> u16 {
+    let request = http::Request::post(format!("https://{addr}/mutate")).header("content-type", "application/json").body(()).unwrap();
+    let exchange = async {
+        let mut ready = send.clone().ready().await.unwrap();
+        let (response, mut body) = ready.send_request(request, false).unwrap();
+        body.send_data(Bytes::from(case()), true).unwrap();
+        let response = response.await.unwrap();
+        let status = response.status().as_u16();
+        let mut data = response.into_body();
+        let mut got = Vec::new();
+        while let Some(chunk) = data.data().await {
+            let chunk = chunk.unwrap();
+            data.flow_control().release_capacity(chunk.len()).unwrap();
+            got.extend_from_slice(&chunk);
+        }
+        check_case_response(&got);
+        status
+    };
+    tokio::select! {
+        status = exchange => status,
+        end = conn => panic!("the connection ended during a request: {end:?}"),
+    }
+}
+
+/// HTTP/2 as the API server uses it: the stream limit is advertised in SETTINGS; a peer that
+/// answers keep-alive pings keeps its idle connection; a peer that stops answering is
+/// disconnected after the ping interval plus its timeout (shortened here to 1 s + 1 s).
+#[tokio::test]
+async fn http2_stream_limit_and_keep_alive_pings() {
+    use safe_termination::webhook::server::{self, Connections, WebhookState};
+    use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pki = Pki::new();
+    let leaf = pki.leaf("cert-a");
+    let store = Arc::new(CertificateStore::new());
+    store.set(load_certified_key(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let plan = PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto }.plan().unwrap();
+    let state = WebhookState {
+        plan: safe_termination::webhook::PlanHandle::with_plan(plan),
+        services: Arc::new(safe_termination::webhook::AssumeServiceBacked),
+        metrics: safe_termination::telemetry::Telemetry::new().webhook().clone(),
+        settings: Default::default(),
+    };
+    let connections = Connections {
+        h2_keep_alive_interval: Duration::from_secs(1),
+        h2_keep_alive_timeout: Duration::from_secs(1),
+        h2_max_concurrent_streams: 7,
+        ..Default::default()
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(server::serve(listener, server::router(state), server_config(store).unwrap(), stop.clone(), Duration::from_secs(2), connections));
+
+    // a peer that keeps answering pings
+    let (mut send, conn) = h2_connect(&pki, addr).await;
+    let mut conn = Box::pin(conn);
+    assert_eq!(h2_review(&mut send, &mut conn, addr).await, 200);
+    assert_eq!(conn.max_concurrent_send_streams(), 7, "SETTINGS_MAX_CONCURRENT_STREAMS as configured");
+    // idle for three ping intervals, answering pings (the connection is polled)
+    let idle = tokio::time::timeout(Duration::from_secs(3), &mut conn).await;
+    assert!(idle.is_err(), "an idle connection whose peer answers pings is kept, got {idle:?}");
+    assert_eq!(h2_review(&mut send, &mut conn, addr).await, 200, "and it still serves");
+
+    // a peer that stops answering: not polled for longer than interval + timeout
+    let (mut send, conn) = h2_connect(&pki, addr).await;
+    let mut silent = Box::pin(conn);
+    assert_eq!(h2_review(&mut send, &mut silent, addr).await, 200);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let ended = tokio::time::timeout(Duration::from_secs(2), &mut silent).await;
+    assert!(ended.is_ok(), "the server closed the connection of a peer that did not answer its ping");
+
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap().unwrap();
 }

@@ -185,7 +185,7 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
         tls,
         shutdown.token(),
         Duration::from_secs(serving.drain_seconds),
-        Duration::from_secs(serving.idle_timeout_seconds),
+        server::Connections { idle_timeout: Duration::from_secs(serving.idle_timeout_seconds), ..Default::default() },
     );
     let abort = shutdown.abort_token();
     let result = tokio::select! {

@@ -57,6 +57,32 @@ pub const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2: concurrent requests (streams) per connection; the API server opens another connection
 /// beyond it.
 pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// How [`serve`] treats connections: the slow/idle bounds and the HTTP/2 settings (see the
+/// module docs). The defaults are the constants above; tests shorten them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connections {
+    /// Bounds the first request on every connection and, on HTTP/1.1, the idle time before each
+    /// later request and the time its head takes.
+    pub idle_timeout: Duration,
+    /// HTTP/2: a keep-alive ping is sent after this long without a frame from the peer.
+    pub h2_keep_alive_interval: Duration,
+    /// HTTP/2: a peer that does not answer a keep-alive ping within this is disconnected.
+    pub h2_keep_alive_timeout: Duration,
+    /// HTTP/2: concurrent streams per connection (the `SETTINGS_MAX_CONCURRENT_STREAMS` sent).
+    pub h2_max_concurrent_streams: u32,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Self {
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            h2_keep_alive_interval: H2_KEEP_ALIVE_INTERVAL,
+            h2_keep_alive_timeout: H2_KEEP_ALIVE_TIMEOUT,
+            h2_max_concurrent_streams: H2_MAX_CONCURRENT_STREAMS,
+        }
+    }
+}
+
 /// Bodies above this size are reviewed on the blocking pool, so that a large parse neither
 /// stalls the async workers nor escapes the request timeout.
 const INLINE_REVIEW_MAX_BYTES: usize = 256 * 1024;
@@ -252,17 +278,17 @@ async fn mutate(State(state): State<WebhookState>, request: Request) -> Response
 
 /// Serves `app` over TLS on `listener` until `shutdown` is cancelled, then stops accepting
 /// (the listening socket is closed), lets in-flight requests finish for at most `drain`, and
-/// returns. `tls` must offer ALPN (see [`super::tls::server_config`]). `idle_timeout` bounds the
-/// first request on every connection and, on HTTP/1.1, the idle time before each later request
-/// and the time its head takes (see the module docs; HTTP/2 uses keep-alive pings instead).
+/// returns. `tls` must offer ALPN (see [`super::tls::server_config`]). `connections` bounds slow
+/// and idle connections and sets HTTP/2's keep-alive and stream limit ([`Connections`]).
 pub async fn serve(
     listener: std::net::TcpListener,
     app: Router,
     tls: Arc<rustls::ServerConfig>,
     shutdown: CancellationToken,
     drain: Duration,
-    idle_timeout: Duration,
+    connections: Connections,
 ) -> std::io::Result<()> {
+    let Connections { idle_timeout, h2_keep_alive_interval, h2_keep_alive_timeout, h2_max_concurrent_streams } = connections;
     let handle = axum_server::Handle::new();
     let trigger = {
         let handle = handle.clone();
@@ -282,9 +308,9 @@ pub async fn serve(
     builder.http1().keep_alive(true).header_read_timeout(idle_timeout);
     builder
         .http2()
-        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
-        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
-        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS);
+        .keep_alive_interval(h2_keep_alive_interval)
+        .keep_alive_timeout(h2_keep_alive_timeout)
+        .max_concurrent_streams(h2_max_concurrent_streams);
     let result = server.serve(app.into_make_service()).await;
     trigger.abort();
     result
