@@ -2,8 +2,8 @@
 # Load test of the admission webhook over TLS keep-alive on loopback (BENCHMARKS.md, "Webhook").
 #
 # Servers: the real webhook (`safe-termination webhook`, static plan, default logging at info to
-# a file) and the ceiling (`examples/constant_webhook.rs`: same axum + rustls stack, constant
-# answer). Body: tests/data/admission/admissionreview-pod-create.json (a real Pod CREATE review,
+# a file), the ceiling (`examples/constant_webhook.rs`: same axum + rustls stack, constant
+# answer), and the ceiling that also checks the body is JSON (`validate`: max throughput only). Body: tests/data/admission/admissionreview-pod-create.json (a real Pod CREATE review,
 # 3.4 KB), which the webhook mutates (4 patch operations).
 #
 # Per server: max throughput over HTTP/2 (h2load, 4 connections x 16 streams) and over HTTP/1.1
@@ -81,8 +81,9 @@ percentiles() {
 # CPU time (user + system, microseconds) the server process has used so far
 server_cpu_us() { awk -v t="$(getconf CLK_TCK)" '{ printf "%d", ($14 + $15) * 1e6 / t }' "/proc/$1/stat"; }
 
-run_suite() { # run_suite NAME PORT PID
-    local name=$1 port=$2 pid=$3 url="https://127.0.0.1:$2/mutate" c0 c1 n
+run_suite() { # run_suite NAME PORT PID [max-only]
+    local name=$1 port=$2 pid=$3 url="https://127.0.0.1:$2/mutate" c0 c1 n rates=$RATES
+    [ "${4:-}" = max-only ] && rates=""
     echo "== $name: max throughput, HTTP/2 (h2load -c 4 -m 16)"
     c0=$(server_cpu_us "$pid")
     pin "$LOADGEN_CPUS" h2load -c 4 -m 16 -t 1 -D "$DURATION" -d "$BODY" \
@@ -96,7 +97,7 @@ run_suite() { # run_suite NAME PORT PID
     c1=$(server_cpu_us "$pid"); n=$(awk '/requests in/ { print $1 }' "$OUT/$name-h1-max.txt")
     grep -E "Requests/sec|Non-2xx|^\s+(50|99)%" "$OUT/$name-h1-max.txt"
     echo "server CPU per request: $(( (c1 - c0) / (n > 0 ? n : 1) )) us"
-    for rate in $RATES; do
+    for rate in $rates; do
         # open loop per client: 100 requests/s each, one request in flight per connection
         # (h2load's --rps with several streams per connection adds ~10 ms of its own)
         local clients=$((rate / 100))
@@ -132,4 +133,11 @@ echo "webhook exit after SIGTERM: drained"
 PIDS+=($!)
 wait_port "$CEILING_PORT"
 run_suite ceiling "$CEILING_PORT" "${PIDS[1]}"
+kill "${PIDS[1]}"; wait "${PIDS[1]}" 2>/dev/null || true
+
+# the floor of any webhook that rejects undecodable bodies: the ceiling plus a JSON check of the body
+"${SERVER_PIN[@]}" "$CEILING" "127.0.0.1:$CEILING_PORT" "$OUT/tls.crt" "$OUT/tls.key" validate &
+PIDS+=($!)
+wait_port "$CEILING_PORT"
+run_suite ceiling-validate "$CEILING_PORT" "${PIDS[2]}" max-only
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
