@@ -1,9 +1,10 @@
 //! Criterion benchmarks of the webhook's hot path (issue 3, BENCHMARKS.md "Webhook"):
 //! - `mutate_pod` on the 3-container kube-state-metrics pod template (target <= 20 us);
 //! - `review()` on the shared AdmissionReview (parse, mutate, encode the response);
-//! - for scale, in the same run: parsing that body into a `serde_json::Value` alone (the floor
-//!   of `review()`), and kube-core's typed decode of the parsed body (what `review()` did
-//!   before it read the few fields it needs by reference).
+//! - for scale, in the same run: checking that the body is JSON without building anything (the
+//!   floor of any webhook that rejects undecodable bodies), `review()`'s own pruned parse,
+//!   parsing the whole body into a `serde_json::Value`, and kube-core's typed decode of the
+//!   parsed body (what `review()` did before it read the few fields it needs by reference).
 //!
 //! Run: `cargo bench --bench mutate`.
 
@@ -34,6 +35,8 @@ fn bench_mutate(c: &mut Criterion) {
     c.bench_function("review/admissionreview-pod-create", |b| {
         b.iter(|| review(black_box(&body), &plan, &AssumeServiceBacked))
     });
+    c.bench_function("review-parts/check-json-only", |b| b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&body)).unwrap()));
+    c.bench_function("review-parts/parse-pruned", |b| b.iter(|| safe_termination::webhook::review::parse_review(black_box(&body)).unwrap()));
     c.bench_function("review-parts/parse-into-value", |b| b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&body)).unwrap()));
     let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
     c.bench_function("review-parts/kube-typed-decode-of-the-value", |b| {
