@@ -32,7 +32,16 @@ e2e: k8s-bins ## start the local control plane, run the end-to-end tests, stop i
 demo: k8s-bins ## the main job: local cluster + operator + an example app; prints the policy and a mutated pod
 	e2e/demo.sh
 
-.PHONY: image
+.PHONY: image static
+
+# the image's binary, built the way the Dockerfile builds it, without Docker
+static: ## the static musl binary the image ships (installs musl-tools and the rustup musl target when missing)
+	@command -v musl-gcc >/dev/null 2>&1 || { apt-get install -y musl-tools || sudo apt-get install -y musl-tools; }
+	rustup target add $$(uname -m)-unknown-linux-musl
+	cargo build --release --locked --target $$(uname -m)-unknown-linux-musl --bin safe-termination
+	@b=$${CARGO_TARGET_DIR:-target}/$$(uname -m)-unknown-linux-musl/release/safe-termination; \
+		if ldd "$$b" 2>/dev/null | grep -q '=>'; then echo "$$b is not static" >&2; exit 1; fi; \
+		echo "static binary: $$b"; "$$b" --version
 
 IMAGE ?= safe-termination:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
