@@ -4,6 +4,13 @@
 use crate::model::ProxyMode;
 use std::time::Duration;
 
+/// Default cap on a `/metrics` body, bytes: the operator's scraper's
+/// ([`crate::operator::scrape::DEFAULT_MAX_BODY_BYTES`]); a large cluster's scrape is a few
+/// hundred KB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = crate::operator::scrape::DEFAULT_MAX_BODY_BYTES;
+/// Cap on a `/proxyMode` body, bytes (the answer is one word such as `iptables`).
+pub const MAX_PROXY_MODE_BYTES: usize = 64 * 1024;
+
 /// Why a source could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -95,22 +102,42 @@ pub fn connect_hint(err: &reqwest::Error) -> String {
     msg
 }
 
-/// Fetches `url` and, from the same server, `/proxyMode`. A failing `/proxyMode` is not an
-/// error (older or non-Linux kube-proxies may not serve it).
-pub async fn fetch_url(client: &reqwest::Client, url: &str) -> Result<Fetched, SourceError> {
+/// Reads `resp`'s body chunk by chunk, stopping with an error as soon as it passes `limit`
+/// bytes (an endless or huge body never grows memory beyond the limit).
+async fn read_limited(mut resp: reqwest::Response, url: &str, limit: usize, flag: &str) -> Result<Vec<u8>, SourceError> {
+    let http = |message: String| SourceError::Http { url: url.to_string(), message };
+    let mut buf: Vec<u8> = Vec::with_capacity(resp.content_length().map_or(64 * 1024, |n| n as usize).min(limit));
+    while let Some(chunk) = resp.chunk().await.map_err(|e| http(connect_hint(&e)))? {
+        if buf.len() + chunk.len() > limit {
+            return Err(http(format!("body larger than {limit} bytes{flag}: stopped reading")));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf)
+}
+
+/// Fetches `url`, reading at most `max_body_bytes` of its body (more is an error naming the URL
+/// and the limit), and, from the same server, `/proxyMode` (at most [`MAX_PROXY_MODE_BYTES`]). A
+/// failing `/proxyMode` is not an error (older or non-Linux kube-proxies may not serve it): an
+/// error status, a body over its limit or an unknown mode all leave the mode to inference.
+pub async fn fetch_url(client: &reqwest::Client, url: &str, max_body_bytes: usize) -> Result<Fetched, SourceError> {
     let http = |message: String| SourceError::Http { url: url.to_string(), message };
     let resp = client.get(url).send().await.map_err(|e| http(connect_hint(&e)))?;
     if !resp.status().is_success() {
         return Err(http(format!("HTTP {}", resp.status())));
     }
-    let body = resp.bytes().await.map_err(|e| http(connect_hint(&e)))?;
-    let text = decode_utf8(url, body.to_vec())?;
+    let body = read_limited(resp, url, max_body_bytes, " (--max-body-bytes)").await?;
+    let text = decode_utf8(url, body)?;
     let proxy_mode = match reqwest::Url::parse(url) {
         Ok(mut u) => {
             u.set_path("/proxyMode");
             u.set_query(None);
-            match client.get(u).send().await {
-                Ok(r) if r.status().is_success() => r.text().await.ok().and_then(|t| ProxyMode::parse(&t)),
+            match client.get(u.clone()).send().await {
+                Ok(r) if r.status().is_success() => read_limited(r, u.as_str(), MAX_PROXY_MODE_BYTES, "")
+                    .await
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .and_then(|t| ProxyMode::parse(&t)),
                 _ => None,
             }
         }

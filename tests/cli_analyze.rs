@@ -354,7 +354,15 @@ fn usage_errors_exit_2() {
 /// (a NaN threshold silently disabled its advice).
 #[test]
 fn out_of_range_flag_values_exit_2_naming_flag_and_range() {
-    let cases: [(&[&str], &str); 19] = [
+    let cases: [(&[&str], &str); 21] = [
+        (
+            &["analyze", "--max-body-bytes", "100", V1_29],
+            "invalid value '100' for '--max-body-bytes <MAX_BODY_BYTES>': expected a whole number of bytes from 1024 to 1073741824",
+        ),
+        (
+            &["analyze", "--max-body-bytes", "-1", V1_29],
+            "invalid value '-1' for '--max-body-bytes <MAX_BODY_BYTES>': expected a whole number of bytes from 1024 to 1073741824",
+        ),
         (&["analyze", "--services", "NaN", V1_29], "invalid value 'NaN' for '--services <SERVICES>': expected a whole number of Services from 0 to 100000000"),
         (&["analyze", "--endpoints", "-1", V1_29], "invalid value '-1' for '--endpoints <ENDPOINTS>': expected a whole number of endpoints from 0 to 100000000"),
         (
@@ -871,6 +879,22 @@ fn url_errors_exit_1() {
     let r = run(&["analyze", &format!("{base}/metrics")]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("HTTP 500"), "{}", r.stderr);
+}
+
+/// A `/metrics` body over `--max-body-bytes` is an error naming the URL and the limit; the
+/// default limit is the operator's 32 MiB.
+#[test]
+fn a_body_over_max_body_bytes_exits_1_naming_url_and_limit() {
+    let base = serve(shared(V1_29), 200, Some("iptables"));
+    let url = format!("{base}/metrics");
+    let r = run(&["analyze", "--max-body-bytes", "4096", &url]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert_eq!(r.stderr, format!("error: {url}: body larger than 4096 bytes (--max-body-bytes): stopped reading\n"));
+    // a limit the body fits in
+    let doc = json(&["--max-body-bytes", &shared(V1_29).len().to_string(), &url]);
+    assert_eq!(doc["nodes"][0]["syncSamples"], 4.0);
+    let help = run(&["analyze", "--help"]).stdout;
+    assert!(help.contains("[default: 33554432]"), "{help}");
 }
 
 #[test]

@@ -65,6 +65,10 @@ pub struct AnalyzeArgs {
     /// Per-URL timeout, seconds (1 to 3600).
     #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"))]
     pub timeout_seconds: u64,
+    /// Largest `/metrics` body read from a URL, bytes (1024 to 1073741824); a larger body is an
+    /// error naming the URL and the limit. `/proxyMode` is capped at 64 KiB.
+    #[arg(long, default_value_t = sources::DEFAULT_MAX_BODY_BYTES, allow_negative_numbers = true, value_parser = whole_in(1024usize, 1 << 30, "a whole number of bytes"))]
+    pub max_body_bytes: usize,
 }
 
 fn parse_mode(s: &str) -> Result<ProxyMode, String> {
@@ -97,9 +101,13 @@ fn split_node(arg: &str) -> (String, String, bool) {
 #[derive(Debug)]
 pub struct InputError(pub String);
 
-async fn load(source: &str, client: &reqwest::Client) -> Result<(crate::metrics::KubeProxyScrape, Option<ProxyMode>), InputError> {
+async fn load(
+    source: &str,
+    client: &reqwest::Client,
+    max_body_bytes: usize,
+) -> Result<(crate::metrics::KubeProxyScrape, Option<ProxyMode>), InputError> {
     let fetched = if sources::is_url(source) {
-        sources::fetch_url(client, source).await.map_err(|e| InputError(e.to_string()))?
+        sources::fetch_url(client, source, max_body_bytes).await.map_err(|e| InputError(e.to_string()))?
     } else {
         sources::Fetched { text: sources::read_file(source).map_err(|e| InputError(e.to_string()))?, proxy_mode: None }
     };
@@ -132,7 +140,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
             )));
         }
         named.push((node.clone(), src.clone(), explicit));
-        let (scrape, proxy_mode) = load(&src, &client).await?;
+        let (scrape, proxy_mode) = load(&src, &client, args.max_body_bytes).await?;
         match inputs.iter_mut().find(|i| i.node == node) {
             Some(existing) if existing.earlier.is_none() => {
                 let earlier = std::mem::replace(&mut existing.later, scrape);
@@ -158,7 +166,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
         if target.earlier.is_some() {
             return Err(InputError(format!("--earlier {arg}: node {} already has an earlier scrape", target.node)));
         }
-        target.earlier = Some(load(&src, &client).await?.0);
+        target.earlier = Some(load(&src, &client, args.max_body_bytes).await?.0);
     }
     let opts = AnalysisOptions {
         min_sync_period_seconds: args.min_sync_period_seconds.unwrap_or(DEFAULT_MIN_SYNC_PERIOD_SECONDS),
