@@ -709,6 +709,26 @@ fn two_scrapes_of_one_node_are_analysed_over_the_interval() {
     let r = run(&["analyze", &format!("n={V1_29}"), &format!("n={later}"), &format!("n={V1_29}")]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("more than twice"), "{}", r.stderr);
+
+    // a named --earlier must name a source's node, with one source as with several (with one it
+    // used to pair with whatever the only source was)
+    for sources in [&[format!("n1={later}")][..], &[format!("n1={later}"), format!("n2={V1_13}")][..]] {
+        let mut args = vec!["analyze".to_string(), "--earlier".into(), format!("other={V1_29}")];
+        args.extend_from_slice(sources);
+        let r = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{sources:?}: {}", r.stderr);
+        let nodes = if sources.len() == 1 { "n1" } else { "n1, n2" };
+        assert_eq!(
+            r.stderr,
+            format!(
+                "error: --earlier other={V1_29}: no source is node \"other\" (the nodes are: {nodes}): name the node (NODE=FILE) it belongs to\n"
+            )
+        );
+    }
+    // the matching name still pairs with one source
+    let doc5 = json(&["--earlier", &format!("n1={V1_29}"), &format!("n1={later}")]);
+    assert_eq!(doc5["nodes"][0]["interval"], "betweenScrapes");
+    assert_eq!(f(&doc5["nodes"][0]["syncSamples"]), 100.0);
 }
 
 /// Names that come from the path (file stem, host:port) never pair two sources: two different

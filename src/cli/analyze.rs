@@ -20,7 +20,8 @@ pub struct AnalyzeArgs {
     /// earlier).
     #[arg(required = true, value_name = "[NODE=]SOURCE")]
     pub sources: Vec<String>,
-    /// An earlier scrape of a node (`[NODE=]FILE`); without NODE it pairs with the only source.
+    /// An earlier scrape of a node (`[NODE=]FILE`); NODE must be the node of a source; without
+    /// NODE it pairs with the only source.
     #[arg(long, value_name = "[NODE=]FILE")]
     pub earlier: Vec<String>,
     /// A TerminationPolicy YAML/JSON whose spec sizes the recommendation (defaults otherwise).
@@ -152,15 +153,20 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
         }
     }
     for arg in &args.earlier {
-        let (node, src, _) = split_node(arg);
-        let target = if arg.contains('=') && inputs.iter().any(|i| i.node == node) {
-            inputs.iter_mut().find(|i| i.node == node)
+        let (node, src, explicit) = split_node(arg);
+        // NODE= must name a source's node (even when there is only one source); only an unnamed
+        // --earlier pairs with the only source
+        let target = if explicit {
+            let nodes = inputs.iter().map(|i| i.node.as_str()).collect::<Vec<_>>().join(", ");
+            let Some(target) = inputs.iter_mut().find(|i| i.node == node) else {
+                return Err(InputError(format!(
+                    "--earlier {arg}: no source is node {node:?} (the nodes are: {nodes}): name the node (NODE=FILE) it belongs to"
+                )));
+            };
+            target
         } else if inputs.len() == 1 {
-            inputs.first_mut()
+            &mut inputs[0]
         } else {
-            None
-        };
-        let Some(target) = target else {
             return Err(InputError(format!("--earlier {arg}: name the node (NODE=FILE) it belongs to")));
         };
         if target.earlier.is_some() {
