@@ -768,6 +768,35 @@ fn colliding_implicit_node_names_exit_1_naming_both_sources() {
     assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 100.0);
 }
 
+/// Kubernetes node names are DNS subdomains (`ip-10-0-0-1.ec2.internal`): a `NODE=` prefix with
+/// dots names the node (it used to be read as part of a file path: "No such file or
+/// directory"). A prefix with `/`, `\` or `:` is part of the path; `./` keeps a file whose name
+/// contains `=` a file.
+#[test]
+fn node_names_with_dots_are_node_prefixes() {
+    let doc = json(&[&format!("ip-10-0-0-1.ec2.internal={V1_29}"), &format!("node-2.example.com={V1_13}")]);
+    let names: Vec<&str> = doc["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
+    assert_eq!(names, ["ip-10-0-0-1.ec2.internal", "node-2.example.com"]);
+    assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 4.0);
+    // the same dotted NODE twice pairs two scrapes
+    let dir = tmp();
+    let later = write(dir.path(), "later.txt", &v1_29_later());
+    let doc = json(&[&format!("a.b={V1_29}"), &format!("a.b={}", later.display())]);
+    assert_eq!(doc["nodes"][0]["node"], "a.b");
+    assert_eq!(doc["nodes"][0]["interval"], "betweenScrapes");
+    assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 100.0);
+    // a dotted NODE before a URL
+    let base = serve(shared(V1_29), 200, Some("iptables"));
+    let doc = json(&[&format!("worker.internal={base}/metrics")]);
+    assert_eq!(doc["nodes"][0]["node"], "worker.internal");
+    // a path containing '=' after a '/' is a file, named after its stem
+    let odd = write(dir.path(), "x.y=z.txt", &shared(V1_29));
+    let doc = json(&[odd.to_str().unwrap()]);
+    assert_eq!(doc["nodes"][0]["node"], "x.y=z");
+    let doc = json(&["--earlier", &format!("a.b={V1_29}"), &format!("a.b={}", later.display())]);
+    assert_eq!(doc["nodes"][0]["interval"], "betweenScrapes");
+}
+
 #[test]
 fn stdin_source() {
     let text = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(V1_29)).unwrap();

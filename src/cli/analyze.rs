@@ -17,7 +17,9 @@ pub struct AnalyzeArgs {
     /// (`http://NODE_IP:10249/metrics`). Prefix `NODE=` to name the node (else a file is named
     /// after its stem, a URL after host:port; two sources may not get the same such name); the
     /// same NODE given twice is analysed over the interval between its two scrapes (first =
-    /// earlier).
+    /// earlier). The text before the first `=` is a NODE unless it contains `/`, `\` or `:`
+    /// (node names such as ip-10-0-0-1.ec2.internal are fine); write ./FILE for a file in the
+    /// current directory whose name contains `=`.
     #[arg(required = true, value_name = "[NODE=]SOURCE")]
     pub sources: Vec<String>,
     /// An earlier scrape of a node (`[NODE=]FILE`); NODE must be the node of a source; without
@@ -76,13 +78,15 @@ fn parse_mode(s: &str) -> Result<ProxyMode, String> {
     ProxyMode::parse(s).ok_or_else(|| format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf"))
 }
 
-/// Splits `NODE=SOURCE` into the node, the source and whether the node was named (`true`); a
-/// source without `NODE=` (or whose prefix looks like a path or URL) is named after itself: a
-/// file after its stem, a URL after `host:port`.
+/// Splits `NODE=SOURCE` into the node, the source and whether the node was named (`true`). The
+/// text before the first `=` is a NODE when it is not empty and has no `/`, `\` or `:` (so a
+/// Kubernetes node name, a DNS subdomain such as `ip-10-0-0-1.ec2.internal`, is one; a path with
+/// a directory or a URL is not); a URL source never has one. A source without `NODE=` is named
+/// after itself: a file after its stem, a URL after `host:port`.
 fn split_node(arg: &str) -> (String, String, bool) {
     if let Some((node, src)) = arg.split_once('=')
         && !node.is_empty()
-        && !node.contains(['/', ':', '.'])
+        && !node.contains(['/', '\\', ':'])
         && !sources::is_url(arg)
     {
         return (node.to_string(), src.to_string(), true);
