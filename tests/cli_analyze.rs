@@ -326,9 +326,37 @@ fn unreadable_input_exits_1() {
     let r = run(&["analyze", "tests/data/metrics/no-such-file.txt"]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("no-such-file.txt"), "{}", r.stderr);
-    let r = run(&["analyze", "--kubernetes-version", "latest", V1_29]);
-    assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("--kubernetes-version"), "{}", r.stderr);
+}
+
+/// A bad --kubernetes-version is a usage error (exit 2) found at argument parsing: it used to
+/// exit 1, and only after every URL had been fetched (a hanging URL delayed it to the timeout).
+#[test]
+fn a_bad_kubernetes_version_is_a_usage_error_before_any_fetch() {
+    // accepts connections (the kernel backlog) and never answers
+    let hanging = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/metrics", hanging.local_addr().unwrap());
+    let start = std::time::Instant::now();
+    let r = run(&["analyze", "--timeout-seconds", "30", "--kubernetes-version", "latest", &url]);
+    let took = start.elapsed();
+    assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{}", r.stderr);
+    assert_eq!(
+        r.stderr.lines().next(),
+        Some(
+            "error: invalid value 'latest' for '--kubernetes-version <KUBERNETES_VERSION>': expected a Kubernetes version like v1.33.2 or 1.33 (MAJOR.MINOR, optional v prefix, patch and suffix)"
+        )
+    );
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    drop(hanging);
+    // the accepted forms still reach the advisor
+    for (v, note) in [
+        ("1.30", " This cluster runs 1.30, where nftables is alpha: upgrade to 1.33+ first."),
+        ("v1.32.1", " This cluster runs 1.32, where nftables is beta: 1.33+ is recommended."),
+        ("v1.35.2-eks-1234", ""),
+    ] {
+        let doc = json(&["--mode", "ipvs", "--kubernetes-version", v, V1_29]);
+        let m = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "MigrateProxyMode").expect("IPVS advice");
+        assert!(m["message"].as_str().unwrap().ends_with(&format!("at large scale.{note}")), "{v}: {}", m["message"]);
+    }
 }
 
 #[test]

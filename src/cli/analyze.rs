@@ -44,8 +44,8 @@ pub struct AnalyzeArgs {
     /// Number of endpoints in the cluster.
     #[arg(long, allow_negative_numbers = true, value_parser = whole_in(0u64, 100_000_000, "a whole number of endpoints"))]
     pub endpoints: Option<u64>,
-    /// Kubernetes version (e.g. v1.33.2); defaults to kube-proxy's kubernetes_build_info.
-    #[arg(long)]
+    /// Kubernetes version (e.g. v1.33.2 or 1.33); defaults to kube-proxy's kubernetes_build_info.
+    #[arg(long, value_parser = parse_kubernetes_version)]
     pub kubernetes_version: Option<String>,
     /// kube-proxy minSyncPeriod in seconds, 0 to 300 [default: 1, kube-proxy's iptables default].
     #[arg(long, allow_negative_numbers = true, value_parser = number_in(0.0, 300.0, false, "a number of seconds"))]
@@ -76,6 +76,16 @@ pub struct AnalyzeArgs {
 
 fn parse_mode(s: &str) -> Result<ProxyMode, String> {
     ProxyMode::parse(s).ok_or_else(|| format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf"))
+}
+
+/// Checks a `--kubernetes-version` at argument parsing (a usage error, exit 2, before any URL is
+/// fetched): MAJOR.MINOR as [`parse_version`] reads it, optionally `v`-prefixed, with a patch or
+/// a suffix.
+fn parse_kubernetes_version(s: &str) -> Result<String, String> {
+    match parse_version(s) {
+        Some(_) => Ok(s.to_string()),
+        None => Err("expected a Kubernetes version like v1.33.2 or 1.33 (MAJOR.MINOR, optional v prefix, patch and suffix)".into()),
+    }
 }
 
 /// Splits `NODE=SOURCE` into the node, the source and whether the node was named (`true`). The
@@ -199,11 +209,6 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
             stale_seconds: args.stale_seconds,
         },
     };
-    if let Some(v) = &args.kubernetes_version
-        && parse_version(v).is_none()
-    {
-        return Err(InputError(format!("--kubernetes-version {v:?} is not a version like v1.33.2")));
-    }
     let report = analyze(&inputs, &opts, &spec);
     Ok(match args.output {
         OutputFormat::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
