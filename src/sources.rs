@@ -83,7 +83,9 @@ pub fn decode_utf8(origin: &str, bytes: Vec<u8>) -> Result<String, SourceError> 
     })
 }
 
-/// Explains a failed connection the way an operator needs it explained.
+/// Explains a failed connection the way an operator needs it explained: the error and its
+/// causes, plus a hint for a refused connection (kube-proxy's 127.0.0.1 bind), a connect
+/// timeout (a firewall on the URL's port) or a timeout after connecting (no answer in time).
 pub fn connect_hint(err: &reqwest::Error) -> String {
     let mut msg = err.to_string();
     let mut src: Option<&dyn std::error::Error> = std::error::Error::source(err);
@@ -96,8 +98,12 @@ pub fn connect_hint(err: &reqwest::Error) -> String {
         msg.push_str(
             " (kube-proxy binds its metrics server to 127.0.0.1:10249 by default: set metricsBindAddress: 0.0.0.0:10249 in its KubeProxyConfiguration, or use the Prometheus source)",
         );
+    } else if err.is_timeout() && err.is_connect() {
+        // the connection never completed: dropped packets look like this
+        let port = err.url().and_then(|u| u.port_or_known_default()).map_or_else(|| "the port".to_string(), |p| format!("port {p}"));
+        msg.push_str(&format!(" (timed out connecting: is a NetworkPolicy or host firewall blocking {port}?)"));
     } else if err.is_timeout() {
-        msg.push_str(" (timed out: is a NetworkPolicy or host firewall blocking port 10249?)");
+        msg.push_str(" (timed out after connecting: no complete answer in time; is kube-proxy overloaded?)");
     }
     msg
 }
@@ -146,11 +152,14 @@ pub async fn fetch_url(client: &reqwest::Client, url: &str, max_body_bytes: usiz
     Ok(Fetched { text, proxy_mode })
 }
 
-/// An HTTP client for scraping: rustls (ring), the given per-request timeout, no proxy.
+/// An HTTP client for scraping: rustls (ring), the given per-request timeout, no proxy. The
+/// connect timeout is 100 ms shorter (at least half the timeout), so that a connection that never
+/// completes ends as a connect timeout (see [`connect_hint`]) rather than racing the overall one.
 pub fn http_client(timeout: Duration) -> reqwest::Client {
+    let connect_timeout = timeout.saturating_sub(Duration::from_millis(100)).max(timeout / 2);
     reqwest::Client::builder()
         .timeout(timeout)
-        .connect_timeout(timeout)
+        .connect_timeout(connect_timeout)
         .no_proxy()
         .build()
         .unwrap_or_else(|_| reqwest::Client::new())

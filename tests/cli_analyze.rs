@@ -988,3 +988,56 @@ fn refused_connection_exits_1_with_the_metrics_bind_address_hint() {
     assert!(r.stderr.to_lowercase().contains("refused"), "{}", r.stderr);
     assert!(r.stderr.contains("metricsBindAddress: 0.0.0.0:10249"), "{}", r.stderr);
 }
+
+/// A listening socket whose accept queue is full (backlog 0, one connection queued and never
+/// accepted): further connections get no SYN-ACK, so connecting times out as behind a firewall
+/// that drops packets. Returns the port and what must stay open.
+fn full_backlog() -> (u16, (i32, TcpStream)) {
+    // SAFETY: plain socket calls on a descriptor this function owns; the address is a valid
+    // sockaddr_in for the duration of the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        assert_eq!(libc::bind(fd, &addr as *const _ as *const libc::sockaddr, len), 0);
+        assert_eq!(libc::listen(fd, 0), 0);
+        let mut bound: libc::sockaddr_in = std::mem::zeroed();
+        let mut blen = len;
+        assert_eq!(libc::getsockname(fd, &mut bound as *mut _ as *mut libc::sockaddr, &mut blen), 0);
+        let port = u16::from_be(bound.sin_port);
+        let queued = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        (port, (fd, queued))
+    }
+}
+
+/// The firewall hint is for a connection that never completes, and names the URL's port; a
+/// server that accepts and never answers gets no such hint (it used to get "is a NetworkPolicy
+/// or host firewall blocking port 10249?" whatever the port).
+#[test]
+fn timeout_hints_say_what_timed_out_and_name_the_real_port() {
+    // accepted (kernel backlog), never answered
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/metrics", silent.local_addr().unwrap());
+    let r = run(&["analyze", "--timeout-seconds", "1", &url]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert!(r.stderr.starts_with(&format!("error: {url}: ")), "{}", r.stderr);
+    assert!(r.stderr.ends_with(" (timed out after connecting: no complete answer in time; is kube-proxy overloaded?)\n"), "{}", r.stderr);
+    assert!(!r.stderr.contains("firewall"), "{}", r.stderr);
+
+    // the connection itself never completes
+    let (port, held) = full_backlog();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let r = run(&["analyze", "--timeout-seconds", "1", &url]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert!(r.stderr.starts_with(&format!("error: {url}: ")), "{}", r.stderr);
+    assert!(
+        r.stderr.ends_with(&format!(" (timed out connecting: is a NetworkPolicy or host firewall blocking port {port}?)\n")),
+        "{}",
+        r.stderr
+    );
+    // SAFETY: closes the descriptor full_backlog opened
+    unsafe { libc::close(held.0) };
+}
