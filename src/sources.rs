@@ -37,7 +37,7 @@ pub enum SourceError {
     /// A URL could not be fetched.
     #[error("{url}: {message}")]
     Http {
-        /// The URL.
+        /// The URL, userinfo redacted ([`redact`]).
         url: String,
         /// What went wrong, with a hint for the common causes.
         message: String,
@@ -56,6 +56,18 @@ pub struct Fetched {
 /// True when `source` is an http(s) URL.
 pub fn is_url(source: &str) -> bool {
     source.starts_with("http://") || source.starts_with("https://")
+}
+
+/// `source` as it may be printed: a URL's userinfo (`user:password@`) replaced by `***@`, so
+/// that no message echoes a password; anything else unchanged.
+pub fn redact(source: &str) -> String {
+    let Some(start) = source.find("://").map(|i| i + 3) else { return source.to_string() };
+    let rest = &source[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) => format!("{}***@{}", &source[..start], &rest[at + 1..]),
+        None => source.to_string(),
+    }
 }
 
 /// Reads a file or `-` (standard input) as UTF-8 text; invalid UTF-8 is an error naming the
@@ -111,7 +123,7 @@ pub fn connect_hint(err: &reqwest::Error) -> String {
 /// Reads `resp`'s body chunk by chunk, stopping with an error as soon as it passes `limit`
 /// bytes (an endless or huge body never grows memory beyond the limit).
 async fn read_limited(mut resp: reqwest::Response, url: &str, limit: usize, flag: &str) -> Result<Vec<u8>, SourceError> {
-    let http = |message: String| SourceError::Http { url: url.to_string(), message };
+    let http = |message: String| SourceError::Http { url: redact(url), message };
     let mut buf: Vec<u8> = Vec::with_capacity(resp.content_length().map_or(64 * 1024, |n| n as usize).min(limit));
     while let Some(chunk) = resp.chunk().await.map_err(|e| http(connect_hint(&e)))? {
         if buf.len() + chunk.len() > limit {
@@ -127,13 +139,14 @@ async fn read_limited(mut resp: reqwest::Response, url: &str, limit: usize, flag
 /// failing `/proxyMode` is not an error (older or non-Linux kube-proxies may not serve it): an
 /// error status, a body over its limit or an unknown mode all leave the mode to inference.
 pub async fn fetch_url(client: &reqwest::Client, url: &str, max_body_bytes: usize) -> Result<Fetched, SourceError> {
-    let http = |message: String| SourceError::Http { url: url.to_string(), message };
+    let shown = redact(url);
+    let http = |message: String| SourceError::Http { url: shown.clone(), message };
     let resp = client.get(url).send().await.map_err(|e| http(connect_hint(&e)))?;
     if !resp.status().is_success() {
         return Err(http(format!("HTTP {}", resp.status())));
     }
     let body = read_limited(resp, url, max_body_bytes, " (--max-body-bytes)").await?;
-    let text = decode_utf8(url, body)?;
+    let text = decode_utf8(&shown, body)?;
     let proxy_mode = match reqwest::Url::parse(url) {
         Ok(mut u) => {
             u.set_path("/proxyMode");
@@ -163,4 +176,20 @@ pub fn http_client(timeout: Duration) -> reqwest::Client {
         .no_proxy()
         .build()
         .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_userinfo_only() {
+        assert_eq!(redact("http://user:secret@10.0.0.1:10249/metrics"), "http://***@10.0.0.1:10249/metrics");
+        assert_eq!(redact("https://token@host"), "https://***@host");
+        assert_eq!(redact("http://a:b@c@host/x"), "http://***@host/x");
+        // an '@' after the authority is not userinfo
+        assert_eq!(redact("http://host:10249/metrics?who=a@b"), "http://host:10249/metrics?who=a@b");
+        assert_eq!(redact("http://host/a@b"), "http://host/a@b");
+        assert_eq!(redact("scrapes/n@1.txt"), "scrapes/n@1.txt");
+    }
 }

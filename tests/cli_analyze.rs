@@ -1041,3 +1041,49 @@ fn timeout_hints_say_what_timed_out_and_name_the_real_port() {
     // SAFETY: closes the descriptor full_backlog opened
     unsafe { libc::close(held.0) };
 }
+
+/// No message echoes a URL's password: userinfo is shown as `***@` (it used to be printed as
+/// given, `http://user:secret@host/...`).
+#[test]
+fn url_userinfo_is_redacted_in_every_message() {
+    let secret = |r: &Run| assert!(!r.stderr.contains("secret") && !r.stderr.contains("user:"), "{}", r.stderr);
+    let with_auth = |base: &str| base.replacen("http://", "http://user:secret@", 1);
+    let shown = |base: &str| base.replacen("http://", "http://***@", 1);
+
+    // HTTP status, a cut body (parse error), a body over the limit
+    let base = serve("oops\n".into(), 500, None);
+    let r = run(&["analyze", &format!("{}/metrics", with_auth(&base))]);
+    assert_eq!(r.stderr, format!("error: {}/metrics: HTTP 500 Internal Server Error\n", shown(&base)));
+    let base = serve(shared(TRUNCATED), 200, None);
+    let r = run(&["analyze", &format!("{}/metrics", with_auth(&base))]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.starts_with(&format!("error: {}/metrics:17: kubeproxy_sync_proxy_rules_duration_seconds", shown(&base))), "{}", r.stderr);
+    secret(&r);
+    let base = serve(shared(V1_29), 200, None);
+    let r = run(&["analyze", "--max-body-bytes", "1024", &format!("{}/metrics", with_auth(&base))]);
+    assert_eq!(r.stderr, format!("error: {}/metrics: body larger than 1024 bytes (--max-body-bytes): stopped reading\n", shown(&base)));
+
+    // reqwest's own message quotes the URL without userinfo (it moves it to the Authorization
+    // header): still none in the whole message (refused connection)
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let r = run(&["analyze", &format!("http://user:secret@127.0.0.1:{port}/metrics")]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.starts_with(&format!("error: http://***@127.0.0.1:{port}/metrics: ")), "{}", r.stderr);
+    secret(&r);
+
+    // two URLs of one host:port, and a named --earlier that matches no node
+    let a = format!("{}/metrics", with_auth(&base));
+    let r = run(&["analyze", &a, &a]);
+    assert_eq!(r.code, 1);
+    let host = base.trim_start_matches("http://");
+    assert!(r.stderr.starts_with(&format!("error: {0}/metrics and {0}/metrics are both node \"{host}\"", shown(&base))), "{}", r.stderr);
+    secret(&r);
+    let r = run(&["analyze", "--earlier", &format!("other={a}"), V1_29]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.starts_with(&format!("error: --earlier other={}/metrics: no source is node", shown(&base))), "{}", r.stderr);
+    secret(&r);
+
+    // the credentials still reach the server: a working source is analysed
+    let doc = json(&[&a]);
+    assert_eq!(doc["nodes"][0]["node"], host);
+}

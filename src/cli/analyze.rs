@@ -126,7 +126,8 @@ async fn load(
     } else {
         sources::Fetched { text: sources::read_file(source).map_err(|e| InputError(e.to_string()))?, proxy_mode: None }
     };
-    let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| InputError(e.at(if source == "-" { "<stdin>" } else { source })))?;
+    let scrape =
+        parse_kube_proxy_metrics(&fetched.text).map_err(|e| InputError(e.at(&if source == "-" { "<stdin>".into() } else { sources::redact(source) })))?;
     Ok((scrape, fetched.proxy_mode))
 }
 
@@ -147,7 +148,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
         if let Some((_, first, first_explicit)) = named.iter().find(|(n, _, _)| *n == node)
             && !(explicit && *first_explicit)
         {
-            let how = |src: &str, explicit: bool| if explicit { format!("{node}={src}") } else { src.to_string() };
+            let how = |src: &str, explicit: bool| if explicit { format!("{node}={}", sources::redact(src)) } else { sources::redact(src) };
             return Err(InputError(format!(
                 "{} and {} are both node {node:?} (a source without NODE= is named after its file stem or host:port): name each node, e.g. node-a=FILE node-b=FILE; to compare two scrapes of one node, give both the same NODE= (first is earlier) or use --earlier",
                 how(first, *first_explicit),
@@ -166,8 +167,9 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
             None => inputs.push(NodeInput { node, later: scrape, earlier: None, proxy_mode }),
         }
     }
-    for arg in &args.earlier {
-        let (node, src, explicit) = split_node(arg);
+    for raw in &args.earlier {
+        let (node, src, explicit) = split_node(raw);
+        let arg = sources::redact(raw);
         // NODE= must name a source's node (even when there is only one source); only an unnamed
         // --earlier pairs with the only source
         let target = if explicit {
