@@ -53,9 +53,17 @@ pub struct Fetched {
     pub proxy_mode: Option<ProxyMode>,
 }
 
-/// True when `source` is an http(s) URL.
+/// The scheme of `source` when it has the form `SCHEME://...` (a letter, then letters, digits,
+/// `+`, `-` or `.`), as written; `None` for anything else (a file path, `-`).
+pub fn url_scheme(source: &str) -> Option<&str> {
+    let (scheme, _) = source.split_once("://")?;
+    let mut chars = scheme.chars();
+    (chars.next()?.is_ascii_alphabetic() && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))).then_some(scheme)
+}
+
+/// True when `source` is an http(s) URL (the scheme in any case, as URLs allow: `HTTP://`).
 pub fn is_url(source: &str) -> bool {
-    source.starts_with("http://") || source.starts_with("https://")
+    url_scheme(source).is_some_and(|s| s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https"))
 }
 
 /// `source` as it may be printed: a URL's userinfo (`user:password@`) replaced by `***@`, so
@@ -181,6 +189,21 @@ pub fn http_client(timeout: Duration) -> reqwest::Client {
 #[cfg(test)]
 mod tests {
     use super::redact;
+
+    #[test]
+    fn schemes_are_case_insensitive_and_only_http_is_a_url() {
+        use super::{is_url, url_scheme};
+        for u in ["http://h/metrics", "HTTP://h/metrics", "Https://h:10249/metrics"] {
+            assert!(is_url(u), "{u}");
+        }
+        for s in ["ftp://h/metrics", "file:///tmp/x", "scrapes/a.txt", "-", "a=http://h/m", "1http://h"] {
+            assert!(!is_url(s), "{s}");
+        }
+        assert_eq!(url_scheme("ftp://h/metrics"), Some("ftp"));
+        assert_eq!(url_scheme("svn+ssh://h"), Some("svn+ssh"));
+        assert_eq!(url_scheme("dir/x://y"), None);
+        assert_eq!(url_scheme("scrape.txt"), None);
+    }
 
     #[test]
     fn redact_hides_userinfo_only() {

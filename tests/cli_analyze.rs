@@ -1087,3 +1087,27 @@ fn url_userinfo_is_redacted_in_every_message() {
     let doc = json(&[&a]);
     assert_eq!(doc["nodes"][0]["node"], host);
 }
+
+/// URL schemes are case-insensitive (`HTTP://` was read as a file path: "No such file or
+/// directory"); a scheme other than http(s) is an error naming it (`ftp://` was a file path too).
+#[test]
+fn url_schemes_are_case_insensitive_and_others_are_named() {
+    let base = serve(shared(V1_29), 200, Some("iptables"));
+    let upper = format!("{}/metrics", base.replacen("http://", "HTTP://", 1));
+    let doc = json(&[&upper]);
+    assert_eq!(doc["nodes"][0]["node"], base.trim_start_matches("http://"));
+    assert_eq!(doc["nodes"][0]["modeSource"], "proxyMode endpoint");
+    assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 4.0);
+    let doc = json(&[&format!("worker-1={upper}")]);
+    assert_eq!(doc["nodes"][0]["node"], "worker-1");
+
+    for (source, scheme) in [("ftp://10.0.0.1/metrics", "ftp"), ("FILE:///tmp/metrics.txt", "FILE"), ("n1=gopher://h/x", "gopher")] {
+        let r = run(&["analyze", source]);
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{source}: {}", r.stderr);
+        let shown = source.trim_start_matches("n1=");
+        assert_eq!(
+            r.stderr,
+            format!("error: {shown}: unsupported URL scheme \"{scheme}\": a source is a file, - (standard input) or an http:// or https:// URL\n")
+        );
+    }
+}

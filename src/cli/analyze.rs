@@ -14,7 +14,7 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 pub struct AnalyzeArgs {
     /// Scrapes to analyse: a file, `-` for standard input, or a kube-proxy metrics URL
-    /// (`http://NODE_IP:10249/metrics`). Prefix `NODE=` to name the node (else a file is named
+    /// (`http://NODE_IP:10249/metrics`; http or https, in any case). Prefix `NODE=` to name the node (else a file is named
     /// after its stem, a URL after host:port; two sources may not get the same such name); the
     /// same NODE given twice is analysed over the interval between its two scrapes (first =
     /// earlier). The text before the first `=` is a NODE unless it contains `/`, `\` or `:`
@@ -121,7 +121,14 @@ async fn load(
     client: &reqwest::Client,
     max_body_bytes: usize,
 ) -> Result<(crate::metrics::KubeProxyScrape, Option<ProxyMode>), InputError> {
-    let fetched = if sources::is_url(source) {
+    let fetched = if let Some(scheme) = sources::url_scheme(source)
+        && !sources::is_url(source)
+    {
+        return Err(InputError(format!(
+            "{}: unsupported URL scheme {scheme:?}: a source is a file, - (standard input) or an http:// or https:// URL",
+            sources::redact(source)
+        )));
+    } else if sources::is_url(source) {
         sources::fetch_url(client, source, max_body_bytes).await.map_err(|e| InputError(e.to_string()))?
     } else {
         sources::Fetched { text: sources::read_file(source).map_err(|e| InputError(e.to_string()))?, proxy_mode: None }
