@@ -314,7 +314,8 @@ mod tests {
                 "kubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"16.384\"}} {below}\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"+Inf\"}} {total}\n"
             )
         };
-        let node = |t: String| NodeInput { node: "n".into(), later: parse_kube_proxy_metrics(&t).unwrap(), earlier: None, proxy_mode: None };
+        let node =
+            |t: String| NodeInput { node: "n".into(), later: parse_kube_proxy_metrics(&t).unwrap(), earlier: None, proxy_mode: None };
         // 2 syncs, one beyond 16.384 s: the p99 is beyond the top bucket, but 2 < 5 samples
         let w = measure_node(&node(text(1, 2)), 1.0, 5, None);
         assert_eq!(w.basis, Basis::LowSampleCount);

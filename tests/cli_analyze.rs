@@ -1057,7 +1057,11 @@ fn url_userinfo_is_redacted_in_every_message() {
     let base = serve(shared(TRUNCATED), 200, None);
     let r = run(&["analyze", &format!("{}/metrics", with_auth(&base))]);
     assert_eq!(r.code, 1);
-    assert!(r.stderr.starts_with(&format!("error: {}/metrics:17: kubeproxy_sync_proxy_rules_duration_seconds", shown(&base))), "{}", r.stderr);
+    assert!(
+        r.stderr.starts_with(&format!("error: {}/metrics:17: kubeproxy_sync_proxy_rules_duration_seconds", shown(&base))),
+        "{}",
+        r.stderr
+    );
     secret(&r);
     let base = serve(shared(V1_29), 200, None);
     let r = run(&["analyze", "--max-body-bytes", "1024", &format!("{}/metrics", with_auth(&base))]);
@@ -1107,7 +1111,9 @@ fn url_schemes_are_case_insensitive_and_others_are_named() {
         let shown = source.trim_start_matches("n1=");
         assert_eq!(
             r.stderr,
-            format!("error: {shown}: unsupported URL scheme \"{scheme}\": a source is a file, - (standard input) or an http:// or https:// URL\n")
+            format!(
+                "error: {shown}: unsupported URL scheme \"{scheme}\": a source is a file, - (standard input) or an http:// or https:// URL\n"
+            )
         );
     }
 }

@@ -133,8 +133,8 @@ async fn load(
     } else {
         sources::Fetched { text: sources::read_file(source).map_err(|e| InputError(e.to_string()))?, proxy_mode: None }
     };
-    let scrape =
-        parse_kube_proxy_metrics(&fetched.text).map_err(|e| InputError(e.at(&if source == "-" { "<stdin>".into() } else { sources::redact(source) })))?;
+    let scrape = parse_kube_proxy_metrics(&fetched.text)
+        .map_err(|e| InputError(e.at(&if source == "-" { "<stdin>".into() } else { sources::redact(source) })))?;
     Ok((scrape, fetched.proxy_mode))
 }
 
