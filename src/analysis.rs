@@ -187,3 +187,70 @@ mod mixed_mode_tests {
         assert!(migrate[0].message.contains("on some nodes"), "{}", migrate[0].message);
     }
 }
+
+#[cfg(test)]
+mod low_sample_tests {
+    use super::*;
+    use crate::advisor::AdviceReason;
+    use crate::metrics::parse_kube_proxy_metrics;
+
+    /// A node whose `n` syncs all took at most 0.1 s.
+    fn fast(name: &str, n: u32) -> NodeInput {
+        let sync = "kubeproxy_sync_proxy_rules_duration_seconds_bucket";
+        let text = format!("{sync}{{le=\"0.1\"}} {n}\n{sync}{{le=\"16.384\"}} {n}\n{sync}{{le=\"+Inf\"}} {n}\n");
+        NodeInput { node: name.into(), later: parse_kube_proxy_metrics(&text).unwrap(), earlier: None, proxy_mode: None }
+    }
+
+    /// A node whose `n` syncs all took longer than the top bucket, 16.384 s.
+    fn beyond(name: &str, n: u32) -> NodeInput {
+        let sync = "kubeproxy_sync_proxy_rules_duration_seconds_bucket";
+        let text = format!("{sync}{{le=\"0.1\"}} 0\n{sync}{{le=\"16.384\"}} 0\n{sync}{{le=\"+Inf\"}} {n}\n");
+        NodeInput { node: name.into(), later: parse_kube_proxy_metrics(&text).unwrap(), earlier: None, proxy_mode: None }
+    }
+
+    fn reasons(r: &AnalysisReport) -> Vec<(AdviceReason, Option<String>)> {
+        r.advice.iter().map(|a| (a.reason, a.node.clone())).collect()
+    }
+
+    /// README: BeyondTopBucket needs a trusted node; a node below minSamples is LowSampleCount
+    /// (even when its few samples are beyond the top bucket), does not set the window while
+    /// another node is trusted, and raises no ProxySyncSlow. One sync of 104 + one sync beyond
+    /// 16 s gave BeyondTopBucket, worst node b and a 60 s sleep.
+    #[test]
+    fn a_low_sample_node_beyond_the_top_bucket_does_not_override_a_trusted_node() {
+        let r = analyze(&[fast("a", 104), beyond("b", 1)], &AnalysisOptions::default(), &TerminationPolicySpec::default());
+        assert_eq!(r.nodes[1].basis, Basis::LowSampleCount);
+        assert_eq!(r.nodes[1].sync_p99.map(|q| (q.seconds, q.beyond_top_bucket)), Some((16.384, true)));
+        assert_eq!(r.nodes[0].basis, Basis::Measured);
+        assert_eq!(r.worst_node.as_deref(), Some("a"));
+        let p99 = 0.1 * (0.99 * 104.0) / 104.0;
+        assert!((r.propagation_window_seconds.unwrap() - (1.0 + 2.0 * p99)).abs() < 1e-12, "{:?}", r.propagation_window_seconds);
+        assert!((r.sync_p99_seconds.unwrap() - p99).abs() < 1e-12, "{:?}", r.sync_p99_seconds);
+        assert_eq!(r.recommendation.reason, Basis::Measured);
+        assert_eq!((r.recommendation.pre_stop_seconds, r.recommendation.termination_grace_period_seconds), (3, 33));
+        assert_eq!(reasons(&r), [(AdviceReason::LowSampleCount, Some("b".to_string()))]);
+    }
+
+    /// Alone, a 3-sample node beyond the top bucket is LowSampleCount: its slow samples still
+    /// raise the sleep (max(default 10, ceil((1 + 2 x 16.384) x 1.5)) = 51 s), but it is not
+    /// BeyondTopBucket (60 s) and raises no ProxySyncSlow; with 5 samples it is trusted.
+    #[test]
+    fn a_lone_low_sample_node_beyond_the_top_bucket_is_low_sample_count() {
+        let spec = TerminationPolicySpec::default();
+        let r = analyze(&[beyond("c", 3)], &AnalysisOptions::default(), &spec);
+        assert_eq!(r.nodes[0].basis, Basis::LowSampleCount);
+        assert_eq!(r.worst_node.as_deref(), Some("c"));
+        assert!((r.propagation_window_seconds.unwrap() - 33.768).abs() < 1e-12, "{:?}", r.propagation_window_seconds);
+        assert_eq!(r.recommendation.reason, Basis::LowSampleCount);
+        assert_eq!((r.recommendation.pre_stop_seconds, r.recommendation.termination_grace_period_seconds), (51, 81));
+        assert_eq!(reasons(&r), [(AdviceReason::LowSampleCount, Some("c".to_string()))]);
+
+        let r = analyze(&[fast("a", 104), beyond("c", 5)], &AnalysisOptions::default(), &spec);
+        assert_eq!(r.nodes[1].basis, Basis::BeyondTopBucket);
+        assert_eq!(r.worst_node.as_deref(), Some("c"));
+        assert_eq!(r.recommendation.reason, Basis::BeyondTopBucket);
+        assert_eq!(r.recommendation.pre_stop_seconds, 60);
+        let rs = reasons(&r);
+        assert_eq!(rs, [(AdviceReason::ProxySyncSlow, Some("c".to_string())), (AdviceReason::BeyondTopBucket, Some("c".to_string()))]);
+    }
+}

@@ -111,9 +111,10 @@ pub enum Interval {
 pub enum Basis {
     /// Enough samples; the p99 is inside the bucket range.
     Measured,
-    /// The p99 rank fell in the `+Inf` bucket: the window is at least the top bound.
+    /// At least `minSamples` samples, and the p99 rank fell in the `+Inf` bucket: the window is
+    /// at least the top bound.
     BeyondTopBucket,
-    /// Fewer samples than the policy's `minSamples`.
+    /// Fewer samples than the policy's `minSamples` (even when they lie beyond the top bucket).
     LowSampleCount,
     /// No sync or network-programming observations at all.
     NoData,
@@ -198,15 +199,17 @@ pub fn measure_node(input: &NodeInput, min_sync_period_seconds: f64, min_samples
     };
     let samples = if sync_p99.is_some() { sync_samples } else { np_samples };
     let beyond = sync_p99.is_some_and(|q| q.beyond_top_bucket) || np_p99.is_some_and(|q| q.beyond_top_bucket);
-    // beyond the top bucket wins over a low sample count: even one sync above 16 s is evidence
-    // that the window is at least that long
+    // too few samples wins over beyond the top bucket (README "The sizing model"): a p99 of one to
+    // four syncs is not trusted, however slow (a restarted kube-proxy's first, full sync is
+    // often the slowest it ever does); as LowSampleCount its W still raises the sleep when no
+    // node is trusted, but it neither overrides a trusted node nor raises ProxySyncSlow
     let basis = if window.is_none() {
         Basis::NoData
-    } else if beyond {
-        Basis::BeyondTopBucket
     } else if !(samples >= f64::from(min_samples)) {
         // NaN counts (a broken exposition) are "too few", never "enough"
         Basis::LowSampleCount
+    } else if beyond {
+        Basis::BeyondTopBucket
     } else {
         Basis::Measured
     };
@@ -305,14 +308,22 @@ mod tests {
     }
 
     #[test]
-    fn one_sync_beyond_the_top_bucket_is_not_dismissed_as_a_low_sample_count() {
-        let later = parse_kube_proxy_metrics(
-            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"16.384\"} 1\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 2\n",
-        )
-        .unwrap();
-        let w = measure_node(&NodeInput { node: "n".into(), later, earlier: None, proxy_mode: None }, 1.0, 5, None);
+    fn a_sync_beyond_the_top_bucket_is_a_low_sample_count_below_min_samples() {
+        let text = |below: u32, total: u32| {
+            format!(
+                "kubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"16.384\"}} {below}\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"+Inf\"}} {total}\n"
+            )
+        };
+        let node =
+            |t: String| NodeInput { node: "n".into(), later: parse_kube_proxy_metrics(&t).unwrap(), earlier: None, proxy_mode: None };
+        // 2 syncs, one beyond 16.384 s: the p99 is beyond the top bucket, but 2 < 5 samples
+        let w = measure_node(&node(text(1, 2)), 1.0, 5, None);
+        assert_eq!(w.basis, Basis::LowSampleCount);
+        assert_eq!(w.sync_p99.map(|q| (q.seconds, q.beyond_top_bucket)), Some((16.384, true)));
+        assert_eq!(w.propagation_window_seconds, Some(1.0 + 2.0 * 16.384));
+        // 5 syncs, one beyond: trusted, and beyond the top bucket
+        let w = measure_node(&node(text(4, 5)), 1.0, 5, None);
         assert_eq!(w.basis, Basis::BeyondTopBucket);
-        assert_eq!(w.sync_p99.unwrap().seconds, 16.384);
     }
 
     #[test]

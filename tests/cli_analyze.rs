@@ -326,9 +326,37 @@ fn unreadable_input_exits_1() {
     let r = run(&["analyze", "tests/data/metrics/no-such-file.txt"]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("no-such-file.txt"), "{}", r.stderr);
-    let r = run(&["analyze", "--kubernetes-version", "latest", V1_29]);
-    assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("--kubernetes-version"), "{}", r.stderr);
+}
+
+/// A bad --kubernetes-version is a usage error (exit 2) found at argument parsing: it used to
+/// exit 1, and only after every URL had been fetched (a hanging URL delayed it to the timeout).
+#[test]
+fn a_bad_kubernetes_version_is_a_usage_error_before_any_fetch() {
+    // accepts connections (the kernel backlog) and never answers
+    let hanging = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/metrics", hanging.local_addr().unwrap());
+    let start = std::time::Instant::now();
+    let r = run(&["analyze", "--timeout-seconds", "30", "--kubernetes-version", "latest", &url]);
+    let took = start.elapsed();
+    assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{}", r.stderr);
+    assert_eq!(
+        r.stderr.lines().next(),
+        Some(
+            "error: invalid value 'latest' for '--kubernetes-version <KUBERNETES_VERSION>': expected a Kubernetes version like v1.33.2 or 1.33 (MAJOR.MINOR, optional v prefix, patch and suffix)"
+        )
+    );
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    drop(hanging);
+    // the accepted forms still reach the advisor
+    for (v, note) in [
+        ("1.30", " This cluster runs 1.30, where nftables is alpha: upgrade to 1.33+ first."),
+        ("v1.32.1", " This cluster runs 1.32, where nftables is beta: 1.33+ is recommended."),
+        ("v1.35.2-eks-1234", ""),
+    ] {
+        let doc = json(&["--mode", "ipvs", "--kubernetes-version", v, V1_29]);
+        let m = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "MigrateProxyMode").expect("IPVS advice");
+        assert!(m["message"].as_str().unwrap().ends_with(&format!("at large scale.{note}")), "{v}: {}", m["message"]);
+    }
 }
 
 #[test]
@@ -354,7 +382,15 @@ fn usage_errors_exit_2() {
 /// (a NaN threshold silently disabled its advice).
 #[test]
 fn out_of_range_flag_values_exit_2_naming_flag_and_range() {
-    let cases: [(&[&str], &str); 19] = [
+    let cases: [(&[&str], &str); 21] = [
+        (
+            &["analyze", "--max-body-bytes", "100", V1_29],
+            "invalid value '100' for '--max-body-bytes <MAX_BODY_BYTES>': expected a whole number of bytes from 1024 to 1073741824",
+        ),
+        (
+            &["analyze", "--max-body-bytes", "-1", V1_29],
+            "invalid value '-1' for '--max-body-bytes <MAX_BODY_BYTES>': expected a whole number of bytes from 1024 to 1073741824",
+        ),
         (&["analyze", "--services", "NaN", V1_29], "invalid value 'NaN' for '--services <SERVICES>': expected a whole number of Services from 0 to 100000000"),
         (&["analyze", "--endpoints", "-1", V1_29], "invalid value '-1' for '--endpoints <ENDPOINTS>': expected a whole number of endpoints from 0 to 100000000"),
         (
@@ -701,6 +737,26 @@ fn two_scrapes_of_one_node_are_analysed_over_the_interval() {
     let r = run(&["analyze", &format!("n={V1_29}"), &format!("n={later}"), &format!("n={V1_29}")]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("more than twice"), "{}", r.stderr);
+
+    // a named --earlier must name a source's node, with one source as with several (with one it
+    // used to pair with whatever the only source was)
+    for sources in [&[format!("n1={later}")][..], &[format!("n1={later}"), format!("n2={V1_13}")][..]] {
+        let mut args = vec!["analyze".to_string(), "--earlier".into(), format!("other={V1_29}")];
+        args.extend_from_slice(sources);
+        let r = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{sources:?}: {}", r.stderr);
+        let nodes = if sources.len() == 1 { "n1" } else { "n1, n2" };
+        assert_eq!(
+            r.stderr,
+            format!(
+                "error: --earlier other={V1_29}: no source is node \"other\" (the nodes are: {nodes}): name the node (NODE=FILE) it belongs to\n"
+            )
+        );
+    }
+    // the matching name still pairs with one source
+    let doc5 = json(&["--earlier", &format!("n1={V1_29}"), &format!("n1={later}")]);
+    assert_eq!(doc5["nodes"][0]["interval"], "betweenScrapes");
+    assert_eq!(f(&doc5["nodes"][0]["syncSamples"]), 100.0);
 }
 
 /// Names that come from the path (file stem, host:port) never pair two sources: two different
@@ -738,6 +794,35 @@ fn colliding_implicit_node_names_exit_1_naming_both_sources() {
     let doc = json(&[&format!("n={a}"), &format!("n={b}")]);
     assert_eq!(doc["interval"], "betweenScrapes");
     assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 100.0);
+}
+
+/// Kubernetes node names are DNS subdomains (`ip-10-0-0-1.ec2.internal`): a `NODE=` prefix with
+/// dots names the node (it used to be read as part of a file path: "No such file or
+/// directory"). A prefix with `/`, `\` or `:` is part of the path; `./` keeps a file whose name
+/// contains `=` a file.
+#[test]
+fn node_names_with_dots_are_node_prefixes() {
+    let doc = json(&[&format!("ip-10-0-0-1.ec2.internal={V1_29}"), &format!("node-2.example.com={V1_13}")]);
+    let names: Vec<&str> = doc["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
+    assert_eq!(names, ["ip-10-0-0-1.ec2.internal", "node-2.example.com"]);
+    assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 4.0);
+    // the same dotted NODE twice pairs two scrapes
+    let dir = tmp();
+    let later = write(dir.path(), "later.txt", &v1_29_later());
+    let doc = json(&[&format!("a.b={V1_29}"), &format!("a.b={}", later.display())]);
+    assert_eq!(doc["nodes"][0]["node"], "a.b");
+    assert_eq!(doc["nodes"][0]["interval"], "betweenScrapes");
+    assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 100.0);
+    // a dotted NODE before a URL
+    let base = serve(shared(V1_29), 200, Some("iptables"));
+    let doc = json(&[&format!("worker.internal={base}/metrics")]);
+    assert_eq!(doc["nodes"][0]["node"], "worker.internal");
+    // a path containing '=' after a '/' is a file, named after its stem
+    let odd = write(dir.path(), "x.y=z.txt", &shared(V1_29));
+    let doc = json(&[odd.to_str().unwrap()]);
+    assert_eq!(doc["nodes"][0]["node"], "x.y=z");
+    let doc = json(&["--earlier", &format!("a.b={V1_29}"), &format!("a.b={}", later.display())]);
+    assert_eq!(doc["nodes"][0]["interval"], "betweenScrapes");
 }
 
 #[test]
@@ -873,6 +958,22 @@ fn url_errors_exit_1() {
     assert!(r.stderr.contains("HTTP 500"), "{}", r.stderr);
 }
 
+/// A `/metrics` body over `--max-body-bytes` is an error naming the URL and the limit; the
+/// default limit is the operator's 32 MiB.
+#[test]
+fn a_body_over_max_body_bytes_exits_1_naming_url_and_limit() {
+    let base = serve(shared(V1_29), 200, Some("iptables"));
+    let url = format!("{base}/metrics");
+    let r = run(&["analyze", "--max-body-bytes", "4096", &url]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert_eq!(r.stderr, format!("error: {url}: body larger than 4096 bytes (--max-body-bytes): stopped reading\n"));
+    // a limit the body fits in
+    let doc = json(&["--max-body-bytes", &shared(V1_29).len().to_string(), &url]);
+    assert_eq!(doc["nodes"][0]["syncSamples"], 4.0);
+    let help = run(&["analyze", "--help"]).stdout;
+    assert!(help.contains("[default: 33554432]"), "{help}");
+}
+
 #[test]
 fn refused_connection_exits_1_with_the_metrics_bind_address_hint() {
     // a port that was just free: nothing listens on it
@@ -886,4 +987,133 @@ fn refused_connection_exits_1_with_the_metrics_bind_address_hint() {
     assert!(r.stderr.contains(&url), "{}", r.stderr);
     assert!(r.stderr.to_lowercase().contains("refused"), "{}", r.stderr);
     assert!(r.stderr.contains("metricsBindAddress: 0.0.0.0:10249"), "{}", r.stderr);
+}
+
+/// A listening socket whose accept queue is full (backlog 0, one connection queued and never
+/// accepted): further connections get no SYN-ACK, so connecting times out as behind a firewall
+/// that drops packets. Returns the port and what must stay open.
+fn full_backlog() -> (u16, (i32, TcpStream)) {
+    // SAFETY: plain socket calls on a descriptor this function owns; the address is a valid
+    // sockaddr_in for the duration of the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        assert_eq!(libc::bind(fd, &addr as *const _ as *const libc::sockaddr, len), 0);
+        assert_eq!(libc::listen(fd, 0), 0);
+        let mut bound: libc::sockaddr_in = std::mem::zeroed();
+        let mut blen = len;
+        assert_eq!(libc::getsockname(fd, &mut bound as *mut _ as *mut libc::sockaddr, &mut blen), 0);
+        let port = u16::from_be(bound.sin_port);
+        let queued = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        (port, (fd, queued))
+    }
+}
+
+/// The firewall hint is for a connection that never completes, and names the URL's port; a
+/// server that accepts and never answers gets no such hint (it used to get "is a NetworkPolicy
+/// or host firewall blocking port 10249?" whatever the port).
+#[test]
+fn timeout_hints_say_what_timed_out_and_name_the_real_port() {
+    // accepted (kernel backlog), never answered
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/metrics", silent.local_addr().unwrap());
+    let r = run(&["analyze", "--timeout-seconds", "1", &url]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert!(r.stderr.starts_with(&format!("error: {url}: ")), "{}", r.stderr);
+    assert!(r.stderr.ends_with(" (timed out after connecting: no complete answer in time; is kube-proxy overloaded?)\n"), "{}", r.stderr);
+    assert!(!r.stderr.contains("firewall"), "{}", r.stderr);
+
+    // the connection itself never completes
+    let (port, held) = full_backlog();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let r = run(&["analyze", "--timeout-seconds", "1", &url]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert!(r.stderr.starts_with(&format!("error: {url}: ")), "{}", r.stderr);
+    assert!(
+        r.stderr.ends_with(&format!(" (timed out connecting: is a NetworkPolicy or host firewall blocking port {port}?)\n")),
+        "{}",
+        r.stderr
+    );
+    // SAFETY: closes the descriptor full_backlog opened
+    unsafe { libc::close(held.0) };
+}
+
+/// No message echoes a URL's password: userinfo is shown as `***@` (it used to be printed as
+/// given, `http://user:secret@host/...`).
+#[test]
+fn url_userinfo_is_redacted_in_every_message() {
+    let secret = |r: &Run| assert!(!r.stderr.contains("secret") && !r.stderr.contains("user:"), "{}", r.stderr);
+    let with_auth = |base: &str| base.replacen("http://", "http://user:secret@", 1);
+    let shown = |base: &str| base.replacen("http://", "http://***@", 1);
+
+    // HTTP status, a cut body (parse error), a body over the limit
+    let base = serve("oops\n".into(), 500, None);
+    let r = run(&["analyze", &format!("{}/metrics", with_auth(&base))]);
+    assert_eq!(r.stderr, format!("error: {}/metrics: HTTP 500 Internal Server Error\n", shown(&base)));
+    let base = serve(shared(TRUNCATED), 200, None);
+    let r = run(&["analyze", &format!("{}/metrics", with_auth(&base))]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.starts_with(&format!("error: {}/metrics:17: kubeproxy_sync_proxy_rules_duration_seconds", shown(&base))),
+        "{}",
+        r.stderr
+    );
+    secret(&r);
+    let base = serve(shared(V1_29), 200, None);
+    let r = run(&["analyze", "--max-body-bytes", "1024", &format!("{}/metrics", with_auth(&base))]);
+    assert_eq!(r.stderr, format!("error: {}/metrics: body larger than 1024 bytes (--max-body-bytes): stopped reading\n", shown(&base)));
+
+    // reqwest's own message quotes the URL without userinfo (it moves it to the Authorization
+    // header): still none in the whole message (refused connection)
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let r = run(&["analyze", &format!("http://user:secret@127.0.0.1:{port}/metrics")]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.starts_with(&format!("error: http://***@127.0.0.1:{port}/metrics: ")), "{}", r.stderr);
+    secret(&r);
+
+    // two URLs of one host:port, and a named --earlier that matches no node
+    let a = format!("{}/metrics", with_auth(&base));
+    let r = run(&["analyze", &a, &a]);
+    assert_eq!(r.code, 1);
+    let host = base.trim_start_matches("http://");
+    assert!(r.stderr.starts_with(&format!("error: {0}/metrics and {0}/metrics are both node \"{host}\"", shown(&base))), "{}", r.stderr);
+    secret(&r);
+    let r = run(&["analyze", "--earlier", &format!("other={a}"), V1_29]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.starts_with(&format!("error: --earlier other={}/metrics: no source is node", shown(&base))), "{}", r.stderr);
+    secret(&r);
+
+    // the credentials still reach the server: a working source is analysed
+    let doc = json(&[&a]);
+    assert_eq!(doc["nodes"][0]["node"], host);
+}
+
+/// URL schemes are case-insensitive (`HTTP://` was read as a file path: "No such file or
+/// directory"); a scheme other than http(s) is an error naming it (`ftp://` was a file path too).
+#[test]
+fn url_schemes_are_case_insensitive_and_others_are_named() {
+    let base = serve(shared(V1_29), 200, Some("iptables"));
+    let upper = format!("{}/metrics", base.replacen("http://", "HTTP://", 1));
+    let doc = json(&[&upper]);
+    assert_eq!(doc["nodes"][0]["node"], base.trim_start_matches("http://"));
+    assert_eq!(doc["nodes"][0]["modeSource"], "proxyMode endpoint");
+    assert_eq!(f(&doc["nodes"][0]["syncSamples"]), 4.0);
+    let doc = json(&[&format!("worker-1={upper}")]);
+    assert_eq!(doc["nodes"][0]["node"], "worker-1");
+
+    for (source, scheme) in [("ftp://10.0.0.1/metrics", "ftp"), ("FILE:///tmp/metrics.txt", "FILE"), ("n1=gopher://h/x", "gopher")] {
+        let r = run(&["analyze", source]);
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{source}: {}", r.stderr);
+        let shown = source.trim_start_matches("n1=");
+        assert_eq!(
+            r.stderr,
+            format!(
+                "error: {shown}: unsupported URL scheme \"{scheme}\": a source is a file, - (standard input) or an http:// or https:// URL\n"
+            )
+        );
+    }
 }

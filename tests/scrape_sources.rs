@@ -700,3 +700,46 @@ async fn the_configmap_is_the_fallback_when_configz_is_unreachable() {
     lp.run_once().await.unwrap();
     assert_eq!(shared.read().unwrap().source, "ConfigMap kube-system/kube-proxy-config");
 }
+
+// ---------------------------------------------------------------------------------------------
+// the command line's URL source (`analyze http://...`): bounded bodies
+
+/// A body that never ends: 64 KiB chunks of comment lines, chunked, until the client hangs up.
+fn endless_body() -> axum::body::Body {
+    let chunk = axum::body::Bytes::from("# padding\n".repeat(64 * 1024 / 10));
+    axum::body::Body::from_stream(futures::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone())))
+}
+
+/// `analyze`'s URL fetch stops reading at its limit: an endless `/metrics` body used to be read
+/// until the timeout (gigabytes of memory), and so did an endless `/proxyMode`.
+#[tokio::test]
+async fn cli_url_fetch_stops_at_the_body_limit() {
+    use safe_termination::sources::{MAX_PROXY_MODE_BYTES, fetch_url};
+    let http_client = scrape_client;
+    let endless = serve(Router::new().route("/metrics", get(|| async { endless_body() }))).await;
+    let url = format!("http://{endless}/metrics");
+    let start = Instant::now();
+    let err = fetch_url(&http_client(Duration::from_secs(30)), &url, 1 << 20).await.unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(err.to_string(), format!("{url}: body larger than 1048576 bytes (--max-body-bytes): stopped reading"));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+
+    // a body exactly at the limit is read; one byte less of limit refuses it
+    let body = V1_29.to_string();
+    let exact = serve(Router::new().route("/metrics", get(move || async move { body }))).await;
+    let url = format!("http://{exact}/metrics");
+    let fetched = fetch_url(&http_client(Duration::from_secs(30)), &url, V1_29.len()).await.unwrap();
+    assert_eq!(fetched.text, V1_29);
+    let err = fetch_url(&http_client(Duration::from_secs(30)), &url, V1_29.len() - 1).await.unwrap_err();
+    assert_eq!(err.to_string(), format!("{url}: body larger than {} bytes (--max-body-bytes): stopped reading", V1_29.len() - 1));
+
+    // an endless /proxyMode is cut at its own limit and, being best effort, leaves the mode unknown
+    let router = Router::new().route("/metrics", get(|| async { V1_29 })).route("/proxyMode", get(|| async { endless_body() }));
+    let addr = serve(router).await;
+    let start = Instant::now();
+    let fetched = fetch_url(&http_client(Duration::from_secs(30)), &format!("http://{addr}/metrics"), 1 << 20).await.unwrap();
+    let took = start.elapsed();
+    assert_eq!((fetched.text.as_str(), fetched.proxy_mode), (V1_29, None));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(MAX_PROXY_MODE_BYTES, 65536);
+}

@@ -14,13 +14,16 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 pub struct AnalyzeArgs {
     /// Scrapes to analyse: a file, `-` for standard input, or a kube-proxy metrics URL
-    /// (`http://NODE_IP:10249/metrics`). Prefix `NODE=` to name the node (else a file is named
+    /// (`http://NODE_IP:10249/metrics`; http or https, in any case). Prefix `NODE=` to name the node (else a file is named
     /// after its stem, a URL after host:port; two sources may not get the same such name); the
     /// same NODE given twice is analysed over the interval between its two scrapes (first =
-    /// earlier).
+    /// earlier). The text before the first `=` is a NODE unless it contains `/`, `\` or `:`
+    /// (node names such as ip-10-0-0-1.ec2.internal are fine); write ./FILE for a file in the
+    /// current directory whose name contains `=`.
     #[arg(required = true, value_name = "[NODE=]SOURCE")]
     pub sources: Vec<String>,
-    /// An earlier scrape of a node (`[NODE=]FILE`); without NODE it pairs with the only source.
+    /// An earlier scrape of a node (`[NODE=]FILE`); NODE must be the node of a source; without
+    /// NODE it pairs with the only source.
     #[arg(long, value_name = "[NODE=]FILE")]
     pub earlier: Vec<String>,
     /// A TerminationPolicy YAML/JSON whose spec sizes the recommendation (defaults otherwise).
@@ -41,8 +44,8 @@ pub struct AnalyzeArgs {
     /// Number of endpoints in the cluster.
     #[arg(long, allow_negative_numbers = true, value_parser = whole_in(0u64, 100_000_000, "a whole number of endpoints"))]
     pub endpoints: Option<u64>,
-    /// Kubernetes version (e.g. v1.33.2); defaults to kube-proxy's kubernetes_build_info.
-    #[arg(long)]
+    /// Kubernetes version (e.g. v1.33.2 or 1.33); defaults to kube-proxy's kubernetes_build_info.
+    #[arg(long, value_parser = parse_kubernetes_version)]
     pub kubernetes_version: Option<String>,
     /// kube-proxy minSyncPeriod in seconds, 0 to 300 [default: 1, kube-proxy's iptables default].
     #[arg(long, allow_negative_numbers = true, value_parser = number_in(0.0, 300.0, false, "a number of seconds"))]
@@ -65,19 +68,35 @@ pub struct AnalyzeArgs {
     /// Per-URL timeout, seconds (1 to 3600).
     #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"))]
     pub timeout_seconds: u64,
+    /// Largest `/metrics` body read from a URL, bytes (1024 to 1073741824); a larger body is an
+    /// error naming the URL and the limit. `/proxyMode` is capped at 64 KiB.
+    #[arg(long, default_value_t = sources::DEFAULT_MAX_BODY_BYTES, allow_negative_numbers = true, value_parser = whole_in(1024usize, 1 << 30, "a whole number of bytes"))]
+    pub max_body_bytes: usize,
 }
 
 fn parse_mode(s: &str) -> Result<ProxyMode, String> {
     ProxyMode::parse(s).ok_or_else(|| format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf"))
 }
 
-/// Splits `NODE=SOURCE` into the node, the source and whether the node was named (`true`); a
-/// source without `NODE=` (or whose prefix looks like a path or URL) is named after itself: a
-/// file after its stem, a URL after `host:port`.
+/// Checks a `--kubernetes-version` at argument parsing (a usage error, exit 2, before any URL is
+/// fetched): MAJOR.MINOR as [`parse_version`] reads it, optionally `v`-prefixed, with a patch or
+/// a suffix.
+fn parse_kubernetes_version(s: &str) -> Result<String, String> {
+    match parse_version(s) {
+        Some(_) => Ok(s.to_string()),
+        None => Err("expected a Kubernetes version like v1.33.2 or 1.33 (MAJOR.MINOR, optional v prefix, patch and suffix)".into()),
+    }
+}
+
+/// Splits `NODE=SOURCE` into the node, the source and whether the node was named (`true`). The
+/// text before the first `=` is a NODE when it is not empty and has no `/`, `\` or `:` (so a
+/// Kubernetes node name, a DNS subdomain such as `ip-10-0-0-1.ec2.internal`, is one; a path with
+/// a directory or a URL is not); a URL source never has one. A source without `NODE=` is named
+/// after itself: a file after its stem, a URL after `host:port`.
 fn split_node(arg: &str) -> (String, String, bool) {
     if let Some((node, src)) = arg.split_once('=')
         && !node.is_empty()
-        && !node.contains(['/', ':', '.'])
+        && !node.contains(['/', '\\', ':'])
         && !sources::is_url(arg)
     {
         return (node.to_string(), src.to_string(), true);
@@ -97,13 +116,25 @@ fn split_node(arg: &str) -> (String, String, bool) {
 #[derive(Debug)]
 pub struct InputError(pub String);
 
-async fn load(source: &str, client: &reqwest::Client) -> Result<(crate::metrics::KubeProxyScrape, Option<ProxyMode>), InputError> {
-    let fetched = if sources::is_url(source) {
-        sources::fetch_url(client, source).await.map_err(|e| InputError(e.to_string()))?
+async fn load(
+    source: &str,
+    client: &reqwest::Client,
+    max_body_bytes: usize,
+) -> Result<(crate::metrics::KubeProxyScrape, Option<ProxyMode>), InputError> {
+    let fetched = if let Some(scheme) = sources::url_scheme(source)
+        && !sources::is_url(source)
+    {
+        return Err(InputError(format!(
+            "{}: unsupported URL scheme {scheme:?}: a source is a file, - (standard input) or an http:// or https:// URL",
+            sources::redact(source)
+        )));
+    } else if sources::is_url(source) {
+        sources::fetch_url(client, source, max_body_bytes).await.map_err(|e| InputError(e.to_string()))?
     } else {
         sources::Fetched { text: sources::read_file(source).map_err(|e| InputError(e.to_string()))?, proxy_mode: None }
     };
-    let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| InputError(e.at(if source == "-" { "<stdin>" } else { source })))?;
+    let scrape = parse_kube_proxy_metrics(&fetched.text)
+        .map_err(|e| InputError(e.at(&if source == "-" { "<stdin>".into() } else { sources::redact(source) })))?;
     Ok((scrape, fetched.proxy_mode))
 }
 
@@ -124,7 +155,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
         if let Some((_, first, first_explicit)) = named.iter().find(|(n, _, _)| *n == node)
             && !(explicit && *first_explicit)
         {
-            let how = |src: &str, explicit: bool| if explicit { format!("{node}={src}") } else { src.to_string() };
+            let how = |src: &str, explicit: bool| if explicit { format!("{node}={}", sources::redact(src)) } else { sources::redact(src) };
             return Err(InputError(format!(
                 "{} and {} are both node {node:?} (a source without NODE= is named after its file stem or host:port): name each node, e.g. node-a=FILE node-b=FILE; to compare two scrapes of one node, give both the same NODE= (first is earlier) or use --earlier",
                 how(first, *first_explicit),
@@ -132,7 +163,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
             )));
         }
         named.push((node.clone(), src.clone(), explicit));
-        let (scrape, proxy_mode) = load(&src, &client).await?;
+        let (scrape, proxy_mode) = load(&src, &client, args.max_body_bytes).await?;
         match inputs.iter_mut().find(|i| i.node == node) {
             Some(existing) if existing.earlier.is_none() => {
                 let earlier = std::mem::replace(&mut existing.later, scrape);
@@ -143,22 +174,28 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
             None => inputs.push(NodeInput { node, later: scrape, earlier: None, proxy_mode }),
         }
     }
-    for arg in &args.earlier {
-        let (node, src, _) = split_node(arg);
-        let target = if arg.contains('=') && inputs.iter().any(|i| i.node == node) {
-            inputs.iter_mut().find(|i| i.node == node)
+    for raw in &args.earlier {
+        let (node, src, explicit) = split_node(raw);
+        let arg = sources::redact(raw);
+        // NODE= must name a source's node (even when there is only one source); only an unnamed
+        // --earlier pairs with the only source
+        let target = if explicit {
+            let nodes = inputs.iter().map(|i| i.node.as_str()).collect::<Vec<_>>().join(", ");
+            let Some(target) = inputs.iter_mut().find(|i| i.node == node) else {
+                return Err(InputError(format!(
+                    "--earlier {arg}: no source is node {node:?} (the nodes are: {nodes}): name the node (NODE=FILE) it belongs to"
+                )));
+            };
+            target
         } else if inputs.len() == 1 {
-            inputs.first_mut()
+            &mut inputs[0]
         } else {
-            None
-        };
-        let Some(target) = target else {
             return Err(InputError(format!("--earlier {arg}: name the node (NODE=FILE) it belongs to")));
         };
         if target.earlier.is_some() {
             return Err(InputError(format!("--earlier {arg}: node {} already has an earlier scrape", target.node)));
         }
-        target.earlier = Some(load(&src, &client).await?.0);
+        target.earlier = Some(load(&src, &client, args.max_body_bytes).await?.0);
     }
     let opts = AnalysisOptions {
         min_sync_period_seconds: args.min_sync_period_seconds.unwrap_or(DEFAULT_MIN_SYNC_PERIOD_SECONDS),
@@ -181,11 +218,6 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
             stale_seconds: args.stale_seconds,
         },
     };
-    if let Some(v) = &args.kubernetes_version
-        && parse_version(v).is_none()
-    {
-        return Err(InputError(format!("--kubernetes-version {v:?} is not a version like v1.33.2")));
-    }
     let report = analyze(&inputs, &opts, &spec);
     Ok(match args.output {
         OutputFormat::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
