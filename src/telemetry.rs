@@ -268,9 +268,28 @@ async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], s.telemetry.encode())
 }
 
-/// Serves the admin router on `listener` (plain HTTP/1.1) until `stop` is cancelled.
-pub async fn serve_admin(listener: tokio::net::TcpListener, router: Router, stop: CancellationToken) -> std::io::Result<()> {
-    axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await
+/// How long the admin port lets its open requests finish once `stop` fires: probes and scrapes
+/// take milliseconds, and a stalled client must not hold the process's exit.
+pub const ADMIN_DRAIN: Duration = Duration::from_secs(1);
+
+/// Serves the admin router on `listener` (plain HTTP/1.1) until `stop` is cancelled, then lets
+/// open requests finish for at most [`ADMIN_DRAIN`] and returns. `idle_timeout` closes a
+/// connection that sends no request, stays idle between requests or dribbles a request's
+/// headers for that long (as on the webhook port).
+pub async fn serve_admin(listener: tokio::net::TcpListener, router: Router, stop: CancellationToken, idle_timeout: Duration) -> std::io::Result<()> {
+    let handle = axum_server::Handle::new();
+    let trigger = {
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            handle.graceful_shutdown(Some(ADMIN_DRAIN));
+        })
+    };
+    let mut server = axum_server::from_tcp(listener.into_std()?)?.first_request_timeout(idle_timeout).handle(handle);
+    server.http_builder().http1().keep_alive(true).header_read_timeout(idle_timeout);
+    let result = server.serve(router.into_make_service()).await;
+    trigger.abort();
+    result
 }
 
 /// Log output format.

@@ -128,6 +128,7 @@ impl Harness {
             tls_key_file: dir.path().join("tls.key"),
             cert_reload_interval_seconds: 1,
             max_body_bytes: safe_termination::webhook::server::DEFAULT_MAX_BODY_BYTES,
+            max_buffered_body_bytes: safe_termination::webhook::server::DEFAULT_MAX_BUFFERED_BODY_BYTES,
             request_timeout_ms: o.request_timeout_ms,
             drain_seconds: o.drain_seconds,
             idle_timeout_seconds: o.idle_timeout_seconds,
@@ -704,4 +705,133 @@ async fn http2_stream_limit_and_keep_alive_pings() {
 
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap().unwrap();
+}
+
+/// Reads from a plain TCP stream until the peer closes it or `limit` passes; the time it took.
+async fn tcp_closed_within(s: &mut tokio::net::TcpStream, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < limit {
+        match tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return Some(start.elapsed()),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The admin port (plain HTTP) has the webhook port's idle/slow-header bound, and a stalled
+/// request on it cannot hold the process's exit: shutdown finishes within the webhook's drain
+/// plus the admin port's own short drain (`telemetry::ADMIN_DRAIN`, 1 s).
+#[tokio::test]
+async fn admin_port_closes_slow_headers_and_a_stalled_request_does_not_hold_shutdown() {
+    let h = Harness::start(Options { idle_timeout_seconds: 2, drain_seconds: 1, ..Options::default() }).await;
+    // a dribbled head is cut off after the idle timeout
+    let mut slow = tokio::net::TcpStream::connect(h.admin).await.unwrap();
+    slow.write_all(b"GET /readyz HTTP/1.1\r\nHo").await.unwrap();
+    let closed = tcp_closed_within(&mut slow, Duration::from_secs(6)).await;
+    assert!(closed.is_some_and(|t| t >= Duration::from_millis(1500)), "closed after about 2 s, got {closed:?}");
+    // a stalled request at shutdown time
+    let mut stalled = tokio::net::TcpStream::connect(h.admin).await.unwrap();
+    stalled.write_all(b"GET /readyz HTTP/1.1\r\nHo").await.unwrap();
+    let start = Instant::now();
+    h.stop().await;
+    assert!(start.elapsed() < Duration::from_secs(4), "shutdown took {:?} with a stalled admin request", start.elapsed());
+    drop(stalled);
+}
+
+/// Many large bodies at once cannot take the process's memory: body bytes held by all requests
+/// together are bounded (`BodyBudget`, 64 KiB here). A request whose body does not fit beside
+/// another's waits until that one is answered (here: it times out, its body never completed),
+/// then goes through; with the budget free nothing waits. (A request that waits past its own
+/// timeout gets the usual 503: `request_timeout_answers_instead_of_hanging`.)
+#[tokio::test]
+async fn request_bodies_held_at_once_are_bounded() {
+    use safe_termination::webhook::server::{self, BodyBudget, Connections, Settings, WebhookState};
+    use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pki = Pki::new();
+    let leaf = pki.leaf("cert-a");
+    let store = Arc::new(CertificateStore::new());
+    store.set(load_certified_key(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let plan = PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto }.plan().unwrap();
+    let budget = BodyBudget::new(64 * 1024);
+    let settings = Settings { max_body_bytes: 64 * 1024, request_timeout: Duration::from_millis(1500), body_budget: budget.clone() };
+    let state = WebhookState {
+        plan: safe_termination::webhook::PlanHandle::with_plan(plan),
+        services: Arc::new(safe_termination::webhook::AssumeServiceBacked),
+        metrics: safe_termination::telemetry::Telemetry::new().webhook().clone(),
+        settings,
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server =
+        tokio::spawn(server::serve(listener, server::router(state), server_config(store).unwrap(), stop.clone(), Duration::from_secs(2), Connections::default()));
+
+    // A: 60,000 of its 64,000 body bytes, then nothing
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(pki.client_config(&[b"http/1.1"])));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut a = connector.connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap();
+    a.write_all(b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 64000\r\n\r\n").await.unwrap();
+    a.write_all(&vec![b' '; 60_000]).await.unwrap();
+    a.flush().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while budget.available() > 64 * 1024 - 60_000 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(budget.available(), 64 * 1024 - 60_000, "A holds budget for the bytes it sent");
+
+    // B: a whole 10 KB body does not fit beside A's: it waits until A's timeout (1.5 s after A
+    // started) gives A's budget back, then is answered
+    let client = pki.client(&[b"h2"]);
+    let mut padded = case();
+    padded.resize(10_000, b' ');
+    let started = Instant::now();
+    let b = post(&client, &format!("https://{addr}/mutate"), padded.clone(), "application/json").await;
+    let waited = started.elapsed();
+    assert_eq!(b.status(), StatusCode::OK);
+    assert!(waited >= Duration::from_millis(1000), "B waited for A's budget: answered after {waited:?}");
+    check_case_response(&b.bytes().await.unwrap());
+
+    // A timed out (its body never completed); the budget is whole again
+    let a_answer = read_response(&mut a).await;
+    assert!(a_answer.starts_with("HTTP/1.1 503"), "{a_answer}");
+    assert!(a_answer.contains("not answered within 1500 ms"), "{a_answer}");
+    assert_eq!(budget.available(), 64 * 1024, "given back after the answers");
+    let started = Instant::now();
+    let again = post(&client, &format!("https://{addr}/mutate"), padded, "application/json").await;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert!(started.elapsed() < Duration::from_millis(1000), "no wait with the budget free: {:?}", started.elapsed());
+
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap().unwrap();
+}
+
+/// The body limits are range-checked flags: a usage error (exit 2) naming the range, and the
+/// total must hold one body.
+#[test]
+fn body_limit_flags_are_range_checked() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
+            .args(["webhook", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pre-stop-seconds", "10"])
+            .args(["--tls-cert-file", "/nonexistent/tls.crt", "--tls-key-file", "/nonexistent/tls.key"])
+            .args(args)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    for bad in ["0", "-1", "1023", "1e6", "268435457"] {
+        let (code, err) = run(&["--max-body-bytes", bad]);
+        assert_eq!(code, Some(2), "--max-body-bytes {bad}: {err}");
+        assert!(err.contains("expected a whole number of bytes from 1024 to 268435456"), "--max-body-bytes {bad}: {err}");
+    }
+    let (code, err) = run(&["--max-buffered-body-bytes", "1000"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("expected a whole number of bytes from 1048576 to 17179869184"), "{err}");
+    let (code, err) = run(&["--max-body-bytes", "8388608", "--max-buffered-body-bytes", "4194304"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--max-buffered-body-bytes (4194304) must be at least --max-body-bytes (8388608)"), "{err}");
 }

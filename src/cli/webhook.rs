@@ -47,9 +47,13 @@ pub struct ServingArgs {
     /// swap, so content is polled).
     #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"), env = "SAFE_TERMINATION_CERT_RELOAD_INTERVAL_SECONDS")]
     pub cert_reload_interval_seconds: u64,
-    /// Largest accepted AdmissionReview body, bytes (413 beyond).
-    #[arg(long, default_value_t = server::DEFAULT_MAX_BODY_BYTES, env = "SAFE_TERMINATION_MAX_BODY_BYTES")]
+    /// Largest accepted AdmissionReview body, bytes, 1024 to 268435456 (413 beyond).
+    #[arg(long, default_value_t = server::DEFAULT_MAX_BODY_BYTES, allow_negative_numbers = true, value_parser = whole_in(1024usize, 256 << 20, "a whole number of bytes"), env = "SAFE_TERMINATION_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
+    /// Request body bytes held at once by all requests together, 1048576 to 17179869184, at
+    /// least --max-body-bytes; beyond it, requests wait for budget (within their timeout).
+    #[arg(long, default_value_t = server::DEFAULT_MAX_BUFFERED_BODY_BYTES, allow_negative_numbers = true, value_parser = whole_in(1usize << 20, 16 << 30, "a whole number of bytes"), env = "SAFE_TERMINATION_MAX_BUFFERED_BODY_BYTES")]
+    pub max_buffered_body_bytes: usize,
     /// Per-request timeout, milliseconds; keep it below the webhook's timeoutSeconds.
     #[arg(long, default_value_t = 4000, allow_negative_numbers = true, value_parser = whole_in(1u64, 30_000, "a whole number of milliseconds"), env = "SAFE_TERMINATION_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: u64,
@@ -149,6 +153,12 @@ pub struct Served {
 /// Serves the HTTPS webhook and the admin port on `listeners` until `shutdown` fires, with
 /// certificates reloaded from `serving`'s files.
 pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Served, shutdown: Shutdown) -> Result<(), WebhookError> {
+    if serving.max_buffered_body_bytes < serving.max_body_bytes {
+        return Err(WebhookError::Usage(format!(
+            "--max-buffered-body-bytes ({}) must be at least --max-body-bytes ({})",
+            serving.max_buffered_body_bytes, serving.max_body_bytes
+        )));
+    }
     let Served { plan: plan_handle, services, telemetry, readiness } = parts;
     let metrics = telemetry.webhook().clone();
     let Listeners { webhook: listener, admin } = listeners;
@@ -169,14 +179,23 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
 
     let stop_background = CancellationToken::new();
     let reload_task = tokio::spawn(reloader.clone().run(Duration::from_secs(serving.cert_reload_interval_seconds), stop_background.clone()));
-    let admin_task = tokio::spawn(telemetry::serve_admin(admin, telemetry::admin_router(telemetry.clone(), readiness), stop_background.clone()));
+    let admin_task = tokio::spawn(telemetry::serve_admin(
+        admin,
+        telemetry::admin_router(telemetry.clone(), readiness),
+        stop_background.clone(),
+        Duration::from_secs(serving.idle_timeout_seconds),
+    ));
 
     let tls = crate::webhook::tls::server_config(store).map_err(|e| WebhookError::Io(format!("TLS configuration: {e}")))?;
     let state = WebhookState {
         plan: plan_handle,
         services,
         metrics,
-        settings: Settings { max_body_bytes: serving.max_body_bytes, request_timeout: Duration::from_millis(serving.request_timeout_ms) },
+        settings: Settings {
+            max_body_bytes: serving.max_body_bytes,
+            request_timeout: Duration::from_millis(serving.request_timeout_ms),
+            body_budget: server::BodyBudget::new(serving.max_buffered_body_bytes),
+        },
     };
     tracing::info!(listen = %listen, admin = %admin_listen, cert = %serving.tls_cert_file.display(), "admission webhook serving");
     let serve = server::serve(

@@ -99,7 +99,8 @@ struct RequestFields<'a> {
 fn request_of(req: &Value) -> Result<RequestFields<'_>, String> {
     let uid = match req.get("uid") {
         Some(Value::String(u)) if !u.is_empty() => u.as_str(),
-        _ => return Err("request.uid is missing or empty".into()),
+        None | Some(Value::Null) | Some(Value::String(_)) => return Err("request.uid is missing or empty".into()),
+        Some(_) => return Err("request.uid is not a string".into()),
     };
     // an object with the three keys, or (as serde, and so kube-core, also accepts for a struct)
     // an array of exactly three strings in that order

@@ -44,6 +44,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Default request body limit: 3 MiB (the API server's own request limit; a Pod is far smaller).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// Default bound on the request body bytes held at once by all requests together: 64 MiB.
+pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// Default per-request timeout: 4 s, below the webhook's `timeoutSeconds` of 5.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
 /// Default drain time on shutdown.
@@ -133,17 +135,58 @@ impl PlanHandle {
 }
 
 /// Request limits.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// Largest accepted body, bytes.
     pub max_body_bytes: usize,
     /// Time allowed to read the body and answer.
     pub request_timeout: Duration,
+    /// The bound on body bytes held by all requests at once.
+    pub body_budget: BodyBudget,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { max_body_bytes: DEFAULT_MAX_BODY_BYTES, request_timeout: DEFAULT_REQUEST_TIMEOUT }
+        Self {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            body_budget: BodyBudget::new(DEFAULT_MAX_BUFFERED_BODY_BYTES),
+        }
+    }
+}
+
+/// A process-wide bound on the request body bytes held at once, so that many large bodies
+/// arriving together (every stream of every connection at the per-request limit) cannot take
+/// the process's memory: a request takes budget for each chunk of its body as it arrives and
+/// gives it back when it has been answered; a chunk that does not fit waits for budget, within
+/// the request timeout (503 after it, as for any slow request). Bytes, shared by clones.
+#[derive(Debug, Clone)]
+pub struct BodyBudget {
+    bytes: usize,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl BodyBudget {
+    /// A budget of `bytes` (at least 1, at most tokio's semaphore maximum).
+    pub fn new(bytes: usize) -> Self {
+        let bytes = bytes.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        Self { bytes, permits: Arc::new(tokio::sync::Semaphore::new(bytes)) }
+    }
+
+    /// The budget, bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Bytes not held by any request now.
+    pub fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+
+    /// Takes `n` bytes of budget (waits while they are held by other requests).
+    async fn take(&self, n: usize) -> Result<tokio::sync::OwnedSemaphorePermit, String> {
+        let n = u32::try_from(n.min(self.bytes)).map_err(|_| format!("a body chunk of {n} bytes is larger than any budget"))?;
+        self.permits.clone().acquire_many_owned(n).await.map_err(|e| e.to_string())
     }
 }
 
@@ -196,7 +239,14 @@ struct Rejected {
     message: String,
 }
 
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, Rejected> {
+/// Reads the body within `limit`, taking [`BodyBudget`] for each chunk as it arrives; the
+/// returned permit holds the body's budget until it is dropped (after the answer).
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    budget: &BodyBudget,
+) -> Result<(Bytes, Option<tokio::sync::OwnedSemaphorePermit>), Rejected> {
     let too_large = || Rejected {
         status: StatusCode::PAYLOAD_TOO_LARGE,
         decision: "payload_too_large",
@@ -207,23 +257,51 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
     {
         return Err(too_large());
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-        // usually the client went away mid-body (a reset stream or connection)
-        Err(e) => Err(Rejected {
-            status: StatusCode::BAD_REQUEST,
-            decision: "body_read_error",
-            message: format!("cannot read the request body: {e}"),
-        }),
+    let mut body = Limited::new(body, limit);
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    let mut chunks: Vec<Bytes> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return Err(too_large()),
+            // usually the client went away mid-body (a reset stream or connection)
+            Err(e) => {
+                return Err(Rejected {
+                    status: StatusCode::BAD_REQUEST,
+                    decision: "body_read_error",
+                    message: format!("cannot read the request body: {e}"),
+                });
+            }
+        };
+        let Ok(data) = frame.into_data() else { continue }; // trailers
+        if data.is_empty() {
+            continue;
+        }
+        let permit = budget.take(data.len()).await.map_err(|e| Rejected {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            decision: "fail_open",
+            message: format!("internal error: body budget: {e}"),
+        })?;
+        match &mut held {
+            Some(h) => h.merge(permit),
+            None => held = Some(permit),
+        }
+        chunks.push(data);
     }
+    let bytes = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => Bytes::from(chunks.concat()),
+    };
+    Ok((bytes, held))
 }
 
 async fn answer(state: &WebhookState, headers: &HeaderMap, body: Body) -> Result<ReviewOutcome, Rejected> {
     if let Err(message) = is_json(headers) {
         return Err(Rejected { status: StatusCode::UNSUPPORTED_MEDIA_TYPE, decision: "unsupported_media_type", message });
     }
-    let bytes = read_body(headers, body, state.settings.max_body_bytes).await?;
+    // the budget is held until the answer is built (the parse's own memory is smaller)
+    let (bytes, _budget) = read_body(headers, body, state.settings.max_body_bytes, &state.settings.body_budget).await?;
     let plan = state.plan.current();
     if bytes.len() <= INLINE_REVIEW_MAX_BYTES {
         Ok(review(&bytes, &plan, state.services.as_ref()))
@@ -235,6 +313,33 @@ async fn answer(state: &WebhookState, headers: &HeaderMap, body: Body) -> Result
             message: format!("internal error: {e}"),
         })
     }
+}
+
+/// Longest value of a request-supplied log field, bytes (a Kubernetes name is at most 253).
+const LOG_FIELD_MAX_BYTES: usize = 256;
+
+/// `s` as a log field: request-supplied text (uid, namespace, name, messages quoting them) may
+/// hold line breaks, NULs or bidirectional overrides that would forge or hide log lines in the
+/// text format. Those are written as `\u{..}` escapes, and the value is cut after
+/// [`LOG_FIELD_MAX_BYTES`] with `…`. Clean, short values are borrowed unchanged.
+fn loggable(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if s.len() <= LOG_FIELD_MAX_BYTES && !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(LOG_FIELD_MAX_BYTES + 8);
+    for c in s.chars() {
+        if out.len() >= LOG_FIELD_MAX_BYTES {
+            out.push('…');
+            break;
+        }
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 async fn mutate(State(state): State<WebhookState>, request: Request) -> Response {
@@ -257,20 +362,20 @@ async fn mutate(State(state): State<WebhookState>, request: Request) -> Response
             let status = StatusCode::from_u16(out.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             if status == StatusCode::OK {
                 if out.fail_open {
-                    tracing::error!(uid = %out.uid, namespace = %out.namespace, pod = %out.name, decision = out.decision, duration_us, "admission review failed open: pod admitted unchanged");
+                    tracing::error!(uid = %loggable(&out.uid), namespace = %loggable(&out.namespace), pod = %loggable(&out.name), decision = out.decision, duration_us, "admission review failed open: pod admitted unchanged");
                 } else {
-                    tracing::info!(uid = %out.uid, namespace = %out.namespace, pod = %out.name, decision = out.decision, patch_ops = out.patch_ops, duration_us, "admission review");
+                    tracing::info!(uid = %loggable(&out.uid), namespace = %loggable(&out.namespace), pod = %loggable(&out.name), decision = out.decision, patch_ops = out.patch_ops, duration_us, "admission review");
                 }
                 (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], out.body).into_response()
             } else {
                 let message = String::from_utf8_lossy(&out.body).trim_end().to_string();
-                tracing::warn!(status = status.as_u16(), decision = out.decision, duration_us, error = %message, "admission request rejected");
+                tracing::warn!(status = status.as_u16(), decision = out.decision, duration_us, error = %loggable(&message), "admission request rejected");
                 text(status, message)
             }
         }
         Err(r) => {
             state.metrics.observe(r.decision, elapsed, false);
-            tracing::warn!(status = r.status.as_u16(), decision = r.decision, duration_us, error = %r.message, "admission request rejected");
+            tracing::warn!(status = r.status.as_u16(), decision = r.decision, duration_us, error = %loggable(&r.message), "admission request rejected");
             text(r.status, r.message)
         }
     }
@@ -314,4 +419,38 @@ pub async fn serve(
     let result = server.serve(app.into_make_service()).await;
     trigger.abort();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loggable_escapes_what_could_forge_or_hide_log_lines_and_cuts_long_values() {
+        assert!(matches!(loggable("0c9a8d74-9cb7"), std::borrow::Cow::Borrowed("0c9a8d74-9cb7")));
+        assert_eq!(loggable("a\nlevel=INFO b"), "a\\u{a}level=INFO b");
+        assert_eq!(loggable("x\0y\u{202e}z\r"), "x\\u{0}y\\u{202e}z\\u{d}");
+        let long = "é".repeat(1000);
+        let cut = loggable(&long);
+        assert_eq!(cut.chars().count(), 129, "128 two-byte characters, then the ellipsis");
+        assert!(cut.ends_with('…'));
+    }
+
+    #[tokio::test]
+    async fn body_budget_is_taken_per_chunk_and_given_back() {
+        let budget = BodyBudget::new(1000);
+        let a = budget.take(600).await.unwrap();
+        assert_eq!(budget.available(), 400);
+        // a second take that does not fit waits
+        assert!(tokio::time::timeout(Duration::from_millis(50), budget.take(500)).await.is_err());
+        drop(a);
+        let b = budget.take(500).await.unwrap();
+        assert_eq!(budget.available(), 500);
+        drop(b);
+        assert_eq!(budget.available(), 1000);
+        // a chunk larger than the whole budget takes all of it rather than waiting forever
+        let all = budget.take(5000).await.unwrap();
+        assert_eq!(budget.available(), 0);
+        drop(all);
+    }
 }
