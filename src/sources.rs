@@ -178,6 +178,12 @@ pub async fn fetch_url(client: &reqwest::Client, url: &str, max_body_bytes: usiz
 /// completes ends as a connect timeout (see [`connect_hint`]) rather than racing the overall one.
 pub fn http_client(timeout: Duration) -> reqwest::Client {
     let connect_timeout = timeout.saturating_sub(Duration::from_millis(100)).max(timeout / 2);
+    // reqwest's rustls (and `Client::new`, which panics without one) needs a process-wide
+    // crypto provider: the binary installs ring first; this covers library callers and tests
+    // (a no-op when one is installed)
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(connect_timeout)

@@ -352,13 +352,9 @@ impl ScrapeOutcome {
     }
 }
 
-/// An HTTP client for scraping ([`crate::sources::http_client`]) that also works when the
-/// process has not installed a rustls crypto provider yet (tests, examples): the ring provider,
-/// the one the whole project uses, is installed first when none is.
+/// An HTTP client for scraping: [`crate::sources::http_client`] (which installs the ring
+/// provider when the process has none, e.g. in tests and examples).
 pub fn scrape_client(timeout: Duration) -> reqwest::Client {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
     crate::sources::http_client(timeout)
 }
 
