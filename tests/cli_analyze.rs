@@ -1117,3 +1117,26 @@ fn url_schemes_are_case_insensitive_and_others_are_named() {
         );
     }
 }
+
+/// Valid exposition text without kube-proxy's families (another component's /metrics) is not an
+/// error: the report says NoData, and standard error says why, naming the source.
+#[test]
+fn a_scrape_without_kube_proxy_families_is_no_data_with_a_warning_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("apiserver.txt");
+    std::fs::write(&path, "# TYPE go_goroutines gauge\ngo_goroutines 12\n").unwrap();
+    let r = run(&["analyze", path.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("Recommendation (NoData): preStop sleep 10 s"), "{}", r.stdout);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "warning: {}: no kube-proxy sync metrics (kubeproxy_sync_proxy_rules_*, kubeproxy_network_programming_duration_seconds): is this kube-proxy's /metrics (port 10249)?\n",
+            path.display()
+        )
+    );
+    // a kube-proxy scrape gets no such warning, and a measured basis is spelled like the others
+    let r = run(&["analyze", "tests/data/metrics/kube-proxy-v1.13-legacy-microseconds.txt"]);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert!(r.stdout.contains("Recommendation (Measured): "), "{}", r.stdout);
+}

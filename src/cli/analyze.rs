@@ -133,8 +133,14 @@ async fn load(
     } else {
         sources::Fetched { text: sources::read_file(source).map_err(|e| InputError(e.to_string()))?, proxy_mode: None }
     };
-    let scrape = parse_kube_proxy_metrics(&fetched.text)
-        .map_err(|e| InputError(e.at(&if source == "-" { "<stdin>".into() } else { sources::redact(source) })))?;
+    let name = if source == "-" { "<stdin>".into() } else { sources::redact(source) };
+    let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| InputError(e.at(&name)))?;
+    if scrape.sync.is_none() && scrape.network_programming.is_none() && scrape.last_sync_timestamp_seconds.is_none() {
+        // valid text, but nothing of kube-proxy's: the report will say NoData; say why here
+        eprintln!(
+            "warning: {name}: no kube-proxy sync metrics (kubeproxy_sync_proxy_rules_*, kubeproxy_network_programming_duration_seconds): is this kube-proxy's /metrics (port 10249)?"
+        );
+    }
     Ok((scrape, fetched.proxy_mode))
 }
 
@@ -279,7 +285,7 @@ pub fn render_text(r: &AnalysisReport) -> String {
     );
     let rec = &r.recommendation;
     let basis = match rec.reason {
-        Basis::Measured => "measured",
+        Basis::Measured => "Measured",
         Basis::LowSampleCount => "LowSampleCount",
         Basis::BeyondTopBucket => "BeyondTopBucket",
         Basis::NoData => "NoData",

@@ -370,7 +370,7 @@ fn cut_off(message: &str) -> String {
 
 /// A bucket's `le` (in the family's unit): a number, not NaN, not negative (durations).
 fn bucket_bound(le: &str) -> Result<f64, String> {
-    let v = parse_float(le).ok_or_else(|| format!("`le` value {le:?} is not a number"))?;
+    let v = parse_float(le).ok_or_else(|| not_a_float("`le` value", le))?;
     if v.is_nan() {
         Err(format!("bucket bound le=\"{le}\" is NaN"))
     } else if v == f64::NEG_INFINITY {
@@ -527,12 +527,26 @@ fn unescape(s: &str) -> String {
 
 /// Go `strconv.ParseFloat` as Prometheus uses it: decimal/exponent forms, `NaN`, `+Inf`, `-Inf`
 /// (case-insensitive, `Inf`/`Infinity`).
+/// Errors: `None` for text that is not a float, and for a finite decimal beyond the float64
+/// range (`1e400`), which Go's `ParseFloat` refuses with `ErrRange` (an underflow such as
+/// `1e-400` is 0 there too, without an error).
 fn parse_float(s: &str) -> Option<f64> {
     match s {
         "+Inf" | "Inf" => Some(f64::INFINITY),
         "-Inf" => Some(f64::NEG_INFINITY),
         "NaN" => Some(f64::NAN),
-        _ => s.parse::<f64>().ok(),
+        // Rust saturates an overflowing decimal to an infinity; only the spellings of infinity
+        // (no digits) may give one
+        _ => s.parse::<f64>().ok().filter(|v| v.is_finite() || !s.bytes().any(|b| b.is_ascii_digit())),
+    }
+}
+
+/// The message for a token [`parse_float`] refused: `what` (e.g. "value") names it.
+fn not_a_float(what: &str, tok: &str) -> String {
+    if tok.parse::<f64>().is_ok_and(f64::is_infinite) {
+        format!("{what} {tok:?} is beyond the float64 range (Prometheus' parser refuses it too)")
+    } else {
+        format!("{what} {tok:?} is not a number")
     }
 }
 
@@ -642,7 +656,7 @@ fn split_sample<'a>(
         return Err(SyntaxError::NoValue);
     }
     let (tok, after) = rest.split_at(run_len(rest, |b| !is_blank(b)));
-    let value = parse_float(tok).ok_or_else(|| format!("value {tok:?} is not a number"))?;
+    let value = parse_float(tok).ok_or_else(|| not_a_float("value", tok))?;
     let after = skip_blanks(after);
     if !after.is_empty() {
         let (ts, trailing) = after.split_at(run_len(after, |b| !is_blank(b)));
@@ -1006,6 +1020,24 @@ kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 2
     }
 
     const SYNC: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
+
+    #[test]
+    fn values_beyond_the_float64_range_are_errors_like_go_parse_float() {
+        let text = |le: &str, v: &str| {
+            format!(
+                "kubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"0.1\"}} 1\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"{le}\"}} 2\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"+Inf\"}} {v}\n"
+            )
+        };
+        let e = parse_kube_proxy_metrics(&text("1e400", "3")).unwrap_err();
+        assert_eq!((e.line, e.message.as_str()), (2, "`le` value \"1e400\" is beyond the float64 range (Prometheus' parser refuses it too)"));
+        let e = parse_kube_proxy_metrics(&text("1", "-1e999")).unwrap_err();
+        assert_eq!((e.line, e.message.as_str()), (3, "value \"-1e999\" is beyond the float64 range (Prometheus' parser refuses it too)"));
+        // underflow is 0, as in Go; the spellings of infinity stay infinities
+        let underflow = "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"1e-400\"} 0\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.1\"} 1\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 3\n";
+        let h = parse_kube_proxy_metrics(underflow).unwrap().sync.unwrap();
+        assert_eq!(h.buckets().iter().map(|b| b.upper_bound_seconds).collect::<Vec<_>>(), vec![0.0, 0.1, f64::INFINITY]);
+        assert!(parse_kube_proxy_metrics(&text("1", "Inf")).is_ok());
+    }
 
     #[test]
     fn garbage_never_panics() {
