@@ -741,9 +741,10 @@ async fn admin_port_closes_slow_headers_and_a_stalled_request_does_not_hold_shut
 }
 
 /// Many large bodies at once cannot take the process's memory: body bytes held by all requests
-/// together are bounded (`BodyBudget`, 64 KiB here). A request whose body does not fit beside
-/// another's waits until that one is answered (here: it times out, its body never completed),
-/// then goes through; with the budget free nothing waits. (A request that waits past its own
+/// together are bounded (`BodyBudget`, 64 KiB here): each request reserves its declared length
+/// before reading. A request whose body does not fit beside another's waits until that one is
+/// answered (here: it times out, its body never completed), then goes through; with the budget
+/// free nothing waits; two that do not fit together go one after the other. (A request that waits past its own
 /// timeout gets the usual 503: `request_timeout_answers_instead_of_hanging`.)
 #[tokio::test]
 async fn request_bodies_held_at_once_are_bounded() {
@@ -778,10 +779,10 @@ async fn request_bodies_held_at_once_are_bounded() {
     a.write_all(&vec![b' '; 60_000]).await.unwrap();
     a.flush().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while budget.available() > 64 * 1024 - 60_000 && Instant::now() < deadline {
+    while budget.available() > 64 * 1024 - 64_000 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(budget.available(), 64 * 1024 - 60_000, "A holds budget for the bytes it sent");
+    assert_eq!(budget.available(), 64 * 1024 - 64_000, "A reserved its declared length");
 
     // B: a whole 10 KB body does not fit beside A's: it waits until A's timeout (1.5 s after A
     // started) gives A's budget back, then is answered
@@ -804,6 +805,18 @@ async fn request_bodies_held_at_once_are_bounded() {
     let again = post(&client, &format!("https://{addr}/mutate"), padded, "application/json").await;
     assert_eq!(again.status(), StatusCode::OK);
     assert!(started.elapsed() < Duration::from_millis(1000), "no wait with the budget free: {:?}", started.elapsed());
+
+    // two bodies that do not fit together (2 x 40 KB in 64 KiB) arrive at once: each reserves
+    // its whole length before reading, so one waits for the other rather than both holding a
+    // part and waiting for the rest until both time out
+    let mut big = case();
+    big.resize(40_000, b' ');
+    let url = format!("https://{addr}/mutate");
+    let started = Instant::now();
+    let (x, y) = tokio::join!(post(&client, &url, big.clone(), "application/json"), post(&client, &url, big, "application/json"));
+    assert_eq!((x.status(), y.status()), (StatusCode::OK, StatusCode::OK));
+    assert!(started.elapsed() < Duration::from_millis(1000), "one after the other, quickly: {:?}", started.elapsed());
+    assert_eq!(budget.available(), 64 * 1024);
 
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap().unwrap();

@@ -157,9 +157,12 @@ impl Default for Settings {
 
 /// A process-wide bound on the request body bytes held at once, so that many large bodies
 /// arriving together (every stream of every connection at the per-request limit) cannot take
-/// the process's memory: a request takes budget for each chunk of its body as it arrives and
-/// gives it back when it has been answered; a chunk that does not fit waits for budget, within
-/// the request timeout (503 after it, as for any slow request). Bytes, shared by clones.
+/// the process's memory. Before reading its body, a request reserves its whole size at once:
+/// its `Content-Length`, or the per-request limit when no length is declared. Reserving all at
+/// once (never a part, then waiting for more) keeps requests from holding budget while they
+/// wait for each other: reservations are granted first come, first served, and a request that
+/// waits past its timeout gets the usual 503. The reservation is given back when the request
+/// has been answered. Bytes, shared by clones.
 #[derive(Debug, Clone)]
 pub struct BodyBudget {
     bytes: usize,
@@ -178,14 +181,14 @@ impl BodyBudget {
         self.bytes
     }
 
-    /// Bytes not held by any request now.
+    /// Bytes not reserved by any request now.
     pub fn available(&self) -> usize {
         self.permits.available_permits()
     }
 
-    /// Takes `n` bytes of budget (waits while they are held by other requests).
-    async fn take(&self, n: usize) -> Result<tokio::sync::OwnedSemaphorePermit, String> {
-        let n = u32::try_from(n.min(self.bytes)).map_err(|_| format!("a body chunk of {n} bytes is larger than any budget"))?;
+    /// Reserves `n` bytes (at most the whole budget), waiting while others hold them.
+    async fn reserve(&self, n: usize) -> Result<tokio::sync::OwnedSemaphorePermit, String> {
+        let n = u32::try_from(n.min(self.bytes)).map_err(|_| format!("a reservation of {n} bytes is larger than any budget"))?;
         self.permits.clone().acquire_many_owned(n).await.map_err(|e| e.to_string())
     }
 }
@@ -239,61 +242,41 @@ struct Rejected {
     message: String,
 }
 
-/// Reads the body within `limit`, taking [`BodyBudget`] for each chunk as it arrives; the
-/// returned permit holds the body's budget until it is dropped (after the answer).
+/// Reads the body within `limit`, after reserving its size in `budget` (see [`BodyBudget`]);
+/// the returned permit holds the reservation until it is dropped (after the answer).
 async fn read_body(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
     budget: &BodyBudget,
-) -> Result<(Bytes, Option<tokio::sync::OwnedSemaphorePermit>), Rejected> {
+) -> Result<(Bytes, tokio::sync::OwnedSemaphorePermit), Rejected> {
     let too_large = || Rejected {
         status: StatusCode::PAYLOAD_TOO_LARGE,
         decision: "payload_too_large",
         message: format!("request body exceeds the limit of {limit} bytes"),
     };
-    if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
-        && len > limit as u64
-    {
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
         return Err(too_large());
     }
-    let mut body = Limited::new(body, limit);
-    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
-    let mut chunks: Vec<Bytes> = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = match frame {
-            Ok(frame) => frame,
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return Err(too_large()),
-            // usually the client went away mid-body (a reset stream or connection)
-            Err(e) => {
-                return Err(Rejected {
-                    status: StatusCode::BAD_REQUEST,
-                    decision: "body_read_error",
-                    message: format!("cannot read the request body: {e}"),
-                });
-            }
-        };
-        let Ok(data) = frame.into_data() else { continue }; // trailers
-        if data.is_empty() {
-            continue;
-        }
-        let permit = budget.take(data.len()).await.map_err(|e| Rejected {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            decision: "fail_open",
-            message: format!("internal error: body budget: {e}"),
-        })?;
-        match &mut held {
-            Some(h) => h.merge(permit),
-            None => held = Some(permit),
-        }
-        chunks.push(data);
+    // hyper ends a body at its declared length (more is a protocol error), so the declared
+    // length is enough; without one, the limit
+    let reserve = declared.map_or(limit, |len| usize::try_from(len).unwrap_or(limit));
+    let reserved = budget.reserve(reserve).await.map_err(|e| Rejected {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        decision: "fail_open",
+        message: format!("internal error: body budget: {e}"),
+    })?;
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok((collected.to_bytes(), reserved)),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+        // usually the client went away mid-body (a reset stream or connection)
+        Err(e) => Err(Rejected {
+            status: StatusCode::BAD_REQUEST,
+            decision: "body_read_error",
+            message: format!("cannot read the request body: {e}"),
+        }),
     }
-    let bytes = match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.pop().unwrap_or_default(),
-        _ => Bytes::from(chunks.concat()),
-    };
-    Ok((bytes, held))
 }
 
 async fn answer(state: &WebhookState, headers: &HeaderMap, body: Body) -> Result<ReviewOutcome, Rejected> {
@@ -301,7 +284,7 @@ async fn answer(state: &WebhookState, headers: &HeaderMap, body: Body) -> Result
         return Err(Rejected { status: StatusCode::UNSUPPORTED_MEDIA_TYPE, decision: "unsupported_media_type", message });
     }
     // the budget is held until the answer is built (the parse's own memory is smaller)
-    let (bytes, _budget) = read_body(headers, body, state.settings.max_body_bytes, &state.settings.body_budget).await?;
+    let (bytes, _reserved) = read_body(headers, body, state.settings.max_body_bytes, &state.settings.body_budget).await?;
     let plan = state.plan.current();
     if bytes.len() <= INLINE_REVIEW_MAX_BYTES {
         Ok(review(&bytes, &plan, state.services.as_ref()))
@@ -318,26 +301,42 @@ async fn answer(state: &WebhookState, headers: &HeaderMap, body: Body) -> Result
 /// Longest value of a request-supplied log field, bytes (a Kubernetes name is at most 253).
 const LOG_FIELD_MAX_BYTES: usize = 256;
 
-/// `s` as a log field: request-supplied text (uid, namespace, name, messages quoting them) may
-/// hold line breaks, NULs or bidirectional overrides that would forge or hide log lines in the
-/// text format. Those are written as `\u{..}` escapes, and the value is cut after
-/// [`LOG_FIELD_MAX_BYTES`] with `…`. Clean, short values are borrowed unchanged.
+/// `s` as a log field. Request-supplied text (uid, namespace, name, messages quoting them) may
+/// hold line breaks, NULs or bidirectional overrides that would forge or hide log lines, or
+/// spaces, `=` and quotes that would forge `key=value` fields of the text format. Such a value
+/// is written quoted, with `"` and `\` backslash-escaped and every control, line/paragraph
+/// separator and bidirectional character as a `\u{..}` escape, and any value is cut after
+/// [`LOG_FIELD_MAX_BYTES`] with `…`. Clean, short values (all real uids and names) are borrowed
+/// unchanged.
 fn loggable(s: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-    if s.len() <= LOG_FIELD_MAX_BYTES && !s.chars().any(unsafe_char) {
+    let escaped = |c: char| {
+        c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    let quoted = |c: char| escaped(c) || matches!(c, ' ' | '=' | '"' | '\\');
+    if s.len() <= LOG_FIELD_MAX_BYTES && !s.chars().any(quoted) {
         return std::borrow::Cow::Borrowed(s);
     }
-    let mut out = String::with_capacity(LOG_FIELD_MAX_BYTES + 8);
+    let needs_quotes = s.chars().any(quoted);
+    let mut out = String::with_capacity(LOG_FIELD_MAX_BYTES + 16);
+    if needs_quotes {
+        out.push('"');
+    }
+    let mut kept = 0;
     for c in s.chars() {
-        if out.len() >= LOG_FIELD_MAX_BYTES {
+        if kept + c.len_utf8() > LOG_FIELD_MAX_BYTES {
             out.push('…');
             break;
         }
-        if unsafe_char(c) {
-            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
-        } else {
-            out.push(c);
+        kept += c.len_utf8();
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if escaped(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
         }
+    }
+    if needs_quotes {
+        out.push('"');
     }
     std::borrow::Cow::Owned(out)
 }
@@ -426,30 +425,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn loggable_escapes_what_could_forge_or_hide_log_lines_and_cuts_long_values() {
+    fn loggable_quotes_and_escapes_what_could_forge_or_hide_log_lines_and_cuts_long_values() {
         assert!(matches!(loggable("0c9a8d74-9cb7"), std::borrow::Cow::Borrowed("0c9a8d74-9cb7")));
-        assert_eq!(loggable("a\nlevel=INFO b"), "a\\u{a}level=INFO b");
-        assert_eq!(loggable("x\0y\u{202e}z\r"), "x\\u{0}y\\u{202e}z\\u{d}");
+        assert_eq!(loggable("a\nlevel=INFO b"), r#""a\u{a}level=INFO b""#);
+        assert_eq!(loggable("x\0y\u{202e}z\r"), r#""x\u{0}y\u{202e}z\u{d}""#);
+        assert_eq!(loggable("x decision=\"denied\""), r#""x decision=\"denied\"""#);
+        assert_eq!(loggable("lit\\u{a}\u{2028}"), r#""lit\\u{a}\u{2028}""#);
         let long = "é".repeat(1000);
         let cut = loggable(&long);
-        assert_eq!(cut.chars().count(), 129, "128 two-byte characters, then the ellipsis");
+        assert_eq!(cut.chars().count(), 129, "128 two-byte characters (256 bytes), then the ellipsis");
         assert!(cut.ends_with('…'));
     }
 
     #[tokio::test]
-    async fn body_budget_is_taken_per_chunk_and_given_back() {
+    async fn body_budget_reservations_wait_and_are_given_back() {
         let budget = BodyBudget::new(1000);
-        let a = budget.take(600).await.unwrap();
+        let a = budget.reserve(600).await.unwrap();
         assert_eq!(budget.available(), 400);
-        // a second take that does not fit waits
-        assert!(tokio::time::timeout(Duration::from_millis(50), budget.take(500)).await.is_err());
+        // a reservation that does not fit waits
+        assert!(tokio::time::timeout(Duration::from_millis(50), budget.reserve(500)).await.is_err());
         drop(a);
-        let b = budget.take(500).await.unwrap();
+        let b = budget.reserve(500).await.unwrap();
         assert_eq!(budget.available(), 500);
         drop(b);
         assert_eq!(budget.available(), 1000);
-        // a chunk larger than the whole budget takes all of it rather than waiting forever
-        let all = budget.take(5000).await.unwrap();
+        // a reservation larger than the whole budget takes all of it rather than waiting forever
+        let all = budget.reserve(5000).await.unwrap();
         assert_eq!(budget.available(), 0);
         drop(all);
     }
