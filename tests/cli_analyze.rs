@@ -1140,3 +1140,27 @@ fn a_scrape_without_kube_proxy_families_is_no_data_with_a_warning_naming_it() {
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
     assert!(r.stdout.contains("Recommendation (Measured): "), "{}", r.stdout);
 }
+
+/// A source that names no file says how it was read: `NODE=FILE` split at the first `=` (the
+/// `./` rule for file names with `=`), and an empty node name.
+#[test]
+fn a_missing_source_says_how_the_argument_was_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = finish(bin().current_dir(dir.path()).args(["analyze", "a=b.txt"]).output().unwrap());
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        r.stderr,
+        "error: b.txt: No such file or directory (os error 2) (read as node \"a\", file \"b.txt\"; for a file named \"a=b.txt\", write ./a=b.txt)\n"
+    );
+    let r = finish(bin().current_dir(dir.path()).args(["analyze", "=x.txt"]).output().unwrap());
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        r.stderr,
+        "error: =x.txt: No such file or directory (os error 2) (an empty node name: write NODE=x.txt, or ./=x.txt for a file of that name)\n"
+    );
+    // the ./ form reads the file named with `=`
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt"), dir.path().join("a=b.txt")).unwrap();
+    let r = finish(bin().current_dir(dir.path()).args(["analyze", "./a=b.txt"]).output().unwrap());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("\na=b  "), "node named after the file stem: {}", r.stdout);
+}

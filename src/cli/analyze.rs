@@ -112,6 +112,20 @@ fn split_node(arg: &str) -> (String, String, bool) {
     (name.unwrap_or_else(|| arg.to_string()), arg.to_string(), false)
 }
 
+/// `e` for the source argument `arg`, with how `arg` was read when that may be the problem: a
+/// file that does not exist after a `NODE=` split (the argument may be a file name with `=`),
+/// or an argument starting with `=` (an empty node name).
+fn source_hint(e: InputError, arg: &str, node: &str, src: &str, explicit: bool) -> InputError {
+    let missing = |path: &str| !sources::is_url(path) && path != "-" && !std::path::Path::new(path).exists();
+    if explicit && missing(src) {
+        InputError(format!("{} (read as node {node:?}, file {src:?}; for a file named {arg:?}, write ./{arg})", e.0))
+    } else if arg.starts_with('=') && missing(arg) {
+        InputError(format!("{} (an empty node name: write NODE{arg}, or ./{arg} for a file of that name)", e.0))
+    } else {
+        e
+    }
+}
+
 /// An error for `analyze`: exit 1 (bad input) with a message naming the file, family and line.
 #[derive(Debug)]
 pub struct InputError(pub String);
@@ -169,7 +183,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
             )));
         }
         named.push((node.clone(), src.clone(), explicit));
-        let (scrape, proxy_mode) = load(&src, &client, args.max_body_bytes).await?;
+        let (scrape, proxy_mode) = load(&src, &client, args.max_body_bytes).await.map_err(|e| source_hint(e, arg, &node, &src, explicit))?;
         match inputs.iter_mut().find(|i| i.node == node) {
             Some(existing) if existing.earlier.is_none() => {
                 let earlier = std::mem::replace(&mut existing.later, scrape);
