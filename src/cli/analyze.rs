@@ -116,7 +116,7 @@ fn split_node(arg: &str) -> (String, String, bool) {
 /// file that does not exist after a `NODE=` split (the argument may be a file name with `=`),
 /// or an argument starting with `=` (an empty node name).
 fn source_hint(e: InputError, arg: &str, node: &str, src: &str, explicit: bool) -> InputError {
-    let missing = |path: &str| !sources::is_url(path) && path != "-" && !std::path::Path::new(path).exists();
+    let missing = |path: &str| sources::url_scheme(path).is_none() && path != "-" && !std::path::Path::new(path).exists();
     if explicit && missing(src) {
         InputError(format!("{} (read as node {node:?}, file {src:?}; for a file named {arg:?}, write ./{arg})", e.0))
     } else if arg.starts_with('=') && missing(arg) {
