@@ -654,36 +654,60 @@ async fn h2_review<C: std::future::Future<Output = Result<(), h2::Error>> + Unpi
     }
 }
 
+/// `server::serve` alone (no CLI composition) on 127.0.0.1 with `settings` and `connections`,
+/// a static 10 s plan and a certificate from a fresh test CA: for the tests of settings the
+/// command line does not expose. Stop it by cancelling the token, then await the task.
+struct Direct {
+    addr: SocketAddr,
+    pki: Pki,
+    stop: tokio_util::sync::CancellationToken,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Direct {
+    fn start(settings: safe_termination::webhook::server::Settings, connections: safe_termination::webhook::server::Connections) -> Self {
+        use safe_termination::webhook::server::{self, WebhookState};
+        use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let pki = Pki::new();
+        let leaf = pki.leaf("cert-a");
+        let store = Arc::new(CertificateStore::new());
+        store.set(load_certified_key(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let plan = PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto }.plan().unwrap();
+        let state = WebhookState {
+            plan: safe_termination::webhook::PlanHandle::with_plan(plan),
+            services: Arc::new(safe_termination::webhook::AssumeServiceBacked),
+            metrics: safe_termination::telemetry::Telemetry::new().webhook().clone(),
+            settings,
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(server::serve(listener, server::router(state), server_config(store).unwrap(), stop.clone(), Duration::from_secs(2), connections));
+        Self { addr, pki, stop, task }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task).await.unwrap().unwrap().unwrap();
+    }
+}
+
 /// HTTP/2 as the API server uses it: the stream limit is advertised in SETTINGS; a peer that
 /// answers keep-alive pings keeps its idle connection; a peer that stops answering is
 /// disconnected after the ping interval plus its timeout (shortened here to 1 s + 1 s).
 #[tokio::test]
 async fn http2_stream_limit_and_keep_alive_pings() {
-    use safe_termination::webhook::server::{self, Connections, WebhookState};
-    use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let pki = Pki::new();
-    let leaf = pki.leaf("cert-a");
-    let store = Arc::new(CertificateStore::new());
-    store.set(load_certified_key(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let plan = PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto }.plan().unwrap();
-    let state = WebhookState {
-        plan: safe_termination::webhook::PlanHandle::with_plan(plan),
-        services: Arc::new(safe_termination::webhook::AssumeServiceBacked),
-        metrics: safe_termination::telemetry::Telemetry::new().webhook().clone(),
-        settings: Default::default(),
-    };
+    use safe_termination::webhook::server::Connections;
     let connections = Connections {
         h2_keep_alive_interval: Duration::from_secs(1),
         h2_keep_alive_timeout: Duration::from_secs(1),
         h2_max_concurrent_streams: 7,
         ..Default::default()
     };
-    let stop = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(server::serve(listener, server::router(state), server_config(store).unwrap(), stop.clone(), Duration::from_secs(2), connections));
+    let server = Direct::start(Default::default(), connections);
+    let (pki, addr) = (&server.pki, server.addr);
 
     // a peer that keeps answering pings
     let (mut send, conn) = h2_connect(&pki, addr).await;
@@ -703,8 +727,7 @@ async fn http2_stream_limit_and_keep_alive_pings() {
     let ended = tokio::time::timeout(Duration::from_secs(2), &mut silent).await;
     assert!(ended.is_ok(), "the server closed the connection of a peer that did not answer its ping");
 
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap().unwrap();
+    server.stop().await;
 }
 
 /// Reads from a plain TCP stream until the peer closes it or `limit` passes; the time it took.
@@ -744,32 +767,15 @@ async fn admin_port_closes_slow_headers_and_a_stalled_request_does_not_hold_shut
 /// together are bounded (`BodyBudget`, 64 KiB here): each request reserves its declared length
 /// before reading. A request whose body does not fit beside another's waits until that one is
 /// answered (here: it times out, its body never completed), then goes through; with the budget
-/// free nothing waits; two that do not fit together go one after the other. (A request that waits past its own
-/// timeout gets the usual 503: `request_timeout_answers_instead_of_hanging`.)
+/// free nothing waits; two that do not fit together go one after the other. (A request that
+/// waits past its own timeout gets the usual 503: `request_timeout_answers_instead_of_hanging`.)
 #[tokio::test]
 async fn request_bodies_held_at_once_are_bounded() {
-    use safe_termination::webhook::server::{self, BodyBudget, Connections, Settings, WebhookState};
-    use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let pki = Pki::new();
-    let leaf = pki.leaf("cert-a");
-    let store = Arc::new(CertificateStore::new());
-    store.set(load_certified_key(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let plan = PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto }.plan().unwrap();
+    use safe_termination::webhook::server::{BodyBudget, Settings};
     let budget = BodyBudget::new(64 * 1024);
     let settings = Settings { max_body_bytes: 64 * 1024, request_timeout: Duration::from_millis(1500), body_budget: budget.clone() };
-    let state = WebhookState {
-        plan: safe_termination::webhook::PlanHandle::with_plan(plan),
-        services: Arc::new(safe_termination::webhook::AssumeServiceBacked),
-        metrics: safe_termination::telemetry::Telemetry::new().webhook().clone(),
-        settings,
-    };
-    let stop = tokio_util::sync::CancellationToken::new();
-    let server =
-        tokio::spawn(server::serve(listener, server::router(state), server_config(store).unwrap(), stop.clone(), Duration::from_secs(2), Connections::default()));
+    let server = Direct::start(settings, Default::default());
+    let (pki, addr) = (&server.pki, server.addr);
 
     // A: 60,000 of its 64,000 body bytes, then nothing
     let connector = tokio_rustls::TlsConnector::from(Arc::new(pki.client_config(&[b"http/1.1"])));
@@ -818,8 +824,7 @@ async fn request_bodies_held_at_once_are_bounded() {
     assert!(started.elapsed() < Duration::from_millis(1000), "one after the other, quickly: {:?}", started.elapsed());
     assert_eq!(budget.available(), 64 * 1024);
 
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap().unwrap();
+    server.stop().await;
 }
 
 /// The body limits are range-checked flags: a usage error (exit 2) naming the range, and the
