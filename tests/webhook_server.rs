@@ -710,7 +710,7 @@ async fn http2_stream_limit_and_keep_alive_pings() {
     let (pki, addr) = (&server.pki, server.addr);
 
     // a peer that keeps answering pings
-    let (mut send, conn) = h2_connect(&pki, addr).await;
+    let (mut send, conn) = h2_connect(pki, addr).await;
     let mut conn = Box::pin(conn);
     assert_eq!(h2_review(&mut send, &mut conn, addr).await, 200);
     assert_eq!(conn.max_concurrent_send_streams(), 7, "SETTINGS_MAX_CONCURRENT_STREAMS as configured");
@@ -720,7 +720,7 @@ async fn http2_stream_limit_and_keep_alive_pings() {
     assert_eq!(h2_review(&mut send, &mut conn, addr).await, 200, "and it still serves");
 
     // a peer that stops answering: not polled for longer than interval + timeout
-    let (mut send, conn) = h2_connect(&pki, addr).await;
+    let (mut send, conn) = h2_connect(pki, addr).await;
     let mut silent = Box::pin(conn);
     assert_eq!(h2_review(&mut send, &mut silent, addr).await, 200);
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -735,9 +735,8 @@ async fn tcp_closed_within(s: &mut tokio::net::TcpStream, limit: Duration) -> Op
     let start = Instant::now();
     let mut buf = [0u8; 4096];
     while start.elapsed() < limit {
-        match tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await {
-            Ok(Ok(0) | Err(_)) => return Some(start.elapsed()),
-            _ => {}
+        if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await {
+            return Some(start.elapsed());
         }
     }
     None
