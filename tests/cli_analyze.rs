@@ -1164,3 +1164,25 @@ fn a_missing_source_says_how_the_argument_was_read() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("\na=b  "), "node named after the file stem: {}", r.stdout);
 }
+
+/// `--earlier` pairings come from the arguments alone, so a wrong one is reported before any
+/// source is fetched (here a URL that would hang for the whole timeout).
+#[test]
+fn a_wrong_earlier_pairing_is_reported_before_any_fetch() {
+    // accepts connections (the kernel backlog) and never answers
+    let hanging = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/metrics", hanging.local_addr().unwrap());
+    let start = std::time::Instant::now();
+    let r = run(&["analyze", "--timeout-seconds", "30", &format!("n1={url}"), "--earlier", &format!("other={V1_29}")]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert_eq!(
+        r.stderr,
+        format!("error: --earlier other={V1_29}: no source is node \"other\" (the nodes are: n1): name the node (NODE=FILE) it belongs to\n")
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(10), "{:?}", start.elapsed());
+    // a node given twice already has its earlier scrape
+    let r = run(&["analyze", &format!("n1={V1_29}"), &format!("n1={V1_29}"), "--earlier", &format!("n1={V1_29}"), "--timeout-seconds", "30"]);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stderr, format!("error: --earlier n1={V1_29}: node n1 already has an earlier scrape\n"));
+    drop(hanging);
+}

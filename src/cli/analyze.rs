@@ -112,6 +112,46 @@ fn split_node(arg: &str) -> (String, String, bool) {
     (name.unwrap_or_else(|| arg.to_string()), arg.to_string(), false)
 }
 
+/// The node each `--earlier` argument pairs with, from the arguments alone (`source_nodes`: the
+/// node of each source, in order). `NODE=` must name a source's node, even when there is only
+/// one source; an unnamed `--earlier` pairs with the only node. Errors: no such node (listing
+/// the nodes), an unnamed `--earlier` with several nodes, or a node that already has an earlier
+/// scrape (given twice as a source, or by a previous `--earlier`).
+fn earlier_nodes(source_nodes: &[String], earlier: &[String]) -> Result<Vec<String>, InputError> {
+    let mut nodes: Vec<&str> = Vec::new();
+    let mut twice: Vec<&str> = Vec::new();
+    for n in source_nodes {
+        if nodes.contains(&n.as_str()) {
+            twice.push(n);
+        } else {
+            nodes.push(n);
+        }
+    }
+    let mut targets: Vec<String> = Vec::new();
+    for raw in earlier {
+        let (node, _, explicit) = split_node(raw);
+        let arg = sources::redact(raw);
+        let target = if explicit {
+            if !nodes.contains(&node.as_str()) {
+                return Err(InputError(format!(
+                    "--earlier {arg}: no source is node {node:?} (the nodes are: {}): name the node (NODE=FILE) it belongs to",
+                    nodes.join(", ")
+                )));
+            }
+            node
+        } else if let [only] = nodes.as_slice() {
+            (*only).to_string()
+        } else {
+            return Err(InputError(format!("--earlier {arg}: name the node (NODE=FILE) it belongs to")));
+        };
+        if twice.contains(&target.as_str()) || targets.contains(&target) {
+            return Err(InputError(format!("--earlier {arg}: node {target} already has an earlier scrape")));
+        }
+        targets.push(target);
+    }
+    Ok(targets)
+}
+
 /// `e` for the source argument `arg`, with how `arg` was read when that may be the problem: a
 /// file that does not exist after a `NODE=` split (the argument may be a file name with `=`),
 /// or an argument starting with `=` (an empty node name).
@@ -164,6 +204,9 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
         Some(p) => load_policy_spec(p).map_err(InputError)?,
         None => Default::default(),
     };
+    // node names come from the arguments: a wrong --earlier pairing is reported before any fetch
+    let source_nodes: Vec<String> = args.sources.iter().map(|a| split_node(a).0).collect();
+    let earlier_nodes = earlier_nodes(&source_nodes, &args.earlier)?;
     let client = sources::http_client(Duration::from_secs(args.timeout_seconds));
     let mut inputs: Vec<NodeInput> = Vec::new();
     // per node: the first source and whether NODE= named it. Only a NODE= given twice pairs two
@@ -194,27 +237,11 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
             None => inputs.push(NodeInput { node, later: scrape, earlier: None, proxy_mode }),
         }
     }
-    for raw in &args.earlier {
-        let (node, src, explicit) = split_node(raw);
-        let arg = sources::redact(raw);
-        // NODE= must name a source's node (even when there is only one source); only an unnamed
-        // --earlier pairs with the only source
-        let target = if explicit {
-            let nodes = inputs.iter().map(|i| i.node.as_str()).collect::<Vec<_>>().join(", ");
-            let Some(target) = inputs.iter_mut().find(|i| i.node == node) else {
-                return Err(InputError(format!(
-                    "--earlier {arg}: no source is node {node:?} (the nodes are: {nodes}): name the node (NODE=FILE) it belongs to"
-                )));
-            };
-            target
-        } else if inputs.len() == 1 {
-            &mut inputs[0]
-        } else {
-            return Err(InputError(format!("--earlier {arg}: name the node (NODE=FILE) it belongs to")));
+    for (raw, node) in args.earlier.iter().zip(earlier_nodes) {
+        let src = split_node(raw).1;
+        let Some(target) = inputs.iter_mut().find(|i| i.node == node) else {
+            return Err(InputError(format!("--earlier {}: internal error: node {node:?} was not loaded", sources::redact(raw))));
         };
-        if target.earlier.is_some() {
-            return Err(InputError(format!("--earlier {arg}: node {} already has an earlier scrape", target.node)));
-        }
         target.earlier = Some(load(&src, &client, args.max_body_bytes).await?.0);
     }
     let opts = AnalysisOptions {
