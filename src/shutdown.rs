@@ -75,6 +75,21 @@ impl Shutdown {
     }
 }
 
+/// Starts a graceful shutdown of an axum-server `handle` when `token` is cancelled, letting open
+/// requests finish for at most `drain` (the webhook port and the admin port both use it). Abort
+/// the returned task once the server has returned.
+pub fn drain_when_cancelled<A: axum_server::Address + Send + Sync + 'static>(
+    handle: &axum_server::Handle<A>,
+    token: CancellationToken,
+    drain: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    let handle = handle.clone();
+    tokio::spawn(async move {
+        token.cancelled().await;
+        handle.graceful_shutdown(Some(drain));
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -278,13 +278,7 @@ pub const ADMIN_DRAIN: Duration = Duration::from_secs(1);
 /// headers for that long (as on the webhook port).
 pub async fn serve_admin(listener: tokio::net::TcpListener, router: Router, stop: CancellationToken, idle_timeout: Duration) -> std::io::Result<()> {
     let handle = axum_server::Handle::new();
-    let trigger = {
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            stop.cancelled().await;
-            handle.graceful_shutdown(Some(ADMIN_DRAIN));
-        })
-    };
+    let trigger = crate::shutdown::drain_when_cancelled(&handle, stop, ADMIN_DRAIN);
     let mut server = axum_server::from_tcp(listener.into_std()?)?.first_request_timeout(idle_timeout).handle(handle);
     server.http_builder().http1().keep_alive(true).header_read_timeout(idle_timeout);
     let result = server.serve(router.into_make_service()).await;

@@ -394,13 +394,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let Connections { idle_timeout, h2_keep_alive_interval, h2_keep_alive_timeout, h2_max_concurrent_streams } = connections;
     let handle = axum_server::Handle::new();
-    let trigger = {
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            shutdown.cancelled().await;
-            handle.graceful_shutdown(Some(drain));
-        })
-    };
+    let trigger = crate::shutdown::drain_when_cancelled(&handle, shutdown, drain);
     let config = axum_server::tls_rustls::RustlsConfig::from_config(tls);
     let mut server = axum_server::from_tcp_rustls(listener, config)?
         // a connection that sends no request is closed (slow or idle clients cannot pin sockets)
