@@ -1,0 +1,856 @@
+#!/usr/bin/env python3
+"""Report on the rolling-deploy connection-error experiment.
+
+Usage: python3 e2e/experiment/report.py OUTDIR
+
+Reads OUTDIR/runs/<run>/{meta.json, load-<node>.csv, deletions.csv,
+groundtruth.csv} for every run and writes
+
+  OUTDIR/results.json  machine-readable numbers per run
+  OUTDIR/results.md    the table (also printed on stdout)
+  OUTDIR/results.svg   one timeline panel per run (hand-written SVG)
+
+The last line on stdout is the absolute path of results.json.
+Missing files: the run is reported with what exists, with a warning on
+stderr. A malformed line or file: an error naming the file and line on
+stderr, exit status 2. Python 3.11 standard library only.
+"""
+
+import bisect
+import csv
+import json
+import math
+import os
+import sys
+import time
+from xml.sax.saxutils import escape
+
+PROG = "report.py"
+OUTCOMES = ("ok", "refused", "reset", "timeout", "unreachable", "empty", "bad_answer")
+LOAD_COLUMNS = ("t_unix_seconds", "latency_ms", "outcome", "pod", "detail")
+DELETION_COLUMNS = ("pod", "ip", "node", "deleted_at_unix")
+GROUNDTRUTH_COLUMNS = ("pod", "ip", "proxy_node", "removed_at_unix")
+BIN_SECONDS = 0.1
+
+
+class Malformed(Exception):
+    """Input that cannot be trusted: reported as 'FILE line N: why', exit 2."""
+
+    def __init__(self, path, line, why):
+        where = f"{path} line {line}" if line else str(path)
+        super().__init__(f"{where}: {why}")
+
+
+def warn(msg):
+    print(f"{PROG}: warning: {msg}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_csv(path, columns):
+    """Rows of a CSV file as (line number, {column: text}).
+
+    The header must name every column in `columns` (extra columns are
+    allowed); every row must have as many fields as the header. Blank lines
+    are skipped. Returns None if the file is empty (not even a header)."""
+    rows = []
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f, strict=True)
+            try:
+                header = next(reader, None)
+                if header is None:
+                    return None
+                header = [h.strip() for h in header]
+                missing = [c for c in columns if c not in header]
+                if missing:
+                    raise Malformed(path, 1, f"header {','.join(header)!r} lacks column(s) {', '.join(missing)} "
+                                    f"(expected {','.join(columns)})")
+                index = {c: header.index(c) for c in columns}
+                for fields in reader:
+                    line = reader.line_num
+                    if not fields or (len(fields) == 1 and fields[0].strip() == ""):
+                        continue
+                    if len(fields) != len(header):
+                        raise Malformed(path, line, f"{len(fields)} fields, the header has {len(header)}")
+                    rows.append((line, {c: fields[i] for c, i in index.items()}))
+            except csv.Error as e:
+                raise Malformed(path, reader.line_num, f"CSV syntax: {e}") from None
+    except UnicodeDecodeError as e:
+        raise Malformed(path, None, f"not UTF-8 text: {e}") from None
+    return rows
+
+
+def parse_float(path, line, column, text, allow_empty=False):
+    text = text.strip()
+    if text == "" and allow_empty:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise Malformed(path, line, f"{column} {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise Malformed(path, line, f"{column} {text!r} is not a finite number")
+    return value
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def read_meta(path, dirname):
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise Malformed(path, None, f"not UTF-8 text: {e}") from None
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise Malformed(path, e.lineno, f"invalid JSON: {e.msg} (column {e.colno})") from None
+    if not isinstance(meta, dict):
+        raise Malformed(path, 1, "must be a JSON object")
+
+    def check(key, ok, what):
+        if key in meta and meta[key] is not None and not ok(meta[key]):
+            raise Malformed(path, None, f"{key} must be {what}, got {json.dumps(meta[key])}")
+
+    check("name", lambda v: isinstance(v, str) and v != "", "a non-empty string")
+    check("order", is_number, "a number")
+    check("protected", lambda v: isinstance(v, bool), "true or false")
+    check("proxyModes", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings")
+    check("extraServices", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+          "a non-negative integer")
+    for key in ("replicas", "ratePerNodePerSecond", "timeoutMs", "startedAtUnix", "finishedAtUnix",
+                "injectedSleepSeconds", "terminationGracePeriodSeconds", "measuredWindowSeconds"):
+        check(key, is_number, "a number or null")
+    check("rollouts", lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v), "a list of objects")
+    for i, r in enumerate(meta.get("rollouts") or []):
+        for key in ("startedAtUnix", "finishedAtUnix"):
+            if r.get(key) is not None and not is_number(r[key]):
+                raise Malformed(path, None, f"rollouts[{i}].{key} must be a number or null, got {json.dumps(r[key])}")
+    return meta
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def percentile(values, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    s = sorted(values)
+    pos = (len(s) - 1) * q
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def r3(v):
+    return None if v is None else round(v + 0.0, 3)
+
+
+def summary(values):
+    if not values:
+        return {"min": None, "p50": None, "max": None}
+    return {"min": r3(min(values)), "p50": r3(percentile(values, 0.5)), "max": r3(max(values))}
+
+
+# ---------------------------------------------------------------- one run
+
+
+def load_run(rundir):
+    """Everything known about one run: the meta, the raw events, the numbers."""
+    dirname = os.path.basename(rundir.rstrip("/"))
+    warnings = []
+
+    def w(msg):
+        warnings.append(msg)
+
+    meta_path = os.path.join(rundir, "meta.json")
+    meta = read_meta(meta_path, dirname)
+    if meta is None:
+        w("no meta.json: run settings unknown")
+        meta = {}
+    name = meta.get("name") or dirname
+
+    # Load: one file per node.
+    requests = []  # (t, outcome, node)
+    load_files = sorted(f for f in os.listdir(rundir) if f.startswith("load-") and f.endswith(".csv"))
+    nodes = []
+    per_node_rate = 0.0
+    rate_known = False
+    for fname in load_files:
+        node = fname[len("load-"):-len(".csv")]
+        path = os.path.join(rundir, fname)
+        rows = read_csv(path, LOAD_COLUMNS)
+        if rows is None:
+            w(f"{fname} is empty (no header)")
+            continue
+        nodes.append(node)
+        ts = []
+        for line, row in rows:
+            t = parse_float(path, line, "t_unix_seconds", row["t_unix_seconds"])
+            parse_float(path, line, "latency_ms", row["latency_ms"], allow_empty=True)
+            outcome = row["outcome"].strip()
+            if outcome not in OUTCOMES:
+                raise Malformed(path, line, f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+            requests.append((t, outcome, node))
+            ts.append(t)
+        if len(ts) >= 2 and max(ts) > min(ts):
+            per_node_rate += (len(ts) - 1) / (max(ts) - min(ts))
+            rate_known = True
+    if not load_files:
+        w("no load-<node>.csv: no requests")
+    requests.sort()
+
+    # Deletions.
+    deletions = {}  # pod -> (ip, node, t)
+    path = os.path.join(rundir, "deletions.csv")
+    if os.path.exists(path):
+        rows = read_csv(path, DELETION_COLUMNS)
+        if rows is None:
+            w("deletions.csv is empty (no header)")
+            rows = []
+        for line, row in rows:
+            pod = row["pod"].strip()
+            if not pod:
+                raise Malformed(path, line, "pod is empty")
+            t = parse_float(path, line, "deleted_at_unix", row["deleted_at_unix"])
+            if pod in deletions:
+                w(f"deletions.csv line {line}: pod {pod} listed again; the earlier deletion time is kept")
+                if t >= deletions[pod][2]:
+                    continue
+            deletions[pod] = (row["ip"].strip(), row["node"].strip(), t)
+    else:
+        w("no deletions.csv: failure offsets and ground truth cannot be computed")
+
+    # Ground truth.
+    groundtruth = []  # dicts
+    path = os.path.join(rundir, "groundtruth.csv")
+    gt_nodes = set()
+    gt_unknown_pods = set()
+    if os.path.exists(path):
+        rows = read_csv(path, GROUNDTRUTH_COLUMNS)
+        if rows is None:
+            w("groundtruth.csv is empty (no header)")
+            rows = []
+        seen = set()
+        for line, row in rows:
+            pod = row["pod"].strip()
+            node = row["proxy_node"].strip()
+            removed = parse_float(path, line, "removed_at_unix", row["removed_at_unix"], allow_empty=True)
+            if not pod or not node:
+                raise Malformed(path, line, "pod and proxy_node must not be empty")
+            gt_nodes.add(node)
+            if pod not in deletions:
+                gt_unknown_pods.add(pod)
+                continue
+            if (pod, node) in seen:
+                raise Malformed(path, line, f"pod {pod} on node {node} listed twice")
+            seen.add((pod, node))
+            deleted_at = deletions[pod][2]
+            groundtruth.append({
+                "pod": pod,
+                "ip": row["ip"].strip() or deletions[pod][0],
+                "node": node,
+                "seconds": None if removed is None else r3(removed - deleted_at),
+                "_removed": removed,
+            })
+    else:
+        w("no groundtruth.csv: no ground truth")
+    if gt_unknown_pods:
+        w(f"groundtruth.csv names {len(gt_unknown_pods)} pod(s) absent from deletions.csv (ignored): "
+          + ", ".join(sorted(gt_unknown_pods)[:5]) + (" ..." if len(gt_unknown_pods) > 5 else ""))
+    groundtruth.sort(key=lambda g: (g["pod"], g["node"]))
+    never = [g for g in groundtruth if g["seconds"] is None]
+    if never:
+        w(f"{len(never)} pod/node pair(s) never left kube-proxy's rules within the observation "
+          "(not in maxGroundTruthSeconds)")
+    expected_pairs = len(deletions) * len(gt_nodes)
+    if gt_nodes and len(groundtruth) < expected_pairs:
+        w(f"ground truth covers {len(groundtruth)} of {expected_pairs} deleted-pod/node pairs")
+    gt_seconds = [g["seconds"] for g in groundtruth if g["seconds"] is not None]
+
+    # Failures relative to the nearest deletion.
+    del_times = sorted(d[2] for d in deletions.values())
+    failures = [(t, o, n) for (t, o, n) in requests if o != "ok"]
+    offsets = []
+    if del_times:
+        for t, _, _ in failures:
+            i = bisect.bisect_left(del_times, t)
+            cands = [del_times[j] for j in (i - 1, i) if 0 <= j < len(del_times)]
+            nearest = min(cands, key=lambda d: (abs(t - d), d))
+            offsets.append(r3(t - nearest))
+    elif failures:
+        w("failures present but no deletions: no failure offsets")
+
+    by_outcome = {}
+    for _, o, _ in failures:
+        by_outcome[o] = by_outcome.get(o, 0) + 1
+    by_node = {n: 0 for n in nodes}
+    for _, _, n in failures:
+        by_node[n] += 1
+
+    protected = meta.get("protected")
+    if protected is None:
+        protected = False
+        if "protected" not in meta and meta:
+            w("meta.json has no 'protected': taken as false")
+    sleep = meta.get("injectedSleepSeconds")
+    max_gt = r3(max(gt_seconds)) if gt_seconds else None
+    if protected:
+        limit = r3(max(3.0, 2 * max_gt)) if max_gt is not None else 3.0
+        sleep_bound = {"limitSeconds": limit, "ok": None if sleep is None else bool(sleep <= limit)}
+        if max_gt is None:
+            w("protected run without ground truth: sleep bound limit taken as 3 s")
+        if sleep is None:
+            w("protected run without injectedSleepSeconds")
+    else:
+        sleep_bound = None
+
+    n_req = len(requests)
+    result = {
+        "name": name,
+        "protected": bool(protected),
+        "proxyModes": list(meta.get("proxyModes") or []),
+        "extraServices": int(meta.get("extraServices") or 0),
+        "requests": n_req,
+        "failures": len(failures),
+        "injectedSleepSeconds": sleep,
+        "measuredWindowSeconds": meta.get("measuredWindowSeconds"),
+        "maxGroundTruthSeconds": max_gt,
+        "failureRate": (len(failures) / n_req) if n_req else None,
+        "failuresByOutcome": dict(sorted(by_outcome.items())),
+        "failuresByNode": dict(sorted(by_node.items())),
+        "requestsPerSecond": round(per_node_rate, 1) if rate_known else None,
+        "loadNodes": nodes,
+        "rollouts": meta.get("rollouts") or [],
+        "deletedPods": len(deletions),
+        "groundTruth": [{k: v for k, v in g.items() if not k.startswith("_")} for g in groundtruth],
+        "groundTruthP50Seconds": r3(percentile(gt_seconds, 0.5)),
+        "groundTruthCoverage": {
+            "proxyNodes": sorted(gt_nodes),
+            "pairsRemoved": len(gt_seconds),
+            "pairsNeverRemoved": len(never),
+            "pairsMissing": max(0, expected_pairs - len(groundtruth)),
+        },
+        "failureOffsetsSeconds": offsets,
+        "failureOffsetSummary": summary(offsets),
+        "sleepBound": sleep_bound,
+        "order": meta.get("order"),
+        "replicas": meta.get("replicas"),
+        "ratePerNodePerSecond": meta.get("ratePerNodePerSecond"),
+        "timeoutMs": meta.get("timeoutMs"),
+        "terminationGracePeriodSeconds": meta.get("terminationGracePeriodSeconds"),
+        "startedAtUnix": meta.get("startedAtUnix"),
+        "finishedAtUnix": meta.get("finishedAtUnix"),
+        "operatorWindowDetail": meta.get("operatorWindowDetail"),
+        "warnings": list(warnings),
+    }
+    for msg in warnings:
+        warn(f"run {name}: {msg}")
+    raw = {
+        "requests": requests,
+        "deletions": deletions,
+        "groundtruth": groundtruth,
+        "gtNodes": sorted(gt_nodes),
+    }
+    return result, raw
+
+
+def sort_key(meta_order, name):
+    return (meta_order is None, meta_order if meta_order is not None else 0, name)
+
+
+# ---------------------------------------------------------------- table
+
+
+def fmt_num(v, digits=3):
+    if v is None:
+        return "–"
+    if isinstance(v, int):
+        return str(v)
+    return f"{v:.{digits}f}".rstrip("0").rstrip(".") if digits else str(v)
+
+
+def table(runs):
+    head = ["run", "protected", "proxy modes", "extra Services", "requests", "failures", "failure rate",
+            "failures by outcome", "measured W (s)", "injected sleep (s)", "max ground truth (s)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 4 + ["---"] + ["---:"] * 3) + "|"]
+    for r in runs:
+        rate = "–" if r["failureRate"] is None else f"{100 * r['failureRate']:.3f}%"
+        outcomes = ", ".join(f"{o} {n}" for o, n in r["failuresByOutcome"].items()) or "–"
+        cells = [r["name"], "yes" if r["protected"] else "no", ", ".join(r["proxyModes"]) or "–",
+                 str(r["extraServices"]), str(r["requests"]), str(r["failures"]), rate, outcomes,
+                 fmt_num(r["measuredWindowSeconds"]), fmt_num(r["injectedSleepSeconds"]),
+                 fmt_num(r["maxGroundTruthSeconds"])]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines.append("")
+    lines.append("Failure offsets (request start minus the nearest pod deletion):")
+    lines.append("")
+    for r in runs:
+        s = r["failureOffsetSummary"]
+        if r["failures"] == 0:
+            text = "no failures"
+        elif s["min"] is None:
+            text = f"{r['failures']} failures, no deletions to relate them to"
+        else:
+            text = (f"{r['failures']} failures, min {s['min']:+.3f} s, p50 {s['p50']:+.3f} s, "
+                    f"max {s['max']:+.3f} s after the nearest deletion")
+        bound = r["sleepBound"]
+        if bound is not None:
+            verdict = {True: "within", False: "EXCEEDS", None: "unknown vs"}[bound["ok"]]
+            text += f"; injected sleep {fmt_num(r['injectedSleepSeconds'])} s {verdict} the bound {fmt_num(bound['limitSeconds'])} s"
+        lines.append(f"- {r['name']}: {text}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- SVG
+
+FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
+C_OK = "#9dbf9e"
+C_OK_EDGE = "#6f9f72"
+C_FAIL = "#d62728"
+C_DEL = "#2b2b2b"
+C_SLEEP = "#1f77b4"
+C_GT = "#7b3fa0"
+C_ROLL = "#e07b00"
+C_AXIS = "#555"
+C_GRID = "#e6e6e6"
+
+WIDTH = 1200
+MAIN_X0, MAIN_X1 = 74, 800
+INSET_X0, INSET_X1 = 912, 1178
+PLOT_H = 120
+
+
+def nice_step(span, target):
+    if span <= 0:
+        return 1.0
+    raw = span / max(1, target)
+    mag = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 2.5, 5, 10):
+        if raw <= m * mag:
+            return m * mag
+    return 10 * mag
+
+
+def ticks(lo, hi, target):
+    step = nice_step(hi - lo, target)
+    first = math.ceil(lo / step - 1e-9) * step
+    out = []
+    v = first
+    while v <= hi + 1e-9 * max(1, abs(hi)):
+        out.append(round(v, 10))
+        v += step
+    return out, step
+
+
+def tick_label(v, step):
+    if step >= 1 and abs(v - round(v)) < 1e-9:
+        return str(int(round(v)))
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    if abs(step * 10 ** decimals - round(step * 10 ** decimals)) > 1e-9:
+        decimals += 1
+    return f"{v:.{decimals}f}"
+
+
+def count_axis(n, minimum):
+    """Integer ticks 0..top for a count axis, top >= max(n, minimum)."""
+    n = max(n, minimum)
+    raw = n / 4
+    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw - 1e-9)
+    step = max(1, int(round(step)))
+    top = int(math.ceil(n / step)) * step
+    return list(range(0, top + 1, step)), step
+
+
+def text(x, y, s, size=12, anchor="start", color="#222", weight=None, extra=""):
+    w = f' font-weight="{weight}"' if weight else ""
+    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" fill="{color}"{w}{extra}>'
+            f"{escape(str(s))}</text>")
+
+
+def text_width(s, size):
+    return len(s) * size * 0.58
+
+
+def thousands(n):
+    return f"{n:,}"
+
+
+def svg_panel(out, run, raw, top, legend_needed):
+    """Append one panel's elements to `out`; return its height."""
+    name = run["name"]
+    requests = raw["requests"]
+    deletions = raw["deletions"]
+    groundtruth = raw["groundtruth"]
+    gt_nodes = raw["gtNodes"]
+    sleep = run["injectedSleepSeconds"] if run["protected"] else None
+    rollouts = run["rollouts"]
+
+    # Time origin and range.
+    times = [t for t, _, _ in requests] + [d[2] for d in deletions.values()]
+    times += [g["_removed"] for g in groundtruth if g["_removed"] is not None]
+    for r in rollouts:
+        times += [r[k] for k in ("startedAtUnix", "finishedAtUnix") if r.get(k) is not None]
+    start = run["startedAtUnix"]
+    if start is None:
+        start = min(times) if times else 0.0
+    end = run["finishedAtUnix"]
+    end_data = max(times) if times else start + 1
+    if sleep:
+        end_data = max(end_data, max((d[2] + sleep for d in deletions.values()), default=end_data))
+    end = max(end if end is not None else end_data, end_data, start + 1)
+    xticks, xstep = ticks(0, end - start, 10)
+    span = max(end - start, xticks[-1] if xticks else 1)
+    if xticks and xticks[-1] < end - start - 1e-9:
+        span = end - start
+
+    def X(t):
+        return MAIN_X0 + (t - start) / span * (MAIN_X1 - MAIN_X0)
+
+    nbins = max(1, int(math.ceil(span / BIN_SECONDS)))
+    ok_bins = [0] * nbins
+    fail_bins = [0] * nbins
+    for t, o, _ in requests:
+        b = int((t - start) / BIN_SECONDS)
+        if 0 <= b < nbins:
+            (ok_bins if o == "ok" else fail_bins)[b] += 1
+
+    y = top
+    # Title.
+    status = "protected" if run["protected"] else "unprotected"
+    rate = "" if run["failureRate"] is None else f" ({100 * run['failureRate']:.3f}%)"
+    details = [status]
+    if run["proxyModes"]:
+        details.append(", ".join(run["proxyModes"]))
+    details.append(f"{thousands(run['extraServices'])} extra Services")
+    if run["protected"] and sleep is not None:
+        details.append(f"preStop sleep {fmt_num(sleep)} s")
+    if run["measuredWindowSeconds"] is not None:
+        details.append(f"measured W {fmt_num(run['measuredWindowSeconds'])} s")
+    details.append(f"{thousands(run['requests'])} requests")
+    fail_color = C_FAIL if run["failures"] else "#2a7a2e"
+    out.append(f'<g class="panel" data-run="{escape(name)}">')
+    out.append(f'<text x="{MAIN_X0 - 60}" y="{y + 15}" font-size="15" fill="#111">'
+               f'<tspan font-weight="bold">{escape(name)}</tspan>'
+               f'<tspan fill="#444">  ·  {escape("  ·  ".join(details))}  ·  </tspan>'
+               f'<tspan fill="{fail_color}" font-weight="bold">{thousands(run["failures"])} failures{rate}</tspan></text>')
+    y += 26
+
+    # Rollout strip.
+    roll_y = y + 6
+    last_label_x = -1e9
+    for r in rollouts:
+        s = r.get("startedAtUnix")
+        if s is None:
+            continue
+        f = r.get("finishedAtUnix")
+        x0 = X(s)
+        if f is not None:
+            out.append(f'<rect x="{x0:.1f}" y="{roll_y - 2.5:.1f}" width="{max(1.0, X(f) - x0):.1f}" height="5" '
+                       f'fill="{C_ROLL}" fill-opacity="0.35"/>')
+        out.append(f'<path class="rollout-start" d="M{x0:.1f},{roll_y + 5:.1f} l-5,-9 h10 z" fill="{C_ROLL}"/>')
+        label = f"rollout {r.get('index', '')}".strip()
+        if x0 + 7 > last_label_x:
+            out.append(text(x0 + 7, roll_y + 4, label, 10, color="#8a4a00"))
+            last_label_x = x0 + 7 + text_width(label, 10) + 6
+    out.append(text(MAIN_X0 - 6, roll_y + 4, "rollouts", 10, "end", C_AXIS))
+    y += 16
+
+    # Ground-truth strip: one row per proxy node.
+    row_h = 7
+    gt_h = max(12, row_h * len(gt_nodes) + 4)
+    gt_top = y
+    out.append(f'<rect x="{MAIN_X0}" y="{gt_top}" width="{MAIN_X1 - MAIN_X0}" height="{gt_h}" fill="#faf7fc"/>')
+    out.append(text(MAIN_X0 - 6, gt_top + gt_h / 2 + 3.5, "IP removed", 10, "end", C_AXIS))
+    row_of = {n: i for i, n in enumerate(gt_nodes)}
+    for g in groundtruth:
+        if g["_removed"] is None:
+            continue
+        ry = gt_top + 2 + row_h * row_of[g["node"]] + row_h / 2
+        xd = X(deletions[g["pod"]][2])
+        xr = X(g["_removed"])
+        out.append(f'<line x1="{xd:.1f}" y1="{ry:.1f}" x2="{xr:.1f}" y2="{ry:.1f}" stroke="{C_GT}" '
+                   f'stroke-width="1" stroke-opacity="0.6"/>')
+        out.append(f'<path class="groundtruth" d="M{xr:.1f},{ry - 3:.1f} l3,3 l-3,3 l-3,-3 z" fill="{C_GT}"/>')
+    y += gt_h + 4
+
+    # Main plot.
+    p_top, p_bot = y, y + PLOT_H
+    ok_ticks, ok_step = count_axis(max(ok_bins) if requests else 0, 1)
+    ok_top = ok_ticks[-1]
+    f_ticks, f_step = count_axis(max(fail_bins) if requests else 0, 4)
+    f_top = f_ticks[-1]
+
+    def Yok(v):
+        return p_bot - v / ok_top * PLOT_H
+
+    def Yf(v):
+        return p_bot - v / f_top * PLOT_H
+
+    out.append(f'<rect x="{MAIN_X0}" y="{p_top}" width="{MAIN_X1 - MAIN_X0}" height="{PLOT_H}" fill="#fff" '
+               f'stroke="{C_AXIS}" stroke-width="0.8"/>')
+    for v in ok_ticks:
+        yy = Yok(v)
+        if 0 < v < ok_top:
+            out.append(f'<line x1="{MAIN_X0}" y1="{yy:.1f}" x2="{MAIN_X1}" y2="{yy:.1f}" stroke="{C_GRID}"/>')
+        out.append(f'<line x1="{MAIN_X0 - 4}" y1="{yy:.1f}" x2="{MAIN_X0}" y2="{yy:.1f}" stroke="{C_AXIS}"/>')
+        out.append(text(MAIN_X0 - 7, yy + 4, tick_label(v, ok_step), 11, "end", C_AXIS))
+    for v in xticks:
+        xx = X(start + v)
+        if 0 < v < span:
+            out.append(f'<line x1="{xx:.1f}" y1="{p_top}" x2="{xx:.1f}" y2="{p_bot}" stroke="{C_GRID}"/>')
+        out.append(f'<line x1="{xx:.1f}" y1="{p_bot}" x2="{xx:.1f}" y2="{p_bot + 4}" stroke="{C_AXIS}"/>')
+        out.append(text(xx, p_bot + 16, tick_label(v, xstep), 11, "middle", C_AXIS))
+    out.append(text(MAIN_X0 + (MAIN_X1 - MAIN_X0) / 2, p_bot + 31, "seconds since the run's start", 11,
+                    "middle", C_AXIS))
+    mid = p_top + PLOT_H / 2
+    out.append(text(16, mid, "ok / 100 ms", 11, "middle", C_OK_EDGE,
+                    extra=f' transform="rotate(-90 16 {mid:.1f})"'))
+
+    # Sleep bands (behind the bars).
+    if sleep:
+        for pod, (_, _, t) in sorted(deletions.items(), key=lambda kv: kv[1][2]):
+            x0, x1 = X(t), X(t + sleep)
+            out.append(f'<rect class="sleep-band" x="{x0:.1f}" y="{p_top}" width="{max(1.0, x1 - x0):.1f}" '
+                       f'height="{PLOT_H}" fill="{C_SLEEP}" fill-opacity="0.13"/>')
+
+    # ok requests: a step area per 100 ms bin.
+    if requests:
+        bw = (MAIN_X1 - MAIN_X0) * BIN_SECONDS / span
+        pts = [f"M{MAIN_X0:.1f},{p_bot:.1f}"]
+        for i, v in enumerate(ok_bins):
+            x0 = MAIN_X0 + i * bw
+            pts.append(f"L{x0:.2f},{Yok(v):.1f}L{min(MAIN_X1, x0 + bw):.2f},{Yok(v):.1f}")
+        pts.append(f"L{MAIN_X1:.1f},{p_bot:.1f}Z")
+        out.append(f'<path class="ok-bars" d="{"".join(pts)}" fill="{C_OK}" stroke="{C_OK_EDGE}" '
+                   f'stroke-width="0.4"/>')
+    else:
+        out.append(text((MAIN_X0 + MAIN_X1) / 2, mid + 4, "no load data", 13, "middle", "#999"))
+
+    # Deletions.
+    for pod, (_, _, t) in sorted(deletions.items(), key=lambda kv: kv[1][2]):
+        xx = X(t)
+        out.append(f'<line class="deletion" x1="{xx:.1f}" y1="{gt_top:.1f}" x2="{xx:.1f}" y2="{p_bot}" '
+                   f'stroke="{C_DEL}" stroke-width="0.8" stroke-opacity="0.55"><title>{escape(pod)} deleted'
+                   f'</title></line>')
+
+    # Rollout starts through the plot.
+    for r in rollouts:
+        if r.get("startedAtUnix") is not None:
+            xx = X(r["startedAtUnix"])
+            out.append(f'<line x1="{xx:.1f}" y1="{roll_y + 5:.1f}" x2="{xx:.1f}" y2="{p_bot}" stroke="{C_ROLL}" '
+                       f'stroke-width="1.2" stroke-dasharray="4,3"/>')
+
+    # Failures on their own (red, right-hand) axis, drawn on top; at least 2.5 px wide.
+    bw = (MAIN_X1 - MAIN_X0) * BIN_SECONDS / span
+    for i, v in enumerate(fail_bins):
+        if v:
+            wdt = max(2.5, bw)
+            x0 = MAIN_X0 + i * bw + bw / 2 - wdt / 2
+            out.append(f'<rect class="fail-bar" x="{x0:.2f}" y="{Yf(v):.1f}" width="{wdt:.2f}" '
+                       f'height="{p_bot - Yf(v):.1f}" fill="{C_FAIL}"/>')
+    for v in f_ticks:
+        yy = Yf(v)
+        out.append(f'<line x1="{MAIN_X1}" y1="{yy:.1f}" x2="{MAIN_X1 + 4}" y2="{yy:.1f}" stroke="{C_FAIL}"/>')
+        out.append(text(MAIN_X1 + 7, yy + 4, tick_label(v, f_step), 11, "start", C_FAIL))
+    rx = MAIN_X1 + 40
+    out.append(text(rx, mid, "failed / 100 ms", 11, "middle", C_FAIL,
+                    extra=f' transform="rotate(90 {rx} {mid:.1f})"'))
+
+    # Inset: all deletions superimposed.
+    svg_inset(out, run, raw, roll_y - 4, gt_top, p_top, p_bot, sleep)
+
+    out.append("</g>")
+    return (p_bot + 40) - top
+
+
+def svg_inset(out, run, raw, title_y, strip_top, p_top, p_bot, sleep):
+    offsets = run["failureOffsetsSeconds"]
+    gts = [g["seconds"] for g in raw["groundtruth"] if g["seconds"] is not None]
+    hi = max([2.0, (sleep or 0) + 1.0, (max(gts) + 0.5) if gts else 0] + ([max(offsets) + 0.3] if offsets else []))
+    lo = min([-0.5] + ([min(offsets) - 0.3] if offsets else []))
+    lo, hi = max(lo, -3.0), min(hi, 12.0)
+    xt, xstep = ticks(lo, hi, 6)
+    lo = min(lo, xt[0]) if xt else lo
+    lo = math.floor(lo / xstep) * xstep
+    hi = math.ceil(hi / xstep) * xstep
+    xt, _ = ticks(lo, hi, 6)
+
+    def X(v):
+        return INSET_X0 + (v - lo) / (hi - lo) * (INSET_X1 - INSET_X0)
+
+    out.append(text(INSET_X0, title_y + 8, "around each deletion (all superimposed)", 11, "start", "#333",
+                    weight="bold"))
+    # Ground-truth rug.
+    sh = p_top - 4 - strip_top
+    out.append(f'<rect x="{INSET_X0}" y="{strip_top}" width="{INSET_X1 - INSET_X0}" height="{sh:.1f}" '
+               f'fill="#faf7fc"/>')
+    shown = [v for v in gts if lo <= v <= hi]
+    for v in shown:
+        xx = X(v)
+        out.append(f'<line x1="{xx:.1f}" y1="{strip_top + 1.5:.1f}" x2="{xx:.1f}" y2="{strip_top + sh - 1.5:.1f}" '
+                   f'stroke="{C_GT}" stroke-width="1.2" stroke-opacity="0.55"/>')
+    out.append(f'<rect x="{INSET_X0}" y="{p_top}" width="{INSET_X1 - INSET_X0}" height="{PLOT_H}" fill="#fff" '
+               f'stroke="{C_AXIS}" stroke-width="0.8"/>')
+    if sleep:
+        out.append(f'<rect x="{X(0):.1f}" y="{p_top}" width="{X(min(sleep, hi)) - X(0):.1f}" height="{PLOT_H}" '
+                   f'fill="{C_SLEEP}" fill-opacity="0.13"/>')
+    nb = int(round((hi - lo) / BIN_SECONDS))
+    bins = [0] * max(nb, 1)
+    outside = 0
+    for v in offsets:
+        b = int(math.floor((v - lo) / BIN_SECONDS + 1e-9))
+        if 0 <= b < len(bins):
+            bins[b] += 1
+        else:
+            outside += 1
+    yt, ystep = count_axis(max(bins) if offsets else 0, 4)
+    ytop = yt[-1]
+
+    def Y(v):
+        return p_bot - v / ytop * PLOT_H
+
+    for v in yt:
+        yy = Y(v)
+        if 0 < v < ytop:
+            out.append(f'<line x1="{INSET_X0}" y1="{yy:.1f}" x2="{INSET_X1}" y2="{yy:.1f}" stroke="{C_GRID}"/>')
+        out.append(f'<line x1="{INSET_X0 - 4}" y1="{yy:.1f}" x2="{INSET_X0}" y2="{yy:.1f}" stroke="{C_FAIL}"/>')
+        out.append(text(INSET_X0 - 7, yy + 4, tick_label(v, ystep), 11, "end", C_FAIL))
+    for v in xt:
+        xx = X(v)
+        out.append(f'<line x1="{xx:.1f}" y1="{p_bot}" x2="{xx:.1f}" y2="{p_bot + 4}" stroke="{C_AXIS}"/>')
+        out.append(text(xx, p_bot + 16, tick_label(v, xstep), 11, "middle", C_AXIS))
+    out.append(text((INSET_X0 + INSET_X1) / 2, p_bot + 31, "seconds after the nearest deletion", 11, "middle",
+                    C_AXIS))
+    bw = (INSET_X1 - INSET_X0) * BIN_SECONDS / (hi - lo)
+    for i, v in enumerate(bins):
+        if v:
+            out.append(f'<rect x="{INSET_X0 + i * bw + 0.3:.2f}" y="{Y(v):.1f}" width="{max(1.5, bw - 0.6):.2f}" '
+                       f'height="{p_bot - Y(v):.1f}" fill="{C_FAIL}"/>')
+    out.append(f'<line x1="{X(0):.1f}" y1="{strip_top}" x2="{X(0):.1f}" y2="{p_bot}" stroke="{C_DEL}" '
+               f'stroke-width="1.2"/>')
+    notes = []
+    if not offsets:
+        notes.append("no failures")
+    if outside:
+        notes.append(f"{outside} failure(s) outside this range")
+    if len(shown) < len(gts):
+        notes.append(f"{len(gts) - len(shown)} removal(s) outside")
+    for i, n in enumerate(notes):
+        out.append(text(INSET_X1 - 6, p_top + 15 + 14 * i, n, 11, "end", "#777"))
+
+
+def legend(out, y):
+    items = [
+        ("rect", C_OK, "ok requests per 100 ms (left axis)"),
+        ("rect", C_FAIL, "failed requests per 100 ms (red right axis)"),
+        ("line", C_DEL, "pod deletion"),
+        ("band", C_SLEEP, "injected preStop sleep"),
+        ("diamond", C_GT, "IP removed from a node's kube-proxy rules"),
+        ("tri", C_ROLL, "rollout start / duration"),
+    ]
+    x = MAIN_X0 - 60
+    row = 0
+    for kind, color, label in items:
+        wdt = 22 + text_width(label, 12) + 22
+        if x + wdt > WIDTH - 10:
+            x = MAIN_X0 - 60
+            row += 1
+        yy = y + row * 20
+        if kind == "rect":
+            out.append(f'<rect x="{x}" y="{yy - 9}" width="14" height="11" fill="{color}"/>')
+        elif kind == "band":
+            out.append(f'<rect x="{x}" y="{yy - 10}" width="14" height="13" fill="{color}" fill-opacity="0.2"/>')
+        elif kind == "line":
+            out.append(f'<line x1="{x + 7}" y1="{yy - 11}" x2="{x + 7}" y2="{yy + 4}" stroke="{color}" '
+                       f'stroke-width="1.2"/>')
+        elif kind == "diamond":
+            out.append(f'<line x1="{x - 2}" y1="{yy - 3.5}" x2="{x + 9}" y2="{yy - 3.5}" stroke="{color}" '
+                       f'stroke-opacity="0.6"/>')
+            out.append(f'<path d="M{x + 9},{yy - 8} l4.5,4.5 l-4.5,4.5 l-4.5,-4.5 z" fill="{color}"/>')
+        elif kind == "tri":
+            out.append(f'<path d="M{x + 7},{yy + 2} l-5,-9 h10 z" fill="{color}"/>')
+        out.append(text(x + 22, yy, label, 12, "start", "#333"))
+        x += wdt
+    return (row + 1) * 20
+
+
+def render_svg(runs, raws, generated):
+    body = []
+    y = 12
+    body.append(text(MAIN_X0 - 60, y + 16, "Connection errors during rolling restarts", 18, weight="bold"))
+    body.append(text(WIDTH - 16, y + 16, "generated " + time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                                                       time.gmtime(generated)),
+                     11, "end", "#777"))
+    y += 42
+    y += legend(body, y) + 12
+    for run, raw in zip(runs, raws):
+        h = svg_panel(body, run, raw, y, False)
+        y += h + 14
+        body.append(f'<line x1="{MAIN_X0 - 60}" y1="{y - 12}" x2="{WIDTH - 16}" y2="{y - 12}" stroke="#ddd"/>')
+    height = int(y + 4)
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+            f'viewBox="0 0 {WIDTH} {height}" font-family="{FONT}">\n'
+            f'<rect width="100%" height="100%" fill="#fff"/>\n')
+    return head + "\n".join(body) + "\n</svg>\n"
+
+
+# ---------------------------------------------------------------- main
+
+
+def run_report(outdir):
+    runs_dir = os.path.join(outdir, "runs")
+    if not os.path.isdir(runs_dir):
+        raise Malformed(runs_dir, None, "no such directory (expected OUTDIR/runs/<run>/)")
+    dirs = sorted(d for d in os.listdir(runs_dir) if os.path.isdir(os.path.join(runs_dir, d)))
+    if not dirs:
+        raise Malformed(runs_dir, None, "no run directories")
+    loaded = [load_run(os.path.join(runs_dir, d)) for d in dirs]
+    loaded.sort(key=lambda rr: sort_key(rr[0]["order"], rr[0]["name"]))
+    names = [r["name"] for r, _ in loaded]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        warn(f"run name(s) used more than once: {', '.join(dup)}")
+    runs = [r for r, _ in loaded]
+    raws = [raw for _, raw in loaded]
+    generated = time.time()
+
+    json_path = os.path.abspath(os.path.join(outdir, "results.json"))
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump({"generatedAtUnix": round(generated, 3), "runs": runs}, f, indent=2)
+        f.write("\n")
+    tbl = table(runs)
+    with open(os.path.join(outdir, "results.md"), "w", encoding="utf-8") as f:
+        f.write("# Connection errors during rolling restarts\n\n" + tbl)
+    with open(os.path.join(outdir, "results.svg"), "w", encoding="utf-8") as f:
+        f.write(render_svg(runs, raws, generated))
+    sys.stdout.write(tbl)
+    print(json_path)
+
+
+def main(argv):
+    if len(argv) != 2 or argv[1] in ("-h", "--help"):
+        print(f"usage: {PROG} OUTDIR   (reads OUTDIR/runs/<run>/, writes OUTDIR/results.{{json,md,svg}})",
+              file=sys.stderr)
+        return 0 if len(argv) == 2 else 2
+    try:
+        run_report(argv[1])
+    except Malformed as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"{PROG}: error: {e.filename or ''}: {e.strerror}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

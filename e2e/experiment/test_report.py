@@ -1,0 +1,367 @@
+"""Tests for report.py: python3 -m unittest e2e/experiment/test_report.py"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPORT = os.path.join(HERE, "report.py")
+SVG_NS = "{http://www.w3.org/2000/svg}"
+T0 = 1764600000.0
+
+
+def write_csv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def make_run(outdir, dirname, meta, nodes=("node-a", "node-b"), rate=100, seconds=30,
+             deletions=(), failures=(), groundtruth=None, write=("meta", "load", "deletions", "groundtruth")):
+    """A synthetic run.
+
+    deletions: [(pod, deleted_at_offset_from_T0)]
+    failures: [(node, deletion index, offset seconds, outcome)] - the request
+        scheduled at deletion time + offset on that node fails.
+    groundtruth: [(pod, node, seconds after deletion or None)]"""
+    d = os.path.join(outdir, "runs", dirname)
+    os.makedirs(d)
+    if "meta" in write:
+        with open(os.path.join(d, "meta.json"), "w") as f:
+            json.dump(meta, f)
+    del_at = [(pod, T0 + t) for pod, t in deletions]
+    if "load" in write:
+        fail_at = {}
+        for node, di, off, outcome in failures:
+            fail_at[(node, round((del_at[di][1] + off - T0 - 1) * rate))] = outcome
+        for node in nodes:
+            rows = []
+            for i in range(rate * seconds):
+                t = T0 + 1 + i / rate
+                outcome = fail_at.get((node, i), "ok")
+                if outcome == "ok":
+                    rows.append([f"{t:.3f}", "1.25", "ok", f"web-{i % 3}", ""])
+                else:
+                    rows.append([f"{t:.3f}", "0.4", outcome, "", "connect: connection refused, errno 111"])
+            write_csv(os.path.join(d, f"load-{node}.csv"), ["t_unix_seconds", "latency_ms", "outcome", "pod", "detail"],
+                      rows)
+    if "deletions" in write:
+        write_csv(os.path.join(d, "deletions.csv"), ["pod", "ip", "node", "deleted_at_unix"],
+                  [[pod, f"10.0.0.{i + 10}", "node-a", f"{t:.3f}"] for i, (pod, t) in enumerate(del_at)])
+    if "groundtruth" in write and groundtruth is not None:
+        at = dict(del_at)
+        ips = {pod: f"10.0.0.{i + 10}" for i, (pod, _) in enumerate(del_at)}
+        write_csv(os.path.join(d, "groundtruth.csv"), ["pod", "ip", "proxy_node", "removed_at_unix"],
+                  [[pod, ips.get(pod, "10.9.9.9"), node, "" if s is None else f"{at.get(pod, T0) + s:.3f}"]
+                   for pod, node, s in groundtruth])
+    return d
+
+
+def meta(name, order, protected, sleep=None, window=None, extra=0):
+    return {
+        "name": name, "order": order, "protected": protected, "proxyModes": ["iptables-nft", "nftables"],
+        "extraServices": extra, "replicas": 3, "ratePerNodePerSecond": 100, "timeoutMs": 1000,
+        "startedAtUnix": T0, "finishedAtUnix": T0 + 32,
+        "rollouts": [{"index": 1, "maxSurge": "25%", "maxUnavailable": "0", "startedAtUnix": T0 + 4.5,
+                      "finishedAtUnix": T0 + 22}],
+        "injectedSleepSeconds": sleep, "terminationGracePeriodSeconds": 30 if protected else None,
+        "measuredWindowSeconds": window, "operatorWindowDetail": {"p99": window} if window else None,
+    }
+
+
+DELETIONS = [("web-old-1", 5.0), ("web-old-2", 12.0), ("web-old-3", 20.0)]
+BASELINE_FAILURES = [("node-a", 0, 0.2, "refused"), ("node-a", 0, 0.5, "refused"), ("node-b", 1, 0.35, "refused"),
+                     ("node-a", 2, 0.65, "refused"), ("node-b", 2, 0.8, "refused")]
+BASELINE_GT = [("web-old-1", "node-a", 0.9), ("web-old-1", "node-b", 1.0), ("web-old-2", "node-a", 1.2),
+               ("web-old-2", "node-b", 1.1), ("web-old-3", "node-a", 0.95), ("web-old-3", "node-b", 1.3)]
+PROTECTED_GT = [(pod, node, s) for (pod, _), s0 in zip(DELETIONS, (0.8, 1.0, 0.9))
+                for node, s in (("node-a", s0), ("node-b", 1.1 if pod == "web-old-2" else s0 + 0.05))]
+
+
+def run_report(outdir):
+    return subprocess.run([sys.executable, REPORT, outdir], capture_output=True, text=True, timeout=120)
+
+
+class TwoRuns(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        out = cls.out = cls.tmp.name
+        # Directory names sort the other way round from `order`.
+        make_run(out, "z-baseline", meta("a-baseline", 1, False, window=1.4), deletions=DELETIONS,
+                 failures=BASELINE_FAILURES, groundtruth=BASELINE_GT)
+        make_run(out, "a-protected", meta("b-protected", 2, True, sleep=3, window=1.4), deletions=DELETIONS,
+                 groundtruth=PROTECTED_GT)
+        cls.proc = run_report(out)
+        with open(os.path.join(out, "results.json")) as f:
+            cls.results = json.load(f)
+        cls.runs = {r["name"]: r for r in cls.results["runs"]}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_exit_zero_and_no_warnings(self):
+        self.assertEqual(self.proc.returncode, 0, self.proc.stderr)
+        self.assertEqual(self.proc.stderr, "")
+
+    def test_order_field_sorts_runs(self):
+        self.assertEqual([r["name"] for r in self.results["runs"]], ["a-baseline", "b-protected"])
+
+    def test_required_keys(self):
+        for r in self.results["runs"]:
+            for k in ("name", "protected", "proxyModes", "extraServices", "requests", "failures",
+                      "injectedSleepSeconds", "measuredWindowSeconds", "maxGroundTruthSeconds", "failureRate",
+                      "failuresByOutcome", "failuresByNode", "rollouts", "deletedPods", "groundTruth",
+                      "groundTruthP50Seconds", "failureOffsetsSeconds", "failureOffsetSummary", "sleepBound",
+                      "requestsPerSecond"):
+                self.assertIn(k, r)
+        self.assertIsInstance(self.results["generatedAtUnix"], float)
+
+    def test_baseline_numbers(self):
+        r = self.runs["a-baseline"]
+        self.assertIs(r["protected"], False)
+        self.assertEqual(r["proxyModes"], ["iptables-nft", "nftables"])
+        self.assertEqual(r["extraServices"], 0)
+        self.assertEqual(r["requests"], 6000)
+        self.assertEqual(r["failures"], 5)
+        self.assertEqual(r["failuresByOutcome"], {"refused": 5})
+        self.assertEqual(r["failuresByNode"], {"node-a": 3, "node-b": 2})
+        self.assertAlmostEqual(r["failureRate"], 5 / 6000, places=12)
+        self.assertEqual(r["maxGroundTruthSeconds"], 1.3)
+        self.assertEqual(r["groundTruthP50Seconds"], 1.05)
+        self.assertEqual(r["failureOffsetsSeconds"], [0.2, 0.5, 0.35, 0.65, 0.8])
+        self.assertEqual(r["failureOffsetSummary"], {"min": 0.2, "p50": 0.5, "max": 0.8})
+        self.assertIsNone(r["sleepBound"])
+        self.assertIsNone(r["injectedSleepSeconds"])
+        self.assertEqual(r["measuredWindowSeconds"], 1.4)
+        self.assertEqual(r["deletedPods"], 3)
+        self.assertEqual(r["requestsPerSecond"], 200.0)
+        self.assertEqual(r["rollouts"], meta("x", 1, False)["rollouts"])
+        self.assertEqual(r["groundTruth"][0], {"pod": "web-old-1", "ip": "10.0.0.10", "node": "node-a",
+                                               "seconds": 0.9})
+        self.assertEqual([(g["pod"], g["node"]) for g in r["groundTruth"]],
+                         sorted((p, n) for p, n, _ in BASELINE_GT))
+
+    def test_protected_numbers(self):
+        r = self.runs["b-protected"]
+        self.assertIs(r["protected"], True)
+        self.assertEqual(r["requests"], 6000)
+        self.assertEqual(r["failures"], 0)
+        self.assertEqual(r["failureRate"], 0.0)
+        self.assertEqual(r["failuresByOutcome"], {})
+        self.assertEqual(r["failuresByNode"], {"node-a": 0, "node-b": 0})
+        self.assertEqual(r["injectedSleepSeconds"], 3)
+        self.assertEqual(r["maxGroundTruthSeconds"], 1.1)
+        self.assertEqual(r["failureOffsetsSeconds"], [])
+        self.assertEqual(r["failureOffsetSummary"], {"min": None, "p50": None, "max": None})
+        self.assertEqual(r["sleepBound"], {"limitSeconds": 3.0, "ok": True})
+
+    def test_stdout_table_and_last_line(self):
+        lines = self.proc.stdout.rstrip("\n").split("\n")
+        self.assertEqual(lines[-1], os.path.abspath(os.path.join(self.out, "results.json")))
+        self.assertTrue(os.path.isabs(lines[-1]))
+        rows = [line for line in lines if line.startswith("| a-baseline") or line.startswith("| b-protected")]
+        self.assertEqual(len(rows), 2)
+        self.assertIn("| 6000 | 5 | 0.083% | refused 5 | 1.4 | – | 1.3 |", rows[0])
+        self.assertIn("| yes |", rows[1])
+        self.assertIn("| 0.000% |", rows[1])
+        self.assertIn("min +0.200 s, p50 +0.500 s, max +0.800 s", self.proc.stdout)
+        with open(os.path.join(self.out, "results.md")) as f:
+            md = f.read()
+        self.assertIn(rows[0], md)
+        self.assertIn(rows[1], md)
+
+    def test_svg(self):
+        tree = ET.parse(os.path.join(self.out, "results.svg"))
+        root = tree.getroot()
+        self.assertEqual(root.tag, SVG_NS + "svg")
+        self.assertEqual(root.get("width"), "1200")
+        panels = [g for g in root.iter(SVG_NS + "g") if g.get("class") == "panel"]
+        self.assertEqual([p.get("data-run") for p in panels], ["a-baseline", "b-protected"])
+        for p in panels:
+            dels = [e for e in p.iter(SVG_NS + "line") if e.get("class") == "deletion"]
+            self.assertEqual(len(dels), 3)
+            gts = [e for e in p.iter(SVG_NS + "path") if e.get("class") == "groundtruth"]
+            self.assertEqual(len(gts), 6)
+            starts = [e for e in p.iter(SVG_NS + "path") if e.get("class") == "rollout-start"]
+            self.assertEqual(len(starts), 1)
+        bands = [[e for e in p.iter(SVG_NS + "rect") if e.get("class") == "sleep-band"] for p in panels]
+        self.assertEqual([len(b) for b in bands], [0, 3])
+        fails = [[e for e in p.iter(SVG_NS + "rect") if e.get("class") == "fail-bar"] for p in panels]
+        self.assertEqual([len(f) for f in fails], [5, 0])
+        # A single failure per bin is clearly visible: tall and wide enough.
+        for e in fails[0]:
+            self.assertGreaterEqual(float(e.get("height")), 20)
+            self.assertGreaterEqual(float(e.get("width")), 2)
+        # The deletion at T0+5 of a 32 s run sits 5/32 of the way along the x axis.
+        xs = sorted(float(e.get("x1")) for e in panels[0].iter(SVG_NS + "line") if e.get("class") == "deletion")
+        x0, x1 = 74, 800
+        self.assertAlmostEqual(xs[0], x0 + 5 / 32 * (x1 - x0), delta=0.2)
+
+
+class EdgeCases(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def results(self):
+        with open(os.path.join(self.out, "results.json")) as f:
+            return json.load(f)["runs"]
+
+    def assert_malformed(self, proc, path, line):
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        self.assertIn(path, proc.stderr)
+        if line is not None:
+            self.assertIn(f"line {line}", proc.stderr)
+
+    def append_line(self, path, line):
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+    def test_malformed_number_in_load_csv(self):
+        d = make_run(self.out, "a", meta("a", 1, False), seconds=1, deletions=DELETIONS[:1])
+        path = os.path.join(d, "load-node-b.csv")
+        with open(path) as f:
+            lines = f.read().splitlines()
+        lines[3] = "17646x00001.02,1.0,ok,web-0,"
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        proc = run_report(self.out)
+        self.assert_malformed(proc, path, 4)
+        self.assertIn("t_unix_seconds", proc.stderr)
+        self.assertEqual(proc.stdout, "")
+
+    def test_wrong_field_count_and_unknown_outcome(self):
+        d = make_run(self.out, "a", meta("a", 1, False), seconds=1, deletions=DELETIONS[:1])
+        path = os.path.join(d, "deletions.csv")
+        self.append_line(path, "web-x,10.0.0.99")
+        self.assert_malformed(run_report(self.out), path, 3)
+        with open(path, "w") as f:
+            f.write("pod,ip,node,deleted_at_unix\nweb-x,10.0.0.9,node-a,1764600005\n")
+        path = os.path.join(d, "load-node-a.csv")
+        self.append_line(path, "1764600002.5,3,maybe,,")
+        proc = run_report(self.out)
+        self.assert_malformed(proc, path, 102)
+        self.assertIn("maybe", proc.stderr)
+
+    def test_quoted_csv_fields_and_bad_quote(self):
+        d = make_run(self.out, "a", meta("a", 1, False), seconds=1, deletions=DELETIONS[:1])
+        path = os.path.join(d, "load-node-a.csv")
+        self.append_line(path, '1764600002.5,,reset,,"read: connection reset by peer, ""x"""')
+        proc = run_report(self.out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.results()[0]["failuresByOutcome"], {"reset": 1})
+        self.append_line(path, '1764600002.6,1,ok,web-0,"unterminated')
+        self.assert_malformed(run_report(self.out), path, 103)
+
+    def test_bad_header(self):
+        d = make_run(self.out, "a", meta("a", 1, False), seconds=1, deletions=DELETIONS[:1], groundtruth=[])
+        path = os.path.join(d, "groundtruth.csv")
+        with open(path, "w") as f:
+            f.write("pod,ip,node,removed\n")
+        proc = run_report(self.out)
+        self.assert_malformed(proc, path, 1)
+        self.assertIn("proxy_node", proc.stderr)
+
+    def test_malformed_meta_json(self):
+        d = make_run(self.out, "a", meta("a", 1, False), seconds=1)
+        path = os.path.join(d, "meta.json")
+        with open(path, "w") as f:
+            f.write('{\n  "name": "a",\n  "protected": nope\n}\n')
+        self.assert_malformed(run_report(self.out), path, 3)
+        with open(path, "w") as f:
+            json.dump({"name": "a", "extraServices": "many"}, f)
+        proc = run_report(self.out)
+        self.assert_malformed(proc, path, None)
+        self.assertIn("extraServices", proc.stderr)
+
+    def test_missing_files_warn(self):
+        make_run(self.out, "a", meta("a", 1, True, sleep=3), seconds=2, write=("meta", "load"))
+        make_run(self.out, "b", {}, seconds=1, write=("deletions",), deletions=DELETIONS[:1])
+        proc = run_report(self.out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("warning: run a: no deletions.csv", proc.stderr)
+        self.assertIn("warning: run a: no groundtruth.csv", proc.stderr)
+        self.assertIn("warning: run b: no meta.json", proc.stderr)
+        self.assertIn("warning: run b: no load-<node>.csv", proc.stderr)
+        a, b = self.results()
+        self.assertEqual((a["name"], a["requests"], a["failures"], a["deletedPods"]), ("a", 400, 0, 0))
+        self.assertIsNone(a["maxGroundTruthSeconds"])
+        self.assertEqual(a["sleepBound"], {"limitSeconds": 3.0, "ok": True})
+        self.assertEqual((b["name"], b["requests"], b["deletedPods"], b["protected"]), ("b", 0, 1, False))
+        self.assertIsNone(b["failureRate"])
+        self.assertIsNone(b["requestsPerSecond"])
+        root = ET.parse(os.path.join(self.out, "results.svg")).getroot()
+        self.assertEqual(len([g for g in root.iter(SVG_NS + "g") if g.get("class") == "panel"]), 2)
+
+    def test_offsets_nearest_deletion_signed_and_never_removed(self):
+        fails = [("node-a", 1, -0.3, "timeout"), ("node-a", 0, 2.0, "reset"), ("node-b", 0, 4.0, "reset"),
+                 ("node-b", 1, 1.0, "unreachable")]
+        gt = [("web-old-1", "node-a", 1.5), ("web-old-1", "node-b", None), ("web-old-2", "node-a", 0.7),
+              ("web-old-9", "node-a", 0.1)]
+        make_run(self.out, "a", meta("slow", 1, True, sleep=5), deletions=DELETIONS, failures=fails,
+                 groundtruth=gt)
+        proc = run_report(self.out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("never left", proc.stderr)
+        self.assertIn("web-old-9", proc.stderr)
+        (r,) = self.results()
+        # deletions at +5, +12, +20: 7.0 -> +2.0 after 5; 9.0 -> -3.0 before 12; 11.7 -> -0.3; 13.0 -> +1.0
+        self.assertEqual(r["failureOffsetsSeconds"], [2.0, -3.0, -0.3, 1.0])
+        self.assertEqual(r["failureOffsetSummary"], {"min": -3.0, "p50": 0.35, "max": 2.0})
+        self.assertEqual(r["failuresByOutcome"], {"reset": 2, "timeout": 1, "unreachable": 1})
+        self.assertEqual(r["maxGroundTruthSeconds"], 1.5)
+        self.assertEqual(r["groundTruthP50Seconds"], 1.1)
+        self.assertEqual([g["seconds"] for g in r["groundTruth"]], [1.5, None, 0.7])
+        # 5 s > max(3, 2 * 1.5)
+        self.assertEqual(r["sleepBound"], {"limitSeconds": 3.0, "ok": False})
+        self.assertIn("EXCEEDS", proc.stdout)
+
+    def test_sleep_bound_uses_twice_ground_truth(self):
+        make_run(self.out, "a", meta("a", 1, True, sleep=4), seconds=10, deletions=DELETIONS[:1],
+                 groundtruth=[("web-old-1", "node-a", 2.25)])
+        self.assertEqual(run_report(self.out).returncode, 0)
+        self.assertEqual(self.results()[0]["sleepBound"], {"limitSeconds": 4.5, "ok": True})
+
+    def test_runs_without_order_sort_by_name_after_ordered(self):
+        for dirname, name, order in (("1", "zeta", 1), ("2", "beta", None), ("3", "alpha", None)):
+            m = meta(name, order, False)
+            if order is None:
+                del m["order"]
+            make_run(self.out, dirname, m, seconds=1)
+        self.assertEqual(run_report(self.out).returncode, 0)
+        self.assertEqual([r["name"] for r in self.results()], ["zeta", "alpha", "beta"])
+
+    def test_no_runs_dir(self):
+        proc = run_report(self.out)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("runs", proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+
+
+class Percentile(unittest.TestCase):
+    def test_linear_interpolation(self):
+        sys.path.insert(0, HERE)
+        try:
+            import report
+        finally:
+            sys.path.remove(HERE)
+        self.assertIsNone(report.percentile([], 0.5))
+        self.assertEqual(report.percentile([3], 0.5), 3)
+        self.assertEqual(report.percentile([4, 1, 3, 2], 0.5), 2.5)
+        self.assertEqual(report.percentile([1, 2, 3, 4, 5], 1.0), 5)
+
+
+if __name__ == "__main__":
+    unittest.main()
