@@ -477,14 +477,15 @@ def text(x, y, s, size=12, anchor="start", color="#222", weight=None, extra=""):
 
 
 def text_width(s, size):
-    return len(s) * size * 0.58
+    """Rough width of DejaVu Sans/Helvetica text."""
+    return len(s) * size * 0.56
 
 
 def thousands(n):
     return f"{n:,}"
 
 
-def svg_panel(out, run, raw, top, legend_needed):
+def svg_panel(out, run, raw, top, inset_x):
     """Append one panel's elements to `out`; return its height."""
     name = run["name"]
     requests = raw["requests"]
@@ -519,7 +520,7 @@ def svg_panel(out, run, raw, top, legend_needed):
     ok_bins = [0] * nbins
     fail_bins = [0] * nbins
     for t, o, _ in requests:
-        b = int((t - start) / BIN_SECONDS)
+        b = int(math.floor((t - start) / BIN_SECONDS + 1e-6))  # ms timestamps on a bin edge stay in it
         if 0 <= b < nbins:
             (ok_bins if o == "ok" else fail_bins)[b] += 1
 
@@ -537,11 +538,19 @@ def svg_panel(out, run, raw, top, legend_needed):
         details.append(f"measured W {fmt_num(run['measuredWindowSeconds'])} s")
     details.append(f"{thousands(run['requests'])} requests")
     fail_color = C_FAIL if run["failures"] else "#2a7a2e"
+    sep = "\u00a0\u00a0·\u00a0\u00a0"
+    tail = f"{thousands(run['failures'])} failures{rate}"
+    detail = "·\u00a0\u00a0" + sep.join(details) + "\u00a0\u00a0·"
+    # Shrink the title until it fits the panel's width.
+    size = 15
+    while size > 10 and (text_width(name, size) * 1.08 + text_width(detail + tail, size) + size
+                         > WIDTH - 16 - (MAIN_X0 - 60)):
+        size -= 0.5
     out.append(f'<g class="panel" data-run="{escape(name)}">')
-    out.append(f'<text x="{MAIN_X0 - 60}" y="{y + 15}" font-size="15" fill="#111">'
+    out.append(f'<text x="{MAIN_X0 - 60}" y="{y + 15}" font-size="{size:g}" fill="#111">'
                f'<tspan font-weight="bold">{escape(name)}</tspan>'
-               f'<tspan fill="#444">  ·  {escape("  ·  ".join(details))}  ·  </tspan>'
-               f'<tspan fill="{fail_color}" font-weight="bold">{thousands(run["failures"])} failures{rate}</tspan></text>')
+               f'<tspan fill="#444" dx="{size * 0.5:g}">{escape(detail)}</tspan>'
+               f'<tspan fill="{fail_color}" font-weight="bold" dx="{size * 0.5:g}">{escape(tail)}</tspan></text>')
     y += 26
 
     # Rollout strip.
@@ -584,7 +593,7 @@ def svg_panel(out, run, raw, top, legend_needed):
 
     # Main plot.
     p_top, p_bot = y, y + PLOT_H
-    ok_ticks, ok_step = count_axis(max(ok_bins) if requests else 0, 1)
+    ok_ticks, ok_step = count_axis(math.ceil(max(ok_bins) * 1.1) if requests else 0, 1)  # headroom
     ok_top = ok_ticks[-1]
     f_ticks, f_step = count_axis(max(fail_bins) if requests else 0, 4)
     f_top = f_ticks[-1]
@@ -615,13 +624,6 @@ def svg_panel(out, run, raw, top, legend_needed):
     out.append(text(16, mid, "ok / 100 ms", 11, "middle", C_OK_EDGE,
                     extra=f' transform="rotate(-90 16 {mid:.1f})"'))
 
-    # Sleep bands (behind the bars).
-    if sleep:
-        for pod, (_, _, t) in sorted(deletions.items(), key=lambda kv: kv[1][2]):
-            x0, x1 = X(t), X(t + sleep)
-            out.append(f'<rect class="sleep-band" x="{x0:.1f}" y="{p_top}" width="{max(1.0, x1 - x0):.1f}" '
-                       f'height="{PLOT_H}" fill="{C_SLEEP}" fill-opacity="0.13"/>')
-
     # ok requests: a step area per 100 ms bin.
     if requests:
         bw = (MAIN_X1 - MAIN_X0) * BIN_SECONDS / span
@@ -634,6 +636,13 @@ def svg_panel(out, run, raw, top, legend_needed):
                    f'stroke-width="0.4"/>')
     else:
         out.append(text((MAIN_X0 + MAIN_X1) / 2, mid + 4, "no load data", 13, "middle", "#999"))
+
+    # Sleep bands, translucent over the ok area.
+    if sleep:
+        for pod, (_, _, t) in sorted(deletions.items(), key=lambda kv: kv[1][2]):
+            x0, x1 = X(t), X(t + sleep)
+            out.append(f'<rect class="sleep-band" x="{x0:.1f}" y="{p_top}" width="{max(1.0, x1 - x0):.1f}" '
+                       f'height="{PLOT_H}" fill="{C_SLEEP}" fill-opacity="0.2"/>')
 
     # Deletions.
     for pod, (_, _, t) in sorted(deletions.items(), key=lambda kv: kv[1][2]):
@@ -666,28 +675,36 @@ def svg_panel(out, run, raw, top, legend_needed):
                     extra=f' transform="rotate(90 {rx} {mid:.1f})"'))
 
     # Inset: all deletions superimposed.
-    svg_inset(out, run, raw, roll_y - 4, gt_top, p_top, p_bot, sleep)
+    svg_inset(out, run, raw, roll_y - 4, gt_top, p_top, p_bot, sleep, inset_x)
 
     out.append("</g>")
     return (p_bot + 40) - top
 
 
-def svg_inset(out, run, raw, title_y, strip_top, p_top, p_bot, sleep):
+def inset_range(runs, raws):
+    """One x range (seconds after a deletion) for every run's inset, so they compare."""
+    hi, lo = 2.0, -0.5
+    for run, raw in zip(runs, raws):
+        offsets = run["failureOffsetsSeconds"]
+        gts = [g["seconds"] for g in raw["groundtruth"] if g["seconds"] is not None]
+        sleep = run["injectedSleepSeconds"] if run["protected"] else None
+        hi = max([hi, (sleep or 0) + 1.0, (max(gts) + 0.5) if gts else 0] + ([max(offsets) + 0.3] if offsets else []))
+        lo = min([lo] + ([min(offsets) - 0.3] if offsets else []))
+    lo, hi = max(lo, -3.0), min(hi, 12.0)
+    _, step = ticks(lo, hi, 6)
+    return math.floor(lo / step) * step, math.ceil(hi / step) * step
+
+
+def svg_inset(out, run, raw, title_y, strip_top, p_top, p_bot, sleep, xrange):
     offsets = run["failureOffsetsSeconds"]
     gts = [g["seconds"] for g in raw["groundtruth"] if g["seconds"] is not None]
-    hi = max([2.0, (sleep or 0) + 1.0, (max(gts) + 0.5) if gts else 0] + ([max(offsets) + 0.3] if offsets else []))
-    lo = min([-0.5] + ([min(offsets) - 0.3] if offsets else []))
-    lo, hi = max(lo, -3.0), min(hi, 12.0)
+    lo, hi = xrange
     xt, xstep = ticks(lo, hi, 6)
-    lo = min(lo, xt[0]) if xt else lo
-    lo = math.floor(lo / xstep) * xstep
-    hi = math.ceil(hi / xstep) * xstep
-    xt, _ = ticks(lo, hi, 6)
 
     def X(v):
         return INSET_X0 + (v - lo) / (hi - lo) * (INSET_X1 - INSET_X0)
 
-    out.append(text(INSET_X0, title_y + 8, "around each deletion (all superimposed)", 11, "start", "#333",
+    out.append(text(INSET_X0, title_y + 8, "failures around deletions, superimposed", 11, "start", "#333",
                     weight="bold"))
     # Ground-truth rug.
     sh = p_top - 4 - strip_top
@@ -703,11 +720,13 @@ def svg_inset(out, run, raw, title_y, strip_top, p_top, p_bot, sleep):
     if sleep:
         out.append(f'<rect x="{X(0):.1f}" y="{p_top}" width="{X(min(sleep, hi)) - X(0):.1f}" height="{PLOT_H}" '
                    f'fill="{C_SLEEP}" fill-opacity="0.13"/>')
+        out.append(text((X(0) + X(min(sleep, hi))) / 2, p_bot - 8, f"preStop sleep {fmt_num(sleep)} s", 10,
+                        "middle", C_SLEEP))
     nb = int(round((hi - lo) / BIN_SECONDS))
     bins = [0] * max(nb, 1)
     outside = 0
     for v in offsets:
-        b = int(math.floor((v - lo) / BIN_SECONDS + 1e-9))
+        b = int(math.floor((v - lo) / BIN_SECONDS + 1e-6))
         if 0 <= b < len(bins):
             bins[b] += 1
         else:
@@ -760,7 +779,7 @@ def legend(out, y):
     x = MAIN_X0 - 60
     row = 0
     for kind, color, label in items:
-        wdt = 22 + text_width(label, 12) + 22
+        wdt = 22 + text_width(label, 12) + 20
         if x + wdt > WIDTH - 10:
             x = MAIN_X0 - 60
             row += 1
@@ -792,8 +811,9 @@ def render_svg(runs, raws, generated):
                      11, "end", "#777"))
     y += 42
     y += legend(body, y) + 12
+    inset_x = inset_range(runs, raws)
     for run, raw in zip(runs, raws):
-        h = svg_panel(body, run, raw, y, False)
+        h = svg_panel(body, run, raw, y, inset_x)
         y += h + 14
         body.append(f'<line x1="{MAIN_X0 - 60}" y1="{y - 12}" x2="{WIDTH - 16}" y2="{y - 12}" stroke="#ddd"/>')
     height = int(y + 4)
