@@ -91,10 +91,10 @@ impl Options {
         if timeout_ms == 0 {
             return Err("--timeout-ms must be > 0".to_string());
         }
-        if let Some(d) = duration_seconds {
-            if !(d.is_finite() && d > 0.0) {
-                return Err("--duration-seconds must be > 0".to_string());
-            }
+        if let Some(d) = duration_seconds
+            && !(d.is_finite() && d > 0.0)
+        {
+            return Err("--duration-seconds must be > 0".to_string());
         }
         if workers == 0 || workers > 10_000 {
             return Err("--workers must be in 1..=10000".to_string());
@@ -452,13 +452,13 @@ fn classify_response(response: &[u8], prefix: Option<&str>) -> (Outcome, String,
     }
     let mut body = &response[head_end + 4..];
     for line in head.split("\r\n").skip(1) {
-        if let Some((name, value)) = line.split_once(':') {
-            if name.trim().eq_ignore_ascii_case("content-length") {
-                match value.trim().parse::<usize>() {
-                    Ok(n) if n <= body.len() => body = &body[..n],
-                    Ok(n) => return bad(format!("truncated body: {} of {n} bytes", body.len())),
-                    Err(_) => return bad(format!("malformed Content-Length: {}", value.trim())),
-                }
+        if let Some((name, value)) = line.split_once(':')
+            && name.trim().eq_ignore_ascii_case("content-length")
+        {
+            match value.trim().parse::<usize>() {
+                Ok(n) if n <= body.len() => body = &body[..n],
+                Ok(n) => return bad(format!("truncated body: {} of {n} bytes", body.len())),
+                Err(_) => return bad(format!("malformed Content-Length: {}", value.trim())),
             }
         }
     }
@@ -468,10 +468,10 @@ fn classify_response(response: &[u8], prefix: Option<&str>) -> (Outcome, String,
         let shown: String = pod.chars().take(64).collect();
         return bad(format!("body is not a pod name: {shown:?}"));
     }
-    if let Some(p) = prefix {
-        if !pod.starts_with(p) {
-            return (Outcome::BadAnswer, pod.to_string(), format!("pod name without prefix {p:?}"));
-        }
+    if let Some(p) = prefix
+        && !pod.starts_with(p)
+    {
+        return (Outcome::BadAnswer, pod.to_string(), format!("pod name without prefix {p:?}"));
     }
     (Outcome::Ok, pod.to_string(), String::new())
 }

@@ -177,10 +177,10 @@ fn on_signal(set: &signals::Set, listen_fd: i32, shared: &Shared, graceful: bool
 /// The pod name: env `POD_NAME`, else /proc/sys/kernel/hostname, else
 /// `unknown`.
 fn pod_name() -> String {
-    if let Ok(name) = std::env::var("POD_NAME") {
-        if !name.trim().is_empty() {
-            return name.trim().to_string();
-        }
+    if let Ok(name) = std::env::var("POD_NAME")
+        && !name.trim().is_empty()
+    {
+        return name.trim().to_string();
     }
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
