@@ -56,7 +56,7 @@ def read_csv(path, columns):
     are skipped. Returns None if the file is empty (not even a header)."""
     rows = []
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f, strict=True)
             try:
                 header = next(reader, None)
@@ -476,6 +476,11 @@ def text(x, y, s, size=12, anchor="start", color="#222", weight=None, extra=""):
             f"{escape(str(s))}</text>")
 
 
+def attr(s):
+    """Text for a double-quoted XML attribute."""
+    return escape(str(s), {'"': "&quot;"})
+
+
 def text_width(s, size):
     """Rough width of DejaVu Sans/Helvetica text."""
     return len(s) * size * 0.56
@@ -501,8 +506,8 @@ def svg_panel(out, run, raw, top, inset_x):
     for r in rollouts:
         times += [r[k] for k in ("startedAtUnix", "finishedAtUnix") if r.get(k) is not None]
     start = run["startedAtUnix"]
-    if start is None:
-        start = min(times) if times else 0.0
+    if start is None or (times and min(times) < start):
+        start = min(times) if times else 0.0  # no recorded start, or data from before it
     end = run["finishedAtUnix"]
     end_data = max(times) if times else start + 1
     if sleep:
@@ -546,7 +551,7 @@ def svg_panel(out, run, raw, top, inset_x):
     while size > 10 and (text_width(name, size) * 1.08 + text_width(detail + tail, size) + size
                          > WIDTH - 16 - (MAIN_X0 - 60)):
         size -= 0.5
-    out.append(f'<g class="panel" data-run="{escape(name)}">')
+    out.append(f'<g class="panel" data-run="{attr(name)}">')
     out.append(f'<text x="{MAIN_X0 - 60}" y="{y + 15}" font-size="{size:g}" fill="#111">'
                f'<tspan font-weight="bold">{escape(name)}</tspan>'
                f'<tspan fill="#444" dx="{size * 0.5:g}">{escape(detail)}</tspan>'
