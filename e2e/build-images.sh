@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Build the e2e test workload images (no registry, no Docker): the static
+# st-testapp binary (e2e/testapp, musl) packed by e2e/oci-image.py into two OCI
+# image-layout tarballs for `ctr -n k8s.io images import`.
+#
+#   e2e/build-images.sh        # prints the two tarball paths on stdout, logs on stderr
+#
+# Output, in ${ST_CACHE_DIR:-~/.cache/safe-termination}/images/:
+#   st-pause.tar    image st.local/pause:1    entrypoint /st-testapp pause, user 65535
+#   st-testapp.tar  image st.local/testapp:1  entrypoint /st-testapp serve, user 65532:65532, 8080/tcp
+#   st-testapp      the binary itself (the load generator runs it on the nodes, outside containers)
+#   st-testapp.sha256, .stamp
+#
+# Pod specs (and containerd's sandbox image setting) use the names verbatim:
+# `image: st.local/testapp:1` with `imagePullPolicy: Never`; they are already
+# normalised (st.local is a registry host), so the name ctr import stores is the
+# name the kubelet asks for (see e2e/oci-image.py).
+#
+# A rerun reuses the tarballs when the binary's sha256, e2e/oci-image.py and the
+# image parameters are unchanged (the .stamp file); cargo itself rebuilds only
+# when e2e/testapp changed.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE_ROOT="${ST_CACHE_DIR:-$HOME/.cache/safe-termination}"
+IMAGES="$CACHE_ROOT/images"
+TARGET=x86_64-unknown-linux-musl
+CRATE="$HERE/testapp"
+BUILT="$CRATE/target/$TARGET/release/st-testapp"
+
+PAUSE_NAME=st.local/pause:1
+TESTAPP_NAME=st.local/testapp:1
+
+log() { printf '[build-images %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+command -v cargo >/dev/null 2>&1 || die "cargo not found (install Rust via rustup)"
+command -v python3 >/dev/null 2>&1 || die "python3 not found"
+mkdir -p "$IMAGES"
+
+# One build at a time (several node set-ups may call this concurrently).
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$IMAGES/.lock"
+  flock 9
+fi
+
+# ------------------------------------------------------------------ binary
+if command -v rustup >/dev/null 2>&1; then
+  if ! rustup target list --installed | grep -qx "$TARGET"; then
+    log "installing the Rust target $TARGET"
+    rustup target add "$TARGET" >&2
+  fi
+fi
+log "cargo build --release --target $TARGET (e2e/testapp)"
+cargo build --quiet --release --locked --target "$TARGET" --manifest-path "$CRATE/Cargo.toml" >&2
+[[ -x "$BUILT" ]] || die "cargo did not produce $BUILT"
+if command -v ldd >/dev/null 2>&1; then
+  # glibc's ldd says "not a dynamic executable", musl's "statically linked"
+  ldd_out="$(ldd "$BUILT" 2>&1 || true)"
+  grep -qE 'not a dynamic executable|statically linked' <<<"$ldd_out" \
+    || die "$BUILT is dynamically linked: $ldd_out"
+fi
+
+bin_sha="$(sha256sum "$BUILT" | cut -d' ' -f1)"
+if [[ ! -x "$IMAGES/st-testapp" ]] || [[ "$(cat "$IMAGES/st-testapp.sha256" 2>/dev/null)" != "$bin_sha" ]]; then
+  install -m 0755 "$BUILT" "$IMAGES/st-testapp.tmp.$$"
+  mv -f "$IMAGES/st-testapp.tmp.$$" "$IMAGES/st-testapp"
+  printf '%s\n' "$bin_sha" >"$IMAGES/st-testapp.sha256"
+fi
+
+# ------------------------------------------------------------------ images
+PASSWD='root:x:0:0:root:/:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/:/sbin/nologin\nnobody:x:65535:65535:nobody:/:/sbin/nologin\n'
+GROUP='root:x:0:\nnonroot:x:65532:\nnobody:x:65535:\n'
+common=(
+  --add "$BUILT:/st-testapp:0755"
+  --add-dir-empty /tmp:1777
+  --add-text "/etc/passwd:$PASSWD"
+  --add-text "/etc/group:$GROUP"
+  --label org.opencontainers.image.source=safe-termination/e2e/testapp
+  --label "st.testapp.sha256=$bin_sha"
+)
+pause_args=(--name "$PAUSE_NAME" "${common[@]}" --entrypoint '["/st-testapp","pause"]' --user 65535)
+testapp_args=(--name "$TESTAPP_NAME" "${common[@]}" --entrypoint '["/st-testapp","serve"]' --user 65532:65532
+  --expose 8080/tcp --workdir /)
+
+stamp="$(
+  {
+    printf 'bin %s\n' "$bin_sha"
+    printf 'writer %s\n' "$(sha256sum "$HERE/oci-image.py" | cut -d' ' -f1)"
+    printf 'pause %s\n' "${pause_args[*]}"
+    printf 'testapp %s\n' "${testapp_args[*]}"
+  } | sha256sum | cut -d' ' -f1
+)"
+if [[ -s "$IMAGES/st-pause.tar" && -s "$IMAGES/st-testapp.tar" && "$(cat "$IMAGES/.stamp" 2>/dev/null)" == "$stamp" ]]; then
+  log "images up to date (st-testapp sha256 $bin_sha)"
+else
+  rm -f "$IMAGES/.stamp"
+  python3 "$HERE/oci-image.py" --out "$IMAGES/st-pause.tar" "${pause_args[@]}" >&2
+  python3 "$HERE/oci-image.py" --out "$IMAGES/st-testapp.tar" "${testapp_args[@]}" >&2
+  printf '%s\n' "$stamp" >"$IMAGES/.stamp"
+  log "wrote $PAUSE_NAME and $TESTAPP_NAME (st-testapp sha256 $bin_sha)"
+fi
+
+printf '%s\n' "$IMAGES/st-pause.tar" "$IMAGES/st-testapp.tar"
