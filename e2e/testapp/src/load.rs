@@ -17,13 +17,13 @@
 //! - `outcome`: `ok` (HTTP 200, body is a pod name, starting with
 //!   `--expect-prefix` when given), `refused` (ECONNREFUSED), `reset`
 //!   (ECONNRESET or EPIPE at any stage), `timeout` (connect + send + read took
-//!   longer than `--timeout-ms`, counted from the request's actual start),
-//!   `unreachable` (EHOSTUNREACH/ENETUNREACH), `empty` (closed without any
-//!   response byte), `bad_answer` (any other answer: non-200, a body that is
-//!   not a pod name or lacks the prefix, a truncated response), `error` (a
-//!   local error such as EADDRNOTAVAIL, not an answer of the target), and
-//!   `not_sent` (still queued for a worker when the run ended and the
-//!   final wait of `--timeout-ms` was over; only when overloaded);
+//!   longer than `--timeout-ms`, counted from the request's actual start; also
+//!   a request that waited longer than `--timeout-ms` for a free worker and
+//!   was therefore not sent, detail `not sent: ...`, counted as `not_sent` in
+//!   the summary), `unreachable` (EHOSTUNREACH/ENETUNREACH), `empty` (closed
+//!   without any response byte), `bad_answer` (anything else: non-200, a body
+//!   that is not a pod name or lacks the prefix, a truncated response, and
+//!   any other socket error such as EADDRNOTAVAIL, named in `detail`);
 //! - `pod`: the pod name answered (for `ok`, and for `bad_answer` when the
 //!   body is a pod name without the expected prefix);
 //! - `detail`: error text or status line (CSV-escaped), empty for `ok`.
@@ -118,12 +118,10 @@ enum Outcome {
     Unreachable,
     Empty,
     BadAnswer,
-    Error,
-    NotSent,
 }
 
 /// Every outcome, in summary order.
-const OUTCOMES: [Outcome; 9] = [
+const OUTCOMES: [Outcome; 7] = [
     Outcome::Ok,
     Outcome::Refused,
     Outcome::Reset,
@@ -131,8 +129,6 @@ const OUTCOMES: [Outcome; 9] = [
     Outcome::Unreachable,
     Outcome::Empty,
     Outcome::BadAnswer,
-    Outcome::Error,
-    Outcome::NotSent,
 ];
 
 impl Outcome {
@@ -146,8 +142,6 @@ impl Outcome {
             Outcome::Unreachable => "unreachable",
             Outcome::Empty => "empty",
             Outcome::BadAnswer => "bad_answer",
-            Outcome::Error => "error",
-            Outcome::NotSent => "not_sent",
         }
     }
 }
@@ -173,9 +167,8 @@ struct Record {
 struct Shared {
     /// Set by SIGTERM/SIGINT.
     stop: AtomicBool,
-    /// Microseconds after t0 after which queued jobs are not sent any more
-    /// (`u64::MAX` while the schedule runs).
-    abandon_after_micros: AtomicU64,
+    /// Jobs not sent because they waited longer than the timeout for a worker.
+    not_sent: AtomicU64,
     /// Jobs that started more than [`LATE_START`] after their time.
     late_starts: AtomicU64,
     /// Largest start delay seen, microseconds.
@@ -194,7 +187,7 @@ pub fn run(opts: Options) -> u8 {
     };
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
-        abandon_after_micros: AtomicU64::new(u64::MAX),
+        not_sent: AtomicU64::new(0),
         late_starts: AtomicU64::new(0),
         max_start_delay_micros: AtomicU64::new(0),
     });
@@ -240,9 +233,13 @@ pub fn run(opts: Options) -> u8 {
                     shared.late_starts.fetch_add(1, Ordering::Relaxed);
                 }
                 shared.max_start_delay_micros.fetch_max(delay.as_micros() as u64, Ordering::Relaxed);
-                let since_t0 = started.duration_since(t0).as_micros() as u64;
-                let (outcome, pod, detail) = if since_t0 > shared.abandon_after_micros.load(Ordering::SeqCst) {
-                    (Outcome::NotSent, String::new(), "still queued when the run ended".to_string())
+                // A job that already waited longer than the timeout for a free
+                // worker could not have been answered in time: not sent (this
+                // also bounds the final wait after the schedule ends).
+                let (outcome, pod, detail) = if delay > timeout {
+                    shared.not_sent.fetch_add(1, Ordering::Relaxed);
+                    let waited_ms = delay.as_millis();
+                    (Outcome::Timeout, String::new(), format!("not sent: waited {waited_ms} ms for a free worker (load generator overloaded)"))
                 } else {
                     one_request(addr, &request, timeout, prefix.as_deref())
                 };
@@ -306,8 +303,6 @@ pub fn run(opts: Options) -> u8 {
         }
         scheduled += 1;
     }
-    let end = t0.elapsed() + timeout;
-    shared.abandon_after_micros.store(end.as_micros() as u64, Ordering::SeqCst);
     drop(job_tx);
     for w in workers {
         let _ = w.join();
@@ -325,7 +320,8 @@ pub fn run(opts: Options) -> u8 {
         summary.push_str(&format!(" {}={n}", o.as_str()));
     }
     summary.push_str(&format!(
-        " late_starts={} max_start_delay_ms={:.3} out={}",
+        " not_sent={} late_starts={} max_start_delay_ms={:.3} out={}",
+        shared.not_sent.load(Ordering::Relaxed),
         shared.late_starts.load(Ordering::Relaxed),
         shared.max_start_delay_micros.load(Ordering::Relaxed) as f64 / 1000.0,
         opts.out
@@ -428,7 +424,7 @@ fn classify_error(stage: &str, e: &std::io::Error, got_bytes: bool) -> (Outcome,
         Some(libc::EHOSTUNREACH) | Some(libc::ENETUNREACH) => Outcome::Unreachable,
         Some(libc::ETIMEDOUT) | Some(libc::EAGAIN) => Outcome::Timeout,
         _ if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => Outcome::Timeout,
-        _ => Outcome::Error,
+        _ => Outcome::BadAnswer,
     };
     let after = if got_bytes { " (after response bytes)" } else { "" };
     (outcome, String::new(), format!("{stage}: {e}{after}"))

@@ -184,3 +184,25 @@ fn sigterm_stops_the_run_and_flushes() {
     assert!(summary[0].contains(&format!("requests={} ok={}", rows.len(), rows.len())), "{summary:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn overloaded_generator_records_unsent_requests_as_timeout_and_stays_bounded() {
+    // One worker, a target that never answers: every request holds the worker
+    // for the whole timeout, so later ones wait longer than the timeout for it.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let (_, rows, summary) = run_load(&[
+        "--target", &target, "--rate-per-second", "20", "--duration-seconds", "0.5", "--timeout-ms", "200", "--workers", "1",
+    ]);
+    let took = started.elapsed();
+    assert_eq!(rows.len(), 10);
+    assert_all(&rows, "timeout");
+    let unsent = rows.iter().filter(|r| r.detail.starts_with("not sent: waited")).count();
+    assert!(unsent >= 3, "{unsent} unsent: {rows:?}");
+    assert!(summary.contains(&format!("not_sent={unsent} ")), "{summary}");
+    // Unsent rows keep their scheduled time; their latency includes the wait.
+    assert!(rows.iter().filter(|r| r.detail.starts_with("not sent")).all(|r| r.latency_ms > 200.0));
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    drop(listener);
+}
