@@ -25,12 +25,18 @@ check: test e2e ## everything .ci/run runs: make test, then make e2e
 test: ## unit, property, integration and CLI tests; benches and examples built, each bench run once (no cluster needed)
 	cargo test --all-targets
 	cargo test --doc
+	cd e2e/testapp && cargo test --quiet
+	python3 -m unittest e2e/test_oci_image.py e2e/experiment/test_report.py
 
 e2e: k8s-bins ## start the local control plane, run the end-to-end tests, stop it
 	e2e/run-e2e.sh
 
-demo: k8s-bins ## the main job: local cluster + operator + an example app; prints the policy and a mutated pod
+demo: k8s-bins ## the main job: the deploy-error experiment at a small size (one baseline, one protected rollout): table, picture, results.json
 	e2e/demo.sh
+
+.PHONY: experiment
+experiment: k8s-bins ## the full deploy-error experiment (runs a-d, 4,000 extra Services for c and d); results in target/experiment
+	e2e/experiment.sh
 
 .PHONY: image static
 

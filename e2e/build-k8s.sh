@@ -2,7 +2,8 @@
 # Build the local e2e control plane from published Go modules (no prebuilt
 # downloads): etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kube-proxy, kubectl (from k8s.io/kubernetes + go.etcd.io/etcd/server/v3),
-# kwok, helm and promtool.
+# kwok, helm and promtool; for the real nodes (e2e/node-up.sh) kubelet (same
+# module as the control plane) and containerd 2.x (containerd, its runc shim, ctr).
 #
 #   e2e/build-k8s.sh            # version from e2e/k8s-version (or $ST_K8S_VERSION)
 #   e2e/build-k8s.sh 1.29.15    # needs a module under e2e/tools/ pinning that version
@@ -25,6 +26,7 @@ die() { log "ERROR: $*"; exit 1; }
 ensure_debian_packages() {
   local want=() cmd pkg
   while read -r cmd pkg; do
+    if [[ "$cmd" == /* ]]; then [[ -x "$cmd" ]] || want+=("$pkg"); continue; fi
     command -v "$cmd" >/dev/null 2>&1 || want+=("$pkg")
   done <<'EOF'
 ip iproute2
@@ -37,6 +39,10 @@ openssl openssl
 curl curl
 jq jq
 setsid util-linux
+runc runc
+nsenter util-linux
+python3 python3
+/usr/lib/cni/bridge containernetworking-plugins
 EOF
   if ((${#want[@]})); then
     command -v apt-get >/dev/null || die "missing ${want[*]} and no apt-get"
@@ -93,6 +99,12 @@ add kube-controller-manager "$K8S_MOD" k8s.io/kubernetes/cmd/kube-controller-man
 add kube-scheduler          "$K8S_MOD" k8s.io/kubernetes/cmd/kube-scheduler "$K8S_LDFLAGS"
 add kube-proxy              "$K8S_MOD" k8s.io/kubernetes/cmd/kube-proxy "$K8S_LDFLAGS"
 add kubectl                 "$K8S_MOD" k8s.io/kubernetes/cmd/kubectl "$K8S_LDFLAGS"
+add kubelet                 "$K8S_MOD" k8s.io/kubernetes/cmd/kubelet "$K8S_LDFLAGS"
+CTRD_VER="$(modver "$HERE/tools/containerd" github.com/containerd/containerd/v2)"
+CTRD_LDFLAGS="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD_VER -X github.com/containerd/containerd/v2/version.Revision="
+for c in containerd containerd-shim-runc-v2 ctr; do
+  add "$c"                  "$HERE/tools/containerd" "github.com/containerd/containerd/v2/cmd/$c" "$CTRD_LDFLAGS"
+done
 add kwok                    "$HERE/tools/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
 HELM_VER="$(modver "$HERE/tools/helm" helm.sh/helm/v4)"
 add helm                    "$HERE/tools/helm" helm.sh/helm/v4/cmd/helm "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VER"
@@ -143,4 +155,4 @@ done
 
 if ((built)); then log "built $built binaries in $((SECONDS - start_all))s into $BIN"; fi
 "$BIN/kube-apiserver" --version >/dev/null
-log "ready: $BIN ($("$BIN/kubectl" version --client -o json | jq -r .clientVersion.gitVersion), etcd $(modver "$K8S_MOD" go.etcd.io/etcd/server/v3), kwok $(modver "$HERE/tools/kwok" sigs.k8s.io/kwok), helm $HELM_VER, promtool $PROM_VER)"
+log "ready: $BIN ($("$BIN/kubectl" version --client -o json | jq -r .clientVersion.gitVersion), etcd $(modver "$K8S_MOD" go.etcd.io/etcd/server/v3), kwok $(modver "$HERE/tools/kwok" sigs.k8s.io/kwok), containerd $CTRD_VER, helm $HELM_VER, promtool $PROM_VER)"

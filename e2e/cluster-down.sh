@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tear down everything e2e/cluster-up.sh started: its processes (by recorded
 # process group, checked against the recorded start time so a stale pid file
-# never hits someone else's process), the network namespaces and veth pairs,
-# and the state directory. Idempotent: safe after a failed or partial
+# never hits someone else's process), the real nodes' containers, shims, mounts
+# and cgroups (e2e/nodes.sh), the network namespaces and veth pairs, and the
+# state directory. Idempotent: safe after a failed or partial
 # cluster-up, and safe to call twice.
 #
 #   ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh   # keep $ST_E2E_DIR/logs for debugging
@@ -10,6 +11,8 @@ set -uo pipefail
 E2E_SELF=cluster-down
 # shellcheck source=e2e/lib.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+# shellcheck source=e2e/nodes.sh
+source "$E2E_HERE/nodes.sh"
 
 STATE="$ST_E2E_DIR"
 PIDS="$STATE/pids"
@@ -43,6 +46,14 @@ if [[ -d "$PIDS" ]]; then
   done
 fi
 
+# Real nodes: containers and shims (not recorded: they re-parent to init), mounts, cgroups.
+real_nodes_down
+# containerd's shims put their sockets under /run/containerd/s whatever the configured state dir;
+# remove the directory when cluster-up found none there (no other containerd on this machine)
+if [[ -f "$STATE/run-containerd-absent" && -d /run/containerd ]]; then
+  rm -rf /run/containerd
+fi
+
 # Network namespaces and veths: the recorded ones plus the ones the current
 # settings would create (covers a cluster-up that died before recording).
 declare -A seen=()
@@ -51,6 +62,7 @@ if [[ -f "$STATE/netns.list" ]]; then
   while read -r ns veth; do [[ -n "$ns" ]] && netns_list+=("$ns $veth"); done < "$STATE/netns.list"
 fi
 for n in $ST_NODES; do netns_list+=("$(node_netns "$n") $(node_veth_host "$n")"); done
+netns_list+=("$ST_FABRIC_NETNS ")
 for entry in "${netns_list[@]}"; do
   read -r ns veth <<<"$entry"
   [[ -n "${seen[$ns]:-}" ]] && continue

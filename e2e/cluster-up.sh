@@ -3,7 +3,11 @@
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler (127.0.0.1),
 #   kwok managing fake nodes $ST_NODES (pods there become Running+Ready with IPs),
 #   and a REAL kube-proxy for the first ${#KP_MODES} nodes, each in its own
-#   network namespace joined to the host by a veth pair.
+#   network namespace joined to the host by a veth pair. With ST_REAL_NODES=1 (the
+#   default) each of those nodes is a real node: containerd + runc + kubelet in the
+#   same netns, pods on a CNI bridge (e2e/nodes.sh). Real nodes carry the taint
+#   safe-termination.e2e/real-node=true:NoSchedule, so only pods that tolerate it
+#   run containers; everything else lands on the kwok nodes as before.
 # Binaries come from e2e/build-k8s.sh (built first if missing).
 # On any failure it prints the log tails and calls cluster-down.sh.
 #
@@ -16,6 +20,8 @@ set -euo pipefail
 E2E_SELF=cluster-up
 # shellcheck source=e2e/lib.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+# shellcheck source=e2e/nodes.sh
+source "$E2E_HERE/nodes.sh"
 
 [[ $EUID -eq 0 ]] || { e2e_log "must run as root (network namespaces, iptables inside them)"; exit 1; }
 T_START=$SECONDS
@@ -27,6 +33,16 @@ KC="$STATE/kubeconfigs"
 API="https://127.0.0.1:$ST_APISERVER_PORT"
 read -r -a MODES <<<"$KP_MODES"
 read -r -a NODES <<<"$ST_NODES"
+ST_REAL_NODES="${ST_REAL_NODES:-1}"
+[[ "$ST_REAL_NODES" == 0 || "$ST_REAL_NODES" == 1 ]] || { e2e_log "ST_REAL_NODES must be 0 or 1"; exit 1; }
+# is_real NAME: the node runs a kubelet (it has a kube-proxy, and real nodes are on)
+declare -A REAL=()
+if [[ "$ST_REAL_NODES" == 1 ]]; then
+  for idx in "${!MODES[@]}"; do [[ "${MODES[$idx]}" != none ]] && REAL[${NODES[$idx]}]=1; done
+fi
+is_real() { [[ -n "${REAL[$1]:-}" ]]; }
+REAL_NODES=()
+for n in "${NODES[@]}"; do is_real "$n" && REAL_NODES+=("$n"); done
 (( ${#MODES[@]} <= ${#NODES[@]} )) || { e2e_log "KP_MODES has more entries than ST_NODES"; exit 1; }
 for m in "${MODES[@]}"; do
   case "$m" in iptables|iptables-nft|iptables-legacy|nftables|none) ;;
@@ -37,6 +53,7 @@ done
 
 # ------------------------------------------------------------------ binaries
 need_bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl kwok)
+((${#REAL_NODES[@]})) && need_bins+=(kubelet containerd containerd-shim-runc-v2 ctr)
 for b in "${need_bins[@]}"; do
   if [[ ! -x "$BIN/$b" ]]; then
     e2e_log "missing $BIN/$b: running build-k8s.sh $ST_K8S_VERSION"
@@ -47,6 +64,16 @@ done
 for c in ip socat openssl curl jq setsid nft xtables-nft-multi xtables-legacy-multi; do
   command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/build-k8s.sh (installs it)"; exit 1; }
 done
+if ((${#REAL_NODES[@]})); then
+  for c in runc nsenter python3; do
+    command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/build-k8s.sh (installs it)"; exit 1; }
+  done
+  [[ -x /usr/lib/cni/bridge ]] || { e2e_log "missing /usr/lib/cni/bridge: run e2e/build-k8s.sh (installs containernetworking-plugins)"; exit 1; }
+  # the pause (sandbox) and test-app images: OCI tarballs built from the project's static binary
+  mapfile -t ST_IMAGE_TARS < <("$E2E_HERE/build-images.sh")
+  ((${#ST_IMAGE_TARS[@]})) || { e2e_log "e2e/build-images.sh wrote no image"; exit 1; }
+  ST_PAUSE_IMAGE="${ST_PAUSE_IMAGE:-st.local/pause:1}"
+fi
 
 # ------------------------------------------------------------------ clean start
 "$E2E_HERE/cluster-down.sh" >/dev/null 2>&1 || true
@@ -61,6 +88,8 @@ fi
 mkdir -p "$STATE" "$PKI" "$LOGS" "$KC" "$STATE/pids"
 mkdir -m 700 -p "$STATE/etcd"
 : > "$STATE/netns.list"
+: > "$STATE/cgroups.list"
+[[ -e /run/containerd ]] || : > "$STATE/run-containerd-absent"
 
 on_exit() {
   local rc=$?
@@ -140,6 +169,8 @@ e2e_log "generating certificates in $PKI"
   cert kube-scheduler "/CN=system:kube-scheduler" "$client_ext"
   cert kube-proxy "/CN=system:kube-proxy" "$client_ext"
   cert kwok "/O=system:masters/CN=kwok" "$client_ext"
+  # real nodes: the Node authorizer and NodeRestriction know a kubelet by this identity
+  for n in "${REAL_NODES[@]}"; do cert "node-$n" "/O=system:nodes/CN=system:node:$n" "$client_ext"; done
   chmod 644 ./*.crt sa.pub
 )
 
@@ -194,6 +225,7 @@ apiserver_args=(
   --service-account-issuer=https://kubernetes.default.svc.cluster.local
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key"
   --allow-privileged=true
+  --kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key"
   --profiling=false
 )
 [[ -n "${ST_APISERVER_FEATURE_GATES:-}" ]] && apiserver_args+=(--feature-gates="$ST_APISERVER_FEATURE_GATES")
@@ -240,7 +272,7 @@ start kwok "$BIN/kwok" --kubeconfig="$KC/kwok.kubeconfig" --config="$STATE/kwok.
   --node-lease-duration-seconds=40 \
   --manage-all-nodes=false \
   --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-  --cidr="$ST_CLUSTER_CIDR" \
+  --cidr="$ST_KWOK_POD_CIDR" \
   --server-address="127.0.0.1:$ST_KWOK_PORT"
 
 wait_for "kube-controller-manager /healthz" 60 kube-controller-manager curl -fsSk "https://127.0.0.1:$ST_KCM_PORT/healthz"
@@ -251,24 +283,33 @@ for n in "${NODES[@]}"; do
   # Nodes with a kube-proxy get their netns address as InternalIP (kube-proxy's
   # node IP); the others get an address in the same never-routed range.
   if (( i < ${#MODES[@]} )); then ip_addr="$(node_ns_ip "$n")"; else ip_addr="$ST_NET_PREFIX.$i.2"; fi
-  pod_cidr="$(awk -F'[./]' -v k=$((i + 1)) '{print $1"."$2"."k".0/24"}' <<<"$ST_CLUSTER_CIDR")"
+  pod_cidr="$(node_pod_cidr "$n")"
+  # A real node's object is created here too (its kubelet adopts it on registration), so its
+  # podCIDR, labels and taint are set before anything can be scheduled there.
+  if is_real "$n"; then
+    node_kind=real; node_ann=""
+    node_taints="  taints: [{key: $ST_REAL_NODE_TAINT, value: \"true\", effect: NoSchedule}]"
+  else
+    node_kind=kwok; node_ann="    kwok.x-k8s.io/node: fake"; node_taints=""
+  fi
   K apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Node
 metadata:
   name: $n
   annotations:
-    kwok.x-k8s.io/node: fake
+$node_ann
     node.alpha.kubernetes.io/ttl: "0"
   labels:
     kubernetes.io/hostname: $n
     kubernetes.io/os: linux
     kubernetes.io/arch: amd64
-    type: kwok
+    type: $node_kind
     safe-termination.e2e/kube-proxy: "$( (( i < ${#MODES[@]} )) && echo "${MODES[$i]}" || echo none)"
 spec:
   podCIDR: $pod_cidr
   podCIDRs: [$pod_cidr]
+$node_taints
 status:
   addresses:
   - {type: InternalIP, address: $ip_addr}
@@ -276,7 +317,11 @@ status:
 EOF
   i=$((i + 1))
 done
-wait_for "nodes Ready (${NODES[*]})" 60 kwok K wait --for=condition=Ready --timeout=1s "${NODES[@]/#/node/}"
+KWOK_NODES=()
+for n in "${NODES[@]}"; do is_real "$n" || KWOK_NODES+=("$n"); done
+if ((${#KWOK_NODES[@]})); then
+  wait_for "kwok nodes Ready (${KWOK_NODES[*]})" 60 kwok K wait --for=condition=Ready --timeout=1s "${KWOK_NODES[@]/#/node/}"
+fi
 wait_for "default ServiceAccount" 60 kube-controller-manager K -n default get serviceaccount default
 
 # ------------------------------------------------------------------ kube-proxy per node, in a netns
@@ -310,6 +355,13 @@ for n in "${NODES[@]}"; do
   # No default route inside the netns: nothing there can reach beyond the /30.
 
   start "socat-$ns" ip netns exec "$ns" socat "TCP-LISTEN:$ST_APISERVER_PORT,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:$STATE/apiserver.sock"
+
+  if is_real "$n"; then
+    e2e_log "real node $n: pods on cni0 $(node_pod_cidr "$n"), fabric $(node_fabric_ip "$n"), cgroup $(node_cgroup_root "$n")"
+    real_node_network "$n"
+    real_node_cgroups "$n"
+    real_node_containerd "$n"
+  fi
 
   case "$mode" in
     iptables|iptables-nft) kp_mode=iptables; kp_path="$ST_CACHE_DIR/k8s-v$ST_K8S_VERSION/xtables-nft" ;;
@@ -357,10 +409,25 @@ EOF
   start "kube-proxy-$n" ip netns exec "$ns" env PATH="$kp_path:/usr/sbin:/usr/bin:/sbin:/bin" \
     "$BIN/kube-proxy" --config="$cfg" --v="${ST_KP_VERBOSITY:-2}"
   nodes_json="$(jq -c --arg n "$n" --arg mode "$mode" --arg ns "$ns" --arg ip "$nip" --arg hip "$hip" \
-    '. + [{name: $n, kube_proxy: {mode: $mode, netns: $ns, ip: $ip, host_ip: $hip,
+    --argjson real "$(is_real "$n" && echo true || echo false)" --arg podcidr "$(node_pod_cidr "$n")" \
+    '. + [{name: $n, real: $real, pod_cidr: (if $real then $podcidr else null end),
+           kube_proxy: {mode: $mode, netns: $ns, ip: $ip, host_ip: $hip,
            metrics_url: ("http://" + $ip + ":10249/metrics"), healthz_url: ("http://" + $ip + ":10256/healthz")}}]' <<<"$nodes_json")"
   i=$((i + 1))
 done
+
+# real nodes: routes between them, images into each containerd, then the kubelets
+if ((${#REAL_NODES[@]})); then
+  real_nodes_mesh "${REAL_NODES[@]}"
+  for n in "${REAL_NODES[@]}"; do
+    wait_for "containerd on $n" 60 "containerd-$n" node_ctr "$n" version
+    real_node_images "$n" "${ST_IMAGE_TARS[@]}"
+    real_node_kubelet "$n"
+  done
+  for n in "${REAL_NODES[@]}"; do
+    wait_for "kubelet $n Ready" 120 "kubelet-$n" K wait --for=condition=Ready --timeout=1s "node/$n"
+  done
+fi
 
 kp_ready() {  # metrics served and at least one successful sync recorded
   curl -fsS "http://$1:10249/metrics" | grep -q '^kubeproxy_sync_proxy_rules_last_timestamp_seconds.* [1-9]' \
@@ -398,6 +465,9 @@ export ST_NODES='${NODES[*]}'
 export ST_KP_NODES='$kp_nodes'
 export ST_KP_METRICS_URLS='$kp_urls'
 export ST_CLUSTER_JSON='$STATE/cluster.json'
+export ST_REAL_NODES='${REAL_NODES[*]}'
+export ST_REAL_NODE_TAINT='$ST_REAL_NODE_TAINT'
+export ST_IMAGE_TARS='${ST_IMAGE_TARS[*]:-}'
 EOF
 trap - EXIT
 e2e_log "cluster up in $((SECONDS - T_START))s: $server_version; kubeconfig $STATE/kubeconfig; kube-proxy metrics: $kp_urls"

@@ -24,7 +24,8 @@ KP_MODES="${KP_MODES:-iptables-nft nftables}"
 # ${ST_NET_PREFIX}.i.1/30) <-> st-<suffix>-n (netns, ${ST_NET_PREFIX}.i.2/30).
 ST_NET_PREFIX="${ST_NET_PREFIX:-10.213}"
 ST_SERVICE_CIDR="${ST_SERVICE_CIDR:-10.96.0.0/16}"
-ST_CLUSTER_CIDR="${ST_CLUSTER_CIDR:-10.244.0.0/16}"   # node i: 10.244.(i+1).0/24 (virtual, kwok only)
+ST_CLUSTER_CIDR="${ST_CLUSTER_CIDR:-10.244.0.0/16}"   # node i: 10.244.(i+1).0/24 (a CNI bridge on real nodes)
+ST_KWOK_POD_CIDR="${ST_KWOK_POD_CIDR:-10.244.128.0/17}"  # kwok's fake pod IPs: never a real node's CIDR
 
 e2e_log() { printf '[%s %(%H:%M:%S)T] %s\n' "${E2E_SELF:-e2e}" -1 "$*" >&2; }
 

@@ -1,18 +1,39 @@
 #!/usr/bin/env bash
 # make e2e: start the local control plane, run the Rust end-to-end tests against it, and stop it
-# again whatever happens (no process, netns or veth is left behind). Two clusters in turn:
-#   1. the pinned current minor (e2e/k8s-version): webhook, operator, chart, ground truth, scale;
-#   2. Kubernetes 1.29 (native sleep gate off): the capability probe and the exec fallback.
-# ST_E2E_OLD_MINOR=0 skips the second.
+# again whatever happens (no process, netns, veth, mount or cgroup is left behind: checked by
+# e2e/leftovers.sh, also after a cluster-up killed half-way). Two clusters in turn:
+#   1. the pinned current minor (e2e/k8s-version), with two real nodes: the deploy-error
+#      experiment (e2e/experiment.sh), webhook, operator, chart, ground truth, scale;
+#   2. Kubernetes 1.29 (native sleep gate off, kwok nodes only): the capability probe and the exec
+#      fallback.
+# ST_E2E_OLD_MINOR=0 skips the second; ST_E2E_EXPERIMENT=0 skips the experiment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
 OLD_MINOR="${ST_E2E_OLD_VERSION:-1.29.15}"
 trap 'ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh >/dev/null 2>&1 || true' EXIT
 
+# nothing is left behind by a cluster-up that dies half-way (here: killed once the real nodes'
+# containerds run), once cluster-down has run
+cargo test --quiet --no-run --tests
+e2e/cluster-up.sh > "${TMPDIR:-/tmp}/st-cluster-up-killed.log" 2>&1 &
+up_pid=$!
+for _ in $(seq 1 600); do
+  compgen -G "$ST_E2E_DIR/pids/*-kubelet-*.pid" >/dev/null && break
+  kill -0 "$up_pid" 2>/dev/null || break
+  sleep 0.2
+done
+kill -KILL "$up_pid" 2>/dev/null || true
+wait "$up_pid" 2>/dev/null || true
+e2e/cluster-down.sh
+e2e/leftovers.sh || { echo "cluster-down left the above behind after a killed cluster-up" >&2; exit 1; }
+
 e2e/cluster-up.sh
 # shellcheck disable=SC1091
 source "$ST_E2E_DIR/env"
+if [ "${ST_E2E_EXPERIMENT:-1}" != 0 ]; then
+  e2e/experiment.sh
+fi
 cargo test --test e2e -- --ignored --test-threads=1
 # the Helm chart (lint, renderings, server-side dry runs, install/upgrade/uninstall, webhook
 # routing with operator-generated certificates) and the alert rules (promtool)
@@ -22,6 +43,7 @@ fi
 # the ground truth of the propagation window, then scale (thousands of Services: slow syncs)
 cargo test --test e2e_window -- --ignored --test-threads=1 --nocapture
 e2e/cluster-down.sh
+e2e/leftovers.sh || { echo "cluster-down left the above behind" >&2; exit 1; }
 
 if [ "${ST_E2E_OLD_MINOR:-1}" != 0 ]; then
   # the first cluster's env set ST_K8S_BIN (and PATH) to its own binaries: start clean

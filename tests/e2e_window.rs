@@ -179,35 +179,6 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     common::cleanup(&client, hook, ns).await;
 }
 
-/// Creates `n` selector-less Services, each with a two-endpoint EndpointSlice.
-async fn create_services(client: &Client, ns: &str, n: usize) {
-    use futures::StreamExt;
-    let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
-    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let (svcs, slices) = (svcs.clone(), slices.clone());
-            async move {
-                let name = format!("s{i}");
-                let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-                    "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}})).unwrap();
-                let _ = svcs.create(&PostParams::default(), &svc).await;
-                // two endpoints each: the rule count (and so iptables-nft's restore time, which
-                // grows about quadratically) is what makes syncs slow, not the object count
-                let ip = format!("10.244.{}.{}", 100 + i / 125, 1 + 2 * (i % 125));
-                let ip2 = format!("10.244.{}.{}", 100 + i / 125, 2 + 2 * (i % 125));
-                let slice: EndpointSlice = serde_json::from_value(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                    "metadata": {"name": format!("{name}-1"), "labels": {"kubernetes.io/service-name": name, "endpointslice.kubernetes.io/managed-by": "e2e"}},
-                    "addressType": "IPv4", "ports": [{"port": 8080, "protocol": "TCP"}],
-                    "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}, {"addresses": [ip2], "conditions": {"ready": true}}]})).unwrap();
-                let _ = slices.create(&PostParams::default(), &slice).await;
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<_>>()
-        .await;
-}
-
 #[tokio::test]
 #[ignore = "needs the local control plane: make e2e"]
 async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables() {
@@ -223,7 +194,7 @@ async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables(
     };
     let n: usize = std::env::var("ST_SCALE_SERVICES").ok().and_then(|v| v.parse().ok()).unwrap_or(4000);
     let t0 = Instant::now();
-    create_services(&client, ns, n).await;
+    common::create_services(&client, ns, n).await;
     println!("created {n} Services with endpoints in {:?}", t0.elapsed());
     // the operator sees the Services (MigrationRecommended: iptables with >= 1,000 Services) and
     // the syncs they caused; give kube-proxy's slowest syncs time to land in the window

@@ -232,3 +232,36 @@ pub async fn operator_with_policy(client: &Client, system: &str, ns: &str, hook:
     policies.create(&PostParams::default(), &policy).await.expect("create TerminationPolicy");
     (op, policies)
 }
+
+/// Creates `n` selector-less Services in `ns`, each with a two-endpoint EndpointSlice (the
+/// 4,000-Service scale fixture of tests/e2e_window.rs and tests/e2e_deploy.rs). The endpoint IPs
+/// (10.244.100.0 onwards) belong to no pod: only the rule count matters.
+pub async fn create_services(client: &Client, ns: &str, n: usize) {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let (svcs, slices) = (svcs.clone(), slices.clone());
+            async move {
+                let name = format!("s{i}");
+                let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                    "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}})).unwrap();
+                let _ = svcs.create(&PostParams::default(), &svc).await;
+                // two endpoints each: the rule count (and so iptables-nft's restore time, which
+                // grows about quadratically) is what makes syncs slow, not the object count
+                let ip = format!("10.244.{}.{}", 100 + i / 125, 1 + 2 * (i % 125));
+                let ip2 = format!("10.244.{}.{}", 100 + i / 125, 2 + 2 * (i % 125));
+                let slice: EndpointSlice = serde_json::from_value(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"name": format!("{name}-1"), "labels": {"kubernetes.io/service-name": name, "endpointslice.kubernetes.io/managed-by": "e2e"}},
+                    "addressType": "IPv4", "ports": [{"port": 8080, "protocol": "TCP"}],
+                    "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}, {"addresses": [ip2], "conditions": {"ready": true}}]})).unwrap();
+                let _ = slices.create(&PostParams::default(), &slice).await;
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+}

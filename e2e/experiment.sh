@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The deploy-error experiment (tests/e2e_deploy.rs) on the local cluster's real nodes: rolling
+# restarts of a Deployment behind a ClusterIP Service under new-connection-per-request load, with
+# and without safe-termination, at small scale and with thousands of extra Services. Writes
+# results.json, results.md and results.svg (e2e/experiment/report.py) into $ST_EXP_OUT, prints the
+# table, and prints the path of results.json on its last line.
+#
+#   e2e/experiment.sh                      # the full experiment: runs a, b, c, d (make experiment)
+#   ST_EXP_RUNS=a,b ST_EXP_ROLLOUTS=1 ST_EXP_STRATEGIES=25%/0 e2e/experiment.sh    # make demo
+#
+# Uses the running cluster when $ST_E2E_DIR/env answers; otherwise starts one (e2e/cluster-up.sh)
+# and stops it afterwards. Settings: see tests/e2e_deploy.rs (ST_EXP_*).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
+export ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/experiment}"
+say() { printf '[experiment %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+
+cluster_answers() {
+  [[ -f "$ST_E2E_DIR/env" ]] || return 1
+  # shellcheck disable=SC1091
+  (source "$ST_E2E_DIR/env" && [[ -n "${ST_REAL_NODES:-}" ]] && kubectl get --raw /readyz >/dev/null 2>&1)
+}
+own_cluster=0
+if ! cluster_answers; then
+  say "no running cluster with real nodes: starting one"
+  e2e/cluster-up.sh
+  own_cluster=1
+fi
+cleanup() {
+  if ((own_cluster)) && [[ "${ST_EXP_KEEP:-0}" != 1 ]]; then e2e/cluster-down.sh >/dev/null 2>&1 || true; fi
+}
+trap cleanup EXIT
+# shellcheck disable=SC1091
+source "$ST_E2E_DIR/env"
+mkdir -p "$ST_EXP_OUT"
+t0=$SECONDS
+say "runs ${ST_EXP_RUNS:-a,b,c,d} -> $ST_EXP_OUT"
+cargo test --quiet --test e2e_deploy -- --ignored --nocapture --test-threads=1 deploy_experiment
+say "experiment took $((SECONDS - t0)) s"
+echo
+cat "$ST_EXP_OUT/results.md"
+echo
+echo "picture: $ST_EXP_OUT/results.svg"
+echo "$ST_EXP_OUT/results.json"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Lists what a local cluster left behind on this machine after e2e/cluster-down.sh: processes
+# running a binary of $ST_K8S_BIN or a shim of our containerds, network namespaces and veths
+# named st-*, mounts under $ST_E2E_DIR, the real nodes' cgroups (…/st-e2e), host routes to the
+# pod CIDRs, and the state directory. Prints one line per leftover; exits 1 if there is any.
+# (make e2e runs it after cluster-down, also after a cluster-up killed half-way.)
+set -uo pipefail
+# shellcheck source=e2e/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+found=0
+left() { printf 'leftover: %s\n' "$*"; found=1; }
+
+for p in /proc/[0-9]*; do
+  exe="$(readlink "$p/exe" 2>/dev/null)" || continue
+  cmd="$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)"
+  case "$exe" in "$ST_K8S_BIN"/*) left "process ${p#/proc/}: $cmd"; continue ;; esac
+  case "$cmd" in *"$ST_E2E_DIR/"*) left "process ${p#/proc/}: $cmd" ;; esac
+done
+while read -r ns _; do
+  [[ "$ns" == st-* ]] && left "netns $ns"
+done < <(ip netns list 2>/dev/null)
+while read -r dev; do
+  left "link $dev"
+done < <(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^st-')
+while read -r m; do
+  left "mount $m"
+done < <(awk -v s="$ST_E2E_DIR" 'index($5, s) == 1 {print $5}' /proc/self/mountinfo)
+for h in /sys/fs/cgroup/*; do
+  [[ -d "$h" ]] || continue
+  while read -r d; do left "cgroup $d"; done < <(find "$h" -maxdepth 4 -type d -name st-e2e 2>/dev/null)
+done
+while read -r r; do
+  left "route $r"
+done < <(ip route show 2>/dev/null | grep -E "^$(cut -d. -f1-2 <<<"$ST_CLUSTER_CIDR" | sed 's/\./\\./g')\.")
+[[ -e "$ST_E2E_DIR" ]] && left "directory $ST_E2E_DIR"
+exit "$found"

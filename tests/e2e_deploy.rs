@@ -1,0 +1,562 @@
+//! The deploy-error experiment (issue 11): does safe-termination remove the connection errors of
+//! rolling deploys, on real traffic? `#[ignore]`d in `cargo test`; run by `make e2e` (full size)
+//! and `make demo` (small), both through `e2e/experiment.sh`, on the real nodes of the local
+//! cluster (e2e/nodes.sh: kubelet + containerd + runc, pods on a CNI bridge).
+//!
+//! Per run: a Deployment `web` of `replicas` pods of the project's test app (e2e/testapp: no
+//! graceful shutdown, it exits ~100 ms after SIGTERM) spread over both real nodes behind a
+//! ClusterIP Service; on each real node a load generator (`st-testapp load`, in the node's
+//! network namespace like a hostNetwork pod) opens a new connection per request to the ClusterIP at
+//! a fixed rate; K rolling restarts per strategy. Recorded: every request (load-NODE.csv), when
+//! each old pod's deletion was observed (deletions.csv), and the ground truth: when its IP left
+//! each node's kube-proxy rules (groundtruth.csv), sampled read-only inside the node's netns.
+//! Protected runs have a TerminationPolicy in their namespace and the operator's webhook
+//! registered for it; the operator measures the real kube-proxies throughout the experiment.
+//! `e2e/experiment/report.py` turns the runs into results.json, results.md and results.svg.
+//!
+//! Settings (environment): ST_EXP_OUT (output dir), ST_EXP_RUNS (comma list of a,b,c,d:
+//! a baseline, b protected, c baseline at scale, d protected at scale), ST_EXP_REPLICAS (6),
+//! ST_EXP_RATE (200 per node per second), ST_EXP_ROLLOUTS (3 per strategy), ST_EXP_STRATEGIES
+//! ("25%/0,25%/25%": maxSurge/maxUnavailable), ST_EXP_TIMEOUT_MS (1000), ST_EXP_SERVICES (4000
+//! extra Services for c and d).
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod common;
+
+const SYSTEM_NS: &str = "exp-system";
+const HOOK: &str = "safe-termination-experiment";
+const SCALE_NS: &str = "exp-scale";
+
+fn now_unix() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v}: not a valid value")),
+        Err(_) => default,
+    }
+}
+
+/// One real node of the cluster (from `$ST_CLUSTER_JSON`): name, netns, kube-proxy mode.
+#[derive(Clone, Debug)]
+struct RealNode {
+    name: String,
+    netns: String,
+    mode: String,
+}
+
+fn real_nodes() -> Vec<RealNode> {
+    let path = std::env::var("ST_CLUSTER_JSON").unwrap_or_else(|_| format!("{}/cluster.json", common::state_dir()));
+    let cluster: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}: run make cluster-up")))
+        .expect("cluster.json");
+    let nodes: Vec<RealNode> = cluster["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["real"] == true)
+        .map(|n| RealNode {
+            name: n["name"].as_str().unwrap().into(),
+            netns: n["kube_proxy"]["netns"].as_str().unwrap().into(),
+            mode: n["kube_proxy"]["mode"].as_str().unwrap().into(),
+        })
+        .collect();
+    assert!(nodes.len() >= 2, "the experiment needs two real nodes (ST_REAL_NODES=1 e2e/cluster-up.sh): {path}");
+    nodes
+}
+
+fn k8s_dir() -> String {
+    std::env::var("ST_K8S_BIN").expect("ST_K8S_BIN: source $ST_E2E_DIR/env").trim_end_matches("/bin").to_string()
+}
+
+/// The test app's static binary (also the load generator), written by e2e/build-images.sh.
+fn testapp_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("ST_TESTAPP_BIN") {
+        return p.into();
+    }
+    let cache = std::env::var("ST_CACHE_DIR").unwrap_or_else(|_| format!("{}/.cache/safe-termination", std::env::var("HOME").unwrap()));
+    let p = PathBuf::from(format!("{cache}/images/st-testapp"));
+    assert!(p.exists(), "{}: run e2e/build-images.sh", p.display());
+    p
+}
+
+// ------------------------------------------------------------------------------ ground truth
+
+/// Reads, inside a node's netns, which endpoint IPs the kube-proxy rules of Service `ns/web`
+/// send new connections to. Read only: `iptables -S <KUBE-SVC chain>` (iptables modes) or
+/// `nft list chain` (nftables). The chain is looked up once, then listed alone (fast at scale).
+struct RuleReader {
+    node: RealNode,
+    ns: String,
+    chain: Option<String>,
+}
+
+impl RuleReader {
+    fn nsenter(&self) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", self.node.netns));
+        c
+    }
+
+    fn iptables_dir(&self) -> String {
+        let backend = if self.node.mode == "iptables-legacy" { "legacy" } else { "nft" };
+        format!("{}/xtables-{backend}", k8s_dir())
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = self.nsenter().args(args).stderr(Stdio::null()).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+    }
+
+    fn find_chain(&self) -> Option<String> {
+        if self.node.mode == "nftables" {
+            let text = self.run(&["nft", "list", "chains", "ip", "kube-proxy"]);
+            let suffix = format!("-{}/web/tcp/http", self.ns);
+            text.lines().map(str::trim).filter_map(|l| l.strip_prefix("chain ")).map(|l| l.trim_end_matches(" {").trim()).find(|c| {
+                c.starts_with("service-") && c.ends_with(&suffix)
+            }).map(str::to_string)
+        } else {
+            let text = self.run(&[&format!("{}/iptables-save", self.iptables_dir()), "-t", "nat"]);
+            let comment = format!("\"{}/web:http cluster IP\"", self.ns);
+            text.lines()
+                .filter(|l| l.starts_with("-A KUBE-SERVICES") && l.contains(&comment))
+                .find_map(|l| l.split_whitespace().skip_while(|w| *w != "-j").nth(1).map(str::to_string))
+                .filter(|c| c.starts_with("KUBE-SVC-"))
+        }
+    }
+
+    /// The endpoint IPs in the rules now; None while the Service's chain is not found.
+    fn endpoint_ips(&mut self) -> Option<BTreeSet<String>> {
+        if self.chain.is_none() {
+            self.chain = self.find_chain();
+        }
+        let chain = self.chain.clone()?;
+        let text = if self.node.mode == "nftables" {
+            self.run(&["nft", "list", "chain", "ip", "kube-proxy", &chain])
+        } else {
+            self.run(&[&format!("{}/iptables", self.iptables_dir()), "-t", "nat", "-S", &chain])
+        };
+        let ips = if self.node.mode == "nftables" {
+            // ... goto endpoint-XXXX-ns/web/tcp/http__10.244.1.5/8080 ...
+            text.split("__").skip(1).filter_map(|s| s.split('/').next()).map(str::to_string).collect()
+        } else {
+            // -A KUBE-SVC-X -m comment --comment "ns/web:http -> 10.244.1.5:8080" ... -j KUBE-SEP-Y
+            text.split("-> ").skip(1).filter_map(|s| s.split(':').next()).map(str::to_string).collect()
+        };
+        Some(ips)
+    }
+}
+
+/// Transitions of endpoint IPs in one node's rules: (ip, present, t_unix).
+type Transitions = Arc<Mutex<Vec<(String, String, bool, f64)>>>;
+
+/// Samples every node's rules about every 50 ms until `stop`, recording each IP's appearance and
+/// disappearance with its time.
+fn spawn_samplers(nodes: &[RealNode], ns: &str, stop: Arc<AtomicBool>, out: Transitions) -> Vec<std::thread::JoinHandle<u64>> {
+    nodes
+        .iter()
+        .map(|node| {
+            let mut reader = RuleReader { node: node.clone(), ns: ns.to_string(), chain: None };
+            let (stop, out) = (stop.clone(), out.clone());
+            std::thread::spawn(move || {
+                let mut present: BTreeSet<String> = BTreeSet::new();
+                let mut samples = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(now) = reader.endpoint_ips() {
+                        let t = now_unix();
+                        samples += 1;
+                        let mut o = out.lock().unwrap();
+                        for ip in now.difference(&present) {
+                            o.push((reader.node.name.clone(), ip.clone(), true, t));
+                        }
+                        for ip in present.difference(&now) {
+                            o.push((reader.node.name.clone(), ip.clone(), false, t));
+                        }
+                        present = now;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                samples
+            })
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------------------------ the app
+
+fn service(ns: &str) -> Service {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}))
+    .unwrap()
+}
+
+fn deployment(ns: &str, replicas: u32) -> Value {
+    let taint = std::env::var("ST_REAL_NODE_TAINT").unwrap_or_else(|_| "safe-termination.e2e/real-node".into());
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "automountServiceAccountToken": false,
+                    "enableServiceLinks": false,
+                    "nodeSelector": {"safe-termination.e2e/node-type": "real"},
+                    "tolerations": [{"key": taint, "operator": "Exists", "effect": "NoSchedule"}],
+                    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["pod-template-hash"]}],
+                    "containers": [{"name": "web", "image": "st.local/testapp:1", "imagePullPolicy": "Never",
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1, "failureThreshold": 1}}]}}}})
+}
+
+fn int_or_percent(s: &str) -> Value {
+    if s.ends_with('%') { json!(s) } else { json!(s.parse::<i64>().expect("maxSurge/maxUnavailable")) }
+}
+
+/// The preStop sleep seconds of a pod's first container (None: no native sleep).
+fn pre_stop_sleep(p: &Pod) -> Option<i64> {
+    p.spec.as_ref()?.containers.first()?.lifecycle.as_ref()?.pre_stop.as_ref()?.sleep.as_ref().map(|s| s.seconds)
+}
+
+async fn wait_for<T>(what: &str, secs: u64, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits until the Deployment has `replicas` updated, ready pods and no other pod is left in the
+/// namespace (the old ones have terminated).
+async fn wait_rolled_out(client: &Client, ns: &str, replicas: u32, secs: u64) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("rollout of {ns}/web"), secs, async || {
+        let d = deployments.get("web").await.ok()?;
+        let st = d.status?;
+        let done = st.observed_generation >= d.metadata.generation
+            && st.updated_replicas == Some(replicas as i32)
+            && st.ready_replicas == Some(replicas as i32)
+            && st.replicas == Some(replicas as i32);
+        let n = pods.list(&Default::default()).await.ok()?.items.len();
+        (done && n == replicas as usize).then_some(())
+    })
+    .await;
+}
+
+/// Waits until both nodes' rules hold exactly the IPs of the namespace's ready pods.
+async fn wait_rules_match(client: &Client, nodes: &[RealNode], ns: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut readers: Vec<RuleReader> = nodes.iter().map(|n| RuleReader { node: n.clone(), ns: ns.into(), chain: None }).collect();
+    wait_for("pods' IPs in every node's rules", 120, async || {
+        let want: BTreeSet<String> = pods.list(&Default::default()).await.ok()?.items.iter().filter_map(|p| p.status.as_ref()?.pod_ip.clone()).collect();
+        readers.iter_mut().all(|r| r.endpoint_ips().is_some_and(|got| got == want)).then_some(())
+    })
+    .await;
+}
+
+/// Waits until no kube-proxy has changes pending (after the scale fixture), then a little more.
+async fn wait_proxies_idle(nodes: &[RealNode]) {
+    let cluster: Value = serde_json::from_str(&common::read_state("cluster.json")).unwrap();
+    let urls: Vec<String> = cluster["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| nodes.iter().any(|r| r.name == n["name"].as_str().unwrap_or("")))
+        .map(|n| n["kube_proxy"]["metrics_url"].as_str().unwrap().to_string())
+        .collect();
+    wait_for("kube-proxies without pending changes", 600, async || {
+        for url in &urls {
+            let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+            let pending = text
+                .lines()
+                .filter(|l| l.starts_with("kubeproxy_sync_proxy_rules_endpoint_changes_pending") || l.starts_with("kubeproxy_sync_proxy_rules_service_changes_pending"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>();
+            if pending > 0.0 {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+}
+
+// ------------------------------------------------------------------------------ one run
+
+struct RunSpec {
+    name: &'static str,
+    order: u32,
+    protected: bool,
+    extra_services: usize,
+}
+
+struct Settings {
+    out: PathBuf,
+    replicas: u32,
+    rate: u32,
+    rollouts: u32,
+    strategies: Vec<(String, String)>,
+    timeout_ms: u32,
+}
+
+fn load_generator(node: &RealNode, target: &str, s: &Settings, out: &Path) -> Child {
+    let log = std::fs::File::create(out.with_extension("log")).unwrap();
+    Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", node.netns))
+        .arg(testapp_bin())
+        .args(["load", "--target", target, "--rate-per-second", &s.rate.to_string(), "--timeout-ms", &s.timeout_ms.to_string()])
+        .args(["--expect-prefix", "web-", "--out"])
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start the load generator")
+}
+
+fn stop(child: &mut Child) {
+    // SAFETY: kill(2) on our own child's pid
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settings) -> Value {
+    let ns = format!("exp-{}", spec.name);
+    let dir = s.out.join("runs").join(spec.name);
+    std::fs::create_dir_all(&dir).unwrap();
+    println!("== run {} ({}protected, {} extra Services) in namespace {ns}", spec.name, if spec.protected { "" } else { "un" }, spec.extra_services);
+    common::fresh_namespace(client, &ns).await;
+    if spec.protected {
+        common::register_webhook(client, &format!("{HOOK}-{}", spec.name), &ns, operator_webhook_port()).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let policy: safe_termination::crd::TerminationPolicy = serde_json::from_value(json!({
+            "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
+            "metadata": {"name": "web", "namespace": ns}, "spec": {}}))
+        .unwrap();
+        Api::namespaced(client.clone(), &ns).create(&PostParams::default(), &policy).await.expect("create TerminationPolicy");
+        common::wait_policy_status(client, &ns, "web", 120, "a recommendation from both nodes", |st| {
+            st["recommendation"]["preStopSeconds"].is_u64() && st["measurement"]["nodesScraped"].as_u64() == Some(nodes.len() as u64)
+        })
+        .await;
+    }
+    let svc = Api::<Service>::namespaced(client.clone(), &ns).create(&PostParams::default(), &service(&ns)).await.expect("create Service");
+    let cluster_ip = svc.spec.and_then(|s| s.cluster_ip).expect("ClusterIP");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    deployments.patch("web", &PatchParams::apply("experiment").force(), &Patch::Apply(&deployment(&ns, s.replicas))).await.expect("apply Deployment");
+    wait_rolled_out(client, &ns, s.replicas, 180).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    if spec.protected {
+        let l = pods.list(&Default::default()).await.unwrap();
+        assert!(l.items.iter().all(|p| pre_stop_sleep(p).is_some()), "protected run: every pod has the injected preStop sleep");
+    }
+    wait_rules_match(client, nodes, &ns).await;
+
+    // record: deletions (watch), the rules (samplers), every request (load generators)
+    let started = now_unix();
+    let deletions: Arc<Mutex<BTreeMap<String, (String, String, f64, Option<i64>, Option<i64>)>>> = Arc::default();
+    let watch = {
+        let (deletions, pods) = (deletions.clone(), pods.clone());
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut st = std::pin::pin!(watcher(pods, watcher::Config::default()).applied_objects().default_backoff());
+            while let Some(Ok(p)) = st.next().await {
+                if p.metadata.deletion_timestamp.is_some() {
+                    let t = now_unix();
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
+                    let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+                    let grace = p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds);
+                    deletions.lock().unwrap().entry(name).or_insert((ip, node, t, pre_stop_sleep(&p), grace));
+                }
+            }
+        })
+    };
+    let stop_flag = Arc::new(AtomicBool::new(false));
+    let transitions: Transitions = Arc::default();
+    let samplers = spawn_samplers(nodes, &ns, stop_flag.clone(), transitions.clone());
+    let target = format!("{cluster_ip}:80");
+    let mut loads: Vec<Child> = nodes.iter().map(|n| load_generator(n, &target, s, &dir.join(format!("load-{}.csv", n.name)))).collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let mut rollouts = Vec::new();
+    let mut index = 0;
+    for (surge, unavailable) in &s.strategies {
+        for _ in 0..s.rollouts {
+            index += 1;
+            let t0 = now_unix();
+            let patch = json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": int_or_percent(surge), "maxUnavailable": int_or_percent(unavailable)}},
+                "template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": format!("{t0:.3}")}}}}});
+            deployments.patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("rollout restart");
+            wait_rolled_out(client, &ns, s.replicas, 300).await;
+            let t1 = now_unix();
+            println!("   rollout {index} (maxSurge {surge}, maxUnavailable {unavailable}): {:.1} s", t1 - t0);
+            rollouts.push(json!({"index": index, "maxSurge": surge, "maxUnavailable": unavailable, "startedAtUnix": t0, "finishedAtUnix": t1}));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for l in &mut loads {
+        stop(l);
+    }
+    stop_flag.store(true, Ordering::Relaxed);
+    let samples: Vec<u64> = samplers.into_iter().map(|h| h.join().unwrap()).collect();
+    watch.abort();
+    let finished = now_unix();
+
+    // the operator's view at the end of the run
+    let status = if spec.protected { common::policy_status(client, &ns, "web").await } else { Value::Null };
+    let deletions = deletions.lock().unwrap().clone();
+    let transitions = transitions.lock().unwrap().clone();
+    let mut csv = String::from("pod,ip,node,deleted_at_unix\n");
+    for (pod, (ip, node, t, _, _)) in &deletions {
+        writeln!(csv, "{pod},{ip},{node},{t:.6}").unwrap();
+    }
+    std::fs::write(dir.join("deletions.csv"), csv).unwrap();
+    let mut csv = String::from("pod,ip,proxy_node,removed_at_unix\n");
+    for (pod, (ip, _, t_del, _, _)) in &deletions {
+        for n in nodes {
+            let removed = transitions
+                .iter()
+                .filter(|(node, tip, present, t)| node == &n.name && tip == ip && !present && *t >= t_del - 0.5)
+                .map(|x| x.3)
+                .reduce(f64::min);
+            writeln!(csv, "{pod},{ip},{},{}", n.name, removed.map(|t| format!("{t:.6}")).unwrap_or_default()).unwrap();
+        }
+    }
+    std::fs::write(dir.join("groundtruth.csv"), csv).unwrap();
+    let sleeps: Vec<i64> = deletions.values().filter_map(|d| d.3).collect();
+    let graces: Vec<i64> = deletions.values().filter_map(|d| d.4).collect();
+    let meta = json!({
+        "name": spec.name, "order": spec.order, "protected": spec.protected,
+        "proxyModes": nodes.iter().map(|n| n.mode.clone()).collect::<Vec<_>>(),
+        "nodeModes": nodes.iter().map(|n| (n.name.clone(), json!(n.mode))).collect::<serde_json::Map<_, _>>(),
+        "extraServices": spec.extra_services, "replicas": s.replicas, "ratePerNodePerSecond": s.rate, "timeoutMs": s.timeout_ms,
+        "startedAtUnix": started, "finishedAtUnix": finished, "rollouts": rollouts,
+        "injectedSleepSeconds": if spec.protected { json!(sleeps.iter().max()) } else { Value::Null },
+        "terminationGracePeriodSeconds": graces.iter().max(),
+        "measuredWindowSeconds": status["measurement"]["propagationWindowSeconds"],
+        "operatorWindowDetail": {"measurement": status["measurement"], "recommendation": status["recommendation"], "proxy": status["proxy"]},
+        "ruleSamples": samples,
+    });
+    std::fs::write(dir.join("meta.json"), serde_json::to_string_pretty(&meta).unwrap()).unwrap();
+    println!("   {} pods deleted; rule samples per node {samples:?}", deletions.len());
+    let _ = Api::<Namespace>::all(client.clone()).delete(&ns, &DeleteParams::default()).await;
+    meta
+}
+
+static OPERATOR_WEBHOOK: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+fn operator_webhook_port() -> u16 {
+    *OPERATOR_WEBHOOK.get().expect("operator started")
+}
+
+fn run_specs(list: &str, services: usize) -> Vec<RunSpec> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s {
+            "a" => RunSpec { name: "a-baseline", order: 1, protected: false, extra_services: 0 },
+            "b" => RunSpec { name: "b-protected", order: 2, protected: true, extra_services: 0 },
+            "c" => RunSpec { name: "c-baseline-scale", order: 3, protected: false, extra_services: services },
+            "d" => RunSpec { name: "d-protected-scale", order: 4, protected: true, extra_services: services },
+            other => panic!("ST_EXP_RUNS: unknown run '{other}' (a, b, c, d)"),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local cluster with real nodes: e2e/experiment.sh (make e2e, make demo)"]
+async fn deploy_experiment() {
+    let client = common::client().await;
+    let nodes = real_nodes();
+    let out = PathBuf::from(std::env::var("ST_EXP_OUT").unwrap_or_else(|_| format!("{}/experiment", common::state_dir())));
+    let strategies: Vec<(String, String)> = std::env::var("ST_EXP_STRATEGIES")
+        .unwrap_or_else(|_| "25%/0,25%/25%".into())
+        .split(',')
+        .map(|s| {
+            let (a, b) = s.split_once('/').expect("ST_EXP_STRATEGIES: maxSurge/maxUnavailable,...");
+            (a.trim().to_string(), b.trim().to_string())
+        })
+        .collect();
+    let s = Settings {
+        out: out.clone(),
+        replicas: env_or("ST_EXP_REPLICAS", 6),
+        rate: env_or("ST_EXP_RATE", 200),
+        rollouts: env_or("ST_EXP_ROLLOUTS", 3),
+        strategies,
+        timeout_ms: env_or("ST_EXP_TIMEOUT_MS", 1000),
+    };
+    let services: usize = env_or("ST_EXP_SERVICES", 4000);
+    let specs = run_specs(&std::env::var("ST_EXP_RUNS").unwrap_or_else(|_| "a,b,c,d".into()), services);
+    let _ = std::fs::remove_dir_all(out.join("runs"));
+    std::fs::create_dir_all(&out).unwrap();
+
+    // the operator measures the real kube-proxies for the whole experiment, as in a cluster
+    common::apply_crd(&client).await;
+    common::fresh_namespace(&client, SYSTEM_NS).await;
+    let op = common::Operator::start(SYSTEM_NS, &[]).await;
+    OPERATOR_WEBHOOK.set(op.webhook).unwrap();
+    let mut scale_ready = false;
+    for spec in &specs {
+        if spec.extra_services > 0 && !scale_ready {
+            common::fresh_namespace(&client, SCALE_NS).await;
+            let t0 = Instant::now();
+            common::create_services(&client, SCALE_NS, spec.extra_services).await;
+            println!("== created {} Services with endpoints in {:.1} s; waiting for the kube-proxies", spec.extra_services, t0.elapsed().as_secs_f64());
+            wait_proxies_idle(&nodes).await;
+            scale_ready = true;
+        }
+        run_one(&client, &nodes, spec, &s).await;
+    }
+    drop(op);
+    for spec in specs.iter().filter(|s| s.protected) {
+        let _ = Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(client.clone())
+            .delete(&format!("{HOOK}-{}", spec.name), &DeleteParams::default())
+            .await;
+    }
+    if scale_ready {
+        let _ = Api::<Namespace>::all(client.clone()).delete(SCALE_NS, &DeleteParams::default()).await;
+    }
+
+    // the report, then what the product promises
+    let status = Command::new("python3").arg("e2e/experiment/report.py").arg(&out).status().expect("python3");
+    assert!(status.success(), "report.py failed");
+    let results: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    for run in results["runs"].as_array().unwrap() {
+        let name = run["name"].as_str().unwrap();
+        let failures = run["failures"].as_u64().unwrap();
+        assert!(run["requests"].as_u64().unwrap() > 0, "{name}: no requests recorded");
+        if run["protected"] == true {
+            assert_eq!(failures, 0, "{name}: a protected run failed requests: {run:#}");
+            let sleep = run["injectedSleepSeconds"].as_f64().unwrap();
+            let truth = run["maxGroundTruthSeconds"].as_f64().unwrap();
+            assert!(sleep <= f64::max(3.0, 2.0 * truth), "{name}: injected sleep {sleep} s > max(3 s, 2 x {truth} s)");
+        } else if std::env::var("ST_EXP_REQUIRE_BASELINE_FAILURES").map(|v| v != "0").unwrap_or(true) {
+            assert!(failures > 0, "{name}: the baseline failed no request: the experiment is not sensitive enough: {run:#}");
+        }
+    }
+}
