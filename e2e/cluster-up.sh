@@ -226,6 +226,7 @@ apiserver_args=(
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key"
   --allow-privileged=true
   --kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key"
+  --kubelet-preferred-address-types=InternalIP
   --profiling=false
 )
 [[ -n "${ST_APISERVER_FEATURE_GATES:-}" ]] && apiserver_args+=(--feature-gates="$ST_APISERVER_FEATURE_GATES")
@@ -305,6 +306,7 @@ $node_ann
     kubernetes.io/os: linux
     kubernetes.io/arch: amd64
     type: $node_kind
+    safe-termination.e2e/node-type: $node_kind
     safe-termination.e2e/kube-proxy: "$( (( i < ${#MODES[@]} )) && echo "${MODES[$i]}" || echo none)"
 spec:
   podCIDR: $pod_cidr

@@ -116,14 +116,15 @@ fn v1_29_json_report() {
     assert_eq!(doc["worstNode"], "kube-proxy-v1.29-iptables-excerpt");
     approx(f(&doc["syncP99Seconds"]), 0.12672);
     approx(f(&doc["networkProgrammingP99Seconds"]), 4.98);
-    approx(f(&doc["propagationWindowSeconds"]), 4.98);
+    // W = max(NP p99 4.98 - 1 s trigger-time resolution, 1 + 2 x 0.12672) = 3.98
+    approx(f(&doc["propagationWindowSeconds"]), 3.98);
     assert_eq!(f(&doc["minSyncPeriodSeconds"]), 1.0);
     assert_eq!(doc["minSyncPeriodSource"], "default");
     let rec = &doc["recommendation"];
     assert_eq!(rec["preStopSeconds"], 10);
     assert_eq!(rec["terminationGracePeriodSeconds"], 40);
     assert_eq!(rec["reason"], "LowSampleCount");
-    assert!(rec["arithmetic"].as_str().unwrap().contains("ceil(4.980 s x 1.5 + 0 s) = 8 s"));
+    assert!(rec["arithmetic"].as_str().unwrap().contains("ceil(3.980 s x 1.5 + 0 s) = 6 s"));
     assert_eq!(doc["proxy"]["mode"], "iptables");
     assert_eq!(doc["proxy"]["actualRules"], 38);
     assert_eq!(doc["proxy"]["services"], Value::Null);
@@ -226,14 +227,14 @@ fn text_report_shows_table_arithmetic_and_advice() {
         assert!(out.contains(col), "missing column {col}: {out}");
     }
     let row = out.lines().find(|l| l.starts_with("kube-proxy-v1.29-iptables-excerpt")).expect("node row");
-    for cell in ["iptables", "v1.29.0", "0.127s", "4.980s", "LowSampleCount", "Lifetime"] {
+    for cell in ["iptables", "v1.29.0", "0.127s", "4.980s", "3.980s", "LowSampleCount", "Lifetime"] {
         assert!(row.contains(cell), "missing {cell} in {row:?}");
     }
     // columns stay aligned with a node name longer than the default column width
     let header = out.lines().find(|l| l.starts_with("NODE")).unwrap();
     assert_eq!(header.find("MODE"), row.find(" iptables ").map(|i| i + 1), "\n{header}\n{row}");
     assert_eq!(header.find("BASIS"), row.find("LowSampleCount"), "\n{header}\n{row}");
-    assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 4.980s"), "{out}");
+    assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 3.980s  (W = max(NP p99 - 1s, minSyncPeriod 1s [default] + 2 x sync p99))"), "{out}");
     assert!(out.contains("Recommendation (LowSampleCount): preStop sleep 10 s, terminationGracePeriodSeconds 40 s"), "{out}");
     assert!(out.contains("grace = max(30 s default, min(10 + 30 s, 600 s), 10 s) = 40 s"), "{out}");
     assert!(out.contains("Proxy: mode iptables") && out.contains("actual rules 38"), "{out}");
@@ -498,7 +499,7 @@ fn flags_feed_the_advisor_and_the_model() {
     assert!(reasons(&json(&["--services", "1000", V1_29])).contains(&"MigrateProxyMode".to_string()));
     // thresholds are flags too
     assert!(reasons(&json(&["--services", "500", "--iptables-services-threshold", "500", V1_29])).contains(&"MigrateProxyMode".to_string()));
-    // minSyncPeriod: W = max(NP p99 4.98, 5 + 2 x 0.12672)
+    // minSyncPeriod: W = max(NP p99 4.98 - 1, 5 + 2 x 0.12672)
     let doc = json(&["--min-sync-period-seconds", "5", V1_29]);
     approx(f(&doc["propagationWindowSeconds"]), 5.0 + 2.0 * 0.12672);
     assert_eq!(doc["minSyncPeriodSource"], "flag");
@@ -522,7 +523,7 @@ fn example_policies_size_the_recommendation() {
 
     // NLB path: extraSeconds 90, default 100, bounds [10, 180]
     let doc = json(&["--policy", "config/terminationpolicy-ingress.yaml", V1_29]);
-    // LowSampleCount: max(default 100, ceil(4.98 x 1.5 + 90) = 98) = 100; grace 100 + 30
+    // LowSampleCount: max(default 100, ceil(3.98 x 1.5 + 90) = 96) = 100; grace 100 + 30
     assert_eq!(doc["recommendation"]["preStopSeconds"], 100);
     assert_eq!(doc["recommendation"]["terminationGracePeriodSeconds"], 130);
     let doc = json(&["--policy", "config/terminationpolicy-ingress.yaml", V1_13]);
@@ -672,7 +673,7 @@ fn unknown_policy_fields_exit_1_naming_the_field() {
         "  namespace: demo\n  labels: {team: a}\nspec:\n  podSelector:\n    matchLabels: {app: web, any-key: x}\n  preStop:\n    safetyFactor: 2\nstatus:\n  observedGeneration: 1\n  conditions: []\n",
     );
     let doc = json(&["--policy", &ok, V1_29]);
-    assert_eq!(doc["recommendation"]["preStopSeconds"], 10); // max(default 10, ceil(4.98 x 2) = 10)
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 10); // max(default 10, ceil(3.98 x 2) = 8)
 }
 
 // ---------------------------------------------------------------------------------------------

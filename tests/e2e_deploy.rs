@@ -97,7 +97,7 @@ fn testapp_bin() -> PathBuf {
 
 /// Reads, inside a node's netns, which endpoint IPs the kube-proxy rules of Service `ns/web`
 /// send new connections to. Read only: `iptables -S <KUBE-SVC chain>` (iptables modes) or
-/// `nft list chain` (nftables). The chain is looked up once, then listed alone (fast at scale).
+/// `nft list chain ip kube-proxy <service chain>` (nftables: its dnat map of endpoints). The chain is looked up once, then listed alone (fast at scale).
 struct RuleReader {
     node: RealNode,
     ns: String,
@@ -123,7 +123,7 @@ impl RuleReader {
 
     fn find_chain(&self) -> Option<String> {
         if self.node.mode == "nftables" {
-            let text = self.run(&["nft", "list", "chains", "ip", "kube-proxy"]);
+            let text = self.run(&["nft", "list", "chains"]);
             let suffix = format!("-{}/web/tcp/http", self.ns);
             text.lines().map(str::trim).filter_map(|l| l.strip_prefix("chain ")).map(|l| l.trim_end_matches(" {").trim()).find(|c| {
                 c.starts_with("service-") && c.ends_with(&suffix)
@@ -150,8 +150,9 @@ impl RuleReader {
             self.run(&[&format!("{}/iptables", self.iptables_dir()), "-t", "nat", "-S", &chain])
         };
         let ips = if self.node.mode == "nftables" {
-            // ... goto endpoint-XXXX-ns/web/tcp/http__10.244.1.5/8080 ...
-            text.split("__").skip(1).filter_map(|s| s.split('/').next()).map(str::to_string).collect()
+            // meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.244.1.10 . 8080, 1 : 10.244.2.3 . 8080 }
+            let segments: Vec<&str> = text.split(" . ").collect();
+            segments[..segments.len() - 1].iter().filter_map(|s| s.split_whitespace().last()).map(str::to_string).collect()
         } else {
             // -A KUBE-SVC-X -m comment --comment "ns/web:http -> 10.244.1.5:8080" ... -j KUBE-SEP-Y
             text.split("-> ").skip(1).filter_map(|s| s.split(':').next()).map(str::to_string).collect()

@@ -9,10 +9,9 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::Api;
 
 mod common;
 use serde_json::json;
