@@ -185,10 +185,11 @@ async fn pods_are_created_unmutated_when_the_webhook_is_down() {
     common::register_webhook(&client, hook_name, ns, port).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    // a real pod on a real node (kubelet + containerd): it is admitted, starts and serves
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "unmutated", "namespace": ns},
-        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+        "spec": common::on_real_nodes(json!({"containers": [common::testapp_container("c")]}))
     }))
     .unwrap();
     let started = Instant::now();
@@ -196,6 +197,20 @@ async fn pods_are_created_unmutated_when_the_webhook_is_down() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(6), "admission took {took:?}, above the 5 s webhook timeout");
     assert!(created.spec.unwrap().containers[0].lifecycle.is_none(), "not mutated");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ip = loop {
+        let p = api.get("unmutated").await.unwrap();
+        let st = p.status.unwrap_or_default();
+        let ready = st.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        if ready && let Some(ip) = st.pod_ip {
+            break ip;
+        }
+        assert!(Instant::now() < deadline, "the unmutated pod never became Ready on its real node");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    // the host reaches the pod CIDRs over the nodes' veths: the container really runs
+    let body = reqwest::get(format!("http://{ip}:8080/")).await.expect("GET the pod").text().await.unwrap();
+    assert_eq!(body.trim(), "unmutated", "the pod answers with its name");
     common::cleanup(&client, hook_name, ns).await;
 }
 

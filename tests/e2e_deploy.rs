@@ -102,6 +102,8 @@ struct RuleReader {
     node: RealNode,
     ns: String,
     chain: Option<String>,
+    /// iptables: endpoint chain (KUBE-SEP-…, named after a hash of the endpoint) -> its IP.
+    sep_ip: BTreeMap<String, String>,
 }
 
 impl RuleReader {
@@ -154,8 +156,24 @@ impl RuleReader {
             let segments: Vec<&str> = text.split(" . ").collect();
             segments[..segments.len() - 1].iter().filter_map(|s| s.split_whitespace().last()).map(str::to_string).collect()
         } else {
-            // -A KUBE-SVC-X -m comment --comment "ns/web:http -> 10.244.1.5:8080" ... -j KUBE-SEP-Y
-            text.split("-> ").skip(1).filter_map(|s| s.split(':').next()).map(str::to_string).collect()
+            // -A KUBE-SVC-X ... -j KUBE-SEP-Y: above 1,000 endpoints kube-proxy drops the rule
+            // comments that name the endpoint, so each KUBE-SEP chain's DNAT target is read (once:
+            // the chain name is a hash of the endpoint, so it never changes its IP)
+            let seps: Vec<String> = text.split_whitespace().filter(|w| w.starts_with("KUBE-SEP-")).map(str::to_string).collect();
+            let mut ips = BTreeSet::new();
+            for sep in seps {
+                if !self.sep_ip.contains_key(&sep) {
+                    let rules = self.run(&[&format!("{}/iptables", self.iptables_dir()), "-t", "nat", "-S", &sep]);
+                    // -A KUBE-SEP-Y -p tcp ... -j DNAT --to-destination 10.244.1.5:8080
+                    if let Some(ip) = rules.split("--to-destination ").nth(1).and_then(|r| r.split(':').next()) {
+                        self.sep_ip.insert(sep.clone(), ip.to_string());
+                    }
+                }
+                if let Some(ip) = self.sep_ip.get(&sep) {
+                    ips.insert(ip.clone());
+                }
+            }
+            ips
         };
         Some(ips)
     }
@@ -170,7 +188,7 @@ fn spawn_samplers(nodes: &[RealNode], ns: &str, stop: Arc<AtomicBool>, out: Tran
     nodes
         .iter()
         .map(|node| {
-            let mut reader = RuleReader { node: node.clone(), ns: ns.to_string(), chain: None };
+            let mut reader = RuleReader { node: node.clone(), ns: ns.to_string(), chain: None, sep_ip: BTreeMap::new() };
             let (stop, out) = (stop.clone(), out.clone());
             std::thread::spawn(move || {
                 let mut present: BTreeSet<String> = BTreeSet::new();
@@ -205,22 +223,14 @@ fn service(ns: &str) -> Service {
 }
 
 fn deployment(ns: &str, replicas: u32) -> Value {
-    let taint = std::env::var("ST_REAL_NODE_TAINT").unwrap_or_else(|_| "safe-termination.e2e/real-node".into());
+    let mut spec = common::on_real_nodes(json!({"enableServiceLinks": false, "containers": [common::testapp_container("web")]}));
+    // each ReplicaSet's pods spread over both real nodes
+    spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["pod-template-hash"]}]);
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {
-                    "automountServiceAccountToken": false,
-                    "enableServiceLinks": false,
-                    "nodeSelector": {"safe-termination.e2e/node-type": "real"},
-                    "tolerations": [{"key": taint, "operator": "Exists", "effect": "NoSchedule"}],
-                    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
-                        "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["pod-template-hash"]}],
-                    "containers": [{"name": "web", "image": "st.local/testapp:1", "imagePullPolicy": "Never",
-                        "ports": [{"name": "http", "containerPort": 8080}],
-                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1, "failureThreshold": 1}}]}}}})
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": spec}}})
 }
 
 fn int_or_percent(s: &str) -> Value {
@@ -264,7 +274,7 @@ async fn wait_rolled_out(client: &Client, ns: &str, replicas: u32, secs: u64) {
 /// Waits until both nodes' rules hold exactly the IPs of the namespace's ready pods.
 async fn wait_rules_match(client: &Client, nodes: &[RealNode], ns: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let mut readers: Vec<RuleReader> = nodes.iter().map(|n| RuleReader { node: n.clone(), ns: ns.into(), chain: None }).collect();
+    let mut readers: Vec<RuleReader> = nodes.iter().map(|n| RuleReader { node: n.clone(), ns: ns.into(), chain: None, sep_ip: BTreeMap::new() }).collect();
     wait_for("pods' IPs in every node's rules", 120, async || {
         let want: BTreeSet<String> = pods.list(&Default::default()).await.ok()?.items.iter().filter_map(|p| p.status.as_ref()?.pod_ip.clone()).collect();
         readers.iter_mut().all(|r| r.endpoint_ips().is_some_and(|got| got == want)).then_some(())
@@ -524,10 +534,15 @@ async fn deploy_experiment() {
     let mut scale_ready = false;
     for spec in &specs {
         if spec.extra_services > 0 && !scale_ready {
-            common::fresh_namespace(&client, SCALE_NS).await;
-            let t0 = Instant::now();
-            common::create_services(&client, SCALE_NS, spec.extra_services).await;
-            println!("== created {} Services with endpoints in {:.1} s; waiting for the kube-proxies", spec.extra_services, t0.elapsed().as_secs_f64());
+            // the fixture of an earlier experiment on this cluster is reused when complete
+            let have = Api::<Service>::namespaced(client.clone(), SCALE_NS).list(&Default::default()).await.map_or(0, |l| l.items.len());
+            if have != spec.extra_services {
+                common::fresh_namespace(&client, SCALE_NS).await;
+                let t0 = Instant::now();
+                common::create_services(&client, SCALE_NS, spec.extra_services).await;
+                println!("== created {} Services with endpoints in {:.1} s", spec.extra_services, t0.elapsed().as_secs_f64());
+            }
+            println!("== waiting for the kube-proxies to sync {} extra Services", spec.extra_services);
             wait_proxies_idle(&nodes).await;
             scale_ready = true;
         }
@@ -539,7 +554,7 @@ async fn deploy_experiment() {
             .delete(&format!("{HOOK}-{}", spec.name), &DeleteParams::default())
             .await;
     }
-    if scale_ready {
+    if scale_ready && std::env::var("ST_EXP_KEEP_SCALE").is_err() {
         let _ = Api::<Namespace>::all(client.clone()).delete(SCALE_NS, &DeleteParams::default()).await;
     }
 

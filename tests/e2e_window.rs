@@ -1,11 +1,13 @@
 //! The ground truth of the propagation window, and kube-proxy at scale, on the real local
 //! control plane (e2e/README.md). `#[ignore]`d in `cargo test`; run by `make e2e`.
 //!
-//! Ground truth: during a rolling update of a Deployment behind a Service, the real kube-proxies'
-//! rules are sampled inside their network namespaces (read only: `iptables-save` for the
-//! iptables-nft node, `nft list table` for the nftables node) and, for each terminating pod, the
-//! time from when its deletion was observed until its IP left each node's rules is recorded. It
-//! must be below the preStop sleep the webhook injected into that pod.
+//! Ground truth: during a rolling update of a Deployment of real pods (the test app on the real
+//! nodes: kubelet + containerd) behind a Service, the real kube-proxies' rules are sampled inside
+//! their network namespaces (read only: `iptables-save` for the iptables-nft node, `nft list
+//! table` for the nftables node) and, for each terminating pod, the time from when its deletion
+//! was observed until its IP left each node's rules is recorded. It must be below the preStop
+//! sleep the webhook injected into that pod, and the kubelet must really run that sleep: the pod
+//! stays until its sleep has passed.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -64,7 +66,7 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
             "spec": {"replicas": 4, "strategy": {"rollingUpdate": {"maxSurge": 4, "maxUnavailable": 2}},
                 "selector": {"matchLabels": {"app": "web"}},
                 "template": {"metadata": {"labels": {"app": "web"}, "annotations": {"rollout": generation.to_string()}},
-                    "spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}]}}}}))
+                    "spec": common::on_real_nodes(json!({"containers": [common::testapp_container("web")]}))}}}))
         .unwrap()
     };
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
@@ -103,20 +105,28 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
         })
         .collect();
 
-    // watch pods: when did each old pod's deletion become visible?
+    // watch pods: when did each old pod's deletion become visible, and when was it gone?
     let started = Instant::now();
     let seen_terminating: Arc<Mutex<BTreeMap<String, f64>>> = Arc::default();
+    let seen_gone: Arc<Mutex<BTreeMap<String, f64>>> = Arc::default();
     let watch = {
-        let seen = seen_terminating.clone();
+        let (seen, gone) = (seen_terminating.clone(), seen_gone.clone());
         let pods = pods.clone();
         tokio::spawn(async move {
-            let mut s = std::pin::pin!(watcher(pods, watcher::Config::default()).applied_objects().default_backoff());
+            let mut s = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
             use futures::StreamExt;
-            while let Some(Ok(p)) = s.next().await {
-                if p.metadata.deletion_timestamp.is_some()
-                    && let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone())
-                {
-                    seen.lock().unwrap().entry(ip).or_insert(started.elapsed().as_secs_f64());
+            while let Some(Ok(ev)) = s.next().await {
+                let (p, deleted) = match ev {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
+                    watcher::Event::Delete(p) => (p, true),
+                    _ => continue,
+                };
+                let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) else { continue };
+                let t = started.elapsed().as_secs_f64();
+                if deleted {
+                    gone.lock().unwrap().entry(ip).or_insert(t);
+                } else if p.metadata.deletion_timestamp.is_some() {
+                    seen.lock().unwrap().entry(ip).or_insert(t);
                 }
             }
         })
@@ -148,8 +158,21 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     tokio::time::sleep(Duration::from_millis(300)).await;
     deployments.patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(&deploy(2))).await.unwrap();
     sampler.await.unwrap();
+    // the old pods are gone only after the kubelet ran their preStop sleep (and SIGTERM)
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen_gone.lock().unwrap().len() < sleep_of.len() {
+        assert!(Instant::now() < deadline, "old pods not gone: {:?}", seen_gone.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     watch.abort();
     let seen = seen_terminating.lock().unwrap().clone();
+    for (ip, t_gone) in seen_gone.lock().unwrap().iter() {
+        let (t_deleted, sleep) = (seen[ip], sleep_of[ip]);
+        let lived = t_gone - t_deleted;
+        println!("{ip}: gone {lived:.3} s after its deletion (real preStop sleep {sleep} s)");
+        // 0.3 s: the two watch events are observed by one client, the kubelet's clock is the host's
+        assert!(lived >= sleep - 0.3, "{ip}: gone {lived:.3} s after deletion, before its {sleep} s preStop sleep ended");
+    }
     let removed = removed.lock().unwrap().clone();
     let mut delays = Vec::new();
     for ((node, ip), t_removed) in &removed {

@@ -265,3 +265,27 @@ pub async fn create_services(client: &Client, ns: &str, n: usize) {
         .collect::<Vec<_>>()
         .await;
 }
+
+/// The project's test app image (e2e/build-images.sh), imported into every real node's
+/// containerd: a pod running it must use `imagePullPolicy: Never` (there is no registry).
+pub const TESTAPP_IMAGE: &str = "st.local/testapp:1";
+
+/// A pod spec (`spec` of a Pod or a pod template) that runs on the cluster's real nodes
+/// (e2e/nodes.sh): their node label as nodeSelector and a toleration of their NoSchedule taint,
+/// which keeps every other pod on the kwok nodes.
+pub fn on_real_nodes(mut spec: Value) -> Value {
+    let taint = std::env::var("ST_REAL_NODE_TAINT").unwrap_or_else(|_| "safe-termination.e2e/real-node".into());
+    spec["nodeSelector"] = json!({"safe-termination.e2e/node-type": "real"});
+    spec["tolerations"] = json!([{"key": taint, "operator": "Exists", "effect": "NoSchedule"}]);
+    spec["automountServiceAccountToken"] = json!(false);
+    spec
+}
+
+/// The test app's container: answers `GET /` with its pod name on :8080, ready on /healthz,
+/// exits ~100 ms after SIGTERM (no graceful shutdown).
+pub fn testapp_container(name: &str) -> Value {
+    json!({"name": name, "image": TESTAPP_IMAGE, "imagePullPolicy": "Never",
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1, "failureThreshold": 1}})
+}
