@@ -18,8 +18,8 @@
 
 use safe_termination::analysis::{AnalysisOptions, analyze};
 use safe_termination::crd::TerminationPolicySpec;
-use safe_termination::operator::measure::MeasurementStore;
-use safe_termination::operator::scrape::{ScrapeOptions, Target, parse_static_targets, record_outcomes, scrape_all, scrape_client};
+use safe_termination::measure::MeasurementStore;
+use safe_termination::sources::scrape::{ScrapeOptions, Target, parse_static_targets, record_outcomes, scrape_all, scrape_client};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};

@@ -164,7 +164,7 @@ mod tests {
 mod mixed_mode_tests {
     use super::*;
     use crate::advisor::AdviceReason;
-    use crate::metrics::parse_kube_proxy_metrics;
+    use crate::exposition::parse_kube_proxy_metrics;
 
     #[test]
     fn mixed_modes_each_get_their_migration_advice() {
@@ -192,7 +192,7 @@ mod mixed_mode_tests {
 mod low_sample_tests {
     use super::*;
     use crate::advisor::AdviceReason;
-    use crate::metrics::parse_kube_proxy_metrics;
+    use crate::exposition::parse_kube_proxy_metrics;
 
     /// A node whose `n` syncs all took at most 0.1 s.
     fn fast(name: &str, n: u32) -> NodeInput {

@@ -17,10 +17,10 @@ use safe_termination::advisor::{AdviceReason, ClusterFacts, Thresholds};
 use safe_termination::analysis::{AnalysisOptions, AnalysisReport, analyze};
 use safe_termination::crd::TerminationPolicySpec;
 use safe_termination::model::{Basis, Interval, ProxyMode};
-use safe_termination::operator::measure::MeasurementStore;
-use safe_termination::operator::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
-use safe_termination::operator::proxyconfig::ResolvedProxyConfig;
-use safe_termination::operator::scrape::{
+use safe_termination::measure::MeasurementStore;
+use safe_termination::sources::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
+use safe_termination::sources::proxyconfig::ResolvedProxyConfig;
+use safe_termination::sources::scrape::{
     Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, discover, fetch_configz,
     read_proxy_configmap, record_outcomes, resolve_proxy_config, scrape_all, scrape_client, scrape_once,
 };
@@ -148,7 +148,7 @@ fn approx(actual: f64, expected: f64, tol: f64) {
     assert!((actual - expected).abs() <= tol, "expected {expected} ± {tol}, got {actual}");
 }
 
-fn failure(o: &ScrapeOutcome) -> &safe_termination::operator::measure::NodeFailure {
+fn failure(o: &ScrapeOutcome) -> &safe_termination::measure::NodeFailure {
     o.result.as_ref().err().unwrap_or_else(|| panic!("{}: expected a failure", o.node))
 }
 

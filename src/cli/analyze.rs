@@ -4,7 +4,7 @@
 use crate::advisor::{ClusterFacts, Thresholds, parse_version};
 use crate::analysis::{AnalysisOptions, AnalysisReport, DEFAULT_MIN_SYNC_PERIOD_SECONDS, analyze};
 use crate::cli::{OutputFormat, load_policy_spec, number_in, whole_in};
-use crate::metrics::parse_kube_proxy_metrics;
+use crate::exposition::parse_kube_proxy_metrics;
 use crate::model::{Basis, NodeInput, ProxyMode};
 use crate::sources;
 use std::fmt::Write as _;
@@ -174,7 +174,7 @@ async fn load(
     source: &str,
     client: &reqwest::Client,
     max_body_bytes: usize,
-) -> Result<(crate::metrics::KubeProxyScrape, Option<ProxyMode>), InputError> {
+) -> Result<(crate::exposition::KubeProxyScrape, Option<ProxyMode>), InputError> {
     let fetched = if let Some(scheme) = sources::url_scheme(source)
         && !sources::is_url(source)
     {
@@ -294,7 +294,7 @@ pub fn render_text(r: &AnalysisReport) -> String {
         "NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS"
     );
     for n in &r.nodes {
-        let q = |q: Option<crate::metrics::Quantile>| match q {
+        let q = |q: Option<crate::exposition::Quantile>| match q {
             Some(q) if q.beyond_top_bucket => format!(">{:.3}s", q.seconds),
             Some(q) => format!("{:.3}s", q.seconds),
             None => "-".into(),

@@ -11,14 +11,14 @@ use crate::advisor::Thresholds;
 use crate::cli::webhook::{Listeners, Served, ServingArgs, WebhookError, serve_with};
 use crate::cli::{number_in, whole_in};
 use crate::model::ProxyMode;
-use crate::operator::cluster::ClusterIndex;
-use crate::operator::controller::{self, Context, Settings};
-use crate::operator::measure::{MeasurementStore, Sample};
-use crate::operator::metrics::{ControllerMetrics, KubeProxyMetrics};
-use crate::operator::planner::DefaultPolicyRef;
-use crate::operator::prometheus::{PrometheusLoop, PrometheusSource};
-use crate::operator::scrape::{Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, TargetSource, parse_static_targets, unix_now};
-use crate::operator::tasks;
+use crate::controller::cluster::ClusterIndex;
+use crate::controller::reconcile::{self, Context, Settings};
+use crate::measure::{MeasurementStore, Sample};
+use crate::controller::metrics::{ControllerMetrics, KubeProxyMetrics};
+use crate::controller::planner::DefaultPolicyRef;
+use crate::sources::prometheus::{PrometheusLoop, PrometheusSource};
+use crate::sources::scrape::{Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, TargetSource, parse_static_targets, unix_now};
+use crate::controller::tasks;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{Readiness, Telemetry};
 use crate::webhook::server::PlanHandle;
@@ -165,7 +165,7 @@ fn store_from_files(specs: &[String], window: f64) -> Result<MeasurementStore, S
         let (node, path) = spec.split_once('=').ok_or_else(|| format!("--metrics-file {spec:?}: expected NODE=FILE"))?;
         let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
         let text = crate::sources::decode_utf8(path, bytes).map_err(|e| e.to_string())?;
-        let scrape = crate::metrics::parse_kube_proxy_metrics(&text).map_err(|e| e.at(path))?;
+        let scrape = crate::exposition::parse_kube_proxy_metrics(&text).map_err(|e| e.at(path))?;
         store.record(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None });
     }
     Ok(store)
@@ -265,14 +265,14 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
 
     // operator-managed webhook certificates (leader writes; --write-cert-files: every replica copies)
     if let Some(secret) = &args.cert_secret {
-        let mut cfg = crate::operator::certs::CertConfig::new(secret, &args.namespace, &args.webhook_service);
+        let mut cfg = crate::webhook::certs::CertConfig::new(secret, &args.namespace, &args.webhook_service);
         cfg.extra_sans = args.cert_extra_sans.clone();
         cfg.webhook_configuration = args.webhook_configuration.clone();
         cfg.files = args.write_cert_files.then(|| (args.serving.tls_cert_file.clone(), args.serving.tls_key_file.clone()));
         cfg.interval = Duration::from_secs(args.cert_check_interval_seconds.max(1));
         let (client, leader, stop) = (client.clone(), leader_rx.clone(), stop.clone());
         tasks.spawn(async move {
-            crate::operator::certs::run(client, cfg, leader, stop).await;
+            crate::webhook::certs::run(client, cfg, leader, stop).await;
             "certificates"
         });
     }
@@ -373,7 +373,7 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
         };
         let (client, leader, stop) = (client.clone(), leader_rx.clone(), stop.clone());
         tasks.spawn(async move {
-            controller::run(client, make, generation_rx, leader, stop).await;
+            reconcile::run(client, make, generation_rx, leader, stop).await;
             "controller"
         });
     }

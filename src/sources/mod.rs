@@ -1,13 +1,17 @@
-//! Metrics sources for the command line: a saved scrape file, standard input, or one kube-proxy's
+//! Measurement sources: for the command line: a saved scrape file, standard input, or one kube-proxy's
 //! metrics URL (`http(s)://host:10249/metrics`, with `/proxyMode` read from the same server).
+
+pub mod prometheus;
+pub mod proxyconfig;
+pub mod scrape;
 
 use crate::model::ProxyMode;
 use std::time::Duration;
 
 /// Default cap on a `/metrics` body, bytes: the operator's scraper's
-/// ([`crate::operator::scrape::DEFAULT_MAX_BODY_BYTES`]); a large cluster's scrape is a few
+/// ([`crate::sources::scrape::DEFAULT_MAX_BODY_BYTES`]); a large cluster's scrape is a few
 /// hundred KB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = crate::operator::scrape::DEFAULT_MAX_BODY_BYTES;
+pub const DEFAULT_MAX_BODY_BYTES: usize = crate::sources::scrape::DEFAULT_MAX_BODY_BYTES;
 /// Cap on a `/proxyMode` body, bytes (the answer is one word such as `iptables`).
 pub const MAX_PROXY_MODE_BYTES: usize = 64 * 1024;
 

@@ -27,11 +27,11 @@
 //! [`PrometheusSnapshot::into_store`] builds a fresh store per query, which [`PrometheusLoop`]
 //! swaps in.
 
-use crate::metrics::{Bucket, Histogram, HistogramFamily, KubeProxyScrape};
+use crate::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape};
 use crate::model::NodeInput;
-use crate::operator::measure::{MeasurementStore, NodeFailure, Sample};
-use crate::operator::proxyconfig::ResolvedProxyConfig;
-use crate::operator::scrape::{Jitter, read_proxy_configmap, reason, unix_now};
+use crate::measure::{MeasurementStore, NodeFailure, Sample};
+use crate::sources::proxyconfig::ResolvedProxyConfig;
+use crate::sources::scrape::{Jitter, read_proxy_configmap, reason, unix_now};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -349,7 +349,7 @@ impl PrometheusSource {
         }
         base.set_query(None);
         let query_url = base.join("api/v1/query").map_err(|e| url_err(e.to_string()))?;
-        Ok(Self { query_url, client: crate::operator::scrape::scrape_client(timeout), window_seconds: window.as_secs_f64() })
+        Ok(Self { query_url, client: crate::sources::scrape::scrape_client(timeout), window_seconds: window.as_secs_f64() })
     }
 
     /// The `/api/v1/query` URL used.
@@ -430,7 +430,7 @@ impl PrometheusLoop {
             source,
             store,
             generation,
-            interval: crate::operator::scrape::DEFAULT_INTERVAL,
+            interval: crate::sources::scrape::DEFAULT_INTERVAL,
             last_error: Arc::default(),
             config: None,
             rounds: AtomicU64::new(0),
@@ -438,7 +438,7 @@ impl PrometheusLoop {
     }
 
     /// Also reads kube-proxy's configuration from its ConfigMap in `namespace`
-    /// ([`crate::operator::scrape::read_proxy_configmap`]) on the first round and every
+    /// ([`crate::sources::scrape::read_proxy_configmap`]) on the first round and every
     /// `every` rounds (at least 1), publishing it into `shared`; when it cannot be read,
     /// `shared` gets the 1 s default with the reason in its notes.
     pub fn with_configmap(mut self, client: kube::Client, namespace: &str, shared: Arc<RwLock<ResolvedProxyConfig>>, every: u64) -> Self {

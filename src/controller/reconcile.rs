@@ -4,8 +4,8 @@
 //! lease write nothing (they serve the plan from the status the leader wrote).
 
 use super::cluster::ClusterIndex;
-use super::measure::MeasurementStore;
-use super::proxyconfig::ResolvedProxyConfig;
+use crate::measure::MeasurementStore;
+use crate::sources::proxyconfig::ResolvedProxyConfig;
 use super::metrics::{ControllerMetrics, KubeProxyMetrics, PolicyLabel, PolicyStateLabel, ResultLabel};
 use super::status::{self, MeasurementMeta};
 use crate::advisor::{ClusterFacts, Thresholds};

@@ -2,7 +2,7 @@
 //! delta of cumulative histogram buckets over (at least) the window rather than kube-proxy's
 //! whole lifetime. Pure: the scraper records, the controller reads.
 
-use crate::metrics::KubeProxyScrape;
+use crate::exposition::KubeProxyScrape;
 use crate::model::{NodeInput, ProxyMode};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};

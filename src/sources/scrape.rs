@@ -19,10 +19,10 @@
 //! - [`ScrapeMetrics`]: `scrape_errors_total{reason}`, `scrape_duration_seconds`,
 //!   `scrape_targets` for the process registry.
 
-use crate::metrics::parse_kube_proxy_metrics;
+use crate::exposition::parse_kube_proxy_metrics;
 use crate::model::ProxyMode;
-use crate::operator::measure::{MeasurementStore, NodeFailure, Sample};
-use crate::operator::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
+use crate::measure::{MeasurementStore, NodeFailure, Sample};
+use crate::sources::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
 use crate::sources::connect_hint;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -677,7 +677,7 @@ impl Jitter {
 /// the generation counter. The store's mutex is only held for the (synchronous) recording.
 ///
 /// ```no_run
-/// # use safe_termination::operator::{measure::MeasurementStore, scrape::*};
+/// # use safe_termination::{measure::MeasurementStore, sources::scrape::*};
 /// # use std::sync::{Arc, Mutex};
 /// # async fn f() -> Result<(), String> {
 /// let store = Arc::new(Mutex::new(MeasurementStore::new(600.0)));
