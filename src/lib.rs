@@ -3,11 +3,13 @@
 //! terminationGracePeriodSeconds from it.
 //!
 //! Layout (docs/architecture.md): a pure core with no I/O ([`exposition`], [`model`],
-//! [`measure`], [`sizing`], [`advisor`], [`analysis`], [`crd`]); adapters around it: the
+//! [`measure`], [`sizing`], [`advisor`], [`analysis`], [`crd`], [`selector`],
+//! [`annotations`]); adapters around it: the
 //! measurement [`sources`], the TerminationPolicy [`controller`] and the admission [`webhook`];
 //! the composition root in `src/main.rs` with its command modules in [`cli`].
 
 pub mod advisor;
+pub mod annotations;
 pub mod analysis;
 pub mod cli;
 pub mod controller;
@@ -15,6 +17,7 @@ pub mod crd;
 pub mod exposition;
 pub mod measure;
 pub mod model;
+pub mod selector;
 pub mod shutdown;
 pub mod sizing;
 pub mod sources;

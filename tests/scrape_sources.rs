@@ -19,10 +19,11 @@ use safe_termination::crd::TerminationPolicySpec;
 use safe_termination::model::{Basis, Interval, ProxyMode};
 use safe_termination::measure::MeasurementStore;
 use safe_termination::sources::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
+use safe_termination::sources::fetch::http_client;
 use safe_termination::sources::proxyconfig::ResolvedProxyConfig;
 use safe_termination::sources::scrape::{
     Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, discover, fetch_configz,
-    read_proxy_configmap, record_outcomes, resolve_proxy_config, scrape_all, scrape_client, scrape_once,
+    read_proxy_configmap, record_outcomes, resolve_proxy_config, scrape_all, scrape_once,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -127,7 +128,7 @@ fn opts(timeout_ms: u64) -> ScrapeOptions {
 }
 
 fn client() -> reqwest::Client {
-    scrape_client(Duration::from_secs(5))
+    http_client(Duration::from_secs(5))
 }
 
 fn analysis_options() -> AnalysisOptions {
@@ -715,7 +716,6 @@ fn endless_body() -> axum::body::Body {
 #[tokio::test]
 async fn cli_url_fetch_stops_at_the_body_limit() {
     use safe_termination::sources::{MAX_PROXY_MODE_BYTES, fetch_url};
-    let http_client = scrape_client;
     let endless = serve(Router::new().route("/metrics", get(|| async { endless_body() }))).await;
     let url = format!("http://{endless}/metrics");
     let start = Instant::now();

@@ -679,7 +679,7 @@ impl Direct {
         let plan = PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto }.plan().unwrap();
         let state = WebhookState {
             plan: safe_termination::webhook::PlanHandle::with_plan(plan),
-            services: Arc::new(safe_termination::webhook::AssumeServiceBacked),
+            services: Arc::new(safe_termination::selector::AssumeServiceBacked),
             metrics: safe_termination::telemetry::Telemetry::new().webhook().clone(),
             settings,
         };

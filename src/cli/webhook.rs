@@ -10,7 +10,7 @@ use crate::cli::mutate::PlanArgs;
 use crate::cli::whole_in;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{self, Readiness, Telemetry};
-use crate::webhook::plan::{AssumeServiceBacked, ServiceIndex};
+use crate::selector::{AssumeServiceBacked, ServiceIndex};
 use crate::webhook::server::{self, PlanHandle, Settings, WebhookState};
 use crate::webhook::tls::{CertReloader, CertificateStore};
 use std::net::SocketAddr;

@@ -4,7 +4,7 @@
 //! Memory stays small: a Service is kept as its selector and port count, an EndpointSlice as its
 //! endpoint count; nothing else of either object is retained.
 
-use crate::webhook::plan::{Labels, ServiceIndex};
+use crate::selector::{Labels, ServiceIndex};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;

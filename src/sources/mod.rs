@@ -1,19 +1,20 @@
-//! Measurement sources: for the command line: a saved scrape file, standard input, or one kube-proxy's
-//! metrics URL (`http(s)://host:10249/metrics`, with `/proxyMode` read from the same server).
+//! Measurement sources: everything that reads kube-proxy's numbers from outside the process.
+//!
+//! - For the command line (this module): a saved scrape file, standard input, or one
+//!   kube-proxy's metrics URL (`http(s)://host:10249/metrics`, with `/proxyMode` read from the
+//!   same server).
+//! - For the operator: every kube-proxy scraped ([`scrape`]), a Prometheus server
+//!   ([`prometheus`]), and kube-proxy's configuration ([`proxyconfig`]).
+//! - The one size-limited HTTP fetcher all of them use ([`fetch`]).
 
+pub mod fetch;
 pub mod prometheus;
 pub mod proxyconfig;
 pub mod scrape;
 
 use crate::model::ProxyMode;
-use std::time::Duration;
 
-/// Default cap on a `/metrics` body, bytes: the operator's scraper's
-/// ([`crate::sources::scrape::DEFAULT_MAX_BODY_BYTES`]); a large cluster's scrape is a few
-/// hundred KB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = crate::sources::scrape::DEFAULT_MAX_BODY_BYTES;
-/// Cap on a `/proxyMode` body, bytes (the answer is one word such as `iptables`).
-pub const MAX_PROXY_MODE_BYTES: usize = 64 * 1024;
+pub use fetch::{DEFAULT_MAX_BODY_BYTES, MAX_PROXY_MODE_BYTES, connect_hint, http_client};
 
 /// Why a source could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -107,93 +108,26 @@ pub fn decode_utf8(origin: &str, bytes: Vec<u8>) -> Result<String, SourceError> 
     })
 }
 
-/// Explains a failed connection the way an operator needs it explained: the error and its
-/// causes, plus a hint for a refused connection (kube-proxy's 127.0.0.1 bind), a connect
-/// timeout (a firewall on the URL's port) or a timeout after connecting (no answer in time).
-pub fn connect_hint(err: &reqwest::Error) -> String {
-    let mut msg = err.to_string();
-    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(err);
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    if err.is_connect() && msg.to_ascii_lowercase().contains("refused") {
-        msg.push_str(
-            " (kube-proxy binds its metrics server to 127.0.0.1:10249 by default: set metricsBindAddress: 0.0.0.0:10249 in its KubeProxyConfiguration, or use the Prometheus source)",
-        );
-    } else if err.is_timeout() && err.is_connect() {
-        // the connection never completed: dropped packets look like this
-        let port = err.url().and_then(|u| u.port_or_known_default()).map_or_else(|| "the port".to_string(), |p| format!("port {p}"));
-        msg.push_str(&format!(" (timed out connecting: is a NetworkPolicy or host firewall blocking {port}?)"));
-    } else if err.is_timeout() {
-        msg.push_str(" (timed out after connecting: no complete answer in time; is kube-proxy overloaded?)");
-    }
-    msg
-}
-
-/// Reads `resp`'s body chunk by chunk, stopping with an error as soon as it passes `limit`
-/// bytes (an endless or huge body never grows memory beyond the limit).
-async fn read_limited(mut resp: reqwest::Response, url: &str, limit: usize, flag: &str) -> Result<Vec<u8>, SourceError> {
-    let http = |message: String| SourceError::Http { url: redact(url), message };
-    let mut buf: Vec<u8> = Vec::with_capacity(resp.content_length().map_or(64 * 1024, |n| n as usize).min(limit));
-    while let Some(chunk) = resp.chunk().await.map_err(|e| http(connect_hint(&e)))? {
-        if buf.len() + chunk.len() > limit {
-            return Err(http(format!("body larger than {limit} bytes{flag}: stopped reading")));
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf)
-}
-
 /// Fetches `url`, reading at most `max_body_bytes` of its body (more is an error naming the URL
-/// and the limit), and, from the same server, `/proxyMode` (at most [`MAX_PROXY_MODE_BYTES`]). A
-/// failing `/proxyMode` is not an error (older or non-Linux kube-proxies may not serve it): an
-/// error status, a body over its limit or an unknown mode all leave the mode to inference.
+/// and the limit), and, from the same server, `/proxyMode` ([`fetch::proxy_mode`]: best effort,
+/// a failing `/proxyMode` leaves the mode to inference).
 pub async fn fetch_url(client: &reqwest::Client, url: &str, max_body_bytes: usize) -> Result<Fetched, SourceError> {
     let shown = redact(url);
-    let http = |message: String| SourceError::Http { url: shown.clone(), message };
-    let resp = client.get(url).send().await.map_err(|e| http(connect_hint(&e)))?;
-    if !resp.status().is_success() {
-        return Err(http(format!("HTTP {}", resp.status())));
-    }
-    let body = read_limited(resp, url, max_body_bytes, " (--max-body-bytes)").await?;
+    let mode_url = reqwest::Url::parse(url).ok().map(|mut u| {
+        u.set_path("/proxyMode");
+        u.set_query(None);
+        u.to_string()
+    });
+    let (body, proxy_mode) = fetch::fetch_scrape(client, url, mode_url.as_deref(), max_body_bytes).await;
+    let body = body.map_err(|e| SourceError::Http {
+        message: match e {
+            fetch::FetchError::TooLarge { .. } => format!("{e} (--max-body-bytes): stopped reading"),
+            _ => e.to_string(),
+        },
+        url: shown.clone(),
+    })?;
     let text = decode_utf8(&shown, body)?;
-    let proxy_mode = match reqwest::Url::parse(url) {
-        Ok(mut u) => {
-            u.set_path("/proxyMode");
-            u.set_query(None);
-            match client.get(u.clone()).send().await {
-                Ok(r) if r.status().is_success() => read_limited(r, u.as_str(), MAX_PROXY_MODE_BYTES, "")
-                    .await
-                    .ok()
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .and_then(|t| ProxyMode::parse(&t)),
-                _ => None,
-            }
-        }
-        Err(_) => None,
-    };
     Ok(Fetched { text, proxy_mode })
-}
-
-/// An HTTP client for scraping: rustls (ring), the given per-request timeout, no proxy. The
-/// connect timeout is 100 ms shorter (at least half the timeout), so that a connection that never
-/// completes ends as a connect timeout (see [`connect_hint`]) rather than racing the overall one.
-pub fn http_client(timeout: Duration) -> reqwest::Client {
-    let connect_timeout = timeout.saturating_sub(Duration::from_millis(100)).max(timeout / 2);
-    // reqwest's rustls (and `Client::new`, which panics without one) needs a process-wide
-    // crypto provider: the binary installs ring first; this covers library callers and tests
-    // (a no-op when one is installed)
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(connect_timeout)
-        .no_proxy()
-        .build()
-        .unwrap_or_else(|_| reqwest::Client::new())
 }
 
 #[cfg(test)]

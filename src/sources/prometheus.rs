@@ -32,6 +32,7 @@ use crate::model::NodeInput;
 use crate::measure::{MeasurementStore, NodeFailure, Sample};
 use crate::sources::proxyconfig::ResolvedProxyConfig;
 use crate::sources::scrape::{Jitter, read_proxy_configmap, reason, unix_now};
+use crate::sources::fetch::{DEFAULT_MAX_BODY_BYTES, FetchError, read_limited};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -349,7 +350,7 @@ impl PrometheusSource {
         }
         base.set_query(None);
         let query_url = base.join("api/v1/query").map_err(|e| url_err(e.to_string()))?;
-        Ok(Self { query_url, client: crate::sources::scrape::scrape_client(timeout), window_seconds: window.as_secs_f64() })
+        Ok(Self { query_url, client: crate::sources::fetch::http_client(timeout), window_seconds: window.as_secs_f64() })
     }
 
     /// The `/api/v1/query` URL used.
@@ -368,12 +369,11 @@ impl PrometheusSource {
     /// ([`PrometheusError::Api`]), another non-2xx answer ([`PrometheusError::Http`]), or a
     /// body that is not an instant vector ([`PrometheusError::Decode`]).
     pub async fn query(&self, promql: &str) -> Result<Vec<VectorSample>, PrometheusError> {
-        let transport =
-            |e: reqwest::Error| PrometheusError::Transport { url: self.query_url.to_string(), message: crate::sources::connect_hint(&e) };
-        let resp = self.client.get(self.query_url.clone()).query(&[("query", promql)]).send().await.map_err(transport)?;
+        let transport = |e: FetchError| PrometheusError::Transport { url: self.query_url.to_string(), message: e.to_string() };
+        let resp = self.client.get(self.query_url.clone()).query(&[("query", promql)]).send().await.map_err(|e| transport(e.into()))?;
         let status = resp.status().as_u16();
-        let body = resp.text().await.map_err(transport)?;
-        decode_query_response(promql, status, &body)
+        let body = read_limited(resp, DEFAULT_MAX_BODY_BYTES).await.map_err(transport)?;
+        decode_query_response(promql, status, &String::from_utf8_lossy(&body))
     }
 
     /// Runs the five queries of [`Queries`] concurrently and builds the snapshot. The

@@ -23,7 +23,7 @@ use crate::exposition::parse_kube_proxy_metrics;
 use crate::model::ProxyMode;
 use crate::measure::{MeasurementStore, NodeFailure, Sample};
 use crate::sources::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
-use crate::sources::connect_hint;
+use crate::sources::fetch::{FetchError, connect_hint, fetch_scrape, get_limited, http_client};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams};
@@ -55,8 +55,6 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default bound on targets scraped at once.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
-/// Default cap on a `/metrics` body, bytes (a large cluster's scrape is a few hundred KB).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 /// The jitter added to each interval is uniform in `[0, JITTER_FRACTION * interval]`.
 pub const JITTER_FRACTION: f64 = 0.1;
 
@@ -328,7 +326,7 @@ impl Default for ScrapeOptions {
         Self {
             timeout: DEFAULT_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_body_bytes: crate::sources::fetch::DEFAULT_MAX_BODY_BYTES,
             fetch_proxy_mode: true,
         }
     }
@@ -350,12 +348,6 @@ impl ScrapeOutcome {
     pub fn reason(&self) -> Option<&str> {
         self.result.as_ref().err().map(|f| f.reason.as_str())
     }
-}
-
-/// An HTTP client for scraping: [`crate::sources::http_client`] (which installs the ring
-/// provider when the process has none, e.g. in tests and examples).
-pub fn scrape_client(timeout: Duration) -> reqwest::Client {
-    crate::sources::http_client(timeout)
 }
 
 /// Now as Unix seconds.
@@ -381,22 +373,18 @@ fn classify(url: &str, e: &reqwest::Error) -> Failure {
     Failure { reason, message }
 }
 
-/// GET `url`, 2xx only, body at most `limit` bytes, UTF-8.
-async fn fetch_text(client: &reqwest::Client, url: &str, limit: usize) -> Result<String, Failure> {
-    let mut resp = client.get(url).send().await.map_err(|e| classify(url, &e))?;
-    let status = resp.status();
-    if !status.is_success() {
-        return Err(Failure { reason: reason::HTTP_STATUS, message: format!("{url}: HTTP {status}") });
+/// A fetch failure as the scraper records it: a [`reason`] label and a message naming the URL.
+fn failure(url: &str, e: FetchError) -> Failure {
+    match e {
+        FetchError::Transport(e) => classify(url, &e),
+        FetchError::Status(status) => Failure { reason: reason::HTTP_STATUS, message: format!("{url}: HTTP {status}") },
+        e @ FetchError::TooLarge { .. } => Failure { reason: reason::OTHER, message: format!("{url}: {e}") },
     }
-    let hint = resp.content_length().map_or(64 * 1024, |n| n as usize).min(limit);
-    let mut buf: Vec<u8> = Vec::with_capacity(hint);
-    while let Some(chunk) = resp.chunk().await.map_err(|e| classify(url, &e))? {
-        if buf.len() + chunk.len() > limit {
-            return Err(Failure { reason: reason::OTHER, message: format!("{url}: body larger than {limit} bytes") });
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    crate::sources::decode_utf8(url, buf).map_err(|e| Failure { reason: reason::PARSE, message: e.to_string() })
+}
+
+/// `bytes` from `url` as UTF-8 text, or a [`reason::PARSE`] failure.
+fn text(url: &str, bytes: Vec<u8>) -> Result<String, Failure> {
+    crate::sources::decode_utf8(url, bytes).map_err(|e| Failure { reason: reason::PARSE, message: e.to_string() })
 }
 
 /// Scrapes one target: GET `/metrics` (and, when enabled, `/proxyMode` at the same time), both
@@ -407,16 +395,8 @@ async fn fetch_text(client: &reqwest::Client, url: &str, limit: usize) -> Result
 pub async fn scrape_once(client: &reqwest::Client, target: &Target, opts: &ScrapeOptions) -> ScrapeOutcome {
     let start = Instant::now();
     let metrics_url = target.url("/metrics");
-    let work = async {
-        let metrics = fetch_text(client, &metrics_url, opts.max_body_bytes);
-        if opts.fetch_proxy_mode {
-            let mode_url = target.url("/proxyMode");
-            let (m, p) = tokio::join!(metrics, fetch_text(client, &mode_url, 1024));
-            (m, p.ok().and_then(|t| ProxyMode::parse(&t)))
-        } else {
-            (metrics.await, None)
-        }
-    };
+    let mode_url = opts.fetch_proxy_mode.then(|| target.url("/proxyMode"));
+    let work = fetch_scrape(client, &metrics_url, mode_url.as_deref(), opts.max_body_bytes);
     let fetched = tokio::time::timeout(opts.timeout, work).await;
     let at = unix_now();
     let fail = |f: Failure| NodeFailure { reason: f.reason.to_string(), message: f.message, at_unix_seconds: at };
@@ -431,10 +411,12 @@ pub async fn scrape_once(client: &reqwest::Client, target: &Target, opts: &Scrap
                 ),
             }))
         }
-        Ok((Err(f), _)) => Err(fail(f)),
-        Ok((Ok(text), proxy_mode)) => match parse_kube_proxy_metrics(&text) {
+        Ok((Err(e), _)) => Err(fail(failure(&metrics_url, e))),
+        Ok((Ok(bytes), proxy_mode)) => match text(&metrics_url, bytes).and_then(|t| {
+            parse_kube_proxy_metrics(&t).map_err(|e| Failure { reason: reason::PARSE, message: format!("{metrics_url}: {e}") })
+        }) {
             Ok(scrape) => Ok(Sample { at_unix_seconds: at, scrape, proxy_mode }),
-            Err(e) => Err(fail(Failure { reason: reason::PARSE, message: format!("{metrics_url}: {e}") })),
+            Err(f) => Err(fail(f)),
         },
     };
     ScrapeOutcome { node: target.node.clone(), result, elapsed: start.elapsed() }
@@ -488,7 +470,8 @@ pub fn record_outcomes(store: &mut MeasurementStore, outcomes: impl IntoIterator
 /// ConfigMap.
 pub async fn fetch_configz(client: &reqwest::Client, target: &Target, timeout: Duration) -> Result<ProxyConfig, String> {
     let url = target.url("/configz");
-    let text = match tokio::time::timeout(timeout, fetch_text(client, &url, 1024 * 1024)).await {
+    let fetched = async { text(&url, get_limited(client, &url, 1024 * 1024).await.map_err(|e| failure(&url, e))?) };
+    let text = match tokio::time::timeout(timeout, fetched).await {
         Err(_) => return Err(format!("{url}: no answer within {:.1} s", timeout.as_secs_f64())),
         Ok(Err(f)) => return Err(f.message),
         Ok(Ok(t)) => t,
@@ -704,7 +687,7 @@ pub struct ScrapeLoop {
 
 impl ScrapeLoop {
     /// A loop over `source` feeding `store` and bumping `generation`, with the defaults:
-    /// interval 30 s, [`ScrapeOptions::default`], an HTTP client from [`scrape_client`],
+    /// interval 30 s, [`ScrapeOptions::default`], an HTTP client from [`http_client`],
     /// configuration refreshed every 10 cycles.
     pub fn new(source: TargetSource, store: Arc<Mutex<MeasurementStore>>, generation: watch::Sender<u64>) -> Self {
         let options = ScrapeOptions::default();
@@ -712,7 +695,7 @@ impl ScrapeLoop {
             source,
             store,
             generation,
-            http: scrape_client(options.timeout),
+            http: http_client(options.timeout),
             options,
             interval: DEFAULT_INTERVAL,
             metrics: None,
@@ -732,7 +715,7 @@ impl ScrapeLoop {
 
     /// Sets timeout, concurrency and body cap; rebuilds the HTTP client for the new timeout.
     pub fn with_options(mut self, options: ScrapeOptions) -> Self {
-        self.http = scrape_client(options.timeout);
+        self.http = http_client(options.timeout);
         self.options = options;
         self
     }
