@@ -3,7 +3,6 @@
 
 use crate::cli::{OutputFormat, load_policy_spec, whole_in};
 use crate::crd::TerminationPolicySpec;
-use crate::model::ClusterWindow;
 use crate::sizing;
 use crate::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
 use crate::webhook::plan::{Capabilities, Plan, PlanPolicy};
@@ -45,9 +44,11 @@ impl PlanArgs {
             Some(p) => load_policy_spec(p)?,
             None => TerminationPolicySpec::default(),
         };
+        // an explicit value is capped at the policy's maxSeconds and otherwise served as given
+        // (0: no sleep); without one, the policy's unmeasured default
         let pre_stop_seconds = match self.pre_stop_seconds {
-            Some(s) => s,
-            None => sizing::recommend(&ClusterWindow { worst_node: None, propagation_window_seconds: None, basis: crate::model::Basis::NoData }, &spec).pre_stop_seconds,
+            Some(s) => s.min(sizing::pre_stop_bounds(&spec.pre_stop).1),
+            None => sizing::unmeasured_pre_stop(&spec),
         };
         let name = self.policy.as_deref().map_or("static", |p| {
             std::path::Path::new(p).file_stem().and_then(|s| s.to_str()).unwrap_or("static")

@@ -6,7 +6,6 @@
 //! before any measurement) gets its spec's `defaultSeconds`, clamped: never 0, never unbounded.
 
 use crate::crd::TerminationPolicy;
-use crate::model::{Basis, ClusterWindow};
 use crate::sizing;
 use crate::webhook::plan::{Capabilities, Plan, PlanPolicy};
 
@@ -36,11 +35,8 @@ impl DefaultPolicyRef {
 pub fn pre_stop_seconds(policy: &TerminationPolicy) -> u32 {
     let spec = &policy.spec;
     match policy.status.as_ref().and_then(|s| s.recommendation.as_ref()) {
-        Some(r) => r.pre_stop_seconds.clamp(spec.pre_stop.min_seconds, spec.pre_stop.max_seconds.max(spec.pre_stop.min_seconds)),
-        None => {
-            let unmeasured = ClusterWindow { worst_node: None, propagation_window_seconds: None, basis: Basis::NoData };
-            sizing::recommend(&unmeasured, spec).pre_stop_seconds
-        }
+        Some(r) => sizing::clamp_pre_stop(f64::from(r.pre_stop_seconds), &spec.pre_stop),
+        None => sizing::unmeasured_pre_stop(spec),
     }
 }
 

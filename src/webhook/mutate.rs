@@ -210,7 +210,8 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         warnings.push("safe-termination: terminationGracePeriodSeconds is 0, so no preStop sleep was added".into());
         return Decision::skip(PodReason::GraceZero, warnings, Some(policy_ref));
     }
-    let pre_stop = policy.pre_stop_seconds.min(policy.spec.pre_stop.max_seconds.max(policy.spec.pre_stop.min_seconds));
+    // sized and bounded when the plan was built (sizing::clamp_pre_stop): served as it is
+    let pre_stop = policy.pre_stop_seconds;
     if pre_stop == 0 {
         return Decision::skip(PodReason::ZeroSleep, warnings, Some(policy_ref));
     }

@@ -17,7 +17,9 @@ pub struct PlanPolicy {
     pub name: String,
     /// Its spec.
     pub spec: TerminationPolicySpec,
-    /// The sized preStop sleep for new pods, seconds (the policy's status recommendation).
+    /// The sized preStop sleep for new pods, seconds (the policy's status recommendation),
+    /// already within the policy's bounds ([`crate::sizing::clamp_pre_stop`]): the webhook serves
+    /// it as it is.
     pub pre_stop_seconds: u32,
 }
 
