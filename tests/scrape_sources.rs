@@ -360,7 +360,7 @@ async fn configz_is_read_best_effort_and_resolution_names_its_source() {
     let c = client();
     let cfg = fetch_configz(&c, &with, Duration::from_secs(2)).await.unwrap();
     assert_eq!((cfg.mode, cfg.min_sync_period_seconds), (ProxyMode::Nftables, 2.0));
-    let e = fetch_configz(&c, &without, Duration::from_secs(2)).await.unwrap_err();
+    let e = fetch_configz(&c, &without, Duration::from_secs(2)).await.unwrap_err().to_string();
     assert!(e.contains("HTTP 404") && e.contains("/configz"), "{e}");
 
     let r = resolve_proxy_config(&c, &[without.clone(), with.clone()], None, Duration::from_secs(2)).await;
@@ -677,7 +677,7 @@ async fn the_configmap_is_the_fallback_when_configz_is_unreachable() {
         seen.lock().unwrap().iter().map(|p| p.split('?').next().unwrap().to_string()).collect::<Vec<_>>(),
         ["/api/v1/namespaces/kube-system/configmaps/kube-proxy", "/api/v1/namespaces/kube-system/configmaps/kube-proxy-config"]
     );
-    let e = read_proxy_configmap(&kube_client, "elsewhere").await.unwrap_err();
+    let e = read_proxy_configmap(&kube_client, "elsewhere").await.unwrap_err().to_string();
     assert!(e.contains("no ConfigMap kube-proxy (key config.conf) or kube-proxy-config (key config) in elsewhere"), "{e}");
 
     // configz refused on the only target: the ConfigMap is used and the skip is explained

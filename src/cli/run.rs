@@ -8,16 +8,16 @@
 //! signal aborts).
 
 use crate::advisor::Thresholds;
-use crate::cli::webhook::{Listeners, Served, ServingArgs, WebhookError, serve_with};
-use crate::cli::{number_in, whole_in};
+use crate::cli::webhook::{Listeners, Served, ServingArgs, serve_with};
+use crate::cli::{Error, number_in, parse_proxy_mode, whole_in};
 use crate::model::ProxyMode;
 use crate::controller::cluster::ClusterIndex;
 use crate::controller::reconcile::{self, Context, Settings};
-use crate::measure::{MeasurementStore, Sample};
+use crate::measure::MeasurementStore;
 use crate::controller::metrics::{ControllerMetrics, KubeProxyMetrics};
 use crate::controller::planner::DefaultPolicyRef;
 use crate::sources::prometheus::{PrometheusLoop, PrometheusSource};
-use crate::sources::scrape::{Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, TargetSource, parse_static_targets, unix_now};
+use crate::sources::scrape::{Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, TargetSource, parse_static_targets};
 use crate::controller::tasks;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{Readiness, Telemetry};
@@ -103,7 +103,7 @@ pub struct RunArgs {
     /// Proxy mode, overriding /proxyMode, the ConfigMap and inference (`ebpf` when there is no
     /// kube-proxy: sizing then uses each policy's defaultSeconds; a running Cilium agent without
     /// kube-proxy pods is detected without this flag, see --cilium-selector).
-    #[arg(long, env = "SAFE_TERMINATION_PROXY_MODE", value_parser = parse_mode)]
+    #[arg(long, env = "SAFE_TERMINATION_PROXY_MODE", value_parser = parse_proxy_mode)]
     pub proxy_mode: Option<ProxyMode>,
     /// `NAMESPACE/NAME` of the TerminationPolicy that applies to namespaces without one (off
     /// by default: such namespaces are not mutated).
@@ -150,48 +150,27 @@ pub struct RunArgs {
     pub cert_check_interval_seconds: u64,
 }
 
-fn parse_mode(s: &str) -> Result<ProxyMode, String> {
-    ProxyMode::parse(s).ok_or_else(|| format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf"))
-}
-
-fn usage(msg: String) -> WebhookError {
-    WebhookError::Usage(msg)
-}
-
-/// Reads `--metrics-file NODE=FILE` scrapes into a store (files source).
-fn store_from_files(specs: &[String], window: f64) -> Result<MeasurementStore, String> {
-    let mut store = MeasurementStore::new(window);
-    for spec in specs {
-        let (node, path) = spec.split_once('=').ok_or_else(|| format!("--metrics-file {spec:?}: expected NODE=FILE"))?;
-        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-        let text = crate::sources::decode_utf8(path, bytes).map_err(|e| e.to_string())?;
-        let scrape = crate::exposition::parse_kube_proxy_metrics(&text).map_err(|e| e.at(path))?;
-        store.record(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None });
-    }
-    Ok(store)
-}
-
 /// Runs the operator until a shutdown signal. Call inside a Tokio runtime.
-pub async fn run(args: &RunArgs) -> Result<(), WebhookError> {
+pub async fn run(args: &RunArgs) -> Result<(), Error> {
     let shutdown = Shutdown::new();
-    shutdown.listen_for_signals().map_err(|e| WebhookError::Io(format!("cannot install signal handlers: {e}")))?;
+    shutdown.listen_for_signals().map_err(|e| Error::Io(format!("cannot install signal handlers: {e}")))?;
     let listeners = Listeners::bind(&args.serving).await?;
     run_with(args, listeners, shutdown).await
 }
 
 /// The operator on already-bound listeners (the testable core of [`run`]).
-pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), WebhookError> {
-    let default_ref = args.default_policy.as_deref().map(DefaultPolicyRef::parse).transpose().map_err(usage)?;
+pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), Error> {
+    let default_ref = args.default_policy.as_deref().map(DefaultPolicyRef::parse).transpose().map_err(|e| Error::Usage(e.to_string()))?;
     let window = args.window_seconds as f64;
     let files_store = match args.source {
-        SourceKind::Files => Some(store_from_files(&args.metrics_files, window).map_err(usage)?),
+        SourceKind::Files => Some(crate::sources::store_from_files(&args.metrics_files, window).map_err(|e| Error::Usage(e.to_string()))?),
         _ => None,
     };
     if args.source == SourceKind::Prometheus && args.prometheus_url.is_none() {
-        return Err(usage("--source prometheus needs --prometheus-url".into()));
+        return Err(Error::Usage("--source prometheus needs --prometheus-url".into()));
     }
-    let static_targets = parse_static_targets(&args.kube_proxy_targets).map_err(usage)?;
-    let client = Client::try_default().await.map_err(|e| WebhookError::Io(format!("cannot build a Kubernetes client: {e}")))?;
+    let static_targets = parse_static_targets(&args.kube_proxy_targets).map_err(|e| Error::Usage(e.to_string()))?;
+    let client = Client::try_default().await.map_err(|e| Error::Io(format!("cannot build a Kubernetes client: {e}")))?;
 
     let telemetry = Telemetry::new();
     let kube_proxy_metrics = KubeProxyMetrics::default();
@@ -225,7 +204,7 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
             .with_field_manager("safe-termination-lease")
             .build()
             .await
-            .map_err(|e| WebhookError::Io(format!("leader election: {e}")))?;
+            .map_err(|e| Error::Io(format!("leader election: {e}")))?;
         let (rx, handle) = manager.watch().await;
         (rx, Some(handle))
     };
@@ -391,7 +370,7 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
                 tracing::error!(task = name, "a task of the operator stopped: shutting down");
                 shutdown.trigger();
                 let _ = serving.await;
-                Err(WebhookError::Io(format!("the {name} task stopped")))
+                Err(Error::Io(format!("the {name} task stopped")))
             }
         }
     };

@@ -21,12 +21,12 @@ pub struct DefaultPolicyRef {
 
 impl DefaultPolicyRef {
     /// Parses `namespace/name`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, super::Error> {
         match s.split_once('/') {
             Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
                 Ok(Self { namespace: ns.into(), name: name.into() })
             }
-            _ => Err(format!("default policy {s:?} must be NAMESPACE/NAME")),
+            _ => Err(super::Error::DefaultPolicyRef(s.to_string())),
         }
     }
 }

@@ -7,6 +7,7 @@ use super::cluster::ClusterIndex;
 use crate::measure::MeasurementStore;
 use crate::sources::proxyconfig::ResolvedProxyConfig;
 use super::metrics::{ControllerMetrics, KubeProxyMetrics, PolicyLabel, PolicyStateLabel, ResultLabel};
+use super::Error;
 use super::status::{self, MeasurementMeta};
 use crate::advisor::{ClusterFacts, Thresholds};
 use crate::analysis::{AnalysisOptions, analyze};
@@ -89,17 +90,6 @@ pub struct Context {
     pub kube_proxy_metrics: KubeProxyMetrics,
     /// All policies (the controller's reflector), for conflict reports.
     pub policies: kube::runtime::reflector::Store<TerminationPolicy>,
-}
-
-/// Reconcile errors (retried with backoff).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// The measurement store's lock was poisoned (a bug).
-    #[error("measurement store unavailable")]
-    Store,
 }
 
 fn now_time() -> Time {

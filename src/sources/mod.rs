@@ -12,6 +12,8 @@ pub mod prometheus;
 pub mod proxyconfig;
 pub mod scrape;
 
+use crate::exposition::parse_kube_proxy_metrics;
+use crate::measure::{MeasurementStore, Sample};
 use crate::model::ProxyMode;
 
 pub use fetch::{DEFAULT_MAX_BODY_BYTES, MAX_PROXY_MODE_BYTES, connect_hint, http_client};
@@ -39,6 +41,31 @@ pub enum SourceError {
         /// 0-based byte offset of the first invalid byte in the input.
         offset: usize,
     },
+    /// A static kube-proxy target (`--kube-proxy-target`) is malformed.
+    #[error("target {spec:?}: {message}")]
+    Target {
+        /// The target as given.
+        spec: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A Kubernetes API call of a source failed.
+    #[error("{what}: {source}")]
+    Kube {
+        /// What was being read (`listing pods "k8s-app=kube-proxy" in namespace kube-system`).
+        what: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// A `--metrics-file` argument is not `NODE=FILE`.
+    #[error("--metrics-file {0:?}: expected NODE=FILE")]
+    MetricsFileSpec(String),
+    /// A saved scrape is not valid exposition text (the message names the file and line).
+    #[error("{0}")]
+    Scrape(String),
+    /// kube-proxy's configuration could not be read or is not valid (`/configz`, ConfigMap).
+    #[error("{0}")]
+    Config(String),
     /// A URL could not be fetched.
     #[error("{url}: {message}")]
     Http {
@@ -106,6 +133,20 @@ pub fn decode_utf8(origin: &str, bytes: Vec<u8>) -> Result<String, SourceError> 
         let column = offset - before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) + 1;
         SourceError::NotUtf8 { origin: origin.to_string(), line, column, offset }
     })
+}
+
+/// The files source of the operator (`--source files`): reads each `--metrics-file NODE=FILE`
+/// scrape once into a new store with a `window_seconds` window.
+pub fn store_from_files(specs: &[String], window_seconds: f64) -> Result<MeasurementStore, SourceError> {
+    let mut store = MeasurementStore::new(window_seconds);
+    for spec in specs {
+        let (node, path) = spec.split_once('=').ok_or_else(|| SourceError::MetricsFileSpec(spec.clone()))?;
+        let bytes = std::fs::read(path).map_err(|source| SourceError::File { path: path.to_string(), source })?;
+        let text = decode_utf8(path, bytes)?;
+        let scrape = parse_kube_proxy_metrics(&text).map_err(|e| SourceError::Scrape(e.at(path)))?;
+        store.record(node, Sample { at_unix_seconds: scrape::unix_now(), scrape, proxy_mode: None });
+    }
+    Ok(store)
 }
 
 /// Fetches `url`, reading at most `max_body_bytes` of its body (more is an error naming the URL

@@ -466,7 +466,7 @@ impl PrometheusLoop {
         if let Some(c) = self.config.as_ref().filter(|c| round.is_multiple_of(c.every)) {
             let resolved = match read_proxy_configmap(&c.client, &c.namespace).await {
                 Ok((source, config)) => ResolvedProxyConfig::from_config(config, source, Vec::new()),
-                Err(e) => ResolvedProxyConfig { notes: vec![e], ..ResolvedProxyConfig::default() },
+                Err(e) => ResolvedProxyConfig { notes: vec![e.to_string()], ..ResolvedProxyConfig::default() },
             };
             *c.shared.write().unwrap_or_else(PoisonError::into_inner) = resolved;
         }

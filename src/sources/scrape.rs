@@ -23,6 +23,7 @@ use crate::exposition::parse_kube_proxy_metrics;
 use crate::model::ProxyMode;
 use crate::measure::{MeasurementStore, NodeFailure, Sample};
 use crate::sources::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
+use crate::sources::SourceError;
 use crate::sources::fetch::{FetchError, connect_hint, fetch_scrape, get_limited, http_client};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -111,19 +112,20 @@ impl Target {
 /// `http://host:port` named after its `host:port`.
 ///
 /// Errors: not an http(s) URL, or an empty node name.
-pub fn parse_static_target(spec: &str) -> Result<Target, String> {
+pub fn parse_static_target(spec: &str) -> Result<Target, SourceError> {
     let spec = spec.trim();
     let (node, url) = match spec.split_once('=') {
         Some((n, u)) if !n.contains("://") => (n.trim().to_string(), u.trim()),
         _ => (String::new(), spec),
     };
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("target {spec:?}: {url:?} is not a URL: {e}"))?;
+    let bad = |message: String| SourceError::Target { spec: spec.to_string(), message };
+    let parsed = reqwest::Url::parse(url).map_err(|e| bad(format!("{url:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(format!("target {spec:?}: expected http://host:port, got {url:?}"));
+        return Err(bad(format!("expected http://host:port, got {url:?}")));
     }
     let node = if node.is_empty() {
         if spec.contains('=') && !spec.split_once('=').is_some_and(|(n, _)| n.contains("://")) {
-            return Err(format!("target {spec:?}: empty node name before '='"));
+            return Err(bad("empty node name before '='".to_string()));
         }
         match parsed.port() {
             Some(p) => format!("{}:{p}", parsed.host_str().unwrap_or_default()),
@@ -137,12 +139,12 @@ pub fn parse_static_target(spec: &str) -> Result<Target, String> {
 
 /// Parses a static target list (see [`parse_static_target`]); errors name the bad entry.
 /// Duplicate node names are an error (their samples would mix).
-pub fn parse_static_targets<S: AsRef<str>>(specs: &[S]) -> Result<Vec<Target>, String> {
+pub fn parse_static_targets<S: AsRef<str>>(specs: &[S]) -> Result<Vec<Target>, SourceError> {
     let mut out: Vec<Target> = Vec::with_capacity(specs.len());
     for s in specs {
         let t = parse_static_target(s.as_ref())?;
         if out.iter().any(|o| o.node == t.node) {
-            return Err(format!("target {:?}: node {:?} is listed twice", s.as_ref(), t.node));
+            return Err(SourceError::Target { spec: s.as_ref().to_string(), message: format!("node {:?} is listed twice", t.node) });
         }
         out.push(t);
     }
@@ -207,7 +209,7 @@ pub fn cilium_dataplane(agents: &[Pod], selector: &str) -> Option<Dataplane> {
 ///
 /// Errors: the API call failed (RBAC needs cluster-wide `list pods`, which pod counting needs
 /// too).
-pub async fn detect_dataplane(client: &kube::Client, discovery: &Discovery) -> Result<Option<Dataplane>, String> {
+pub async fn detect_dataplane(client: &kube::Client, discovery: &Discovery) -> Result<Option<Dataplane>, SourceError> {
     if discovery.cilium_selector.is_empty() {
         return Ok(None);
     }
@@ -215,7 +217,7 @@ pub async fn detect_dataplane(client: &kube::Client, discovery: &Discovery) -> R
     let pods = api
         .list(&ListParams::default().labels(&discovery.cilium_selector).limit(100))
         .await
-        .map_err(|e| format!("listing Cilium agent pods {:?}: {e}", discovery.cilium_selector))?;
+        .map_err(|source| SourceError::Kube { what: format!("listing Cilium agent pods {:?}", discovery.cilium_selector), source })?;
     Ok(cilium_dataplane(&pods.items, &discovery.cilium_selector))
 }
 
@@ -289,11 +291,12 @@ impl std::fmt::Debug for TargetSource {
 impl TargetSource {
     /// The current targets. Errors: discovery through the API failed (message with the
     /// namespace and selector).
-    pub async fn targets(&self) -> Result<Vec<Target>, String> {
+    pub async fn targets(&self) -> Result<Vec<Target>, SourceError> {
         match self {
             Self::Static(t) => Ok(t.clone()),
-            Self::Kube { client, discovery } => discover(client, discovery).await.map_err(|e| {
-                format!("listing pods {:?} in namespace {}: {e}", discovery.selector, discovery.namespace)
+            Self::Kube { client, discovery } => discover(client, discovery).await.map_err(|source| SourceError::Kube {
+                what: format!("listing pods {:?} in namespace {}", discovery.selector, discovery.namespace),
+                source,
             }),
         }
     }
@@ -468,15 +471,15 @@ pub fn record_outcomes(store: &mut MeasurementStore, outcomes: impl IntoIterator
 /// with [`proxyconfig::parse_configz`]. Best effort: any failure (refused, timeout, HTTP error,
 /// not kube-proxy's JSON) is an `Err` with a one-line message, and callers fall back to the
 /// ConfigMap.
-pub async fn fetch_configz(client: &reqwest::Client, target: &Target, timeout: Duration) -> Result<ProxyConfig, String> {
+pub async fn fetch_configz(client: &reqwest::Client, target: &Target, timeout: Duration) -> Result<ProxyConfig, SourceError> {
     let url = target.url("/configz");
     let fetched = async { text(&url, get_limited(client, &url, 1024 * 1024).await.map_err(|e| failure(&url, e))?) };
     let text = match tokio::time::timeout(timeout, fetched).await {
-        Err(_) => return Err(format!("{url}: no answer within {:.1} s", timeout.as_secs_f64())),
-        Ok(Err(f)) => return Err(f.message),
+        Err(_) => return Err(SourceError::Config(format!("{url}: no answer within {:.1} s", timeout.as_secs_f64()))),
+        Ok(Err(f)) => return Err(SourceError::Config(f.message)),
         Ok(Ok(t)) => t,
     };
-    proxyconfig::parse_configz(&text).map_err(|e| format!("{url}: {e}"))
+    proxyconfig::parse_configz(&text).map_err(|e| SourceError::Config(format!("{url}: {e}")))
 }
 
 /// The ConfigMaps kube-proxy's configuration is looked for in, in order: kubeadm's
@@ -488,15 +491,15 @@ pub const CONFIGMAPS: [(&str, &str); 2] = [("kube-proxy", "config.conf"), ("kube
 ///
 /// Errors: the API call failed (RBAC needs `get configmaps` in the namespace), neither
 /// ConfigMap has its key, or the text is not a valid KubeProxyConfiguration.
-pub async fn read_proxy_configmap(client: &kube::Client, namespace: &str) -> Result<(String, ProxyConfig), String> {
+pub async fn read_proxy_configmap(client: &kube::Client, namespace: &str) -> Result<(String, ProxyConfig), SourceError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     for (name, key) in CONFIGMAPS {
-        let cm = api.get_opt(name).await.map_err(|e| format!("reading ConfigMap {namespace}/{name}: {e}"))?;
+        let cm = api.get_opt(name).await.map_err(|source| SourceError::Kube { what: format!("reading ConfigMap {namespace}/{name}"), source })?;
         let Some(text) = cm.and_then(|cm| cm.data).and_then(|mut d| d.remove(key)) else { continue };
         let source = format!("ConfigMap {namespace}/{name}");
-        return proxyconfig::parse_kube_proxy_config(&text).map(|c| (source.clone(), c)).map_err(|e| format!("{source} key {key}: {e}"));
+        return proxyconfig::parse_kube_proxy_config(&text).map(|c| (source.clone(), c)).map_err(|e| SourceError::Config(format!("{source} key {key}: {e}")));
     }
-    Err(format!("no ConfigMap kube-proxy (key config.conf) or kube-proxy-config (key config) in {namespace}"))
+    Err(SourceError::Config(format!("no ConfigMap kube-proxy (key config.conf) or kube-proxy-config (key config) in {namespace}")))
 }
 
 /// kube-proxy's minSyncPeriod and mode, from the best source available: `/configz` of the
@@ -531,7 +534,7 @@ pub async fn resolve_proxy_config(
                     };
                 }
                 Ok(None) => {}
-                Err(e) => notes.push(e),
+                Err(e) => notes.push(e.to_string()),
             }
         }
     }
@@ -539,7 +542,7 @@ pub async fn resolve_proxy_config(
         let ns = discovery.namespace.as_str();
         match read_proxy_configmap(client, ns).await {
             Ok((source, c)) => return ResolvedProxyConfig::from_config(c, source, notes),
-            Err(e) => notes.push(e),
+            Err(e) => notes.push(e.to_string()),
         }
     }
     ResolvedProxyConfig { notes, ..ResolvedProxyConfig::default() }
@@ -662,7 +665,7 @@ impl Jitter {
 /// ```no_run
 /// # use safe_termination::{measure::MeasurementStore, sources::scrape::*};
 /// # use std::sync::{Arc, Mutex};
-/// # async fn f() -> Result<(), String> {
+/// # async fn f() -> Result<(), safe_termination::sources::SourceError> {
 /// let store = Arc::new(Mutex::new(MeasurementStore::new(600.0)));
 /// let (tx, _rx) = tokio::sync::watch::channel(0u64);
 /// let targets = parse_static_targets(&["node-a=http://127.0.0.1:10249"])?;
@@ -757,7 +760,7 @@ impl ScrapeLoop {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "kube-proxy discovery failed; scraping the previous targets");
-                summary.discovery_error = Some(e);
+                summary.discovery_error = Some(e.to_string());
                 self.last_targets.clone()
             }
         };
@@ -895,10 +898,10 @@ mod tests {
         assert_eq!(t[0], Target::new("node-a", "http://127.0.0.1:10249"));
         assert_eq!(t[1], Target::new("127.0.0.1:9000", "http://127.0.0.1:9000"));
         assert_eq!(t[2].base_url, "http://[::1]:1");
-        assert!(parse_static_target("a=10.0.0.1:10249").unwrap_err().contains("not a URL"));
-        assert!(parse_static_target("a=ftp://x").unwrap_err().contains("expected http://host:port"));
-        assert!(parse_static_target("=http://x:1").unwrap_err().contains("empty node name"));
-        assert!(parse_static_targets(&["a=http://x:1", "a=http://y:1"]).unwrap_err().contains("listed twice"));
+        assert!(parse_static_target("a=10.0.0.1:10249").unwrap_err().to_string().contains("not a URL"));
+        assert!(parse_static_target("a=ftp://x").unwrap_err().to_string().contains("expected http://host:port"));
+        assert!(parse_static_target("=http://x:1").unwrap_err().to_string().contains("empty node name"));
+        assert!(parse_static_targets(&["a=http://x:1", "a=http://y:1"]).unwrap_err().to_string().contains("listed twice"));
     }
 
     #[test]
