@@ -17,6 +17,7 @@ pub mod crd;
 pub mod exposition;
 pub mod measure;
 pub mod model;
+pub mod operator;
 pub mod selector;
 pub mod shutdown;
 pub mod sizing;

@@ -11,12 +11,14 @@ pub mod fetch;
 pub mod prometheus;
 pub mod proxyconfig;
 pub mod scrape;
+pub mod spawn;
 
 use crate::exposition::parse_kube_proxy_metrics;
 use crate::measure::{MeasurementStore, Sample};
 use crate::model::ProxyMode;
 
 pub use fetch::{DEFAULT_MAX_BODY_BYTES, MAX_PROXY_MODE_BYTES, connect_hint, http_client};
+pub use spawn::{Measurement, spawn};
 
 /// Why a source could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -635,6 +635,12 @@ pub async fn sync_files(client: &Client, cfg: &CertConfig) -> Result<bool, CertE
     Ok(k || c)
 }
 
+/// Starts the certificate task in `tasks`: the lease holder writes the Secret; with
+/// [`CertConfig::files`], every replica copies it to the files.
+pub fn spawn(shared: &crate::operator::Shared, tasks: &mut crate::operator::Tasks, cfg: CertConfig) {
+    tasks.spawn("certificates", run(shared.client.clone(), cfg, shared.leader.clone(), shared.stop.clone()));
+}
+
 /// The certificate task: while this replica leads, [`reconcile_once`] now and every
 /// `interval` (sooner at a renewal point); every replica copies the Secret to files when
 /// `files` is set. Errors are logged and retried; returns on `stop` (or when the lease
