@@ -94,6 +94,7 @@ fn context(client: Client, leader: bool, others: &[TerminationPolicy]) -> (Arc<C
         metrics: ControllerMetrics::default(),
         kube_proxy_metrics: KubeProxyMetrics::default(),
         policies: writer.as_reader(),
+        analyses: Default::default(),
     };
     (Arc::new(ctx), tx)
 }

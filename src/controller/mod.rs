@@ -78,6 +78,7 @@ pub fn spawn(shared: &Shared, tasks: &mut Tasks, config: Config) -> Published {
         metrics: config.metrics,
         kube_proxy_metrics: config.kube_proxy_metrics,
         policies,
+        analyses: Default::default(),
     };
     let (measured, leader) = (shared.measured.clone(), shared.leader.clone());
     tasks.spawn("controller", reconcile::run(client.clone(), make, measured, leader, stop.clone()));
