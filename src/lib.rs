@@ -3,8 +3,8 @@
 //! terminationGracePeriodSeconds from it.
 //!
 //! Layout (docs/architecture.md): a pure core with no I/O ([`exposition`], [`model`],
-//! [`measure`], [`sizing`], [`advisor`], [`analysis`], [`crd`], [`selector`],
-//! [`annotations`]); adapters around it: the
+//! [`measure`], [`proxyconfig`], [`sizing`], [`advisor`], [`analysis`], [`crd`],
+//! [`selector`], [`annotations`]); adapters around it: the
 //! measurement [`sources`], the TerminationPolicy [`controller`] and the admission [`webhook`];
 //! the composition root in `src/main.rs` with its command modules in [`cli`].
 
@@ -18,6 +18,7 @@ pub mod exposition;
 pub mod measure;
 pub mod model;
 pub mod operator;
+pub mod proxyconfig;
 pub mod selector;
 pub mod shutdown;
 pub mod sizing;

@@ -4,7 +4,7 @@
 //! end stops the process.
 
 use crate::measure::MeasurementStore;
-use crate::sources::proxyconfig::ResolvedProxyConfig;
+use crate::proxyconfig::ResolvedProxyConfig;
 use kube::Client;
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};

@@ -21,7 +21,7 @@ use safe_termination::controller::reconcile::{Context, Settings, reconcile};
 use safe_termination::crd::{TerminationPolicy, TerminationPolicySpec};
 use safe_termination::exposition::parse_kube_proxy_metrics;
 use safe_termination::measure::{MeasurementStore, Sample};
-use safe_termination::sources::proxyconfig::ResolvedProxyConfig;
+use safe_termination::proxyconfig::ResolvedProxyConfig;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;

@@ -20,7 +20,7 @@ use safe_termination::model::{Basis, Interval, ProxyMode};
 use safe_termination::measure::MeasurementStore;
 use safe_termination::sources::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
 use safe_termination::sources::fetch::http_client;
-use safe_termination::sources::proxyconfig::ResolvedProxyConfig;
+use safe_termination::proxyconfig::ResolvedProxyConfig;
 use safe_termination::sources::scrape::{
     Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, discover, fetch_configz,
     read_proxy_configmap, record_outcomes, resolve_proxy_config, scrape_all, scrape_once,

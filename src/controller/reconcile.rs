@@ -5,7 +5,7 @@
 
 use super::cluster::ClusterIndex;
 use crate::measure::MeasurementStore;
-use crate::sources::proxyconfig::ResolvedProxyConfig;
+use crate::proxyconfig::ResolvedProxyConfig;
 use super::metrics::{ControllerMetrics, KubeProxyMetrics, PolicyLabel, PolicyStateLabel, ResultLabel};
 use super::Error;
 use super::status::{self, MeasurementMeta};

@@ -30,9 +30,10 @@
 use crate::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape};
 use crate::model::NodeInput;
 use crate::measure::{MeasurementStore, NodeFailure, Sample};
-use crate::sources::proxyconfig::ResolvedProxyConfig;
-use crate::sources::scrape::{Jitter, read_proxy_configmap, reason, unix_now};
-use crate::sources::fetch::{DEFAULT_MAX_BODY_BYTES, FetchError, read_limited};
+use super::fetch::{DEFAULT_MAX_BODY_BYTES, FetchError, read_limited};
+use super::oneshot::unix_now;
+use crate::proxyconfig::ResolvedProxyConfig;
+use super::scrape::{Jitter, read_proxy_configmap, reason};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -350,7 +351,7 @@ impl PrometheusSource {
         }
         base.set_query(None);
         let query_url = base.join("api/v1/query").map_err(|e| url_err(e.to_string()))?;
-        Ok(Self { query_url, client: crate::sources::fetch::http_client(timeout), window_seconds: window.as_secs_f64() })
+        Ok(Self { query_url, client: super::fetch::http_client(timeout), window_seconds: window.as_secs_f64() })
     }
 
     /// The `/api/v1/query` URL used.
@@ -430,7 +431,7 @@ impl PrometheusLoop {
             source,
             store,
             generation,
-            interval: crate::sources::scrape::DEFAULT_INTERVAL,
+            interval: super::scrape::DEFAULT_INTERVAL,
             last_error: Arc::default(),
             config: None,
             rounds: AtomicU64::new(0),

@@ -22,9 +22,10 @@
 use crate::exposition::parse_kube_proxy_metrics;
 use crate::model::ProxyMode;
 use crate::measure::{MeasurementStore, NodeFailure, Sample};
-use crate::sources::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
-use crate::sources::SourceError;
-use crate::sources::fetch::{FetchError, connect_hint, fetch_scrape, get_limited, http_client};
+use super::error::SourceError;
+use super::fetch::{FetchError, connect_hint, fetch_scrape, get_limited, http_client};
+use super::oneshot::{decode_utf8, unix_now};
+use crate::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams};
@@ -329,7 +330,7 @@ impl Default for ScrapeOptions {
         Self {
             timeout: DEFAULT_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            max_body_bytes: crate::sources::fetch::DEFAULT_MAX_BODY_BYTES,
+            max_body_bytes: super::fetch::DEFAULT_MAX_BODY_BYTES,
             fetch_proxy_mode: true,
         }
     }
@@ -353,10 +354,6 @@ impl ScrapeOutcome {
     }
 }
 
-/// Now as Unix seconds.
-pub fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
 
 struct Failure {
     reason: &'static str,
@@ -387,7 +384,7 @@ fn failure(url: &str, e: FetchError) -> Failure {
 
 /// `bytes` from `url` as UTF-8 text, or a [`reason::PARSE`] failure.
 fn text(url: &str, bytes: Vec<u8>) -> Result<String, Failure> {
-    crate::sources::decode_utf8(url, bytes).map_err(|e| Failure { reason: reason::PARSE, message: e.to_string() })
+    decode_utf8(url, bytes).map_err(|e| Failure { reason: reason::PARSE, message: e.to_string() })
 }
 
 /// Scrapes one target: GET `/metrics` (and, when enabled, `/proxyMode` at the same time), both
