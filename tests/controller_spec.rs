@@ -98,6 +98,16 @@ impl ApiServerVerifier {
         self
     }
 
+    /// A leader's reconcile that writes: count the pods, write the status (`check` reads it),
+    /// publish `events` (type, reason) in this order, and nothing else.
+    async fn writes(self, check: impl FnOnce(&Value), events: &[(&str, &str)]) {
+        let mut api = self.list_pods().await.status_write(check).await;
+        for (type_, reason) in events {
+            api = api.event(type_, reason).await;
+        }
+        api.done().await
+    }
+
     /// No call at all until the controller lets go of its client.
     async fn done(mut self) {
         if let Ok(Some((req, _))) = tokio::time::timeout(Duration::from_secs(5), self.0.next_request()).await {
@@ -179,6 +189,10 @@ fn condition(status: &Value, type_: &str) -> Value {
     status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == type_).cloned().unwrap_or(Value::Null)
 }
 
+/// The Events of a policy's first status on the slow node, in condition order: Ready
+/// (Normal), then ProxySyncSlow (Warning); the conditions that start False raise none.
+const FIRST_EVENTS: &[(&str, &str)] = &[("Normal", "Ready"), ("Warning", "ProxySyncSlow")];
+
 /// The status a first reconcile writes for policy `p` (leading, slow node), for the next
 /// scenario's starting point.
 async fn first_status() -> Value {
@@ -186,18 +200,7 @@ async fn first_status() -> Value {
     let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
     let written = Arc::new(Mutex::new(Value::Null));
     let keep = written.clone();
-    let scenario = async move {
-        api.list_pods()
-            .await
-            .status_write(|s| *keep.lock().unwrap() = s.clone())
-            .await
-            .event("Normal", "Ready")
-            .await
-            .event("Warning", "ProxySyncSlow")
-            .await
-            .done()
-            .await
-    };
+    let scenario = api.writes(move |s| *keep.lock().unwrap() = s.clone(), FIRST_EVENTS);
     reconcile_against(p, ctx, scenario).await.unwrap();
     let status = written.lock().unwrap().clone();
     status
@@ -207,30 +210,18 @@ async fn first_status() -> Value {
 async fn a_new_policy_gets_one_status_write_then_one_event_per_condition_that_turned_true() {
     let p = policy("p", None);
     let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
-    let scenario = async move {
-        api.list_pods()
-            .await
-            .status_write(|status| {
-                // 1 s minSyncPeriod + 2 x p99 (1.024 + 1.024 x 0.99 = 2.03776) = 5.07552 s; x 1.5 -> 8 s
-                assert_eq!(status["recommendation"]["preStopSeconds"], 8);
-                assert_eq!(status["recommendation"]["terminationGracePeriodSeconds"], 38);
-                assert_eq!(status["measurement"]["worstNode"], "node-a");
-                assert_eq!(status["measurement"]["syncP99Seconds"], 2.038);
-                assert_eq!(status["observedGeneration"], 1);
-                assert_eq!(condition(status, "Ready")["status"], "True");
-                assert_eq!(condition(status, "ProxySyncSlow")["status"], "True");
-                assert_eq!(condition(status, "Conflict")["status"], "False");
-            })
-            .await
-            // conditions that start False raise no Event
-            .event("Normal", "Ready")
-            .await
-            .event("Warning", "ProxySyncSlow")
-            .await
-            .done()
-            .await
+    let check = |status: &Value| {
+        // 1 s minSyncPeriod + 2 x p99 (1.024 + 1.024 x 0.99 = 2.03776) = 5.07552 s; x 1.5 -> 8 s
+        assert_eq!(status["recommendation"]["preStopSeconds"], 8);
+        assert_eq!(status["recommendation"]["terminationGracePeriodSeconds"], 38);
+        assert_eq!(status["measurement"]["worstNode"], "node-a");
+        assert_eq!(status["measurement"]["syncP99Seconds"], 2.038);
+        assert_eq!(status["observedGeneration"], 1);
+        assert_eq!(condition(status, "Ready")["status"], "True");
+        assert_eq!(condition(status, "ProxySyncSlow")["status"], "True");
+        assert_eq!(condition(status, "Conflict")["status"], "False");
     };
-    reconcile_against(p, ctx, scenario).await.unwrap();
+    reconcile_against(p, ctx, api.writes(check, FIRST_EVENTS)).await.unwrap();
 }
 
 #[tokio::test]
@@ -248,9 +239,7 @@ async fn a_changed_status_without_a_transition_is_written_once_with_no_event() {
     let mut p = policy("p", Some(written));
     p.metadata.generation = Some(2); // a spec edit: observedGeneration changes, no condition does
     let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
-    let scenario = async move {
-        api.list_pods().await.status_write(|s| assert_eq!(s["observedGeneration"], 2)).await.done().await
-    };
+    let scenario = api.writes(|s| assert_eq!(s["observedGeneration"], 2), &[]);
     reconcile_against(p, ctx, scenario).await.unwrap();
 }
 
@@ -260,19 +249,11 @@ async fn a_transition_is_written_once_with_one_event_for_it() {
     let p = policy("p", Some(written));
     let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
     *ctx.store.lock().unwrap() = store(false); // the node got fast
-    let scenario = async move {
-        api.list_pods()
-            .await
-            .status_write(|s| {
-                assert_eq!(condition(s, "ProxySyncSlow")["status"], "False");
-                assert_eq!(condition(s, "Ready")["status"], "True");
-            })
-            .await
-            .event("Normal", "ProxySyncSlowResolved")
-            .await
-            .done()
-            .await
+    let check = |s: &Value| {
+        assert_eq!(condition(s, "ProxySyncSlow")["status"], "False");
+        assert_eq!(condition(s, "Ready")["status"], "True");
     };
+    let scenario = api.writes(check, &[("Normal", "ProxySyncSlowResolved")]);
     reconcile_against(p, ctx, scenario).await.unwrap();
 }
 
@@ -302,24 +283,12 @@ async fn policies_with_the_same_selector_are_reported_as_a_conflict() {
     let p = policy("p", None);
     let other = policy("a-first", None);
     let (ctx, api, _tx) = context(true, &[p.clone(), other]);
-    let scenario = async move {
-        api.list_pods()
-            .await
-            .status_write(|s| {
-                let c = condition(s, "Conflict");
-                assert_eq!(c["status"], "True");
-                assert!(c["message"].as_str().unwrap().contains("a-first wins"), "{c}");
-            })
-            .await
-            .event("Normal", "Ready")
-            .await
-            .event("Warning", "ProxySyncSlow")
-            .await
-            .event("Warning", "Conflict")
-            .await
-            .done()
-            .await
+    let check = |s: &Value| {
+        let c = condition(s, "Conflict");
+        assert_eq!(c["status"], "True");
+        assert!(c["message"].as_str().unwrap().contains("a-first wins"), "{c}");
     };
+    let scenario = api.writes(check, &[("Normal", "Ready"), ("Warning", "ProxySyncSlow"), ("Warning", "Conflict")]);
     reconcile_against(p, ctx, scenario).await.unwrap();
 }
 
