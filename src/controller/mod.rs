@@ -56,32 +56,36 @@ pub fn spawn(shared: &Shared, tasks: &mut Tasks, config: Config) -> Published {
     let plans = PlanHandle::new();
     let cluster = Arc::new(ClusterIndex::default());
     let (native_tx, native_rx) = watch::channel(false);
-    let (client, stop) = (&shared.client, &shared.stop);
-    let (index, c, s) = (cluster.clone(), client.clone(), stop.clone());
-    tasks.spawn("service index", async move { index.run(c, s).await });
-    tasks.spawn("plan publisher", tasks::publish_plans(client.clone(), plans.clone(), native_rx, config.default_policy, stop.clone()));
+    let client = &shared.client;
+    tasks.spawn("service index", cluster.clone().run(client.clone(), shared.stop.clone()));
+    tasks.spawn(
+        "plan publisher",
+        tasks::publish_plans(client.clone(), plans.clone(), native_rx, config.default_policy, shared.stop.clone()),
+    );
     tasks.spawn(
         "capability probe",
-        tasks::probe_capabilities(client.clone(), config.namespace, native_tx, config.probe_interval, stop.clone()),
+        tasks::probe_capabilities(client.clone(), config.namespace, native_tx, config.probe_interval, shared.stop.clone()),
     );
     let reporter = Reporter { controller: "safe-termination".into(), instance: config.identity };
-    let recorder = Recorder::new(client.clone(), reporter);
-    let (ctx, cluster2) = (shared.clone(), cluster.clone());
-    let make = move |policies| Context {
-        client: ctx.client,
-        store: ctx.store,
-        cluster: cluster2,
-        proxy: ctx.proxy,
-        leader: ctx.leader,
-        recorder,
-        settings: config.settings,
-        metrics: config.metrics,
-        kube_proxy_metrics: config.kube_proxy_metrics,
-        policies,
-        analyses: Default::default(),
+    let make = {
+        let shared = shared.clone();
+        let cluster = cluster.clone();
+        move |policies| Context {
+            recorder: Recorder::new(shared.client.clone(), reporter),
+            client: shared.client,
+            store: shared.store,
+            cluster,
+            proxy: shared.proxy,
+            leader: shared.leader,
+            settings: config.settings,
+            metrics: config.metrics,
+            kube_proxy_metrics: config.kube_proxy_metrics,
+            policies,
+            analyses: Default::default(),
+        }
     };
-    let (measured, leader) = (shared.measured.clone(), shared.leader.clone());
-    tasks.spawn("controller", reconcile::run(client.clone(), make, measured, leader, stop.clone()));
+    let controller = reconcile::run(client.clone(), make, shared.measured.clone(), shared.leader.clone(), shared.stop.clone());
+    tasks.spawn("controller", controller);
     Published { plans, cluster }
 }
 

@@ -85,8 +85,7 @@ pub fn spawn(shared: &Shared, tasks: &mut Tasks, measurement: Measurement) {
             Measurement::Files => futures::future::ready(()).boxed(),
         }
     };
-    let (leader, stop) = (shared.leader.clone(), shared.stop.clone());
-    tasks.spawn("measurement", measure_while_leading(start, leader, stop));
+    tasks.spawn("measurement", measure_while_leading(start, shared.leader.clone(), shared.stop.clone()));
 }
 
 /// Runs a measurement loop (kube-proxy scraping or Prometheus queries: `start(token)` returns
