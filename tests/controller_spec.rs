@@ -202,8 +202,7 @@ async fn first_status() -> Value {
     let keep = written.clone();
     let scenario = api.writes(move |s| *keep.lock().unwrap() = s.clone(), FIRST_EVENTS);
     reconcile_against(p, ctx, scenario).await.unwrap();
-    let status = written.lock().unwrap().clone();
-    status
+    written.lock().unwrap().clone()
 }
 
 #[tokio::test]
