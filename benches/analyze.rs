@@ -15,7 +15,7 @@
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
 use safe_termination::analysis::{AnalysisOptions, analyze};
 use safe_termination::crd::TerminationPolicySpec;
-use safe_termination::metrics::parse_kube_proxy_metrics;
+use safe_termination::exposition::parse_kube_proxy_metrics;
 use safe_termination::model::{Basis, NodeInput};
 use std::fmt::Write as _;
 

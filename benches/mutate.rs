@@ -15,7 +15,8 @@ use criterion::{Criterion, black_box, criterion_group, criterion_main};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use safe_termination::cli::mutate::{NativeSleep, PlanArgs, documents, pod_of};
-use safe_termination::webhook::{AssumeServiceBacked, mutate_pod, review};
+use safe_termination::selector::AssumeServiceBacked;
+use safe_termination::webhook::{mutate_pod, review};
 
 const KSM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pods/kube-state-metrics-distroless-multicontainer.yaml");
 const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/admission/admissionreview-pod-create.json");

@@ -18,8 +18,9 @@
 
 use safe_termination::analysis::{AnalysisOptions, analyze};
 use safe_termination::crd::TerminationPolicySpec;
-use safe_termination::operator::measure::MeasurementStore;
-use safe_termination::operator::scrape::{ScrapeOptions, Target, parse_static_targets, record_outcomes, scrape_all, scrape_client};
+use safe_termination::measure::MeasurementStore;
+use safe_termination::sources::scrape::{ScrapeOptions, Target, parse_static_targets, record_outcomes, scrape_all};
+use safe_termination::sources::fetch::http_client;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -109,7 +110,7 @@ fn main() {
     let present: Vec<String> = targets.iter().map(|t| t.node.clone()).collect();
     let mut rows = Vec::new();
     rt.block_on(async {
-        let client = scrape_client(timeout);
+        let client = http_client(timeout);
         for cycle in 1..=cycles {
             let cpu0 = cpu_seconds();
             let t0 = Instant::now();

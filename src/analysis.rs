@@ -6,10 +6,11 @@ use crate::crd::TerminationPolicySpec;
 use crate::model::{self, Basis, ClusterWindow, Interval, NodeInput, NodeWindow, ProxyMode};
 use crate::sizing::{self, Recommendation};
 use serde::Serialize;
+use std::sync::Arc;
 
 /// Inputs of an analysis besides the scrapes. [`Default`] assumes kube-proxy's iptables
 /// `minSyncPeriod` of 1 s (source `default`), infers the mode, and uses the default thresholds.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AnalysisOptions {
     /// kube-proxy minSyncPeriod, seconds (1 s, the iptables default, when unknown).
     pub min_sync_period_seconds: f64,
@@ -95,13 +96,43 @@ fn majority_mode(nodes: &[NodeWindow]) -> ProxyMode {
     counts.into_iter().max_by_key(|c| c.1).map_or(ProxyMode::Unknown, |c| c.0)
 }
 
-/// Analyses a set of nodes under a policy.
+/// The part of an analysis that no policy's sizing changes: node windows, the cluster window,
+/// advice and the proxy summary. It depends on the scrapes, the options and the policy's
+/// `preStop.minSamples` only, so one measurement generation needs it once per distinct
+/// `minSamples` ([`WindowCache`]), whatever the number of policies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowAnalysis {
+    /// `lifetime`, `betweenScrapes` or `mixed`.
+    pub interval: &'static str,
+    /// Per-node windows.
+    pub nodes: Vec<NodeWindow>,
+    /// The cluster window the sizing reads.
+    pub window: ClusterWindow,
+    /// Highest trusted sync p99 among nodes, seconds.
+    pub sync_p99_seconds: Option<f64>,
+    /// Highest trusted network-programming p99 among nodes, seconds.
+    pub network_programming_p99_seconds: Option<f64>,
+    /// minSyncPeriod used, seconds.
+    pub min_sync_period_seconds: f64,
+    /// Where minSyncPeriod came from.
+    pub min_sync_period_source: String,
+    /// Proxy summary.
+    pub proxy: ProxySummary,
+    /// Advice items.
+    pub advice: Vec<Advice>,
+}
+
+/// Analyses a set of nodes under a policy: [`analyze_window`] then [`size`].
 pub fn analyze(inputs: &[NodeInput], opts: &AnalysisOptions, spec: &TerminationPolicySpec) -> AnalysisReport {
-    let min_samples = spec.pre_stop.min_samples;
+    size(&analyze_window(inputs, opts, spec.pre_stop.min_samples), spec)
+}
+
+/// The policy-independent part of an analysis, for policies whose `preStop.minSamples` is
+/// `min_samples`.
+pub fn analyze_window(inputs: &[NodeInput], opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {
     let nodes: Vec<NodeWindow> =
         inputs.iter().map(|i| model::measure_node(i, opts.min_sync_period_seconds, min_samples, opts.mode)).collect();
     let window: ClusterWindow = model::cluster_window(&nodes);
-    let recommendation = sizing::recommend(&window, spec);
     let mut facts = opts.facts.clone();
     facts.mode = opts.mode.unwrap_or_else(|| majority_mode(&nodes));
     if opts.mode.is_none() {
@@ -125,15 +156,12 @@ pub fn analyze(inputs: &[NodeInput], opts: &AnalysisOptions, spec: &TerminationP
     } else {
         "mixed"
     };
-    AnalysisReport {
+    WindowAnalysis {
         interval,
-        worst_node: window.worst_node.clone(),
         sync_p99_seconds: max_of(&|n| n.sync_p99.map(|q| q.seconds)),
         network_programming_p99_seconds: max_of(&|n| n.network_programming_p99.map(|q| q.seconds)),
-        propagation_window_seconds: window.propagation_window_seconds,
         min_sync_period_seconds: opts.min_sync_period_seconds,
         min_sync_period_source: opts.min_sync_period_source.clone(),
-        recommendation,
         proxy: ProxySummary {
             mode: facts.mode,
             services: facts.services,
@@ -142,7 +170,64 @@ pub fn analyze(inputs: &[NodeInput], opts: &AnalysisOptions, spec: &TerminationP
             actual_rules: nodes.iter().filter_map(|n| n.iptables_rules_total).reduce(f64::max).map(|v| v as u64),
         },
         advice,
+        window,
         nodes,
+    }
+}
+
+/// Sizes a policy from a window analysis ([`sizing::recommend`]) and returns the whole report.
+pub fn size(w: &WindowAnalysis, spec: &TerminationPolicySpec) -> AnalysisReport {
+    AnalysisReport {
+        interval: w.interval,
+        nodes: w.nodes.clone(),
+        worst_node: w.window.worst_node.clone(),
+        sync_p99_seconds: w.sync_p99_seconds,
+        network_programming_p99_seconds: w.network_programming_p99_seconds,
+        propagation_window_seconds: w.window.propagation_window_seconds,
+        min_sync_period_seconds: w.min_sync_period_seconds,
+        min_sync_period_source: w.min_sync_period_source.clone(),
+        recommendation: sizing::recommend(&w.window, spec),
+        proxy: w.proxy.clone(),
+        advice: w.advice.clone(),
+    }
+}
+
+/// The window analyses of one measurement generation, one per distinct options and
+/// `minSamples`: every policy and the metrics export of that generation reuse them, and a new
+/// generation drops them. Pure (the caller supplies the generation and the inputs).
+#[derive(Debug, Default)]
+pub struct WindowCache {
+    generation: Option<u64>,
+    entries: Vec<(u32, AnalysisOptions, Arc<WindowAnalysis>)>,
+    computed: u64,
+}
+
+impl WindowCache {
+    /// The analysis of `generation` for `opts` and `min_samples`, computed from `inputs()` only
+    /// when this generation has none for them yet.
+    pub fn get(
+        &mut self,
+        generation: u64,
+        opts: &AnalysisOptions,
+        min_samples: u32,
+        inputs: impl FnOnce() -> Vec<NodeInput>,
+    ) -> Arc<WindowAnalysis> {
+        if self.generation != Some(generation) {
+            self.generation = Some(generation);
+            self.entries.clear();
+        }
+        if let Some((_, _, w)) = self.entries.iter().find(|(m, o, _)| *m == min_samples && o == opts) {
+            return w.clone();
+        }
+        let w = Arc::new(analyze_window(&inputs(), opts, min_samples));
+        self.computed += 1;
+        self.entries.push((min_samples, opts.clone(), w.clone()));
+        w
+    }
+
+    /// How many analyses were computed so far (the rest were reused).
+    pub fn computed(&self) -> u64 {
+        self.computed
     }
 }
 
@@ -164,7 +249,7 @@ mod tests {
 mod mixed_mode_tests {
     use super::*;
     use crate::advisor::AdviceReason;
-    use crate::metrics::parse_kube_proxy_metrics;
+    use crate::exposition::parse_kube_proxy_metrics;
 
     #[test]
     fn mixed_modes_each_get_their_migration_advice() {
@@ -192,7 +277,7 @@ mod mixed_mode_tests {
 mod low_sample_tests {
     use super::*;
     use crate::advisor::AdviceReason;
-    use crate::metrics::parse_kube_proxy_metrics;
+    use crate::exposition::parse_kube_proxy_metrics;
 
     /// A node whose `n` syncs all took at most 0.1 s.
     fn fast(name: &str, n: u32) -> NodeInput {
@@ -252,5 +337,38 @@ mod low_sample_tests {
         assert_eq!(r.recommendation.pre_stop_seconds, 60);
         let rs = reasons(&r);
         assert_eq!(rs, [(AdviceReason::ProxySyncSlow, Some("c".to_string())), (AdviceReason::BeyondTopBucket, Some("c".to_string()))]);
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+    use crate::exposition::parse_kube_proxy_metrics;
+
+    fn inputs() -> Vec<NodeInput> {
+        let sync = "kubeproxy_sync_proxy_rules_duration_seconds_bucket";
+        let text = format!("{sync}{{le=\"0.1\"}} 100\n{sync}{{le=\"+Inf\"}} 100\n");
+        vec![NodeInput { node: "a".into(), later: parse_kube_proxy_metrics(&text).unwrap(), earlier: None, proxy_mode: None }]
+    }
+
+    #[test]
+    fn one_analysis_per_generation_serves_every_policy_and_equals_a_fresh_one() {
+        let opts = AnalysisOptions::default();
+        let mut cache = WindowCache::default();
+        let (a, mut b) = (TerminationPolicySpec::default(), TerminationPolicySpec::default());
+        b.pre_stop.safety_factor = 3.0;
+        let ra = size(&cache.get(1, &opts, a.pre_stop.min_samples, inputs), &a);
+        let rb = size(&cache.get(1, &opts, b.pre_stop.min_samples, || unreachable!("reused")), &b);
+        assert_eq!(cache.computed(), 1);
+        assert_eq!(ra, analyze(&inputs(), &opts, &a));
+        assert_eq!(rb, analyze(&inputs(), &opts, &b));
+        assert!(rb.recommendation.pre_stop_seconds >= ra.recommendation.pre_stop_seconds);
+        // another minSamples or other options: analysed separately; a new generation: again
+        cache.get(1, &opts, a.pre_stop.min_samples + 1, inputs);
+        cache.get(1, &AnalysisOptions { min_sync_period_seconds: 2.0, ..Default::default() }, a.pre_stop.min_samples, inputs);
+        assert_eq!(cache.computed(), 3);
+        cache.get(2, &opts, a.pre_stop.min_samples, inputs);
+        cache.get(2, &opts, a.pre_stop.min_samples, || unreachable!("reused"));
+        assert_eq!(cache.computed(), 4);
     }
 }

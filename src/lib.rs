@@ -2,17 +2,24 @@
 //! from every node's rules (the propagation window) and sizes each new pod's preStop sleep and
 //! terminationGracePeriodSeconds from it.
 //!
-//! Layout: a pure core with no I/O ([`metrics`], [`model`], [`sizing`], [`advisor`],
-//! [`analysis`], [`crd`]), adapters around it ([`sources`]), and the composition root in
-//! `src/main.rs` with its command modules in [`cli`].
+//! Layout (docs/architecture.md): a pure core with no I/O ([`exposition`], [`model`],
+//! [`measure`], [`proxyconfig`], [`sizing`], [`advisor`], [`analysis`], [`crd`],
+//! [`selector`], [`annotations`]); adapters around it: the
+//! measurement [`sources`], the TerminationPolicy [`controller`] and the admission [`webhook`];
+//! the composition root in `src/main.rs` with its command modules in [`cli`].
 
 pub mod advisor;
+pub mod annotations;
 pub mod analysis;
 pub mod cli;
+pub mod controller;
 pub mod crd;
-pub mod metrics;
+pub mod exposition;
+pub mod measure;
 pub mod model;
 pub mod operator;
+pub mod proxyconfig;
+pub mod selector;
 pub mod shutdown;
 pub mod sizing;
 pub mod sources;

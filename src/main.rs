@@ -62,16 +62,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Analyze(args) => match runtime.block_on(analyze::run(&args)) {
-            Ok(out) => {
-                print!("{out}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {}", e.0);
-                ExitCode::from(1)
-            }
-        },
+        Command::Analyze(args) => finish(runtime.block_on(analyze::run(&args))),
         Command::Mutate(args) => finish(mutate_cmd::run_mutate(&args)),
         Command::Review(args) => finish(mutate_cmd::run_review(&args)),
         Command::Crd => {
@@ -88,7 +79,7 @@ fn main() -> ExitCode {
 fn served(
     runtime: tokio::runtime::Runtime,
     log: LogGuard,
-    f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), webhook_cmd::WebhookError>,
+    f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), safe_termination::cli::Error>,
 ) -> ExitCode {
     let result = f(&runtime);
     // do not wait for stragglers after an abort
@@ -103,8 +94,8 @@ fn served(
     }
 }
 
-/// Prints a command's output, or its error with exit code 1 (bad input).
-fn finish(result: Result<String, String>) -> ExitCode {
+/// Prints a command's output, or its error with the error's exit code (1 for bad input).
+fn finish(result: Result<String, safe_termination::cli::Error>) -> ExitCode {
     match result {
         Ok(out) => {
             print!("{out}");
@@ -112,7 +103,7 @@ fn finish(result: Result<String, String>) -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(1)
+            ExitCode::from(e.exit_code())
         }
     }
 }

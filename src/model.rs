@@ -20,8 +20,8 @@
 //! reported as measured (`networkProgrammingP99Seconds`).
 //! The cluster window is the maximum over nodes, and the node that sets it is named.
 
-use crate::metrics::histogram::{Histogram, Quantile};
-use crate::metrics::parse::KubeProxyScrape;
+use crate::exposition::histogram::{Histogram, Quantile};
+use crate::exposition::parse::KubeProxyScrape;
 use serde::Serialize;
 
 /// The quantile the model uses (p99).
@@ -302,7 +302,7 @@ pub fn cluster_window(nodes: &[NodeWindow]) -> ClusterWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::parse_kube_proxy_metrics;
+    use crate::exposition::parse_kube_proxy_metrics;
 
     fn scrape(count: u32) -> KubeProxyScrape {
         parse_kube_proxy_metrics(&format!(

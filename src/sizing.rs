@@ -7,7 +7,7 @@
 //! grace period the user set is never lowered (R2). Kubernetes applies 30 s when a pod sets no
 //! grace period.
 
-use crate::crd::{GraceSpec, TerminationPolicySpec};
+use crate::crd::{GraceSpec, PreStopSpec, TerminationPolicySpec};
 use crate::model::{Basis, ClusterWindow};
 use serde::Serialize;
 
@@ -42,10 +42,8 @@ fn ceil_seconds(x: f64) -> f64 {
 /// - NoData: `clamp(defaultSeconds, min, max)`.
 pub fn recommend(window: &ClusterWindow, spec: &TerminationPolicySpec) -> Recommendation {
     let p = &spec.pre_stop;
-    let (lo, hi) = (p.min_seconds, p.max_seconds.max(p.min_seconds));
-    let clamp = |v: f64| -> u32 {
-        if v.is_nan() { lo } else { v.clamp(f64::from(lo), f64::from(hi)) as u32 }
-    };
+    let (lo, hi) = pre_stop_bounds(p);
+    let clamp = |v: f64| clamp_pre_stop(v, p);
     let sized = |w: f64| ceil_seconds(w * p.safety_factor + f64::from(p.extra_seconds));
     let (pre_stop, arithmetic) = match (window.basis, window.propagation_window_seconds) {
         (Basis::Measured, Some(w)) if w.is_finite() => {
@@ -80,6 +78,25 @@ pub fn recommend(window: &ClusterWindow, spec: &TerminationPolicySpec) -> Recomm
             spec.grace.app_shutdown_seconds, spec.grace.max_seconds
         ),
     }
+}
+
+/// The range a policy's sleep is kept in, seconds: `[minSeconds, max(maxSeconds, minSeconds)]`
+/// (an invalid spec with min above max still gets a range, never a panic).
+pub fn pre_stop_bounds(p: &PreStopSpec) -> (u32, u32) {
+    (p.min_seconds, p.max_seconds.max(p.min_seconds))
+}
+
+/// The one clamp of a preStop value into the policy's bounds ([`pre_stop_bounds`]); NaN gives
+/// `minSeconds`. Used by [`recommend`] and by the planner for a status written by someone else.
+pub fn clamp_pre_stop(seconds: f64, p: &PreStopSpec) -> u32 {
+    let (lo, hi) = pre_stop_bounds(p);
+    if seconds.is_nan() { lo } else { seconds.clamp(f64::from(lo), f64::from(hi)) as u32 }
+}
+
+/// The sleep of a policy nothing has measured yet: its `defaultSeconds`, clamped (what
+/// [`recommend`] gives for [`Basis::NoData`]).
+pub fn unmeasured_pre_stop(spec: &TerminationPolicySpec) -> u32 {
+    recommend(&ClusterWindow { worst_node: None, propagation_window_seconds: None, basis: Basis::NoData }, spec).pre_stop_seconds
 }
 
 /// The grace period a pod should have: `max(current, min(preStop + appShutdownSeconds,

@@ -169,8 +169,8 @@ fn every_value_is_in_the_readme_values_table() {
 
 /// Every metric family the operator exports (names as in `# TYPE` lines), with its type.
 fn exported_families() -> Vec<(String, String)> {
-    use safe_termination::operator::metrics::*;
-    use safe_termination::operator::scrape::{ReasonLabel, ScrapeMetrics};
+    use safe_termination::controller::metrics::*;
+    use safe_termination::sources::scrape::{ReasonLabel, ScrapeMetrics};
     let t = safe_termination::telemetry::Telemetry::new();
     let (k, c, s) = (KubeProxyMetrics::default(), ControllerMetrics::default(), ScrapeMetrics::default());
     t.register("kube_proxy", |r| k.register(r)).unwrap();

@@ -1,62 +1,128 @@
-//! The TerminationPolicy controller against a mocked API server (tower-test): what it writes,
-//! when, and what it never writes.
+//! The TerminationPolicy controller as a specification: each scenario lists, in order, the API
+//! calls one reconcile must make, and the mocked API server (tower-test, the kube-rs
+//! controller-rs fixtures pattern) fails the test on a call out of order, an unexpected call,
+//! or an expected call that never came.
+//!
+//! What it pins down: the status is written once per change (and not again when nothing
+//! changed), Events are published on condition transitions only, nothing is written without
+//! the lease (also when the lease is lost during a reconcile), and conflicts: policies with the
+//! same selector are reported, and an API conflict (409) on the status write is an error with
+//! no Event.
 
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
+use kube::Client;
 use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
-use kube::Client;
+use safe_termination::controller::cluster::ClusterIndex;
+use safe_termination::controller::metrics::{ControllerMetrics, KubeProxyMetrics};
+use safe_termination::controller::reconcile::{Context, Settings, reconcile};
 use safe_termination::crd::{TerminationPolicy, TerminationPolicySpec};
-use safe_termination::metrics::parse_kube_proxy_metrics;
-use safe_termination::operator::cluster::ClusterIndex;
-use safe_termination::operator::controller::{Context, Settings, reconcile};
-use safe_termination::operator::proxyconfig::ResolvedProxyConfig;
-use safe_termination::operator::measure::{MeasurementStore, Sample};
-use safe_termination::operator::metrics::{ControllerMetrics, KubeProxyMetrics};
+use safe_termination::exposition::parse_kube_proxy_metrics;
+use safe_termination::measure::{MeasurementStore, Sample};
+use safe_termination::proxyconfig::ResolvedProxyConfig;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    path: String,
+type ApiServerHandle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+const NS: &str = "team-a";
+const PODS: &str = "/api/v1/namespaces/team-a/pods";
+const STATUS: &str = "/apis/safetermination.io/v1alpha1/namespaces/team-a/terminationpolicies/p/status";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
+
+/// The API server side of a scenario: each method expects the next request to be one call,
+/// checks it and answers it.
+struct ApiServerVerifier(ApiServerHandle);
+
+/// A request as the verifier saw it: its JSON body, and where to send the answer.
+struct Call {
     body: Value,
+    send: tower_test::mock::SendResponse<Response<Body>>,
 }
 
-/// A fake API server: answers every request plausibly and records it.
-fn fake_api() -> (Client, Arc<Mutex<Vec<Seen>>>) {
-    let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = seen.clone();
-    tokio::spawn(async move {
-        while let Some((req, send)) = handle.next_request().await {
-            let method = req.method().to_string();
-            let path = req.uri().path().to_string();
-            let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            log.lock().unwrap().push(Seen { method: method.clone(), path: path.clone(), body: body.clone() });
-            let answer = if path.ends_with("/pods") {
-                json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []})
-            } else if path.ends_with("/status") {
-                let mut p = body.clone();
-                p["metadata"] = json!({"name": "p", "namespace": "team-a"});
-                p["spec"] = json!({});
-                p
-            } else {
-                body.clone()
-            };
-            let status = if method == "POST" { 201 } else { 200 };
-            send.send_response(Response::builder().status(status).body(Body::from(serde_json::to_vec(&answer).unwrap())).unwrap());
+impl ApiServerVerifier {
+    /// The next request, which must be `method path`; a missing one fails after 5 s.
+    async fn expect(&mut self, method: &str, path: &str) -> Call {
+        let next = tokio::time::timeout(Duration::from_secs(5), self.0.next_request()).await;
+        let (req, send) = match next {
+            Ok(Some(r)) => r,
+            Ok(None) => panic!("expected {method} {path}, but the controller made no further call"),
+            Err(_) => panic!("expected {method} {path}, but no call came within 5 s"),
+        };
+        let (m, p) = (req.method().to_string(), req.uri().path().to_string());
+        let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        assert_eq!((m.as_str(), p.as_str()), (method, path), "unexpected call, body {body:#}");
+        Call { body, send }
+    }
+
+    /// `GET .../pods`: the policy's namespace has no pods.
+    async fn list_pods(mut self) -> Self {
+        let call = self.expect("GET", PODS).await;
+        respond(call.send, StatusCode::OK, &json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}));
+        self
+    }
+
+    /// `PATCH .../terminationpolicies/p/status` (server-side apply); `check` reads the status
+    /// written; the server echoes it back.
+    async fn status_write(mut self, check: impl FnOnce(&Value)) -> Self {
+        let call = self.expect("PATCH", STATUS).await;
+        check(&call.body["status"]);
+        let mut echo = call.body.clone();
+        echo["metadata"] = json!({"name": "p", "namespace": NS});
+        echo["spec"] = json!({});
+        respond(call.send, StatusCode::OK, &echo);
+        self
+    }
+
+    /// `PATCH .../status` answered with 409 Conflict.
+    async fn status_write_conflict(mut self) -> Self {
+        let call = self.expect("PATCH", STATUS).await;
+        let status = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Conflict", "code": 409,
+            "message": "Operation cannot be fulfilled: the object has been modified"});
+        respond(call.send, StatusCode::CONFLICT, &status);
+        self
+    }
+
+    /// `POST .../events`: one Event of `type_` with `reason`.
+    async fn event(mut self, type_: &str, reason: &str) -> Self {
+        let call = self.expect("POST", EVENTS).await;
+        assert_eq!((call.body["type"].as_str(), call.body["reason"].as_str()), (Some(type_), Some(reason)), "{:#}", call.body);
+        let body = call.body.clone();
+        respond(call.send, StatusCode::CREATED, &body);
+        self
+    }
+
+    /// A leader's reconcile that writes: count the pods, write the status (`check` reads it),
+    /// publish `events` (type, reason) in this order, and nothing else.
+    async fn writes(self, check: impl FnOnce(&Value), events: &[(&str, &str)]) {
+        let mut api = self.list_pods().await.status_write(check).await;
+        for (type_, reason) in events {
+            api = api.event(type_, reason).await;
         }
-    });
-    (Client::new(svc, "default"), seen)
+        api.done().await
+    }
+
+    /// No call at all until the controller lets go of its client.
+    async fn done(mut self) {
+        if let Ok(Some((req, _))) = tokio::time::timeout(Duration::from_secs(5), self.0.next_request()).await {
+            panic!("unexpected call {} {}", req.method(), req.uri().path());
+        }
+    }
+}
+
+fn respond(send: tower_test::mock::SendResponse<Response<Body>>, status: StatusCode, body: &Value) {
+    send.send_response(Response::builder().status(status).body(Body::from(serde_json::to_vec(body).unwrap())).unwrap());
 }
 
 fn policy(name: &str, status: Option<Value>) -> TerminationPolicy {
     let mut p = TerminationPolicy::new(name, TerminationPolicySpec::default());
-    p.metadata.namespace = Some("team-a".into());
+    p.metadata.namespace = Some(NS.into());
     p.metadata.generation = Some(1);
     p.metadata.uid = Some(format!("uid-{name}"));
     if let Some(s) = status {
@@ -65,27 +131,34 @@ fn policy(name: &str, status: Option<Value>) -> TerminationPolicy {
     p
 }
 
-fn slow_node_store() -> Arc<Mutex<MeasurementStore>> {
-    let text = "\
-kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"1.024\"} 0
-kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"2.048\"} 100
-kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 100
-kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 100
-";
+/// One node whose 100 syncs took 1.024 to 2.048 s (slow, above the 1 s threshold), or 0.064
+/// to 0.128 s (fast).
+fn store(slow: bool) -> MeasurementStore {
+    let (lo, hi) = if slow { ("1.024", "2.048") } else { ("0.064", "0.128") };
+    let text = format!(
+        "kubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"{lo}\"}} 0\n\
+         kubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"{hi}\"}} 100\n\
+         kubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"+Inf\"}} 100\n\
+         kubeproxy_sync_proxy_rules_iptables_total{{table=\"nat\"}} 100\n"
+    );
     let mut store = MeasurementStore::new(600.0);
-    store.record("node-a", Sample { at_unix_seconds: 1_800_000_000.0, scrape: parse_kube_proxy_metrics(text).unwrap(), proxy_mode: None });
-    Arc::new(Mutex::new(store))
+    store.record("node-a", Sample { at_unix_seconds: 1_800_000_000.0, scrape: parse_kube_proxy_metrics(&text).unwrap(), proxy_mode: None });
+    store
 }
 
-fn context(client: Client, leader: bool, others: &[TerminationPolicy]) -> (Arc<Context>, watch::Sender<bool>) {
+/// A controller context on a mocked API server, leading or not, with `all` as the reflector's
+/// policies; the verifier plays the API server.
+fn context(leader: bool, all: &[TerminationPolicy]) -> (Arc<Context>, ApiServerVerifier, watch::Sender<bool>) {
+    let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, "default");
     let (tx, rx) = watch::channel(leader);
     let mut writer: Writer<TerminationPolicy> = Writer::default();
-    for p in others {
+    for p in all {
         writer.apply_watcher_event(&watcher::Event::Apply(p.clone()));
     }
     let ctx = Context {
         client: client.clone(),
-        store: slow_node_store(),
+        store: Arc::new(Mutex::new(store(true))),
         cluster: Arc::new(ClusterIndex::default()),
         proxy: Arc::new(RwLock::new(ResolvedProxyConfig::default())),
         leader: rx,
@@ -94,81 +167,135 @@ fn context(client: Client, leader: bool, others: &[TerminationPolicy]) -> (Arc<C
         metrics: ControllerMetrics::default(),
         kube_proxy_metrics: KubeProxyMetrics::default(),
         policies: writer.as_reader(),
+        analyses: Default::default(),
     };
-    (Arc::new(ctx), tx)
+    (Arc::new(ctx), ApiServerVerifier(handle), tx)
 }
 
-fn status_patches(seen: &[Seen]) -> Vec<&Seen> {
-    seen.iter().filter(|s| s.method == "PATCH" && s.path.ends_with("/terminationpolicies/p/status")).collect()
+/// Runs `scenario` as the API server while `policy` is reconciled once; then the controller
+/// lets go of its client (`ctx` is dropped) and the scenario must have seen every call.
+async fn reconcile_against(
+    policy: TerminationPolicy,
+    ctx: Arc<Context>,
+    scenario: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let server: JoinHandle<()> = tokio::spawn(scenario);
+    let result = reconcile(Arc::new(policy), ctx).await.map(|_| ()).map_err(|e| e.to_string());
+    tokio::time::timeout(Duration::from_secs(10), server).await.expect("the scenario ends").expect("the scenario holds");
+    result
 }
 
-fn events(seen: &[Seen]) -> Vec<&Seen> {
-    seen.iter().filter(|s| s.path.contains("/events")).collect()
+fn condition(status: &Value, type_: &str) -> Value {
+    status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == type_).cloned().unwrap_or(Value::Null)
 }
 
-#[tokio::test]
-async fn a_new_policy_gets_its_status_written_once_with_events_for_problems() {
-    let (client, seen) = fake_api();
+/// The Events of a policy's first status on the slow node, in condition order: Ready
+/// (Normal), then ProxySyncSlow (Warning); the conditions that start False raise none.
+const FIRST_EVENTS: &[(&str, &str)] = &[("Normal", "Ready"), ("Warning", "ProxySyncSlow")];
+
+/// The status a first reconcile writes for policy `p` (leading, slow node), for the next
+/// scenario's starting point.
+async fn first_status() -> Value {
     let p = policy("p", None);
-    let (ctx, _tx) = context(client, true, std::slice::from_ref(&p));
-    reconcile(Arc::new(p), ctx).await.unwrap();
-    let seen = seen.lock().unwrap().clone();
-    let patches = status_patches(&seen);
-    assert_eq!(patches.len(), 1, "one status write: {seen:#?}");
-    let status = &patches[0].body["status"];
-    // 1 s minSyncPeriod + 2 x p99 (1.024 + 1.024 x 0.99 = 2.03776) = 5.07552 s; x 1.5 = 7.61 -> 8 s
-    assert_eq!(status["recommendation"]["preStopSeconds"], 8);
-    assert_eq!(status["recommendation"]["terminationGracePeriodSeconds"], 38);
-    assert_eq!(status["measurement"]["worstNode"], "node-a");
-    assert_eq!(status["measurement"]["syncP99Seconds"], 2.038);
-    assert_eq!(status["observedGeneration"], 1);
-    let cond = |t: &str| status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).cloned().unwrap();
-    assert_eq!(cond("ProxySyncSlow")["status"], "True");
-    assert_eq!(cond("Ready")["status"], "True");
-    assert_eq!(cond("Conflict")["status"], "False");
-    // events: Ready (Normal) and ProxySyncSlow (Warning), nothing for False conditions
-    let ev = events(&seen);
-    let reasons: Vec<&str> = ev.iter().map(|e| e.body["reason"].as_str().unwrap_or("")).collect();
-    assert!(reasons.contains(&"ProxySyncSlow"), "{reasons:?}");
-    assert!(reasons.contains(&"Ready"), "{reasons:?}");
-    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
+    let written = Arc::new(Mutex::new(Value::Null));
+    let keep = written.clone();
+    let scenario = api.writes(move |s| *keep.lock().unwrap() = s.clone(), FIRST_EVENTS);
+    reconcile_against(p, ctx, scenario).await.unwrap();
+    written.lock().unwrap().clone()
 }
 
 #[tokio::test]
-async fn an_unchanged_status_is_not_written_again_and_emits_no_event() {
-    let (client, seen) = fake_api();
-    let first = policy("p", None);
-    let (ctx, _tx) = context(client.clone(), true, std::slice::from_ref(&first));
-    reconcile(Arc::new(first), ctx.clone()).await.unwrap();
-    let written = status_patches(&seen.lock().unwrap())[0].body["status"].clone();
-    seen.lock().unwrap().clear();
-    // the watch brings the written status back; reconcile again
-    let second = policy("p", Some(written));
-    reconcile(Arc::new(second), ctx).await.unwrap();
-    let seen = seen.lock().unwrap().clone();
-    assert!(status_patches(&seen).is_empty(), "no second write: {seen:#?}");
-    assert!(events(&seen).is_empty());
-}
-
-#[tokio::test]
-async fn without_the_lease_nothing_is_written() {
-    let (client, seen) = fake_api();
+async fn a_new_policy_gets_one_status_write_then_one_event_per_condition_that_turned_true() {
     let p = policy("p", None);
-    let (ctx, _tx) = context(client, false, std::slice::from_ref(&p));
-    reconcile(Arc::new(p), ctx).await.unwrap();
-    assert!(seen.lock().unwrap().is_empty(), "a follower sends no request at all");
+    let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
+    let check = |status: &Value| {
+        // 1 s minSyncPeriod + 2 x p99 (1.024 + 1.024 x 0.99 = 2.03776) = 5.07552 s; x 1.5 -> 8 s
+        assert_eq!(status["recommendation"]["preStopSeconds"], 8);
+        assert_eq!(status["recommendation"]["terminationGracePeriodSeconds"], 38);
+        assert_eq!(status["measurement"]["worstNode"], "node-a");
+        assert_eq!(status["measurement"]["syncP99Seconds"], 2.038);
+        assert_eq!(status["observedGeneration"], 1);
+        assert_eq!(condition(status, "Ready")["status"], "True");
+        assert_eq!(condition(status, "ProxySyncSlow")["status"], "True");
+        assert_eq!(condition(status, "Conflict")["status"], "False");
+    };
+    reconcile_against(p, ctx, api.writes(check, FIRST_EVENTS)).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unchanged_status_is_not_written_again_and_raises_no_event() {
+    let written = first_status().await;
+    let p = policy("p", Some(written));
+    let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
+    let scenario = async move { api.list_pods().await.done().await };
+    reconcile_against(p, ctx, scenario).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_changed_status_without_a_transition_is_written_once_with_no_event() {
+    let written = first_status().await;
+    let mut p = policy("p", Some(written));
+    p.metadata.generation = Some(2); // a spec edit: observedGeneration changes, no condition does
+    let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
+    let scenario = api.writes(|s| assert_eq!(s["observedGeneration"], 2), &[]);
+    reconcile_against(p, ctx, scenario).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_transition_is_written_once_with_one_event_for_it() {
+    let written = first_status().await;
+    let p = policy("p", Some(written));
+    let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
+    *ctx.store.lock().unwrap() = store(false); // the node got fast
+    let check = |s: &Value| {
+        assert_eq!(condition(s, "ProxySyncSlow")["status"], "False");
+        assert_eq!(condition(s, "Ready")["status"], "True");
+    };
+    let scenario = api.writes(check, &[("Normal", "ProxySyncSlowResolved")]);
+    reconcile_against(p, ctx, scenario).await.unwrap();
+}
+
+#[tokio::test]
+async fn without_the_lease_no_call_is_made() {
+    let p = policy("p", None);
+    let (ctx, api, _tx) = context(false, std::slice::from_ref(&p));
+    reconcile_against(p, ctx, api.done()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_lost_during_the_reconcile_stops_the_write() {
+    let p = policy("p", None);
+    let (ctx, mut api, tx) = context(true, std::slice::from_ref(&p));
+    let scenario = async move {
+        // the lease is lost while the pods are being counted
+        let call = api.expect("GET", PODS).await;
+        tx.send_replace(false);
+        respond(call.send, StatusCode::OK, &json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}));
+        api.done().await
+    };
+    reconcile_against(p, ctx, scenario).await.unwrap();
 }
 
 #[tokio::test]
 async fn policies_with_the_same_selector_are_reported_as_a_conflict() {
-    let (client, seen) = fake_api();
     let p = policy("p", None);
     let other = policy("a-first", None);
-    let (ctx, _tx) = context(client, true, &[p.clone(), other]);
-    reconcile(Arc::new(p), ctx).await.unwrap();
-    let seen = seen.lock().unwrap().clone();
-    let status = &status_patches(&seen)[0].body["status"];
-    let c = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Conflict").unwrap();
-    assert_eq!(c["status"], "True");
-    assert!(c["message"].as_str().unwrap().contains("a-first wins"), "{c}");
+    let (ctx, api, _tx) = context(true, &[p.clone(), other]);
+    let check = |s: &Value| {
+        let c = condition(s, "Conflict");
+        assert_eq!(c["status"], "True");
+        assert!(c["message"].as_str().unwrap().contains("a-first wins"), "{c}");
+    };
+    let scenario = api.writes(check, &[("Normal", "Ready"), ("Warning", "ProxySyncSlow"), ("Warning", "Conflict")]);
+    reconcile_against(p, ctx, scenario).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_conflict_answer_to_the_status_write_is_an_error_and_raises_no_event() {
+    let p = policy("p", None);
+    let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
+    let scenario = async move { api.list_pods().await.status_write_conflict().await.done().await };
+    let err = reconcile_against(p, ctx, scenario).await.unwrap_err();
+    assert!(err.contains("409") || err.contains("modified"), "{err}");
 }

@@ -28,7 +28,7 @@ use kube::{Api, Client};
 
 mod common;
 use safe_termination::cli::run::RunArgs;
-use safe_termination::operator::certs::{self, Action, CertConfig};
+use safe_termination::webhook::certs::{self, Action, CertConfig};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -292,7 +292,7 @@ fn check_rbac(docs: &[Value], release_ns: &str, fullname: &str, mode: &str) {
             assert!(allows(docs, sa, ns, group, resource, v, name), "the operator needs {v} {group}/{resource} {name:?} in {ns:?}");
         }
     };
-    // every API call of src/operator and src/cli/run.rs
+    // every API call of src/controller, src/sources, src/webhook/certs.rs and src/cli/run.rs
     need(None, "safetermination.io", "terminationpolicies", &["list", "watch"], None);
     need(None, "safetermination.io", "terminationpolicies/status", &["patch"], None);
     need(None, "events.k8s.io", "events", &["create", "patch"], None);

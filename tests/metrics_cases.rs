@@ -9,7 +9,7 @@
 use safe_termination::advisor::{AdviceReason, ClusterFacts, Thresholds};
 use safe_termination::analysis::{AnalysisOptions, AnalysisReport, analyze};
 use safe_termination::crd::{GraceSpec, TerminationPolicySpec};
-use safe_termination::metrics::{KubeProxyScrape, parse_kube_proxy_metrics};
+use safe_termination::exposition::{KubeProxyScrape, parse_kube_proxy_metrics};
 use safe_termination::model::{Basis, ClusterWindow, Interval, NodeInput, ProxyMode};
 use safe_termination::sizing::{grace_seconds, recommend};
 

@@ -17,12 +17,13 @@ use safe_termination::advisor::{AdviceReason, ClusterFacts, Thresholds};
 use safe_termination::analysis::{AnalysisOptions, AnalysisReport, analyze};
 use safe_termination::crd::TerminationPolicySpec;
 use safe_termination::model::{Basis, Interval, ProxyMode};
-use safe_termination::operator::measure::MeasurementStore;
-use safe_termination::operator::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
-use safe_termination::operator::proxyconfig::ResolvedProxyConfig;
-use safe_termination::operator::scrape::{
+use safe_termination::measure::MeasurementStore;
+use safe_termination::sources::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
+use safe_termination::sources::fetch::http_client;
+use safe_termination::proxyconfig::ResolvedProxyConfig;
+use safe_termination::sources::scrape::{
     Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, discover, fetch_configz,
-    read_proxy_configmap, record_outcomes, resolve_proxy_config, scrape_all, scrape_client, scrape_once,
+    read_proxy_configmap, record_outcomes, resolve_proxy_config, scrape_all, scrape_once,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -127,7 +128,7 @@ fn opts(timeout_ms: u64) -> ScrapeOptions {
 }
 
 fn client() -> reqwest::Client {
-    scrape_client(Duration::from_secs(5))
+    http_client(Duration::from_secs(5))
 }
 
 fn analysis_options() -> AnalysisOptions {
@@ -148,7 +149,7 @@ fn approx(actual: f64, expected: f64, tol: f64) {
     assert!((actual - expected).abs() <= tol, "expected {expected} ± {tol}, got {actual}");
 }
 
-fn failure(o: &ScrapeOutcome) -> &safe_termination::operator::measure::NodeFailure {
+fn failure(o: &ScrapeOutcome) -> &safe_termination::measure::NodeFailure {
     o.result.as_ref().err().unwrap_or_else(|| panic!("{}: expected a failure", o.node))
 }
 
@@ -359,7 +360,7 @@ async fn configz_is_read_best_effort_and_resolution_names_its_source() {
     let c = client();
     let cfg = fetch_configz(&c, &with, Duration::from_secs(2)).await.unwrap();
     assert_eq!((cfg.mode, cfg.min_sync_period_seconds), (ProxyMode::Nftables, 2.0));
-    let e = fetch_configz(&c, &without, Duration::from_secs(2)).await.unwrap_err();
+    let e = fetch_configz(&c, &without, Duration::from_secs(2)).await.unwrap_err().to_string();
     assert!(e.contains("HTTP 404") && e.contains("/configz"), "{e}");
 
     let r = resolve_proxy_config(&c, &[without.clone(), with.clone()], None, Duration::from_secs(2)).await;
@@ -676,7 +677,7 @@ async fn the_configmap_is_the_fallback_when_configz_is_unreachable() {
         seen.lock().unwrap().iter().map(|p| p.split('?').next().unwrap().to_string()).collect::<Vec<_>>(),
         ["/api/v1/namespaces/kube-system/configmaps/kube-proxy", "/api/v1/namespaces/kube-system/configmaps/kube-proxy-config"]
     );
-    let e = read_proxy_configmap(&kube_client, "elsewhere").await.unwrap_err();
+    let e = read_proxy_configmap(&kube_client, "elsewhere").await.unwrap_err().to_string();
     assert!(e.contains("no ConfigMap kube-proxy (key config.conf) or kube-proxy-config (key config) in elsewhere"), "{e}");
 
     // configz refused on the only target: the ConfigMap is used and the skip is explained
@@ -715,7 +716,6 @@ fn endless_body() -> axum::body::Body {
 #[tokio::test]
 async fn cli_url_fetch_stops_at_the_body_limit() {
     use safe_termination::sources::{MAX_PROXY_MODE_BYTES, fetch_url};
-    let http_client = scrape_client;
     let endless = serve(Router::new().route("/metrics", get(|| async { endless_body() }))).await;
     let url = format!("http://{endless}/metrics");
     let start = Instant::now();

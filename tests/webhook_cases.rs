@@ -7,12 +7,9 @@ use json_patch::Patch;
 use proptest::prelude::*;
 use safe_termination::cli::mutate::{documents, pod_of};
 use safe_termination::crd::{EnforcementMode, PreStopHandler, Scope, TerminationPolicySpec};
-use safe_termination::webhook::mutate::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
-use safe_termination::webhook::plan::Labels;
-use safe_termination::webhook::{
-    AssumeServiceBacked, Capabilities, ContainerReason, Decision, Plan, PlanPolicy, PodReason, StaticServiceIndex, mutate_pod,
-    review,
-};
+use safe_termination::annotations::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
+use safe_termination::selector::{AssumeServiceBacked, Labels, StaticServiceIndex};
+use safe_termination::webhook::{Capabilities, ContainerReason, Decision, Plan, PlanPolicy, PodReason, mutate_pod, review};
 use serde_json::{Value, json};
 
 fn plan_with(spec: TerminationPolicySpec, pre_stop: u32, native_sleep: bool) -> Plan {

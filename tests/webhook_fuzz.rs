@@ -21,8 +21,8 @@ use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use safe_termination::crd::{EnforcementMode, GraceSpec, PreStopHandler, PreStopSpec, Scope, TerminationPolicySpec};
-use safe_termination::webhook::plan::Labels;
-use safe_termination::webhook::{AssumeServiceBacked, Capabilities, Plan, PlanPolicy, ServiceIndex, StaticServiceIndex, mutate_pod, review};
+use safe_termination::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
+use safe_termination::webhook::{Capabilities, Plan, PlanPolicy, mutate_pod, review};
 use serde_json::{Map, Value, json};
 use std::sync::OnceLock;
 

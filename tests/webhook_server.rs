@@ -10,7 +10,8 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 use reqwest::StatusCode;
 use rustls::pki_types::{CertificateDer, ServerName};
 use safe_termination::cli::mutate::{NativeSleep, PlanArgs};
-use safe_termination::cli::webhook::{Listeners, ServingArgs, WebhookArgs, WebhookError, serve};
+use safe_termination::cli::Error as CliError;
+use safe_termination::cli::webhook::{Listeners, ServingArgs, WebhookArgs, serve};
 use safe_termination::shutdown::Shutdown;
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -93,7 +94,7 @@ struct Harness {
     addr: SocketAddr,
     admin: SocketAddr,
     shutdown: Shutdown,
-    task: JoinHandle<Result<(), WebhookError>>,
+    task: JoinHandle<Result<(), CliError>>,
     dir: tempfile::TempDir,
     pki: Pki,
 }
@@ -508,8 +509,8 @@ async fn second_signal_aborts_the_drain() {
     assert!(!h.task.is_finished(), "draining");
     h.shutdown.trigger();
     let r = tokio::time::timeout(Duration::from_secs(2), h.task).await.expect("abort is immediate").unwrap();
-    assert!(matches!(r, Err(WebhookError::Aborted)), "{r:?}");
-    assert_eq!(WebhookError::Aborted.exit_code(), 130);
+    assert!(matches!(r, Err(CliError::Aborted)), "{r:?}");
+    assert_eq!(CliError::Aborted.exit_code(), 130);
 }
 
 #[tokio::test]
@@ -679,7 +680,7 @@ impl Direct {
         let plan = PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto }.plan().unwrap();
         let state = WebhookState {
             plan: safe_termination::webhook::PlanHandle::with_plan(plan),
-            services: Arc::new(safe_termination::webhook::AssumeServiceBacked),
+            services: Arc::new(safe_termination::selector::AssumeServiceBacked),
             metrics: safe_termination::telemetry::Telemetry::new().webhook().clone(),
             settings,
         };

@@ -3,8 +3,8 @@
 
 use crate::advisor::{ClusterFacts, Thresholds, parse_version};
 use crate::analysis::{AnalysisOptions, AnalysisReport, DEFAULT_MIN_SYNC_PERIOD_SECONDS, analyze};
-use crate::cli::{OutputFormat, load_policy_spec, number_in, whole_in};
-use crate::metrics::parse_kube_proxy_metrics;
+use crate::cli::{Error, OutputFormat, load_policy_spec, number_in, whole_in};
+use crate::exposition::parse_kube_proxy_metrics;
 use crate::model::{Basis, NodeInput, ProxyMode};
 use crate::sources;
 use std::fmt::Write as _;
@@ -33,7 +33,7 @@ pub struct AnalyzeArgs {
     #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
     /// Proxy mode, overriding /proxyMode and inference: iptables, nftables, ipvs, kernelspace, ebpf.
-    #[arg(long, value_parser = parse_mode)]
+    #[arg(long, value_parser = crate::cli::parse_proxy_mode)]
     pub mode: Option<ProxyMode>,
     /// Number of Services in the cluster (for the mode advisor).
     #[arg(long, allow_negative_numbers = true, value_parser = whole_in(0u64, 100_000_000, "a whole number of Services"))]
@@ -74,17 +74,13 @@ pub struct AnalyzeArgs {
     pub max_body_bytes: usize,
 }
 
-fn parse_mode(s: &str) -> Result<ProxyMode, String> {
-    ProxyMode::parse(s).ok_or_else(|| format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf"))
-}
-
 /// Checks a `--kubernetes-version` at argument parsing (a usage error, exit 2, before any URL is
 /// fetched): MAJOR.MINOR as [`parse_version`] reads it, optionally `v`-prefixed, with a patch or
 /// a suffix.
-fn parse_kubernetes_version(s: &str) -> Result<String, String> {
+fn parse_kubernetes_version(s: &str) -> Result<String, Error> {
     match parse_version(s) {
         Some(_) => Ok(s.to_string()),
-        None => Err("expected a Kubernetes version like v1.33.2 or 1.33 (MAJOR.MINOR, optional v prefix, patch and suffix)".into()),
+        None => Err(Error::Usage("expected a Kubernetes version like v1.33.2 or 1.33 (MAJOR.MINOR, optional v prefix, patch and suffix)".into())),
     }
 }
 
@@ -117,7 +113,7 @@ fn split_node(arg: &str) -> (String, String, bool) {
 /// one source; an unnamed `--earlier` pairs with the only node. Errors: no such node (listing
 /// the nodes), an unnamed `--earlier` with several nodes, or a node that already has an earlier
 /// scrape (given twice as a source, or by a previous `--earlier`).
-fn earlier_nodes(source_nodes: &[String], earlier: &[String]) -> Result<Vec<String>, InputError> {
+fn earlier_nodes(source_nodes: &[String], earlier: &[String]) -> Result<Vec<String>, Error> {
     let mut nodes: Vec<&str> = Vec::new();
     let mut twice: Vec<&str> = Vec::new();
     for n in source_nodes {
@@ -133,7 +129,7 @@ fn earlier_nodes(source_nodes: &[String], earlier: &[String]) -> Result<Vec<Stri
         let arg = sources::redact(raw);
         let target = if explicit {
             if !nodes.contains(&node.as_str()) {
-                return Err(InputError(format!(
+                return Err(Error::Input(format!(
                     "--earlier {arg}: no source is node {node:?} (the nodes are: {}): name the node (NODE=FILE) it belongs to",
                     nodes.join(", ")
                 )));
@@ -142,10 +138,10 @@ fn earlier_nodes(source_nodes: &[String], earlier: &[String]) -> Result<Vec<Stri
         } else if let [only] = nodes.as_slice() {
             (*only).to_string()
         } else {
-            return Err(InputError(format!("--earlier {arg}: name the node (NODE=FILE) it belongs to")));
+            return Err(Error::Input(format!("--earlier {arg}: name the node (NODE=FILE) it belongs to")));
         };
         if twice.contains(&target.as_str()) || targets.contains(&target) {
-            return Err(InputError(format!("--earlier {arg}: node {target} already has an earlier scrape")));
+            return Err(Error::Input(format!("--earlier {arg}: node {target} already has an earlier scrape")));
         }
         targets.push(target);
     }
@@ -155,40 +151,36 @@ fn earlier_nodes(source_nodes: &[String], earlier: &[String]) -> Result<Vec<Stri
 /// `e` for the source argument `arg`, with how `arg` was read when that may be the problem: a
 /// file that does not exist after a `NODE=` split (the argument may be a file name with `=`),
 /// or an argument starting with `=` (an empty node name).
-fn source_hint(e: InputError, arg: &str, node: &str, src: &str, explicit: bool) -> InputError {
+fn source_hint(e: Error, arg: &str, node: &str, src: &str, explicit: bool) -> Error {
     let missing = |path: &str| sources::url_scheme(path).is_none() && path != "-" && !std::path::Path::new(path).exists();
     if explicit && missing(src) {
-        InputError(format!("{} (read as node {node:?}, file {src:?}; for a file named {arg:?}, write ./{arg})", e.0))
+        Error::Input(format!("{} (read as node {node:?}, file {src:?}; for a file named {arg:?}, write ./{arg})", e))
     } else if arg.starts_with('=') && missing(arg) {
-        InputError(format!("{} (an empty node name: write NODE{arg}, or ./{arg} for a file of that name)", e.0))
+        Error::Input(format!("{} (an empty node name: write NODE{arg}, or ./{arg} for a file of that name)", e))
     } else {
         e
     }
 }
 
-/// An error for `analyze`: exit 1 (bad input) with a message naming the file, family and line.
-#[derive(Debug)]
-pub struct InputError(pub String);
-
 async fn load(
     source: &str,
     client: &reqwest::Client,
     max_body_bytes: usize,
-) -> Result<(crate::metrics::KubeProxyScrape, Option<ProxyMode>), InputError> {
+) -> Result<(crate::exposition::KubeProxyScrape, Option<ProxyMode>), Error> {
     let fetched = if let Some(scheme) = sources::url_scheme(source)
         && !sources::is_url(source)
     {
-        return Err(InputError(format!(
+        return Err(Error::Input(format!(
             "{}: unsupported URL scheme {scheme:?}: a source is a file, - (standard input) or an http:// or https:// URL",
             sources::redact(source)
         )));
     } else if sources::is_url(source) {
-        sources::fetch_url(client, source, max_body_bytes).await.map_err(|e| InputError(e.to_string()))?
+        sources::fetch_url(client, source, max_body_bytes).await.map_err(|e| Error::Input(e.to_string()))?
     } else {
-        sources::Fetched { text: sources::read_file(source).map_err(|e| InputError(e.to_string()))?, proxy_mode: None }
+        sources::Fetched { text: sources::read_file(source).map_err(|e| Error::Input(e.to_string()))?, proxy_mode: None }
     };
     let name = if source == "-" { "<stdin>".into() } else { sources::redact(source) };
-    let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| InputError(e.at(&name)))?;
+    let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| Error::Input(e.at(&name)))?;
     if scrape.sync.is_none() && scrape.network_programming.is_none() && scrape.last_sync_timestamp_seconds.is_none() {
         // valid text, but nothing of kube-proxy's: the report will say NoData; say why here
         eprintln!(
@@ -199,9 +191,9 @@ async fn load(
 }
 
 /// Runs `analyze`; returns the rendered report or an input error.
-pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
+pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
     let spec = match &args.policy {
-        Some(p) => load_policy_spec(p).map_err(InputError)?,
+        Some(p) => load_policy_spec(p)?,
         None => Default::default(),
     };
     // node names come from the arguments: a wrong --earlier pairing is reported before any fetch
@@ -219,7 +211,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
             && !(explicit && *first_explicit)
         {
             let how = |src: &str, explicit: bool| if explicit { format!("{node}={}", sources::redact(src)) } else { sources::redact(src) };
-            return Err(InputError(format!(
+            return Err(Error::Input(format!(
                 "{} and {} are both node {node:?} (a source without NODE= is named after its file stem or host:port): name each node, e.g. node-a=FILE node-b=FILE; to compare two scrapes of one node, give both the same NODE= (first is earlier) or use --earlier",
                 how(first, *first_explicit),
                 how(&src, explicit)
@@ -233,14 +225,14 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, InputError> {
                 existing.earlier = Some(earlier);
                 existing.proxy_mode = proxy_mode.or(existing.proxy_mode);
             }
-            Some(_) => return Err(InputError(format!("node {node} is given more than twice"))),
+            Some(_) => return Err(Error::Input(format!("node {node} is given more than twice"))),
             None => inputs.push(NodeInput { node, later: scrape, earlier: None, proxy_mode }),
         }
     }
     for (raw, node) in args.earlier.iter().zip(earlier_nodes) {
         let src = split_node(raw).1;
         let Some(target) = inputs.iter_mut().find(|i| i.node == node) else {
-            return Err(InputError(format!("--earlier {}: internal error: node {node:?} was not loaded", sources::redact(raw))));
+            return Err(Error::Input(format!("--earlier {}: internal error: node {node:?} was not loaded", sources::redact(raw))));
         };
         target.earlier = Some(load(&src, &client, args.max_body_bytes).await?.0);
     }
@@ -294,7 +286,7 @@ pub fn render_text(r: &AnalysisReport) -> String {
         "NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS"
     );
     for n in &r.nodes {
-        let q = |q: Option<crate::metrics::Quantile>| match q {
+        let q = |q: Option<crate::exposition::Quantile>| match q {
             Some(q) if q.beyond_top_bucket => format!(">{:.3}s", q.seconds),
             Some(q) => format!("{:.3}s", q.seconds),
             None => "-".into(),

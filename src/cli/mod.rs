@@ -7,6 +7,40 @@ pub mod run;
 pub mod webhook;
 
 use crate::crd::TerminationPolicySpec;
+use crate::model::ProxyMode;
+
+/// How a command failed; [`Error::exit_code`] tells the shell which kind.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad flags or an unusable policy file for a server (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// Bad input: a scrape, manifest, review or policy file that cannot be used (exit 1).
+    #[error("{0}")]
+    Input(String),
+    /// A listener, the Kubernetes client, leader election or a task of a server failed (exit 1).
+    #[error("{0}")]
+    Io(String),
+    /// A server was stopped by a second signal (exit 130).
+    #[error("aborted by a second signal")]
+    Aborted,
+}
+
+impl Error {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) => 2,
+            Error::Input(_) | Error::Io(_) => 1,
+            Error::Aborted => 130,
+        }
+    }
+}
+
+/// A clap value parser for `--proxy-mode`.
+pub fn parse_proxy_mode(s: &str) -> Result<ProxyMode, Error> {
+    ProxyMode::parse(s).ok_or_else(|| Error::Usage(format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf")))
+}
 
 /// Output format of a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -25,21 +59,22 @@ pub enum OutputFormat {
 /// Errors name the file and what is wrong (unreadable, not YAML, wrong kind, an invalid field, a
 /// field the TerminationPolicy schema does not have: a typo is refused rather than ignored, see
 /// [`crate::crd::unknown_fields`]).
-pub fn load_policy_spec(path: &str) -> Result<TerminationPolicySpec, String> {
-    let text = crate::sources::read_file(path).map_err(|e| e.to_string())?;
-    let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| format!("{path}: not valid YAML or JSON: {e}"))?;
+pub fn load_policy_spec(path: &str) -> Result<TerminationPolicySpec, Error> {
+    let text = crate::sources::read_file(path).map_err(|e| Error::Input(e.to_string()))?;
+    let value: serde_json::Value =
+        serde_saphyr::from_str(&text).map_err(|e| Error::Input(format!("{path}: not valid YAML or JSON: {e}")))?;
     let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
     if kind != "TerminationPolicy" {
-        return Err(format!("{path}: expected kind TerminationPolicy, found {kind:?}"));
+        return Err(Error::Input(format!("{path}: expected kind TerminationPolicy, found {kind:?}")));
     }
     let unknown = crate::crd::unknown_fields(&value);
     if !unknown.is_empty() {
-        return Err(format!("{path}: {}", unknown.join("; ")));
+        return Err(Error::Input(format!("{path}: {}", unknown.join("; "))));
     }
     let spec_value = value.get("spec").cloned().unwrap_or(serde_json::Value::Object(Default::default()));
     let spec: TerminationPolicySpec =
-        serde_json::from_value(spec_value).map_err(|e| format!("{path}: invalid spec: {e}"))?;
-    spec.validate().map_err(|errs| format!("{path}: {}", errs.join("; ")))?;
+        serde_json::from_value(spec_value).map_err(|e| Error::Input(format!("{path}: invalid spec: {e}")))?;
+    spec.validate().map_err(|errs| Error::Input(format!("{path}: {}", errs.join("; "))))?;
     Ok(spec)
 }
 
@@ -52,25 +87,25 @@ pub fn number_in(
     max: f64,
     min_exclusive: bool,
     what: &'static str,
-) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync {
+) -> impl Fn(&str) -> Result<f64, Error> + Clone + Send + Sync {
     move |s: &str| {
         let v = s.trim().parse::<f64>().ok().filter(|v| v.is_finite());
         match v {
             Some(v) if (if min_exclusive { v > min } else { v >= min }) && v <= max => Ok(v),
-            _ if min_exclusive => Err(format!("expected {what} above {min} and at most {max}")),
-            _ => Err(format!("expected {what} from {min} to {max}")),
+            _ if min_exclusive => Err(Error::Usage(format!("expected {what} above {min} and at most {max}"))),
+            _ => Err(Error::Usage(format!("expected {what} from {min} to {max}"))),
         }
     }
 }
 
 /// A clap value parser for a whole-number flag: from `min` to `max`; anything else (negative,
 /// fractional, out of range) is refused with a message giving `what` is expected and the range.
-pub fn whole_in<T>(min: T, max: T, what: &'static str) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync
+pub fn whole_in<T>(min: T, max: T, what: &'static str) -> impl Fn(&str) -> Result<T, Error> + Clone + Send + Sync
 where
     T: std::str::FromStr + PartialOrd + Copy + std::fmt::Display + Send + Sync,
 {
     move |s: &str| match s.trim().parse::<T>() {
         Ok(v) if v >= min && v <= max => Ok(v),
-        _ => Err(format!("expected {what} from {min} to {max}")),
+        _ => Err(Error::Usage(format!("expected {what} from {min} to {max}"))),
     }
 }

@@ -1,11 +1,11 @@
 //! `safe-termination mutate` and `safe-termination review`: run the webhook's decision offline on
 //! manifests (Pods and workloads' pod templates) or on an AdmissionReview request.
 
-use crate::cli::{OutputFormat, load_policy_spec, whole_in};
+use crate::cli::{Error, OutputFormat, load_policy_spec, whole_in};
 use crate::crd::TerminationPolicySpec;
-use crate::model::ClusterWindow;
 use crate::sizing;
-use crate::webhook::plan::{AssumeServiceBacked, Capabilities, Labels, Plan, PlanPolicy, ServiceIndex, StaticServiceIndex};
+use crate::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
+use crate::webhook::plan::{Capabilities, Plan, PlanPolicy};
 use crate::webhook::{Decision, mutate_pod, review};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -39,14 +39,16 @@ pub struct PlanArgs {
 
 impl PlanArgs {
     /// Builds the static plan: one default policy for every namespace.
-    pub fn plan(&self) -> Result<Plan, String> {
+    pub fn plan(&self) -> Result<Plan, Error> {
         let spec: TerminationPolicySpec = match &self.policy {
             Some(p) => load_policy_spec(p)?,
             None => TerminationPolicySpec::default(),
         };
+        // an explicit value is capped at the policy's maxSeconds and otherwise served as given
+        // (0: no sleep); without one, the policy's unmeasured default
         let pre_stop_seconds = match self.pre_stop_seconds {
-            Some(s) => s,
-            None => sizing::recommend(&ClusterWindow { worst_node: None, propagation_window_seconds: None, basis: crate::model::Basis::NoData }, &spec).pre_stop_seconds,
+            Some(s) => s.min(sizing::pre_stop_bounds(&spec.pre_stop).1),
+            None => sizing::unmeasured_pre_stop(&spec),
         };
         let name = self.policy.as_deref().map_or("static", |p| {
             std::path::Path::new(p).file_stem().and_then(|s| s.to_str()).unwrap_or("static")
@@ -100,17 +102,17 @@ pub struct MutateResult {
 
 /// The pod template of a workload (or a Pod itself), as a Pod, with the namespace it would be
 /// created in. Errors for kinds without a pod template.
-pub fn pod_of(doc: &Value, default_ns: &str) -> Result<(Value, String), String> {
+pub fn pod_of(doc: &Value, default_ns: &str) -> Result<(Value, String), Error> {
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("");
     let ns = doc.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(default_ns).to_string();
     let template = match kind {
         "Pod" => return Ok((doc.clone(), ns)),
         "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" | "ReplicationController" => doc.pointer("/spec/template"),
         "CronJob" => doc.pointer("/spec/jobTemplate/spec/template"),
-        "" => return Err("document has no kind".into()),
-        other => return Err(format!("kind {other} has no pod template: not mutated")),
+        "" => return Err(Error::Input("document has no kind".into())),
+        other => return Err(Error::Input(format!("kind {other} has no pod template: not mutated"))),
     };
-    let template = template.filter(|t| t.is_object()).ok_or_else(|| format!("{kind} has no pod template"))?;
+    let template = template.filter(|t| t.is_object()).ok_or_else(|| Error::Input(format!("{kind} has no pod template")))?;
     let mut meta = template.get("metadata").cloned().unwrap_or_else(|| json!({}));
     if let Some(m) = meta.as_object_mut() {
         m.insert("namespace".into(), Value::String(ns.clone()));
@@ -120,9 +122,10 @@ pub fn pod_of(doc: &Value, default_ns: &str) -> Result<(Value, String), String> 
 }
 
 /// Reads every document of a YAML/JSON file (or `-`), flattening `kind: List`, dropping empty ones.
-pub fn documents(path: &str) -> Result<Vec<Value>, String> {
-    let text = crate::sources::read_file(path).map_err(|e| e.to_string())?;
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| format!("{path}: not valid YAML or JSON: {e}"))?;
+pub fn documents(path: &str) -> Result<Vec<Value>, Error> {
+    let text = crate::sources::read_file(path).map_err(|e| Error::Input(e.to_string()))?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&text).map_err(|e| Error::Input(format!("{path}: not valid YAML or JSON: {e}")))?;
     let mut out = Vec::new();
     for d in docs {
         flatten(d, &mut out);
@@ -164,7 +167,7 @@ fn service_index(docs: &[(String, Vec<Value>)], default_ns: &str) -> Option<Stat
 }
 
 /// Runs `mutate`: returns the rendered output, or an input error (exit 1).
-pub fn run_mutate(args: &MutateArgs) -> Result<String, String> {
+pub fn run_mutate(args: &MutateArgs) -> Result<String, Error> {
     let plan = args.plan.plan()?;
     let mut all = Vec::new();
     for f in &args.files {
@@ -193,13 +196,13 @@ pub fn run_mutate(args: &MutateArgs) -> Result<String, String> {
                     reason: None,
                     containers: Vec::new(),
                     pod: None,
-                    skipped: Some(why),
+                    skipped: Some(why.to_string()),
                 }),
                 Ok((pod, ns)) => {
                     let d: Decision = mutate_pod(&pod, &ns, &plan, services);
                     let mut patched = pod.clone();
                     json_patch::patch(&mut patched, &d.patch.0)
-                        .map_err(|e| format!("{source}: internal error, the patch does not apply: {e}"))?;
+                        .map_err(|e| Error::Input(format!("{source}: internal error, the patch does not apply: {e}")))?;
                     results.push(MutateResult {
                         source,
                         patch: serde_json::to_value(&d.patch).unwrap_or(Value::Null),
@@ -256,17 +259,17 @@ pub struct ReviewArgs {
 }
 
 /// Runs `review`: the exact response body, or the 400 message as an error (exit 1).
-pub fn run_review(args: &ReviewArgs) -> Result<String, String> {
+pub fn run_review(args: &ReviewArgs) -> Result<String, Error> {
     let plan = args.plan.plan()?;
     let body = match args.file.as_str() {
         "-" => {
             let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::stdin(), &mut v).map_err(|e| format!("<stdin>: {e}"))?;
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut v).map_err(|e| Error::Input(format!("<stdin>: {e}")))?;
             v
         }
-        f => std::fs::read(f).map_err(|e| format!("{f}: {e}"))?,
+        f => std::fs::read(f).map_err(|e| Error::Input(format!("{f}: {e}")))?,
     };
     let out = review(&body, &plan, &AssumeServiceBacked);
     let text = String::from_utf8_lossy(&out.body).into_owned();
-    if out.status == 200 { Ok(text + "\n") } else { Err(text.trim_end().to_string()) }
+    if out.status == 200 { Ok(text + "\n") } else { Err(Error::Input(text.trim_end().to_string())) }
 }

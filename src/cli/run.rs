@@ -8,27 +8,24 @@
 //! signal aborts).
 
 use crate::advisor::Thresholds;
-use crate::cli::webhook::{Listeners, Served, ServingArgs, WebhookError, serve_with};
-use crate::cli::{number_in, whole_in};
+use crate::cli::webhook::{Listeners, Served, ServingArgs, serve_with};
+use crate::cli::{Error, number_in, parse_proxy_mode, whole_in};
+use crate::controller::{
+    self,
+    metrics::{ControllerMetrics, KubeProxyMetrics},
+    planner::DefaultPolicyRef,
+    reconcile::Settings,
+};
+use crate::measure::MeasurementStore;
 use crate::model::ProxyMode;
-use crate::operator::cluster::ClusterIndex;
-use crate::operator::controller::{self, Context, Settings};
-use crate::operator::measure::{MeasurementStore, Sample};
-use crate::operator::metrics::{ControllerMetrics, KubeProxyMetrics};
-use crate::operator::planner::DefaultPolicyRef;
-use crate::operator::prometheus::{PrometheusLoop, PrometheusSource};
-use crate::operator::scrape::{Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, TargetSource, parse_static_targets, unix_now};
-use crate::operator::tasks;
+use crate::operator::{self, Leadership, Shared, Tasks};
 use crate::shutdown::Shutdown;
+use crate::sources::scrape::{Discovery, ScrapeMetrics, ScrapeOptions, parse_static_targets};
+use crate::sources::{self, Measurement, SourceError, store_from_files};
 use crate::telemetry::{Readiness, Telemetry};
-use crate::webhook::server::PlanHandle;
-use futures::FutureExt;
+use crate::webhook::certs::{self, CertConfig};
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 /// Where measurements come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -103,7 +100,7 @@ pub struct RunArgs {
     /// Proxy mode, overriding /proxyMode, the ConfigMap and inference (`ebpf` when there is no
     /// kube-proxy: sizing then uses each policy's defaultSeconds; a running Cilium agent without
     /// kube-proxy pods is detected without this flag, see --cilium-selector).
-    #[arg(long, env = "SAFE_TERMINATION_PROXY_MODE", value_parser = parse_mode)]
+    #[arg(long, env = "SAFE_TERMINATION_PROXY_MODE", value_parser = parse_proxy_mode)]
     pub proxy_mode: Option<ProxyMode>,
     /// `NAMESPACE/NAME` of the TerminationPolicy that applies to namespaces without one (off
     /// by default: such namespaces are not mutated).
@@ -150,255 +147,152 @@ pub struct RunArgs {
     pub cert_check_interval_seconds: u64,
 }
 
-fn parse_mode(s: &str) -> Result<ProxyMode, String> {
-    ProxyMode::parse(s).ok_or_else(|| format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf"))
-}
-
-fn usage(msg: String) -> WebhookError {
-    WebhookError::Usage(msg)
-}
-
-/// Reads `--metrics-file NODE=FILE` scrapes into a store (files source).
-fn store_from_files(specs: &[String], window: f64) -> Result<MeasurementStore, String> {
-    let mut store = MeasurementStore::new(window);
-    for spec in specs {
-        let (node, path) = spec.split_once('=').ok_or_else(|| format!("--metrics-file {spec:?}: expected NODE=FILE"))?;
-        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-        let text = crate::sources::decode_utf8(path, bytes).map_err(|e| e.to_string())?;
-        let scrape = crate::metrics::parse_kube_proxy_metrics(&text).map_err(|e| e.at(path))?;
-        store.record(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None });
+impl RunArgs {
+    /// The measurement source of `--source`, checked. Errors (usage): a `--metrics-file` or
+    /// `--kube-proxy-target` that cannot be used, `--source prometheus` without a URL.
+    fn measurement(&self, scrape_metrics: &ScrapeMetrics) -> Result<(Measurement, MeasurementStore), Error> {
+        let usage = |e: SourceError| Error::Usage(e.to_string());
+        let window = self.window_seconds as f64;
+        let files = match self.source {
+            SourceKind::Files => Some(store_from_files(&self.metrics_files, window).map_err(usage)?),
+            _ => None,
+        };
+        let prometheus_url = match (self.source, &self.prometheus_url) {
+            (SourceKind::Prometheus, None) => return Err(Error::Usage("--source prometheus needs --prometheus-url".into())),
+            (_, url) => url.clone().unwrap_or_default(),
+        };
+        let static_targets = parse_static_targets(&self.kube_proxy_targets).map_err(usage)?;
+        let measurement = match self.source {
+            SourceKind::Files => return Ok((Measurement::Files, files.unwrap_or_else(|| MeasurementStore::new(window)))),
+            SourceKind::Prometheus => Measurement::Prometheus {
+                url: prometheus_url,
+                window: Duration::from_secs(self.window_seconds),
+                timeout: Duration::from_secs(self.scrape_timeout_seconds),
+                interval: Duration::from_secs(self.scrape_interval_seconds),
+                kube_proxy_namespace: self.kube_proxy_namespace.clone(),
+            },
+            SourceKind::KubeProxy => Measurement::KubeProxy {
+                static_targets,
+                discovery: Discovery {
+                    namespace: self.kube_proxy_namespace.clone(),
+                    selector: self.kube_proxy_selector.clone(),
+                    port: self.kube_proxy_port,
+                    cilium_selector: self.cilium_selector.clone(),
+                },
+                options: ScrapeOptions {
+                    timeout: Duration::from_secs(self.scrape_timeout_seconds),
+                    max_in_flight: self.scrape_max_in_flight,
+                    ..Default::default()
+                },
+                interval: Duration::from_secs(self.scrape_interval_seconds),
+                metrics: scrape_metrics.clone(),
+            },
+        };
+        Ok((measurement, MeasurementStore::new(window)))
     }
-    Ok(store)
+
+    /// The controller's configuration. Errors (usage): a `--default-policy` that is not
+    /// `NAMESPACE/NAME`.
+    fn controller(&self, metrics: &ControllerMetrics, kube_proxy_metrics: &KubeProxyMetrics) -> Result<controller::Config, Error> {
+        let default_policy =
+            self.default_policy.as_deref().map(DefaultPolicyRef::parse).transpose().map_err(|e| Error::Usage(e.to_string()))?;
+        let settings = Settings {
+            thresholds: Thresholds {
+                sync_slow_seconds: self.sync_slow_seconds,
+                iptables_services: self.iptables_services_threshold,
+                ebpf_services: self.ebpf_services_threshold,
+                conntrack_usage_ratio: Thresholds::default().conntrack_usage_ratio,
+                stale_seconds: self.stale_seconds,
+            },
+            status_refresh_seconds: self.status_refresh_seconds as f64,
+            mode_override: self.proxy_mode,
+            min_sync_period_override: self.min_sync_period_seconds,
+            no_kube_proxy_note: (self.proxy_mode == Some(ProxyMode::Ebpf))
+                .then(|| "no kube-proxy (eBPF dataplane): sized from the policy default".to_string()),
+            ..Settings::default()
+        };
+        Ok(controller::Config {
+            settings,
+            namespace: self.namespace.clone(),
+            identity: self.identity.clone(),
+            probe_interval: Duration::from_secs(self.probe_interval_seconds),
+            default_policy,
+            metrics: metrics.clone(),
+            kube_proxy_metrics: kube_proxy_metrics.clone(),
+        })
+    }
+
+    /// The operator-managed certificates' configuration, when `--cert-secret` is set.
+    fn certificates(&self) -> Option<CertConfig> {
+        let secret = self.cert_secret.as_deref()?;
+        let mut cfg = CertConfig::new(secret, &self.namespace, &self.webhook_service);
+        cfg.extra_sans = self.cert_extra_sans.clone();
+        cfg.webhook_configuration = self.webhook_configuration.clone();
+        cfg.files = self.write_cert_files.then(|| (self.serving.tls_cert_file.clone(), self.serving.tls_key_file.clone()));
+        cfg.interval = Duration::from_secs(self.cert_check_interval_seconds.max(1));
+        Some(cfg)
+    }
+
+    /// This replica's name in the lease: `--identity`, else the host name.
+    fn lease_identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| std::env::var("HOSTNAME").unwrap_or_else(|_| format!("safe-termination-{}", std::process::id())))
+    }
 }
 
 /// Runs the operator until a shutdown signal. Call inside a Tokio runtime.
-pub async fn run(args: &RunArgs) -> Result<(), WebhookError> {
+pub async fn run(args: &RunArgs) -> Result<(), Error> {
     let shutdown = Shutdown::new();
-    shutdown.listen_for_signals().map_err(|e| WebhookError::Io(format!("cannot install signal handlers: {e}")))?;
+    shutdown.listen_for_signals().map_err(|e| Error::Io(format!("cannot install signal handlers: {e}")))?;
     let listeners = Listeners::bind(&args.serving).await?;
     run_with(args, listeners, shutdown).await
 }
 
-/// The operator on already-bound listeners (the testable core of [`run`]).
-pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), WebhookError> {
-    let default_ref = args.default_policy.as_deref().map(DefaultPolicyRef::parse).transpose().map_err(usage)?;
-    let window = args.window_seconds as f64;
-    let files_store = match args.source {
-        SourceKind::Files => Some(store_from_files(&args.metrics_files, window).map_err(usage)?),
-        _ => None,
-    };
-    if args.source == SourceKind::Prometheus && args.prometheus_url.is_none() {
-        return Err(usage("--source prometheus needs --prometheus-url".into()));
-    }
-    let static_targets = parse_static_targets(&args.kube_proxy_targets).map_err(usage)?;
-    let client = Client::try_default().await.map_err(|e| WebhookError::Io(format!("cannot build a Kubernetes client: {e}")))?;
-
+/// The operator on already-bound listeners (the testable core of [`run`]): one [`Shared`]
+/// context, then the measurement source, the controller and the certificates spawned into one
+/// task set, and the webhook served until shutdown or until any task ends.
+pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), Error> {
     let telemetry = Telemetry::new();
-    let kube_proxy_metrics = KubeProxyMetrics::default();
-    let controller_metrics = ControllerMetrics::default();
-    let scrape_metrics = ScrapeMetrics::default();
+    let (kube_proxy_metrics, controller_metrics, scrape_metrics) =
+        (KubeProxyMetrics::default(), ControllerMetrics::default(), ScrapeMetrics::default());
     let _ = telemetry.register("kube_proxy", |r| kube_proxy_metrics.register(r));
     let _ = telemetry.register("controller", |r| controller_metrics.register(r));
     let _ = telemetry.register("scrape", |r| scrape_metrics.register(r));
-    let readiness = Readiness::new();
+    let controller_config = args.controller(&controller_metrics, &kube_proxy_metrics)?;
+    let (measurement, store) = args.measurement(&scrape_metrics)?;
+    let client = Client::try_default().await.map_err(|e| Error::Io(format!("cannot build a Kubernetes client: {e}")))?;
 
-    let plans = PlanHandle::new();
-    let cluster = Arc::new(ClusterIndex::default());
-    let store = Arc::new(Mutex::new(files_store.unwrap_or_else(|| MeasurementStore::new(window))));
-    let (generation_tx, generation_rx) = watch::channel(0u64);
-    let (native_tx, native_rx) = watch::channel(false);
     let stop = shutdown.token();
-    let mut tasks: JoinSet<&'static str> = JoinSet::new();
-
-    // leader election
-    let (leader_rx, lease_task) = if args.no_leader_election {
-        let (tx, rx) = watch::channel(true);
-        std::mem::forget(tx); // stays leader for the process's life
-        (rx, None)
+    let mut tasks = Tasks::new(stop.clone());
+    let leadership = if args.no_leader_election {
+        Leadership::always()
     } else {
-        let identity = args.identity.clone().unwrap_or_else(|| {
-            std::env::var("HOSTNAME").unwrap_or_else(|_| format!("safe-termination-{}", std::process::id()))
-        });
-        let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-            .with_namespace(&args.namespace)
-            .with_identity(identity)
-            .with_field_manager("safe-termination-lease")
-            .build()
+        operator::elect(client.clone(), &args.namespace, &args.lease_name, args.lease_identity(), &mut tasks)
             .await
-            .map_err(|e| WebhookError::Io(format!("leader election: {e}")))?;
-        let (rx, handle) = manager.watch().await;
-        (rx, Some(handle))
+            .map_err(|e| Error::Io(format!("leader election: {e}")))?
     };
-    if let Some(handle) = lease_task {
-        let stop = stop.clone();
-        tasks.spawn(async move {
-            tokio::select! {
-                _ = stop.cancelled() => {}
-                r = handle => tracing::error!(result = ?r.map(|r| r.map(|_| ())), "the lease task ended"),
-            }
-            "lease"
-        });
+    let shared = Shared::new(client, stop.clone(), leadership, store);
+    if let Some(cfg) = args.certificates() {
+        certs::spawn(&shared, &mut tasks, cfg);
     }
+    sources::spawn(&shared, &mut tasks, measurement);
+    let published = controller::spawn(&shared, &mut tasks, controller_config);
 
-    {
-        let (client, cluster, stop) = (client.clone(), cluster.clone(), stop.clone());
-        tasks.spawn(async move {
-            cluster.run(client, stop).await;
-            "service index"
-        });
-    }
-    {
-        let (client, plans, stop) = (client.clone(), plans.clone(), stop.clone());
-        tasks.spawn(async move {
-            tasks::publish_plans(client, plans, native_rx, default_ref, stop).await;
-            "plan publisher"
-        });
-    }
-    {
-        let (client, ns, stop) = (client.clone(), args.namespace.clone(), stop.clone());
-        let interval = Duration::from_secs(args.probe_interval_seconds);
-        tasks.spawn(async move {
-            tasks::probe_capabilities(client, ns, native_tx, interval, stop).await;
-            "capability probe"
-        });
-    }
-
-    // operator-managed webhook certificates (leader writes; --write-cert-files: every replica copies)
-    if let Some(secret) = &args.cert_secret {
-        let mut cfg = crate::operator::certs::CertConfig::new(secret, &args.namespace, &args.webhook_service);
-        cfg.extra_sans = args.cert_extra_sans.clone();
-        cfg.webhook_configuration = args.webhook_configuration.clone();
-        cfg.files = args.write_cert_files.then(|| (args.serving.tls_cert_file.clone(), args.serving.tls_key_file.clone()));
-        cfg.interval = Duration::from_secs(args.cert_check_interval_seconds.max(1));
-        let (client, leader, stop) = (client.clone(), leader_rx.clone(), stop.clone());
-        tasks.spawn(async move {
-            crate::operator::certs::run(client, cfg, leader, stop).await;
-            "certificates"
-        });
-    }
-
-    // measurement (leader only)
-    let proxy_config = Arc::new(RwLock::new(Default::default()));
-    if args.source != SourceKind::Files {
-        let (args2, client2, store2, gen2, proxy2, metrics2) =
-            (args.clone(), client.clone(), store.clone(), generation_tx.clone(), proxy_config.clone(), scrape_metrics.clone());
-        let static_targets = static_targets.clone();
-        let start = move |token: tokio_util::sync::CancellationToken| -> futures::future::BoxFuture<'static, ()> {
-            match args2.source {
-                SourceKind::Prometheus => {
-                    let url = args2.prometheus_url.clone().unwrap_or_default();
-                    match PrometheusSource::new(&url, Duration::from_secs(args2.window_seconds), Duration::from_secs(args2.scrape_timeout_seconds)) {
-                        Ok(src) => PrometheusLoop::new(src, store2.clone(), gen2.clone())
-                            .with_interval(Duration::from_secs(args2.scrape_interval_seconds))
-                            // minSyncPeriod from the kube-proxy ConfigMap, every 10 rounds
-                            .with_configmap(client2.clone(), &args2.kube_proxy_namespace, proxy2.clone(), 10)
-                            .run(token)
-                            .boxed(),
-                        Err(e) => {
-                            tracing::error!(error = %e, "Prometheus source");
-                            futures::future::ready(()).boxed()
-                        }
-                    }
-                }
-                _ => {
-                    let source = if static_targets.is_empty() {
-                        TargetSource::Kube {
-                            client: client2.clone(),
-                            discovery: Discovery {
-                                namespace: args2.kube_proxy_namespace.clone(),
-                                selector: args2.kube_proxy_selector.clone(),
-                                port: args2.kube_proxy_port,
-                                cilium_selector: args2.cilium_selector.clone(),
-                            },
-                        }
-                    } else {
-                        TargetSource::Static(static_targets.clone())
-                    };
-                    ScrapeLoop::new(source, store2.clone(), gen2.clone())
-                        .with_interval(Duration::from_secs(args2.scrape_interval_seconds))
-                        .with_options(ScrapeOptions {
-                            timeout: Duration::from_secs(args2.scrape_timeout_seconds),
-                            max_in_flight: args2.scrape_max_in_flight,
-                            ..Default::default()
-                        })
-                        .with_metrics(metrics2.clone())
-                        // publishes kube-proxy's configuration straight into the controller's handle
-                        .with_proxy_config(proxy2.clone())
-                        .run(token)
-                    .boxed()
-                }
-            }
-        };
-        let (leader, stop) = (leader_rx.clone(), stop.clone());
-        tasks.spawn(async move {
-            tasks::measure_while_leading(start, leader, stop).await;
-            "measurement"
-        });
-    } else {
-        generation_tx.send_modify(|g| *g += 1);
-    }
-
-    // controller
-    {
-        let settings = Settings {
-            thresholds: Thresholds {
-                sync_slow_seconds: args.sync_slow_seconds,
-                iptables_services: args.iptables_services_threshold,
-                ebpf_services: args.ebpf_services_threshold,
-                conntrack_usage_ratio: Thresholds::default().conntrack_usage_ratio,
-                stale_seconds: args.stale_seconds,
-            },
-            status_refresh_seconds: args.status_refresh_seconds as f64,
-            mode_override: args.proxy_mode,
-            min_sync_period_override: args.min_sync_period_seconds,
-            no_kube_proxy_note: (args.proxy_mode == Some(ProxyMode::Ebpf))
-                .then(|| "no kube-proxy (eBPF dataplane): sized from the policy default".to_string()),
-            ..Settings::default()
-        };
-        let reporter = Reporter { controller: "safe-termination".into(), instance: args.identity.clone() };
-        let recorder = Recorder::new(client.clone(), reporter);
-        let (client2, store2, cluster2, proxy2, leader2, km, cm) =
-            (client.clone(), store.clone(), cluster.clone(), proxy_config.clone(), leader_rx.clone(), kube_proxy_metrics.clone(), controller_metrics.clone());
-        let make = move |policies| Context {
-            client: client2,
-            store: store2,
-            cluster: cluster2,
-            proxy: proxy2,
-            leader: leader2,
-            recorder,
-            settings,
-            metrics: cm,
-            kube_proxy_metrics: km,
-            policies,
-        };
-        let (client, leader, stop) = (client.clone(), leader_rx.clone(), stop.clone());
-        tasks.spawn(async move {
-            controller::run(client, make, generation_rx, leader, stop).await;
-            "controller"
-        });
-    }
-
-    let parts = Served { plan: plans, services: cluster.clone(), telemetry, readiness };
-    let serving = serve_with(&args.serving, listeners, parts, shutdown.clone());
-    let mut serving = std::pin::pin!(serving);
+    let parts = Served { plan: published.plans, services: published.cluster, telemetry, readiness: Readiness::new() };
+    let mut serving = std::pin::pin!(serve_with(&args.serving, listeners, parts, shutdown.clone()));
     let result = tokio::select! {
         r = &mut serving => r,
-        Some(done) = tasks.join_next() => {
-            let name = done.unwrap_or("a task");
+        Some(name) = tasks.next_ended() => {
             if stop.is_cancelled() {
                 serving.await
             } else {
                 tracing::error!(task = name, "a task of the operator stopped: shutting down");
                 shutdown.trigger();
                 let _ = serving.await;
-                Err(WebhookError::Io(format!("the {name} task stopped")))
+                Err(Error::Io(format!("the {name} task stopped")))
             }
         }
     };
-    stop.cancel();
-    let drain = tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} });
-    if drain.await.is_err() {
-        tasks.abort_all();
-    }
+    tasks.stop(Duration::from_secs(10)).await;
+    drop(shared); // the leadership channel stays open until every task has stopped
     result
 }

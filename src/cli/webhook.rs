@@ -7,10 +7,10 @@
 //! in-flight reviews (at most `--drain-seconds`), exit 0; a second signal aborts (exit 130).
 
 use crate::cli::mutate::PlanArgs;
-use crate::cli::whole_in;
+use crate::cli::{Error, whole_in};
 use crate::shutdown::Shutdown;
 use crate::telemetry::{self, Readiness, Telemetry};
-use crate::webhook::plan::{AssumeServiceBacked, ServiceIndex};
+use crate::selector::{AssumeServiceBacked, ServiceIndex};
 use crate::webhook::server::{self, PlanHandle, Settings, WebhookState};
 use crate::webhook::tls::{CertReloader, CertificateStore};
 use std::net::SocketAddr;
@@ -66,35 +66,10 @@ pub struct ServingArgs {
     pub idle_timeout_seconds: u64,
 }
 
-/// How `run` ended.
-#[derive(Debug, thiserror::Error)]
-pub enum WebhookError {
-    /// Bad flags or an unusable policy file (exit 2).
-    #[error("{0}")]
-    Usage(String),
-    /// A listener could not be opened or failed (exit 1).
-    #[error("{0}")]
-    Io(String),
-    /// A second signal (exit 130).
-    #[error("aborted by a second signal")]
-    Aborted,
-}
-
-impl WebhookError {
-    /// The process exit code for this error.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            WebhookError::Usage(_) => 2,
-            WebhookError::Io(_) => 1,
-            WebhookError::Aborted => 130,
-        }
-    }
-}
-
 /// Runs the stand-alone webhook until a shutdown signal. Call inside a Tokio runtime.
-pub async fn run(args: &WebhookArgs) -> Result<(), WebhookError> {
+pub async fn run(args: &WebhookArgs) -> Result<(), Error> {
     let shutdown = Shutdown::new();
-    shutdown.listen_for_signals().map_err(|e| WebhookError::Io(format!("cannot install signal handlers: {e}")))?;
+    shutdown.listen_for_signals().map_err(|e| Error::Io(format!("cannot install signal handlers: {e}")))?;
     let listeners = Listeners::bind(&args.serving).await?;
     serve(args, listeners, shutdown).await
 }
@@ -110,22 +85,22 @@ pub struct Listeners {
 
 impl Listeners {
     /// Binds `--listen` and `--admin-listen`.
-    pub async fn bind(args: &ServingArgs) -> Result<Self, WebhookError> {
+    pub async fn bind(args: &ServingArgs) -> Result<Self, Error> {
         let webhook =
-            std::net::TcpListener::bind(args.listen).map_err(|e| WebhookError::Io(format!("cannot listen on {}: {e}", args.listen)))?;
+            std::net::TcpListener::bind(args.listen).map_err(|e| Error::Io(format!("cannot listen on {}: {e}", args.listen)))?;
         let admin = tokio::net::TcpListener::bind(args.admin_listen)
             .await
-            .map_err(|e| WebhookError::Io(format!("cannot listen on {}: {e}", args.admin_listen)))?;
+            .map_err(|e| Error::Io(format!("cannot listen on {}: {e}", args.admin_listen)))?;
         Ok(Self { webhook, admin })
     }
 }
 
 /// Serves the stand-alone webhook (a static plan from flags, every pod counted as
 /// service-backed: it has no Service watch) on already-bound `listeners` until `shutdown`
-/// fires: returns `Ok` after a graceful drain, [`WebhookError::Aborted`] after a second
+/// fires: returns `Ok` after a graceful drain, [`Error::Aborted`] after a second
 /// trigger. (`--listen`/`--admin-listen` are only used by [`Listeners::bind`].)
-pub async fn serve(args: &WebhookArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), WebhookError> {
-    let plan = args.plan.plan().map_err(WebhookError::Usage)?;
+pub async fn serve(args: &WebhookArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), Error> {
+    let plan = args.plan.plan().map_err(|e| Error::Usage(e.to_string()))?;
     let telemetry = Telemetry::new();
     let parts = Served {
         plan: PlanHandle::with_plan(plan),
@@ -152,9 +127,9 @@ pub struct Served {
 
 /// Serves the HTTPS webhook and the admin port on `listeners` until `shutdown` fires, with
 /// certificates reloaded from `serving`'s files.
-pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Served, shutdown: Shutdown) -> Result<(), WebhookError> {
+pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Served, shutdown: Shutdown) -> Result<(), Error> {
     if serving.max_buffered_body_bytes < serving.max_body_bytes {
-        return Err(WebhookError::Usage(format!(
+        return Err(Error::Usage(format!(
             "--max-buffered-body-bytes ({}) must be at least --max-body-bytes ({})",
             serving.max_buffered_body_bytes, serving.max_body_bytes
         )));
@@ -186,7 +161,7 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
         Duration::from_secs(serving.idle_timeout_seconds),
     ));
 
-    let tls = crate::webhook::tls::server_config(store).map_err(|e| WebhookError::Io(format!("TLS configuration: {e}")))?;
+    let tls = crate::webhook::tls::server_config(store).map_err(|e| Error::Io(format!("TLS configuration: {e}")))?;
     let state = WebhookState {
         plan: plan_handle,
         services,
@@ -208,11 +183,11 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
     );
     let abort = shutdown.abort_token();
     let result = tokio::select! {
-        r = serve => r.map_err(|e| WebhookError::Io(format!("webhook server: {e}"))),
-        () = abort.cancelled() => Err(WebhookError::Aborted),
+        r = serve => r.map_err(|e| Error::Io(format!("webhook server: {e}"))),
+        () = abort.cancelled() => Err(Error::Aborted),
     };
     stop_background.cancel();
-    if !matches!(result, Err(WebhookError::Aborted)) {
+    if !matches!(result, Err(Error::Aborted)) {
         let _ = reload_task.await;
         if let Ok(Err(e)) = admin_task.await {
             tracing::warn!(error = %e, "admin server");

@@ -2,6 +2,7 @@
 //! ([`mutate`]), AdmissionReview handling ([`review`]), the HTTPS server ([`server`]) and its
 //! certificate handling ([`tls`]).
 
+pub mod certs;
 pub mod mutate;
 pub mod plan;
 pub mod review;
@@ -9,6 +10,6 @@ pub mod server;
 pub mod tls;
 
 pub use mutate::{ContainerReason, Decision, PodReason, mutate_pod};
-pub use plan::{AssumeServiceBacked, Capabilities, Plan, PlanPolicy, ServiceIndex, StaticServiceIndex};
+pub use plan::{Capabilities, Plan, PlanPolicy};
 pub use review::{ReviewOutcome, review};
 pub use server::PlanHandle;

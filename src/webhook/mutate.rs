@@ -18,26 +18,18 @@
 //! `safetermination.io/skip-containers: a,b`. Mutated pods are annotated with
 //! `safetermination.io/prestop-seconds` and `safetermination.io/policy`.
 
-use super::plan::{Capabilities, Labels, Plan, PlanPolicy, ServiceIndex};
+use super::plan::{Capabilities, Plan, PlanPolicy};
+use crate::annotations::{
+    ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_MIRROR, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP,
+    ANNOTATION_SKIP_CONTAINERS,
+};
+use crate::selector::{Labels, ServiceIndex};
 use crate::crd::{EnforcementMode, PreStopHandler, Scope};
 use crate::sizing::{KUBERNETES_DEFAULT_GRACE_SECONDS, grace_seconds};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use serde::Serialize;
 use serde_json::{Value, json};
-
-/// Pod annotation: `"true"` opts the pod out.
-pub const ANNOTATION_SKIP: &str = "safetermination.io/skip";
-/// Pod annotation: comma-separated container names to leave alone.
-pub const ANNOTATION_SKIP_CONTAINERS: &str = "safetermination.io/skip-containers";
-/// Pod annotation written on mutation: the injected sleep, seconds.
-pub const ANNOTATION_PRESTOP_SECONDS: &str = "safetermination.io/prestop-seconds";
-/// Pod annotation written on mutation or audit: `namespace/name` of the policy applied.
-pub const ANNOTATION_POLICY: &str = "safetermination.io/policy";
-/// Pod annotation written in Audit mode: the sleep that would have been injected, seconds.
-pub const ANNOTATION_AUDIT_PRESTOP_SECONDS: &str = "safetermination.io/audit-prestop-seconds";
-/// Annotation the kubelet puts on mirror pods of static pods.
-pub const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
 
 /// Why the pod as a whole was or was not mutated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -218,7 +210,8 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         warnings.push("safe-termination: terminationGracePeriodSeconds is 0, so no preStop sleep was added".into());
         return Decision::skip(PodReason::GraceZero, warnings, Some(policy_ref));
     }
-    let pre_stop = policy.pre_stop_seconds.min(policy.spec.pre_stop.max_seconds.max(policy.spec.pre_stop.min_seconds));
+    // sized and bounded when the plan was built (sizing::clamp_pre_stop): served as it is
+    let pre_stop = policy.pre_stop_seconds;
     if pre_stop == 0 {
         return Decision::skip(PodReason::ZeroSleep, warnings, Some(policy_ref));
     }

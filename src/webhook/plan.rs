@@ -3,12 +3,9 @@
 //! stand-alone webhook and the `mutate` command) and read from memory on every admission.
 
 use crate::crd::TerminationPolicySpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use crate::selector::{selector_matches, specificity};
+use crate::selector::Labels;
 use serde::Serialize;
-use std::collections::BTreeMap;
-
-/// Pod labels.
-pub type Labels = BTreeMap<String, String>;
 
 /// One policy as the webhook applies it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -20,7 +17,9 @@ pub struct PlanPolicy {
     pub name: String,
     /// Its spec.
     pub spec: TerminationPolicySpec,
-    /// The sized preStop sleep for new pods, seconds (the policy's status recommendation).
+    /// The sized preStop sleep for new pods, seconds (the policy's status recommendation),
+    /// already within the policy's bounds ([`crate::sizing::clamp_pre_stop`]): the webhook serves
+    /// it as it is.
     pub pre_stop_seconds: u32,
 }
 
@@ -86,70 +85,10 @@ impl Plan {
     }
 }
 
-/// Number of terms in a selector (0 for none or empty).
-pub fn specificity(sel: Option<&LabelSelector>) -> usize {
-    sel.map_or(0, |s| s.match_labels.as_ref().map_or(0, BTreeMap::len) + s.match_expressions.as_ref().map_or(0, Vec::len))
-}
-
-/// Kubernetes label-selector semantics: all matchLabels equal, and every expression holds
-/// (`In`, `NotIn`, `Exists`, `DoesNotExist`; an unknown operator never matches). An empty
-/// selector matches everything.
-pub fn selector_matches(sel: &LabelSelector, labels: &Labels) -> bool {
-    let labels_ok = sel.match_labels.as_ref().is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
-    labels_ok && sel.match_expressions.as_ref().is_none_or(|e| e.iter().all(|r| requirement_matches(r, labels)))
-}
-
-fn requirement_matches(r: &LabelSelectorRequirement, labels: &Labels) -> bool {
-    let values = r.values.as_deref().unwrap_or(&[]);
-    let got = labels.get(&r.key);
-    match r.operator.as_str() {
-        "In" => got.is_some_and(|v| values.contains(v)),
-        "NotIn" => got.is_none_or(|v| !values.contains(v)),
-        "Exists" => got.is_some(),
-        "DoesNotExist" => got.is_none(),
-        _ => false,
-    }
-}
-
-/// Answers "does some Service in this namespace select a pod with these labels?" for scope
-/// ServiceBacked. The controller implements it over a watch of Services; tests and the `mutate`
-/// command use [`StaticServiceIndex`].
-pub trait ServiceIndex: Send + Sync {
-    /// True when at least one Service in `namespace` has a non-empty selector that is a subset
-    /// of `labels`.
-    fn selects(&self, namespace: &str, labels: &Labels) -> bool;
-}
-
-/// A fixed list of Service selectors, by namespace.
-#[derive(Debug, Clone, Default)]
-pub struct StaticServiceIndex {
-    /// `(namespace, selector)` pairs; selectors with no entries are ignored (such Services
-    /// select no pods; their endpoints are managed by hand).
-    pub services: Vec<(String, Labels)>,
-}
-
-impl ServiceIndex for StaticServiceIndex {
-    fn selects(&self, namespace: &str, labels: &Labels) -> bool {
-        self.services
-            .iter()
-            .any(|(ns, sel)| ns == namespace && !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
-    }
-}
-
-/// A Service index that treats every pod as service-backed (for offline checks where the
-/// Services are not known).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AssumeServiceBacked;
-
-impl ServiceIndex for AssumeServiceBacked {
-    fn selects(&self, _: &str, _: &Labels) -> bool {
-        true
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     #[test]
     fn the_default_policy_honours_its_pod_selector() {

@@ -16,7 +16,8 @@
 //! it by reference and the pod is patched in place to check the patch (BENCHMARKS.md "Webhook").
 
 use super::mutate::{Decision, PodReason, mutate_pod, short_warning};
-use super::plan::{Plan, ServiceIndex};
+use super::plan::Plan;
+use crate::selector::ServiceIndex;
 use base64::Engine as _;
 use serde_json::Value;
 

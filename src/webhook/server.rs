@@ -26,7 +26,8 @@
 //! its connection for every review, and closing it without a GOAWAY would race with its next
 //! request and fail that review open.
 
-use super::plan::{Plan, ServiceIndex};
+use super::plan::Plan;
+use crate::selector::ServiceIndex;
 use super::review::{ReviewOutcome, review};
 use crate::telemetry::WebhookMetrics;
 use arc_swap::ArcSwap;

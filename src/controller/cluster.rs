@@ -4,14 +4,14 @@
 //! Memory stays small: a Service is kept as its selector and port count, an EndpointSlice as its
 //! endpoint count; nothing else of either object is retained.
 
-use crate::webhook::plan::{Labels, ServiceIndex};
+use crate::selector::{Labels, ServiceIndex};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Default)]
@@ -123,7 +123,7 @@ impl ClusterIndex {
 
     /// Watches Services and EndpointSlices cluster-wide until `stop`. Watch errors are retried
     /// with kube-runtime's default backoff; the function returns only on `stop`.
-    pub async fn run(&self, client: Client, stop: CancellationToken) {
+    pub async fn run(self: Arc<Self>, client: Client, stop: CancellationToken) {
         let services = watcher(Api::<Service>::all(client.clone()), watcher::Config::default()).default_backoff();
         let slices = watcher(Api::<EndpointSlice>::all(client), watcher::Config::default()).default_backoff();
         let svc_loop = async {

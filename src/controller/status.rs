@@ -239,7 +239,7 @@ pub fn transitions(old: &[Condition], new: &[Condition]) -> Vec<TransitionEvent>
 mod tests {
     use super::*;
     use crate::analysis::{AnalysisOptions, analyze};
-    use crate::metrics::parse_kube_proxy_metrics;
+    use crate::exposition::parse_kube_proxy_metrics;
     use crate::model::NodeInput;
 
     fn time(s: &str) -> Time {

@@ -2,7 +2,7 @@
 //! delta of cumulative histogram buckets over (at least) the window rather than kube-proxy's
 //! whole lifetime. Pure: the scraper records, the controller reads.
 
-use crate::metrics::KubeProxyScrape;
+use crate::exposition::KubeProxyScrape;
 use crate::model::{NodeInput, ProxyMode};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
@@ -30,12 +30,19 @@ pub struct NodeFailure {
     pub at_unix_seconds: f64,
 }
 
+/// A process-wide new revision (see [`MeasurementStore::revision`]).
+fn next_revision() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Scrapes per node over a rolling window, plus the last failure of each failing node.
 #[derive(Debug, Clone, Default)]
 pub struct MeasurementStore {
     window_seconds: f64,
     nodes: BTreeMap<String, VecDeque<Sample>>,
     failures: BTreeMap<String, NodeFailure>,
+    revision: u64,
 }
 
 impl MeasurementStore {
@@ -52,6 +59,7 @@ impl MeasurementStore {
     /// Records a successful scrape and clears the node's failure. Keeps every sample inside the
     /// window plus the newest one at or before the window's start (the baseline of the delta).
     pub fn record(&mut self, node: &str, sample: Sample) {
+        self.revision = next_revision();
         self.failures.remove(node);
         let q = self.nodes.entry(node.to_string()).or_default();
         let now = sample.at_unix_seconds;
@@ -70,8 +78,16 @@ impl MeasurementStore {
 
     /// Drops nodes (and failures) not in `present` (kube-proxy pods that went away).
     pub fn retain_nodes(&mut self, present: &[String]) {
+        self.revision = next_revision();
         self.nodes.retain(|n, _| present.contains(n));
         self.failures.retain(|n, _| present.contains(n));
+    }
+
+    /// The measurement generation of the samples: it changes whenever [`Self::inputs`] may
+    /// (a sample recorded, nodes dropped), so an analysis of the inputs can be reused while it
+    /// stays the same. Unique in the process: two stores never share a revision with samples.
+    pub fn revision(&self) -> u64 {
+        self.revision
     }
 
     /// Nodes whose last scrape failed, with why.

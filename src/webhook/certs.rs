@@ -197,34 +197,75 @@ fn info(cert: &x509_parser::certificate::X509Certificate<'_>) -> CertInfo {
     }
 }
 
+/// Why a certificate or key of the Secret is unusable (then it is regenerated; a problem of
+/// the renewal itself is a [`CertError`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unusable {
+    /// The Secret has no (or an empty) entry under this key.
+    #[error("no {0}")]
+    Missing(String),
+    /// The PEM text cannot be read.
+    #[error("bad PEM: {0}")]
+    Pem(String),
+    /// The PEM text has no CERTIFICATE block.
+    #[error("no CERTIFICATE block")]
+    NoCertificate,
+    /// A certificate cannot be decoded.
+    #[error("bad certificate: {0}")]
+    Certificate(String),
+    /// The private key is not UTF-8 text.
+    #[error("key is not text")]
+    KeyNotText,
+    /// The private key cannot be read.
+    #[error("bad key: {0}")]
+    Key(String),
+    /// The first certificate of `ca.crt` is not a CA.
+    #[error("the first certificate of {CA_CERT} is not a CA")]
+    NotCa,
+    /// A private key does not belong to its certificate.
+    #[error("{key} does not match {cert}")]
+    KeyMismatch {
+        /// The key's entry.
+        key: &'static str,
+        /// The certificate's entry.
+        cert: &'static str,
+    },
+    /// The serving certificate's issuer cannot be checked (the CA is unusable).
+    #[error("cannot check its issuer: {0}")]
+    Issuer(Box<Unusable>),
+    /// The serving certificate is not signed by the current CA.
+    #[error("not signed by the current CA")]
+    NotSignedByCa,
+}
+
 /// The DER of every CERTIFICATE block in `pem`, in order.
-fn pem_certs(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+fn pem_certs(pem: &[u8]) -> Result<Vec<Vec<u8>>, Unusable> {
     let mut out = Vec::new();
     for p in x509_parser::pem::Pem::iter_from_buffer(pem) {
-        let p = p.map_err(|e| format!("bad PEM: {e}"))?;
+        let p = p.map_err(|e| Unusable::Pem(e.to_string()))?;
         if p.label == "CERTIFICATE" {
             out.push(p.contents);
         }
     }
     if out.is_empty() {
-        return Err("no CERTIFICATE block".into());
+        return Err(Unusable::NoCertificate);
     }
     Ok(out)
 }
 
-fn parse_der(der: &[u8]) -> Result<x509_parser::certificate::X509Certificate<'_>, String> {
-    x509_parser::parse_x509_certificate(der).map(|(_, c)| c).map_err(|e| format!("bad certificate: {e}"))
+fn parse_der(der: &[u8]) -> Result<x509_parser::certificate::X509Certificate<'_>, Unusable> {
+    x509_parser::parse_x509_certificate(der).map(|(_, c)| c).map_err(|e| Unusable::Certificate(e.to_string()))
 }
 
 /// [`CertInfo`] of every certificate in a PEM bundle, in order.
-pub fn bundle_info(pem: &[u8]) -> Result<Vec<CertInfo>, String> {
+pub fn bundle_info(pem: &[u8]) -> Result<Vec<CertInfo>, Unusable> {
     pem_certs(pem)?.iter().map(|der| parse_der(der).map(|c| info(&c))).collect()
 }
 
 /// The SubjectPublicKeyInfo DER of a PEM private key.
-fn key_spki(key_pem: &[u8]) -> Result<Vec<u8>, String> {
-    let text = std::str::from_utf8(key_pem).map_err(|_| "key is not text".to_string())?;
-    KeyPair::from_pem(text).map(|k| rcgen::PublicKeyData::subject_public_key_info(&k)).map_err(|e| format!("bad key: {e}"))
+fn key_spki(key_pem: &[u8]) -> Result<Vec<u8>, Unusable> {
+    let text = std::str::from_utf8(key_pem).map_err(|_| Unusable::KeyNotText)?;
+    KeyPair::from_pem(text).map(|k| rcgen::PublicKeyData::subject_public_key_info(&k)).map_err(|e| Unusable::Key(e.to_string()))
 }
 
 /// The Secret's content, checked (no I/O).
@@ -232,17 +273,17 @@ fn key_spki(key_pem: &[u8]) -> Result<Vec<u8>, String> {
 pub struct Observed {
     /// The current CA (first of `ca.crt`), or why it is unusable (missing, unreadable, not a
     /// CA, not matching `ca.key`).
-    pub ca: Result<CertInfo, String>,
+    pub ca: Result<CertInfo, Unusable>,
     /// Every certificate of `ca.crt` (current first).
     pub ca_bundle: Vec<CertInfo>,
     /// The serving certificate, or why it is unusable (missing, unreadable, not matching
     /// `tls.key`, not signed by the current CA).
-    pub serving: Result<CertInfo, String>,
+    pub serving: Result<CertInfo, Unusable>,
 }
 
 /// Reads and checks the Secret's data.
 pub fn observe(data: &BTreeMap<String, Vec<u8>>) -> Observed {
-    let get = |k: &str| data.get(k).filter(|v| !v.is_empty()).ok_or_else(|| format!("no {k}"));
+    let get = |k: &str| data.get(k).filter(|v| !v.is_empty()).ok_or_else(|| Unusable::Missing(k.to_string()));
     let ca_ders = get(CA_CERT).and_then(|pem| pem_certs(pem));
     let ca_bundle: Vec<CertInfo> = ca_ders
         .as_ref()
@@ -251,10 +292,10 @@ pub fn observe(data: &BTreeMap<String, Vec<u8>>) -> Observed {
     let ca = ca_ders.clone().and_then(|ders| {
         let c = info(&parse_der(&ders[0])?);
         if !c.is_ca {
-            return Err(format!("the first certificate of {CA_CERT} is not a CA"));
+            return Err(Unusable::NotCa);
         }
         if key_spki(get(CA_KEY)?)? != c.spki {
-            return Err(format!("{CA_KEY} does not match {CA_CERT}"));
+            return Err(Unusable::KeyMismatch { key: CA_KEY, cert: CA_CERT });
         }
         Ok(c)
     });
@@ -263,11 +304,11 @@ pub fn observe(data: &BTreeMap<String, Vec<u8>>) -> Observed {
         let leaf = parse_der(&ders[0])?;
         let i = info(&leaf);
         if key_spki(get(TLS_KEY)?)? != i.spki {
-            return Err(format!("{TLS_KEY} does not match {TLS_CERT}"));
+            return Err(Unusable::KeyMismatch { key: TLS_KEY, cert: TLS_CERT });
         }
-        let ca_der = ca_ders.as_ref().map_err(|e| format!("cannot check its issuer: {e}"))?;
+        let ca_der = ca_ders.as_ref().map_err(|e| Unusable::Issuer(Box::new(e.clone())))?;
         let ca = parse_der(&ca_der[0])?;
-        leaf.verify_signature(Some(ca.public_key())).map_err(|_| "not signed by the current CA".to_string())?;
+        leaf.verify_signature(Some(ca.public_key())).map_err(|_| Unusable::NotSignedByCa)?;
         Ok(i)
     })();
     Observed { ca, ca_bundle, serving }
@@ -592,6 +633,12 @@ pub async fn sync_files(client: &Client, cfg: &CertConfig) -> Result<bool, CertE
     let k = write_if_changed(key_path, key)?;
     let c = write_if_changed(cert_path, cert)?;
     Ok(k || c)
+}
+
+/// Starts the certificate task in `tasks`: the lease holder writes the Secret; with
+/// [`CertConfig::files`], every replica copies it to the files.
+pub fn spawn(shared: &crate::operator::Shared, tasks: &mut crate::operator::Tasks, cfg: CertConfig) {
+    tasks.spawn("certificates", run(shared.client.clone(), cfg, shared.leader.clone(), shared.stop.clone()));
 }
 
 /// The certificate task: while this replica leads, [`reconcile_once`] now and every

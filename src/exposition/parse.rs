@@ -772,17 +772,21 @@ fn check_comment(s: &str) -> Result<Option<&str>, (&str, String)> {
 mod tests {
     use super::*;
 
+    /// Buckets of `family` in two ip_family series: IPv4 `le="1"` 3, `+Inf` 4; IPv6 `le="1"` 5,
+    /// `+Inf` 6.
+    fn dual_stack_buckets(family: &str) -> Vec<String> {
+        [("IPv4", "1", 3), ("IPv4", "+Inf", 4), ("IPv6", "1", 5), ("IPv6", "+Inf", 6)]
+            .iter()
+            .map(|(ip, le, n)| format!("{family}_bucket{{ip_family=\"{ip}\",le=\"{le}\"}} {n}\n"))
+            .collect()
+    }
+
     #[test]
     fn ip_family_series_are_summed_per_le() {
-        let text = "\
-kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv4\",le=\"1\"} 3
-kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv4\",le=\"+Inf\"} 4
-kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv6\",le=\"1\"} 5
-kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv6\",le=\"+Inf\"} 6
-kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family=\"IPv4\"} 1.5
-kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family=\"IPv6\"} 2.5
-";
-        let s = parse_kube_proxy_metrics(text).unwrap();
+        let family = "kubeproxy_sync_proxy_rules_duration_seconds";
+        let text = dual_stack_buckets(family).concat()
+            + &format!("{family}_sum{{ip_family=\"IPv4\"}} 1.5\n{family}_sum{{ip_family=\"IPv6\"}} 2.5\n");
+        let s = parse_kube_proxy_metrics(&text).unwrap();
         let h = s.sync.unwrap();
         assert_eq!(h.count(), 10.0);
         assert_eq!(h.buckets()[0].count, 8.0);
@@ -791,11 +795,9 @@ kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family=\"IPv6\"} 2.5
 
     #[test]
     fn one_series_missing_inf_is_an_error_naming_it() {
-        let text = "\
-kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"1\"} 3
-kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"+Inf\"} 4
-kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv6\",le=\"1\"} 5
-";
+        // the IPv6 series has no +Inf bucket
+        let text = dual_stack_buckets("kubeproxy_network_programming_duration_seconds")[..3].concat();
+        let text = text.as_str();
         let e = parse_kube_proxy_metrics(text).unwrap_err();
         assert_eq!(e.family, "kubeproxy_network_programming_duration_seconds");
         assert_eq!(e.line, 3);

@@ -4,16 +4,17 @@
 //! lease write nothing (they serve the plan from the status the leader wrote).
 
 use super::cluster::ClusterIndex;
-use super::measure::MeasurementStore;
-use super::proxyconfig::ResolvedProxyConfig;
+use crate::measure::MeasurementStore;
+use crate::proxyconfig::ResolvedProxyConfig;
 use super::metrics::{ControllerMetrics, KubeProxyMetrics, PolicyLabel, PolicyStateLabel, ResultLabel};
+use super::Error;
 use super::status::{self, MeasurementMeta};
 use crate::advisor::{ClusterFacts, Thresholds};
-use crate::analysis::{AnalysisOptions, analyze};
+use crate::analysis::{AnalysisOptions, WindowCache};
 use crate::crd::{PodCounts, TerminationPolicy};
 use crate::model::ProxyMode;
-use crate::webhook::mutate::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
-use crate::webhook::plan::{ServiceIndex, selector_matches, specificity};
+use crate::annotations::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
+use crate::selector::{ServiceIndex, selector_matches, specificity};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -23,7 +24,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -89,17 +90,9 @@ pub struct Context {
     pub kube_proxy_metrics: KubeProxyMetrics,
     /// All policies (the controller's reflector), for conflict reports.
     pub policies: kube::runtime::reflector::Store<TerminationPolicy>,
-}
-
-/// Reconcile errors (retried with backoff).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// The measurement store's lock was poisoned (a bug).
-    #[error("measurement store unavailable")]
-    Store,
+    /// The window analyses of the current measurement generation, shared by every policy and
+    /// the metrics export.
+    pub analyses: Mutex<WindowCache>,
 }
 
 fn now_time() -> Time {
@@ -205,11 +198,6 @@ struct Measured {
 }
 
 fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Measured, Error> {
-    let (inputs, failures, nodes_with_data, last_scrape, window) = {
-        let store = ctx.store.lock().map_err(|_| Error::Store)?;
-        let failures: Vec<String> = store.failures().iter().map(|(n, f)| format!("{n}: {}", f.message)).collect();
-        (store.inputs(), failures, store.nodes_with_data(), store.last_scrape_unix_seconds(), store.window_seconds())
-    };
     let proxy = ctx.proxy.read().map(|p| p.clone()).unwrap_or_default();
     let (min_sync_period_seconds, min_sync_period_source) = match ctx.settings.min_sync_period_override {
         Some(v) => (v, "flag".to_string()),
@@ -234,7 +222,16 @@ fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Me
         },
         thresholds: ctx.settings.thresholds.clone(),
     };
-    let report = analyze(&inputs, &opts, spec);
+    let (failures, nodes_with_data, last_scrape, window, revision) = {
+        let store = ctx.store.lock().map_err(|_| Error::Store)?;
+        let failures: Vec<String> = store.failures().iter().map(|(n, f)| format!("{n}: {}", f.message)).collect();
+        (failures, store.nodes_with_data(), store.last_scrape_unix_seconds(), store.window_seconds(), store.revision())
+    };
+    // one analysis per measurement generation (and minSamples), shared by every policy; the
+    // inputs are only copied out of the store when this generation has none yet
+    let inputs = || ctx.store.lock().unwrap_or_else(PoisonError::into_inner).inputs();
+    let analysis = ctx.analyses.lock().map_err(|_| Error::Store)?.get(revision, &opts, spec.pre_stop.min_samples, inputs);
+    let report = crate::analysis::size(&analysis, spec);
     Ok(Measured { report, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note })
 }
 

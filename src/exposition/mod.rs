@@ -1,5 +1,5 @@
-//! kube-proxy metrics: the exposition-format reader ([`parse`]) and the histogram maths
-//! ([`histogram`]). Pure, no I/O.
+//! The Prometheus text exposition format as kube-proxy serves it: the reader ([`parse`]) and
+//! the histogram maths ([`histogram`]). Pure, no I/O.
 
 pub mod histogram;
 pub mod parse;

@@ -27,11 +27,13 @@
 //! [`PrometheusSnapshot::into_store`] builds a fresh store per query, which [`PrometheusLoop`]
 //! swaps in.
 
-use crate::metrics::{Bucket, Histogram, HistogramFamily, KubeProxyScrape};
+use crate::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape};
 use crate::model::NodeInput;
-use crate::operator::measure::{MeasurementStore, NodeFailure, Sample};
-use crate::operator::proxyconfig::ResolvedProxyConfig;
-use crate::operator::scrape::{Jitter, read_proxy_configmap, reason, unix_now};
+use crate::measure::{MeasurementStore, NodeFailure, Sample};
+use super::fetch::{DEFAULT_MAX_BODY_BYTES, FetchError, read_limited};
+use super::oneshot::unix_now;
+use crate::proxyconfig::ResolvedProxyConfig;
+use super::scrape::{Jitter, read_proxy_configmap, reason};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -349,7 +351,7 @@ impl PrometheusSource {
         }
         base.set_query(None);
         let query_url = base.join("api/v1/query").map_err(|e| url_err(e.to_string()))?;
-        Ok(Self { query_url, client: crate::operator::scrape::scrape_client(timeout), window_seconds: window.as_secs_f64() })
+        Ok(Self { query_url, client: super::fetch::http_client(timeout), window_seconds: window.as_secs_f64() })
     }
 
     /// The `/api/v1/query` URL used.
@@ -368,12 +370,11 @@ impl PrometheusSource {
     /// ([`PrometheusError::Api`]), another non-2xx answer ([`PrometheusError::Http`]), or a
     /// body that is not an instant vector ([`PrometheusError::Decode`]).
     pub async fn query(&self, promql: &str) -> Result<Vec<VectorSample>, PrometheusError> {
-        let transport =
-            |e: reqwest::Error| PrometheusError::Transport { url: self.query_url.to_string(), message: crate::sources::connect_hint(&e) };
-        let resp = self.client.get(self.query_url.clone()).query(&[("query", promql)]).send().await.map_err(transport)?;
+        let transport = |e: FetchError| PrometheusError::Transport { url: self.query_url.to_string(), message: e.to_string() };
+        let resp = self.client.get(self.query_url.clone()).query(&[("query", promql)]).send().await.map_err(|e| transport(e.into()))?;
         let status = resp.status().as_u16();
-        let body = resp.text().await.map_err(transport)?;
-        decode_query_response(promql, status, &body)
+        let body = read_limited(resp, DEFAULT_MAX_BODY_BYTES).await.map_err(transport)?;
+        decode_query_response(promql, status, &String::from_utf8_lossy(&body))
     }
 
     /// Runs the five queries of [`Queries`] concurrently and builds the snapshot. The
@@ -430,7 +431,7 @@ impl PrometheusLoop {
             source,
             store,
             generation,
-            interval: crate::operator::scrape::DEFAULT_INTERVAL,
+            interval: super::scrape::DEFAULT_INTERVAL,
             last_error: Arc::default(),
             config: None,
             rounds: AtomicU64::new(0),
@@ -438,7 +439,7 @@ impl PrometheusLoop {
     }
 
     /// Also reads kube-proxy's configuration from its ConfigMap in `namespace`
-    /// ([`crate::operator::scrape::read_proxy_configmap`]) on the first round and every
+    /// ([`crate::sources::scrape::read_proxy_configmap`]) on the first round and every
     /// `every` rounds (at least 1), publishing it into `shared`; when it cannot be read,
     /// `shared` gets the 1 s default with the reason in its notes.
     pub fn with_configmap(mut self, client: kube::Client, namespace: &str, shared: Arc<RwLock<ResolvedProxyConfig>>, every: u64) -> Self {
@@ -466,7 +467,7 @@ impl PrometheusLoop {
         if let Some(c) = self.config.as_ref().filter(|c| round.is_multiple_of(c.every)) {
             let resolved = match read_proxy_configmap(&c.client, &c.namespace).await {
                 Ok((source, config)) => ResolvedProxyConfig::from_config(config, source, Vec::new()),
-                Err(e) => ResolvedProxyConfig { notes: vec![e], ..ResolvedProxyConfig::default() },
+                Err(e) => ResolvedProxyConfig { notes: vec![e.to_string()], ..ResolvedProxyConfig::default() },
             };
             *c.shared.write().unwrap_or_else(PoisonError::into_inner) = resolved;
         }

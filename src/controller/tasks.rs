@@ -1,14 +1,12 @@
-//! The operator's long-running tasks that are not the controller itself: publishing the
-//! webhook's plan from the policies' status (every replica), probing the API server's
-//! capabilities (every replica), leader election, and running the scrape loop only while this
-//! replica leads.
+//! The controller's long-running tasks besides reconciliation: publishing the webhook's plan
+//! from the policies' status (every replica) and probing the API server's capabilities (every
+//! replica).
 
 use super::planner::{DefaultPolicyRef, build_plan};
 use super::probe::{ProbeResult, probe_native_sleep};
 use crate::crd::TerminationPolicy;
 use crate::webhook::server::PlanHandle;
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -92,38 +90,5 @@ pub async fn probe_capabilities(client: Client, namespace: String, tx: watch::Se
             }
             Err(e) => tracing::warn!(error = %e, namespace = %namespace, "capability probe failed; keeping the last answer"),
         }
-    }
-}
-
-/// Runs a measurement loop (kube-proxy scraping or Prometheus queries: `start(token)` returns
-/// it) only while `leader` is true: started on acquiring the lease, cancelled on losing it, so
-/// only one replica measures. Returns on `stop`.
-pub async fn measure_while_leading(
-    mut start: impl FnMut(CancellationToken) -> BoxFuture<'static, ()>,
-    mut leader: watch::Receiver<bool>,
-    stop: CancellationToken,
-) {
-    loop {
-        while !*leader.borrow_and_update() {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                r = leader.changed() => if r.is_err() { return },
-            }
-        }
-        tracing::info!("leading: measuring");
-        let running = stop.child_token();
-        let task = tokio::spawn(start(running.clone()));
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                r = leader.changed() => if r.is_err() || !*leader.borrow() { break },
-            }
-        }
-        running.cancel();
-        let _ = task.await;
-        if stop.is_cancelled() {
-            return;
-        }
-        tracing::info!("lost the lease: measuring stopped");
     }
 }

@@ -19,11 +19,13 @@
 //! - [`ScrapeMetrics`]: `scrape_errors_total{reason}`, `scrape_duration_seconds`,
 //!   `scrape_targets` for the process registry.
 
-use crate::metrics::parse_kube_proxy_metrics;
+use crate::exposition::parse_kube_proxy_metrics;
 use crate::model::ProxyMode;
-use crate::operator::measure::{MeasurementStore, NodeFailure, Sample};
-use crate::operator::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
-use crate::sources::connect_hint;
+use crate::measure::{MeasurementStore, NodeFailure, Sample};
+use super::error::SourceError;
+use super::fetch::{FetchError, connect_hint, fetch_scrape, get_limited, http_client};
+use super::oneshot::{decode_utf8, unix_now};
+use crate::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams};
@@ -55,8 +57,6 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default bound on targets scraped at once.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
-/// Default cap on a `/metrics` body, bytes (a large cluster's scrape is a few hundred KB).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 /// The jitter added to each interval is uniform in `[0, JITTER_FRACTION * interval]`.
 pub const JITTER_FRACTION: f64 = 0.1;
 
@@ -113,19 +113,20 @@ impl Target {
 /// `http://host:port` named after its `host:port`.
 ///
 /// Errors: not an http(s) URL, or an empty node name.
-pub fn parse_static_target(spec: &str) -> Result<Target, String> {
+pub fn parse_static_target(spec: &str) -> Result<Target, SourceError> {
     let spec = spec.trim();
     let (node, url) = match spec.split_once('=') {
         Some((n, u)) if !n.contains("://") => (n.trim().to_string(), u.trim()),
         _ => (String::new(), spec),
     };
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("target {spec:?}: {url:?} is not a URL: {e}"))?;
+    let bad = |message: String| SourceError::Target { spec: spec.to_string(), message };
+    let parsed = reqwest::Url::parse(url).map_err(|e| bad(format!("{url:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(format!("target {spec:?}: expected http://host:port, got {url:?}"));
+        return Err(bad(format!("expected http://host:port, got {url:?}")));
     }
     let node = if node.is_empty() {
         if spec.contains('=') && !spec.split_once('=').is_some_and(|(n, _)| n.contains("://")) {
-            return Err(format!("target {spec:?}: empty node name before '='"));
+            return Err(bad("empty node name before '='".to_string()));
         }
         match parsed.port() {
             Some(p) => format!("{}:{p}", parsed.host_str().unwrap_or_default()),
@@ -139,12 +140,12 @@ pub fn parse_static_target(spec: &str) -> Result<Target, String> {
 
 /// Parses a static target list (see [`parse_static_target`]); errors name the bad entry.
 /// Duplicate node names are an error (their samples would mix).
-pub fn parse_static_targets<S: AsRef<str>>(specs: &[S]) -> Result<Vec<Target>, String> {
+pub fn parse_static_targets<S: AsRef<str>>(specs: &[S]) -> Result<Vec<Target>, SourceError> {
     let mut out: Vec<Target> = Vec::with_capacity(specs.len());
     for s in specs {
         let t = parse_static_target(s.as_ref())?;
         if out.iter().any(|o| o.node == t.node) {
-            return Err(format!("target {:?}: node {:?} is listed twice", s.as_ref(), t.node));
+            return Err(SourceError::Target { spec: s.as_ref().to_string(), message: format!("node {:?} is listed twice", t.node) });
         }
         out.push(t);
     }
@@ -209,7 +210,7 @@ pub fn cilium_dataplane(agents: &[Pod], selector: &str) -> Option<Dataplane> {
 ///
 /// Errors: the API call failed (RBAC needs cluster-wide `list pods`, which pod counting needs
 /// too).
-pub async fn detect_dataplane(client: &kube::Client, discovery: &Discovery) -> Result<Option<Dataplane>, String> {
+pub async fn detect_dataplane(client: &kube::Client, discovery: &Discovery) -> Result<Option<Dataplane>, SourceError> {
     if discovery.cilium_selector.is_empty() {
         return Ok(None);
     }
@@ -217,7 +218,7 @@ pub async fn detect_dataplane(client: &kube::Client, discovery: &Discovery) -> R
     let pods = api
         .list(&ListParams::default().labels(&discovery.cilium_selector).limit(100))
         .await
-        .map_err(|e| format!("listing Cilium agent pods {:?}: {e}", discovery.cilium_selector))?;
+        .map_err(|source| SourceError::Kube { what: format!("listing Cilium agent pods {:?}", discovery.cilium_selector), source })?;
     Ok(cilium_dataplane(&pods.items, &discovery.cilium_selector))
 }
 
@@ -291,11 +292,12 @@ impl std::fmt::Debug for TargetSource {
 impl TargetSource {
     /// The current targets. Errors: discovery through the API failed (message with the
     /// namespace and selector).
-    pub async fn targets(&self) -> Result<Vec<Target>, String> {
+    pub async fn targets(&self) -> Result<Vec<Target>, SourceError> {
         match self {
             Self::Static(t) => Ok(t.clone()),
-            Self::Kube { client, discovery } => discover(client, discovery).await.map_err(|e| {
-                format!("listing pods {:?} in namespace {}: {e}", discovery.selector, discovery.namespace)
+            Self::Kube { client, discovery } => discover(client, discovery).await.map_err(|source| SourceError::Kube {
+                what: format!("listing pods {:?} in namespace {}", discovery.selector, discovery.namespace),
+                source,
             }),
         }
     }
@@ -328,7 +330,7 @@ impl Default for ScrapeOptions {
         Self {
             timeout: DEFAULT_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_body_bytes: super::fetch::DEFAULT_MAX_BODY_BYTES,
             fetch_proxy_mode: true,
         }
     }
@@ -352,16 +354,6 @@ impl ScrapeOutcome {
     }
 }
 
-/// An HTTP client for scraping: [`crate::sources::http_client`] (which installs the ring
-/// provider when the process has none, e.g. in tests and examples).
-pub fn scrape_client(timeout: Duration) -> reqwest::Client {
-    crate::sources::http_client(timeout)
-}
-
-/// Now as Unix seconds.
-pub fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
 
 struct Failure {
     reason: &'static str,
@@ -381,22 +373,18 @@ fn classify(url: &str, e: &reqwest::Error) -> Failure {
     Failure { reason, message }
 }
 
-/// GET `url`, 2xx only, body at most `limit` bytes, UTF-8.
-async fn fetch_text(client: &reqwest::Client, url: &str, limit: usize) -> Result<String, Failure> {
-    let mut resp = client.get(url).send().await.map_err(|e| classify(url, &e))?;
-    let status = resp.status();
-    if !status.is_success() {
-        return Err(Failure { reason: reason::HTTP_STATUS, message: format!("{url}: HTTP {status}") });
+/// A fetch failure as the scraper records it: a [`reason`] label and a message naming the URL.
+fn failure(url: &str, e: FetchError) -> Failure {
+    match e {
+        FetchError::Transport(e) => classify(url, &e),
+        FetchError::Status(status) => Failure { reason: reason::HTTP_STATUS, message: format!("{url}: HTTP {status}") },
+        e @ FetchError::TooLarge { .. } => Failure { reason: reason::OTHER, message: format!("{url}: {e}") },
     }
-    let hint = resp.content_length().map_or(64 * 1024, |n| n as usize).min(limit);
-    let mut buf: Vec<u8> = Vec::with_capacity(hint);
-    while let Some(chunk) = resp.chunk().await.map_err(|e| classify(url, &e))? {
-        if buf.len() + chunk.len() > limit {
-            return Err(Failure { reason: reason::OTHER, message: format!("{url}: body larger than {limit} bytes") });
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    crate::sources::decode_utf8(url, buf).map_err(|e| Failure { reason: reason::PARSE, message: e.to_string() })
+}
+
+/// `bytes` from `url` as UTF-8 text, or a [`reason::PARSE`] failure.
+fn text(url: &str, bytes: Vec<u8>) -> Result<String, Failure> {
+    decode_utf8(url, bytes).map_err(|e| Failure { reason: reason::PARSE, message: e.to_string() })
 }
 
 /// Scrapes one target: GET `/metrics` (and, when enabled, `/proxyMode` at the same time), both
@@ -407,16 +395,8 @@ async fn fetch_text(client: &reqwest::Client, url: &str, limit: usize) -> Result
 pub async fn scrape_once(client: &reqwest::Client, target: &Target, opts: &ScrapeOptions) -> ScrapeOutcome {
     let start = Instant::now();
     let metrics_url = target.url("/metrics");
-    let work = async {
-        let metrics = fetch_text(client, &metrics_url, opts.max_body_bytes);
-        if opts.fetch_proxy_mode {
-            let mode_url = target.url("/proxyMode");
-            let (m, p) = tokio::join!(metrics, fetch_text(client, &mode_url, 1024));
-            (m, p.ok().and_then(|t| ProxyMode::parse(&t)))
-        } else {
-            (metrics.await, None)
-        }
-    };
+    let mode_url = opts.fetch_proxy_mode.then(|| target.url("/proxyMode"));
+    let work = fetch_scrape(client, &metrics_url, mode_url.as_deref(), opts.max_body_bytes);
     let fetched = tokio::time::timeout(opts.timeout, work).await;
     let at = unix_now();
     let fail = |f: Failure| NodeFailure { reason: f.reason.to_string(), message: f.message, at_unix_seconds: at };
@@ -431,10 +411,12 @@ pub async fn scrape_once(client: &reqwest::Client, target: &Target, opts: &Scrap
                 ),
             }))
         }
-        Ok((Err(f), _)) => Err(fail(f)),
-        Ok((Ok(text), proxy_mode)) => match parse_kube_proxy_metrics(&text) {
+        Ok((Err(e), _)) => Err(fail(failure(&metrics_url, e))),
+        Ok((Ok(bytes), proxy_mode)) => match text(&metrics_url, bytes).and_then(|t| {
+            parse_kube_proxy_metrics(&t).map_err(|e| Failure { reason: reason::PARSE, message: format!("{metrics_url}: {e}") })
+        }) {
             Ok(scrape) => Ok(Sample { at_unix_seconds: at, scrape, proxy_mode }),
-            Err(e) => Err(fail(Failure { reason: reason::PARSE, message: format!("{metrics_url}: {e}") })),
+            Err(f) => Err(fail(f)),
         },
     };
     ScrapeOutcome { node: target.node.clone(), result, elapsed: start.elapsed() }
@@ -486,14 +468,15 @@ pub fn record_outcomes(store: &mut MeasurementStore, outcomes: impl IntoIterator
 /// with [`proxyconfig::parse_configz`]. Best effort: any failure (refused, timeout, HTTP error,
 /// not kube-proxy's JSON) is an `Err` with a one-line message, and callers fall back to the
 /// ConfigMap.
-pub async fn fetch_configz(client: &reqwest::Client, target: &Target, timeout: Duration) -> Result<ProxyConfig, String> {
+pub async fn fetch_configz(client: &reqwest::Client, target: &Target, timeout: Duration) -> Result<ProxyConfig, SourceError> {
     let url = target.url("/configz");
-    let text = match tokio::time::timeout(timeout, fetch_text(client, &url, 1024 * 1024)).await {
-        Err(_) => return Err(format!("{url}: no answer within {:.1} s", timeout.as_secs_f64())),
-        Ok(Err(f)) => return Err(f.message),
+    let fetched = async { text(&url, get_limited(client, &url, 1024 * 1024).await.map_err(|e| failure(&url, e))?) };
+    let text = match tokio::time::timeout(timeout, fetched).await {
+        Err(_) => return Err(SourceError::Config(format!("{url}: no answer within {:.1} s", timeout.as_secs_f64()))),
+        Ok(Err(f)) => return Err(SourceError::Config(f.message)),
         Ok(Ok(t)) => t,
     };
-    proxyconfig::parse_configz(&text).map_err(|e| format!("{url}: {e}"))
+    proxyconfig::parse_configz(&text).map_err(|e| SourceError::Config(format!("{url}: {e}")))
 }
 
 /// The ConfigMaps kube-proxy's configuration is looked for in, in order: kubeadm's
@@ -505,15 +488,15 @@ pub const CONFIGMAPS: [(&str, &str); 2] = [("kube-proxy", "config.conf"), ("kube
 ///
 /// Errors: the API call failed (RBAC needs `get configmaps` in the namespace), neither
 /// ConfigMap has its key, or the text is not a valid KubeProxyConfiguration.
-pub async fn read_proxy_configmap(client: &kube::Client, namespace: &str) -> Result<(String, ProxyConfig), String> {
+pub async fn read_proxy_configmap(client: &kube::Client, namespace: &str) -> Result<(String, ProxyConfig), SourceError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     for (name, key) in CONFIGMAPS {
-        let cm = api.get_opt(name).await.map_err(|e| format!("reading ConfigMap {namespace}/{name}: {e}"))?;
+        let cm = api.get_opt(name).await.map_err(|source| SourceError::Kube { what: format!("reading ConfigMap {namespace}/{name}"), source })?;
         let Some(text) = cm.and_then(|cm| cm.data).and_then(|mut d| d.remove(key)) else { continue };
         let source = format!("ConfigMap {namespace}/{name}");
-        return proxyconfig::parse_kube_proxy_config(&text).map(|c| (source.clone(), c)).map_err(|e| format!("{source} key {key}: {e}"));
+        return proxyconfig::parse_kube_proxy_config(&text).map(|c| (source.clone(), c)).map_err(|e| SourceError::Config(format!("{source} key {key}: {e}")));
     }
-    Err(format!("no ConfigMap kube-proxy (key config.conf) or kube-proxy-config (key config) in {namespace}"))
+    Err(SourceError::Config(format!("no ConfigMap kube-proxy (key config.conf) or kube-proxy-config (key config) in {namespace}")))
 }
 
 /// kube-proxy's minSyncPeriod and mode, from the best source available: `/configz` of the
@@ -548,7 +531,7 @@ pub async fn resolve_proxy_config(
                     };
                 }
                 Ok(None) => {}
-                Err(e) => notes.push(e),
+                Err(e) => notes.push(e.to_string()),
             }
         }
     }
@@ -556,7 +539,7 @@ pub async fn resolve_proxy_config(
         let ns = discovery.namespace.as_str();
         match read_proxy_configmap(client, ns).await {
             Ok((source, c)) => return ResolvedProxyConfig::from_config(c, source, notes),
-            Err(e) => notes.push(e),
+            Err(e) => notes.push(e.to_string()),
         }
     }
     ResolvedProxyConfig { notes, ..ResolvedProxyConfig::default() }
@@ -677,9 +660,9 @@ impl Jitter {
 /// the generation counter. The store's mutex is only held for the (synchronous) recording.
 ///
 /// ```no_run
-/// # use safe_termination::operator::{measure::MeasurementStore, scrape::*};
+/// # use safe_termination::{measure::MeasurementStore, sources::scrape::*};
 /// # use std::sync::{Arc, Mutex};
-/// # async fn f() -> Result<(), String> {
+/// # async fn f() -> Result<(), safe_termination::sources::SourceError> {
 /// let store = Arc::new(Mutex::new(MeasurementStore::new(600.0)));
 /// let (tx, _rx) = tokio::sync::watch::channel(0u64);
 /// let targets = parse_static_targets(&["node-a=http://127.0.0.1:10249"])?;
@@ -704,7 +687,7 @@ pub struct ScrapeLoop {
 
 impl ScrapeLoop {
     /// A loop over `source` feeding `store` and bumping `generation`, with the defaults:
-    /// interval 30 s, [`ScrapeOptions::default`], an HTTP client from [`scrape_client`],
+    /// interval 30 s, [`ScrapeOptions::default`], an HTTP client from [`http_client`],
     /// configuration refreshed every 10 cycles.
     pub fn new(source: TargetSource, store: Arc<Mutex<MeasurementStore>>, generation: watch::Sender<u64>) -> Self {
         let options = ScrapeOptions::default();
@@ -712,7 +695,7 @@ impl ScrapeLoop {
             source,
             store,
             generation,
-            http: scrape_client(options.timeout),
+            http: http_client(options.timeout),
             options,
             interval: DEFAULT_INTERVAL,
             metrics: None,
@@ -732,7 +715,7 @@ impl ScrapeLoop {
 
     /// Sets timeout, concurrency and body cap; rebuilds the HTTP client for the new timeout.
     pub fn with_options(mut self, options: ScrapeOptions) -> Self {
-        self.http = scrape_client(options.timeout);
+        self.http = http_client(options.timeout);
         self.options = options;
         self
     }
@@ -774,7 +757,7 @@ impl ScrapeLoop {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "kube-proxy discovery failed; scraping the previous targets");
-                summary.discovery_error = Some(e);
+                summary.discovery_error = Some(e.to_string());
                 self.last_targets.clone()
             }
         };
@@ -912,10 +895,10 @@ mod tests {
         assert_eq!(t[0], Target::new("node-a", "http://127.0.0.1:10249"));
         assert_eq!(t[1], Target::new("127.0.0.1:9000", "http://127.0.0.1:9000"));
         assert_eq!(t[2].base_url, "http://[::1]:1");
-        assert!(parse_static_target("a=10.0.0.1:10249").unwrap_err().contains("not a URL"));
-        assert!(parse_static_target("a=ftp://x").unwrap_err().contains("expected http://host:port"));
-        assert!(parse_static_target("=http://x:1").unwrap_err().contains("empty node name"));
-        assert!(parse_static_targets(&["a=http://x:1", "a=http://y:1"]).unwrap_err().contains("listed twice"));
+        assert!(parse_static_target("a=10.0.0.1:10249").unwrap_err().to_string().contains("not a URL"));
+        assert!(parse_static_target("a=ftp://x").unwrap_err().to_string().contains("expected http://host:port"));
+        assert!(parse_static_target("=http://x:1").unwrap_err().to_string().contains("empty node name"));
+        assert!(parse_static_targets(&["a=http://x:1", "a=http://y:1"]).unwrap_err().to_string().contains("listed twice"));
     }
 
     #[test]

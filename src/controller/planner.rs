@@ -6,7 +6,6 @@
 //! before any measurement) gets its spec's `defaultSeconds`, clamped: never 0, never unbounded.
 
 use crate::crd::TerminationPolicy;
-use crate::model::{Basis, ClusterWindow};
 use crate::sizing;
 use crate::webhook::plan::{Capabilities, Plan, PlanPolicy};
 
@@ -22,12 +21,12 @@ pub struct DefaultPolicyRef {
 
 impl DefaultPolicyRef {
     /// Parses `namespace/name`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, super::Error> {
         match s.split_once('/') {
             Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
                 Ok(Self { namespace: ns.into(), name: name.into() })
             }
-            _ => Err(format!("default policy {s:?} must be NAMESPACE/NAME")),
+            _ => Err(super::Error::DefaultPolicyRef(s.to_string())),
         }
     }
 }
@@ -36,11 +35,8 @@ impl DefaultPolicyRef {
 pub fn pre_stop_seconds(policy: &TerminationPolicy) -> u32 {
     let spec = &policy.spec;
     match policy.status.as_ref().and_then(|s| s.recommendation.as_ref()) {
-        Some(r) => r.pre_stop_seconds.clamp(spec.pre_stop.min_seconds, spec.pre_stop.max_seconds.max(spec.pre_stop.min_seconds)),
-        None => {
-            let unmeasured = ClusterWindow { worst_node: None, propagation_window_seconds: None, basis: Basis::NoData };
-            sizing::recommend(&unmeasured, spec).pre_stop_seconds
-        }
+        Some(r) => sizing::clamp_pre_stop(f64::from(r.pre_stop_seconds), &spec.pre_stop),
+        None => sizing::unmeasured_pre_stop(spec),
     }
 }
 

@@ -1,0 +1,105 @@
+//! The TerminationPolicy controller (`safe-termination run`): reconciliation ([`reconcile`]),
+//! the desired status and its condition transitions ([`status`]), the webhook's plan built from
+//! the policies' status ([`planner`]) and published to the server ([`tasks`]), the capability
+//! probe ([`probe`]), the Service index ([`cluster`]) and the controller's own instruments
+//! ([`metrics`]).
+
+pub mod cluster;
+pub mod metrics;
+pub mod planner;
+pub mod probe;
+pub mod reconcile;
+pub mod status;
+pub mod tasks;
+
+use crate::operator::{Shared, Tasks};
+use crate::webhook::server::PlanHandle;
+use cluster::ClusterIndex;
+use kube::runtime::events::{Recorder, Reporter};
+use metrics::{ControllerMetrics, KubeProxyMetrics};
+use planner::DefaultPolicyRef;
+use reconcile::{Context, Settings};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// What the controller's tasks need besides the [`Shared`] context.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Reconcile settings (thresholds, overrides, refresh).
+    pub settings: Settings,
+    /// The operator's namespace: the capability probe creates its dry-run pod there.
+    pub namespace: String,
+    /// This replica's name in Events (`reportingInstance`).
+    pub identity: Option<String>,
+    /// Time between capability probes.
+    pub probe_interval: Duration,
+    /// The policy that serves namespaces without one.
+    pub default_policy: Option<DefaultPolicyRef>,
+    /// The controller's instruments.
+    pub metrics: ControllerMetrics,
+    /// The per-node kube-proxy instruments (leader only).
+    pub kube_proxy_metrics: KubeProxyMetrics,
+}
+
+/// What the webhook serves from: the published plan and the Service index.
+pub struct Published {
+    /// The plan, republished on every policy or capability change.
+    pub plans: PlanHandle,
+    /// Services and EndpointSlices, for scope ServiceBacked.
+    pub cluster: Arc<ClusterIndex>,
+}
+
+/// Starts the controller's tasks in `tasks`: the Service index, the plan publisher, the
+/// capability probe and the TerminationPolicy controller itself.
+pub fn spawn(shared: &Shared, tasks: &mut Tasks, config: Config) -> Published {
+    let plans = PlanHandle::new();
+    let cluster = Arc::new(ClusterIndex::default());
+    let (native_tx, native_rx) = watch::channel(false);
+    let client = &shared.client;
+    tasks.spawn("service index", cluster.clone().run(client.clone(), shared.stop.clone()));
+    tasks.spawn(
+        "plan publisher",
+        tasks::publish_plans(client.clone(), plans.clone(), native_rx, config.default_policy, shared.stop.clone()),
+    );
+    tasks.spawn(
+        "capability probe",
+        tasks::probe_capabilities(client.clone(), config.namespace, native_tx, config.probe_interval, shared.stop.clone()),
+    );
+    let reporter = Reporter { controller: "safe-termination".into(), instance: config.identity };
+    let make = {
+        let shared = shared.clone();
+        let cluster = cluster.clone();
+        move |policies| Context {
+            recorder: Recorder::new(shared.client.clone(), reporter),
+            client: shared.client,
+            store: shared.store,
+            cluster,
+            proxy: shared.proxy,
+            leader: shared.leader,
+            settings: config.settings,
+            metrics: config.metrics,
+            kube_proxy_metrics: config.kube_proxy_metrics,
+            policies,
+            analyses: Default::default(),
+        }
+    };
+    let controller = reconcile::run(client.clone(), make, shared.measured.clone(), shared.leader.clone(), shared.stop.clone());
+    tasks.spawn("controller", controller);
+    Published { plans, cluster }
+}
+
+/// Why the controller could not do its work: a reconcile is retried with backoff; a bad
+/// `--default-policy` stops the operator at start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The measurement store's lock was poisoned (a bug).
+    #[error("measurement store unavailable")]
+    Store,
+    /// `--default-policy` is not `NAMESPACE/NAME`.
+    #[error("default policy {0:?} must be NAMESPACE/NAME")]
+    DefaultPolicyRef(String),
+}

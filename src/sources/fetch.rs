@@ -1,0 +1,121 @@
+//! The one size-limited HTTP fetcher every source uses: a GET whose body is read chunk by chunk
+//! and refused as soon as it passes a limit (an endless or huge body never grows memory beyond
+//! it), plus kube-proxy's `/proxyMode`, read from the same server on the same terms. The command
+//! line's URL source ([`super::fetch_url`]) and the operator's scraper
+//! ([`super::scrape::scrape_once`]) differ only in how they word a failure.
+
+use crate::model::ProxyMode;
+use std::time::Duration;
+
+/// Default cap on a `/metrics` body, bytes (the scraper's and `analyze --max-body-bytes`'s): a
+/// large cluster's scrape is a few hundred KB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// Cap on a `/proxyMode` body, bytes (the answer is one word such as `iptables`).
+pub const MAX_PROXY_MODE_BYTES: usize = 64 * 1024;
+
+/// Why a GET gave no body.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The request or the body failed on the wire (refused, timed out, reset); the message is
+    /// [`connect_hint`]'s.
+    #[error("{}", connect_hint(.0))]
+    Transport(#[from] reqwest::Error),
+    /// The server answered with a status other than 2xx.
+    #[error("HTTP {0}")]
+    Status(reqwest::StatusCode),
+    /// The body passed the limit; reading stopped there.
+    #[error("body larger than {limit} bytes")]
+    TooLarge {
+        /// The limit, bytes.
+        limit: usize,
+    },
+}
+
+/// GET `url`: a 2xx answer's body, at most `limit` bytes.
+pub async fn get_limited(client: &reqwest::Client, url: &str, limit: usize) -> Result<Vec<u8>, FetchError> {
+    let resp = client.get(url).send().await?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(FetchError::Status(status));
+    }
+    read_limited(resp, limit).await
+}
+
+/// Reads `resp`'s body, whatever its status, at most `limit` bytes.
+pub async fn read_limited(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, FetchError> {
+    let mut buf: Vec<u8> = Vec::with_capacity(resp.content_length().map_or(64 * 1024, |n| n as usize).min(limit));
+    while let Some(chunk) = resp.chunk().await? {
+        if buf.len() + chunk.len() > limit {
+            return Err(FetchError::TooLarge { limit });
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf)
+}
+
+/// The mode kube-proxy's `/proxyMode` at `url` reports. Best effort: older or non-Linux
+/// kube-proxies may not serve it, so an error, an error status, a body over
+/// [`MAX_PROXY_MODE_BYTES`] or an unknown mode are all `None` (the mode is then inferred).
+pub async fn proxy_mode(client: &reqwest::Client, url: &str) -> Option<ProxyMode> {
+    let body = get_limited(client, url, MAX_PROXY_MODE_BYTES).await.ok()?;
+    ProxyMode::parse(std::str::from_utf8(&body).ok()?)
+}
+
+/// A kube-proxy scrape: the `/metrics` body at `metrics_url` (at most `limit` bytes) and, when
+/// `mode_url` is given, `/proxyMode` fetched at the same time ([`proxy_mode`]).
+pub async fn fetch_scrape(
+    client: &reqwest::Client,
+    metrics_url: &str,
+    mode_url: Option<&str>,
+    limit: usize,
+) -> (Result<Vec<u8>, FetchError>, Option<ProxyMode>) {
+    let metrics = get_limited(client, metrics_url, limit);
+    match mode_url {
+        Some(mode_url) => tokio::join!(metrics, proxy_mode(client, mode_url)),
+        None => (metrics.await, None),
+    }
+}
+
+/// Explains a failed connection the way an operator needs it explained: the error and its
+/// causes, plus a hint for a refused connection (kube-proxy's 127.0.0.1 bind), a connect
+/// timeout (a firewall on the URL's port) or a timeout after connecting (no answer in time).
+pub fn connect_hint(err: &reqwest::Error) -> String {
+    let mut msg = err.to_string();
+    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(err);
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    if err.is_connect() && msg.to_ascii_lowercase().contains("refused") {
+        msg.push_str(
+            " (kube-proxy binds its metrics server to 127.0.0.1:10249 by default: set metricsBindAddress: 0.0.0.0:10249 in its KubeProxyConfiguration, or use the Prometheus source)",
+        );
+    } else if err.is_timeout() && err.is_connect() {
+        // the connection never completed: dropped packets look like this
+        let port = err.url().and_then(|u| u.port_or_known_default()).map_or_else(|| "the port".to_string(), |p| format!("port {p}"));
+        msg.push_str(&format!(" (timed out connecting: is a NetworkPolicy or host firewall blocking {port}?)"));
+    } else if err.is_timeout() {
+        msg.push_str(" (timed out after connecting: no complete answer in time; is kube-proxy overloaded?)");
+    }
+    msg
+}
+
+/// An HTTP client for scraping: rustls (ring), the given per-request timeout, no proxy. The
+/// connect timeout is 100 ms shorter (at least half the timeout), so that a connection that never
+/// completes ends as a connect timeout (see [`connect_hint`]) rather than racing the overall one.
+pub fn http_client(timeout: Duration) -> reqwest::Client {
+    let connect_timeout = timeout.saturating_sub(Duration::from_millis(100)).max(timeout / 2);
+    // reqwest's rustls (and `Client::new`, which panics without one) needs a process-wide
+    // crypto provider: the binary installs ring first; this covers library callers and tests
+    // (a no-op when one is installed)
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(connect_timeout)
+        .no_proxy()
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}

@@ -1,0 +1,142 @@
+//! One-shot inputs, read once: a saved scrape file, standard input, or one kube-proxy's metrics
+//! URL (`http(s)://host:10249/metrics`, with `/proxyMode` read from the same server) for the
+//! command line, and the operator's `--source files`.
+
+use super::error::SourceError;
+use super::fetch;
+use crate::exposition::parse_kube_proxy_metrics;
+use crate::measure::{MeasurementStore, Sample};
+use crate::model::ProxyMode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+
+/// The text of a scrape and, for URLs, the mode `/proxyMode` reported.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// Exposition-format body.
+    pub text: String,
+    /// Mode from `/proxyMode` (URL sources only, when it answered).
+    pub proxy_mode: Option<ProxyMode>,
+}
+
+/// The scheme of `source` when it has the form `SCHEME://...` (a letter, then letters, digits,
+/// `+`, `-` or `.`), as written; `None` for anything else (a file path, `-`).
+pub fn url_scheme(source: &str) -> Option<&str> {
+    let (scheme, _) = source.split_once("://")?;
+    let mut chars = scheme.chars();
+    (chars.next()?.is_ascii_alphabetic() && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))).then_some(scheme)
+}
+
+/// True when `source` is an http(s) URL (the scheme in any case, as URLs allow: `HTTP://`).
+pub fn is_url(source: &str) -> bool {
+    url_scheme(source).is_some_and(|s| s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https"))
+}
+
+/// `source` as it may be printed: a URL's userinfo (`user:password@`) replaced by `***@`, so
+/// that no message echoes a password; anything else unchanged.
+pub fn redact(source: &str) -> String {
+    let Some(start) = source.find("://").map(|i| i + 3) else { return source.to_string() };
+    let rest = &source[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) => format!("{}***@{}", &source[..start], &rest[at + 1..]),
+        None => source.to_string(),
+    }
+}
+
+/// Reads a file or `-` (standard input) as UTF-8 text; invalid UTF-8 is an error naming the
+/// file (`<stdin>`), the line and the byte offset.
+pub fn read_file(path: &str) -> Result<String, SourceError> {
+    let res = if path == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
+    } else {
+        std::fs::read(path)
+    };
+    let bytes = res.map_err(|source| SourceError::File { path: path.to_string(), source })?;
+    decode_utf8(if path == "-" { "<stdin>" } else { path }, bytes)
+}
+
+/// `bytes` as UTF-8 text, or [`SourceError::NotUtf8`] naming `origin`, the line, the column and
+/// the byte offset of the first invalid byte.
+pub fn decode_utf8(origin: &str, bytes: Vec<u8>) -> Result<String, SourceError> {
+    String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        let before = &e.as_bytes()[..offset];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let column = offset - before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) + 1;
+        SourceError::NotUtf8 { origin: origin.to_string(), line, column, offset }
+    })
+}
+
+/// Now as Unix seconds.
+pub fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The files source of the operator (`--source files`): reads each `--metrics-file NODE=FILE`
+/// scrape once into a new store with a `window_seconds` window.
+pub fn store_from_files(specs: &[String], window_seconds: f64) -> Result<MeasurementStore, SourceError> {
+    let mut store = MeasurementStore::new(window_seconds);
+    for spec in specs {
+        let (node, path) = spec.split_once('=').ok_or_else(|| SourceError::MetricsFileSpec(spec.clone()))?;
+        let bytes = std::fs::read(path).map_err(|source| SourceError::File { path: path.to_string(), source })?;
+        let text = decode_utf8(path, bytes)?;
+        let scrape = parse_kube_proxy_metrics(&text).map_err(|e| SourceError::Scrape(e.at(path)))?;
+        store.record(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None });
+    }
+    Ok(store)
+}
+
+/// Fetches `url`, reading at most `max_body_bytes` of its body (more is an error naming the URL
+/// and the limit), and, from the same server, `/proxyMode` ([`fetch::proxy_mode`]: best effort,
+/// a failing `/proxyMode` leaves the mode to inference).
+pub async fn fetch_url(client: &reqwest::Client, url: &str, max_body_bytes: usize) -> Result<Fetched, SourceError> {
+    let shown = redact(url);
+    let mode_url = reqwest::Url::parse(url).ok().map(|mut u| {
+        u.set_path("/proxyMode");
+        u.set_query(None);
+        u.to_string()
+    });
+    let (body, proxy_mode) = fetch::fetch_scrape(client, url, mode_url.as_deref(), max_body_bytes).await;
+    let body = body.map_err(|e| SourceError::Http {
+        message: match e {
+            fetch::FetchError::TooLarge { .. } => format!("{e} (--max-body-bytes): stopped reading"),
+            _ => e.to_string(),
+        },
+        url: shown.clone(),
+    })?;
+    let text = decode_utf8(&shown, body)?;
+    Ok(Fetched { text, proxy_mode })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn schemes_are_case_insensitive_and_only_http_is_a_url() {
+        use super::{is_url, url_scheme};
+        for u in ["http://h/metrics", "HTTP://h/metrics", "Https://h:10249/metrics"] {
+            assert!(is_url(u), "{u}");
+        }
+        for s in ["ftp://h/metrics", "file:///tmp/x", "scrapes/a.txt", "-", "a=http://h/m", "1http://h"] {
+            assert!(!is_url(s), "{s}");
+        }
+        assert_eq!(url_scheme("ftp://h/metrics"), Some("ftp"));
+        assert_eq!(url_scheme("svn+ssh://h"), Some("svn+ssh"));
+        assert_eq!(url_scheme("dir/x://y"), None);
+        assert_eq!(url_scheme("scrape.txt"), None);
+    }
+
+    #[test]
+    fn redact_hides_userinfo_only() {
+        assert_eq!(redact("http://user:secret@10.0.0.1:10249/metrics"), "http://***@10.0.0.1:10249/metrics");
+        assert_eq!(redact("https://token@host"), "https://***@host");
+        assert_eq!(redact("http://a:b@c@host/x"), "http://***@host/x");
+        // an '@' after the authority is not userinfo
+        assert_eq!(redact("http://host:10249/metrics?who=a@b"), "http://host:10249/metrics?who=a@b");
+        assert_eq!(redact("http://host/a@b"), "http://host/a@b");
+        assert_eq!(redact("scrapes/n@1.txt"), "scrapes/n@1.txt");
+    }
+}
