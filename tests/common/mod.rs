@@ -137,6 +137,9 @@ pub async fn wait_policy_status(client: &Client, ns: &str, name: &str, secs: u64
     }
 }
 
+/// The rolling analysis window (`--window-seconds`) of the operators the e2e tests start.
+pub const OPERATOR_WINDOW_SECONDS: u64 = 300;
+
 /// The operator binary (`safe-termination run`) as a child process against the e2e cluster's
 /// real kube-proxies (`$ST_KP_METRICS_URLS`), killed on drop. Logs go to
 /// `$ST_E2E_DIR/logs/operator-<namespace>.log`.
@@ -187,7 +190,7 @@ impl Operator {
             .args(["--tls-cert-file", &format!("{dir}/pki/webhook.crt"), "--tls-key-file", &format!("{dir}/pki/webhook.key")])
             .args(["--namespace", namespace, "--identity", &format!("e2e-{namespace}")])
             .args(&targets)
-            .args(["--scrape-interval-seconds", "2", "--window-seconds", "300", "--status-refresh-seconds", "5"])
+            .args(["--scrape-interval-seconds", "2", "--window-seconds", &OPERATOR_WINDOW_SECONDS.to_string(), "--status-refresh-seconds", "5"])
             .args(extra)
             .env("KUBECONFIG", format!("{dir}/kubeconfig"))
             .env("RUST_LOG", "info,safe_termination=debug")
