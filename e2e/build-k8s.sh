@@ -99,12 +99,15 @@ add kube-controller-manager "$K8S_MOD" k8s.io/kubernetes/cmd/kube-controller-man
 add kube-scheduler          "$K8S_MOD" k8s.io/kubernetes/cmd/kube-scheduler "$K8S_LDFLAGS"
 add kube-proxy              "$K8S_MOD" k8s.io/kubernetes/cmd/kube-proxy "$K8S_LDFLAGS"
 add kubectl                 "$K8S_MOD" k8s.io/kubernetes/cmd/kubectl "$K8S_LDFLAGS"
-add kubelet                 "$K8S_MOD" k8s.io/kubernetes/cmd/kubelet "$K8S_LDFLAGS"
+# real nodes (e2e/nodes.sh): only for a version whose module records the kubelet (tools.go)
 CTRD_VER="$(modver "$HERE/tools/containerd" github.com/containerd/containerd/v2)"
-CTRD_LDFLAGS="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD_VER -X github.com/containerd/containerd/v2/version.Revision="
-for c in containerd containerd-shim-runc-v2 ctr; do
-  add "$c"                  "$HERE/tools/containerd" "github.com/containerd/containerd/v2/cmd/$c" "$CTRD_LDFLAGS"
-done
+if grep -q '"k8s.io/kubernetes/cmd/kubelet"' "$K8S_MOD/tools.go"; then
+  add kubelet               "$K8S_MOD" k8s.io/kubernetes/cmd/kubelet "$K8S_LDFLAGS"
+  CTRD_LDFLAGS="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD_VER -X github.com/containerd/containerd/v2/version.Revision="
+  for c in containerd containerd-shim-runc-v2 ctr; do
+    add "$c"                "$HERE/tools/containerd" "github.com/containerd/containerd/v2/cmd/$c" "$CTRD_LDFLAGS"
+  done
+fi
 add kwok                    "$HERE/tools/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
 HELM_VER="$(modver "$HERE/tools/helm" helm.sh/helm/v4)"
 add helm                    "$HERE/tools/helm" helm.sh/helm/v4/cmd/helm "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VER"

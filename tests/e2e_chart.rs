@@ -680,16 +680,7 @@ fn start_operator(namespace: &str, sa: &str, release: &str, extra: &[&str]) -> O
     Operator { child, admin, webhook, log, _dir: dir, tls }
 }
 
-async fn wait_for<T>(what: &str, secs: u64, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
+use common::wait_for;
 
 async fn secret_data(client: &Client, ns: &str, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
     let s = Api::<Secret>::namespaced(client.clone(), ns).get_opt(name).await.ok()??;

@@ -35,10 +35,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod common;
+use common::wait_for;
 
 const SYSTEM_NS: &str = "exp-system";
 const HOOK: &str = "safe-termination-experiment";
 const SCALE_NS: &str = "exp-scale";
+/// The experiment's operator analyses the last 2 minutes (`--window-seconds`; the default is 10):
+/// enough syncs during rollouts, and a protected run at scale need not wait long for the window
+/// to forget the scale fixture's creation.
+const OPERATOR_WINDOW_SECONDS: u64 = 120;
 
 fn now_unix() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
@@ -283,17 +288,6 @@ fn int_or_percent(s: &str) -> Value {
 /// The preStop sleep seconds of a pod's first container (None: no native sleep).
 fn pre_stop_sleep(p: &Pod) -> Option<i64> {
     p.spec.as_ref()?.containers.first()?.lifecycle.as_ref()?.pre_stop.as_ref()?.sleep.as_ref().map(|s| s.seconds)
-}
-
-async fn wait_for<T>(what: &str, secs: u64, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 /// Waits until the Deployment has `replicas` updated, ready pods and no other pod is left in the
@@ -572,7 +566,7 @@ async fn deploy_experiment() {
     // the operator measures the real kube-proxies for the whole experiment, as in a cluster
     common::apply_crd(&client).await;
     common::fresh_namespace(&client, SYSTEM_NS).await;
-    let op = common::Operator::start(SYSTEM_NS, &[]).await;
+    let op = common::Operator::start_windowed(SYSTEM_NS, OPERATOR_WINDOW_SECONDS, &[]).await;
     OPERATOR_WEBHOOK.set(op.webhook).unwrap();
     let mut scale_ready = false;
     // when the scale fixture's creation storm ended: a protected run at scale waits until the
@@ -602,9 +596,9 @@ async fn deploy_experiment() {
         if spec.protected && spec.extra_services > 0
             && let Some(t) = storm_ended
         {
-            let forget = Duration::from_secs(common::OPERATOR_WINDOW_SECONDS + 10);
+            let forget = Duration::from_secs(OPERATOR_WINDOW_SECONDS + 10);
             if let Some(left) = forget.checked_sub(t.elapsed()) {
-                println!("== waiting {:.0} s until the operator's {} s window no longer holds the Services' creation", left.as_secs_f64(), common::OPERATOR_WINDOW_SECONDS);
+                println!("== waiting {:.0} s until the operator's {} s window no longer holds the Services' creation", left.as_secs_f64(), OPERATOR_WINDOW_SECONDS);
                 tokio::time::sleep(left).await;
             }
         }

@@ -162,6 +162,11 @@ impl Operator {
     /// Starts it with its namespace `namespace`, fast scrapes, and `extra` flags; waits for
     /// `/readyz`.
     pub async fn start(namespace: &str, extra: &[&str]) -> Operator {
+        Self::start_windowed(namespace, OPERATOR_WINDOW_SECONDS, extra).await
+    }
+
+    /// [`Operator::start`] with a rolling analysis window of `window_seconds`.
+    pub async fn start_windowed(namespace: &str, window_seconds: u64, extra: &[&str]) -> Operator {
         let nodes = std::env::var("ST_KP_NODES").unwrap_or_else(|_| "node-a node-b".into());
         let urls = std::env::var("ST_KP_METRICS_URLS")
             .unwrap_or_else(|_| "http://10.213.0.2:10249/metrics http://10.213.1.2:10249/metrics".into());
@@ -170,17 +175,17 @@ impl Operator {
             .zip(nodes.split_whitespace())
             .map(|(url, node)| format!("{node}={}", url.trim_end_matches("/metrics")))
             .collect();
-        Self::spawn(namespace, Some(targets.join(",")), extra).await
+        Self::spawn(namespace, Some(targets.join(",")), window_seconds, extra).await
     }
 
     /// Like [`Operator::start`] but finding kube-proxy pods through the API (the default
     /// discovery) instead of the fixed targets: the e2e cluster's kube-proxies are processes,
     /// not pods, so it finds none.
     pub async fn start_discovering(namespace: &str, extra: &[&str]) -> Operator {
-        Self::spawn(namespace, None, extra).await
+        Self::spawn(namespace, None, OPERATOR_WINDOW_SECONDS, extra).await
     }
 
-    async fn spawn(namespace: &str, targets: Option<String>, extra: &[&str]) -> Operator {
+    async fn spawn(namespace: &str, targets: Option<String>, window_seconds: u64, extra: &[&str]) -> Operator {
         let dir = state_dir();
         let targets: Vec<String> = targets.map(|t| vec!["--kube-proxy-target".to_string(), t]).unwrap_or_default();
         let (admin, webhook) = (free_port(), free_port());
@@ -190,7 +195,7 @@ impl Operator {
             .args(["--tls-cert-file", &format!("{dir}/pki/webhook.crt"), "--tls-key-file", &format!("{dir}/pki/webhook.key")])
             .args(["--namespace", namespace, "--identity", &format!("e2e-{namespace}")])
             .args(&targets)
-            .args(["--scrape-interval-seconds", "2", "--window-seconds", &OPERATOR_WINDOW_SECONDS.to_string(), "--status-refresh-seconds", "5"])
+            .args(["--scrape-interval-seconds", "2", "--window-seconds", &window_seconds.to_string(), "--status-refresh-seconds", "5"])
             .args(extra)
             .env("KUBECONFIG", format!("{dir}/kubeconfig"))
             .env("RUST_LOG", "info,safe_termination=debug")
@@ -291,4 +296,17 @@ pub fn testapp_container(name: &str) -> Value {
         "ports": [{"name": "http", "containerPort": 8080}],
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1, "failureThreshold": 1}})
+}
+
+/// Polls `f` every 250 ms until it returns `Some`, and returns that; panics naming `what` after
+/// `secs` seconds.
+pub async fn wait_for<T>(what: &str, secs: u64, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
