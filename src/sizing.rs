@@ -120,7 +120,7 @@ mod tests {
     #[test]
     fn measured_is_ceiled_and_clamped() {
         let spec = TerminationPolicySpec::default();
-        // 1 s + 2 x 0.5 s = 2 s; x 1.5 = 3 -> 3 (not 4 from float noise)
+        // 2 s (e.g. 1 s + a 1 s sync p99); x 1.5 = 3 -> 3 (not 4 from float noise)
         assert_eq!(recommend(&win(Basis::Measured, Some(2.0)), &spec).pre_stop_seconds, 3);
         assert_eq!(recommend(&win(Basis::Measured, Some(2.0000001)), &spec).pre_stop_seconds, 4);
         assert_eq!(recommend(&win(Basis::Measured, Some(0.1)), &spec).pre_stop_seconds, 3);

@@ -116,7 +116,7 @@ fn v1_29_json_report() {
     assert_eq!(doc["worstNode"], "kube-proxy-v1.29-iptables-excerpt");
     approx(f(&doc["syncP99Seconds"]), 0.12672);
     approx(f(&doc["networkProgrammingP99Seconds"]), 4.98);
-    // W = max(NP p99 4.98 - 1 s trigger-time resolution, 1 + 2 x 0.12672) = 3.98
+    // W = max(NP p99 4.98 - 1 s trigger-time resolution, 1 + 0.12672) = 3.98
     approx(f(&doc["propagationWindowSeconds"]), 3.98);
     assert_eq!(f(&doc["minSyncPeriodSeconds"]), 1.0);
     assert_eq!(doc["minSyncPeriodSource"], "default");
@@ -234,7 +234,7 @@ fn text_report_shows_table_arithmetic_and_advice() {
     let header = out.lines().find(|l| l.starts_with("NODE")).unwrap();
     assert_eq!(header.find("MODE"), row.find(" iptables ").map(|i| i + 1), "\n{header}\n{row}");
     assert_eq!(header.find("BASIS"), row.find("LowSampleCount"), "\n{header}\n{row}");
-    assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 3.980s  (W = max(NP p99 - 1s, minSyncPeriod 1s [default] + 2 x sync p99))"), "{out}");
+    assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 3.980s  (W = max(NP p99 - 1s, minSyncPeriod 1s [default] + sync p99))"), "{out}");
     assert!(out.contains("Recommendation (LowSampleCount): preStop sleep 10 s, terminationGracePeriodSeconds 40 s"), "{out}");
     assert!(out.contains("grace = max(30 s default, min(10 + 30 s, 600 s), 10 s) = 40 s"), "{out}");
     assert!(out.contains("Proxy: mode iptables") && out.contains("actual rules 38"), "{out}");
@@ -499,9 +499,9 @@ fn flags_feed_the_advisor_and_the_model() {
     assert!(reasons(&json(&["--services", "1000", V1_29])).contains(&"MigrateProxyMode".to_string()));
     // thresholds are flags too
     assert!(reasons(&json(&["--services", "500", "--iptables-services-threshold", "500", V1_29])).contains(&"MigrateProxyMode".to_string()));
-    // minSyncPeriod: W = max(NP p99 4.98 - 1, 5 + 2 x 0.12672)
+    // minSyncPeriod: W = max(NP p99 4.98 - 1, 5 + 0.12672)
     let doc = json(&["--min-sync-period-seconds", "5", V1_29]);
-    approx(f(&doc["propagationWindowSeconds"]), 5.0 + 2.0 * 0.12672);
+    approx(f(&doc["propagationWindowSeconds"]), 5.0 + 0.12672);
     assert_eq!(doc["minSyncPeriodSource"], "flag");
     // --kubernetes-version overrides kubernetes_build_info in the nftables note
     let doc = json(&["--services", "1000", "--kubernetes-version", "v1.31.4", V1_29]);
@@ -691,9 +691,9 @@ fn node_prefixes_name_the_nodes_and_the_worst_one() {
     let names: Vec<&str> = doc["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
     assert_eq!(names, ["node-a", "node-b", "node-c"]);
     assert_eq!(doc["worstNode"], "node-b");
-    approx(f(&doc["propagationWindowSeconds"]), 1.0 + 2.0 * 2.1);
+    approx(f(&doc["propagationWindowSeconds"]), 1.0 + 2.1);
     approx(f(&doc["syncP99Seconds"]), 2.1);
-    assert_eq!(doc["recommendation"]["preStopSeconds"], 8); // ceil(5.2 x 1.5)
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 5); // ceil(3.1 x 1.5)
     let slow_advice = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "ProxySyncSlow").unwrap();
     assert_eq!(slow_advice["node"], "node-b");
 }

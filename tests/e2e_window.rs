@@ -244,8 +244,8 @@ async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables(
     // (the status rounds to milliseconds)
     assert!(if slow { sync >= 1.0 } else { sync <= 1.0005 }, "ProxySyncSlow {slow} must match the sync p99 {sync} s vs 1 s");
     let after = status["recommendation"]["preStopSeconds"].as_u64().unwrap();
-    // the sleep covers the window: at least ceil(1.5 x (minSyncPeriod + 2 x sync p99))
-    let floor = (1.5 * (1.0 + 2.0 * sync) - 0.01).ceil().max(3.0) as u64; // 0.01: the status rounds to ms
+    // the sleep covers the window: at least ceil(1.5 x (minSyncPeriod + sync p99))
+    let floor = (1.5 * (1.0 + sync) - 0.01).ceil().max(3.0) as u64; // 0.01: the status rounds to ms
     assert!(after >= floor, "sleep {after} s (before: {before} s) for sync p99 {sync} s");
     assert!(status["advice"].to_string().contains("nftables"), "{}", status["advice"]);
     let metrics = op.metrics().await;

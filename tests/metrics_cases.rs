@@ -165,7 +165,7 @@ fn v1_29_iptables_excerpt_lifetime() {
     assert_eq!(n.basis, Basis::LowSampleCount);
     approx(n.sync_p99.unwrap().seconds, 0.12672, 1e-9);
     approx(n.network_programming_p99.unwrap().seconds, 4.98, 1e-9);
-    // W = max(NP p99 4.98 - 1 s trigger-time resolution, 1 s + 2 x 0.12672 s = 1.25344 s)
+    // W = max(NP p99 4.98 - 1 s trigger-time resolution, 1 s + 0.12672 s = 1.12672 s)
     approx(n.propagation_window_seconds.unwrap(), 3.98, 1e-9);
     // last queued (…799.314) is before last synced (…799.332): nothing waits
     assert_eq!(n.stale_seconds, Some(0.0));
@@ -209,9 +209,9 @@ fn v1_13_legacy_microseconds_are_converted() {
     assert!(n.sync_from_legacy_microseconds);
     assert_eq!(n.network_programming_p99, None);
     assert_eq!(n.mode, ProxyMode::Unknown); // no mode-specific family in a v1.13 scrape
-    approx(r.propagation_window_seconds.unwrap(), 1.0 + 2.0 * expected_us * 1e-6, 1e-9);
+    approx(r.propagation_window_seconds.unwrap(), 1.0 + expected_us * 1e-6, 1e-9);
     assert_eq!(r.network_programming_p99_seconds, None);
-    // ceil(1.119 x 1.5) = 2, clamped up to minSeconds 3; grace max(30, 3 + 30) = 33
+    // ceil(1.0595 x 1.5) = 2, clamped up to minSeconds 3; grace max(30, 3 + 30) = 33
     assert_eq!(r.recommendation.pre_stop_seconds, 3);
     assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
     assert_eq!(r.recommendation.reason, Basis::Measured);
@@ -234,8 +234,8 @@ fn v1_8_nan_summaries_do_not_poison_the_sync_histogram() {
 
     let r = analyze_one(V1_8);
     assert_eq!(r.nodes[0].basis, Basis::Measured);
-    approx(r.propagation_window_seconds.unwrap(), 1.0 + 2.0 * expected, 1e-9);
-    assert_eq!(r.recommendation.pre_stop_seconds, 3); // ceil(1.486 x 1.5) = 3
+    approx(r.propagation_window_seconds.unwrap(), 1.0 + expected, 1e-9);
+    assert_eq!(r.recommendation.pre_stop_seconds, 3); // ceil(1.243 x 1.5) = 2 -> minSeconds 3
     assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
 }
 
@@ -342,10 +342,10 @@ fn interval_between_two_scrapes_uses_the_delta() {
     // no network programming observation in the interval: absent, not 0
     assert_eq!(n.network_programming_p99, None);
     assert_eq!(n.basis, Basis::Measured);
-    let w = 1.0 + 2.0 * (0.128 + 0.128 * 0.99);
+    let w = 1.0 + (0.128 + 0.128 * 0.99);
     approx(r.propagation_window_seconds.unwrap(), w, 1e-12);
     assert_eq!(r.network_programming_p99_seconds, None);
-    // ceil(1.50944 x 1.5 = 2.26) = 3
+    // ceil(1.25472 x 1.5 = 1.88) = 2 -> minSeconds 3
     assert_eq!(r.recommendation.pre_stop_seconds, 3);
     assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
     assert_eq!(r.recommendation.reason, Basis::Measured);
@@ -400,10 +400,10 @@ fn counter_reset_between_scrapes_uses_the_later_scrape_alone() {
     approx(n.sync_p99.unwrap().seconds, p99, 1e-12);
     assert_eq!(n.network_programming_p99, None);
     assert_eq!(n.basis, Basis::Measured);
-    approx(r.propagation_window_seconds.unwrap(), 1.0 + 2.0 * p99, 1e-12);
-    // ceil(2.01888 x 1.5 = 3.028) = 4
-    assert_eq!(r.recommendation.pre_stop_seconds, 4);
-    assert_eq!(r.recommendation.termination_grace_period_seconds, 34);
+    approx(r.propagation_window_seconds.unwrap(), 1.0 + p99, 1e-12);
+    // ceil(1.50944 x 1.5 = 2.264) = 3
+    assert_eq!(r.recommendation.pre_stop_seconds, 3);
+    assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
 }
 
 #[test]
@@ -582,8 +582,8 @@ fn proxy_sync_slow_threshold_is_strictly_above_one_second() {
     assert_eq!(r.advice[0].threshold, "sync p99 > 1 s");
     assert_eq!(r.advice[0].node.as_deref(), Some("n1"));
     assert!(r.advice[0].message.contains("1.010 s"), "{}", r.advice[0].message);
-    // W = 1 + 2 x 1.01 = 3.02 -> ceil(4.53) = 5
-    assert_eq!(r.recommendation.pre_stop_seconds, 5);
+    // W = 1 + 1.01 = 2.01 -> ceil(3.015) = 4
+    assert_eq!(r.recommendation.pre_stop_seconds, 4);
 
     // a slow p99 from too few samples is reported as LowSampleCount, not ProxySyncSlow
     let r = analyze_one(&hist_text(SYNC, &[("1", 1), ("2", 3), ("+Inf", 3)], 4.0));
@@ -697,12 +697,12 @@ fn the_slower_of_two_nodes_is_the_worst_node() {
     let r = analyze(&[node("fast", &fast), node("slow", &slow)], &opts(ClusterFacts::default()), &TerminationPolicySpec::default());
     assert_eq!(r.nodes.len(), 2);
     assert_eq!(r.nodes[0].node, "fast");
-    approx(r.nodes[0].propagation_window_seconds.unwrap(), 1.12, 1e-9);
-    approx(r.nodes[1].propagation_window_seconds.unwrap(), 5.2, 1e-9);
+    approx(r.nodes[0].propagation_window_seconds.unwrap(), 1.06, 1e-9);
+    approx(r.nodes[1].propagation_window_seconds.unwrap(), 3.1, 1e-9);
     assert_eq!(r.worst_node.as_deref(), Some("slow"));
-    approx(r.propagation_window_seconds.unwrap(), 5.2, 1e-9);
+    approx(r.propagation_window_seconds.unwrap(), 3.1, 1e-9);
     approx(r.sync_p99_seconds.unwrap(), 2.1, 1e-9);
-    assert_eq!(r.recommendation.pre_stop_seconds, 8); // ceil(7.8)
+    assert_eq!(r.recommendation.pre_stop_seconds, 5); // ceil(4.65)
     // only the slow node is flagged
     assert_eq!(reasons(&r), vec![AdviceReason::ProxySyncSlow]);
     assert_eq!(r.advice[0].node.as_deref(), Some("slow"));

@@ -310,7 +310,7 @@ pub fn render_text(r: &AnalysisReport) -> String {
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "Worst node: {}  window W = {}  (W = max(NP p99 - 1s, minSyncPeriod {}s [{}] + 2 x sync p99))",
+        "Worst node: {}  window W = {}  (W = max(NP p99 - 1s, minSyncPeriod {}s [{}] + sync p99))",
         r.worst_node.as_deref().unwrap_or("-"),
         secs(r.propagation_window_seconds),
         r.min_sync_period_seconds,
