@@ -27,10 +27,12 @@ node_cgroup_root() {
   own="${own%/}"
   printf '%s/st-e2e/%s' "$own" "$1"
 }
+# every mounted hierarchy: the v1 ones and the (controller-less) v2 "unified" one, where runc
+# creates the same path in hybrid mode; pre-creating it there too records it for cluster-down
 cgroup_hierarchies() {
   local d
   for d in /sys/fs/cgroup/*; do
-    [[ -d "$d" && ! -L "$d" && "$(basename "$d")" != unified ]] || continue
+    [[ -d "$d" && ! -L "$d" ]] || continue
     [[ -f "$d/cgroup.procs" ]] && printf '%s\n' "$d"
   done
 }
