@@ -317,7 +317,7 @@ mod low_sample_tests {
     }
 
     /// Alone, a 3-sample node beyond the top bucket is LowSampleCount: its slow samples still
-    /// raise the sleep (max(default 10, ceil((1 + 16.384) x 1.5)) = 27 s), but it is not
+    /// raise the sleep (max(default 10, ceil((1 + 16.384) x 1.25)) = 22 s), but it is not
     /// BeyondTopBucket (60 s) and raises no ProxySyncSlow; with 5 samples it is trusted.
     #[test]
     fn a_lone_low_sample_node_beyond_the_top_bucket_is_low_sample_count() {
@@ -327,7 +327,7 @@ mod low_sample_tests {
         assert_eq!(r.worst_node.as_deref(), Some("c"));
         assert!((r.propagation_window_seconds.unwrap() - 17.384).abs() < 1e-12, "{:?}", r.propagation_window_seconds);
         assert_eq!(r.recommendation.reason, Basis::LowSampleCount);
-        assert_eq!((r.recommendation.pre_stop_seconds, r.recommendation.termination_grace_period_seconds), (27, 57));
+        assert_eq!((r.recommendation.pre_stop_seconds, r.recommendation.termination_grace_period_seconds), (22, 52));
         assert_eq!(reasons(&r), [(AdviceReason::LowSampleCount, Some("c".to_string()))]);
 
         let r = analyze(&[fast("a", 104), beyond("c", 5)], &AnalysisOptions::default(), &spec);

@@ -120,9 +120,9 @@ mod tests {
     #[test]
     fn measured_is_ceiled_and_clamped() {
         let spec = TerminationPolicySpec::default();
-        // 2 s (e.g. 1 s + a 1 s sync p99); x 1.5 = 3 -> 3 (not 4 from float noise)
-        assert_eq!(recommend(&win(Basis::Measured, Some(2.0)), &spec).pre_stop_seconds, 3);
-        assert_eq!(recommend(&win(Basis::Measured, Some(2.0000001)), &spec).pre_stop_seconds, 4);
+        // 3.2 s (e.g. 1 s + a 2.2 s sync p99); x 1.25 = 4 -> 4 (not 5 from float noise)
+        assert_eq!(recommend(&win(Basis::Measured, Some(3.2)), &spec).pre_stop_seconds, 4);
+        assert_eq!(recommend(&win(Basis::Measured, Some(3.2000001)), &spec).pre_stop_seconds, 5);
         assert_eq!(recommend(&win(Basis::Measured, Some(0.1)), &spec).pre_stop_seconds, 3);
         assert_eq!(recommend(&win(Basis::Measured, Some(1000.0)), &spec).pre_stop_seconds, 60);
     }
@@ -150,7 +150,7 @@ mod tests {
     fn low_samples_never_below_default() {
         let spec = TerminationPolicySpec::default();
         assert_eq!(recommend(&win(Basis::LowSampleCount, Some(1.25)), &spec).pre_stop_seconds, 10);
-        assert_eq!(recommend(&win(Basis::LowSampleCount, Some(20.0)), &spec).pre_stop_seconds, 30);
+        assert_eq!(recommend(&win(Basis::LowSampleCount, Some(20.0)), &spec).pre_stop_seconds, 25);
     }
 
     #[test]

@@ -124,7 +124,7 @@ fn v1_29_json_report() {
     assert_eq!(rec["preStopSeconds"], 10);
     assert_eq!(rec["terminationGracePeriodSeconds"], 40);
     assert_eq!(rec["reason"], "LowSampleCount");
-    assert!(rec["arithmetic"].as_str().unwrap().contains("ceil(3.980 s x 1.5 + 0 s) = 6 s"));
+    assert!(rec["arithmetic"].as_str().unwrap().contains("ceil(3.980 s x 1.25 + 0 s) = 5 s"));
     assert_eq!(doc["proxy"]["mode"], "iptables");
     assert_eq!(doc["proxy"]["actualRules"], 38);
     assert_eq!(doc["proxy"]["services"], Value::Null);
@@ -693,7 +693,7 @@ fn node_prefixes_name_the_nodes_and_the_worst_one() {
     assert_eq!(doc["worstNode"], "node-b");
     approx(f(&doc["propagationWindowSeconds"]), 1.0 + 2.1);
     approx(f(&doc["syncP99Seconds"]), 2.1);
-    assert_eq!(doc["recommendation"]["preStopSeconds"], 5); // ceil(3.1 x 1.5)
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 4); // ceil(3.1 x 1.25)
     let slow_advice = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "ProxySyncSlow").unwrap();
     assert_eq!(slow_advice["node"], "node-b");
 }

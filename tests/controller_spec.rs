@@ -210,9 +210,9 @@ async fn a_new_policy_gets_one_status_write_then_one_event_per_condition_that_tu
     let p = policy("p", None);
     let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
     let check = |status: &Value| {
-        // 1 s minSyncPeriod + p99 (1.024 + 1.024 x 0.99 = 2.03776) = 3.03776 s; x 1.5 -> 5 s
-        assert_eq!(status["recommendation"]["preStopSeconds"], 5);
-        assert_eq!(status["recommendation"]["terminationGracePeriodSeconds"], 35);
+        // 1 s minSyncPeriod + p99 (1.024 + 1.024 x 0.99 = 2.03776) = 3.03776 s; x 1.25 -> 4 s
+        assert_eq!(status["recommendation"]["preStopSeconds"], 4);
+        assert_eq!(status["recommendation"]["terminationGracePeriodSeconds"], 34);
         assert_eq!(status["measurement"]["worstNode"], "node-a");
         assert_eq!(status["measurement"]["syncP99Seconds"], 2.038);
         assert_eq!(status["observedGeneration"], 1);

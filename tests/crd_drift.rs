@@ -148,7 +148,7 @@ fn spec_fields_have_defaults_and_bounds() {
         ("minSeconds", 3.0, 0.0, 3600.0),
         ("maxSeconds", 60.0, 1.0, 3600.0),
         ("defaultSeconds", 10.0, 0.0, 3600.0),
-        ("safetyFactor", 1.5, 1.0, 10.0),
+        ("safetyFactor", 1.25, 1.0, 10.0),
         ("extraSeconds", 0.0, 0.0, 3600.0),
         ("minSamples", 5.0, 1.0, 1_000_000.0),
     ] {

@@ -428,16 +428,16 @@ fn measured_window_is_scaled_ceiled_and_clamped() {
     let spec = TerminationPolicySpec::default();
     let pre = |w: f64| recommend(&window(Basis::Measured, Some(w)), &spec).pre_stop_seconds;
     assert_eq!(pre(0.0), 3); // min clamp
-    assert_eq!(pre(1.0), 3); // ceil(1.5) = 2 -> min 3
-    assert_eq!(pre(2.0), 3); // exactly 3, no float noise
-    assert_eq!(pre(2.01), 4); // ceil(3.015)
-    assert_eq!(pre(40.0), 60); // ceil(60) = 60: exactly max
-    assert_eq!(pre(40.1), 60); // ceil(60.15) = 61 -> max 60
+    assert_eq!(pre(1.0), 3); // ceil(1.25) = 2 -> min 3
+    assert_eq!(pre(2.4), 3); // exactly 3, no float noise
+    assert_eq!(pre(2.41), 4); // ceil(3.0125)
+    assert_eq!(pre(48.0), 60); // ceil(60) = 60: exactly max
+    assert_eq!(pre(48.1), 60); // ceil(60.125) = 61 -> max 60
     assert_eq!(pre(1e9), 60);
     let r = recommend(&window(Basis::Measured, Some(4.3)), &spec);
-    assert_eq!(r.pre_stop_seconds, 7); // ceil(6.45)
-    assert_eq!(r.termination_grace_period_seconds, 37);
-    assert!(r.arithmetic.contains("ceil(4.300 s x 1.5 + 0 s) = 7 s"), "{}", r.arithmetic);
+    assert_eq!(r.pre_stop_seconds, 6); // ceil(5.375)
+    assert_eq!(r.termination_grace_period_seconds, 36);
+    assert!(r.arithmetic.contains("ceil(4.300 s x 1.25 + 0 s) = 6 s"), "{}", r.arithmetic);
 }
 
 #[test]
@@ -462,15 +462,15 @@ fn safety_factor_extra_seconds_and_custom_bounds() {
     spec.pre_stop.extra_seconds = 90;
     spec.pre_stop.max_seconds = 180;
     let r = recommend(&window(Basis::Measured, Some(4.98)), &spec);
-    assert_eq!(r.pre_stop_seconds, 98); // ceil(7.47 + 90)
-    assert_eq!(r.termination_grace_period_seconds, 128);
+    assert_eq!(r.pre_stop_seconds, 97); // ceil(6.225 + 90)
+    assert_eq!(r.termination_grace_period_seconds, 127);
 
     // grace.maxSeconds caps the raised grace, but never below the sleep
     spec.grace = GraceSpec { app_shutdown_seconds: 30, max_seconds: 100 };
     let r = recommend(&window(Basis::Measured, Some(4.98)), &spec);
     assert_eq!(r.termination_grace_period_seconds, 100);
     spec.grace.max_seconds = 50;
-    assert_eq!(recommend(&window(Basis::Measured, Some(4.98)), &spec).termination_grace_period_seconds, 98);
+    assert_eq!(recommend(&window(Basis::Measured, Some(4.98)), &spec).termination_grace_period_seconds, 97);
 }
 
 #[test]
@@ -531,14 +531,14 @@ fn no_data_uses_the_default_never_zero() {
 fn low_sample_count_never_lowers_the_default_but_can_raise_it() {
     let spec = TerminationPolicySpec::default();
     assert_eq!(recommend(&window(Basis::LowSampleCount, Some(1.2)), &spec).pre_stop_seconds, 10);
-    assert_eq!(recommend(&window(Basis::LowSampleCount, Some(9.0)), &spec).pre_stop_seconds, 14);
+    assert_eq!(recommend(&window(Basis::LowSampleCount, Some(9.0)), &spec).pre_stop_seconds, 12);
     assert_eq!(recommend(&window(Basis::LowSampleCount, Some(100.0)), &spec).pre_stop_seconds, 60);
     // minSamples is the policy's: 4 samples pass with minSamples 4
     let mut spec = TerminationPolicySpec::default();
     spec.pre_stop.min_samples = 4;
     let r = analyze(&[node("n1", V1_29)], &opts(ClusterFacts::default()), &spec);
     assert_eq!(r.nodes[0].basis, Basis::Measured);
-    assert_eq!(r.recommendation.pre_stop_seconds, 6); // ceil((4.98 - 1) x 1.5)
+    assert_eq!(r.recommendation.pre_stop_seconds, 5); // ceil((4.98 - 1) x 1.25)
     assert!(!reasons(&r).contains(&AdviceReason::LowSampleCount));
 }
 
@@ -582,8 +582,8 @@ fn proxy_sync_slow_threshold_is_strictly_above_one_second() {
     assert_eq!(r.advice[0].threshold, "sync p99 > 1 s");
     assert_eq!(r.advice[0].node.as_deref(), Some("n1"));
     assert!(r.advice[0].message.contains("1.010 s"), "{}", r.advice[0].message);
-    // W = 1 + 1.01 = 2.01 -> ceil(3.015) = 4
-    assert_eq!(r.recommendation.pre_stop_seconds, 4);
+    // W = 1 + 1.01 = 2.01 -> ceil(2.5125) = 3
+    assert_eq!(r.recommendation.pre_stop_seconds, 3);
 
     // a slow p99 from too few samples is reported as LowSampleCount, not ProxySyncSlow
     let r = analyze_one(&hist_text(SYNC, &[("1", 1), ("2", 3), ("+Inf", 3)], 4.0));
@@ -702,7 +702,7 @@ fn the_slower_of_two_nodes_is_the_worst_node() {
     assert_eq!(r.worst_node.as_deref(), Some("slow"));
     approx(r.propagation_window_seconds.unwrap(), 3.1, 1e-9);
     approx(r.sync_p99_seconds.unwrap(), 2.1, 1e-9);
-    assert_eq!(r.recommendation.pre_stop_seconds, 5); // ceil(4.65)
+    assert_eq!(r.recommendation.pre_stop_seconds, 4); // ceil(3.875)
     // only the slow node is flagged
     assert_eq!(reasons(&r), vec![AdviceReason::ProxySyncSlow]);
     assert_eq!(r.advice[0].node.as_deref(), Some("slow"));

@@ -278,7 +278,7 @@ mod tests {
         let back = desired_status(&spec, Some(1), &report("0.5"), &meta(), None, Some(&slow), &t0);
         let ev = transitions(&slow.conditions, &back.conditions);
         assert_eq!((ev[0].type_, ev[0].reason.as_str()), ("Normal", "ProxySyncSlowResolved"));
-        // the slow recommendation is larger: 1 + ~1.99 = ~2.99 s x 1.5 -> 5 s
+        // the slow recommendation is larger: 1 + ~1.99 = ~2.99 s x 1.25 -> 4 s
         assert!(slow.recommendation.as_ref().unwrap().pre_stop_seconds > fast.recommendation.as_ref().unwrap().pre_stop_seconds);
     }
 
