@@ -4,10 +4,12 @@
 //!   `bucketQuantile` (promql/quantile.go, classic buckets) written here with a linear scan;
 //! - `delta(later, earlier) + earlier == later` when counters only grow, and a reset otherwise;
 //! - the parser never panics on arbitrary input or on mutated real scrapes, and a scrape cut at
-//!   any byte never yields a histogram different from the complete scrape's;
+//!   any byte never yields a histogram different from the complete scrape's; on all of these the
+//!   parser gives the result of `parse_kube_proxy_metrics_strict` (no fast path, issue 16);
 //! - a scrape rendered from a random histogram parses back to the same histogram.
 
 use proptest::prelude::*;
+use safe_termination::exposition::parse::parse_kube_proxy_metrics_strict;
 use safe_termination::exposition::{Bucket, Histogram, HistogramError, parse_kube_proxy_metrics};
 
 const SCRAPES: [(&str, &str); 4] = [
@@ -368,12 +370,15 @@ proptest! {
 
     #[test]
     fn parser_never_panics_on_arbitrary_strings(s in any::<String>()) {
-        let _ = parse_kube_proxy_metrics(&s);
+        // and the fast path for unrelated families gives the full check's result (issue 16)
+        prop_assert_eq!(parse_kube_proxy_metrics(&s), parse_kube_proxy_metrics_strict(&s));
     }
 
     #[test]
     fn parser_never_panics_on_exposition_like_text(s in exposition_like()) {
-        if let Ok(scrape) = parse_kube_proxy_metrics(&s) {
+        let parsed = parse_kube_proxy_metrics(&s);
+        prop_assert_eq!(&parsed, &parse_kube_proxy_metrics_strict(&s));
+        if let Ok(scrape) = parsed {
             // whatever parsed is a valid histogram: sorted bounds ending in +Inf
             for h in [&scrape.sync, &scrape.network_programming].into_iter().flatten() {
                 prop_assert_eq!(h.buckets().last().map(|b| b.upper_bound_seconds), Some(f64::INFINITY));
@@ -388,13 +393,15 @@ proptest! {
         for m in &muts {
             apply(&mut bytes, m);
         }
-        let _ = parse_kube_proxy_metrics(&String::from_utf8_lossy(&bytes));
+        let text = String::from_utf8_lossy(&bytes);
+        prop_assert_eq!(parse_kube_proxy_metrics(&text), parse_kube_proxy_metrics_strict(&text));
     }
 
     #[test]
     fn parser_never_panics_on_real_scrapes_cut_at_any_byte(which in 0usize..4, at in any::<prop::sample::Index>()) {
         let bytes = SCRAPES[which].1.as_bytes();
-        let _ = parse_kube_proxy_metrics(&String::from_utf8_lossy(&bytes[..at.index(bytes.len() + 1)]));
+        let text = String::from_utf8_lossy(&bytes[..at.index(bytes.len() + 1)]);
+        prop_assert_eq!(parse_kube_proxy_metrics(&text), parse_kube_proxy_metrics_strict(&text));
     }
 }
 
@@ -408,7 +415,9 @@ fn a_cut_scrape_never_yields_a_different_histogram() {
         let mut rejected = 0;
         for n in 0..text.len() {
             let cut = &text[..n]; // the scrapes are ASCII
-            let Ok(part) = parse_kube_proxy_metrics(cut) else {
+            let parsed = parse_kube_proxy_metrics(cut);
+            assert_eq!(parsed, parse_kube_proxy_metrics_strict(cut), "{name} cut at byte {n}: the fast path differs from the full check");
+            let Ok(part) = parsed else {
                 rejected += 1;
                 continue;
             };
