@@ -326,6 +326,8 @@ def load_run(rundir):
         "failureRate": (len(failures) / n_req) if n_req else None,
         "failuresByOutcome": dict(sorted(by_outcome.items())),
         "failuresByNode": dict(sorted(by_node.items())),
+        # each node's load generator goes through its own kube-proxy: failures per proxy mode
+        "failuresByProxyMode": by_mode(by_node, meta.get("nodeModes")),
         "requestsPerSecond": round(per_node_rate, 1) if rate_known else None,
         "loadNodes": nodes,
         "rollouts": meta.get("rollouts") or [],
@@ -408,8 +410,10 @@ def table(runs):
             at_scale = r.get("sleepBoundAtScale")
             if at_scale is not None:
                 verdict = {True: "within", False: "EXCEEDS", None: "unknown vs"}[at_scale["ok"]]
+                whole = {True: "within", False: "EXCEEDS", None: "unknown vs"}[at_scale["okInWholeSeconds"]]
                 text += (f" of this run's ground truth, {verdict} max(3 s, 2 x the largest window at "
-                         f"{r['extraServices']} extra Services) = {fmt_num(at_scale['limitSeconds'])} s")
+                         f"{r['extraServices']} extra Services) = {fmt_num(at_scale['limitSeconds'])} s "
+                         f"({whole} it in whole seconds: {at_scale['wholeSecondLimitSeconds']} s)")
         lines.append(f"- {r['name']}: {text}")
     return "\n".join(lines) + "\n"
 
@@ -836,6 +840,19 @@ def render_svg(runs, raws, generated):
 # ---------------------------------------------------------------- main
 
 
+def by_mode(by_node, node_modes):
+    """Failures per proxy mode from failures per node and meta.json's `nodeModes` (node -> mode);
+    None when the run does not say which node ran which mode."""
+    if not isinstance(node_modes, dict):
+        return None
+    out = {}
+    for node, n in by_node.items():
+        mode = node_modes.get(node)
+        if isinstance(mode, str):
+            out[mode] = out.get(mode, 0) + n
+    return dict(sorted(out.items()))
+
+
 def add_scale_bounds(runs):
     """Adds `maxGroundTruthAtScaleSeconds` to every run and `sleepBoundAtScale` to protected runs.
 
@@ -854,8 +871,16 @@ def add_scale_bounds(runs):
         r["maxGroundTruthAtScaleSeconds"] = at_scale
         if r["protected"]:
             limit = r3(max(3.0, 2 * at_scale)) if at_scale is not None else 3.0
+            # the API takes a native preStop sleep in whole seconds: the least sleep that can
+            # honour "2 x the window" is that, rounded up
+            whole = max(3, math.ceil(round(2 * at_scale, 6))) if at_scale is not None else 3
             sleep = r["injectedSleepSeconds"]
-            r["sleepBoundAtScale"] = {"limitSeconds": limit, "ok": None if sleep is None else bool(sleep <= limit)}
+            r["sleepBoundAtScale"] = {
+                "limitSeconds": limit,
+                "ok": None if sleep is None else bool(sleep <= limit),
+                "wholeSecondLimitSeconds": whole,
+                "okInWholeSeconds": None if sleep is None else bool(sleep <= whole),
+            }
         else:
             r["sleepBoundAtScale"] = None
 

@@ -363,5 +363,41 @@ class Percentile(unittest.TestCase):
         self.assertEqual(report.percentile([1, 2, 3, 4, 5], 1.0), 5)
 
 
+
+
+class ByProxyMode(unittest.TestCase):
+    """failuresByProxyMode: each node's failures under the mode meta.json's nodeModes gives it."""
+
+    def test_failures_are_summed_per_mode(self):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import report
+        self.assertEqual(report.by_mode({"a": 3, "b": 5, "c": 1}, {"a": "iptables-nft", "b": "nftables", "c": "nftables"}),
+                         {"iptables-nft": 3, "nftables": 6})
+        self.assertEqual(report.by_mode({"a": 0}, {"a": "nftables"}), {"nftables": 0})
+        self.assertIsNone(report.by_mode({"a": 3}, None))
+
+
 if __name__ == "__main__":
     unittest.main()
+
+
+class ScaleBounds(unittest.TestCase):
+    """sleepBoundAtScale: the longest window at the same extraServices over all runs, and the
+    same bound in the whole seconds a native sleep takes."""
+
+    def test_whole_second_bound(self):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import report
+        runs = [
+            {"extraServices": 4000, "maxGroundTruthSeconds": 1.849, "protected": False, "injectedSleepSeconds": None},
+            {"extraServices": 4000, "maxGroundTruthSeconds": 1.2, "protected": True, "injectedSleepSeconds": 4},
+            {"extraServices": 0, "maxGroundTruthSeconds": 1.1, "protected": True, "injectedSleepSeconds": 3},
+        ]
+        report.add_scale_bounds(runs)
+        b = runs[1]["sleepBoundAtScale"]
+        self.assertEqual(runs[1]["maxGroundTruthAtScaleSeconds"], 1.849)
+        self.assertEqual((b["limitSeconds"], b["ok"]), (3.698, False))
+        self.assertEqual((b["wholeSecondLimitSeconds"], b["okInWholeSeconds"]), (4, True))
+        b = runs[2]["sleepBoundAtScale"]
+        self.assertEqual((b["limitSeconds"], b["ok"], b["wholeSecondLimitSeconds"], b["okInWholeSeconds"]), (3.0, True, 3, True))
+        self.assertIsNone(runs[0]["sleepBoundAtScale"])
