@@ -620,12 +620,7 @@ def svg_panel(out, run, raw, top, inset_x):
 
     out.append(f'<rect x="{MAIN_X0}" y="{p_top}" width="{MAIN_X1 - MAIN_X0}" height="{PLOT_H}" fill="#fff" '
                f'stroke="{C_AXIS}" stroke-width="0.8"/>')
-    for v in ok_ticks:
-        yy = Yok(v)
-        if 0 < v < ok_top:
-            out.append(f'<line x1="{MAIN_X0}" y1="{yy:.1f}" x2="{MAIN_X1}" y2="{yy:.1f}" stroke="{C_GRID}"/>')
-        out.append(f'<line x1="{MAIN_X0 - 4}" y1="{yy:.1f}" x2="{MAIN_X0}" y2="{yy:.1f}" stroke="{C_AXIS}"/>')
-        out.append(text(MAIN_X0 - 7, yy + 4, tick_label(v, ok_step), 11, "end", C_AXIS))
+    left_axis(out, MAIN_X0, MAIN_X1, Yok, ok_ticks, ok_top, ok_step, C_AXIS)
     for v in xticks:
         xx = X(start + v)
         if 0 < v < span:
@@ -751,12 +746,7 @@ def svg_inset(out, run, raw, title_y, strip_top, p_top, p_bot, sleep, xrange):
     def Y(v):
         return p_bot - v / ytop * PLOT_H
 
-    for v in yt:
-        yy = Y(v)
-        if 0 < v < ytop:
-            out.append(f'<line x1="{INSET_X0}" y1="{yy:.1f}" x2="{INSET_X1}" y2="{yy:.1f}" stroke="{C_GRID}"/>')
-        out.append(f'<line x1="{INSET_X0 - 4}" y1="{yy:.1f}" x2="{INSET_X0}" y2="{yy:.1f}" stroke="{C_FAIL}"/>')
-        out.append(text(INSET_X0 - 7, yy + 4, tick_label(v, ystep), 11, "end", C_FAIL))
+    left_axis(out, INSET_X0, INSET_X1, Y, yt, ytop, ystep, C_FAIL)
     for v in xt:
         xx = X(v)
         out.append(f'<line x1="{xx:.1f}" y1="{p_bot}" x2="{xx:.1f}" y2="{p_bot + 4}" stroke="{C_AXIS}"/>')
@@ -814,6 +804,17 @@ def legend(out, y):
         out.append(text(x + 22, yy, label, 12, "start", "#333"))
         x += wdt
     return (row + 1) * 20
+
+
+def left_axis(out, x0, x1, y_of, ticks, top, step, color):
+    """A left y axis from x0: a tick and label per value in `ticks` (label colour `color`) and a
+    grid line across to x1 for the values strictly between 0 and `top`."""
+    for v in ticks:
+        yy = y_of(v)
+        if 0 < v < top:
+            out.append(f'<line x1="{x0}" y1="{yy:.1f}" x2="{x1}" y2="{yy:.1f}" stroke="{C_GRID}"/>')
+        out.append(f'<line x1="{x0 - 4}" y1="{yy:.1f}" x2="{x0}" y2="{yy:.1f}" stroke="{color}"/>')
+        out.append(text(x0 - 7, yy + 4, tick_label(v, step), 11, "end", color))
 
 
 def render_svg(runs, raws, generated):
