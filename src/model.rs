@@ -232,7 +232,7 @@ pub fn measure_node(input: &NodeInput, min_sync_period_seconds: f64, min_samples
     // node is trusted, but it neither overrides a trusted node nor raises ProxySyncSlow
     let basis = if window.is_none() {
         Basis::NoData
-    } else if !(samples >= f64::from(min_samples)) {
+    } else if samples.partial_cmp(&f64::from(min_samples)).is_none_or(|o| o.is_lt()) {
         // NaN counts (a broken exposition) are "too few", never "enough"
         Basis::LowSampleCount
     } else if beyond {

@@ -349,6 +349,10 @@ async fn wait_proxies_idle(nodes: &[RealNode]) {
 
 // ------------------------------------------------------------------------------ one run
 
+/// A deleted pod, by name: (IP, node, when its deletion was seen (unix seconds), its preStop
+/// sleep seconds, its terminationGracePeriodSeconds).
+type Deletion = (String, String, f64, Option<i64>, Option<i64>);
+
 struct RunSpec {
     name: &'static str,
     order: u32,
@@ -426,7 +430,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
 
     // record: deletions (watch), the rules (samplers), every request (load generators)
     let started = now_unix();
-    let deletions: Arc<Mutex<BTreeMap<String, (String, String, f64, Option<i64>, Option<i64>)>>> = Arc::default();
+    let deletions: Arc<Mutex<BTreeMap<String, Deletion>>> = Arc::default();
     let watch = {
         let (deletions, pods) = (deletions.clone(), pods.clone());
         tokio::spawn(async move {

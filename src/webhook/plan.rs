@@ -92,8 +92,10 @@ mod tests {
 
     #[test]
     fn the_default_policy_honours_its_pod_selector() {
-        let mut spec = TerminationPolicySpec::default();
-        spec.pod_selector = Some(LabelSelector { match_labels: Some([("app".to_string(), "web".to_string())].into()), match_expressions: None });
+        let spec = TerminationPolicySpec {
+            pod_selector: Some(LabelSelector { match_labels: Some([("app".to_string(), "web".to_string())].into()), match_expressions: None }),
+            ..TerminationPolicySpec::default()
+        };
         let plan = Plan {
             policies: vec![],
             default_policy: Some(PlanPolicy { namespace: String::new(), name: "d".into(), spec, pre_stop_seconds: 10 }),
