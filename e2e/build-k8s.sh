@@ -158,4 +158,4 @@ done
 
 if ((built)); then log "built $built binaries in $((SECONDS - start_all))s into $BIN"; fi
 "$BIN/kube-apiserver" --version >/dev/null
-log "ready: $BIN ($("$BIN/kubectl" version --client -o json | jq -r .clientVersion.gitVersion), etcd $(modver "$K8S_MOD" go.etcd.io/etcd/server/v3), kwok $(modver "$HERE/tools/kwok" sigs.k8s.io/kwok), containerd $CTRD_VER, helm $HELM_VER, promtool $PROM_VER)"
+log "ready: $BIN ($("$BIN/kubectl" version --client -o json | jq -r .clientVersion.gitVersion), etcd $(modver "$K8S_MOD" go.etcd.io/etcd/server/v3), kwok $(modver "$HERE/tools/kwok" sigs.k8s.io/kwok), ${CTRD_LDFLAGS:+containerd $CTRD_VER, }helm $HELM_VER, promtool $PROM_VER)"
