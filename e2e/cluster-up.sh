@@ -65,6 +65,9 @@ for c in ip socat openssl curl jq setsid nft xtables-nft-multi xtables-legacy-mu
   command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/build-k8s.sh (installs it)"; exit 1; }
 done
 if ((${#REAL_NODES[@]})); then
+  if ! awk -F: '$2 == "memory" {found = 1} END {exit !found}' /proc/self/cgroup; then
+    e2e_log "real nodes need the cgroup v1 (hybrid) layout of this machine kind (no v1 memory hierarchy here); use ST_REAL_NODES=0 for kwok nodes only"; exit 1
+  fi
   for c in runc nsenter python3; do
     command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/build-k8s.sh (installs it)"; exit 1; }
   done
@@ -420,6 +423,7 @@ done
 
 # real nodes: routes between them, images into each containerd, then the kubelets
 if ((${#REAL_NODES[@]})); then
+  real_nodes_host_record
   real_nodes_mesh "${REAL_NODES[@]}"
   for n in "${REAL_NODES[@]}"; do
     wait_for "containerd on $n" 60 "containerd-$n" node_ctr "$n" version

@@ -2,7 +2,8 @@
 # Lists what a local cluster left behind on this machine after e2e/cluster-down.sh: processes
 # running a binary of $ST_K8S_BIN or a shim of our containerds, network namespaces and veths
 # named st-*, mounts under $ST_E2E_DIR, the real nodes' cgroups (…/st-e2e), host routes to the
-# pod CIDRs, and the state directory. Prints one line per leftover; exits 1 if there is any.
+# pod CIDRs, the kubelets' device-plugin socket and CNI results, kernel tunables a kubelet set,
+# and the state directory. Prints one line per leftover; exits 1 if there is any.
 # (make e2e runs it after cluster-down, also after a cluster-up killed half-way.)
 set -uo pipefail
 # shellcheck source=e2e/lib.sh
@@ -27,10 +28,18 @@ while read -r m; do
 done < <(awk -v s="$ST_E2E_DIR" 'index($5, s) == 1 {print $5}' /proc/self/mountinfo)
 for h in /sys/fs/cgroup/*; do
   [[ -d "$h" ]] || continue
-  while read -r d; do left "cgroup $d"; done < <(find "$h" -maxdepth 4 -type d -name st-e2e 2>/dev/null)
+  while read -r d; do left "cgroup $d"; done < <(find "$h" -maxdepth 6 -type d -name st-e2e 2>/dev/null)
 done
 while read -r r; do
   left "route $r"
 done < <(ip route show 2>/dev/null | grep -E "^$(cut -d. -f1-2 <<<"$ST_CLUSTER_CIDR" | sed 's/\./\\./g')\.")
+# outside the state dir, what a kubelet writes whatever its flags (e2e/nodes.sh "host state")
+[[ -S /var/lib/kubelet/device-plugins/kubelet.sock ]] && left "socket /var/lib/kubelet/device-plugins/kubelet.sock"
+compgen -G '/var/lib/cni/results/st-pods-*' >/dev/null && left "CNI results /var/lib/cni/results/st-pods-*"
+# the kernel tunables a kubelet sets (kernel.panic 10, panic_on_oops 1, overcommit_memory 1) all
+# at once: the original values were not put back
+if [[ "$(sysctl -n kernel.panic) $(sysctl -n kernel.panic_on_oops) $(sysctl -n vm.overcommit_memory)" == "10 1 1" ]]; then
+  left "sysctls kernel.panic=10 kernel.panic_on_oops=1 vm.overcommit_memory=1 (a kubelet's values)"
+fi
 [[ -e "$ST_E2E_DIR" ]] && left "directory $ST_E2E_DIR"
 exit "$found"

@@ -232,6 +232,46 @@ EOF
     --node-labels "safe-termination.e2e/node-type=real" --v="${ST_KUBELET_VERBOSITY:-1}"
 }
 
+# --------------------------------------------------------------------------- host state
+# What a kubelet changes outside its --root-dir, whatever its flags: kernel tunables (with
+# protectKernelDefaults false it sets these globally: pkg/kubelet/cm setupKernelTunables; true
+# makes it refuse to start when they differ), /var/lib/kubelet/device-plugins (a fixed path,
+# DevicePluginPath), and containerd's CNI result cache /var/lib/cni. cluster-up records them,
+# cluster-down puts them back.
+KUBELET_SYSCTLS="kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom kernel.keys.root_maxkeys kernel.keys.root_maxbytes"
+
+# real_nodes_host_record: before the first kubelet starts
+real_nodes_host_record() {
+  local k
+  for k in $KUBELET_SYSCTLS; do printf '%s=%s\n' "$k" "$(sysctl -n "$k")"; done > "$STATE/host-sysctls"
+  [[ -e /var/lib/kubelet ]] || : > "$STATE/var-lib-kubelet-absent"
+  [[ -e /var/lib/cni ]] || : > "$STATE/var-lib-cni-absent"
+  if [[ -e /var/lib/kubelet/device-plugins ]] && [[ ! -e "$STATE/var-lib-kubelet-absent" ]]; then
+    e2e_log "warning: /var/lib/kubelet/device-plugins exists (another kubelet on this host, or an earlier run): the real nodes' kubelets use that fixed path too"
+  fi
+}
+
+# real_nodes_host_restore: after every kubelet and container is gone
+real_nodes_host_restore() {
+  local state="$ST_E2E_DIR" line
+  if [[ -f "$state/host-sysctls" ]]; then
+    while IFS= read -r line; do
+      [[ "$line" == *=* ]] && sysctl -qw "$line" 2>/dev/null || true
+    done < "$state/host-sysctls"
+  fi
+  if [[ -f "$state/var-lib-kubelet-absent" ]]; then
+    rm -rf /var/lib/kubelet
+  else
+    rm -f /var/lib/kubelet/device-plugins/kubelet.sock 2>/dev/null || true
+  fi
+  if [[ -f "$state/var-lib-cni-absent" ]]; then
+    rm -rf /var/lib/cni
+  else
+    # our network's results (its name, st-pods, starts each file's name)
+    rm -f /var/lib/cni/results/st-pods-* 2>/dev/null || true
+  fi
+}
+
 # --------------------------------------------------------------------------- tear-down
 # real_nodes_down: pods' processes, shims, mounts and cgroups of every real node. Run after the
 # recorded processes (kubelets, containerds) are stopped, before the network namespaces go.
@@ -283,4 +323,5 @@ real_nodes_down() {
       sleep 0.5
     done
   fi
+  real_nodes_host_restore
 }

@@ -137,7 +137,7 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
                 AdviceReason::ProxySyncSlow,
                 Severity::Warning,
                 format!(
-                    "node {}: kube-proxy sync p99 is {value}: every endpoint change takes that long (twice, plus minSyncPeriod) to leave this node's rules, so deploys send new connections to terminating pods unless their preStop sleep covers it",
+                    "node {}: kube-proxy sync p99 is {value}: every endpoint change can take that long, plus minSyncPeriod, to leave this node's rules, so deploys send new connections to terminating pods unless their preStop sleep covers it",
                     n.node
                 ),
                 format!("sync p99 > {} s", t.sync_slow_seconds),
