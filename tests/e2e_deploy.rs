@@ -615,7 +615,12 @@ async fn deploy_experiment() {
             .await;
     }
     if scale_ready && std::env::var("ST_EXP_KEEP_SCALE").is_err() {
-        let _ = Api::<Namespace>::all(client.clone()).delete(SCALE_NS, &DeleteParams::default()).await;
+        // leave a small cluster behind: the tests after this one measure it (e2e/run-e2e.sh)
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let _ = namespaces.delete(SCALE_NS, &DeleteParams::default()).await;
+        wait_for("the scale fixture's namespace to be gone", 600, async || namespaces.get_opt(SCALE_NS).await.ok()?.is_none().then_some(())).await;
+        println!("== {SCALE_NS} deleted; waiting for the kube-proxies to sync it");
+        wait_proxies_idle(&nodes).await;
     }
 
     // the report, then what the product promises
