@@ -65,8 +65,8 @@ real_node_cgroups() {
 
 # real_node_network NAME: the CNI bridge config, the fabric link and the routes.
 real_node_network() {
-  local n="$1" ns dir fab_ns_if fab_br_if idx
-  ns="$(node_netns "$n")"; dir="$(node_dir "$n")"; idx="$(node_index "$n")"
+  local n="$1" ns dir fab_ns_if fab_br_if
+  ns="$(node_netns "$n")"; dir="$(node_dir "$n")"
   if ! ip netns list | awk '{print $1}' | grep -qx "$ST_FABRIC_NETNS"; then
     echo "$ST_FABRIC_NETNS" >> "$STATE/netns.list"
     ip netns add "$ST_FABRIC_NETNS"
@@ -99,7 +99,6 @@ real_node_network() {
   ]
 }
 EOF
-  : "$idx"
 }
 
 # real_nodes_mesh NODE...: each node routes the other nodes' pod CIDRs over the fabric.
@@ -167,8 +166,7 @@ EOF
 real_node_images() {
   local n="$1" t; shift
   for t in "$@"; do
-    node_ctr "$n" images import --no-unpack=false "$t" >/dev/null 2>&1 \
-      || node_ctr "$n" images import "$t" >/dev/null
+    node_ctr "$n" images import "$t" >/dev/null
   done
 }
 
