@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod common;
+use common::rules::{RealNode, RuleReader, nft_map_ips, real_nodes};
 use common::wait_for;
 
 const SYSTEM_NS: &str = "exp-system";
@@ -56,37 +57,6 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     }
 }
 
-/// One real node of the cluster (from `$ST_CLUSTER_JSON`): name, netns, kube-proxy mode.
-#[derive(Clone, Debug)]
-struct RealNode {
-    name: String,
-    netns: String,
-    mode: String,
-}
-
-fn real_nodes() -> Vec<RealNode> {
-    let path = std::env::var("ST_CLUSTER_JSON").unwrap_or_else(|_| format!("{}/cluster.json", common::state_dir()));
-    let cluster: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}: run make cluster-up")))
-        .expect("cluster.json");
-    let nodes: Vec<RealNode> = cluster["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|n| n["real"] == true)
-        .map(|n| RealNode {
-            name: n["name"].as_str().unwrap().into(),
-            netns: n["kube_proxy"]["netns"].as_str().unwrap().into(),
-            mode: n["kube_proxy"]["mode"].as_str().unwrap().into(),
-        })
-        .collect();
-    assert!(nodes.len() >= 2, "the experiment needs two real nodes (ST_REAL_NODES=1 e2e/cluster-up.sh): {path}");
-    nodes
-}
-
-fn k8s_dir() -> String {
-    std::env::var("ST_K8S_BIN").expect("ST_K8S_BIN: source $ST_E2E_DIR/env").trim_end_matches("/bin").to_string()
-}
-
 /// The test app's static binary (also the load generator), written by e2e/build-images.sh.
 fn testapp_bin() -> PathBuf {
     if let Ok(p) = std::env::var("ST_TESTAPP_BIN") {
@@ -98,99 +68,8 @@ fn testapp_bin() -> PathBuf {
     p
 }
 
-// ------------------------------------------------------------------------------ ground truth
-
-/// Reads, inside a node's netns, which endpoint IPs the kube-proxy rules of Service `ns/web`
-/// send new connections to. Read only: `iptables -S <KUBE-SVC chain>` (iptables modes) or
-/// `nft list chain ip kube-proxy <service chain>` (nftables: its dnat map of endpoints). The chain is looked up once, then listed alone (fast at scale).
-struct RuleReader {
-    node: RealNode,
-    ns: String,
-    chain: Option<String>,
-    /// iptables: endpoint chain (KUBE-SEP-…, named after a hash of the endpoint) -> its IP.
-    sep_ip: BTreeMap<String, String>,
-}
-
-impl RuleReader {
-    fn nsenter(&self) -> Command {
-        let mut c = Command::new("nsenter");
-        c.arg(format!("--net=/run/netns/{}", self.node.netns));
-        c
-    }
-
-    fn iptables_dir(&self) -> String {
-        let backend = if self.node.mode == "iptables-legacy" { "legacy" } else { "nft" };
-        format!("{}/xtables-{backend}", k8s_dir())
-    }
-
-    fn run(&self, args: &[&str]) -> String {
-        let out = self.nsenter().args(args).stderr(Stdio::null()).output();
-        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
-    }
-
-    fn find_chain(&self) -> Option<String> {
-        if self.node.mode == "nftables" {
-            let text = self.run(&["nft", "list", "chains"]);
-            let suffix = format!("-{}/web/tcp/http", self.ns);
-            text.lines().map(str::trim).filter_map(|l| l.strip_prefix("chain ")).map(|l| l.trim_end_matches(" {").trim()).find(|c| {
-                c.starts_with("service-") && c.ends_with(&suffix)
-            }).map(str::to_string)
-        } else {
-            let text = self.run(&[&format!("{}/iptables-save", self.iptables_dir()), "-t", "nat"]);
-            let comment = format!("\"{}/web:http cluster IP\"", self.ns);
-            text.lines()
-                .filter(|l| l.starts_with("-A KUBE-SERVICES") && l.contains(&comment))
-                .find_map(|l| l.split_whitespace().skip_while(|w| *w != "-j").nth(1).map(str::to_string))
-                .filter(|c| c.starts_with("KUBE-SVC-"))
-        }
-    }
-
-    /// The endpoint IPs in the rules now; None while the Service's chain is not found.
-    fn endpoint_ips(&mut self) -> Option<BTreeSet<String>> {
-        if self.chain.is_none() {
-            self.chain = self.find_chain();
-        }
-        let chain = self.chain.clone()?;
-        let text = if self.node.mode == "nftables" {
-            self.run(&["nft", "list", "chain", "ip", "kube-proxy", &chain])
-        } else {
-            self.run(&[&format!("{}/iptables", self.iptables_dir()), "-t", "nat", "-S", &chain])
-        };
-        let ips = if self.node.mode == "nftables" {
-            // meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.244.1.10 . 8080, 1 : 10.244.2.3 . 8080 }
-            nft_map_ips(&text)
-        } else {
-            // -A KUBE-SVC-X ... -j KUBE-SEP-Y: above 1,000 endpoints kube-proxy drops the rule
-            // comments that name the endpoint, so each KUBE-SEP chain's DNAT target is read (once:
-            // the chain name is a hash of the endpoint, so it never changes its IP)
-            let seps: Vec<String> = text.split_whitespace().filter(|w| w.starts_with("KUBE-SEP-")).map(str::to_string).collect();
-            let mut ips = BTreeSet::new();
-            for sep in seps {
-                if !self.sep_ip.contains_key(&sep) {
-                    let rules = self.run(&[&format!("{}/iptables", self.iptables_dir()), "-t", "nat", "-S", &sep]);
-                    // -A KUBE-SEP-Y -p tcp ... -j DNAT --to-destination 10.244.1.5:8080
-                    if let Some(ip) = rules.split("--to-destination ").nth(1).and_then(|r| r.split(':').next()) {
-                        self.sep_ip.insert(sep.clone(), ip.to_string());
-                    }
-                }
-                if let Some(ip) = self.sep_ip.get(&sep) {
-                    ips.insert(ip.clone());
-                }
-            }
-            ips
-        };
-        Some(ips)
-    }
-}
-
 /// Transitions of endpoint IPs in one node's rules: (ip, present, t_unix).
 type Transitions = Arc<Mutex<Vec<(String, String, bool, f64)>>>;
-
-/// The endpoint IPs in a line of nftables rule text: `... map { 0 : 10.244.1.10 . 8080, ... }`.
-fn nft_map_ips(text: &str) -> BTreeSet<String> {
-    let segments: Vec<&str> = text.split(" . ").collect();
-    segments[..segments.len() - 1].iter().filter_map(|s| s.split_whitespace().last()).map(str::to_string).collect()
-}
 
 /// Records the transitions between two IP sets at time `t`.
 fn record(out: &Transitions, node: &str, before: &BTreeSet<String>, now: &BTreeSet<String>, t: f64) {
@@ -213,7 +92,7 @@ fn spawn_samplers(nodes: &[RealNode], ns: &str, stop: Arc<AtomicBool>, out: Tran
     nodes
         .iter()
         .map(|node| {
-            let mut reader = RuleReader { node: node.clone(), ns: ns.to_string(), chain: None, sep_ip: BTreeMap::new() };
+            let mut reader = RuleReader::new(node.clone(), ns);
             let (stop, out) = (stop.clone(), out.clone());
             std::thread::spawn(move || {
                 let mut present = reader.endpoint_ips().unwrap_or_default();
@@ -311,7 +190,7 @@ async fn wait_rolled_out(client: &Client, ns: &str, replicas: u32, secs: u64) {
 /// Waits until both nodes' rules hold exactly the IPs of the namespace's ready pods.
 async fn wait_rules_match(client: &Client, nodes: &[RealNode], ns: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let mut readers: Vec<RuleReader> = nodes.iter().map(|n| RuleReader { node: n.clone(), ns: ns.into(), chain: None, sep_ip: BTreeMap::new() }).collect();
+    let mut readers: Vec<RuleReader> = nodes.iter().map(|n| RuleReader::new(n.clone(), ns)).collect();
     wait_for("pods' IPs in every node's rules", 120, async || {
         let want: BTreeSet<String> = pods.list(&Default::default()).await.ok()?.items.iter().filter_map(|p| p.status.as_ref()?.pod_ip.clone()).collect();
         readers.iter_mut().all(|r| r.endpoint_ips().is_some_and(|got| got == want)).then_some(())

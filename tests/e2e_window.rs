@@ -3,8 +3,8 @@
 //!
 //! Ground truth: during a rolling update of a Deployment of real pods (the test app on the real
 //! nodes: kubelet + containerd) behind a Service, the real kube-proxies' rules are sampled inside
-//! their network namespaces (read only: `iptables-save` for the iptables-nft node, `nft list
-//! table` for the nftables node) and, for each terminating pod, the time from when its deletion
+//! their network namespaces (read only: the Service's own chain, `iptables -S` on the
+//! iptables-nft node and `nft list chain` on the nftables node: common::rules::RuleReader) and, for each terminating pod, the time from when its deletion
 //! was observed until its IP left each node's rules is recorded. It must be below the preStop
 //! sleep the webhook injected into that pod, and the kubelet must really run that sleep: the pod
 //! stays until its sleep has passed.
@@ -18,28 +18,14 @@ use kube::Api;
 mod common;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn k8s_dir() -> String {
-    let bin = std::env::var("ST_K8S_BIN").expect("ST_K8S_BIN: source $ST_E2E_DIR/env");
-    bin.trim_end_matches("/bin").to_string()
-}
-
-/// Pod IPs present in a node's proxy rules right now (read-only listing inside its netns).
+/// Endpoint IPs of Service `e2e-window/web` in a node's rules right now (read-only listing of
+/// that Service's chain inside the node's netns: common::rules::RuleReader).
 fn ips_in_rules(node: &str) -> BTreeSet<String> {
-    let out = match node {
-        "node-a" => {
-            Command::new("ip").args(["netns", "exec", "st-kp-a", &format!("{}/xtables-nft/iptables-save", k8s_dir()), "-t", "nat"]).output()
-        }
-        _ => Command::new("ip").args(["netns", "exec", "st-kp-b", "nft", "list", "table", "ip", "kube-proxy"]).output(),
-    };
-    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .filter(|t| t.starts_with("10.244.") && t.split('.').count() == 4)
-        .map(str::to_string)
-        .collect()
+    let node = common::rules::real_nodes().into_iter().find(|n| n.name == node).unwrap_or_else(|| panic!("{node} is not a real node"));
+    common::rules::RuleReader::new(node, "e2e-window").endpoint_ips().unwrap_or_default()
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -57,7 +43,7 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     let (system, ns, hook) = ("e2e-window-system", "e2e-window", "safe-termination-e2e-window");
     let (op, policies) = common::operator_with_policy(&client, system, ns, hook, json!({"preStop": {"minSamples": 1}})).await;
     let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
-        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}))
     .unwrap();
     Api::<Service>::namespaced(client.clone(), ns).create(&PostParams::default(), &svc).await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -12,6 +12,8 @@ use safe_termination::crd::TerminationPolicy;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+pub mod rules;
+
 /// `$ST_E2E_DIR` (default `/tmp/safe-termination-e2e`).
 pub fn state_dir() -> String {
     std::env::var("ST_E2E_DIR").unwrap_or_else(|_| "/tmp/safe-termination-e2e".into())
