@@ -51,11 +51,16 @@ pub struct StaticServiceIndex {
     pub services: Vec<(String, Labels)>,
 }
 
+/// Whether a Service's `spec.selector` (a map of labels, all of which must be equal) selects a
+/// pod with `labels`. An empty selector selects nothing: such a Service's endpoints are managed by
+/// hand (Kubernetes "Services without selectors").
+pub fn service_selects(selector: &Labels, labels: &Labels) -> bool {
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
 impl ServiceIndex for StaticServiceIndex {
     fn selects(&self, namespace: &str, labels: &Labels) -> bool {
-        self.services
-            .iter()
-            .any(|(ns, sel)| ns == namespace && !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
+        self.services.iter().any(|(ns, sel)| ns == namespace && service_selects(sel, labels))
     }
 }
 

@@ -178,9 +178,7 @@ impl ServiceIndex for ClusterIndex {
         if !g.services_synced {
             return true;
         }
-        g.services.get(namespace).is_some_and(|m| {
-            m.values().any(|e| !e.selector.is_empty() && e.selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
-        })
+        g.services.get(namespace).is_some_and(|m| m.values().any(|e| crate::selector::service_selects(&e.selector, labels)))
     }
 }
 

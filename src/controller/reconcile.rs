@@ -24,7 +24,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -222,15 +222,17 @@ fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Me
         },
         thresholds: ctx.settings.thresholds.clone(),
     };
-    let (failures, nodes_with_data, last_scrape, window, revision) = {
+    // one store lock for the figures and the analysis, so the analysis is cached under the
+    // revision its inputs come from; one analysis per measurement generation (and minSamples),
+    // shared by every policy; the inputs are only copied out of the store when this generation
+    // has none yet (lock order: store, then analyses; nothing else takes both)
+    let (failures, nodes_with_data, last_scrape, window, analysis) = {
         let store = ctx.store.lock().map_err(|_| Error::Store)?;
         let failures: Vec<String> = store.failures().iter().map(|(n, f)| format!("{n}: {}", f.message)).collect();
-        (failures, store.nodes_with_data(), store.last_scrape_unix_seconds(), store.window_seconds(), store.revision())
+        let analysis =
+            ctx.analyses.lock().map_err(|_| Error::Store)?.get(store.revision(), &opts, spec.pre_stop.min_samples, || store.inputs());
+        (failures, store.nodes_with_data(), store.last_scrape_unix_seconds(), store.window_seconds(), analysis)
     };
-    // one analysis per measurement generation (and minSamples), shared by every policy; the
-    // inputs are only copied out of the store when this generation has none yet
-    let inputs = || ctx.store.lock().unwrap_or_else(PoisonError::into_inner).inputs();
-    let analysis = ctx.analyses.lock().map_err(|_| Error::Store)?.get(revision, &opts, spec.pre_stop.min_samples, inputs);
     let report = crate::analysis::size(&analysis, spec);
     Ok(Measured { report, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note })
 }
