@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 # safe-termination operator image: a fully static musl binary on distroless/static, non-root.
-#   make image                      (docker build -t safe-termination:$(version) .)
+#   make docker-image               (docker build -t ghcr.io/safe-termination/safe-termination:$(version) .)
 #   docker build --build-arg RUST_VERSION=1.95 -t REGISTRY/safe-termination:TAG .
+# Without Docker, `make image` builds the same image (image/build.sh); image/test_image.py
+# checks that its config matches this file's final stage (entrypoint, cmd, user, ports, labels).
 # The binary is built for the builder's own architecture (build on arm64 for an arm64 image,
 # or let buildx emulate it: --platform linux/arm64).
 
@@ -34,6 +36,12 @@ RUN target="$(uname -m)-unknown-linux-musl" \
  && ! ldd /safe-termination 2>/dev/null | grep -q '=>'
 
 FROM gcr.io/distroless/static-debian12:nonroot
+# the version is Cargo.toml's (and the chart's appVersion); the license Cargo.toml's
+LABEL org.opencontainers.image.title="safe-termination" \
+      org.opencontainers.image.description="Kubernetes operator that measures kube-proxy's propagation window and sizes preStop sleeps and terminationGracePeriodSeconds from it" \
+      org.opencontainers.image.source="https://github.com/safe-termination/safe-termination" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="0.1.0"
 COPY --from=build /safe-termination /usr/local/bin/safe-termination
 # distroless "nonroot": uid/gid 65532 (the chart's runAsUser/runAsGroup)
 USER 65532:65532
