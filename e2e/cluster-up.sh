@@ -43,6 +43,10 @@ fi
 is_real() { [[ -n "${REAL[$1]:-}" ]]; }
 REAL_NODES=()
 for n in "${NODES[@]}"; do is_real "$n" && REAL_NODES+=("$n"); done
+# Pods reach the API server the way they do in a cluster: KUBERNETES_SERVICE_HOST (the
+# `kubernetes` Service's ClusterIP), DNATed by the node's kube-proxy to this address, which every
+# real node holds on its loopback with a relay to the API server (see the netns loop below).
+ST_APISERVER_VIP="$ST_NET_PREFIX.254.1"
 (( ${#MODES[@]} <= ${#NODES[@]} )) || { e2e_log "KP_MODES has more entries than ST_NODES"; exit 1; }
 for m in "${MODES[@]}"; do
   case "$m" in iptables|iptables-nft|iptables-legacy|nftables|none) ;;
@@ -74,6 +78,10 @@ if ((${#REAL_NODES[@]})); then
   [[ -x /usr/lib/cni/bridge ]] || { e2e_log "missing /usr/lib/cni/bridge: run e2e/build-k8s.sh (installs containernetworking-plugins)"; exit 1; }
   # the pause (sandbox) and test-app images: OCI tarballs built from the project's static binary
   mapfile -t ST_IMAGE_TARS < <("$E2E_HERE/build-images.sh")
+  # more OCI archives to import, e.g. the operator's (make image; run-e2e.sh passes it)
+  # shellcheck disable=SC2206
+  ST_IMAGE_TARS+=(${ST_EXTRA_IMAGE_TARS:-})
+  for t in "${ST_IMAGE_TARS[@]}"; do [[ -f "$t" ]] || { e2e_log "image archive $t does not exist"; exit 1; }; done
   ((${#ST_IMAGE_TARS[@]})) || { e2e_log "e2e/build-images.sh wrote no image"; exit 1; }
   ST_PAUSE_IMAGE="${ST_PAUSE_IMAGE:-st.local/pause:1}"
 fi
@@ -120,6 +128,8 @@ start() {
   local st=""
   for _ in 1 2 3 4 5 6 7 8 9 10; do st="$(awk '{print $22}' "/proc/$pid/stat" 2>/dev/null)" && [[ -n "$st" ]] && break; sleep 0.05; done
   printf '%s %s\n' "$pid" "$st" > "$STATE/pids/$(printf '%02d' "$seq_n")-$name.pid"
+  # the command, for e2e/restart.sh (fault tests restart the API server or a kube-proxy)
+  printf '%q ' "$@" > "$STATE/pids/$name.cmd"
   PIDOF[$name]=$pid
 }
 declare -A PIDOF=()
@@ -230,6 +240,10 @@ apiserver_args=(
   --allow-privileged=true
   --kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key"
   --kubelet-preferred-address-types=InternalIP
+  # webhooks and aggregated APIs are called at an endpoint of their Service (a pod IP, routed
+  # from the host to the node's veth) instead of the ClusterIP: the host has no kube-proxy, and
+  # no rule may be added to the host's iptables/nftables
+  --enable-aggregator-routing=true
   --profiling=false
 )
 [[ -n "${ST_APISERVER_FEATURE_GATES:-}" ]] && apiserver_args+=(--feature-gates="$ST_APISERVER_FEATURE_GATES")
@@ -363,6 +377,9 @@ for n in "${NODES[@]}"; do
 
   if is_real "$n"; then
     e2e_log "real node $n: pods on cni0 $(node_pod_cidr "$n"), fabric $(node_fabric_ip "$n"), cgroup $(node_cgroup_root "$n")"
+    # the `kubernetes` Service's endpoint, local on every node (see ST_APISERVER_VIP)
+    ip -n "$ns" addr add "$ST_APISERVER_VIP/32" dev lo
+    start "socat-vip-$ns" ip netns exec "$ns" socat "TCP-LISTEN:$ST_APISERVER_PORT,bind=$ST_APISERVER_VIP,fork,reuseaddr" "UNIX-CONNECT:$STATE/apiserver.sock"
     real_node_network "$n"
     real_node_cgroups "$n"
     real_node_containerd "$n"
@@ -433,6 +450,20 @@ if ((${#REAL_NODES[@]})); then
   for n in "${REAL_NODES[@]}"; do
     wait_for "kubelet $n Ready" 120 "kubelet-$n" K wait --for=condition=Ready --timeout=1s "node/$n"
   done
+  # --endpoint-reconciler-type=none: the `kubernetes` Service's endpoint is written here, as
+  # the node-local relay address (in-cluster clients: KUBERNETES_SERVICE_HOST -> kube-proxy ->
+  # $ST_APISERVER_VIP:$ST_APISERVER_PORT -> relay -> API server)
+  K apply --server-side --field-manager=st-cluster-up -f - >/dev/null <<EOF
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kubernetes-st-relay
+  namespace: default
+  labels: {kubernetes.io/service-name: kubernetes, endpointslice.kubernetes.io/managed-by: st-cluster-up}
+addressType: IPv4
+endpoints: [{addresses: ["$ST_APISERVER_VIP"], conditions: {ready: true}}]
+ports: [{name: https, port: $ST_APISERVER_PORT, protocol: TCP}]
+EOF
 fi
 
 kp_ready() {  # metrics served and at least one successful sync recorded
@@ -473,6 +504,7 @@ export ST_KP_METRICS_URLS='$kp_urls'
 export ST_CLUSTER_JSON='$STATE/cluster.json'
 export ST_REAL_NODES='${REAL_NODES[*]}'
 export ST_REAL_NODE_TAINT='$ST_REAL_NODE_TAINT'
+export ST_APISERVER_VIP='$ST_APISERVER_VIP'
 export ST_IMAGE_TARS='${ST_IMAGE_TARS[*]:-}'
 EOF
 trap - EXIT

@@ -101,13 +101,17 @@ real_node_network() {
 EOF
 }
 
-# real_nodes_mesh NODE...: each node routes the other nodes' pod CIDRs over the fabric.
+# real_nodes_mesh NODE...: each node routes the other nodes' pod CIDRs and kube-proxy addresses
+# over the fabric.
 real_nodes_mesh() {
   local a b
   for a in "$@"; do
     for b in "$@"; do
       [[ "$a" == "$b" ]] && continue
       ip -n "$(node_netns "$a")" route add "$(node_pod_cidr "$b")" via "$(node_fabric_ip "$b")"
+      # and the other node's kube-proxy (metrics and healthz bind the node's host-veth address),
+      # so an operator pod on any node scrapes every kube-proxy
+      ip -n "$(node_netns "$a")" route add "$(node_ns_ip "$b")/32" via "$(node_fabric_ip "$b")"
     done
   done
 }

@@ -17,6 +17,13 @@
 //! name before setting its caBundle, and repairs it when something else (a reinstall) reset it.
 //! On a CA rotation the caBundle (old and new CA) is patched before the Secret changes.
 //!
+//! A rotation on demand (to exercise it, or because a policy wants one now): set the annotation
+//! `safetermination.io/rotate-ca` on the Secret to any new value (`kubectl annotate secret
+//! NAME safetermination.io/rotate-ca="$(date +%s)" --overwrite`). The leader rotates the CA at
+//! its next check, exactly as at two thirds of the lifetime, and records the value it acted on
+//! in `safetermination.io/rotated-ca`, so each value rotates once. As in a scheduled rotation,
+//! the previous CA stays in `ca.crt` and the caBundle until it expires.
+//!
 //! Every replica serves what the kubelet mounts from the Secret (the webhook's
 //! [`crate::webhook::tls::CertReloader`] polls the files' content, so a renewal needs no
 //! restart). Out of cluster there is no kubelet: with `--write-cert-files` every replica also
@@ -57,6 +64,18 @@ pub const SERVING_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 pub const FIELD_MANAGER: &str = "safe-termination-certs";
 /// `notBefore` is set this far in the past, for clocks slightly behind ours.
 const BACKDATE_SECONDS: i64 = 300;
+/// Secret annotation requesting a CA rotation (any value not yet in [`ANNOTATION_ROTATED_CA`]).
+pub const ANNOTATION_ROTATE_CA: &str = "safetermination.io/rotate-ca";
+/// Secret annotation: the [`ANNOTATION_ROTATE_CA`] value the last requested rotation acted on.
+pub const ANNOTATION_ROTATED_CA: &str = "safetermination.io/rotated-ca";
+
+/// The pending rotation request of a Secret's `annotations`: the value of
+/// [`ANNOTATION_ROTATE_CA`] when it is set, non-empty and differs from [`ANNOTATION_ROTATED_CA`].
+pub fn rotation_requested(annotations: Option<&BTreeMap<String, String>>) -> Option<String> {
+    let a = annotations?;
+    let want = a.get(ANNOTATION_ROTATE_CA).filter(|v| !v.trim().is_empty())?;
+    (a.get(ANNOTATION_ROTATED_CA) != Some(want)).then(|| want.clone())
+}
 
 /// What the certificate task manages.
 #[derive(Debug, Clone)]
@@ -510,7 +529,14 @@ pub async fn reconcile_once(client: &Client, cfg: &CertConfig) -> Result<Outcome
     let names = subject_alt_names(&cfg.service, &cfg.namespace, &cfg.extra_sans);
     let now = unix_now();
     let observed = existing.as_ref().map(|_| observe(&current));
-    let action = decide(observed.as_ref(), &names, now);
+    let requested = existing.as_ref().and_then(|s| rotation_requested(s.metadata.annotations.as_ref()));
+    let action = match &requested {
+        // a usable Secret rotates on request; an unusable one is renewed as decide says anyway
+        Some(token) if observed.as_ref().is_some_and(|o| o.ca.is_ok()) => {
+            Action::RenewCa(format!("rotation requested ({ANNOTATION_ROTATE_CA}={token})"))
+        }
+        _ => decide(observed.as_ref(), &names, now),
+    };
     let data = renewed(&current, &action, &names, now, cfg.ca_validity, cfg.serving_validity)?;
     let new_ca = matches!(action, Action::RenewCa(_));
     let mut patched = 0;
@@ -544,6 +570,9 @@ pub async fn reconcile_once(client: &Client, cfg: &CertConfig) -> Result<Outcome
                 };
             }
             Some(mut secret) => {
+                if let (Some(token), Action::RenewCa(_)) = (&requested, &action) {
+                    secret.metadata.annotations.get_or_insert_with(Default::default).insert(ANNOTATION_ROTATED_CA.into(), token.clone());
+                }
                 secret.data = Some(bytes);
                 secret.string_data = None;
                 let pp = PostParams { dry_run: false, field_manager: Some(FIELD_MANAGER.into()) };
@@ -686,6 +715,18 @@ mod tests {
     use super::*;
 
     const DAY: i64 = 86_400;
+
+    #[test]
+    fn a_rotation_is_requested_once_per_new_annotation_value() {
+        let ann = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>();
+        assert_eq!(rotation_requested(None), None);
+        assert_eq!(rotation_requested(Some(&ann(&[]))), None);
+        assert_eq!(rotation_requested(Some(&ann(&[(ANNOTATION_ROTATE_CA, "1")]))), Some("1".into()));
+        assert_eq!(rotation_requested(Some(&ann(&[(ANNOTATION_ROTATE_CA, " ")]))), None);
+        assert_eq!(rotation_requested(Some(&ann(&[(ANNOTATION_ROTATE_CA, "1"), (ANNOTATION_ROTATED_CA, "1")]))), None);
+        assert_eq!(rotation_requested(Some(&ann(&[(ANNOTATION_ROTATE_CA, "2"), (ANNOTATION_ROTATED_CA, "1")]))), Some("2".into()));
+        assert_eq!(rotation_requested(Some(&ann(&[(ANNOTATION_ROTATED_CA, "1")]))), None);
+    }
 
     fn names() -> Vec<String> {
         subject_alt_names("safe-termination", "ops", &[])

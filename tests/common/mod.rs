@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 pub mod rules;
+pub mod tools;
 
 /// `$ST_E2E_DIR` (default `/tmp/safe-termination-e2e`).
 pub fn state_dir() -> String {

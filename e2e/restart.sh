@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Restart one process of the running e2e cluster, the way a node's supervisor would: SIGTERM
+# to its process group (SIGKILL after 10 s), then the same command again, logging to the same
+# file (appended). For the fault tests: the API server restarted under a running operator, a
+# kube-proxy restarted mid-measurement.
+#
+#   e2e/restart.sh NAME [--kill]      NAME as cluster-up started it: kube-apiserver, kube-proxy-node-a, ...
+#
+# --kill sends SIGKILL at once (a crash, not a shutdown). Prints "stopped_after_s=... started=PID".
+# Only the process recorded in $ST_E2E_DIR/pids/NN-NAME.pid (PID and start time checked) is
+# signalled; its pid file is rewritten with the new PID, so cluster-down stops the new one.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=e2e/lib.sh
+source "$HERE/lib.sh"
+STATE="$ST_E2E_DIR"
+name="${1:?usage: e2e/restart.sh NAME [--kill]}"
+sig=TERM
+[[ "${2:-}" == --kill ]] && sig=KILL
+
+shopt -s nullglob
+files=("$STATE"/pids/[0-9][0-9]-"$name".pid)
+(( ${#files[@]} == 1 )) || { e2e_log "no single pid file for '$name' in $STATE/pids (running: $(cd "$STATE/pids" && ls -- *.pid 2>/dev/null | sed 's/^[0-9]*-//; s/\.pid$//' | tr '\n' ' '))"; exit 2; }
+pidfile="${files[0]}"
+cmdfile="$STATE/pids/$name.cmd"
+[[ -f "$cmdfile" ]] || { e2e_log "$cmdfile is missing (the cluster predates e2e/restart.sh: restart it)"; exit 2; }
+read -r pid start < "$pidfile"
+alive() { local st; st="$(awk '{print $3, $22}' "/proc/$1/stat" 2>/dev/null)" || return 1; [[ -n "$st" && "${st%% *}" != Z && "${st#* }" == "$2" ]]; }
+alive "$pid" "$start" || { e2e_log "$name (pid $pid) is not running"; exit 1; }
+
+t0=$(date +%s.%N)
+kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid"
+for _ in $(seq 1 100); do alive "$pid" "$start" || break; sleep 0.1; done
+if alive "$pid" "$start"; then
+  e2e_log "$name (pid $pid) ignored SIG$sig for 10 s: SIGKILL"
+  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid"
+  for _ in $(seq 1 50); do alive "$pid" "$start" || break; sleep 0.1; done
+fi
+t1=$(date +%s.%N)
+
+# the recorded command, word for word (printf %q), in a new session like cluster-up's start
+eval "set -- $(cat "$cmdfile")"
+printf '\n--- restarted by e2e/restart.sh at %s ---\n' "$(date -u +%FT%TZ)" >> "$STATE/logs/$name.log"
+setsid "$@" >>"$STATE/logs/$name.log" 2>&1 </dev/null &
+new=$!
+st=""
+for _ in 1 2 3 4 5 6 7 8 9 10; do st="$(awk '{print $22}' "/proc/$new/stat" 2>/dev/null)" && [[ -n "$st" ]] && break; sleep 0.05; done
+printf '%s %s\n' "$new" "$st" > "$pidfile"
+printf 'stopped_after_s=%.2f started=%s\n' "$(bc -l <<<"$t1 - $t0")" "$new"
