@@ -69,28 +69,82 @@ impl Leadership {
 
 /// Joins the lease `lease_name` in `namespace` as `identity` and spawns the lease task into
 /// `tasks`. Errors: the lease manager could not be built.
+///
+/// The task keeps competing for the lease (kube-lease-manager: 30 s lease, renewed 5 s before
+/// it expires) and publishes whether this replica leads. It releases the lease when the
+/// process stops, and also as soon as `own_pod` (this replica's Pod in `namespace`, from the
+/// chart's `POD_NAME`) is being deleted: the replica keeps serving the webhook through its
+/// preStop sleep, but a follower takes the lease when it next checks (at the latest when the
+/// lease, last renewed before the deletion, would have expired) instead of a lease duration
+/// after the SIGTERM that follows the sleep.
 pub async fn elect(
     client: Client,
     namespace: &str,
     lease_name: &str,
     identity: String,
+    own_pod: Option<String>,
     tasks: &mut Tasks,
 ) -> Result<Leadership, kube_lease_manager::LeaseManagerError> {
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client, lease_name)
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), lease_name)
         .with_namespace(namespace)
         .with_identity(identity)
         .with_field_manager("safe-termination-lease")
         .build()
         .await?;
-    let (rx, handle) = manager.watch().await;
+    let (tx, rx) = watch::channel(false);
     let stop = tasks.stop.clone();
+    let deleted = own_pod_deleted(client, namespace.to_string(), own_pod);
     tasks.spawn("lease", async move {
-        tokio::select! {
-            _ = stop.cancelled() => {}
-            r = handle => tracing::error!(result = ?r.map(|r| r.map(|_| ())), "the lease task ended"),
+        tokio::pin!(deleted);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = &mut deleted => {
+                    tracing::info!("this replica's pod is being deleted: releasing the lease");
+                    tx.send_replace(false);
+                    if let Err(e) = manager.release().await {
+                        tracing::warn!(error = %e, "cannot release the lease; it expires on its own");
+                    }
+                    // a task that ends stops the process: serve out the preStop sleep
+                    stop.cancelled().await;
+                    return;
+                }
+                r = manager.changed() => match r {
+                    Ok(leading) => {
+                        tracing::info!(leading, "lease state changed");
+                        tx.send_replace(leading);
+                    }
+                    Err(e) => {
+                        // keeps the last state, as kube-lease-manager's own watch loop does
+                        tracing::warn!(error = %e, "lease check failed; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                },
+            }
+        }
+        tx.send_replace(false);
+        if let Err(e) = manager.release().await {
+            tracing::warn!(error = %e, "cannot release the lease on shutdown; it expires on its own");
         }
     });
     Ok(Leadership { rx, always: None })
+}
+
+/// Resolves once Pod `pod` in `namespace` carries a deletionTimestamp (checked every second;
+/// a list with a field selector, which the chart's `pods: list` rule allows). Never resolves
+/// without a pod name (out of cluster).
+async fn own_pod_deleted(client: Client, namespace: String, pod: Option<String>) {
+    let Some(pod) = pod else { return std::future::pending().await };
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, &namespace);
+    let lp = kube::api::ListParams::default().fields(&format!("metadata.name={pod}"));
+    loop {
+        if let Ok(list) = api.list_metadata(&lp).await
+            && list.items.iter().any(|p| p.metadata.deletion_timestamp.is_some())
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// The operator's tasks, each named for the log line when it ends.

@@ -538,7 +538,9 @@ async fn leader_handover(what: &str, same_identity: bool, remove: impl AsyncFnOn
         "{what}: leader {old} -> {new}: new leader after {handover:.1} s (lease duration {duration} s), status writes resumed after {resumed:.1} s"
     );
     assert_no_overlapping_writers(&sampler, t0);
-    assert!(handover <= duration + 1.0, "{what}: new leader after {handover:.1} s, beyond the lease duration {duration} s");
+    // a follower checks the lease when it would expire (kube-lease-manager), then waits 0-1 s
+    // against collisions: a lease renewed just before the fault is taken a lease duration later
+    assert!(handover <= duration + 2.0, "{what}: new leader after {handover:.1} s, beyond the lease duration {duration} s (+2 s)");
 }
 
 #[tokio::test]

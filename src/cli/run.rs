@@ -266,7 +266,9 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
     let leadership = if args.no_leader_election {
         Leadership::always()
     } else {
-        operator::elect(client.clone(), &args.namespace, &args.lease_name, args.lease_identity(), &mut tasks)
+        // in a pod (the chart sets POD_NAME), the lease is released as soon as the pod is deleted
+        let own_pod = std::env::var("POD_NAME").ok().filter(|p| !p.is_empty());
+        operator::elect(client.clone(), &args.namespace, &args.lease_name, args.lease_identity(), own_pod, &mut tasks)
             .await
             .map_err(|e| Error::Io(format!("leader election: {e}")))?
     };
