@@ -962,3 +962,57 @@ async fn t9_uninstall_leaves_no_webhook() {
     assert!(hooks.get_opt(RELEASE).await.unwrap().is_none(), "the webhook configuration outlived the release");
     delete_namespaces(&client, &[FAULT_NS.to_string(), NS.to_string()]).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// t8: certificates from an existing Secret
+
+/// A CA and a serving certificate for the webhook Service made with openssl, as a user would:
+/// (CA PEM, certificate PEM, key PEM).
+fn openssl_certs(dir: &std::path::Path) -> (String, String, String) {
+    let sh = format!(
+        "set -e; cd {dir}
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=st-e2e-user-ca 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN={RELEASE}.{NS}.svc 2>/dev/null
+printf 'subjectAltName=DNS:{RELEASE}.{NS}.svc,DNS:{RELEASE}.{NS}.svc.cluster.local\\nbasicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth\\n' > ext
+openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out tls.crt -days 2 -extfile ext 2>/dev/null",
+        dir = dir.display()
+    );
+    run(std::process::Command::new("bash").args(["-c", &sh]), None);
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    (read("ca.crt"), read("tls.crt"), read("tls.key"))
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
+async fn t8_existing_secret_mode_serves_the_users_certificate() {
+    let client = common::client().await;
+    ensure_installed(&client).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, _crt, _key) = openssl_certs(dir.path());
+    let secret = "st-user-tls";
+    let _ = try_run(tool("kubectl").args(["-n", NS, "delete", "secret", secret]), None);
+    run(tool("kubectl").args(["-n", NS, "create", "secret", "tls", secret]).arg(format!("--cert={}", dir.path().join("tls.crt").display())).arg(format!("--key={}", dir.path().join("tls.key").display())), None);
+    let values = values_file();
+    let t = Instant::now();
+    run(
+        tool("helm")
+            .args(["upgrade", RELEASE])
+            .arg(root().join("charts/safe-termination"))
+            .args(["-n", NS, "-f"])
+            .arg(values.path())
+            .args(["--set", "certificates.mode=existingSecret", "--set", &format!("certificates.existingSecret.name={secret}")])
+            .arg(format!("--set-file=certificates.existingSecret.caBundle={}", dir.path().join("ca.crt").display()))
+            .args(["--wait", "--timeout", "180s"]),
+        None,
+    );
+    let pods = wait_serving(&client, 2, 180).await;
+    let hooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> = Api::all(client.clone());
+    let bundle = hooks.get(RELEASE).await.unwrap().webhooks.unwrap()[0].client_config.ca_bundle.clone().unwrap().0;
+    assert_eq!(first_der(&bundle), first_der(ca.as_bytes()), "the caBundle is not the user's CA");
+    for p in &pods {
+        assert!(serves_leaf_of(&pod_ip(p), ca.as_bytes()).await, "{} does not serve the user's certificate", p.name_any());
+    }
+    ensure_fault_namespace(&client).await;
+    let sleep = common::wait_for("the webhook mutating with the user's certificate", 60, async || dry_run_sleep(&client, FAULT_NS).await).await;
+    eprintln!("existingSecret mode: upgraded and serving the user's certificate in {:.1} s; dry-run pod mutated (sleep {sleep} s)", t.elapsed().as_secs_f64());
+}
