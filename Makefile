@@ -20,7 +20,7 @@ e2e-smoke: ## check a running cluster end to end (pods, EndpointSlices, kube-pro
 
 .PHONY: test e2e demo check
 
-check: test e2e ## everything .ci/run runs: make test, then make e2e
+check: test test-image e2e ## everything .ci/run runs: make test, make test-image (builds the image), then make e2e
 
 test: ## unit, property, integration and CLI tests; benches and examples built, each bench run once (no cluster needed)
 	cargo test --all-targets
@@ -38,23 +38,34 @@ demo: k8s-bins ## the main job: the deploy-error experiment at a small size (one
 experiment: k8s-bins ## the full deploy-error experiment (runs a-d, 4,000 extra Services for c and d); results in target/experiment
 	e2e/experiment.sh
 
-.PHONY: image static
+.PHONY: image static docker-image test-image
 
 # the image's binary, built the way the Dockerfile builds it, without Docker
 static: ## the static musl binary the image ships (installs musl-tools and the rustup musl target when missing)
-	@command -v musl-gcc >/dev/null 2>&1 || { apt-get install -y musl-tools || sudo apt-get install -y musl-tools; }
+	@command -v musl-gcc >/dev/null 2>&1 || { s=; [ "$$(id -u)" -eq 0 ] || s=sudo; \
+		$$s apt-get install -y musl-tools || { $$s apt-get update -qq && $$s apt-get install -y musl-tools; }; }
 	rustup target add $$(uname -m)-unknown-linux-musl
 	cargo build --release --locked --target $$(uname -m)-unknown-linux-musl --bin safe-termination
 	@b=$${CARGO_TARGET_DIR:-target}/$$(uname -m)-unknown-linux-musl/release/safe-termination; \
 		if ldd "$$b" 2>/dev/null | grep -q '=>'; then echo "$$b is not static" >&2; exit 1; fi; \
 		echo "static binary: $$b"; "$$b" --version
 
-IMAGE ?= safe-termination:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+IMAGE ?= ghcr.io/safe-termination/safe-termination:$(VERSION)
 
-image: ## build the operator image (Dockerfile: static musl binary on distroless/static, uid 65532); needs a Docker engine
+# Without Docker: the static binary plus what distroless/static:nonroot gives it, packed by
+# e2e/oci-image.py into an OCI image-layout tar (image/README.md). With a Docker engine, the
+# Dockerfile builds the same image: make docker-image (docker build -t $(IMAGE) .).
+image: static ## build the operator image without Docker: OCI archive ~/.cache/safe-termination/images/safe-termination-$(VERSION).tar (prints its path)
+	image/build.sh
+
+test-image: image ## check the built image's config and files against the Dockerfile (image/test_image.py)
+	python3 -m unittest image/test_image.py
+
+docker-image: ## build the operator image from the Dockerfile with a Docker engine: docker build -t $(IMAGE) .
 	@if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then \
-		echo "make image needs a Docker engine (docker build); none is available here." >&2; \
-		echo "Build elsewhere with: docker build -t $(IMAGE) ." >&2; \
+		echo "make docker-image needs a Docker engine (docker build); none is available here." >&2; \
+		echo "Without Docker: make image (image/build.sh)." >&2; \
 		exit 1; \
 	fi
 	docker build -t $(IMAGE) .
