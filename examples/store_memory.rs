@@ -1,0 +1,132 @@
+//! The memory of the rolling measurement window ([`MeasurementStore`]) without a cluster:
+//! fills a store the way the operator's scraper does and prints what it holds (issue 16 part 3;
+//! BENCHMARKS.md "Operator memory").
+//!
+//! Every sample is the real v1.29 scrape (tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt,
+//! parsed once) with its histograms' counts and sums raised per node and per round, as a live
+//! kube-proxy's counters grow, so no two samples are equal. Rounds are 30 s apart and the window
+//! is 600 s (the operator's defaults), so 21 rounds fill every node's window (20 inside it plus
+//! the baseline at its start); more rounds show the steady state.
+//!
+//! ```text
+//! cargo run --release --example store_memory -- [--nodes 5000] [--scrapes 21]
+//! ```
+//!
+//! Prints the live heap the store holds (counted by this program's global allocator, which is
+//! mimalloc as in the binary, wrapped to count requested bytes: allocator overhead not included),
+//! per node and per sample, and the process's VmRSS before and after filling (which does include
+//! the allocator's overhead and retained pages).
+
+use safe_termination::exposition::{Bucket, Histogram, KubeProxyScrape, parse_kube_proxy_metrics};
+use safe_termination::measure::{MeasurementStore, Sample};
+use safe_termination::model::ProxyMode;
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+/// mimalloc (the binary's allocator) counting the bytes currently allocated.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to mimalloc; the counter is only bookkeeping.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const SCRAPE: &str = include_str!("../tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt");
+const INTERVAL_SECONDS: f64 = 30.0;
+const WINDOW_SECONDS: f64 = 600.0;
+
+/// `h` with `step` more observations in every bucket from its first non-empty one on (the
+/// observations a kube-proxy makes between two scrapes land in its populated buckets), and the
+/// sum raised to match.
+fn grown(h: &Histogram, step: f64) -> Histogram {
+    let first = h.buckets().iter().position(|b| b.count > 0.0).unwrap_or(h.buckets().len() - 1);
+    let buckets = h
+        .buckets()
+        .iter()
+        .enumerate()
+        .map(|(i, b)| Bucket { upper_bound_seconds: b.upper_bound_seconds, count: b.count + if i >= first { step } else { 0.0 } })
+        .collect();
+    Histogram::new(buckets, h.sum_seconds.map(|s| s + step * 0.05)).expect("a histogram stays one")
+}
+
+/// The base scrape as node `node` serves it in round `round`.
+fn sample(base: &KubeProxyScrape, node: usize, round: usize) -> Sample {
+    let step = (round * (1 + node % 7)) as f64;
+    let grow = |h: &Option<Histogram>| h.as_ref().map(|h| grown(h, step));
+    let mut scrape = base.clone();
+    scrape.sync = grow(&base.sync);
+    scrape.sync_full = grow(&base.sync_full);
+    scrape.sync_partial = grow(&base.sync_partial);
+    scrape.network_programming = grow(&base.network_programming);
+    scrape.endpoint_changes_total = base.endpoint_changes_total.map(|c| c + step);
+    Sample { at_unix_seconds: 1.7e9 + round as f64 * INTERVAL_SECONDS, scrape, proxy_mode: Some(ProxyMode::Iptables) }
+}
+
+/// This process's VmRSS, bytes.
+fn vm_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} expects a number, got {v:?}")))
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let nodes = arg(&args, "--nodes", 5000);
+    let scrapes = arg(&args, "--scrapes", 21);
+    let base = parse_kube_proxy_metrics(SCRAPE).expect("the v1.29 excerpt parses");
+    let names: Vec<String> = (0..nodes).map(|i| format!("node-{i:05}")).collect();
+
+    let rss_before = vm_rss();
+    let live_before = LIVE.load(Ordering::Relaxed);
+    let mut store = MeasurementStore::new(WINDOW_SECONDS);
+    for round in 0..scrapes {
+        for (i, node) in names.iter().enumerate() {
+            store.record(node, sample(&base, i, round));
+        }
+    }
+    let live = (LIVE.load(Ordering::Relaxed) - live_before) as f64;
+    let rss = vm_rss().saturating_sub(rss_before) as f64;
+
+    // what the analysis reads, so that a cheaper store is not cheaper by losing data
+    let inputs = store.inputs();
+    let kept = (scrapes as f64).min(WINDOW_SECONDS / INTERVAL_SECONDS + 1.0);
+    let with_earlier = inputs.iter().filter(|i| i.earlier.is_some()).count();
+    drop(inputs);
+
+    let mib = |b: f64| b / (1024.0 * 1024.0);
+    println!("nodes {nodes}, scrapes per node {scrapes} ({kept} kept in the {WINDOW_SECONDS} s window), {with_earlier} nodes with an earlier scrape");
+    println!("store live heap: {:.1} MiB total, {:.0} bytes per node, {:.0} bytes per kept sample", mib(live), live / nodes as f64, live / nodes as f64 / kept);
+    println!("VmRSS growth:    {:.1} MiB total, {:.0} bytes per node", mib(rss), rss / nodes as f64);
+    drop(store);
+}
