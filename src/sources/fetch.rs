@@ -101,10 +101,39 @@ pub fn connect_hint(err: &reqwest::Error) -> String {
     msg
 }
 
-/// An HTTP client for scraping: rustls (ring), the given per-request timeout, no proxy. The
-/// connect timeout is 100 ms shorter (at least half the timeout), so that a connection that never
-/// completes ends as a connect timeout (see [`connect_hint`]) rather than racing the overall one.
+/// An HTTP client for scraping many hosts (kube-proxies, `/configz`, the command line's URLs):
+/// rustls (ring), the given per-request timeout, no proxy, and no idle connection kept between
+/// requests. The connect timeout is 100 ms shorter (at least half the timeout), so that a
+/// connection that never completes ends as a connect timeout (see [`connect_hint`]) rather than
+/// racing the overall one.
+///
+/// Why no keep-alive: the operator scrapes every node every 30 s by default: too seldom for
+/// thousands of open sockets to be worth their memory, and reqwest's defaults (up to
+/// `usize::MAX` idle connections per host, closed after 90 s idle, more than the interval) kept
+/// one connection per kube-proxy forever, each holding hyper's read buffer grown to the last
+/// body (a scrape is ~80 KB): 5,000 nodes' idle connections could hold several hundred MB
+/// (issue 16). With
+/// `pool_max_idle_per_host(0)` hyper-util disables its pool altogether (no per-host map of idle
+/// connections, waiters or connecting keys), so a connection and its buffers are freed as soon as
+/// its response is read; the price is one TCP handshake per request (and a socket in TIME_WAIT,
+/// kernel memory, for a minute). Nothing else in the client
+/// is kept per host: DNS goes through getaddrinfo without a cache, and rustls' TLS session cache
+/// (https targets only) is bounded at 256 servers' tickets.
+/// [`keep_alive_http_client`] is the client for a single host queried repeatedly (Prometheus).
 pub fn http_client(timeout: Duration) -> reqwest::Client {
+    build_client(client_builder(timeout).pool_max_idle_per_host(0))
+}
+
+/// An HTTP client for one server queried again and again (the Prometheus source: five
+/// concurrent queries per analysis): as [`http_client`], but idle connections are kept for
+/// reuse (reqwest's defaults: closed after 90 s idle), saving a TCP and TLS handshake per query;
+/// with one host, that is a handful of connections, not one per node.
+pub fn keep_alive_http_client(timeout: Duration) -> reqwest::Client {
+    build_client(client_builder(timeout))
+}
+
+/// The settings both clients share: timeouts (see [`http_client`]) and no proxy.
+fn client_builder(timeout: Duration) -> reqwest::ClientBuilder {
     let connect_timeout = timeout.saturating_sub(Duration::from_millis(100)).max(timeout / 2);
     // reqwest's rustls (and `Client::new`, which panics without one) needs a process-wide
     // crypto provider: the binary installs ring first; this covers library callers and tests
@@ -112,10 +141,67 @@ pub fn http_client(timeout: Duration) -> reqwest::Client {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(connect_timeout)
-        .no_proxy()
-        .build()
-        .unwrap_or_else(|_| reqwest::Client::new())
+    reqwest::Client::builder().timeout(timeout).connect_timeout(connect_timeout).no_proxy()
+}
+
+/// Builds `builder`, or falls back to a default client when that fails.
+fn build_client(builder: reqwest::ClientBuilder) -> reqwest::Client {
+    builder.build().unwrap_or_else(|_| reqwest::Client::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A keep-alive HTTP/1.1 server on 127.0.0.1 answering `ok` to every request: its URL and
+    /// the number of connections it accepted.
+    async fn counting_server() -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while let Ok(n) = conn.read(&mut chunk).await {
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if conn.write_all(answer).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    /// Connections `client` opens for three GETs in a row, 100 ms apart.
+    async fn connections_for_three_gets(client: &reqwest::Client) -> usize {
+        let (url, accepted) = counting_server().await;
+        for _ in 0..3 {
+            assert_eq!(get_limited(client, &url, 1024).await.unwrap(), b"ok");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        accepted.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn the_scrape_client_keeps_no_idle_connection_and_the_prometheus_one_does() {
+        let timeout = Duration::from_secs(5);
+        assert_eq!(connections_for_three_gets(&http_client(timeout)).await, 3);
+        assert_eq!(connections_for_three_gets(&keep_alive_http_client(timeout)).await, 1);
+    }
 }

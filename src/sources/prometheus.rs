@@ -351,7 +351,7 @@ impl PrometheusSource {
         }
         base.set_query(None);
         let query_url = base.join("api/v1/query").map_err(|e| url_err(e.to_string()))?;
-        Ok(Self { query_url, client: super::fetch::http_client(timeout), window_seconds: window.as_secs_f64() })
+        Ok(Self { query_url, client: super::fetch::keep_alive_http_client(timeout), window_seconds: window.as_secs_f64() })
     }
 
     /// The `/api/v1/query` URL used.
