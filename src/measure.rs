@@ -1,11 +1,20 @@
 //! The rolling measurement window: recent scrapes per node, so that every analysis uses the
 //! delta of cumulative histogram buckets over (at least) the window rather than kube-proxy's
 //! whole lifetime. Pure: the scraper records, the controller reads.
+//!
+//! Memory (issue 16): the window of 5,000 nodes at the defaults (600 s / 30 s, 21 samples per
+//! node) is 105,000 samples. Only the newest sample of a node is analysed whole; the older ones
+//! are kept only because the oldest of them becomes the `earlier` scrape of the analysis, which
+//! reads nothing but its sync and network-programming histograms ([`crate::model::measure_node`]).
+//! So a node keeps its newest [`Sample`] as recorded and the older ones as [`CompactSample`]s
+//! (those two histograms, exactly, with their bounds shared between samples), plus the proxy
+//! mode and the time (BENCHMARKS.md "Operator memory": `examples/store_memory.rs`).
 
-use crate::exposition::KubeProxyScrape;
+use crate::exposition::{Bucket, Histogram, KubeProxyScrape};
 use crate::model::{NodeInput, ProxyMode};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 /// One successful scrape of a node.
 #[derive(Debug, Clone)]
@@ -36,11 +45,121 @@ fn next_revision() -> u64 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The bucket counts of a stored histogram, exactly as scraped.
+#[derive(Debug, Clone, PartialEq)]
+enum Counts {
+    /// Every count is a whole number that survives `f64 -> u64 -> f64` bit for bit (the norm:
+    /// the counts are counters).
+    Integers(Box<[u64]>),
+    /// Anything else (a fraction, NaN, a negative count, `-0`): the counts as they are.
+    Floats(Box<[f64]>),
+}
+
+impl Counts {
+    fn new(buckets: &[Bucket]) -> Self {
+        let exact = |c: f64| (c as u64 as f64).to_bits() == c.to_bits();
+        if buckets.iter().all(|b| exact(b.count)) {
+            Self::Integers(buckets.iter().map(|b| b.count as u64).collect())
+        } else {
+            Self::Floats(buckets.iter().map(|b| b.count).collect())
+        }
+    }
+
+    /// The counts as `f64`, in bucket order.
+    fn to_f64(&self) -> Vec<f64> {
+        match self {
+            Self::Integers(c) => c.iter().map(|&c| c as f64).collect(),
+            Self::Floats(c) => c.to_vec(),
+        }
+    }
+}
+
+/// A histogram as an older sample keeps it: the bounds (shared with the node's previous sample
+/// when equal), the counts ([`Counts`]) and the sum. Re-expands to the same [`Histogram`].
+#[derive(Debug, Clone, PartialEq)]
+struct CompactHistogram {
+    /// Upper bounds in seconds, sorted, the last `+Inf` (as in the histogram).
+    bounds: Arc<[f64]>,
+    counts: Counts,
+    sum_seconds: Option<f64>,
+}
+
+impl CompactHistogram {
+    /// `h` compacted; its bounds are `previous`'s (one allocation for both) when bit-for-bit
+    /// equal.
+    fn new(h: &Histogram, previous: Option<&CompactHistogram>) -> Self {
+        let buckets = h.buckets();
+        let same = |p: &&CompactHistogram| {
+            p.bounds.len() == buckets.len()
+                && p.bounds.iter().zip(buckets).all(|(a, b)| a.to_bits() == b.upper_bound_seconds.to_bits())
+        };
+        let bounds = match previous.filter(same) {
+            Some(p) => p.bounds.clone(),
+            None => buckets.iter().map(|b| b.upper_bound_seconds).collect(),
+        };
+        Self { bounds, counts: Counts::new(buckets), sum_seconds: h.sum_seconds }
+    }
+
+    /// The histogram it was made from.
+    fn expand(&self) -> Histogram {
+        let buckets = self.bounds.iter().zip(self.counts.to_f64()).map(|(&b, count)| Bucket { upper_bound_seconds: b, count }).collect();
+        // the bounds come from a histogram: sorted, distinct and ending in +Inf
+        Histogram::new(buckets, self.sum_seconds).expect("a compacted histogram re-expands")
+    }
+}
+
+/// An older sample of a node, reduced to what the analysis reads of an `earlier` scrape: the
+/// sync and network-programming histograms (exact), the proxy mode and the time.
+#[derive(Debug, Clone, PartialEq)]
+struct CompactSample {
+    at_unix_seconds: f64,
+    proxy_mode: Option<ProxyMode>,
+    sync_from_legacy_microseconds: bool,
+    sync: Option<CompactHistogram>,
+    network_programming: Option<CompactHistogram>,
+}
+
+impl CompactSample {
+    /// `sample` compacted, sharing bounds with `previous` (the node's sample before it) where
+    /// they are equal.
+    fn new(sample: &Sample, previous: Option<&CompactSample>) -> Self {
+        let scrape = &sample.scrape;
+        Self {
+            at_unix_seconds: sample.at_unix_seconds,
+            proxy_mode: sample.proxy_mode,
+            sync_from_legacy_microseconds: scrape.sync_from_legacy_microseconds,
+            sync: scrape.sync.as_ref().map(|h| CompactHistogram::new(h, previous.and_then(|p| p.sync.as_ref()))),
+            network_programming: scrape
+                .network_programming
+                .as_ref()
+                .map(|h| CompactHistogram::new(h, previous.and_then(|p| p.network_programming.as_ref()))),
+        }
+    }
+
+    /// A scrape holding only the kept fields (sync and network programming, the rest default):
+    /// what [`MeasurementStore::inputs`] gives the analysis as the earlier scrape.
+    fn scrape(&self) -> KubeProxyScrape {
+        KubeProxyScrape {
+            sync: self.sync.as_ref().map(CompactHistogram::expand),
+            sync_from_legacy_microseconds: self.sync_from_legacy_microseconds,
+            network_programming: self.network_programming.as_ref().map(CompactHistogram::expand),
+            ..KubeProxyScrape::default()
+        }
+    }
+}
+
+/// One node's window: the newest sample whole, the older ones compacted (oldest first).
+#[derive(Debug, Clone)]
+struct NodeSamples {
+    older: VecDeque<CompactSample>,
+    newest: Sample,
+}
+
 /// Scrapes per node over a rolling window, plus the last failure of each failing node.
 #[derive(Debug, Clone, Default)]
 pub struct MeasurementStore {
     window_seconds: f64,
-    nodes: BTreeMap<String, VecDeque<Sample>>,
+    nodes: BTreeMap<String, NodeSamples>,
     failures: BTreeMap<String, NodeFailure>,
     revision: u64,
 }
@@ -58,15 +177,29 @@ impl MeasurementStore {
 
     /// Records a successful scrape and clears the node's failure. Keeps every sample inside the
     /// window plus the newest one at or before the window's start (the baseline of the delta).
+    /// The previous newest sample is compacted ([`CompactSample`]): only the earlier scrape of
+    /// the analysis is read from older samples, and only its sync and network programming.
     pub fn record(&mut self, node: &str, sample: Sample) {
         self.revision = next_revision();
         self.failures.remove(node);
-        let q = self.nodes.entry(node.to_string()).or_default();
-        let now = sample.at_unix_seconds;
-        q.push_back(sample);
-        let start = now - self.window_seconds;
-        while q.len() > 2 && q[1].at_unix_seconds <= start {
-            q.pop_front();
+        let start = sample.at_unix_seconds - self.window_seconds;
+        let Some(n) = self.nodes.get_mut(node) else {
+            self.nodes.insert(node.to_string(), NodeSamples { older: VecDeque::new(), newest: sample });
+            return;
+        };
+        let previous = std::mem::replace(&mut n.newest, sample);
+        let compact = CompactSample::new(&previous, n.older.back());
+        drop(previous);
+        // grow one sample at a time: the deque settles at the window's size instead of the next
+        // power of two
+        if n.older.len() == n.older.capacity() {
+            n.older.reserve_exact(1);
+        }
+        n.older.push_back(compact);
+        // the window is the older samples plus the newest: keep the second-oldest of them
+        // inside the window, so the oldest is the newest sample at or before its start
+        while n.older.len() >= 2 && n.older[1].at_unix_seconds <= start {
+            n.older.pop_front();
         }
     }
 
@@ -97,29 +230,29 @@ impl MeasurementStore {
 
     /// Number of nodes with at least one sample.
     pub fn nodes_with_data(&self) -> usize {
-        self.nodes.values().filter(|q| !q.is_empty()).count()
+        self.nodes.len()
     }
 
     /// Time of the newest sample of any node, Unix seconds.
     pub fn last_scrape_unix_seconds(&self) -> Option<f64> {
-        self.nodes.values().filter_map(|q| q.back()).map(|s| s.at_unix_seconds).reduce(f64::max)
+        self.nodes.values().map(|n| n.newest.at_unix_seconds).reduce(f64::max)
     }
 
     /// The analysis inputs: per node, the newest sample and (when there are two or more) the
     /// oldest kept one as the earlier scrape. Failed nodes with old samples still contribute
-    /// their last known window.
+    /// their last known window. The earlier scrape holds only its sync and network-programming
+    /// histograms (see [`CompactSample::scrape`]): all the analysis reads of it.
     pub fn inputs(&self) -> Vec<NodeInput> {
         self.nodes
             .iter()
-            .filter_map(|(node, q)| {
-                let later = q.back()?;
-                let earlier = (q.len() >= 2).then(|| q.front()).flatten();
-                Some(NodeInput {
+            .map(|(node, n)| {
+                let earlier = n.older.front();
+                NodeInput {
                     node: node.clone(),
-                    later: later.scrape.clone(),
-                    earlier: earlier.map(|e| e.scrape.clone()),
-                    proxy_mode: later.proxy_mode.or(earlier.and_then(|e| e.proxy_mode)),
-                })
+                    later: n.newest.scrape.clone(),
+                    earlier: earlier.map(CompactSample::scrape),
+                    proxy_mode: n.newest.proxy_mode.or(earlier.and_then(|e| e.proxy_mode)),
+                }
             })
             .collect()
     }
@@ -128,9 +261,167 @@ impl MeasurementStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exposition::parse_kube_proxy_metrics;
 
     fn s(at: f64) -> Sample {
         Sample { at_unix_seconds: at, scrape: KubeProxyScrape::default(), proxy_mode: None }
+    }
+
+    /// The real scrapes of tests/data/metrics/ that parse (the truncated Windows one does not).
+    fn real_scrapes() -> Vec<(&'static str, KubeProxyScrape)> {
+        [
+            ("v1.29", include_str!("../tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt")),
+            ("v1.13", include_str!("../tests/data/metrics/kube-proxy-v1.13-legacy-microseconds.txt")),
+            ("v1.8", include_str!("../tests/data/metrics/kube-proxy-v1.8-legacy-nan-excerpt.txt")),
+            ("windows", include_str!("../tests/data/metrics/kube-proxy-windows-truncated.txt")),
+        ]
+        .into_iter()
+        .filter_map(|(name, text)| Some((name, parse_kube_proxy_metrics(text).ok()?)))
+        .collect()
+    }
+
+    /// `h` with `step` added to every count from bucket `from` on, and to the sum.
+    fn grown(h: &Histogram, from: usize, step: f64) -> Histogram {
+        let buckets = h
+            .buckets()
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Bucket { upper_bound_seconds: b.upper_bound_seconds, count: b.count + if i >= from { step } else { 0.0 } })
+            .collect();
+        Histogram::new(buckets, h.sum_seconds.map(|s| s + step)).unwrap()
+    }
+
+    /// The store as it was before compaction (every sample whole, the same window rule): what
+    /// `inputs()` must still give.
+    struct WholeSamples(VecDeque<Sample>);
+
+    impl WholeSamples {
+        fn record(&mut self, sample: Sample, window_seconds: f64) {
+            let start = sample.at_unix_seconds - window_seconds;
+            self.0.push_back(sample);
+            while self.0.len() > 2 && self.0[1].at_unix_seconds <= start {
+                self.0.pop_front();
+            }
+        }
+    }
+
+    /// Everything of `input` the analysis reads, exactly (`{:?}` of f64 round-trips, and shows
+    /// NaN counts, which `==` would not call equal).
+    fn analysed(input: &NodeInput) -> String {
+        let e = input.earlier.as_ref();
+        format!(
+            "{} {:?} {:?} {:?} {:?} {:?}",
+            input.node,
+            input.later,
+            input.proxy_mode,
+            e.map(|e| &e.sync),
+            e.map(|e| &e.network_programming),
+            e.map(|e| e.sync_from_legacy_microseconds),
+        )
+    }
+
+    #[test]
+    fn inputs_are_those_of_the_whole_samples_for_real_scrapes() {
+        let scrapes = real_scrapes();
+        assert_eq!(scrapes.iter().map(|s| s.0).collect::<Vec<_>>(), ["v1.29", "v1.13", "v1.8"]);
+        // whole counts (kept as integers) and, from a restarted proxy, fractional ones (floats)
+        for (name, base, fraction) in scrapes.into_iter().flat_map(|(n, s)| [(n, s.clone(), 0.0), (n, s, 0.25)]) {
+            let mut store = MeasurementStore::new(600.0);
+            let mut whole = WholeSamples(VecDeque::new());
+            // 45 scrapes, some 30 s apart and some 45 s, counts growing in a moving bucket, a
+            // restart (counts back to the base) and the mode answered only sometimes
+            let mut at = 1.7e9;
+            for i in 0..45usize {
+                at += if i % 4 == 0 { 45.0 } else { 30.0 };
+                let step = if i == 30 { 0.0 } else { (i * i) as f64 + if i > 30 { fraction } else { 0.0 } };
+                let grow = |h: &Option<Histogram>| h.as_ref().map(|h| grown(h, i % h.buckets().len(), step));
+                let mut scrape = base.clone();
+                scrape.sync = grow(&base.sync);
+                scrape.network_programming = grow(&base.network_programming);
+                scrape.sync_full = grow(&base.sync_full);
+                let proxy_mode = [None, Some(ProxyMode::Iptables), Some(ProxyMode::Nftables)][i % 3];
+                let sample = Sample { at_unix_seconds: at, scrape, proxy_mode };
+                store.record("n", sample.clone());
+                whole.record(sample, 600.0);
+
+                let inputs = store.inputs();
+                let reference = NodeInput {
+                    node: "n".into(),
+                    later: whole.0.back().unwrap().scrape.clone(),
+                    earlier: (whole.0.len() >= 2).then(|| whole.0[0].scrape.clone()),
+                    proxy_mode: whole.0.back().unwrap().proxy_mode.or((whole.0.len() >= 2).then(|| whole.0[0].proxy_mode).flatten()),
+                };
+                assert_eq!(inputs.len(), 1);
+                assert_eq!(analysed(&inputs[0]), analysed(&reference), "{name} {fraction}, scrape {i}");
+                // and the same window: as many samples, the oldest at the same time
+                let n = &store.nodes["n"];
+                assert_eq!(n.older.len() + 1, whole.0.len(), "{name}, scrape {i}");
+                assert_eq!(n.older.front().map(|c| c.at_unix_seconds), (whole.0.len() >= 2).then(|| whole.0[0].at_unix_seconds));
+                let kinds = n.older.iter().filter_map(|c| c.network_programming.as_ref()).map(|h| matches!(h.counts, Counts::Floats(_)));
+                assert!(kinds.clone().all(|f| !f) || (fraction > 0.0 && i > 31), "{name}: only fractional counts are floats");
+                if fraction > 0.0 && i > 31 {
+                    assert!(kinds.last().unwrap_or(true), "{name}: fractional counts are floats");
+                }
+                // and the same analysis
+                let measured = |i: &NodeInput| format!("{:?}", crate::model::measure_node(i, 1.0, 5, None));
+                assert_eq!(measured(&inputs[0]), measured(&reference), "{name}, scrape {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn counts_that_are_not_whole_numbers_are_kept_exactly() {
+        let counts = [0.5, 1.0, f64::NAN, 1e20, 2.5e-300];
+        let buckets = counts
+            .iter()
+            .zip([0.1, 0.2, 0.4, 0.8, f64::INFINITY])
+            .map(|(&count, upper_bound_seconds)| Bucket { upper_bound_seconds, count })
+            .collect();
+        let h = Histogram::new(buckets, Some(0.3)).unwrap();
+        let compact = CompactHistogram::new(&h, None);
+        assert!(matches!(compact.counts, Counts::Floats(_)));
+        let back = compact.expand();
+        let bits = |h: &Histogram| h.buckets().iter().map(|b| (b.upper_bound_seconds.to_bits(), b.count.to_bits())).collect::<Vec<_>>();
+        assert_eq!(bits(&back), bits(&h));
+        assert_eq!(back.sum_seconds, Some(0.3));
+        // whole numbers, up to the largest a u64 holds, are kept as integers
+        for c in [0.0, 1.0, 9_007_199_254_740_992.0, 1.8e19] {
+            let h = Histogram::new(vec![Bucket { upper_bound_seconds: f64::INFINITY, count: c }], None).unwrap();
+            let compact = CompactHistogram::new(&h, None);
+            assert!(matches!(compact.counts, Counts::Integers(_)), "{c}");
+            assert_eq!(compact.expand().count().to_bits(), c.to_bits());
+        }
+        // but not -0, which a u64 would turn into 0
+        let h = Histogram::new(vec![Bucket { upper_bound_seconds: f64::INFINITY, count: -0.0 }], None).unwrap();
+        let back = CompactHistogram::new(&h, None).expand();
+        assert_eq!(back.count().to_bits(), (-0.0f64).to_bits());
+    }
+
+    #[test]
+    fn bounds_are_shared_between_consecutive_samples_of_a_node() {
+        let (_, base) = real_scrapes().into_iter().find(|(name, _)| *name == "v1.29").unwrap();
+        let mut m = MeasurementStore::new(600.0);
+        let mut upgraded = base.clone();
+        // an upgrade that changes the network-programming buckets
+        upgraded.network_programming = Some(grown(base.network_programming.as_ref().unwrap(), 0, 1.0));
+        let np = upgraded.network_programming.as_ref().unwrap();
+        let mut buckets = np.buckets().to_vec();
+        buckets.insert(0, Bucket { upper_bound_seconds: 0.001, count: 0.0 });
+        upgraded.network_programming = Some(Histogram::new(buckets, np.sum_seconds).unwrap());
+        for (i, scrape) in [&base, &base, &base, &upgraded, &upgraded].into_iter().enumerate() {
+            m.record("a", Sample { at_unix_seconds: 30.0 * i as f64, scrape: scrape.clone(), proxy_mode: None });
+            m.record("b", Sample { at_unix_seconds: 30.0 * i as f64, scrape: scrape.clone(), proxy_mode: None });
+        }
+        let older = &m.nodes["a"].older;
+        assert_eq!(older.len(), 4);
+        let sync = |i: usize| &older[i].sync.as_ref().unwrap().bounds;
+        let np = |i: usize| &older[i].network_programming.as_ref().unwrap().bounds;
+        assert!((1..4).all(|i| Arc::ptr_eq(sync(0), sync(i))));
+        assert!(Arc::ptr_eq(np(0), np(1)) && Arc::ptr_eq(np(1), np(2)));
+        assert!(!Arc::ptr_eq(np(2), np(3)));
+        assert_eq!(np(3).len(), np(2).len() + 1);
+        // each node has its own
+        assert!(!Arc::ptr_eq(sync(0), &m.nodes["b"].older[0].sync.as_ref().unwrap().bounds));
     }
 
     #[test]
@@ -139,10 +430,12 @@ mod tests {
         for t in (0..=1200).step_by(30) {
             m.record("a", s(f64::from(t)));
         }
-        let q = &m.nodes["a"];
+        let n = &m.nodes["a"];
         // window start = 600: the baseline is the sample at 600, the newest 1200
-        assert_eq!(q.front().unwrap().at_unix_seconds, 600.0);
-        assert_eq!(q.back().unwrap().at_unix_seconds, 1200.0);
+        assert_eq!(n.older.front().unwrap().at_unix_seconds, 600.0);
+        assert_eq!(n.newest.at_unix_seconds, 1200.0);
+        // 20 older samples: the deque grew to that and no further
+        assert_eq!((n.older.len(), n.older.capacity()), (20, 21));
         assert_eq!(m.inputs().len(), 1);
         assert!(m.inputs()[0].earlier.is_some());
     }
