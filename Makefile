@@ -28,7 +28,7 @@ test: ## unit, property, integration and CLI tests; benches and examples built, 
 	cd e2e/testapp && cargo test --quiet
 	python3 -m unittest e2e/test_oci_image.py e2e/experiment/test_report.py
 
-e2e: k8s-bins ## start the local control plane, run the end-to-end tests, stop it
+e2e: k8s-bins image ## start the local control plane (the operator image imported into its real nodes), run the end-to-end tests, stop it
 	e2e/run-e2e.sh
 
 demo: k8s-bins ## the main job: the deploy-error experiment at a small size (one baseline, one protected rollout): table, picture, results.json

@@ -3,7 +3,8 @@
 # again whatever happens (no process, netns, veth, mount or cgroup is left behind: checked by
 # e2e/leftovers.sh, also after a cluster-up killed half-way). Two clusters in turn:
 #   1. the pinned current minor (e2e/k8s-version), with two real nodes: the deploy-error
-#      experiment (e2e/experiment.sh), webhook, operator, chart, ground truth, scale;
+#      experiment (e2e/experiment.sh), webhook, operator, chart, the operator's image as real
+#      pods with fault tests, ground truth, scale;
 #   2. Kubernetes 1.29 (native sleep gate off, kwok nodes only): the capability probe and the exec
 #      fallback.
 # ST_E2E_OLD_MINOR=0 skips the second; ST_E2E_EXPERIMENT=0 skips the experiment.
@@ -28,7 +29,9 @@ wait "$up_pid" 2>/dev/null || true
 e2e/cluster-down.sh
 e2e/leftovers.sh || { echo "cluster-down left the above behind after a killed cluster-up" >&2; exit 1; }
 
-e2e/cluster-up.sh
+# the operator's image (make image: image/build.sh reuses the archive it wrote), imported into
+# the real nodes' containerd for tests/e2e_operator_pods.rs
+ST_EXTRA_IMAGE_TARS="${ST_OPERATOR_IMAGE:-$(image/build.sh | tail -n 1)}" e2e/cluster-up.sh
 # shellcheck disable=SC1091
 source "$ST_E2E_DIR/env"
 cargo test --test e2e -- --ignored --test-threads=1
@@ -37,6 +40,10 @@ cargo test --test e2e -- --ignored --test-threads=1
 if [ -f tests/e2e_chart.rs ]; then
   cargo test --test e2e_chart -- --ignored --test-threads=1
 fi
+# the operator as real pods: the README's helm install on the real nodes, then the faults
+# (leader lost, pod-create storms during deletions, an upgrade and a CA rotation, the API
+# server and a kube-proxy restarted), each printing its numbers; t9 uninstalls the release
+cargo test --test e2e_operator_pods -- --ignored --test-threads=1 --nocapture
 # the deploy-error experiment: all four runs (baseline/protected, small/4,000 Services) with one
 # rolling restart per strategy, asserting what the product promises (make experiment: three per
 # strategy). After the tests above: its thousands of Services stay in kube-proxy's lifetime

@@ -274,7 +274,7 @@ async fn t1_readme_install_runs_the_image_on_real_nodes() {
     bad.spec.as_mut().unwrap().containers[0].security_context = Some(serde_json::from_value(json!({"privileged": true})).unwrap());
     let refused = pods_api.create(&PostParams { dry_run: true, ..Default::default() }, &bad).await;
     let msg = format!("{refused:?}");
-    assert!(msg.contains("violates PodSecurity \"restricted"), "a privileged pod was not refused by restricted: {msg}");
+    assert!(msg.contains("violates PodSecurity") && msg.contains("restricted:latest"), "a privileged pod was not refused by restricted: {msg}");
 
     // one leader, holding the Lease under its pod name, and it writes metrics as the leader
     let l = common::wait_for("a lease holder", 60, async || lease(&client).await.as_ref().and_then(holder)).await;
