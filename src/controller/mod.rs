@@ -55,7 +55,8 @@ pub struct Published {
 pub fn spawn(shared: &Shared, tasks: &mut Tasks, config: Config) -> Published {
     let plans = PlanHandle::new();
     let cluster = Arc::new(ClusterIndex::default());
-    let (native_tx, native_rx) = watch::channel(false);
+    // None until the first probe answers (see tasks::publish_plans)
+    let (native_tx, native_rx) = watch::channel(None);
     let client = &shared.client;
     tasks.spawn("service index", cluster.clone().run(client.clone(), shared.stop.clone()));
     tasks.spawn(

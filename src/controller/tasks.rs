@@ -14,14 +14,22 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+/// How long the first plan waits for the capability probe's first answer before it is
+/// published assuming no native sleep (the probe's own default): a replica that cannot probe
+/// (an admission policy refusing the dry run) still serves, with the exec fallback or a skip.
+pub const FIRST_PROBE_WAIT: Duration = Duration::from_secs(30);
+
 /// Watches every TerminationPolicy and publishes a new [`crate::webhook::Plan`] on each change
-/// and each capability change. The first plan is published once the initial list is complete,
-/// so `/readyz` (which waits for a published plan) never serves a partial view. Returns on
-/// `stop`.
+/// and each capability change. The first plan is published once the initial list is complete
+/// and the capability probe has answered (`native_sleep` is `Some`; at most
+/// [`FIRST_PROBE_WAIT`] after the publisher starts), so `/readyz` (which waits for a published plan) never
+/// serves a partial view: a replica that became ready before it knew that the API server keeps
+/// a native sleep answered pods unmutated (seen in tests/e2e_operator_pods.rs t4: 2 of 500
+/// pods, HTTP 200, no preStop). Returns on `stop`.
 pub async fn publish_plans(
     client: Client,
     plans: PlanHandle,
-    mut native_sleep: watch::Receiver<bool>,
+    mut native_sleep: watch::Receiver<Option<bool>>,
     default_ref: Option<DefaultPolicyRef>,
     stop: CancellationToken,
 ) {
@@ -31,6 +39,10 @@ pub async fn publish_plans(
         .default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut listed = false;
+    let mut published = false;
+    let probe_deadline = tokio::time::sleep(FIRST_PROBE_WAIT);
+    let mut probe_deadline = std::pin::pin!(probe_deadline);
+    let mut waited = false;
     let publish = |store: &reflector::Store<TerminationPolicy>, native: bool| {
         let policies: Vec<TerminationPolicy> = store.state().iter().map(|p| (**p).clone()).collect();
         let plan = build_plan(&policies, native, default_ref.as_ref());
@@ -38,31 +50,46 @@ pub async fn publish_plans(
         plans.publish(plan);
     };
     loop {
-        tokio::select! {
+        let changed = tokio::select! {
             _ = stop.cancelled() => return,
             ev = stream.next() => match ev {
                 Some(Ok(watcher::Event::InitDone)) => {
                     listed = true;
-                    publish(&store, *native_sleep.borrow());
+                    true
                 }
-                Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))) if listed => publish(&store, *native_sleep.borrow()),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => tracing::warn!(error = %e, "TerminationPolicy watch error"),
+                Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))) => listed,
+                Some(Ok(_)) => false,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "TerminationPolicy watch error");
+                    false
+                }
                 None => return,
             },
             changed = native_sleep.changed() => {
                 if changed.is_err() { return; }
-                if listed { publish(&store, *native_sleep.borrow()); }
+                listed
             }
+            () = &mut probe_deadline, if !waited => {
+                waited = true;
+                if native_sleep.borrow().is_none() {
+                    tracing::warn!(seconds = FIRST_PROBE_WAIT.as_secs(), "no capability probe answer yet: serving as if native sleep were unavailable");
+                }
+                listed
+            }
+        };
+        let native = *native_sleep.borrow();
+        if changed && listed && (native.is_some() || waited || published) {
+            publish(&store, native.unwrap_or(false));
+            published = true;
         }
     }
 }
 
 /// Probes native-sleep support now, then every `interval`, and immediately when the API
-/// server's version changes. Publishes the answer on `tx`; a failed probe keeps the last
-/// answer (the first answer before any success is `false`: exec fallback or skip, never a pod
-/// the API server would reject).
-pub async fn probe_capabilities(client: Client, namespace: String, tx: watch::Sender<bool>, interval: Duration, stop: CancellationToken) {
+/// server's version changes. Publishes the answer on `tx` (`None` until the first probe that
+/// succeeds); a failed probe keeps the last answer (the plan publisher treats `None` as `false`
+/// after [`FIRST_PROBE_WAIT`]: exec fallback or skip, never a pod the API server would reject).
+pub async fn probe_capabilities(client: Client, namespace: String, tx: watch::Sender<Option<bool>>, interval: Duration, stop: CancellationToken) {
     let mut last_version: Option<String> = None;
     let mut next_probe = tokio::time::Instant::now();
     let mut tick = tokio::time::interval(Duration::from_secs(60));
@@ -84,7 +111,7 @@ pub async fn probe_capabilities(client: Client, namespace: String, tx: watch::Se
                 } else {
                     tracing::info!(version = ?version, "native preStop sleep available");
                 }
-                tx.send_if_modified(|v| std::mem::replace(v, native) != native);
+                tx.send_if_modified(|v| std::mem::replace(v, Some(native)) != Some(native));
                 last_version = version;
                 next_probe = tokio::time::Instant::now() + interval;
             }
