@@ -6,9 +6,11 @@
 //! node) is 105,000 samples. Only the newest sample of a node is analysed whole; the older ones
 //! are kept only because the oldest of them becomes the `earlier` scrape of the analysis, which
 //! reads nothing but its sync and network-programming histograms ([`crate::model::measure_node`]).
-//! So a node keeps its newest [`Sample`] as recorded and the older ones as [`CompactSample`]s
-//! (those two histograms, exactly, with their bounds shared between samples), plus the proxy
-//! mode and the time (BENCHMARKS.md "Operator memory": `examples/store_memory.rs`).
+//! So a node keeps its newest [`Sample`] as recorded and the older ones compact: those two
+//! histograms, exactly (bucket counts packed as varint increments, the bounds shared by every
+//! sample with the same layout), the proxy mode and the time. A whole v1.29 sample holds about
+//! 2.7 KB; a compact one about 140 bytes. `examples/store_memory.rs` measures it (BENCHMARKS.md
+//! "Operator memory"): 5,000 nodes x 21 samples, 270.6 MiB of heap before, 27.4 MiB now.
 
 use crate::exposition::{Bucket, Histogram, KubeProxyScrape};
 use crate::model::{NodeInput, ProxyMode};
@@ -48,34 +50,121 @@ fn next_revision() -> u64 {
 /// The bucket counts of a stored histogram, exactly as scraped.
 #[derive(Debug, Clone, PartialEq)]
 enum Counts {
-    /// Every count is a whole number that survives `f64 -> u64 -> f64` bit for bit (the norm:
-    /// the counts are counters).
-    Integers(Box<[u64]>),
-    /// Anything else (a fraction, NaN, a negative count, `-0`): the counts as they are.
+    /// Whole numbers that survive `f64 -> u64 -> f64` bit for bit and never decrease from one
+    /// bucket to the next (the norm: cumulative counters), packed ([`pack`]): the increments
+    /// between consecutive buckets as varints, a flat stretch (the empty head, the full tail)
+    /// as one varint of its length. 82 network-programming buckets take 656 bytes as `u64`s,
+    /// typically under 30 packed.
+    Packed(Box<[u8]>),
+    /// Anything else (a fraction, NaN, a negative count, `-0`, a count lower than the one
+    /// before it): the counts as they are.
     Floats(Box<[f64]>),
 }
 
 impl Counts {
     fn new(buckets: &[Bucket]) -> Self {
         let exact = |c: f64| (c as u64 as f64).to_bits() == c.to_bits();
-        if buckets.iter().all(|b| exact(b.count)) {
-            Self::Integers(buckets.iter().map(|b| b.count as u64).collect())
-        } else {
-            Self::Floats(buckets.iter().map(|b| b.count).collect())
+        let packed = buckets.iter().all(|b| exact(b.count)).then(|| pack(buckets.iter().map(|b| b.count as u64))).flatten();
+        match packed {
+            Some(bytes) => Self::Packed(bytes.into_boxed_slice()),
+            None => Self::Floats(buckets.iter().map(|b| b.count).collect()),
         }
     }
 
-    /// The counts as `f64`, in bucket order.
-    fn to_f64(&self) -> Vec<f64> {
+    /// The `n` counts as `f64`, in bucket order (`n`: the number of bounds).
+    fn to_f64(&self, n: usize) -> Vec<f64> {
         match self {
-            Self::Integers(c) => c.iter().map(|&c| c as f64).collect(),
+            Self::Packed(bytes) => unpack(bytes, n).into_iter().map(|c| c as f64).collect(),
             Self::Floats(c) => c.to_vec(),
         }
     }
 }
 
-/// A histogram as an older sample keeps it: the bounds (shared with the node's previous sample
-/// when equal), the counts ([`Counts`]) and the sum. Re-expands to the same [`Histogram`].
+/// Packs non-decreasing counts: a sequence of (number of zero increments, as a varint; then,
+/// unless the counts end there, the next increment, non-zero, as a varint). Varints are LEB128:
+/// seven bits a byte, low bits first, the high bit set on every byte but the last. `None` when
+/// a count is lower than the one before it (no increment to write).
+fn pack(counts: impl Iterator<Item = u64>) -> Option<Vec<u8>> {
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    let mut out = Vec::new();
+    let (mut previous, mut zeros) = (0u64, 0u64);
+    for c in counts {
+        let increment = c.checked_sub(previous)?;
+        previous = c;
+        if increment == 0 {
+            zeros += 1;
+        } else {
+            varint(&mut out, zeros);
+            varint(&mut out, increment);
+            zeros = 0;
+        }
+    }
+    if zeros > 0 {
+        varint(&mut out, zeros);
+    }
+    Some(out)
+}
+
+/// The `n` counts [`pack`] packed into `bytes`.
+fn unpack(mut bytes: &[u8], n: usize) -> Vec<u64> {
+    let mut varint = || {
+        let (mut v, mut shift) = (0u64, 0);
+        while let Some((&b, rest)) = bytes.split_first() {
+            bytes = rest;
+            v |= u64::from(b & 0x7f) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        v
+    };
+    let mut out = Vec::with_capacity(n);
+    let mut previous = 0u64;
+    while out.len() < n {
+        let zeros = usize::try_from(varint()).unwrap_or(usize::MAX).min(n - out.len());
+        out.resize(out.len() + zeros, previous);
+        if out.len() < n {
+            previous += varint();
+            out.push(previous);
+        }
+    }
+    out
+}
+
+/// The bucket layouts (upper bounds) the store's compact samples use, one allocation each:
+/// every node of a cluster normally has the same two (sync, network programming), so 5,000
+/// nodes x 21 samples share them instead of holding 105,000 copies (656 bytes each for network
+/// programming).
+#[derive(Debug, Clone, Default)]
+struct Layouts(Vec<Arc<[f64]>>);
+
+impl Layouts {
+    /// The shared bounds of `buckets` (bit for bit equal, so `-0` and `0` stay apart). A new
+    /// layout first drops those no sample uses any more (an upgrade's old buckets), so the list
+    /// stays as long as the layouts in use.
+    fn intern(&mut self, buckets: &[Bucket]) -> Arc<[f64]> {
+        let same = |l: &&Arc<[f64]>| {
+            l.len() == buckets.len() && l.iter().zip(buckets).all(|(a, b)| a.to_bits() == b.upper_bound_seconds.to_bits())
+        };
+        if let Some(l) = self.0.iter().find(same) {
+            return l.clone();
+        }
+        self.0.retain(|l| Arc::strong_count(l) > 1);
+        let l: Arc<[f64]> = buckets.iter().map(|b| b.upper_bound_seconds).collect();
+        self.0.push(l.clone());
+        l
+    }
+}
+
+/// A histogram as an older sample keeps it: the bounds (shared, [`Layouts`]), the counts
+/// ([`Counts`]) and the sum. Re-expands to the same [`Histogram`].
 #[derive(Debug, Clone, PartialEq)]
 struct CompactHistogram {
     /// Upper bounds in seconds, sorted, the last `+Inf` (as in the histogram).
@@ -85,24 +174,15 @@ struct CompactHistogram {
 }
 
 impl CompactHistogram {
-    /// `h` compacted; its bounds are `previous`'s (one allocation for both) when bit-for-bit
-    /// equal.
-    fn new(h: &Histogram, previous: Option<&CompactHistogram>) -> Self {
+    /// `h` compacted, its bounds from `layouts`.
+    fn new(h: &Histogram, layouts: &mut Layouts) -> Self {
         let buckets = h.buckets();
-        let same = |p: &&CompactHistogram| {
-            p.bounds.len() == buckets.len()
-                && p.bounds.iter().zip(buckets).all(|(a, b)| a.to_bits() == b.upper_bound_seconds.to_bits())
-        };
-        let bounds = match previous.filter(same) {
-            Some(p) => p.bounds.clone(),
-            None => buckets.iter().map(|b| b.upper_bound_seconds).collect(),
-        };
-        Self { bounds, counts: Counts::new(buckets), sum_seconds: h.sum_seconds }
+        Self { bounds: layouts.intern(buckets), counts: Counts::new(buckets), sum_seconds: h.sum_seconds }
     }
 
     /// The histogram it was made from.
     fn expand(&self) -> Histogram {
-        let buckets = self.bounds.iter().zip(self.counts.to_f64()).map(|(&b, count)| Bucket { upper_bound_seconds: b, count }).collect();
+        let buckets = self.bounds.iter().zip(self.counts.to_f64(self.bounds.len())).map(|(&b, count)| Bucket { upper_bound_seconds: b, count }).collect();
         // the bounds come from a histogram: sorted, distinct and ending in +Inf
         Histogram::new(buckets, self.sum_seconds).expect("a compacted histogram re-expands")
     }
@@ -120,19 +200,15 @@ struct CompactSample {
 }
 
 impl CompactSample {
-    /// `sample` compacted, sharing bounds with `previous` (the node's sample before it) where
-    /// they are equal.
-    fn new(sample: &Sample, previous: Option<&CompactSample>) -> Self {
+    /// `sample` compacted, its bounds from `layouts`.
+    fn new(sample: &Sample, layouts: &mut Layouts) -> Self {
         let scrape = &sample.scrape;
         Self {
             at_unix_seconds: sample.at_unix_seconds,
             proxy_mode: sample.proxy_mode,
             sync_from_legacy_microseconds: scrape.sync_from_legacy_microseconds,
-            sync: scrape.sync.as_ref().map(|h| CompactHistogram::new(h, previous.and_then(|p| p.sync.as_ref()))),
-            network_programming: scrape
-                .network_programming
-                .as_ref()
-                .map(|h| CompactHistogram::new(h, previous.and_then(|p| p.network_programming.as_ref()))),
+            sync: scrape.sync.as_ref().map(|h| CompactHistogram::new(h, layouts)),
+            network_programming: scrape.network_programming.as_ref().map(|h| CompactHistogram::new(h, layouts)),
         }
     }
 
@@ -160,6 +236,7 @@ struct NodeSamples {
 pub struct MeasurementStore {
     window_seconds: f64,
     nodes: BTreeMap<String, NodeSamples>,
+    layouts: Layouts,
     failures: BTreeMap<String, NodeFailure>,
     revision: u64,
 }
@@ -177,8 +254,8 @@ impl MeasurementStore {
 
     /// Records a successful scrape and clears the node's failure. Keeps every sample inside the
     /// window plus the newest one at or before the window's start (the baseline of the delta).
-    /// The previous newest sample is compacted ([`CompactSample`]): only the earlier scrape of
-    /// the analysis is read from older samples, and only its sync and network programming.
+    /// The previous newest sample is compacted: only the earlier scrape of the analysis is read
+    /// from older samples, and only its sync and network programming (see the module docs).
     pub fn record(&mut self, node: &str, sample: Sample) {
         self.revision = next_revision();
         self.failures.remove(node);
@@ -188,7 +265,7 @@ impl MeasurementStore {
             return;
         };
         let previous = std::mem::replace(&mut n.newest, sample);
-        let compact = CompactSample::new(&previous, n.older.back());
+        let compact = CompactSample::new(&previous, &mut self.layouts);
         drop(previous);
         // grow one sample at a time: the deque settles at the window's size instead of the next
         // power of two
@@ -241,7 +318,8 @@ impl MeasurementStore {
     /// The analysis inputs: per node, the newest sample and (when there are two or more) the
     /// oldest kept one as the earlier scrape. Failed nodes with old samples still contribute
     /// their last known window. The earlier scrape holds only its sync and network-programming
-    /// histograms (see [`CompactSample::scrape`]): all the analysis reads of it.
+    /// histograms (and whether sync came from the legacy microsecond family), exactly as
+    /// scraped, its other fields default: all the analysis reads of it.
     pub fn inputs(&self) -> Vec<NodeInput> {
         self.nodes
             .iter()
@@ -357,11 +435,10 @@ mod tests {
                 let n = &store.nodes["n"];
                 assert_eq!(n.older.len() + 1, whole.0.len(), "{name}, scrape {i}");
                 assert_eq!(n.older.front().map(|c| c.at_unix_seconds), (whole.0.len() >= 2).then(|| whole.0[0].at_unix_seconds));
-                let kinds = n.older.iter().filter_map(|c| c.network_programming.as_ref()).map(|h| matches!(h.counts, Counts::Floats(_)));
-                assert!(kinds.clone().all(|f| !f) || (fraction > 0.0 && i > 31), "{name}: only fractional counts are floats");
-                if fraction > 0.0 && i > 31 {
-                    assert!(kinds.last().unwrap_or(true), "{name}: fractional counts are floats");
-                }
+                // fractional counts (scrapes 31 on of the fractional run, compacted from the next
+                // record on) are kept as floats, whole ones packed
+                let floats = n.older.iter().filter_map(|c| c.sync.as_ref()).filter(|h| matches!(h.counts, Counts::Floats(_))).count();
+                assert_eq!(floats > 0, fraction > 0.0 && i > 31, "{name} {fraction}, scrape {i}");
                 // and the same analysis
                 let measured = |i: &NodeInput| format!("{:?}", crate::model::measure_node(i, 1.0, 5, None));
                 assert_eq!(measured(&inputs[0]), measured(&reference), "{name}, scrape {i}");
@@ -378,7 +455,7 @@ mod tests {
             .map(|(&count, upper_bound_seconds)| Bucket { upper_bound_seconds, count })
             .collect();
         let h = Histogram::new(buckets, Some(0.3)).unwrap();
-        let compact = CompactHistogram::new(&h, None);
+        let compact = CompactHistogram::new(&h, &mut Layouts::default());
         assert!(matches!(compact.counts, Counts::Floats(_)));
         let back = compact.expand();
         let bits = |h: &Histogram| h.buckets().iter().map(|b| (b.upper_bound_seconds.to_bits(), b.count.to_bits())).collect::<Vec<_>>();
@@ -387,41 +464,87 @@ mod tests {
         // whole numbers, up to the largest a u64 holds, are kept as integers
         for c in [0.0, 1.0, 9_007_199_254_740_992.0, 1.8e19] {
             let h = Histogram::new(vec![Bucket { upper_bound_seconds: f64::INFINITY, count: c }], None).unwrap();
-            let compact = CompactHistogram::new(&h, None);
-            assert!(matches!(compact.counts, Counts::Integers(_)), "{c}");
+            let compact = CompactHistogram::new(&h, &mut Layouts::default());
+            assert!(matches!(compact.counts, Counts::Packed(_)), "{c}");
             assert_eq!(compact.expand().count().to_bits(), c.to_bits());
         }
         // but not -0, which a u64 would turn into 0
         let h = Histogram::new(vec![Bucket { upper_bound_seconds: f64::INFINITY, count: -0.0 }], None).unwrap();
-        let back = CompactHistogram::new(&h, None).expand();
+        let back = CompactHistogram::new(&h, &mut Layouts::default()).expand();
         assert_eq!(back.count().to_bits(), (-0.0f64).to_bits());
     }
 
     #[test]
-    fn bounds_are_shared_between_consecutive_samples_of_a_node() {
-        let (_, base) = real_scrapes().into_iter().find(|(name, _)| *name == "v1.29").unwrap();
-        let mut m = MeasurementStore::new(600.0);
-        let mut upgraded = base.clone();
-        // an upgrade that changes the network-programming buckets
-        upgraded.network_programming = Some(grown(base.network_programming.as_ref().unwrap(), 0, 1.0));
-        let np = upgraded.network_programming.as_ref().unwrap();
+    fn packed_counts_round_trip() {
+        let cases: [&[u64]; 7] = [
+            &[],
+            &[0, 0, 0],
+            &[5],
+            &[0, 0, 1, 1, 1, 2, 2, 2, 2],
+            &[1, 128, 300, 300, 16_384, u64::MAX / 2, u64::MAX / 2, u64::MAX],
+            &[7; 200],
+            &[0, 127, 128, 255, 256, 1 << 35, (1 << 35) + 1],
+        ];
+        for counts in cases {
+            let bytes = pack(counts.iter().copied()).unwrap();
+            assert_eq!(unpack(&bytes, counts.len()), counts, "{counts:?} as {bytes:?}");
+        }
+        // a flat stretch is one byte, however long
+        assert_eq!(pack([0; 81].into_iter().chain([3])).unwrap(), [81, 3]);
+        assert_eq!(pack([3; 81].into_iter()).unwrap(), [0, 3, 80]);
+        // counts that go down are not packed
+        assert_eq!(pack([2, 1].into_iter()), None);
+        // the real network-programming histogram: 82 buckets in a few bytes
+        let (_, scrape) = real_scrapes().into_iter().find(|(name, _)| *name == "v1.29").unwrap();
+        let np = CompactHistogram::new(scrape.network_programming.as_ref().unwrap(), &mut Layouts::default());
+        assert_eq!(np.bounds.len(), 82);
+        assert!(matches!(&np.counts, Counts::Packed(b) if b.len() <= 10), "{:?}", np.counts);
+    }
+
+    /// `scrape` after an upgrade that added a network-programming bucket at `bound`.
+    fn with_np_bucket(scrape: &KubeProxyScrape, bound: f64) -> KubeProxyScrape {
+        let np = scrape.network_programming.as_ref().unwrap();
         let mut buckets = np.buckets().to_vec();
-        buckets.insert(0, Bucket { upper_bound_seconds: 0.001, count: 0.0 });
-        upgraded.network_programming = Some(Histogram::new(buckets, np.sum_seconds).unwrap());
+        buckets.push(Bucket { upper_bound_seconds: bound, count: 0.0 });
+        KubeProxyScrape { network_programming: Some(Histogram::new(buckets, np.sum_seconds).unwrap()), ..scrape.clone() }
+    }
+
+    #[test]
+    fn bounds_are_shared_between_samples_and_nodes() {
+        let (_, base) = real_scrapes().into_iter().find(|(name, _)| *name == "v1.29").unwrap();
+        let upgraded = with_np_bucket(&base, -1.0);
+        let mut m = MeasurementStore::new(600.0);
         for (i, scrape) in [&base, &base, &base, &upgraded, &upgraded].into_iter().enumerate() {
             m.record("a", Sample { at_unix_seconds: 30.0 * i as f64, scrape: scrape.clone(), proxy_mode: None });
             m.record("b", Sample { at_unix_seconds: 30.0 * i as f64, scrape: scrape.clone(), proxy_mode: None });
         }
-        let older = &m.nodes["a"].older;
-        assert_eq!(older.len(), 4);
-        let sync = |i: usize| &older[i].sync.as_ref().unwrap().bounds;
-        let np = |i: usize| &older[i].network_programming.as_ref().unwrap().bounds;
-        assert!((1..4).all(|i| Arc::ptr_eq(sync(0), sync(i))));
-        assert!(Arc::ptr_eq(np(0), np(1)) && Arc::ptr_eq(np(1), np(2)));
-        assert!(!Arc::ptr_eq(np(2), np(3)));
-        assert_eq!(np(3).len(), np(2).len() + 1);
-        // each node has its own
-        assert!(!Arc::ptr_eq(sync(0), &m.nodes["b"].older[0].sync.as_ref().unwrap().bounds));
+        let bounds = |node: &str, i: usize, np: bool| {
+            let c = &m.nodes[node].older[i];
+            if np { c.network_programming.as_ref() } else { c.sync.as_ref() }.unwrap().bounds.clone()
+        };
+        assert_eq!(m.nodes["a"].older.len(), 4);
+        // one sync layout for every sample of both nodes; network programming changed once
+        assert!((0..4).all(|i| Arc::ptr_eq(&bounds("a", 0, false), &bounds("a", i, false))));
+        assert!(Arc::ptr_eq(&bounds("a", 0, false), &bounds("b", 0, false)));
+        assert!(Arc::ptr_eq(&bounds("a", 0, true), &bounds("a", 2, true)));
+        assert!(Arc::ptr_eq(&bounds("a", 0, true), &bounds("b", 1, true)));
+        assert!(!Arc::ptr_eq(&bounds("a", 2, true), &bounds("a", 3, true)));
+        assert_eq!(bounds("a", 3, true).len(), 83);
+        assert_eq!(m.layouts.0.len(), 3);
+        // once no sample uses the first layout, the next new one replaces it
+        m.retain_nodes(&["a".into()]);
+        let again = with_np_bucket(&upgraded, -2.0);
+        for (i, scrape) in [&upgraded, &upgraded, &again, &again].into_iter().enumerate() {
+            m.record("a", Sample { at_unix_seconds: 10_000.0 + 30.0 * i as f64, scrape: scrape.clone(), proxy_mode: None });
+        }
+        let np_lengths = |m: &MeasurementStore| m.layouts.0.iter().map(|l| l.len()).collect::<Vec<_>>();
+        assert_eq!(np_lengths(&m), [16, 83, 84]);
+        // -0 and 0 are not the same bound
+        let zero = with_np_bucket(&base, -0.0);
+        let mut layouts = Layouts::default();
+        let a = CompactHistogram::new(zero.network_programming.as_ref().unwrap(), &mut layouts);
+        let b = CompactHistogram::new(base.network_programming.as_ref().unwrap(), &mut layouts);
+        assert!(!Arc::ptr_eq(&a.bounds, &b.bounds));
     }
 
     #[test]
