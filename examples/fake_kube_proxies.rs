@@ -21,6 +21,9 @@ use axum::body::Bytes;
 use axum::routing::get;
 use std::io::{BufRead, Write};
 
+mod common;
+use common::arg;
+
 /// The real scrape the body starts with.
 const BASE_SCRAPE: &str = include_str!("../tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt");
 
@@ -89,14 +92,6 @@ pub fn synthesize_scrape(target_bytes: usize) -> String {
     s
 }
 
-fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} expects a number, got {v:?}")))
-        .unwrap_or(default)
-}
-
 /// Raises the soft open-files limit to the hard limit (each server holds a listener and one
 /// connection per client).
 fn raise_nofile() -> u64 {
@@ -114,8 +109,8 @@ fn raise_nofile() -> u64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let count = arg(&args, "--count", 1000);
-    let size = arg(&args, "--size-kb", 75) * 1024;
+    let count = arg(&args, "--count", 1000usize);
+    let size = arg(&args, "--size-kb", 75usize) * 1024;
     let body = synthesize_scrape(size);
     if args.iter().any(|a| a == "--print-scrape") {
         print!("{body}");

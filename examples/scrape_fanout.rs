@@ -13,8 +13,9 @@
 //! target/release/examples/scrape_fanout [--count 1000] [--in-flight 64] [--timeout-ms 5000] [--cycles 5] [--size-kb 75]
 //! ```
 //!
-//! Cycle 1 opens every connection (cold); later cycles reuse the kept-alive connections, as
-//! the operator does at its 30 s interval (reqwest keeps idle connections for 90 s).
+//! Every cycle opens every connection, as the operator does: its scrape client keeps no idle
+//! connection between cycles (`sources::fetch::http_client`, issue 16). Cycle 1 is "cold"
+//! (the first parse, caches and pages), later ones "warm".
 
 use safe_termination::analysis::{AnalysisOptions, analyze};
 use safe_termination::crd::TerminationPolicySpec;
@@ -26,13 +27,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn arg(args: &[String], name: &str, default: u64) -> u64 {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} expects a number, got {v:?}")))
-        .unwrap_or(default)
-}
+mod common;
+use common::arg;
 
 /// User + system CPU seconds of this process (all threads).
 fn cpu_seconds() -> f64 {
@@ -61,11 +57,11 @@ fn raise_nofile() -> u64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let count = arg(&args, "--count", 1000);
-    let in_flight = arg(&args, "--in-flight", 64) as usize;
-    let timeout = Duration::from_millis(arg(&args, "--timeout-ms", 5000));
-    let cycles = arg(&args, "--cycles", 5).max(1);
-    let size_kb = arg(&args, "--size-kb", 75);
+    let count = arg(&args, "--count", 1000u64);
+    let in_flight = arg(&args, "--in-flight", 64usize);
+    let timeout = Duration::from_millis(arg(&args, "--timeout-ms", 5000u64));
+    let cycles = arg(&args, "--cycles", 5u64).max(1);
+    let size_kb = arg(&args, "--size-kb", 75u64);
     let nofile = raise_nofile();
 
     let servers = std::env::current_exe().unwrap().with_file_name("fake_kube_proxies");
@@ -126,7 +122,7 @@ fn main() {
             let cpu = cpu_seconds() - cpu0;
             println!(
                 "cycle {cycle} ({}): wall {:.3} s (scrape {:.3} s), client CPU {:.3} s, scraped {}, failed {}",
-                if cycle == 1 { "cold, new connections" } else { "warm, kept-alive connections" },
+                if cycle == 1 { "cold, new connections" } else { "warm, new connections" },
                 wall.as_secs_f64(),
                 scrape_wall.as_secs_f64(),
                 cpu,

@@ -23,6 +23,9 @@ use safe_termination::model::ProxyMode;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
+mod common;
+use common::arg;
+
 /// mimalloc (the binary's allocator) counting the bytes currently allocated.
 struct Counting;
 
@@ -92,18 +95,10 @@ fn vm_rss() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} expects a number, got {v:?}")))
-        .unwrap_or(default)
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let nodes = arg(&args, "--nodes", 5000);
-    let scrapes = arg(&args, "--scrapes", 21);
+    let nodes = arg(&args, "--nodes", 5000usize);
+    let scrapes = arg(&args, "--scrapes", 21usize);
     let base = parse_kube_proxy_metrics(SCRAPE).expect("the v1.29 excerpt parses");
     let names: Vec<String> = (0..nodes).map(|i| format!("node-{i:05}")).collect();
 
