@@ -15,7 +15,7 @@
 use crate::exposition::{Bucket, Histogram, KubeProxyScrape};
 use crate::model::{NodeInput, ProxyMode};
 use serde::Serialize;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 /// One successful scrape of a node.
@@ -286,11 +286,14 @@ impl MeasurementStore {
         self.failures.insert(node.to_string(), failure);
     }
 
-    /// Drops nodes (and failures) not in `present` (kube-proxy pods that went away).
+    /// Drops nodes (and failures) not in `present` (kube-proxy pods that went away). One set
+    /// lookup per node: a scan of `present` per node would be up to 25 million string
+    /// comparisons every cycle with 5,000 nodes, under the store's lock.
     pub fn retain_nodes(&mut self, present: &[String]) {
         self.revision = next_revision();
-        self.nodes.retain(|n, _| present.contains(n));
-        self.failures.retain(|n, _| present.contains(n));
+        let present: HashSet<&str> = present.iter().map(String::as_str).collect();
+        self.nodes.retain(|n, _| present.contains(n.as_str()));
+        self.failures.retain(|n, _| present.contains(n.as_str()));
     }
 
     /// The measurement generation of the samples: it changes whenever [`Self::inputs`] may
