@@ -286,7 +286,10 @@ fn check_deployment(docs: &[Value], release_ns: &str, fullname: &str, replicas: 
     assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
     assert_eq!(pod["serviceAccountName"], fullname);
     let spread = pod["topologySpreadConstraints"].as_array().unwrap();
-    assert!(spread.iter().any(|t| t["topologyKey"] == "kubernetes.io/hostname"), "spread over nodes");
+    let nodes = spread.iter().find(|t| t["topologyKey"] == "kubernetes.io/hostname").expect("spread over nodes");
+    // (no ci/ value set overrides it) hard, honouring taints: else a tainted control-plane node blocks
+    assert_eq!(nodes["whenUnsatisfiable"], "DoNotSchedule");
+    assert_eq!(nodes["nodeTaintsPolicy"], "Honor");
     let containers = pod["containers"].as_array().unwrap();
     assert_eq!(containers.len(), 1);
     let c = &containers[0];

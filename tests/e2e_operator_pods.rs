@@ -737,7 +737,7 @@ async fn t5_pod_storm_during_helm_upgrade_admits_every_pod_mutated() {
         let chart = root().join("charts/safe-termination");
         let stamp = format!("podAnnotations.e2e/upgraded={}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
         let out = tokio::task::spawn_blocking(move || {
-            run(tool("helm").args(["upgrade", RELEASE]).arg(chart).args(["-n", NS, "-f"]).arg(values.path()).args(["--set", &stamp, "--wait", "--timeout", "180s"]), None)
+            run(tool("helm").args(["upgrade", RELEASE]).arg(chart).args(["-n", NS, "-f"]).arg(values.path()).args(["--set-string", &stamp, "--wait", "--timeout", "180s"]), None)
         })
         .await
         .unwrap();
@@ -750,6 +750,9 @@ async fn t5_pod_storm_during_helm_upgrade_admits_every_pod_mutated() {
     assert!(s.unmutated.is_empty(), "{} pods admitted unmutated during the upgrade: {:?}", s.unmutated.len(), &s.unmutated[..s.unmutated.len().min(10)]);
     assert_eq!(s.fail_open_calls, 0.0, "the API server failed open during the upgrade");
     assert!(s.codes_delta().keys().all(|c| c == "200"), "webhook calls other than 200: {:?}", s.codes_delta());
+    // the rollout kept the replicas on two nodes
+    let nodes: std::collections::BTreeSet<String> = wait_serving(&client, 2, 180).await.iter().map(node_of).collect();
+    assert_eq!(nodes.len(), 2, "after the upgrade the replicas share a node: {nodes:?}");
     delete_namespaces(&client, &namespaces).await;
 }
 
@@ -993,18 +996,24 @@ async fn t8_existing_secret_mode_serves_the_users_certificate() {
     let _ = try_run(tool("kubectl").args(["-n", NS, "delete", "secret", secret]), None);
     run(tool("kubectl").args(["-n", NS, "create", "secret", "tls", secret]).arg(format!("--cert={}", dir.path().join("tls.crt").display())).arg(format!("--key={}", dir.path().join("tls.key").display())), None);
     let values = values_file();
-    let t = Instant::now();
-    run(
-        tool("helm")
-            .args(["upgrade", RELEASE])
+    let upgrade = |extra: &[&str]| {
+        let mut c = tool("helm");
+        c.args(["upgrade", RELEASE])
             .arg(root().join("charts/safe-termination"))
             .args(["-n", NS, "-f"])
             .arg(values.path())
             .args(["--set", "certificates.mode=existingSecret", "--set", &format!("certificates.existingSecret.name={secret}")])
             .arg(format!("--set-file=certificates.existingSecret.caBundle={}", dir.path().join("ca.crt").display()))
-            .args(["--wait", "--timeout", "180s"]),
-        None,
-    );
+            .args(["--wait", "--timeout", "180s"])
+            .args(extra);
+        try_run(&mut c, None)
+    };
+    // Helm 4 applies server-side: the caBundle the operator patched in operator mode belongs to
+    // its field manager, so the switch needs --force-conflicts (chart README, "Certificates")
+    let refused = upgrade(&[]).expect_err("switching certificates.mode from operator without --force-conflicts");
+    assert!(refused.contains("conflict") && refused.contains("safe-termination-certs"), "{refused}");
+    let t = Instant::now();
+    upgrade(&["--force-conflicts"]).unwrap_or_else(|e| panic!("{e}"));
     let pods = wait_serving(&client, 2, 180).await;
     let hooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> = Api::all(client.clone());
     let bundle = hooks.get(RELEASE).await.unwrap().webhooks.unwrap()[0].client_config.ca_bundle.clone().unwrap().0;
