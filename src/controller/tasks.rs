@@ -111,7 +111,7 @@ pub async fn probe_capabilities(client: Client, namespace: String, tx: watch::Se
                 } else {
                     tracing::info!(version = ?version, "native preStop sleep available");
                 }
-                tx.send_if_modified(|v| std::mem::replace(v, Some(native)) != Some(native));
+                tx.send_if_modified(|v| v.replace(native) != Some(native));
                 last_version = version;
                 next_probe = tokio::time::Instant::now() + interval;
             }
