@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Resident memory of `safe-termination run` in a cluster with many Services and endpoints
-# (issue 4, Performance; BENCHMARKS.md "Operator memory"). Target: under 150 MiB with 10,000
-# Services and 100,000 endpoints.
+# (issue 4, Performance; issue 16 part 3; BENCHMARKS.md "Operator memory"). Target: under
+# 150 MiB with 5,000 nodes' rolling windows, 10,000 Services and 150,000 endpoints.
 #
 # 1. Starts the local control plane (e2e/cluster-up.sh) WITHOUT kube-proxies (KP_MODES=none: no
 #    kube-proxy has to program 100,000 endpoints; the operator's watches and index are what is
@@ -11,22 +11,34 @@
 #    empty slice per Service, as in a real cluster).
 # 3. One TerminationPolicy per namespace (scope ServiceBacked), so reconciles, status writes,
 #    the plan and the Service index are all live.
-# 4. `safe-termination run` (release build, leader election on, default kube-proxy discovery:
-#    it finds none) until its metrics show every Service and endpoint
-#    (safe_termination_controller_cluster_services / _cluster_endpoints), then VmRSS sampled
+# 4. NODES fake kube-proxies on 127.0.0.1 (examples/fake_kube_proxies.rs: a real v1.29 scrape
+#    padded to SIZE_KB with the unrelated families a kube-proxy exposes), given to the operator
+#    as static `--kube-proxy-target NODE=URL` targets (NODES=0: default discovery, which finds
+#    none, as before issue 16).
+# 5. `safe-termination run` (release build, leader election on) until its metrics show every
+#    Service and endpoint (safe_termination_controller_cluster_services / _cluster_endpoints)
+#    and every node scraped; then it waits until every node's rolling window is full
+#    (WINDOW_SECONDS / SCRAPE_INTERVAL_SECONDS + 1 samples per node: 200 s / 10 s keeps 21,
+#    as many as the defaults 600 s / 30 s do, in a third of the time); then VmRSS sampled
 #    every second for SAMPLE_SECONDS while one namespace's Services and EndpointSlices are
 #    deleted and re-created; VmHWM (peak, includes the initial lists) at the end.
 #    kube-apiserver's RSS is printed for scale.
-# 5. Stops the cluster (trap), whatever happens.
+# 6. Stops the cluster (trap), whatever happens.
 #
-# Env: SERVICES (10000), ENDPOINTS (10 per Service), NAMESPACES (20), SAMPLE_SECONDS (60), OUT (target/operator-memory), CARGO_TARGET_DIR (honoured). Needs root (the
-# cluster). Takes about 8-12 minutes warm, most of it creating the objects.
+# Env: SERVICES (10000), ENDPOINTS (15 per Service), NAMESPACES (20), NODES (5000), SIZE_KB (78,
+# the issue's per-node scrape), WINDOW_SECONDS (200), SCRAPE_INTERVAL_SECONDS (10),
+# SAMPLE_SECONDS (60), OUT (target/operator-memory), CARGO_TARGET_DIR (honoured). Needs root
+# (the cluster). Takes about 15-20 minutes warm, most of it creating the objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SERVICES=${SERVICES:-10000}
-ENDPOINTS=${ENDPOINTS:-10}
+ENDPOINTS=${ENDPOINTS:-15}
 NAMESPACES=${NAMESPACES:-20}
+NODES=${NODES:-5000}
+SIZE_KB=${SIZE_KB:-78}
+WINDOW_SECONDS=${WINDOW_SECONDS:-200}
+SCRAPE_INTERVAL_SECONDS=${SCRAPE_INTERVAL_SECONDS:-10}
 SAMPLE_SECONDS=${SAMPLE_SECONDS:-60}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 OUT=${OUT:-$TARGET_DIR/operator-memory}
@@ -34,13 +46,16 @@ export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
 mkdir -p "$OUT"
 log() { printf '[operator-memory %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-cargo build --release --bin safe-termination --example populate_services
+cargo build --release --bin safe-termination --example populate_services --example fake_kube_proxies
 BIN="$TARGET_DIR/release/safe-termination"
 POPULATE="$TARGET_DIR/release/examples/populate_services"
+FAKES="$TARGET_DIR/release/examples/fake_kube_proxies"
 
 OP_PID=""
+FAKES_PID=""
 cleanup() {
   [[ -n "$OP_PID" ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
+  [[ -n "$FAKES_PID" ]] && kill "$FAKES_PID" 2>/dev/null && wait "$FAKES_PID" 2>/dev/null || true
   ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -66,13 +81,37 @@ spec: {scope: ServiceBacked}
 EOF
 done | kubectl apply -f - >/dev/null
 
+TARGETS=()
+if (( NODES > 0 )); then
+  # the fakes serve until their standard input closes: a FIFO this shell holds open, so they
+  # also go when it dies without running cleanup
+  : >"$OUT/targets.txt"
+  rm -f "$OUT/fakes.stdin" && mkfifo "$OUT/fakes.stdin"
+  exec 7<>"$OUT/fakes.stdin"
+  "$FAKES" --count "$NODES" --size-kb "$SIZE_KB" <"$OUT/fakes.stdin" >"$OUT/targets.txt" &
+  FAKES_PID=$!
+  t0=$SECONDS
+  until grep -qx READY "$OUT/targets.txt"; do
+    (( SECONDS - t0 < 120 )) || { log "the fake kube-proxies never became ready"; exit 1; }
+    sleep 0.5
+  done
+  while IFS= read -r line; do
+    [[ "$line" == node-*=http://* ]] && TARGETS+=(--kube-proxy-target "$line")
+  done <"$OUT/targets.txt"
+  log "$NODES fake kube-proxies ready ($(grep BODY_BYTES "$OUT/targets.txt"))"
+fi
+
 ADMIN_PORT=18090
+# (a bash array of 10,000 words goes to exec as separate arguments: no single argument or
+# environment string comes near the kernel's 128 KiB per-string limit)
 "$BIN" run --listen 127.0.0.1:18443 --admin-listen "127.0.0.1:$ADMIN_PORT" \
   --tls-cert-file "$ST_WEBHOOK_CERT" --tls-key-file "$ST_WEBHOOK_KEY" \
-  --namespace safe-termination-bench --identity bench --scrape-interval-seconds 5 \
-  >"$OUT/operator.log" 2>&1 &
+  --namespace safe-termination-bench --identity bench \
+  --scrape-interval-seconds "$SCRAPE_INTERVAL_SECONDS" --window-seconds "$WINDOW_SECONDS" \
+  "${TARGETS[@]}" >"$OUT/operator.log" 2>&1 &
 OP_PID=$!
-# a gauge's value from the operator's /metrics (0 while absent or unreachable)
+# a series' value from the operator's /metrics (0 while absent or unreachable); $1 is the
+# series as exposed, labels included
 gauge() { curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v m="$1" 'BEGIN { v = 0 } $1 == m { v = $2 } END { print v }'; }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 hwm_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
@@ -88,6 +127,24 @@ until (( $(gauge safe_termination_controller_cluster_services) >= SERVICES &&
 done
 synced_s=$((SECONDS - t0))
 log "operator sees $(gauge safe_termination_controller_cluster_services) Services and $(gauge safe_termination_controller_cluster_endpoints) endpoints after $synced_s s; RSS $(( $(rss_kib "$OP_PID") / 1024 )) MiB"
+
+# every node scraped, then the windows filled
+scraped='safe_termination_kube_proxy_nodes{state="scraped"}'
+until (( $(gauge "$scraped") >= NODES )); do
+  kill -0 "$OP_PID" 2>/dev/null || { log "the operator exited; see $OUT/operator.log"; exit 1; }
+  (( SECONDS - t0 < 600 )) || { log "only $(gauge "$scraped") of $NODES nodes scraped"; exit 1; }
+  sleep 1
+done
+first_full=$SECONDS
+log "all $NODES nodes scraped after $((SECONDS - t0)) s; RSS $(( $(rss_kib "$OP_PID") / 1024 )) MiB; waiting $((WINDOW_SECONDS + 2 * SCRAPE_INTERVAL_SECONDS)) s for full windows"
+if (( NODES > 0 )); then
+  while (( SECONDS - first_full < WINDOW_SECONDS + 2 * SCRAPE_INTERVAL_SECONDS )); do
+    kill -0 "$OP_PID" 2>/dev/null || { log "the operator exited; see $OUT/operator.log"; exit 1; }
+    sleep 5
+  done
+fi
+nodes_scraped=$(gauge "$scraped")
+nodes_failed=$(gauge 'safe_termination_kube_proxy_nodes{state="failed"}')
 
 # churn while sampling: delete every Service and EndpointSlice of namespace bench-0
 # (SERVICES / NAMESPACES of each) and create them again
@@ -106,14 +163,19 @@ for ((s = 0; s < SAMPLE_SECONDS; s++)); do
   printf '%s\t%s\n' "$s" "$r" >>"$OUT/rss.tsv"
   sleep 1
 done
-wait "$CHURN_PID" || true
+# the churn is load, not a task to finish: at 150,000 endpoints kubectl's delete of one
+# namespace's objects can outlast the sampling by minutes; stop it (and its child) here
+pkill -TERM -P "$CHURN_PID" 2>/dev/null || true
+kill "$CHURN_PID" 2>/dev/null || true
+wait "$CHURN_PID" 2>/dev/null || true
 hwm=$(hwm_kib "$OP_PID")
 final=$(rss_kib "$OP_PID")
 api_rss=$(rss_kib "$(pgrep -o -x kube-apiserver)")
 services_now=$(gauge safe_termination_controller_cluster_services)
 cpu_ticks=$(awk '{ print $14 + $15 }' "/proc/$OP_PID/stat")
 clk=$(getconf CLK_TCK)
-summary=$(printf 'services=%s endpoints=%s namespaces=%s policies=%s synced_after_s=%s rss_max_sampled_mib=%.1f rss_final_mib=%.1f vmhwm_mib=%.1f cpu_seconds=%.1f apiserver_rss_mib=%.0f services_after_churn=%s' \
+summary=$(printf 'nodes=%s nodes_scraped=%s nodes_failed=%s window_seconds=%s scrape_interval_seconds=%s services=%s endpoints=%s namespaces=%s policies=%s synced_after_s=%s rss_max_sampled_mib=%.1f rss_final_mib=%.1f vmhwm_mib=%.1f cpu_seconds=%.1f apiserver_rss_mib=%.0f services_after_churn=%s' \
+  "$NODES" "$nodes_scraped" "$nodes_failed" "$WINDOW_SECONDS" "$SCRAPE_INTERVAL_SECONDS" \
   "$SERVICES" "$want_endpoints" "$NAMESPACES" "$NAMESPACES" "$synced_s" "$(bc -l <<<"$max/1024")" "$(bc -l <<<"$final/1024")" \
   "$(bc -l <<<"$hwm/1024")" "$(bc -l <<<"$cpu_ticks/$clk")" "$(bc -l <<<"$api_rss/1024")" "$services_now")
 echo "$summary" | tee "$OUT/summary.txt"

@@ -26,7 +26,14 @@ CACHE_ROOT="${ST_CACHE_DIR:-$HOME/.cache/safe-termination}"
 IMAGES="$CACHE_ROOT/images"
 TARGET=x86_64-unknown-linux-musl
 CRATE="$HERE/testapp"
-BUILT="$CRATE/target/$TARGET/release/st-testapp"
+# cargo writes to $CARGO_TARGET_DIR when it is set (a relative one from the current directory,
+# where cargo runs below), else to the crate's own target/
+case "${CARGO_TARGET_DIR:-}" in
+  "") TARGET_ROOT="$CRATE/target" ;;
+  /*) TARGET_ROOT="$CARGO_TARGET_DIR" ;;
+  *) TARGET_ROOT="$PWD/$CARGO_TARGET_DIR" ;;
+esac
+BUILT="$TARGET_ROOT/$TARGET/release/st-testapp"
 
 PAUSE_NAME=st.local/pause:1
 TESTAPP_NAME=st.local/testapp:1

@@ -77,7 +77,11 @@ if ((${#REAL_NODES[@]})); then
   done
   [[ -x /usr/lib/cni/bridge ]] || { e2e_log "missing /usr/lib/cni/bridge: run e2e/build-k8s.sh (installs containernetworking-plugins)"; exit 1; }
   # the pause (sandbox) and test-app images: OCI tarballs built from the project's static binary
-  mapfile -t ST_IMAGE_TARS < <("$E2E_HERE/build-images.sh")
+  # (through a file: a failed build must stop cluster-up, which a process substitution hides)
+  images_list="$(mktemp)"
+  "$E2E_HERE/build-images.sh" > "$images_list" || { rm -f "$images_list"; e2e_log "e2e/build-images.sh failed"; exit 1; }
+  mapfile -t ST_IMAGE_TARS < "$images_list"
+  rm -f "$images_list"
   # more OCI archives to import, e.g. the operator's (make image; run-e2e.sh passes it)
   # shellcheck disable=SC2206
   ST_IMAGE_TARS+=(${ST_EXTRA_IMAGE_TARS:-})
