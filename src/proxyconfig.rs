@@ -179,19 +179,56 @@ pub fn parse_kube_proxy_config(text: &str) -> Result<ProxyConfig, ConfigError> {
 /// Errors: invalid JSON, no kube-proxy entry, and the field errors of [`parse_kube_proxy_config`].
 pub fn parse_configz(json: &str) -> Result<ProxyConfig, ConfigError> {
     let value: serde_json::Value = serde_json::from_str(json).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+    from_value(configz_entry(&value)?, ConfigForm::Configz)
+}
+
+/// The configuration inside a decoded `/configz` body: its [`CONFIGZ_KEY`] entry, or the body
+/// itself when it is a configuration (a `mode` or `iptables` key).
+fn configz_entry(value: &serde_json::Value) -> Result<&serde_json::Value, ConfigError> {
     let obj = value.as_object().ok_or_else(|| ConfigError::Shape("/configz did not return a JSON object".into()))?;
-    let config = match get_ci(&value, CONFIGZ_KEY) {
-        Some(inner) => inner,
-        None if get_ci(&value, "mode").is_some() || get_ci(&value, "iptables").is_some() => &value,
+    match get_ci(value, CONFIGZ_KEY) {
+        Some(inner) => Ok(inner),
+        None if get_ci(value, MODE).is_some() || get_ci(value, "iptables").is_some() => Ok(value),
         None => {
             let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
-            return Err(ConfigError::Shape(format!(
-                "/configz has no {CONFIGZ_KEY:?} entry (keys: {}): is this kube-proxy?",
-                keys.join(", ")
-            )));
+            Err(ConfigError::Shape(format!("/configz has no {CONFIGZ_KEY:?} entry (keys: {}): is this kube-proxy?", keys.join(", "))))
         }
-    };
-    from_value(config, ConfigForm::Configz)
+    }
+}
+
+/// The field names [`from_value`] reads (matched case-insensitively): the mode, the
+/// `metricsBindAddress`, and the two periods, at the top level or in a mode's section.
+const MODE: &str = "mode";
+const MIN_SYNC_PERIOD: &str = "minSyncPeriod";
+const SYNC_PERIOD: &str = "syncPeriod";
+const METRICS_BIND_ADDRESS: &str = "metricsBindAddress";
+/// The mode sections whose periods [`from_value`] may read.
+const MODE_SECTIONS: [&str; 3] = ["iptables", "ipvs", "nftables"];
+
+/// The body of `/configz` reduced to what the operator reads, for the node agent to serve:
+/// `{"kubeproxy.config.k8s.io": {...}}` holding only the mode, `metricsBindAddress`,
+/// `minSyncPeriod` and `syncPeriod` at the top level and in the `iptables`, `ipvs` and
+/// `nftables` sections, keys spelt as kube-proxy spelt them. Everything else (the kubeconfig
+/// path, host name override, CIDRs, feature gates, ...) is dropped. [`parse_configz`] reads
+/// the reduced body exactly as it reads the whole one.
+///
+/// Errors: those of [`parse_configz`] (the body is checked first, so the agent never serves
+/// a configuration the operator would refuse).
+pub fn reduce_configz(json: &str) -> Result<String, ConfigError> {
+    let value: serde_json::Value = serde_json::from_str(json).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+    let config = configz_entry(&value)?;
+    from_value(config, ConfigForm::Configz)?;
+    let is = |k: &str, names: &[&str]| names.iter().any(|n| k.eq_ignore_ascii_case(n));
+    let mut reduced = serde_json::Map::new();
+    for (k, v) in config.as_object().into_iter().flatten() {
+        if is(k, &[MODE, MIN_SYNC_PERIOD, SYNC_PERIOD, METRICS_BIND_ADDRESS]) {
+            reduced.insert(k.clone(), v.clone());
+        } else if is(k, &MODE_SECTIONS) && let Some(section) = v.as_object() {
+            let periods = section.iter().filter(|(k, _)| is(k, &[MIN_SYNC_PERIOD, SYNC_PERIOD]));
+            reduced.insert(k.clone(), periods.map(|(k, v)| (k.clone(), v.clone())).collect());
+        }
+    }
+    Ok(serde_json::json!({ CONFIGZ_KEY: reduced }).to_string())
 }
 
 /// Reads a configuration already decoded into JSON values (either form).
@@ -199,10 +236,10 @@ pub fn from_value(config: &serde_json::Value, form: ConfigForm) -> Result<ProxyC
     if !config.is_object() {
         return Err(ConfigError::Shape("the KubeProxyConfiguration is not a mapping".into()));
     }
-    let mode_text = match get_ci(config, "mode") {
+    let mode_text = match get_ci(config, MODE) {
         None | Some(serde_json::Value::Null) => String::new(),
         Some(serde_json::Value::String(s)) => s.clone(),
-        Some(other) => return Err(field_err("mode", &format!("expected a string, got {other}"))),
+        Some(other) => return Err(field_err(MODE, &format!("expected a string, got {other}"))),
     };
     let mode = ProxyMode::parse(&mode_text)
         .filter(|m| matches!(m, ProxyMode::Iptables | ProxyMode::Ipvs | ProxyMode::Nftables | ProxyMode::Kernelspace))
@@ -210,9 +247,9 @@ pub fn from_value(config: &serde_json::Value, form: ConfigForm) -> Result<ProxyC
     // Windows (kernelspace) reads the iptables section's periods, like the Go conversion's
     // default branch.
     let section = match mode {
-        ProxyMode::Ipvs => "ipvs",
-        ProxyMode::Nftables => "nftables",
-        _ => "iptables",
+        ProxyMode::Ipvs => MODE_SECTIONS[1],
+        ProxyMode::Nftables => MODE_SECTIONS[2],
+        _ => MODE_SECTIONS[0],
     };
     let period = |name: &str| -> Result<Option<f64>, ConfigError> {
         let in_section = get_ci(config, section).and_then(|s| get_ci(s, name)).filter(|v| !v.is_null());
@@ -228,8 +265,8 @@ pub fn from_value(config: &serde_json::Value, form: ConfigForm) -> Result<ProxyC
         }
         Ok(Some(secs))
     };
-    let min = period("minSyncPeriod")?;
-    let sync = period("syncPeriod")?;
+    let min = period(MIN_SYNC_PERIOD)?;
+    let sync = period(SYNC_PERIOD)?;
     let (min_sync_period_seconds, min_sync_period_defaulted) = match (form, min) {
         (ConfigForm::Configz, Some(v)) => (v, false),
         // IPVS: kube-proxy has no default, a zero stays zero.
@@ -241,7 +278,7 @@ pub fn from_value(config: &serde_json::Value, form: ConfigForm) -> Result<ProxyC
         Some(v) if v > 0.0 || form == ConfigForm::Configz => v,
         _ => DEFAULT_SYNC_PERIOD_SECONDS,
     };
-    let metrics_bind_address = get_ci(config, "metricsBindAddress")
+    let metrics_bind_address = get_ci(config, METRICS_BIND_ADDRESS)
         .and_then(|v| v.as_str())
         .filter(|s| !s.is_empty())
         .map(str::to_string);
@@ -539,5 +576,27 @@ udpIdleTimeout: 250ms
         let e = parse_configz(r#"{"componentconfig":{}}"#).unwrap_err();
         assert!(e.to_string().contains("no \"kubeproxy.config.k8s.io\" entry (keys: componentconfig)"), "{e}");
         assert!(matches!(parse_configz("<html>").unwrap_err(), ConfigError::Syntax(_)));
+    }
+
+    #[test]
+    fn reduced_configz_keeps_only_what_the_operator_reads_and_reads_the_same() {
+        let current = r#"{"kubeproxy.config.k8s.io":{"kind":"","ClientConnection":{"Kubeconfig":"/var/lib/kube-proxy/kubeconfig.conf","QPS":5},"HostnameOverride":"kind-worker","MetricsBindAddress":"0.0.0.0:10249","Mode":"iptables","IPTables":{"MasqueradeBit":14,"LocalhostNodePorts":true},"NFTables":{"MasqueradeBit":14},"DetectLocal":{"ClusterCIDRs":["10.244.0.0/16"]},"SyncPeriod":"30s","MinSyncPeriod":"1s","ConfigSyncPeriod":"15m0s"}}"#;
+        let older = r#"{"kubeproxy.config.k8s.io":{"Mode":"ipvs","IPTables":{"MasqueradeBit":14,"SyncPeriod":"30s","MinSyncPeriod":"1s"},"IPVS":{"SyncPeriod":"30s","MinSyncPeriod":"0s","Scheduler":"rr"},"MetricsBindAddress":"127.0.0.1:10249"}}"#;
+        let unwrapped = r#"{"mode":"nftables","nftables":{"minSyncPeriod":"2s","masqueradeBit":14},"clusterCIDR":"10.0.0.0/8"}"#;
+        for body in [current, older, unwrapped] {
+            let reduced = reduce_configz(body).unwrap();
+            assert_eq!(parse_configz(&reduced), parse_configz(body), "{reduced}");
+            for gone in ["Kubeconfig", "kind-worker", "10.244.0.0/16", "MasqueradeBit", "masqueradeBit", "Scheduler", "ConfigSyncPeriod", "10.0.0.0/8"] {
+                assert!(!reduced.contains(gone), "{gone} in {reduced}");
+            }
+        }
+        assert_eq!(
+            reduce_configz(older).unwrap(),
+            r#"{"kubeproxy.config.k8s.io":{"IPTables":{"MinSyncPeriod":"1s","SyncPeriod":"30s"},"IPVS":{"MinSyncPeriod":"0s","SyncPeriod":"30s"},"MetricsBindAddress":"127.0.0.1:10249","Mode":"ipvs"}}"#
+        );
+        // what the operator would refuse is refused here too
+        assert!(matches!(reduce_configz(r#"{"componentconfig":{}}"#), Err(ConfigError::Shape(_))));
+        assert!(matches!(reduce_configz(r#"{"mode":"userspace"}"#), Err(ConfigError::UnknownMode(_))));
+        assert!(matches!(reduce_configz("<html>"), Err(ConfigError::Syntax(_))));
     }
 }

@@ -1,8 +1,10 @@
-//! The Prometheus text exposition format as kube-proxy serves it: the reader ([`parse`]) and
-//! the histogram maths ([`histogram`]). Pure, no I/O.
+//! The Prometheus text exposition format as kube-proxy serves it: the reader ([`parse`]), the
+//! histogram maths ([`histogram`]) and the node agent's filter ([`filter`]). Pure, no I/O.
 
+pub mod filter;
 pub mod histogram;
 pub mod parse;
 
+pub use filter::filter_kube_proxy_metrics;
 pub use histogram::{Bucket, Delta, Histogram, HistogramError, Quantile};
-pub use parse::{HistogramFamily, KubeProxyScrape, ParseError, parse_kube_proxy_metrics};
+pub use parse::{HistogramFamily, KubeProxyScrape, ParseError, parse_kube_proxy_metrics, read_families, reads_sample};

@@ -159,26 +159,27 @@ enum Name {
     Scalar(Scalar),
 }
 
+/// The gauge and counter families read from a scrape, by exposition name: with
+/// [`HistogramFamily::ALL`], the one list of what this parser reads ([`read_families`]).
+const SCALARS: [(&str, Scalar); 13] = [
+    ("kubeproxy_sync_proxy_rules_last_timestamp_seconds", Scalar::LastTimestamp),
+    ("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", Scalar::LastQueuedTimestamp),
+    ("kubeproxy_sync_proxy_rules_endpoint_changes_pending", Scalar::EndpointChangesPending),
+    ("kubeproxy_sync_proxy_rules_endpoint_changes_total", Scalar::EndpointChangesTotal),
+    ("kubeproxy_sync_proxy_rules_service_changes_pending", Scalar::ServiceChangesPending),
+    ("kubeproxy_sync_proxy_rules_service_changes_total", Scalar::ServiceChangesTotal),
+    ("kubeproxy_sync_proxy_rules_iptables_total", Scalar::IptablesTotal),
+    ("kubeproxy_sync_proxy_rules_iptables_last", Scalar::IptablesLast),
+    ("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", Scalar::IptablesRestoreFailures),
+    ("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", Scalar::IptablesPartialRestoreFailures),
+    ("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", Scalar::NftablesSyncFailures),
+    ("kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", Scalar::NftablesCleanupFailures),
+    ("kubernetes_build_info", Scalar::BuildInfo),
+];
+
 fn classify(name: &str) -> Option<Name> {
-    use Scalar::*;
-    let scalar = match name {
-        "kubeproxy_sync_proxy_rules_last_timestamp_seconds" => Some(LastTimestamp),
-        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds" => Some(LastQueuedTimestamp),
-        "kubeproxy_sync_proxy_rules_endpoint_changes_pending" => Some(EndpointChangesPending),
-        "kubeproxy_sync_proxy_rules_endpoint_changes_total" => Some(EndpointChangesTotal),
-        "kubeproxy_sync_proxy_rules_service_changes_pending" => Some(ServiceChangesPending),
-        "kubeproxy_sync_proxy_rules_service_changes_total" => Some(ServiceChangesTotal),
-        "kubeproxy_sync_proxy_rules_iptables_total" => Some(IptablesTotal),
-        "kubeproxy_sync_proxy_rules_iptables_last" => Some(IptablesLast),
-        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total" => Some(IptablesRestoreFailures),
-        "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total" => Some(IptablesPartialRestoreFailures),
-        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total" => Some(NftablesSyncFailures),
-        "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total" => Some(NftablesCleanupFailures),
-        "kubernetes_build_info" => Some(BuildInfo),
-        _ => None,
-    };
-    if let Some(s) = scalar {
-        return Some(Name::Scalar(s));
+    if let Some((_, s)) = SCALARS.iter().find(|(n, _)| *n == name) {
+        return Some(Name::Scalar(*s));
     }
     let (base, part) = if let Some(b) = name.strip_suffix("_bucket") {
         (b, Part::Bucket)
@@ -190,6 +191,20 @@ fn classify(name: &str) -> Option<Name> {
         return None;
     };
     HistogramFamily::ALL.into_iter().find(|f| f.name() == base).map(|f| Name::Hist(f, part))
+}
+
+/// The names of every metric family [`parse_kube_proxy_metrics`] reads (the five histograms of
+/// [`HistogramFamily`], then the gauges and counters), as they appear in `# HELP`/`# TYPE`
+/// lines. The node agent serves only these ([`crate::exposition::filter`]): this list is the
+/// one place that says what the operator needs from a scrape.
+pub fn read_families() -> impl Iterator<Item = &'static str> {
+    HistogramFamily::ALL.into_iter().map(HistogramFamily::name).chain(SCALARS.iter().map(|(n, _)| *n))
+}
+
+/// True when a sample named `name` (a family name, or a histogram's `_bucket`/`_sum`/`_count`
+/// series) is one [`parse_kube_proxy_metrics`] reads; the same test the parser applies.
+pub fn reads_sample(name: &str) -> bool {
+    classify(name).is_some()
 }
 
 /// Everything this project reads from one kube-proxy scrape. Absent families are `None`.
@@ -506,23 +521,7 @@ fn fmt_le(v: f64) -> String {
 fn family_of(kind: &Name) -> &'static str {
     match kind {
         Name::Hist(f, _) => f.name(),
-        Name::Scalar(s) => match s {
-            Scalar::LastTimestamp => "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-            Scalar::LastQueuedTimestamp => "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-            Scalar::EndpointChangesPending => "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-            Scalar::EndpointChangesTotal => "kubeproxy_sync_proxy_rules_endpoint_changes_total",
-            Scalar::ServiceChangesPending => "kubeproxy_sync_proxy_rules_service_changes_pending",
-            Scalar::ServiceChangesTotal => "kubeproxy_sync_proxy_rules_service_changes_total",
-            Scalar::IptablesTotal => "kubeproxy_sync_proxy_rules_iptables_total",
-            Scalar::IptablesLast => "kubeproxy_sync_proxy_rules_iptables_last",
-            Scalar::IptablesRestoreFailures => "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
-            Scalar::IptablesPartialRestoreFailures => {
-                "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total"
-            }
-            Scalar::NftablesSyncFailures => "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
-            Scalar::NftablesCleanupFailures => "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
-            Scalar::BuildInfo => "kubernetes_build_info",
-        },
+        Name::Scalar(s) => SCALARS.iter().find(|(_, k)| k == s).map_or("", |(n, _)| *n),
     }
 }
 
