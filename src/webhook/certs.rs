@@ -8,6 +8,21 @@
 //! | `ca.crt` | the CA bundle the API server trusts: the current CA first, then the previous CA while it is still valid (so a replica still serving a leaf of the old CA stays trusted during a CA rotation) |
 //! | `ca.key` | the current CA's private key (never mounted into the pod: the chart mounts only `tls.crt`/`tls.key`) |
 //! | `tls.crt`, `tls.key` | the serving certificate for `<service>.<namespace>.svc` (and `<service>`, `<service>.<namespace>`, `<service>.<namespace>.svc.cluster.local`, plus `--cert-extra-san`) and its key |
+//! | `agent.crt`, `agent.key` | the node agents' serving certificate, for the one name [`AGENT_SERVER_NAME`] (server authentication only), and its key |
+//! | `client.crt`, `client.key` | the operator's client certificate for the agents, for the one name [`OPERATOR_CLIENT_NAME`] (client authentication only), and its key |
+//!
+//! With `--agent-cert-secret` the leader also keeps a second Secret for the node agents
+//! ([`agent_secret_data`]: `ca.crt`, and the agent pair as `tls.crt`/`tls.key`), so that the
+//! agents, which run on every node, never mount a Secret holding the CA key or the operator's
+//! client key.
+//!
+//! Why mutual TLS from this CA for the agents (and not the operator's ServiceAccount token
+//! checked by a TokenReview): the operator keeps this CA anyway, so the agents need no API call
+//! per request, keep answering while the API server is down, need no RBAC for `tokenreviews`,
+//! and an unauthenticated client is refused during the handshake, before any HTTP is read.
+//! The agent leaf names one fixed name rather than node IPs, so one certificate serves every
+//! node and the operator checks that name whatever address it dials
+//! ([`crate::agent::tls`]).
 //!
 //! Each certificate is renewed at two thirds of its lifetime (a serving certificate of 1 year
 //! is replaced after 8 months; the 10-year CA after ~6.7 years), or at once when it is missing,
@@ -56,6 +71,19 @@ pub const CA_KEY: &str = "ca.key";
 pub const TLS_CERT: &str = "tls.crt";
 /// Secret key of the serving certificate's private key.
 pub const TLS_KEY: &str = "tls.key";
+/// Secret key of the node agents' serving certificate.
+pub const AGENT_CERT: &str = "agent.crt";
+/// Secret key of the node agents' private key.
+pub const AGENT_KEY: &str = "agent.key";
+/// Secret key of the operator's client certificate for the agents.
+pub const CLIENT_CERT: &str = "client.crt";
+/// Secret key of the operator's client private key.
+pub const CLIENT_KEY: &str = "client.key";
+/// The one DNS name of the agents' serving certificate; the operator checks it whatever node
+/// address it dials.
+pub const AGENT_SERVER_NAME: &str = "safe-termination-agent";
+/// The one DNS name of the operator's client certificate; the agents accept no other client.
+pub const OPERATOR_CLIENT_NAME: &str = "safe-termination-operator";
 /// Lifetime of a generated CA: 10 years.
 pub const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// Lifetime of a generated serving certificate: 1 year.
@@ -92,6 +120,9 @@ pub struct CertConfig {
     pub webhook_configuration: Option<String>,
     /// Also write `tls.crt`/`tls.key` to these files (certificate, key).
     pub files: Option<(PathBuf, PathBuf)>,
+    /// The node agents' Secret (in `namespace`), kept equal to [`agent_secret_data`] (none:
+    /// not written).
+    pub agent_secret: Option<String>,
     /// Lifetime of a new CA.
     pub ca_validity: Duration,
     /// Lifetime of a new serving certificate.
@@ -110,6 +141,7 @@ impl CertConfig {
             extra_sans: Vec::new(),
             webhook_configuration: None,
             files: None,
+            agent_secret: None,
             ca_validity: CA_VALIDITY,
             serving_validity: SERVING_VALIDITY,
             interval: Duration::from_secs(60),
@@ -276,6 +308,11 @@ fn parse_der(der: &[u8]) -> Result<x509_parser::certificate::X509Certificate<'_>
     x509_parser::parse_x509_certificate(der).map(|(_, c)| c).map_err(|e| Unusable::Certificate(e.to_string()))
 }
 
+/// [`CertInfo`] of one DER certificate (e.g. a TLS peer's leaf).
+pub fn cert_info(der: &[u8]) -> Result<CertInfo, Unusable> {
+    parse_der(der).map(|c| info(&c))
+}
+
 /// [`CertInfo`] of every certificate in a PEM bundle, in order.
 pub fn bundle_info(pem: &[u8]) -> Result<Vec<CertInfo>, Unusable> {
     pem_certs(pem)?.iter().map(|der| parse_der(der).map(|c| info(&c))).collect()
@@ -298,6 +335,10 @@ pub struct Observed {
     /// The serving certificate, or why it is unusable (missing, unreadable, not matching
     /// `tls.key`, not signed by the current CA).
     pub serving: Result<CertInfo, Unusable>,
+    /// The agents' serving certificate (`agent.crt`/`agent.key`), checked like `serving`.
+    pub agent: Result<CertInfo, Unusable>,
+    /// The operator's client certificate (`client.crt`/`client.key`), checked like `serving`.
+    pub client: Result<CertInfo, Unusable>,
 }
 
 /// Reads and checks the Secret's data.
@@ -318,19 +359,20 @@ pub fn observe(data: &BTreeMap<String, Vec<u8>>) -> Observed {
         }
         Ok(c)
     });
-    let serving = (|| {
-        let ders = pem_certs(get(TLS_CERT)?)?;
+    // a leaf: readable, matching its key, signed by the current CA
+    let leaf = |cert_key: &'static str, key_key: &'static str| -> Result<CertInfo, Unusable> {
+        let ders = pem_certs(get(cert_key)?)?;
         let leaf = parse_der(&ders[0])?;
         let i = info(&leaf);
-        if key_spki(get(TLS_KEY)?)? != i.spki {
-            return Err(Unusable::KeyMismatch { key: TLS_KEY, cert: TLS_CERT });
+        if key_spki(get(key_key)?)? != i.spki {
+            return Err(Unusable::KeyMismatch { key: key_key, cert: cert_key });
         }
         let ca_der = ca_ders.as_ref().map_err(|e| Unusable::Issuer(Box::new(e.clone())))?;
         let ca = parse_der(&ca_der[0])?;
         leaf.verify_signature(Some(ca.public_key())).map_err(|_| Unusable::NotSignedByCa)?;
         Ok(i)
-    })();
-    Observed { ca, ca_bundle, serving }
+    };
+    Observed { serving: leaf(TLS_CERT, TLS_KEY), agent: leaf(AGENT_CERT, AGENT_KEY), client: leaf(CLIENT_CERT, CLIENT_KEY), ca, ca_bundle }
 }
 
 /// What to do with the Secret.
@@ -343,6 +385,9 @@ pub enum Action {
     },
     /// Issue a new serving certificate from the current CA.
     RenewServing(String),
+    /// Issue a new agent serving certificate and operator client certificate from the current
+    /// CA (the pair is always renewed together).
+    RenewAgent(String),
     /// Generate a new CA (keeping the old one in the bundle while valid) and a new serving
     /// certificate.
     RenewCa(String),
@@ -360,22 +405,37 @@ pub fn decide(observed: Option<&Observed>, wanted: &[String], now: i64) -> Actio
     if now >= ca_renew {
         return Action::RenewCa(format!("the CA is past two thirds of its lifetime (expires at {})", ca.not_after));
     }
-    let serving = match &o.serving {
-        Ok(s) => s,
-        Err(e) => return Action::RenewServing(format!("serving certificate unusable: {e}")),
+    let serving = match leaf_renewal("serving certificate", &o.serving, wanted, now) {
+        Ok(at) => at,
+        Err(why) => return Action::RenewServing(why),
     };
-    let missing: Vec<&str> = wanted.iter().filter(|w| !serving.sans.contains(w)).map(String::as_str).collect();
+    let agent = [("agent certificate", &o.agent, AGENT_SERVER_NAME), ("operator client certificate", &o.client, OPERATOR_CLIENT_NAME)]
+        .into_iter()
+        .map(|(what, leaf, name)| leaf_renewal(what, leaf, &[name.to_string()], now))
+        .collect::<Result<Vec<i64>, String>>();
+    match agent {
+        Ok(at) => Action::Keep { renew_at: at.into_iter().fold(ca_renew.min(serving), i64::min) },
+        Err(why) => Action::RenewAgent(why),
+    }
+}
+
+/// When a leaf (`what`: its name in messages) that should name `wanted` is to be renewed
+/// (Unix seconds), or why it must be renewed now: unusable, not naming one of `wanted`, not
+/// valid yet, or past two thirds of its lifetime.
+fn leaf_renewal(what: &str, leaf: &Result<CertInfo, Unusable>, wanted: &[String], now: i64) -> Result<i64, String> {
+    let leaf = leaf.as_ref().map_err(|e| format!("{what} unusable: {e}"))?;
+    let missing: Vec<&str> = wanted.iter().filter(|w| !leaf.sans.contains(w)).map(String::as_str).collect();
     if !missing.is_empty() {
-        return Action::RenewServing(format!("the serving certificate does not name {}", missing.join(", ")));
+        return Err(format!("the {what} does not name {}", missing.join(", ")));
     }
-    if now < serving.not_before {
-        return Action::RenewServing("the serving certificate is not valid yet".into());
+    if now < leaf.not_before {
+        return Err(format!("the {what} is not valid yet"));
     }
-    let serving_renew = renew_at(serving.not_before, serving.not_after);
-    if now >= serving_renew {
-        return Action::RenewServing(format!("the serving certificate is past two thirds of its lifetime (expires at {})", serving.not_after));
+    let at = renew_at(leaf.not_before, leaf.not_after);
+    if now >= at {
+        return Err(format!("the {what} is past two thirds of its lifetime (expires at {})", leaf.not_after));
     }
-    Action::Keep { renew_at: ca_renew.min(serving_renew) }
+    Ok(at)
 }
 
 fn ts(unix: i64) -> time::OffsetDateTime {
@@ -408,6 +468,22 @@ pub fn generate_serving(
     validity: Duration,
     ca_not_after: i64,
 ) -> Result<(String, String), rcgen::Error> {
+    generate_leaf(ca_cert_pem, ca_key_pem, names, ExtendedKeyUsagePurpose::ServerAuth, now, validity, ca_not_after)
+}
+
+/// A new leaf for `names` (the common name: the third name, the Service's `.svc` form for the
+/// webhook, else the first) with the one extended key usage `usage`, signed by the CA, valid
+/// from `now` (backdated 5 minutes) for `validity` but never past `ca_not_after`: (cert, key)
+/// PEM.
+pub fn generate_leaf(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    names: &[String],
+    usage: ExtendedKeyUsagePurpose,
+    now: i64,
+    validity: Duration,
+    ca_not_after: i64,
+) -> Result<(String, String), rcgen::Error> {
     let ca_key = KeyPair::from_pem(ca_key_pem)?;
     let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key)?;
     let mut params = CertificateParams::new(names.to_vec())?;
@@ -415,13 +491,36 @@ pub fn generate_serving(
     params.distinguished_name.push(DnType::CommonName, names.get(2).or(names.first()).cloned().unwrap_or_default());
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.extended_key_usages = vec![usage];
     params.use_authority_key_identifier_extension = true;
     params.not_before = ts(now - BACKDATE_SECONDS);
     params.not_after = ts((now + validity.as_secs() as i64).min(ca_not_after));
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, &issuer)?;
     Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// Adds a new agent serving certificate ([`AGENT_SERVER_NAME`], server authentication) and
+/// operator client certificate ([`OPERATOR_CLIENT_NAME`], client authentication) signed by the
+/// CA to `data`, with the serving certificates' lifetime.
+fn add_agent_pair(data: &mut BTreeMap<String, Vec<u8>>, ca_cert: &str, ca_key: &str, now: i64, validity: Duration, ca_not_after: i64) -> Result<(), rcgen::Error> {
+    for (name, usage, cert_key, key_key) in [
+        (AGENT_SERVER_NAME, ExtendedKeyUsagePurpose::ServerAuth, AGENT_CERT, AGENT_KEY),
+        (OPERATOR_CLIENT_NAME, ExtendedKeyUsagePurpose::ClientAuth, CLIENT_CERT, CLIENT_KEY),
+    ] {
+        let (cert, key) = generate_leaf(ca_cert, ca_key, &[name.to_string()], usage, now, validity, ca_not_after)?;
+        data.insert(cert_key.into(), cert.into_bytes());
+        data.insert(key_key.into(), key.into_bytes());
+    }
+    Ok(())
+}
+
+/// The node agents' Secret data: the CA bundle (`ca.crt`, to check the operator's client
+/// certificate) and the agent pair as `tls.crt`/`tls.key`; nothing else of `main` (no CA key,
+/// no client key, no webhook key). `None` while `main` has no agent pair yet.
+pub fn agent_secret_data(main: &BTreeMap<String, Vec<u8>>) -> Option<BTreeMap<String, Vec<u8>>> {
+    let get = |k: &str| main.get(k).filter(|v| !v.is_empty()).cloned();
+    Some([(CA_CERT.to_string(), get(CA_CERT)?), (TLS_CERT.to_string(), get(AGENT_CERT)?), (TLS_KEY.to_string(), get(AGENT_KEY)?)].into())
 }
 
 /// The PEM blocks of `pem` whose certificate is still valid at `now`, concatenated.
@@ -482,6 +581,11 @@ pub fn renewed(
             data.insert(TLS_CERT.into(), cert.into_bytes());
             data.insert(TLS_KEY.into(), key.into_bytes());
         }
+        Action::RenewAgent(_) => {
+            let ca_pem = text(CA_CERT);
+            let ca_not_after = bundle_info(ca_pem.as_bytes()).ok().and_then(|b| b.first().map(|c| c.not_after)).unwrap_or(i64::MAX);
+            add_agent_pair(&mut data, &ca_pem, &text(CA_KEY), now, serving_validity, ca_not_after)?;
+        }
         Action::RenewCa(_) => {
             let (ca_cert, ca_key) = generate_ca(now, ca_validity)?;
             let ca_not_after = now + ca_validity.as_secs() as i64;
@@ -490,23 +594,57 @@ pub fn renewed(
             // leaf stay trusted until the kubelet refreshes their files
             let previous = still_valid(&current.get(CA_CERT).cloned().unwrap_or_default(), now);
             data.insert(CA_CERT.into(), format!("{ca_cert}{previous}").into_bytes());
-            data.insert(CA_KEY.into(), ca_key.into_bytes());
             data.insert(TLS_CERT.into(), cert.into_bytes());
             data.insert(TLS_KEY.into(), key.into_bytes());
+            add_agent_pair(&mut data, &ca_cert, &ca_key, now, serving_validity, ca_not_after)?;
+            data.insert(CA_KEY.into(), ca_key.into_bytes());
         }
     }
     Ok(data)
 }
 
+/// Every renewal a Secret needs at `now`, applied one after the other (pure apart from key
+/// generation): `first` (a requested CA rotation) or [`decide`]'s action, then [`decide`] again
+/// on the result until it says `Keep` (at most three more steps: CA, serving, agent pair).
+/// Returns the actions taken (the last one `Keep`) and the new data.
+pub fn renew_all(
+    current: &BTreeMap<String, Vec<u8>>,
+    exists: bool,
+    first: Option<Action>,
+    names: &[String],
+    now: i64,
+    ca_validity: Duration,
+    serving_validity: Duration,
+) -> Result<(Vec<Action>, BTreeMap<String, Vec<u8>>), rcgen::Error> {
+    let mut data = current.clone();
+    let mut actions = Vec::new();
+    let mut next = first.unwrap_or_else(|| decide(exists.then(|| observe(current)).as_ref(), names, now));
+    for _ in 0..4 {
+        data = renewed(&data, &next, names, now, ca_validity, serving_validity)?;
+        let keep = matches!(next, Action::Keep { .. });
+        actions.push(next);
+        if keep {
+            break;
+        }
+        next = decide(Some(&observe(&data)), names, now);
+    }
+    Ok((actions, data))
+}
+
 /// What one [`reconcile_once`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// The decision.
+    /// The decision: the first renewal made (a requested CA rotation, or [`decide`]'s), or
+    /// `Keep`.
     pub action: Action,
+    /// When the next renewal is due (Unix seconds), once everything is current.
+    pub renew_at: Option<i64>,
     /// The Secret was created or replaced.
     pub secret_written: bool,
     /// Webhooks whose caBundle was patched.
     pub ca_bundle_patched: usize,
+    /// The node agents' Secret ([`CertConfig::agent_secret`]) was created or replaced.
+    pub agent_secret_written: bool,
 }
 
 fn secret_data(s: &Secret) -> BTreeMap<String, Vec<u8>> {
@@ -528,17 +666,14 @@ pub async fn reconcile_once(client: &Client, cfg: &CertConfig) -> Result<Outcome
     let current = existing.as_ref().map(secret_data).unwrap_or_default();
     let names = subject_alt_names(&cfg.service, &cfg.namespace, &cfg.extra_sans);
     let now = unix_now();
-    let observed = existing.as_ref().map(|_| observe(&current));
     let requested = existing.as_ref().and_then(|s| rotation_requested(s.metadata.annotations.as_ref()));
-    let action = match &requested {
-        // a usable Secret rotates on request; an unusable one is renewed as decide says anyway
-        Some(token) if observed.as_ref().is_some_and(|o| o.ca.is_ok()) => {
-            Action::RenewCa(format!("rotation requested ({ANNOTATION_ROTATE_CA}={token})"))
-        }
-        _ => decide(observed.as_ref(), &names, now),
-    };
-    let data = renewed(&current, &action, &names, now, cfg.ca_validity, cfg.serving_validity)?;
-    let new_ca = matches!(action, Action::RenewCa(_));
+    // a usable Secret rotates on request; an unusable one is renewed as decide says anyway
+    let first = requested
+        .as_ref()
+        .filter(|_| existing.is_some() && observe(&current).ca.is_ok())
+        .map(|token| Action::RenewCa(format!("rotation requested ({ANNOTATION_ROTATE_CA}={token})")));
+    let (actions, data) = renew_all(&current, existing.is_some(), first, &names, now, cfg.ca_validity, cfg.serving_validity)?;
+    let new_ca = actions.iter().any(|a| matches!(a, Action::RenewCa(_)));
     let mut patched = 0;
     if new_ca {
         // trust the new CA before any replica can serve a leaf it signed
@@ -546,40 +681,20 @@ pub async fn reconcile_once(client: &Client, cfg: &CertConfig) -> Result<Outcome
     }
     let mut written = false;
     if data != current || existing.is_none() {
-        if let Action::RenewCa(why) | Action::RenewServing(why) = &action {
-            tracing::info!(secret = %cfg.secret, namespace = %cfg.namespace, reason = %why, new_ca = matches!(action, Action::RenewCa(_)), "renewing the webhook certificate");
+        for action in &actions {
+            if let Action::RenewCa(why) | Action::RenewServing(why) | Action::RenewAgent(why) = action {
+                tracing::info!(secret = %cfg.secret, namespace = %cfg.namespace, reason = %why, new_ca = matches!(action, Action::RenewCa(_)), "renewing the operator's certificates");
+            }
         }
         let bytes = data.iter().map(|(k, v)| (k.clone(), ByteString(v.clone()))).collect();
         match existing {
-            None => {
-                let secret = Secret {
-                    metadata: ObjectMeta {
-                        name: Some(cfg.secret.clone()),
-                        namespace: Some(cfg.namespace.clone()),
-                        labels: Some([("app.kubernetes.io/managed-by".to_string(), "safe-termination".to_string())].into()),
-                        ..Default::default()
-                    },
-                    type_: Some("kubernetes.io/tls".into()),
-                    data: Some(bytes),
-                    ..Default::default()
-                };
-                let pp = PostParams { dry_run: false, field_manager: Some(FIELD_MANAGER.into()) };
-                match api.create(&pp, &secret).await {
-                    Err(kube::Error::Api(s)) if s.code == 409 => return Err(CertError::Conflict(cfg.secret.clone())),
-                    r => r?,
-                };
-            }
+            None => create_secret(&api, &cfg.secret, &cfg.namespace, bytes).await?,
             Some(mut secret) => {
-                if let (Some(token), Action::RenewCa(_)) = (&requested, &action) {
+                if let (Some(token), true) = (&requested, new_ca) {
                     secret.metadata.annotations.get_or_insert_with(Default::default).insert(ANNOTATION_ROTATED_CA.into(), token.clone());
                 }
                 secret.data = Some(bytes);
-                secret.string_data = None;
-                let pp = PostParams { dry_run: false, field_manager: Some(FIELD_MANAGER.into()) };
-                match api.replace(&cfg.secret, &pp, &secret).await {
-                    Err(kube::Error::Api(s)) if s.code == 409 => return Err(CertError::Conflict(cfg.secret.clone())),
-                    r => r?,
-                };
+                replace_secret(&api, &cfg.secret, secret).await?;
             }
         }
         written = true;
@@ -588,7 +703,67 @@ pub async fn reconcile_once(client: &Client, cfg: &CertConfig) -> Result<Outcome
         // also repairs a caBundle something else reset
         patched += patch_ca_bundle(client, cfg, &data).await?;
     }
-    Ok(Outcome { action, secret_written: written, ca_bundle_patched: patched })
+    let agent_secret_written = match (&cfg.agent_secret, agent_secret_data(&data)) {
+        (Some(name), Some(want)) => write_agent_secret(&api, name, &cfg.namespace, want).await?,
+        _ => false,
+    };
+    let action = actions.first().cloned().unwrap_or(Action::Keep { renew_at: now });
+    let renew_at = match actions.last() {
+        Some(Action::Keep { renew_at }) => Some(*renew_at),
+        _ => None,
+    };
+    Ok(Outcome { action, renew_at, secret_written: written, ca_bundle_patched: patched, agent_secret_written })
+}
+
+/// Creates Secret `name` (type `kubernetes.io/tls`, labelled as managed by safe-termination)
+/// holding `data`; an existing one is a [`CertError::Conflict`].
+async fn create_secret(api: &Api<Secret>, name: &str, namespace: &str, data: BTreeMap<String, ByteString>) -> Result<(), CertError> {
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            labels: Some([("app.kubernetes.io/managed-by".to_string(), "safe-termination".to_string())].into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(data),
+        ..Default::default()
+    };
+    let pp = PostParams { dry_run: false, field_manager: Some(FIELD_MANAGER.into()) };
+    match api.create(&pp, &secret).await {
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(CertError::Conflict(name.to_string())),
+        r => r.map(|_| ()).map_err(CertError::from),
+    }
+}
+
+/// Replaces Secret `name` with `secret` at the resourceVersion it was read at (a concurrent
+/// writer makes it a [`CertError::Conflict`]).
+async fn replace_secret(api: &Api<Secret>, name: &str, mut secret: Secret) -> Result<(), CertError> {
+    secret.string_data = None;
+    let pp = PostParams { dry_run: false, field_manager: Some(FIELD_MANAGER.into()) };
+    match api.replace(name, &pp, &secret).await {
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(CertError::Conflict(name.to_string())),
+        r => r.map(|_| ()).map_err(CertError::from),
+    }
+}
+
+/// Keeps the node agents' Secret `name` equal to `want` ([`agent_secret_data`]): created when
+/// missing, replaced when its data differs. Returns whether it wrote.
+async fn write_agent_secret(api: &Api<Secret>, name: &str, namespace: &str, want: BTreeMap<String, Vec<u8>>) -> Result<bool, CertError> {
+    let existing = api.get_opt(name).await?;
+    if existing.as_ref().map(secret_data).as_ref() == Some(&want) {
+        return Ok(false);
+    }
+    let bytes = want.into_iter().map(|(k, v)| (k, ByteString(v))).collect();
+    match existing {
+        None => create_secret(api, name, namespace, bytes).await?,
+        Some(mut secret) => {
+            secret.data = Some(bytes);
+            replace_secret(api, name, secret).await?;
+        }
+    }
+    tracing::info!(secret = %name, namespace = %namespace, "node agents' certificate Secret written");
+    Ok(true)
 }
 
 /// The JSON patch that sets `webhooks[i].clientConfig.caBundle` to `ca_b64` wherever it
@@ -681,7 +856,7 @@ pub async fn run(client: Client, cfg: CertConfig, mut leader: watch::Receiver<bo
         if *leader.borrow_and_update() {
             match reconcile_once(&client, &cfg).await {
                 Ok(o) => {
-                    if let Action::Keep { renew_at } = o.action {
+                    if let Some(renew_at) = o.renew_at {
                         let until = Duration::from_secs(renew_at.saturating_sub(unix_now()).max(1) as u64);
                         wait = wait.min(until);
                     }
@@ -887,5 +1062,70 @@ mod tests {
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         let leftovers: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+    }
+
+    #[test]
+    fn a_fresh_secret_holds_the_agent_pair_for_the_fixed_names() {
+        let now = unix_now();
+        let data = fresh(now);
+        let o = observe(&data);
+        let (agent, client) = (o.agent.clone().unwrap(), o.client.clone().unwrap());
+        assert_eq!(agent.sans, [AGENT_SERVER_NAME]);
+        assert_eq!(client.sans, [OPERATOR_CLIENT_NAME]);
+        assert!(!agent.is_ca && !client.is_ca);
+        // one usage each: the agent leaf cannot authenticate a client, nor the client leaf a server
+        let eku = |pem: &[u8]| {
+            let der = pem_certs(pem).unwrap().remove(0);
+            let cert = parse_der(&der).unwrap();
+            let e = cert.extended_key_usage().unwrap().unwrap().value.clone();
+            (e.server_auth, e.client_auth)
+        };
+        assert_eq!(eku(&data[AGENT_CERT]), (true, false));
+        assert_eq!(eku(&data[CLIENT_CERT]), (false, true));
+        assert_eq!(eku(&data[TLS_CERT]), (true, false));
+        match decide(Some(&o), &names(), now) {
+            Action::Keep { renew_at: at } => assert_eq!(at, renew_at(agent.not_before, agent.not_after).min(renew_at(o.serving.as_ref().unwrap().not_before, o.serving.as_ref().unwrap().not_after))),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_secret_without_the_agent_pair_gets_one_from_the_same_ca_in_the_same_round() {
+        let now = unix_now();
+        let mut old = fresh(now);
+        for k in [AGENT_CERT, AGENT_KEY, CLIENT_CERT, CLIENT_KEY] {
+            old.remove(k);
+        }
+        let o = observe(&old);
+        assert!(matches!(decide(Some(&o), &names(), now), Action::RenewAgent(m) if m.contains("agent certificate unusable: no agent.crt")));
+        let (actions, data) = renew_all(&old, true, None, &names(), now, CA_VALIDITY, SERVING_VALIDITY).unwrap();
+        assert!(matches!(actions.as_slice(), [Action::RenewAgent(_), Action::Keep { .. }]), "{actions:?}");
+        for k in [CA_CERT, CA_KEY, TLS_CERT, TLS_KEY] {
+            assert_eq!(data[k], old[k], "{k} kept");
+        }
+        assert!(observe(&data).client.is_ok());
+        // a serving key and a client key of other pairs: both renewed at once
+        let mut both = data.clone();
+        let other = fresh(now);
+        both.insert(TLS_KEY.into(), other[TLS_KEY].clone());
+        both.insert(CLIENT_KEY.into(), other[CLIENT_KEY].clone());
+        let (actions, renewed) = renew_all(&both, true, None, &names(), now, CA_VALIDITY, SERVING_VALIDITY).unwrap();
+        assert!(matches!(actions.as_slice(), [Action::RenewServing(_), Action::RenewAgent(m), Action::Keep { .. }] if m.contains("client.key does not match client.crt")), "{actions:?}");
+        assert_eq!(renewed[CA_CERT], data[CA_CERT]);
+        // a new Secret: one CA rotation makes everything
+        let (actions, _) = renew_all(&BTreeMap::new(), false, None, &names(), now, CA_VALIDITY, SERVING_VALIDITY).unwrap();
+        assert!(matches!(actions.as_slice(), [Action::RenewCa(_), Action::Keep { .. }]), "{actions:?}");
+    }
+
+    #[test]
+    fn the_agents_secret_holds_the_ca_bundle_and_the_agent_pair_only() {
+        let data = fresh(unix_now());
+        let agent = agent_secret_data(&data).unwrap();
+        assert_eq!(agent.keys().map(String::as_str).collect::<Vec<_>>(), [CA_CERT, TLS_CERT, TLS_KEY]);
+        assert_eq!((&agent[CA_CERT], &agent[TLS_CERT], &agent[TLS_KEY]), (&data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]));
+        assert!(agent.values().all(|v| !v.windows(8).any(|w| w == b"PRIVATE ") || v == &data[AGENT_KEY]), "no other key");
+        let mut without = data.clone();
+        without.remove(AGENT_KEY);
+        assert_eq!(agent_secret_data(&without), None);
     }
 }
