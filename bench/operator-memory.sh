@@ -27,7 +27,10 @@
 #
 # Env: SERVICES (10000), ENDPOINTS (15 per Service), NAMESPACES (20), NODES (5000), SIZE_KB (78,
 # the issue's per-node scrape), WINDOW_SECONDS (200), SCRAPE_INTERVAL_SECONDS (10),
-# SAMPLE_SECONDS (60), OUT (target/operator-memory), CARGO_TARGET_DIR (honoured). Needs root
+# SAMPLE_SECONDS (60), OUT (target/operator-memory), CARGO_TARGET_DIR (honoured), FEATURES (cargo
+# features of the binary, e.g. system-allocator), OP_WRAPPER (a command prefix for the operator,
+# e.g. "heaptrack -o target/operator-memory/heap"; the process measured is then the operator
+# the wrapper started, found by its command line). Needs root
 # (the cluster). Takes about 15-20 minutes warm, most of it creating the objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,15 +49,18 @@ export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
 mkdir -p "$OUT"
 log() { printf '[operator-memory %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-cargo build --release --bin safe-termination --example populate_services --example fake_kube_proxies
+cargo build --release ${FEATURES:+--features "$FEATURES"} --bin safe-termination --example populate_services --example fake_kube_proxies
 BIN="$TARGET_DIR/release/safe-termination"
 POPULATE="$TARGET_DIR/release/examples/populate_services"
 FAKES="$TARGET_DIR/release/examples/fake_kube_proxies"
 
 OP_PID=""
 FAKES_PID=""
+WRAPPER_PID=""
 cleanup() {
   [[ -n "$OP_PID" ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
+  # a wrapper (heaptrack) writes its data once the operator has exited
+  [[ -n "$WRAPPER_PID" ]] && wait "$WRAPPER_PID" 2>/dev/null || true
   [[ -n "$FAKES_PID" ]] && kill "$FAKES_PID" 2>/dev/null && wait "$FAKES_PID" 2>/dev/null || true
   ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh >/dev/null 2>&1 || true
 }
@@ -104,12 +110,23 @@ fi
 ADMIN_PORT=18090
 # (a bash array of 10,000 words goes to exec as separate arguments: no single argument or
 # environment string comes near the kernel's 128 KiB per-string limit)
-"$BIN" run --listen 127.0.0.1:18443 --admin-listen "127.0.0.1:$ADMIN_PORT" \
+# shellcheck disable=SC2086  # OP_WRAPPER is a command prefix, split on purpose
+${OP_WRAPPER:-} "$BIN" run --listen 127.0.0.1:18443 --admin-listen "127.0.0.1:$ADMIN_PORT" \
   --tls-cert-file "$ST_WEBHOOK_CERT" --tls-key-file "$ST_WEBHOOK_KEY" \
   --namespace safe-termination-bench --identity bench \
   --scrape-interval-seconds "$SCRAPE_INTERVAL_SECONDS" --window-seconds "$WINDOW_SECONDS" \
   "${TARGETS[@]}" >"$OUT/operator.log" 2>&1 &
 OP_PID=$!
+if [[ -n "${OP_WRAPPER:-}" ]]; then
+  for _ in $(seq 1 100); do
+    child=$(pgrep -n -f "^$BIN run --listen 127.0.0.1:18443" || true)
+    [[ -n "$child" ]] && break
+    sleep 0.2
+  done
+  [[ -n "$child" ]] || { log "the operator did not start under $OP_WRAPPER"; exit 1; }
+  WRAPPER_PID=$OP_PID
+  OP_PID=$child
+fi
 # a series' value from the operator's /metrics (0 while absent or unreachable); $1 is the
 # series as exposed, labels included
 gauge() { curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v m="$1" 'BEGIN { v = 0 } $1 == m { v = $2 } END { print v }'; }

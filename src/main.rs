@@ -2,6 +2,7 @@
 //! the TLS provider, and dispatches to the command modules in `safe_termination::cli`.
 
 use clap::{Parser, Subcommand};
+use safe_termination::cli::agent::{self as agent_cmd, AgentArgs};
 use safe_termination::cli::analyze::{self, AnalyzeArgs};
 use safe_termination::cli::mutate::{self as mutate_cmd, MutateArgs, ReviewArgs};
 use safe_termination::cli::run::{self as run_cmd, RunArgs};
@@ -12,6 +13,9 @@ use std::process::ExitCode;
 /// mimalloc instead of glibc's malloc: the webhook's hot path (parse an AdmissionReview into a
 /// `serde_json::Value`, patch, encode) is allocation-bound; glibc malloc/free were ~20% of the
 /// server's CPU under load (BENCHMARKS.md "Webhook").
+/// `--features system-allocator` keeps glibc's (smaller resident size; BENCHMARKS.md "Operator
+/// memory").
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -45,6 +49,10 @@ enum Command {
     /// Run the operator: measure kube-proxy, reconcile TerminationPolicies, serve the webhook
     /// with the measured plan (leader election; SIGTERM drains, a second signal aborts).
     Run(Box<RunArgs>),
+    /// Run the node agent (a DaemonSet with hostNetwork): serve kube-proxy's /metrics,
+    /// /proxyMode and /configz, reduced to what the operator reads, to the operator only
+    /// (mutual TLS from the operator's CA), plus /healthz on a plain-HTTP port.
+    Agent(AgentArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,9 +60,13 @@ fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     // servers log each request at info, from a writer thread; one-shot commands only warnings,
     // directly. The guard lives until main returns, so queued lines are written out.
-    let serving = matches!(cli.command, Command::Webhook(_) | Command::Run(_));
-    let log = init_logging(cli.log_format, if serving { "info" } else { "warn" }, serving);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let serving = matches!(cli.command, Command::Webhook(_) | Command::Run(_) | Command::Agent(_));
+    // the agent (one per node, a few requests a minute) logs little and directly, and runs on
+    // one thread: its footprint target is 20 MiB and about a millicore
+    let agent = matches!(cli.command, Command::Agent(_));
+    let log = init_logging(cli.log_format, if serving { "info" } else { "warn" }, serving && !agent);
+    let mut builder = if agent { tokio::runtime::Builder::new_current_thread() } else { tokio::runtime::Builder::new_multi_thread() };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -71,6 +83,7 @@ fn main() -> ExitCode {
         }
         Command::Webhook(args) => served(runtime, log, |rt| rt.block_on(webhook_cmd::run(&args))),
         Command::Run(args) => served(runtime, log, |rt| rt.block_on(run_cmd::run(&args))),
+        Command::Agent(args) => served(runtime, log, |rt| rt.block_on(agent_cmd::run(&args))),
     }
 }
 
