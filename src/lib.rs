@@ -5,10 +5,12 @@
 //! Layout (docs/architecture.md): a pure core with no I/O ([`exposition`], [`model`],
 //! [`measure`], [`proxyconfig`], [`sizing`], [`advisor`], [`analysis`], [`crd`],
 //! [`selector`], [`annotations`]); adapters around it: the
-//! measurement [`sources`], the TerminationPolicy [`controller`] and the admission [`webhook`];
+//! measurement [`sources`], the TerminationPolicy [`controller`], the admission [`webhook`] and
+//! the node [`agent`];
 //! the composition root in `src/main.rs` with its command modules in [`cli`].
 
 pub mod advisor;
+pub mod agent;
 pub mod annotations;
 pub mod analysis;
 pub mod cli;

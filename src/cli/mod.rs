@@ -1,6 +1,7 @@
 //! Command-line adapters: argument types and the code behind each subcommand. `src/main.rs`
 //! only parses and dispatches.
 
+pub mod agent;
 pub mod analyze;
 pub mod mutate;
 pub mod run;

@@ -80,13 +80,7 @@ pub async fn fetch_scrape(
 /// causes, plus a hint for a refused connection (kube-proxy's 127.0.0.1 bind), a connect
 /// timeout (a firewall on the URL's port) or a timeout after connecting (no answer in time).
 pub fn connect_hint(err: &reqwest::Error) -> String {
-    let mut msg = err.to_string();
-    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(err);
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
+    let mut msg = error_chain(err);
     if err.is_connect() && msg.to_ascii_lowercase().contains("refused") {
         msg.push_str(
             " (kube-proxy binds its metrics server to 127.0.0.1:10249 by default: set metricsBindAddress: 0.0.0.0:10249 in its KubeProxyConfiguration, or use the Prometheus source)",
@@ -97,6 +91,19 @@ pub fn connect_hint(err: &reqwest::Error) -> String {
         msg.push_str(&format!(" (timed out connecting: is a NetworkPolicy or host firewall blocking {port}?)"));
     } else if err.is_timeout() {
         msg.push_str(" (timed out after connecting: no complete answer in time; is kube-proxy overloaded?)");
+    }
+    msg
+}
+
+/// The error and its causes, `: `-separated (`error sending request for url (...): client
+/// error (Connect): tcp connect error: Connection refused (os error 111)`), without a hint.
+pub fn error_chain(err: &reqwest::Error) -> String {
+    let mut msg = err.to_string();
+    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(err);
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
     }
     msg
 }
@@ -132,8 +139,9 @@ pub fn keep_alive_http_client(timeout: Duration) -> reqwest::Client {
     build_client(client_builder(timeout))
 }
 
-/// The settings both clients share: timeouts (see [`http_client`]) and no proxy.
-fn client_builder(timeout: Duration) -> reqwest::ClientBuilder {
+/// The settings every client shares: timeouts (see [`http_client`]) and no proxy; the node
+/// agents' client ([`super::agent`]) adds its TLS configuration to it.
+pub fn client_builder(timeout: Duration) -> reqwest::ClientBuilder {
     let connect_timeout = timeout.saturating_sub(Duration::from_millis(100)).max(timeout / 2);
     // reqwest's rustls (and `Client::new`, which panics without one) needs a process-wide
     // crypto provider: the binary installs ring first; this covers library callers and tests

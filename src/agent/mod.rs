@@ -1,0 +1,20 @@
+//! The node agent (`safe-termination agent`, adapter): a small per-node process of the same
+//! binary, run as a DaemonSet with `hostNetwork` so that it reaches kube-proxy's metrics server
+//! on the node's loopback (kube-proxy's default `metricsBindAddress` is `127.0.0.1:10249`, which
+//! the operator cannot scrape from its pod).
+//!
+//! - [`upstream`]: reads kube-proxy's `/metrics`, `/proxyMode` and `/configz` on each request
+//!   (one fetch in flight per path, shared), checks them with the operator's readers, and reduces
+//!   them to what the operator reads ([`crate::exposition::filter`],
+//!   [`crate::proxyconfig::reduce_configz`]);
+//! - [`server`]: serves exactly those three paths over mutual TLS, and `/healthz` (no data) on a
+//!   separate plain-HTTP port for the kubelet's probes;
+//! - [`tls`]: the mutual TLS of both sides, from the operator's CA.
+//!
+//! The operator's side (finding the agents, scraping through them, choosing the source per
+//! node) is in [`crate::sources::agent`] and [`crate::sources::select`]; the command and its
+//! flags in [`crate::cli::agent`].
+
+pub mod server;
+pub mod tls;
+pub mod upstream;

@@ -1,0 +1,79 @@
+//! The agent's HTTP side: the mutual-TLS router with kube-proxy's three paths, and the
+//! plain-HTTP health router.
+//!
+//! | path | answer |
+//! |---|---|
+//! | `GET /metrics` | kube-proxy's scrape, only the families the operator reads (`text/plain; version=0.0.4`) |
+//! | `GET /proxyMode` | the proxy mode (`text/plain`) |
+//! | `GET /configz` | kube-proxy's configuration, only the fields the operator reads (`application/json`) |
+//! | anything else | 404 |
+//! | `GET /healthz` (health port, no TLS) | `ok`, or 503 while no TLS material is loaded or after a shutdown signal; no data |
+//!
+//! When kube-proxy cannot be read, the answer is 502 (504 for a timeout) with the reason in the
+//! [`REASON_HEADER`] header (the operator's scrape failure labels) and the message as the body,
+//! so the operator reports the node's failure as a direct scrape would.
+
+use super::tls::AgentTls;
+use super::upstream::{Answer, KubeProxy};
+use crate::sources::scrape::reason;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Default mutual-TLS port of the agent (on the node's addresses: the agent runs with
+/// `hostNetwork`; kube-proxy has 10249 and 10256, the kubelet 10248 and 10250).
+pub const DEFAULT_PORT: u16 = 10349;
+/// Default health port of the agent (plain HTTP, `/healthz` only).
+pub const DEFAULT_HEALTH_PORT: u16 = 10350;
+
+/// Response header carrying the failure reason label of a 502/504 answer.
+pub const REASON_HEADER: &str = "x-safe-termination-reason";
+/// Content type of the filtered scrape (Prometheus text format 0.0.4, as kube-proxy serves it).
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The mutual-TLS router: `/metrics`, `/proxyMode`, `/configz` from `kube_proxy`; 404 for the
+/// rest.
+pub fn router(kube_proxy: Arc<KubeProxy>) -> Router {
+    Router::new()
+        .route("/metrics", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.metrics().await, METRICS_CONTENT_TYPE) }))
+        .route("/proxyMode", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.proxy_mode().await, "text/plain; charset=utf-8") }))
+        .route("/configz", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.configz().await, "application/json") }))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "not found: the agent serves /metrics, /proxyMode and /configz\n") })
+        .with_state(kube_proxy)
+}
+
+/// An [`Answer`] as an HTTP response (see the module docs).
+fn answer(answer: Answer, content_type: &'static str) -> Response {
+    match answer {
+        Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))], String::from(&*body)).into_response(),
+        Err(e) => {
+            tracing::warn!(reason = e.reason, error = %e.message, "kube-proxy could not be read");
+            let status = if e.reason == reason::TIMEOUT { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY };
+            (status, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8")), (header::HeaderName::from_static(REASON_HEADER), HeaderValue::from_static(e.reason))], e.message + "\n")
+                .into_response()
+        }
+    }
+}
+
+/// The health router (plain HTTP, for the kubelet): `GET /healthz` is 200 `ok` while `tls` has
+/// usable material and `shutdown` has not fired, else 503 saying which; it reads nothing from
+/// kube-proxy (a kube-proxy that is down must not restart the agent).
+pub fn health_router(tls: Arc<AgentTls>, shutdown: CancellationToken) -> Router {
+    Router::new().route(
+        "/healthz",
+        get(move || {
+            let answer = if shutdown.is_cancelled() {
+                (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+            } else if !tls.is_loaded() {
+                (StatusCode::SERVICE_UNAVAILABLE, "no TLS certificate loaded\n")
+            } else {
+                (StatusCode::OK, "ok\n")
+            };
+            std::future::ready(answer)
+        }),
+    )
+}
