@@ -105,49 +105,35 @@ impl KubeProxy {
     /// [`reason::PARSE`] error naming the line, not a shorter body) and filtered to the families
     /// it reads ([`filter_kube_proxy_metrics`]).
     pub async fn metrics(&self) -> Answer {
-        let (url, fetch) = self.fetch("/metrics", self.max_body_bytes);
-        self.metrics
-            .run(move || {
-                async move {
-                    let text = fetch.await?;
-                    parse_kube_proxy_metrics(&text).map_err(|e| UpstreamError { reason: reason::PARSE, message: format!("{url}: {e}") })?;
-                    Ok(Arc::from(filter_kube_proxy_metrics(&text)))
-                }
-                .boxed()
-            })
-            .await
+        self.read(&self.metrics, "/metrics", self.max_body_bytes, |url, text| {
+            parse_kube_proxy_metrics(&text).map_err(|e| parse_error(url, e))?;
+            Ok(Arc::from(filter_kube_proxy_metrics(&text)))
+        })
+        .await
     }
 
     /// `/proxyMode`: the mode, as the operator spells it (`iptables`, `nftables`, ...); an
     /// answer that is not a known mode is a [`reason::PARSE`] error.
     pub async fn proxy_mode(&self) -> Answer {
-        let (url, fetch) = self.fetch("/proxyMode", MAX_PROXY_MODE_BYTES);
-        self.proxy_mode
-            .run(move || {
-                async move {
-                    let text = fetch.await?;
-                    let mode = ProxyMode::parse(&text)
-                        .ok_or_else(|| UpstreamError { reason: reason::PARSE, message: format!("{url}: {:?} is not a proxy mode", text.trim()) })?;
-                    Ok(Arc::from(mode.as_str()))
-                }
-                .boxed()
-            })
-            .await
+        self.read(&self.proxy_mode, "/proxyMode", MAX_PROXY_MODE_BYTES, |url, text| {
+            let mode = ProxyMode::parse(&text).ok_or_else(|| parse_error(url, format!("{:?} is not a proxy mode", text.trim())))?;
+            Ok(Arc::from(mode.as_str()))
+        })
+        .await
     }
 
     /// `/configz` reduced to the fields the operator reads ([`reduce_configz`]); a body the
     /// operator would refuse is a [`reason::PARSE`] error.
     pub async fn configz(&self) -> Answer {
-        let (url, fetch) = self.fetch("/configz", MAX_CONFIGZ_BYTES);
-        self.configz
-            .run(move || {
-                async move {
-                    let text = fetch.await?;
-                    reduce_configz(&text).map(Arc::from).map_err(|e| UpstreamError { reason: reason::PARSE, message: format!("{url}: {e}") })
-                }
-                .boxed()
-            })
+        self.read(&self.configz, "/configz", MAX_CONFIGZ_BYTES, |url, text| reduce_configz(&text).map(Arc::from).map_err(|e| parse_error(url, e)))
             .await
+    }
+
+    /// `path` read within `flight` (at most `limit` bytes of UTF-8 text), then `check`ed and
+    /// reduced to the answer (`check` gets the URL, for its errors, and the text).
+    async fn read(&self, flight: &Flight, path: &str, limit: usize, check: fn(&str, String) -> Answer) -> Answer {
+        let (url, fetch) = self.fetch(path, limit);
+        flight.run(move || async move { check(&url, fetch.await?) }.boxed()).await
     }
 
     /// The URL of `path` and a future reading it as UTF-8 text, at most `limit` bytes, within
@@ -164,6 +150,11 @@ impl KubeProxy {
         };
         (url, fut.boxed())
     }
+}
+
+/// A body of kube-proxy at `url` that the operator would refuse: `what` is why.
+fn parse_error(url: &str, what: impl std::fmt::Display) -> UpstreamError {
+    UpstreamError { reason: reason::PARSE, message: format!("{url}: {what}") }
 }
 
 /// A failed kube-proxy fetch as the agent reports it; a refused connection says what to check
