@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Desired behaviour for the pods of one namespace.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -260,6 +261,14 @@ pub struct MeasurementStatus {
     pub nodes_scraped: u32,
     /// Nodes whose metrics could not be read.
     pub nodes_failed: u32,
+    /// Nodes measured through each source (`kube-proxy`: scraped directly, `agent`: through
+    /// the node agent, `prometheus`, `file`), e.g. `{"agent": 2, "kube-proxy": 1}`; per node in
+    /// the metric `safe_termination_kube_proxy_source{node,source}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, u32>,
+    /// The source the worst node was measured through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worst_node_source: Option<String>,
     /// Analysed interval, seconds (the rolling window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_seconds: Option<u32>,

@@ -29,6 +29,40 @@ pub struct Sample {
     pub proxy_mode: Option<ProxyMode>,
 }
 
+/// Which way a node's sample reached the operator (`--source auto` tries the first three in
+/// this order, per node; see [`crate::sources::select`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeSource {
+    /// kube-proxy's `/metrics` scraped directly.
+    KubeProxy,
+    /// kube-proxy's `/metrics` read through the node agent (kube-proxy bound to loopback).
+    Agent,
+    /// A Prometheus server's window of kube-proxy's series.
+    Prometheus,
+    /// A saved scrape (`--source files`).
+    File,
+}
+
+impl NodeSource {
+    /// The label used in the status and the metrics: `kube-proxy`, `agent`, `prometheus`,
+    /// `file`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::KubeProxy => "kube-proxy",
+            Self::Agent => "agent",
+            Self::Prometheus => "prometheus",
+            Self::File => "file",
+        }
+    }
+
+    /// True when a sample is already a window (Prometheus' `increase()`), not kube-proxy's
+    /// cumulative counters: no delta may be taken between it and any other sample.
+    pub fn is_windowed(self) -> bool {
+        self == Self::Prometheus
+    }
+}
+
 /// Why a node's last scrape failed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -229,6 +263,8 @@ impl CompactSample {
 struct NodeSamples {
     older: VecDeque<CompactSample>,
     newest: Sample,
+    /// How the newest sample was read (`None`: recorded with [`MeasurementStore::record`]).
+    source: Option<NodeSource>,
 }
 
 /// Scrapes per node over a rolling window, plus the last failure of each failing node.
@@ -257,13 +293,31 @@ impl MeasurementStore {
     /// The previous newest sample is compacted: only the earlier scrape of the analysis is read
     /// from older samples, and only its sync and network programming (see the module docs).
     pub fn record(&mut self, node: &str, sample: Sample) {
+        self.record_from(node, sample, None);
+    }
+
+    /// [`Self::record`], noting that the sample came through `source` ([`Self::node_sources`]).
+    /// kube-proxy's counters read directly or through the agent are the same counters, so the
+    /// window goes on across a switch between those two; a windowed sample (Prometheus), or
+    /// the first sample after one, starts the node's window afresh (a delta between a window
+    /// and a cumulative scrape means nothing).
+    pub fn record_via(&mut self, node: &str, sample: Sample, source: NodeSource) {
+        self.record_from(node, sample, Some(source));
+    }
+
+    fn record_from(&mut self, node: &str, sample: Sample, source: Option<NodeSource>) {
         self.revision = next_revision();
         self.failures.remove(node);
         let start = sample.at_unix_seconds - self.window_seconds;
-        let Some(n) = self.nodes.get_mut(node) else {
-            self.nodes.insert(node.to_string(), NodeSamples { older: VecDeque::new(), newest: sample });
-            return;
+        let windowed = |s: Option<NodeSource>| s.is_some_and(NodeSource::is_windowed);
+        let n = match self.nodes.get_mut(node) {
+            Some(n) if !windowed(source) && !windowed(n.source) => n,
+            _ => {
+                self.nodes.insert(node.to_string(), NodeSamples { older: VecDeque::new(), newest: sample, source });
+                return;
+            }
         };
+        n.source = source;
         let previous = std::mem::replace(&mut n.newest, sample);
         let compact = CompactSample::new(&previous, &mut self.layouts);
         drop(previous);
@@ -306,6 +360,12 @@ impl MeasurementStore {
     /// Nodes whose last scrape failed, with why.
     pub fn failures(&self) -> &BTreeMap<String, NodeFailure> {
         &self.failures
+    }
+
+    /// How each node's newest sample was read, for the nodes recorded with
+    /// [`Self::record_via`], by node name.
+    pub fn node_sources(&self) -> impl Iterator<Item = (&str, NodeSource)> {
+        self.nodes.iter().filter_map(|(node, n)| n.source.map(|s| (node.as_str(), s)))
     }
 
     /// Number of nodes with at least one sample.
@@ -577,5 +637,23 @@ mod tests {
         assert!(m.failures().is_empty());
         m.retain_nodes(&["b".into()]);
         assert_eq!(m.nodes_with_data(), 1);
+    }
+
+    #[test]
+    fn a_window_goes_on_from_kube_proxy_to_the_agent_but_restarts_around_prometheus() {
+        let mut m = MeasurementStore::new(600.0);
+        m.record_via("a", s(0.0), NodeSource::KubeProxy);
+        m.record_via("a", s(30.0), NodeSource::Agent);
+        assert_eq!(m.inputs()[0].earlier.as_ref().map(|_| ()), Some(()), "the same counters: a delta across the switch");
+        assert_eq!(m.node_sources().collect::<Vec<_>>(), [("a", NodeSource::Agent)]);
+        m.record_via("a", s(60.0), NodeSource::Prometheus);
+        assert!(m.inputs()[0].earlier.is_none(), "a Prometheus window stands alone");
+        m.record_via("a", s(90.0), NodeSource::Agent);
+        assert!(m.inputs()[0].earlier.is_none(), "no delta against a window");
+        m.record_via("a", s(120.0), NodeSource::KubeProxy);
+        assert!(m.inputs()[0].earlier.is_some());
+        m.record("b", s(120.0));
+        assert_eq!(m.node_sources().collect::<Vec<_>>(), [("a", NodeSource::KubeProxy)], "b's source is unknown");
+        assert_eq!(NodeSource::KubeProxy.as_str(), "kube-proxy");
     }
 }

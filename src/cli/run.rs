@@ -20,7 +20,9 @@ use crate::measure::MeasurementStore;
 use crate::model::ProxyMode;
 use crate::operator::{self, Leadership, Shared, Tasks};
 use crate::shutdown::Shutdown;
+use crate::sources::agent::AgentClientFiles;
 use crate::sources::scrape::{Discovery, ScrapeMetrics, ScrapeOptions, parse_static_targets};
+use crate::sources::spawn::Auto;
 use crate::sources::{self, Measurement, SourceError, store_from_files};
 use crate::telemetry::{Readiness, Telemetry};
 use crate::webhook::certs::{self, CertConfig};
@@ -30,6 +32,9 @@ use std::time::Duration;
 /// Where measurements come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SourceKind {
+    /// Per node: kube-proxy's `/metrics` directly, else through the node's agent, else
+    /// Prometheus when `--prometheus-url` is set (`sources::select`).
+    Auto,
     /// Scrape every kube-proxy's `/metrics` (discovered by selector, or `--kube-proxy-target`).
     KubeProxy,
     /// Query a Prometheus server (`--prometheus-url`).
@@ -56,7 +61,7 @@ pub struct RunArgs {
     #[arg(long, env = "SAFE_TERMINATION_NO_LEADER_ELECTION")]
     pub no_leader_election: bool,
     /// Measurement source.
-    #[arg(long, value_enum, env = "SAFE_TERMINATION_SOURCE", default_value_t = SourceKind::KubeProxy)]
+    #[arg(long, value_enum, env = "SAFE_TERMINATION_SOURCE", default_value_t = SourceKind::Auto)]
     pub source: SourceKind,
     /// Namespace of the kube-proxy pods.
     #[arg(long, env = "SAFE_TERMINATION_KUBE_PROXY_NAMESPACE", default_value = "kube-system")]
@@ -76,7 +81,34 @@ pub struct RunArgs {
     /// repeated).
     #[arg(long = "kube-proxy-target", env = "SAFE_TERMINATION_KUBE_PROXY_TARGETS", value_delimiter = ',')]
     pub kube_proxy_targets: Vec<String>,
-    /// Prometheus base URL for `--source prometheus`.
+    /// Namespace of the node agent pods (default: --namespace; their hostNetwork needs the
+    /// baseline Pod Security level, which a restricted operator namespace refuses).
+    #[arg(long, env = "SAFE_TERMINATION_AGENT_NAMESPACE")]
+    pub agent_namespace: Option<String>,
+    /// Label selector of the node agent pods (in --agent-namespace), for `--source auto`.
+    #[arg(long, env = "SAFE_TERMINATION_AGENT_SELECTOR", default_value = crate::sources::agent::DEFAULT_AGENT_SELECTOR)]
+    pub agent_selector: String,
+    /// The node agents' mutual-TLS port.
+    #[arg(long, env = "SAFE_TERMINATION_AGENT_PORT", default_value_t = crate::agent::server::DEFAULT_PORT)]
+    pub agent_port: u16,
+    /// Fixed agent targets `NODE=https://IP:PORT` instead of the agent pods (comma-separated or
+    /// repeated).
+    #[arg(long = "agent-target", env = "SAFE_TERMINATION_AGENT_TARGETS", value_delimiter = ',')]
+    pub agent_targets: Vec<String>,
+    /// CA bundle the agents' certificate chains to, PEM (re-read every cycle).
+    #[arg(long, value_name = "FILE", env = "SAFE_TERMINATION_AGENT_CA_FILE", default_value = "/etc/safe-termination/tls/ca.crt")]
+    pub agent_ca_file: std::path::PathBuf,
+    /// The operator's client certificate for the agents, PEM.
+    #[arg(long, value_name = "FILE", env = "SAFE_TERMINATION_AGENT_CLIENT_CERT_FILE", default_value = "/etc/safe-termination/tls/client.crt")]
+    pub agent_client_cert_file: std::path::PathBuf,
+    /// Its private key, PEM.
+    #[arg(long, value_name = "FILE", env = "SAFE_TERMINATION_AGENT_CLIENT_KEY_FILE", default_value = "/etc/safe-termination/tls/client.key")]
+    pub agent_client_key_file: std::path::PathBuf,
+    /// With --cert-secret: the Secret (in --namespace) where the leader also keeps the node
+    /// agents' certificate (ca.crt, tls.crt, tls.key; no CA or client key).
+    #[arg(long, env = "SAFE_TERMINATION_AGENT_CERT_SECRET")]
+    pub agent_cert_secret: Option<String>,
+    /// Prometheus base URL for `--source prometheus`, and the last fallback of `--source auto`.
     #[arg(long, env = "SAFE_TERMINATION_PROMETHEUS_URL")]
     pub prometheus_url: Option<String>,
     /// Saved scrapes `NODE=FILE` for `--source files`.
@@ -162,6 +194,20 @@ impl RunArgs {
             (_, url) => url.clone().unwrap_or_default(),
         };
         let static_targets = parse_static_targets(&self.kube_proxy_targets).map_err(usage)?;
+        let agent_targets = parse_static_targets(&self.agent_targets).map_err(usage)?;
+        let auto = (self.source == SourceKind::Auto).then(|| Auto {
+            agent_targets,
+            agent_namespace: self.agent_namespace.clone().unwrap_or_else(|| self.namespace.clone()),
+            agent_selector: self.agent_selector.clone(),
+            agent_port: self.agent_port,
+            client_files: AgentClientFiles {
+                ca: self.agent_ca_file.clone(),
+                cert: self.agent_client_cert_file.clone(),
+                key: self.agent_client_key_file.clone(),
+            },
+            prometheus_url: self.prometheus_url.clone(),
+            window: Duration::from_secs(self.window_seconds),
+        });
         let measurement = match self.source {
             SourceKind::Files => return Ok((Measurement::Files, files.unwrap_or_else(|| MeasurementStore::new(window)))),
             SourceKind::Prometheus => Measurement::Prometheus {
@@ -171,7 +217,7 @@ impl RunArgs {
                 interval: Duration::from_secs(self.scrape_interval_seconds),
                 kube_proxy_namespace: self.kube_proxy_namespace.clone(),
             },
-            SourceKind::KubeProxy => Measurement::KubeProxy {
+            SourceKind::KubeProxy | SourceKind::Auto => Measurement::KubeProxy {
                 static_targets,
                 discovery: Discovery {
                     namespace: self.kube_proxy_namespace.clone(),
@@ -186,6 +232,7 @@ impl RunArgs {
                 },
                 interval: Duration::from_secs(self.scrape_interval_seconds),
                 metrics: scrape_metrics.clone(),
+                auto,
             },
         };
         Ok((measurement, MeasurementStore::new(window)))
@@ -230,6 +277,7 @@ impl RunArgs {
         cfg.webhook_configuration = self.webhook_configuration.clone();
         cfg.files = self.write_cert_files.then(|| (self.serving.tls_cert_file.clone(), self.serving.tls_key_file.clone()));
         cfg.interval = Duration::from_secs(self.cert_check_interval_seconds.max(1));
+        cfg.agent_secret = self.agent_cert_secret.clone();
         Some(cfg)
     }
 

@@ -9,6 +9,7 @@
 //! | `safe_termination_kube_proxy_stale_seconds` | gauge | node | last queued - last synced |
 //! | `safe_termination_kube_proxy_nodes` | gauge | state (scraped, failed) | nodes by scrape state |
 //! | `safe_termination_kube_proxy_mode` | gauge 1 | node, mode | each node's proxy mode |
+//! | `safe_termination_kube_proxy_source` | gauge 1 | node, source | how each measured node was read: kube-proxy (directly), agent, prometheus, file |
 //! | `safe_termination_controller_leader` | gauge 0/1 | | this replica holds the lease |
 //! | `safe_termination_controller_propagation_window_seconds` | gauge | | cluster W |
 //! | `safe_termination_controller_recommended_prestop_seconds` | gauge | namespace, policy | sized sleep |
@@ -45,6 +46,15 @@ pub struct NodeModeLabel {
     pub node: String,
     /// Proxy mode.
     pub mode: String,
+}
+
+/// `node`, `source` labels.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeSourceLabel {
+    /// Node name.
+    pub node: String,
+    /// `kube-proxy`, `agent`, `prometheus` or `file`.
+    pub source: String,
 }
 
 /// `state` label.
@@ -105,6 +115,8 @@ pub struct KubeProxyMetrics {
     pub nodes: Family<StateLabel, Gauge>,
     /// 1 per node and its proxy mode.
     pub mode: Family<NodeModeLabel, Gauge>,
+    /// 1 per measured node and the source it was read through.
+    pub source: Family<NodeSourceLabel, Gauge>,
 }
 
 impl KubeProxyMetrics {
@@ -121,6 +133,7 @@ impl KubeProxyMetrics {
         r.register_with_unit("stale", "last queued minus last synced timestamp", Unit::Seconds, self.stale.clone());
         r.register("nodes", "kube-proxy nodes by scrape state", self.nodes.clone());
         r.register("mode", "1 for each node's kube-proxy proxy mode", self.mode.clone());
+        r.register("source", "1 for each measured node and the source it was read through (kube-proxy, agent, prometheus, file)", self.source.clone());
     }
 
     /// Removes every series (a replica that does not lead measures nothing).
@@ -131,11 +144,16 @@ impl KubeProxyMetrics {
         self.stale.clear();
         self.nodes.clear();
         self.mode.clear();
+        self.source.clear();
     }
 
-    /// Replaces the per-node series with the report's nodes (gone nodes disappear).
-    pub fn update(&self, report: &AnalysisReport, failed: usize, sync_slow_seconds: f64) {
+    /// Replaces the per-node series with the report's nodes (gone nodes disappear); `sources`:
+    /// how each measured node was read, by node name.
+    pub fn update(&self, report: &AnalysisReport, failed: usize, sync_slow_seconds: f64, sources: &std::collections::BTreeMap<String, &'static str>) {
         self.clear();
+        for (node, source) in sources {
+            self.source.get_or_create(&NodeSourceLabel { node: node.clone(), source: (*source).into() }).set(1);
+        }
         for n in &report.nodes {
             self.mode.get_or_create(&NodeModeLabel { node: n.node.clone(), mode: n.mode.as_str().into() }).set(1);
             let l = NodeLabel { node: n.node.clone() };

@@ -195,6 +195,8 @@ struct Measured {
     mode_source: Option<String>,
     /// From the flags (`--proxy-mode ebpf`) or a detected dataplane without kube-proxy.
     no_kube_proxy_note: Option<String>,
+    /// How each measured, not failing node was read.
+    sources: std::collections::BTreeMap<String, &'static str>,
 }
 
 fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Measured, Error> {
@@ -226,15 +228,20 @@ fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Me
     // revision its inputs come from; one analysis per measurement generation (and minSamples),
     // shared by every policy; the inputs are only copied out of the store when this generation
     // has none yet (lock order: store, then analyses; nothing else takes both)
-    let (failures, nodes_with_data, last_scrape, window, analysis) = {
+    let (failures, nodes_with_data, last_scrape, window, analysis, sources) = {
         let store = ctx.store.lock().map_err(|_| Error::Store)?;
         let failures: Vec<String> = store.failures().iter().map(|(n, f)| format!("{n}: {}", f.message)).collect();
+        let sources = store
+            .node_sources()
+            .filter(|(n, _)| !store.failures().contains_key(*n))
+            .map(|(n, s)| (n.to_string(), s.as_str()))
+            .collect();
         let analysis =
             ctx.analyses.lock().map_err(|_| Error::Store)?.get(store.revision(), &opts, spec.pre_stop.min_samples, || store.inputs());
-        (failures, store.nodes_with_data(), store.last_scrape_unix_seconds(), store.window_seconds(), analysis)
+        (failures, store.nodes_with_data(), store.last_scrape_unix_seconds(), store.window_seconds(), analysis, sources)
     };
     let report = crate::analysis::size(&analysis, spec);
-    Ok(Measured { report, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note })
+    Ok(Measured { report, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note, sources })
 }
 
 /// Keeps the per-node and cluster gauges current on every measurement update, whether or not
@@ -247,7 +254,7 @@ async fn export_measurement_metrics(ctx: Arc<Context>, mut measured: watch::Rece
         ctx.metrics.leader.set(i64::from(leading));
         if leading {
             if let Ok(m) = measure(&ctx, &crate::crd::TerminationPolicySpec::default()) {
-                ctx.kube_proxy_metrics.update(&m.report, m.failures.len(), ctx.settings.thresholds.sync_slow_seconds);
+                ctx.kube_proxy_metrics.update(&m.report, m.failures.len(), ctx.settings.thresholds.sync_slow_seconds, &m.sources);
                 ctx.metrics.update_cluster(&m.report);
             }
         } else {
@@ -267,7 +274,7 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
     if !*ctx.leader.borrow() {
         return Ok(Action::requeue(ctx.settings.requeue));
     }
-    let Measured { report, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note } = measure(&ctx, &policy.spec)?;
+    let Measured { report, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note, sources } = measure(&ctx, &policy.spec)?;
     let rec = report.recommendation.pre_stop_seconds;
     let pods = if ctx.settings.count_pods {
         match count_pods(&ctx, &policy, rec).await {
@@ -299,6 +306,7 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
         last_scrape_time: last_scrape.and_then(rfc3339),
         mode_source: mode_source.or_else(|| report.nodes.first().map(|n| n.mode_source.to_string())),
         no_kube_proxy_note,
+        sources,
     };
     let now = now_time();
     let previous = policy.status.as_ref();

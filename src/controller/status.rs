@@ -35,6 +35,20 @@ pub struct MeasurementMeta {
     pub mode_source: Option<String>,
     /// Set when there is no kube-proxy at all (e.g. an eBPF dataplane): said in Ready's message.
     pub no_kube_proxy_note: Option<String>,
+    /// How each measured node (not failing) was read, by node name: `kube-proxy`, `agent`,
+    /// `prometheus`, `file` ([`crate::measure::NodeSource::as_str`]).
+    pub sources: std::collections::BTreeMap<String, &'static str>,
+}
+
+impl MeasurementMeta {
+    /// Nodes per source (see [`Self::sources`]).
+    pub fn source_counts(&self) -> std::collections::BTreeMap<String, u32> {
+        let mut counts = std::collections::BTreeMap::new();
+        for s in self.sources.values() {
+            *counts.entry(s.to_string()).or_insert(0) += 1;
+        }
+        counts
+    }
 }
 
 /// An Event to emit for a condition transition.
@@ -123,7 +137,9 @@ pub fn desired_status(
         };
         cond("MetricsUnavailable", true, reason, msg, generation, now)
     } else {
-        cond("MetricsUnavailable", false, "AllNodesScraped", format!("{} node(s) scraped", meta.nodes_scraped), generation, now)
+        let by_source = meta.source_counts().iter().map(|(s, n)| format!("{n} through {s}")).collect::<Vec<_>>();
+        let how = if by_source.is_empty() { String::new() } else { format!(" ({})", by_source.join(", ")) };
+        cond("MetricsUnavailable", false, "AllNodesScraped", format!("{} node(s) scraped{how}", meta.nodes_scraped), generation, now)
     });
     let under = pods.as_ref().map(|p| (p.stale, p.unprotected)).unwrap_or((0, 0));
     conditions.push(if under.0 + under.1 > 0 {
@@ -154,6 +170,8 @@ pub fn desired_status(
             worst_node: report.worst_node.clone(),
             nodes_scraped: meta.nodes_scraped,
             nodes_failed: meta.failed.len() as u32,
+            sources: meta.source_counts(),
+            worst_node_source: report.worst_node.as_ref().and_then(|n| meta.sources.get(n)).map(|s| s.to_string()),
             window_seconds: Some(meta.window_seconds),
             last_scrape_time: meta.last_scrape_time.clone(),
         }),
@@ -319,5 +337,25 @@ mod tests {
         let c = desired_status(&spec, Some(1), &report("0.5"), &m3, None, Some(&a), &t0);
         assert!(needs_write(Some(&a), &c, now, 300.0));
         assert!(c.conditions.iter().any(|c| c.type_ == "MetricsUnavailable" && c.status == "True"));
+    }
+
+    #[test]
+    fn the_status_says_which_source_measured_the_nodes() {
+        let spec = TerminationPolicySpec::default();
+        let mut m = meta();
+        m.nodes_scraped = 3;
+        m.sources = [("n1".to_string(), "agent"), ("n2".into(), "kube-proxy"), ("n3".into(), "agent")].into();
+        let st = desired_status(&spec, Some(1), &report("0.5"), &m, None, None, &time("2026-01-01T00:00:00Z"));
+        let measurement = st.measurement.as_ref().unwrap();
+        assert_eq!(measurement.sources, [("agent".to_string(), 2), ("kube-proxy".into(), 1)].into());
+        assert_eq!(measurement.worst_node.as_deref(), Some("n1"));
+        assert_eq!(measurement.worst_node_source.as_deref(), Some("agent"));
+        let c = st.conditions.iter().find(|c| c.type_ == "MetricsUnavailable").unwrap();
+        assert_eq!(c.message, "3 node(s) scraped (2 through agent, 1 through kube-proxy)");
+        // without sources (files, older stores) the status reads as before
+        let plain = desired_status(&spec, Some(1), &report("0.5"), &meta(), None, None, &time("2026-01-01T00:00:00Z"));
+        assert!(plain.measurement.as_ref().unwrap().sources.is_empty());
+        let json = serde_json::to_value(&plain).unwrap();
+        assert!(json["measurement"].get("sources").is_none() && json["measurement"].get("worstNodeSource").is_none());
     }
 }

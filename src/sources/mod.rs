@@ -3,18 +3,21 @@
 //! - Read once ([`oneshot`]): a saved scrape file, standard input, or one kube-proxy's metrics
 //!   URL for the command line, and `--source files` for the operator.
 //! - For the operator: every kube-proxy scraped ([`scrape`], which also reads kube-proxy's
-//!   configuration from `/configz` or its ConfigMap for [`crate::proxyconfig`]) and a
-//!   Prometheus server ([`prometheus`]).
+//!   configuration from `/configz` or its ConfigMap for [`crate::proxyconfig`]), the node
+//!   agents ([`agent`]) and a Prometheus server ([`prometheus`]); `--source auto` chooses among
+//!   them per node ([`select`], pure).
 //! - The one size-limited HTTP fetcher all of them use ([`fetch`]), the measurement task of
 //!   the operator ([`spawn`]) and the layer's error ([`SourceError`]).
 //!
 //! This file only declares and re-exports: the submodules import each other, never this file.
 
+pub mod agent;
 pub mod error;
 pub mod fetch;
 pub mod oneshot;
 pub mod prometheus;
 pub mod scrape;
+pub mod select;
 pub mod spawn;
 
 pub use error::SourceError;

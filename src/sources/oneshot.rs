@@ -83,7 +83,7 @@ pub fn store_from_files(specs: &[String], window_seconds: f64) -> Result<Measure
         let bytes = std::fs::read(path).map_err(|source| SourceError::File { path: path.to_string(), source })?;
         let text = decode_utf8(path, bytes)?;
         let scrape = parse_kube_proxy_metrics(&text).map_err(|e| SourceError::Scrape(e.at(path)))?;
-        store.record(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None });
+        store.record_via(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None }, crate::measure::NodeSource::File);
     }
     Ok(store)
 }

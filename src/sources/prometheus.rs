@@ -241,7 +241,7 @@ impl PrometheusSnapshot {
     pub fn into_store(self, window_seconds: f64) -> MeasurementStore {
         let mut store = MeasurementStore::new(window_seconds);
         for input in self.inputs {
-            store.record(&input.node, Sample { at_unix_seconds: self.at_unix_seconds, scrape: input.later, proxy_mode: input.proxy_mode });
+            store.record_via(&input.node, Sample { at_unix_seconds: self.at_unix_seconds, scrape: input.later, proxy_mode: input.proxy_mode }, crate::measure::NodeSource::Prometheus);
         }
         for (node, f) in self.failures {
             store.record_failure(&node, f);

@@ -21,7 +21,7 @@
 
 use crate::exposition::parse_kube_proxy_metrics;
 use crate::model::ProxyMode;
-use crate::measure::{MeasurementStore, NodeFailure, Sample};
+use crate::measure::{MeasurementStore, NodeFailure, NodeSource, Sample};
 use super::error::SourceError;
 use super::fetch::{FetchError, connect_hint, fetch_scrape, get_limited, http_client};
 use super::oneshot::{decode_utf8, unix_now};
@@ -343,8 +343,11 @@ pub struct ScrapeOutcome {
     pub node: String,
     /// The sample, or why there is none.
     pub result: Result<Sample, NodeFailure>,
-    /// Time from the first request to the parsed result (or the failure).
+    /// Time from the first request to the parsed result (or the failure); with fallbacks,
+    /// every source tried together.
     pub elapsed: Duration,
+    /// The source that measured the node (for a failure: the last one tried).
+    pub source: NodeSource,
 }
 
 impl ScrapeOutcome {
@@ -419,7 +422,7 @@ pub async fn scrape_once(client: &reqwest::Client, target: &Target, opts: &Scrap
             Err(f) => Err(fail(f)),
         },
     };
-    ScrapeOutcome { node: target.node.clone(), result, elapsed: start.elapsed() }
+    ScrapeOutcome { node: target.node.clone(), result, elapsed: start.elapsed(), source: NodeSource::KubeProxy }
 }
 
 /// Scrapes every target with at most `opts.max_in_flight` at once
@@ -444,7 +447,8 @@ pub struct Recorded {
     pub failed: usize,
 }
 
-/// Records outcomes into the store: samples with [`MeasurementStore::record`], failures with
+/// Records outcomes into the store: samples with [`MeasurementStore::record_via`] (their
+/// source noted), failures with
 /// [`MeasurementStore::record_failure`]. Does not drop vanished nodes (see
 /// [`MeasurementStore::retain_nodes`]).
 pub fn record_outcomes(store: &mut MeasurementStore, outcomes: impl IntoIterator<Item = ScrapeOutcome>) -> Recorded {
@@ -452,7 +456,7 @@ pub fn record_outcomes(store: &mut MeasurementStore, outcomes: impl IntoIterator
     for o in outcomes {
         match o.result {
             Ok(sample) => {
-                store.record(&o.node, sample);
+                store.record_via(&o.node, sample, o.source);
                 n.scraped += 1;
             }
             Err(f) => {
@@ -477,6 +481,20 @@ pub async fn fetch_configz(client: &reqwest::Client, target: &Target, timeout: D
         Ok(Ok(t)) => t,
     };
     proxyconfig::parse_configz(&text).map_err(|e| SourceError::Config(format!("{url}: {e}")))
+}
+
+/// kube-proxy's configuration through the first of `agents` (at most three tried) whose
+/// `/configz` answers, named `configz <node> (agent)`; `None` when none does.
+async fn configz_through_agents(agents: &[(Target, reqwest::Client)], timeout: Duration) -> Option<ResolvedProxyConfig> {
+    let mut notes = Vec::new();
+    for (t, client) in agents.iter().take(3) {
+        match fetch_configz(client, t, timeout).await {
+            Ok(c) => return Some(ResolvedProxyConfig::from_config(c, format!("configz {} (agent)", t.node), notes)),
+            Err(e) => notes.push(format!("configz through the agent: {e}")),
+        }
+    }
+    tracing::debug!(notes = %notes.join("; "), "kube-proxy configuration not read through the agents");
+    None
 }
 
 /// The ConfigMaps kube-proxy's configuration is looked for in, in order: kubeadm's
@@ -683,6 +701,7 @@ pub struct ScrapeLoop {
     cycles: u64,
     last_targets: Vec<Target>,
     jitter: Jitter,
+    fallbacks: Option<super::agent::Fallbacks>,
 }
 
 impl ScrapeLoop {
@@ -704,7 +723,16 @@ impl ScrapeLoop {
             cycles: 0,
             last_targets: Vec::new(),
             jitter: Jitter::seeded(),
+            fallbacks: None,
         }
+    }
+
+    /// `--source auto`: nodes whose direct scrape fails are tried through their agent, then
+    /// Prometheus ([`super::agent::Fallbacks`]); kube-proxy's configuration is read through an
+    /// agent when no kube-proxy answered directly.
+    pub fn with_fallbacks(mut self, fallbacks: super::agent::Fallbacks) -> Self {
+        self.fallbacks = Some(fallbacks);
+        self
     }
 
     /// Sets the time between cycles (jitter adds up to 10% on top).
@@ -762,6 +790,13 @@ impl ScrapeLoop {
             }
         };
         let outcomes = scrape_all(&self.http, &targets, &self.options).await;
+        let (outcomes, agents_answered) = match &self.fallbacks {
+            Some(f) => {
+                let applied = f.apply(&targets, outcomes, &self.options).await;
+                (applied.outcomes, applied.agents_answered)
+            }
+            None => (outcomes, Vec::new()),
+        };
         if let Some(m) = &self.metrics {
             m.observe(&outcomes);
         }
@@ -777,7 +812,15 @@ impl ScrapeLoop {
             if ordered.is_empty() {
                 ordered = targets.clone();
             }
-            let resolved = resolve_proxy_config(&self.http, &ordered, self.source.kube_client(), self.options.timeout).await;
+            let resolved = match ordered.iter().any(|t| outcomes.iter().any(|o| o.node == t.node && o.result.is_ok() && o.source == NodeSource::KubeProxy)) {
+                // no kube-proxy answered directly: its /configz through an agent that answered
+                false if !agents_answered.is_empty() => configz_through_agents(&agents_answered, self.options.timeout).await,
+                _ => None,
+            };
+            let resolved = match resolved {
+                Some(r) => r,
+                None => resolve_proxy_config(&self.http, &ordered, self.source.kube_client(), self.options.timeout).await,
+            };
             tracing::debug!(source = %resolved.source, min_sync_period_seconds = resolved.min_sync_period_seconds, "kube-proxy configuration");
             *self.proxy_config.write().unwrap_or_else(PoisonError::into_inner) = resolved;
         }
@@ -925,6 +968,7 @@ mod tests {
             node: "n".into(),
             result: Err(NodeFailure { reason: reason.into(), message: String::new(), at_unix_seconds: 0.0 }),
             elapsed: Duration::from_millis(3),
+            source: NodeSource::KubeProxy,
         };
         m.observe(&[fail(reason::TIMEOUT), fail(reason::TIMEOUT), fail(reason::PARSE)]);
         let mut text = String::new();

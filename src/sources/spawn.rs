@@ -1,6 +1,8 @@
 //! The operator's measurement task: the source chosen by `--source` runs only while this
 //! replica leads, recording into the shared store and bumping the measurement generation.
+//! `--source auto` is the kube-proxy scrape loop with fallbacks ([`Auto`]).
 
+use super::agent::{AgentClientFiles, AgentSource, AgentTargets, Fallbacks};
 use super::prometheus::{PrometheusLoop, PrometheusSource};
 use super::scrape::{Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, Target, TargetSource};
 use crate::operator::{Shared, Tasks};
@@ -26,6 +28,9 @@ pub enum Measurement {
         interval: Duration,
         /// The scraper's own instruments.
         metrics: ScrapeMetrics,
+        /// `--source auto`: the fallbacks of nodes whose direct scrape fails (none: direct
+        /// only, `--source kube-proxy`).
+        auto: Option<Auto>,
     },
     /// Query a Prometheus server.
     Prometheus {
@@ -42,6 +47,50 @@ pub enum Measurement {
     },
     /// Saved scrapes already in the store: nothing runs; one generation announces them.
     Files,
+}
+
+/// The fallbacks of `--source auto`, as settings (the loop builds its [`Fallbacks`] each time
+/// it starts).
+#[derive(Debug, Clone)]
+pub struct Auto {
+    /// `--agent-target` entries (empty: agent pods found by `agent_selector`).
+    pub agent_targets: Vec<Target>,
+    /// The namespace of the agent pods (the operator's, unless `--agent-namespace`).
+    pub agent_namespace: String,
+    /// Label selector of the agent pods.
+    pub agent_selector: String,
+    /// The agents' mutual-TLS port.
+    pub agent_port: u16,
+    /// The operator's client certificate for the agents.
+    pub client_files: AgentClientFiles,
+    /// Prometheus, last (`--prometheus-url`), with its window.
+    pub prometheus_url: Option<String>,
+    /// The window of the Prometheus queries.
+    pub window: Duration,
+}
+
+impl Auto {
+    /// The fallbacks for one run of the loop; requests bounded by `timeout`.
+    fn fallbacks(&self, client: &kube::Client, timeout: Duration) -> Fallbacks {
+        let targets = if self.agent_targets.is_empty() {
+            AgentTargets::Kube {
+                client: client.clone(),
+                namespace: self.agent_namespace.clone(),
+                selector: self.agent_selector.clone(),
+                port: self.agent_port,
+            }
+        } else {
+            AgentTargets::Static(self.agent_targets.clone())
+        };
+        let prometheus = self.prometheus_url.as_deref().and_then(|url| match PrometheusSource::new(url, self.window, timeout) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::error!(error = %e, "Prometheus fallback disabled");
+                None
+            }
+        });
+        Fallbacks { agents: Some(AgentSource::new(targets, self.client_files.clone(), timeout)), prometheus }
+    }
 }
 
 /// Starts `measurement` in `tasks`: the source's loop runs while `shared.leader` is true.
@@ -67,20 +116,22 @@ pub fn spawn(shared: &Shared, tasks: &mut Tasks, measurement: Measurement) {
                     }
                 }
             }
-            Measurement::KubeProxy { static_targets, discovery, options, interval, metrics } => {
+            Measurement::KubeProxy { static_targets, discovery, options, interval, metrics, auto } => {
                 let source = if static_targets.is_empty() {
                     TargetSource::Kube { client: ctx.client.clone(), discovery: discovery.clone() }
                 } else {
                     TargetSource::Static(static_targets.clone())
                 };
-                ScrapeLoop::new(source, ctx.store.clone(), ctx.generation.clone())
+                let mut scrape = ScrapeLoop::new(source, ctx.store.clone(), ctx.generation.clone())
                     .with_interval(*interval)
                     .with_options(options.clone())
                     .with_metrics(metrics.clone())
                     // publishes kube-proxy's configuration straight into the controller's handle
-                    .with_proxy_config(ctx.proxy.clone())
-                    .run(token)
-                    .boxed()
+                    .with_proxy_config(ctx.proxy.clone());
+                if let Some(auto) = auto {
+                    scrape = scrape.with_fallbacks(auto.fallbacks(&ctx.client, options.timeout));
+                }
+                scrape.run(token).boxed()
             }
             Measurement::Files => futures::future::ready(()).boxed(),
         }

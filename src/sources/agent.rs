@@ -1,0 +1,385 @@
+//! The operator's side of the node agents (adapter), and the fallbacks of `--source auto`.
+//!
+//! - [`AgentSource`]: where the agents are (pods by label selector in the operator's
+//!   namespace, one per node, `https://<pod IP = node IP>:<port>`, or `--agent-target`s) and the
+//!   operator's client certificate for them (PEM files, re-read each cycle and the client
+//!   rebuilt when they change: mutual TLS, the agent checked against the fixed name of
+//!   [`crate::agent::tls`]);
+//! - [`scrape_agent`]: one node through its agent, as [`super::scrape::scrape_once`] scrapes
+//!   kube-proxy (same parser, same failure reasons; the agent passes kube-proxy's own failure
+//!   on in its 502 answer);
+//! - [`Fallbacks`]: after the direct scrape of every node, the agents for the nodes that failed,
+//!   then one Prometheus query for those still unmeasured, each node's choice made by
+//!   [`super::select::decide`].
+
+use super::error::SourceError;
+use super::fetch::{client_builder, error_chain, read_limited};
+use super::oneshot::unix_now;
+use super::prometheus::PrometheusSource;
+use super::scrape::{ScrapeOptions, ScrapeOutcome, Target, reason, targets_from_pods};
+use super::select::{Attempts, Decision, Tried, decide};
+use crate::agent::server::REASON_HEADER;
+use crate::exposition::parse_kube_proxy_metrics;
+use crate::measure::{NodeFailure, NodeSource, Sample};
+use crate::model::ProxyMode;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Default label selector of the agent pods (in the operator's namespace).
+pub const DEFAULT_AGENT_SELECTOR: &str = "app.kubernetes.io/component=agent";
+
+/// Where the operator finds the agents.
+#[derive(Clone)]
+pub enum AgentTargets {
+    /// A fixed list, `NODE=https://IP:PORT` (tests, out-of-cluster runs).
+    Static(Vec<Target>),
+    /// Agent pods found through the API when a cycle needs them.
+    Kube {
+        /// The API client.
+        client: kube::Client,
+        /// The operator's namespace.
+        namespace: String,
+        /// Label selector of the agent pods.
+        selector: String,
+        /// The agents' mutual-TLS port.
+        port: u16,
+    },
+}
+
+impl std::fmt::Debug for AgentTargets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Static(t) => f.debug_tuple("Static").field(&t.len()).finish(),
+            Self::Kube { namespace, selector, port, .. } => {
+                f.debug_struct("Kube").field("namespace", namespace).field("selector", selector).field("port", port).finish()
+            }
+        }
+    }
+}
+
+/// The operator's client certificate for the agents (PEM files; in the chart, keys `ca.crt`,
+/// `client.crt` and `client.key` of the certificate Secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentClientFiles {
+    /// CA bundle the agents' certificate chains to.
+    pub ca: PathBuf,
+    /// The operator's client certificate chain.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+}
+
+/// The agents as a source: where they are and how to authenticate to them.
+pub struct AgentSource {
+    targets: AgentTargets,
+    files: AgentClientFiles,
+    timeout: Duration,
+    /// The files' content and the client built from it.
+    client: Mutex<Option<(Vec<Vec<u8>>, reqwest::Client)>>,
+}
+
+impl std::fmt::Debug for AgentSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentSource").field("targets", &self.targets).field("files", &self.files).finish_non_exhaustive()
+    }
+}
+
+/// An HTTP client for the agents: mutual TLS with `config` (see [`crate::agent::tls::client_config`]),
+/// the per-request `timeout`, no proxy, no idle connection kept (as the kube-proxy scraper).
+///
+/// Errors: reqwest cannot build it (never silently a client without the certificate).
+pub fn agent_http_client(config: rustls::ClientConfig, timeout: Duration) -> Result<reqwest::Client, String> {
+    client_builder(timeout).pool_max_idle_per_host(0).use_preconfigured_tls(config).build().map_err(|e| error_chain(&e))
+}
+
+impl AgentSource {
+    /// Agents at `targets`, authenticated with `files`, each request bounded by `timeout`.
+    pub fn new(targets: AgentTargets, files: AgentClientFiles, timeout: Duration) -> Self {
+        Self { targets, files, timeout, client: Mutex::new(None) }
+    }
+
+    /// The client for the current content of the certificate files (rebuilt when it changed).
+    ///
+    /// Errors: a file cannot be read, or the material is unusable (the message names it).
+    pub fn client(&self) -> Result<reqwest::Client, String> {
+        let content = [&self.files.ca, &self.files.cert, &self.files.key]
+            .iter()
+            .map(|p| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut cached = self.client.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, client)) = cached.as_ref().filter(|(c, _)| *c == content) {
+            return Ok(client.clone());
+        }
+        let config = crate::agent::tls::client_config(&content[0], &content[1], &content[2])
+            .map_err(|e| format!("{} / {}: {e}", self.files.cert.display(), self.files.ca.display()))?;
+        let client = agent_http_client(config, self.timeout)?;
+        *cached = Some((content, client.clone()));
+        Ok(client)
+    }
+
+    /// The agents by node name: the static list, or the running agent pods (newest per node,
+    /// pod IP = node IP with `hostNetwork`) at `https://<pod IP>:<port>`.
+    ///
+    /// Errors: listing the pods failed (RBAC needs `list pods` in the operator's namespace).
+    pub async fn targets(&self) -> Result<BTreeMap<String, Target>, SourceError> {
+        let list = match &self.targets {
+            AgentTargets::Static(t) => t.clone(),
+            AgentTargets::Kube { client, namespace, selector, port } => {
+                let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                let pods = api
+                    .list(&ListParams::default().labels(selector))
+                    .await
+                    .map_err(|source| SourceError::Kube { what: format!("listing agent pods {selector:?} in namespace {namespace}"), source })?;
+                targets_from_pods(&pods.items, *port)
+                    .into_iter()
+                    .map(|t| Target::new(t.node, &t.base_url.replacen("http://", "https://", 1)))
+                    .collect()
+            }
+        };
+        Ok(list.into_iter().map(|t| (t.node.clone(), t)).collect())
+    }
+
+    /// Why a node without an agent has none, for its failure message.
+    fn none_here(&self) -> String {
+        match &self.targets {
+            AgentTargets::Static(_) => "no --agent-target for this node".into(),
+            AgentTargets::Kube { namespace, selector, .. } => format!("no agent pod on this node ({selector} in namespace {namespace})"),
+        }
+    }
+}
+
+/// A failure of the request to an agent (`what`: e.g. `agent https://10.0.0.7:10349/metrics`).
+fn transport_failure(what: &str, e: &reqwest::Error) -> (String, String) {
+    let chain = error_chain(e);
+    let lower = chain.to_ascii_lowercase();
+    let (reason, hint) = if e.is_timeout() {
+        (reason::TIMEOUT, " (no complete answer in time: is the agent's port blocked by a NetworkPolicy or host firewall?)")
+    } else if e.is_connect() && lower.contains("refused") {
+        (reason::CONNECTION_REFUSED, " (is the safe-termination agent running on this node?)")
+    } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake") {
+        (
+            reason::OTHER,
+            " (mutual TLS failed: the agent's certificate must chain to the operator's CA and name safe-termination-agent, and the operator's client certificate must come from the same certificate Secret)",
+        )
+    } else {
+        (reason::OTHER, "")
+    };
+    (reason.to_string(), format!("{what}: {chain}{hint}"))
+}
+
+/// GETs `url` from an agent: the body of a 2xx answer (at most `limit` bytes), or the failure
+/// (reason, message); a non-2xx answer carries the agent's reason header and message.
+async fn agent_get(client: &reqwest::Client, url: &str, limit: usize) -> Result<Vec<u8>, (String, String)> {
+    let what = format!("agent {url}");
+    let resp = client.get(url).send().await.map_err(|e| transport_failure(&what, &e))?;
+    let status = resp.status();
+    if status.is_success() {
+        return read_limited(resp, limit).await.map_err(|e| (reason::OTHER.to_string(), format!("{what}: {e}")));
+    }
+    let known = [reason::CONNECTION_REFUSED, reason::TIMEOUT, reason::HTTP_STATUS, reason::PARSE, reason::OTHER];
+    let label = resp.headers().get(REASON_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| known.into_iter().find(|k| *k == v));
+    let body = read_limited(resp, 4096).await.map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
+    match label {
+        Some(r) => Err((r.to_string(), format!("{what}: HTTP {status}: {body}"))),
+        None => Err((reason::HTTP_STATUS.to_string(), format!("{what}: HTTP {status}{}", if body.is_empty() { String::new() } else { format!(": {body}") }))),
+    }
+}
+
+/// Scrapes one node through its agent at `target` (`https://IP:PORT`): `/metrics` (and
+/// `/proxyMode` when enabled, best effort) within `opts.timeout`, parsed with the operator's
+/// parser. The outcome's source is [`NodeSource::Agent`]; failures carry the [`reason`] labels
+/// and messages naming the agent's URL (and kube-proxy's own failure, as the agent reported it).
+pub async fn scrape_agent(client: &reqwest::Client, target: &Target, opts: &ScrapeOptions) -> ScrapeOutcome {
+    let start = Instant::now();
+    let metrics_url = target.url("/metrics");
+    let mode_url = target.url("/proxyMode");
+    let mode = async {
+        if !opts.fetch_proxy_mode {
+            return None;
+        }
+        let body = agent_get(client, &mode_url, super::fetch::MAX_PROXY_MODE_BYTES).await.ok()?;
+        ProxyMode::parse(std::str::from_utf8(&body).ok()?)
+    };
+    let work = async { tokio::join!(agent_get(client, &metrics_url, opts.max_body_bytes), mode) };
+    let fetched = tokio::time::timeout(opts.timeout, work).await;
+    let at = unix_now();
+    let fail = |(reason, message): (String, String)| NodeFailure { reason, message, at_unix_seconds: at };
+    let result = match fetched {
+        Err(_) => Err(fail((
+            reason::TIMEOUT.into(),
+            format!("agent {metrics_url}: no complete answer within {:.1} s (is the agent's port blocked, or kube-proxy slow?)", opts.timeout.as_secs_f64()),
+        ))),
+        Ok((Err(f), _)) => Err(fail(f)),
+        Ok((Ok(bytes), proxy_mode)) => match String::from_utf8(bytes) {
+            Err(e) => Err(fail((reason::PARSE.into(), format!("agent {metrics_url}: not UTF-8 text: {e}")))),
+            Ok(text) => match parse_kube_proxy_metrics(&text) {
+                Ok(scrape) => Ok(Sample { at_unix_seconds: at, scrape, proxy_mode }),
+                Err(e) => Err(fail((reason::PARSE.into(), format!("agent {metrics_url}: {e}")))),
+            },
+        },
+    };
+    ScrapeOutcome { node: target.node.clone(), result, elapsed: start.elapsed(), source: NodeSource::Agent }
+}
+
+/// The fallbacks of `--source auto` after the direct scrape: the agents, then Prometheus.
+#[derive(Debug, Default)]
+pub struct Fallbacks {
+    /// The agents (none: the agent step is unavailable).
+    pub agents: Option<AgentSource>,
+    /// Prometheus (none: not configured).
+    pub prometheus: Option<PrometheusSource>,
+}
+
+/// What [`Fallbacks::apply`] gives back: one outcome per target, and the agents that answered
+/// (for kube-proxy's `/configz`, with the client that reached them).
+pub struct Applied {
+    /// One outcome per target, sorted by node.
+    pub outcomes: Vec<ScrapeOutcome>,
+    /// Agents that answered this cycle, with the client.
+    pub agents_answered: Vec<(Target, reqwest::Client)>,
+}
+
+/// The host of a target's URL (an IPv6 address without brackets), to match Prometheus'
+/// `instance` label.
+fn host(target: &Target) -> Option<String> {
+    let url = reqwest::Url::parse(&target.base_url).ok()?;
+    Some(url.host_str()?.trim_start_matches('[').trim_end_matches(']').to_string())
+}
+
+impl Fallbacks {
+    /// Completes `direct` (the direct scrape of each of `targets`): the nodes that failed are
+    /// tried through their agent (at most `opts.max_in_flight` at once, each within
+    /// `opts.timeout`), then those still unmeasured through one Prometheus query, each node's
+    /// choice and failure message made by [`decide`].
+    pub async fn apply(&self, targets: &[Target], direct: Vec<ScrapeOutcome>, opts: &ScrapeOptions) -> Applied {
+        let prometheus_unavailable = self.prometheus.is_none().then(|| "not configured (--prometheus-url)".to_string());
+        let mut nodes: BTreeMap<String, (Attempts<Sample>, Duration)> = BTreeMap::new();
+        for o in direct {
+            let mut a = Attempts::new(None, prometheus_unavailable.clone());
+            a.kube_proxy = match o.result {
+                Ok(s) => Tried::Got(s),
+                Err(f) => Tried::Failed(f),
+            };
+            nodes.insert(o.node, (a, o.elapsed));
+        }
+        let wants = |nodes: &BTreeMap<String, (Attempts<Sample>, Duration)>, s: NodeSource| -> Vec<String> {
+            nodes.iter().filter(|(_, (a, _))| decide(a) == Decision::Try(s)).map(|(n, _)| n.clone()).collect()
+        };
+        let mut agents_answered = Vec::new();
+        let need_agent = wants(&nodes, NodeSource::Agent);
+        if !need_agent.is_empty() {
+            let tried = self.try_agents(&need_agent, opts).await;
+            for (node, tried, elapsed, answered) in tried {
+                if let Some((a, total)) = nodes.get_mut(&node) {
+                    a.agent = tried;
+                    *total += elapsed;
+                }
+                agents_answered.extend(answered);
+            }
+        }
+        let need_prometheus = wants(&nodes, NodeSource::Prometheus);
+        if let (false, Some(prometheus)) = (need_prometheus.is_empty(), &self.prometheus) {
+            let start = Instant::now();
+            let snapshot = prometheus.fetch().await;
+            let by_host: BTreeMap<&str, Option<String>> = targets.iter().map(|t| (t.node.as_str(), host(t))).collect();
+            for node in need_prometheus {
+                let keys = [Some(node.clone()), by_host.get(node.as_str()).cloned().flatten()];
+                let tried = match &snapshot {
+                    Err(e) => Tried::Failed(NodeFailure { reason: reason::OTHER.into(), message: e.to_string(), at_unix_seconds: unix_now() }),
+                    Ok(s) => {
+                        let input = s.inputs.iter().find(|i| keys.iter().flatten().any(|k| *k == i.node));
+                        let failure = keys.iter().flatten().find_map(|k| s.failures.get(k));
+                        match (input, failure) {
+                            (Some(i), _) => Tried::Got(Sample { at_unix_seconds: s.at_unix_seconds, scrape: i.later.clone(), proxy_mode: i.proxy_mode }),
+                            (None, Some(f)) => Tried::Failed(f.clone()),
+                            (None, None) => Tried::Failed(NodeFailure {
+                                reason: reason::OTHER.into(),
+                                message: format!(
+                                    "{}: no kube-proxy series for this node (label node={node:?}{})",
+                                    prometheus.query_url(),
+                                    keys[1].as_deref().map(|h| format!(" or an instance on {h}")).unwrap_or_default()
+                                ),
+                                at_unix_seconds: s.at_unix_seconds,
+                            }),
+                        }
+                    }
+                };
+                if let Some((a, total)) = nodes.get_mut(&node) {
+                    a.prometheus = tried;
+                    *total += start.elapsed();
+                }
+            }
+        }
+        let outcomes = nodes
+            .into_iter()
+            .map(|(node, (mut a, elapsed))| {
+                let (result, source) = match decide(&a) {
+                    Decision::Chosen { source, passed_over } => {
+                        if !passed_over.is_empty() {
+                            tracing::debug!(node = %node, source = source.as_str(), passed_over = %passed_over.join("; "), "node measured through a fallback source");
+                        }
+                        match a.take(source) {
+                            Some(sample) => (Ok(sample), source),
+                            None => (Err(NodeFailure { reason: reason::OTHER.into(), message: "internal error: chosen source without a sample".into(), at_unix_seconds: unix_now() }), source),
+                        }
+                    }
+                    Decision::Failed(f) => (Err(f), last_tried(&a)),
+                    Decision::Try(s) => (Err(NodeFailure { reason: reason::OTHER.into(), message: format!("internal error: {} not tried", s.as_str()), at_unix_seconds: unix_now() }), s),
+                };
+                ScrapeOutcome { node, result, elapsed, source }
+            })
+            .collect();
+        Applied { outcomes, agents_answered }
+    }
+
+    /// Tries `nodes` through their agents: per node what the agent gave, the time it took, and
+    /// the agent with its client when it answered.
+    #[allow(clippy::type_complexity)]
+    async fn try_agents(&self, nodes: &[String], opts: &ScrapeOptions) -> Vec<(String, Tried<Sample>, Duration, Option<(Target, reqwest::Client)>)> {
+        let unavailable = |why: String| nodes.iter().map(|n| (n.clone(), Tried::Unavailable(why.clone()), Duration::ZERO, None)).collect();
+        let Some(agents) = &self.agents else { return unavailable("no agent source configured".into()) };
+        let targets = match agents.targets().await {
+            Ok(t) => t,
+            Err(e) => return unavailable(format!("cannot find the agents: {e}")),
+        };
+        let (here, absent): (Vec<&String>, Vec<&String>) = nodes.iter().partition(|n| targets.contains_key(*n));
+        let mut out: Vec<_> = absent.into_iter().map(|n| (n.clone(), Tried::Unavailable(agents.none_here()), Duration::ZERO, None)).collect();
+        if here.is_empty() {
+            return out;
+        }
+        let client = match agents.client() {
+            Ok(c) => c,
+            Err(e) => {
+                let why = format!("an agent runs on this node, but the operator has no usable client certificate for it: {e}");
+                out.extend(here.into_iter().map(|n| (n.clone(), Tried::Unavailable(why.clone()), Duration::ZERO, None)));
+                return out;
+            }
+        };
+        // by index: a closure over references would be higher-ranked over their lifetime, which
+        // fails the `Send` check of the spawned loop (see `scrape_all`)
+        let agents_here: Vec<Target> = here.iter().map(|n| targets[*n].clone()).collect();
+        let scraped: Vec<ScrapeOutcome> = futures::stream::iter((0..agents_here.len()).map(|i| scrape_agent(&client, &agents_here[i], opts)))
+            .buffer_unordered(opts.max_in_flight.max(1))
+            .collect()
+            .await;
+        out.extend(scraped.into_iter().map(|o| {
+            let answered = o.result.is_ok().then(|| (targets[&o.node].clone(), client.clone()));
+            let tried = match o.result {
+                Ok(s) => Tried::Got(s),
+                Err(f) => Tried::Failed(f),
+            };
+            (o.node, tried, o.elapsed, answered)
+        }));
+        out
+    }
+}
+
+/// The last source of a node's attempts that was tried (its failure is the one reported).
+fn last_tried<T>(a: &Attempts<T>) -> NodeSource {
+    super::select::ORDER.into_iter().rev().find(|s| matches!(a.get(*s), Tried::Failed(_) | Tried::Got(_))).unwrap_or(NodeSource::KubeProxy)
+}

@@ -1,0 +1,322 @@
+//! The node agent on loopback, no cluster: a fake kube-proxy (axum on 127.0.0.1:0 serving the
+//! real v1.13 scrape of tests/data/metrics, `/proxyMode` and a `/configz`), the real agent
+//! (`cli::agent::serve`) with real mutual TLS from certificates made by the operator's own
+//! certificate code (`webhook::certs`), and the operator's agent client (`sources::agent`) and
+//! `--source auto` scrape loop.
+
+use axum::Router;
+use axum::routing::get;
+use safe_termination::cli::agent::{AgentArgs, serve};
+use safe_termination::exposition::{parse_kube_proxy_metrics, read_families};
+use safe_termination::measure::{MeasurementStore, NodeSource};
+use safe_termination::model::ProxyMode;
+use safe_termination::proxyconfig::parse_configz;
+use safe_termination::shutdown::Shutdown;
+use safe_termination::sources::agent::{AgentClientFiles, AgentSource, AgentTargets, Fallbacks, scrape_agent};
+use safe_termination::sources::scrape::{ScrapeLoop, ScrapeOptions, Target, TargetSource, fetch_configz, reason};
+use safe_termination::sources::select::NO_AGENT_FIX;
+use safe_termination::webhook::certs::{self, Action, AGENT_CERT, AGENT_KEY, CA_CERT, CLIENT_CERT, CLIENT_KEY, TLS_CERT, TLS_KEY};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const V1_13: &str = include_str!("data/metrics/kube-proxy-v1.13-legacy-microseconds.txt");
+const CONFIGZ: &str = r#"{"kubeproxy.config.k8s.io":{"ClientConnection":{"Kubeconfig":"/var/lib/kube-proxy/kubeconfig.conf"},"HostnameOverride":"node-a","MetricsBindAddress":"127.0.0.1:10249","Mode":"iptables","IPTables":{"MasqueradeBit":14},"SyncPeriod":"30s","MinSyncPeriod":"2s"}}"#;
+
+/// A CA with every leaf the operator makes (webhook, agent, operator client), as the leader's
+/// certificate Secret holds them.
+fn secret() -> BTreeMap<String, Vec<u8>> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let names = certs::subject_alt_names("safe-termination", "ops", &[]);
+    certs::renewed(&BTreeMap::new(), &Action::RenewCa("test".into()), &names, certs::unix_now(), certs::CA_VALIDITY, certs::SERVING_VALIDITY).unwrap()
+}
+
+fn write(dir: &Path, name: &str, content: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, content).unwrap();
+    p
+}
+
+/// A fake kube-proxy on 127.0.0.1 serving the real v1.13 scrape, `iptables` and [`CONFIGZ`].
+async fn kube_proxy() -> SocketAddr {
+    let app = Router::new()
+        .route("/metrics", get(|| async { V1_13 }))
+        .route("/proxyMode", get(|| async { "iptables" }))
+        .route("/configz", get(|| async { CONFIGZ }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A running agent: its addresses, and the shutdown that stops it.
+struct Agent {
+    addr: SocketAddr,
+    health: SocketAddr,
+    shutdown: Shutdown,
+    task: tokio::task::JoinHandle<Result<(), safe_termination::cli::Error>>,
+}
+
+impl Agent {
+    /// The real agent on 127.0.0.1:0 in front of `kube_proxy`, serving `cert`/`key` and trusting
+    /// client certificates of `ca`.
+    async fn start(dir: &Path, kube_proxy: &str, ca: &[u8], cert: &[u8], key: &[u8]) -> Self {
+        let args = AgentArgs {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            health_listen: "127.0.0.1:0".parse().unwrap(),
+            kube_proxy_url: kube_proxy.to_string(),
+            tls_ca_file: write(dir, "agent-ca.crt", ca),
+            tls_cert_file: write(dir, "agent.crt", cert),
+            tls_key_file: write(dir, "agent.key", key),
+            cert_reload_interval_seconds: 5,
+            kube_proxy_timeout_seconds: 2,
+            max_body_bytes: 1 << 20,
+            drain_seconds: 1,
+            idle_timeout_seconds: 5,
+        };
+        let listener = std::net::TcpListener::bind(args.listen).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let health = tokio::net::TcpListener::bind(args.health_listen).await.unwrap();
+        let (addr, health_addr) = (listener.local_addr().unwrap(), health.local_addr().unwrap());
+        let shutdown = Shutdown::new();
+        let s = shutdown.clone();
+        let task = tokio::spawn(async move { serve(&args, listener, health, s).await });
+        Self { addr, health: health_addr, shutdown, task }
+    }
+
+    fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    async fn stop(self) {
+        self.shutdown.trigger();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+/// The operator's client files in `dir`.
+fn client_files(dir: &Path, data: &BTreeMap<String, Vec<u8>>) -> AgentClientFiles {
+    AgentClientFiles { ca: write(dir, "ca.crt", &data[CA_CERT]), cert: write(dir, "client.crt", &data[CLIENT_CERT]), key: write(dir, "client.key", &data[CLIENT_KEY]) }
+}
+
+fn opts() -> ScrapeOptions {
+    ScrapeOptions { timeout: Duration::from_secs(3), ..Default::default() }
+}
+
+#[tokio::test]
+async fn the_operator_reads_the_filtered_scrape_mode_and_configuration_through_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = secret();
+    let kp = kube_proxy().await;
+    let agent = Agent::start(dir.path(), &format!("http://{kp}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
+    let source = AgentSource::new(AgentTargets::Static(vec![]), client_files(dir.path(), &data), Duration::from_secs(3));
+    let client = source.client().unwrap();
+    let target = Target::new("node-a", &agent.url());
+
+    // the scrape parses to what the full scrape gives, with the mode
+    let o = scrape_agent(&client, &target, &opts()).await;
+    assert_eq!(o.source, NodeSource::Agent);
+    let sample = o.result.unwrap();
+    assert_eq!(sample.scrape, parse_kube_proxy_metrics(V1_13).unwrap());
+    assert_eq!(sample.proxy_mode, Some(ProxyMode::Iptables));
+
+    // only the families the operator reads leave the node
+    let body = client.get(format!("{}/metrics", agent.url())).send().await.unwrap().text().await.unwrap();
+    let allowed: Vec<&str> = read_families().collect();
+    for line in body.lines() {
+        let name: String = line.trim_start_matches("# HELP ").trim_start_matches("# TYPE ").chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        assert!(allowed.iter().any(|f| name.starts_with(f)), "{line:?}");
+    }
+    assert!(!body.contains("go_goroutines") && !body.contains("process_") && !body.contains("rest_client"), "{body}");
+
+    // /configz, reduced: read as the whole one, without the kubeconfig path or host name
+    let config = fetch_configz(&client, &target, Duration::from_secs(3)).await.unwrap();
+    assert_eq!(config, parse_configz(CONFIGZ).unwrap());
+    let configz = client.get(format!("{}/configz", agent.url())).send().await.unwrap().text().await.unwrap();
+    assert!(!configz.contains("kubeconfig") && !configz.contains("node-a"), "{configz}");
+
+    // nothing else is served; the health port answers without TLS and without data
+    let other = client.get(format!("{}/debug/pprof", agent.url())).send().await.unwrap();
+    assert_eq!(other.status(), 404);
+    let health = reqwest::get(format!("http://{}/healthz", agent.health)).await.unwrap();
+    assert_eq!((health.status().as_u16(), health.text().await.unwrap()), (200, "ok\n".to_string()));
+    agent.stop().await;
+}
+
+/// Sends a GET over a TLS connection made with `config` (to the name safe-termination-agent)
+/// and returns what came back: the HTTP answer, or the error that ended the connection.
+async fn raw_get(addr: SocketAddr, config: rustls::ClientConfig) -> Result<String, String> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("safe-termination-agent").unwrap();
+    let mut tls = connector.connect(name, tcp).await.map_err(|e| e.to_string())?;
+    // TLS 1.3: the server checks the client's certificate after the client's handshake ends,
+    // so a refusal shows on the first read
+    tls.write_all(b"GET /metrics HTTP/1.1\r\nhost: agent\r\nconnection: close\r\n\r\n").await.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    match tls.read_to_end(&mut out).await {
+        Ok(_) if out.is_empty() => Err("closed without an answer".into()),
+        Ok(_) => Ok(String::from_utf8_lossy(&out).into_owned()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A client configuration trusting `ca` for the agent's name, with `identity` as its client
+/// certificate (none: no client certificate).
+fn tls_client(ca: &[u8], identity: Option<(&[u8], &[u8])>) -> rustls::ClientConfig {
+    use rustls::pki_types::pem::PemObject;
+    let roots = safe_termination::agent::tls::roots(ca).unwrap();
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = rustls::pki_types::CertificateDer::pem_slice_iter(cert).collect::<Result<Vec<_>, _>>().unwrap();
+            builder.with_client_auth_cert(chain, rustls::pki_types::PrivateKeyDer::from_pem_slice(key).unwrap()).unwrap()
+        }
+    }
+}
+
+#[tokio::test]
+async fn clients_without_the_operators_certificate_are_refused_during_the_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = secret();
+    let other = secret();
+    let kp = kube_proxy().await;
+    let agent = Agent::start(dir.path(), &format!("http://{kp}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
+
+    // the operator's own certificate: an HTTP answer
+    let ok = raw_get(agent.addr, tls_client(&data[CA_CERT], Some((&data[CLIENT_CERT], &data[CLIENT_KEY])))).await.unwrap();
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+
+    // a same-CA leaf for another name, made for client authentication
+    let names = ["someone-else".to_string()];
+    let ca_not_after = certs::bundle_info(&data[CA_CERT]).unwrap()[0].not_after;
+    let (cert, key) = certs::generate_leaf(
+        std::str::from_utf8(&data[CA_CERT]).unwrap(),
+        std::str::from_utf8(&data[certs::CA_KEY]).unwrap(),
+        &names,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        certs::unix_now(),
+        Duration::from_secs(3600),
+        ca_not_after,
+    )
+    .unwrap();
+    for (what, identity) in [
+        ("no client certificate", None),
+        ("the client certificate of another CA", Some((&other[CLIENT_CERT][..], &other[CLIENT_KEY][..]))),
+        ("the webhook's serving certificate (server authentication only)", Some((&data[TLS_CERT][..], &data[TLS_KEY][..]))),
+        ("a client certificate of the CA for another name", Some((cert.as_bytes(), key.as_bytes()))),
+    ] {
+        let refused = raw_get(agent.addr, tls_client(&data[CA_CERT], identity)).await;
+        let e = refused.expect_err(what);
+        assert!(!e.contains("HTTP/1.1"), "{what}: {e}");
+        assert!(e.to_ascii_lowercase().contains("alert") || e.contains("closed") || e.contains("reset"), "{what}: {e}");
+    }
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_with_a_certificate_for_another_name_is_refused_by_the_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = secret();
+    let kp = kube_proxy().await;
+    // the same CA, but the webhook's serving certificate (safe-termination.ops.svc, ...)
+    let agent = Agent::start(dir.path(), &format!("http://{kp}"), &data[CA_CERT], &data[TLS_CERT], &data[TLS_KEY]).await;
+    let source = AgentSource::new(AgentTargets::Static(vec![]), client_files(dir.path(), &data), Duration::from_secs(3));
+    let o = scrape_agent(&source.client().unwrap(), &Target::new("node-a", &agent.url()), &opts()).await;
+    let f = o.result.unwrap_err();
+    assert_eq!(f.reason, reason::OTHER);
+    assert!(f.message.contains("mutual TLS failed") && f.message.contains("safe-termination-agent"), "{}", f.message);
+    assert!(f.message.to_ascii_lowercase().contains("certificate"), "{}", f.message);
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn auto_measures_through_the_agent_and_reports_a_stopped_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = secret();
+    let kp = kube_proxy().await;
+    let agent = Agent::start(dir.path(), &format!("http://{kp}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
+    let refused = closed_port();
+    // node-a: kube-proxy on loopback only (refused directly), an agent; node-b: reachable
+    // directly; node-c: refused, no agent
+    let targets = vec![
+        Target::new("node-a", &format!("http://127.0.0.1:{refused}")),
+        Target::new("node-b", &format!("http://{kp}")),
+        Target::new("node-c", &format!("http://127.0.0.1:{refused}")),
+    ];
+    let agents = AgentSource::new(
+        AgentTargets::Static(vec![Target::new("node-a", &agent.url())]),
+        client_files(dir.path(), &data),
+        Duration::from_secs(3),
+    );
+    let store = Arc::new(Mutex::new(MeasurementStore::new(600.0)));
+    let (tx, _rx) = tokio::sync::watch::channel(0u64);
+    let mut scrape = ScrapeLoop::new(TargetSource::Static(targets), store.clone(), tx)
+        .with_options(opts())
+        .with_config_refresh(1)
+        .with_fallbacks(Fallbacks { agents: Some(agents), prometheus: None });
+    let proxy_config = scrape.proxy_config();
+
+    let summary = scrape.run_cycle().await;
+    assert_eq!((summary.scraped, summary.failed), (2, 1));
+    {
+        let s = store.lock().unwrap();
+        let sources: Vec<(String, NodeSource)> = s.node_sources().map(|(n, s)| (n.to_string(), s)).collect();
+        assert_eq!(sources, [("node-a".to_string(), NodeSource::Agent), ("node-b".to_string(), NodeSource::KubeProxy)]);
+        let c = &s.failures()["node-c"];
+        assert_eq!(c.reason, reason::CONNECTION_REFUSED);
+        assert!(c.message.starts_with("kube-proxy: error sending request for url (http://127.0.0.1:"), "{}", c.message);
+        assert!(c.message.contains("metricsBindAddress") && c.message.contains("agent: no --agent-target for this node"), "{}", c.message);
+        assert!(c.message.ends_with(NO_AGENT_FIX), "{}", c.message);
+    }
+    // node-b answered directly: its /configz is read directly
+    assert_eq!(proxy_config.read().unwrap().source, "configz node-b");
+
+    // the agent stops: node-a is failed, with what was tried
+    agent.stop().await;
+    let summary = scrape.run_cycle().await;
+    assert_eq!((summary.scraped, summary.failed), (1, 2));
+    let s = store.lock().unwrap();
+    let a = &s.failures()["node-a"];
+    assert_eq!(a.reason, reason::CONNECTION_REFUSED);
+    assert!(a.message.starts_with("kube-proxy: error sending request for url (http://127.0.0.1:"), "{}", a.message);
+    assert!(a.message.contains("; agent: agent https://127.0.0.1:") && a.message.contains("is the safe-termination agent running on this node?"), "{}", a.message);
+    assert!(!a.message.contains(NO_AGENT_FIX), "an agent is configured for node-a: {}", a.message);
+}
+
+#[tokio::test]
+async fn kube_proxy_down_behind_a_running_agent_is_reported_with_kube_proxys_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = secret();
+    let gone = closed_port();
+    let agent = Agent::start(dir.path(), &format!("http://127.0.0.1:{gone}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
+    let source = AgentSource::new(AgentTargets::Static(vec![]), client_files(dir.path(), &data), Duration::from_secs(3));
+    let o = scrape_agent(&source.client().unwrap(), &Target::new("node-a", &agent.url()), &opts()).await;
+    let f = o.result.unwrap_err();
+    assert_eq!(f.reason, reason::CONNECTION_REFUSED, "the agent passes kube-proxy's reason on");
+    assert!(f.message.contains("HTTP 502 Bad Gateway: kube-proxy at http://127.0.0.1:"), "{}", f.message);
+    assert!(f.message.contains("is kube-proxy running"), "{}", f.message);
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn the_only_agent_of_a_refused_node_through_auto_without_a_client_certificate_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = closed_port();
+    let targets = vec![Target::new("node-a", &format!("http://127.0.0.1:{refused}"))];
+    let missing = AgentClientFiles { ca: dir.path().join("none/ca.crt"), cert: dir.path().join("none/client.crt"), key: dir.path().join("none/client.key") };
+    let agents = AgentSource::new(AgentTargets::Static(vec![Target::new("node-a", "https://127.0.0.1:1")]), missing, Duration::from_secs(1));
+    let direct = safe_termination::sources::scrape::scrape_all(&safe_termination::sources::http_client(Duration::from_secs(1)), &targets, &opts()).await;
+    let applied = Fallbacks { agents: Some(agents), prometheus: None }.apply(&targets, direct, &opts()).await;
+    let f = applied.outcomes[0].result.as_ref().unwrap_err();
+    assert!(f.message.contains("agent: an agent runs on this node, but the operator has no usable client certificate for it: cannot read"), "{}", f.message);
+}
