@@ -289,7 +289,7 @@ async fn auto_measures_through_the_agent_and_reports_a_stopped_agent() {
     let a = &s.failures()["node-a"];
     assert_eq!(a.reason, reason::CONNECTION_REFUSED);
     assert!(a.message.starts_with("kube-proxy: error sending request for url (http://127.0.0.1:"), "{}", a.message);
-    assert!(a.message.contains("; agent: agent https://127.0.0.1:") && a.message.contains("is the safe-termination agent running on this node?"), "{}", a.message);
+    assert!(a.message.contains("; agent: https://127.0.0.1:") && a.message.contains("is the safe-termination agent running on this node?"), "{}", a.message);
     assert!(!a.message.contains(NO_AGENT_FIX), "an agent is configured for node-a: {}", a.message);
 }
 

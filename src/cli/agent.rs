@@ -44,7 +44,8 @@ pub struct AgentArgs {
     /// The TLS files are re-read on use at most this often, seconds, 1 to 3600.
     #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"), env = "SAFE_TERMINATION_CERT_RELOAD_INTERVAL_SECONDS")]
     pub cert_reload_interval_seconds: u64,
-    /// Timeout of one kube-proxy read, seconds, 1 to 300.
+    /// Timeout of one kube-proxy read, seconds, 1 to 300 (below the operator's scrape timeout,
+    /// 5 s by default, so that the operator gets the agent's 504 rather than its own timeout).
     #[arg(long, default_value_t = 4, allow_negative_numbers = true, value_parser = whole_in(1u64, 300, "a whole number of seconds"), env = "SAFE_TERMINATION_KUBE_PROXY_TIMEOUT_SECONDS")]
     pub kube_proxy_timeout_seconds: u64,
     /// Largest kube-proxy /metrics body read, bytes, 1024 to 268435456.

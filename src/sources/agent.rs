@@ -153,7 +153,7 @@ impl AgentSource {
     }
 }
 
-/// A failure of the request to an agent (`what`: e.g. `agent https://10.0.0.7:10349/metrics`).
+/// A failure of the request to an agent (`what`: its URL, e.g. `https://10.0.0.7:10349/metrics`).
 fn transport_failure(what: &str, e: &reqwest::Error) -> (String, String) {
     let chain = error_chain(e);
     let lower = chain.to_ascii_lowercase();
@@ -175,7 +175,7 @@ fn transport_failure(what: &str, e: &reqwest::Error) -> (String, String) {
 /// GETs `url` from an agent: the body of a 2xx answer (at most `limit` bytes), or the failure
 /// (reason, message); a non-2xx answer carries the agent's reason header and message.
 async fn agent_get(client: &reqwest::Client, url: &str, limit: usize) -> Result<Vec<u8>, (String, String)> {
-    let what = format!("agent {url}");
+    let what = url.to_string();
     let resp = client.get(url).send().await.map_err(|e| transport_failure(&what, &e))?;
     let status = resp.status();
     if status.is_success() {
@@ -212,14 +212,14 @@ pub async fn scrape_agent(client: &reqwest::Client, target: &Target, opts: &Scra
     let result = match fetched {
         Err(_) => Err(fail((
             reason::TIMEOUT.into(),
-            format!("agent {metrics_url}: no complete answer within {:.1} s (is the agent's port blocked, or kube-proxy slow?)", opts.timeout.as_secs_f64()),
+            format!("{metrics_url}: no complete answer within {:.1} s (is the agent's port blocked, or kube-proxy slow?)", opts.timeout.as_secs_f64()),
         ))),
         Ok((Err(f), _)) => Err(fail(f)),
         Ok((Ok(bytes), proxy_mode)) => match String::from_utf8(bytes) {
-            Err(e) => Err(fail((reason::PARSE.into(), format!("agent {metrics_url}: not UTF-8 text: {e}")))),
+            Err(e) => Err(fail((reason::PARSE.into(), format!("{metrics_url}: not UTF-8 text: {e}")))),
             Ok(text) => match parse_kube_proxy_metrics(&text) {
                 Ok(scrape) => Ok(Sample { at_unix_seconds: at, scrape, proxy_mode }),
-                Err(e) => Err(fail((reason::PARSE.into(), format!("agent {metrics_url}: {e}")))),
+                Err(e) => Err(fail((reason::PARSE.into(), format!("{metrics_url}: {e}")))),
             },
         },
     };
