@@ -195,7 +195,7 @@ impl RunArgs {
         };
         let static_targets = parse_static_targets(&self.kube_proxy_targets).map_err(usage)?;
         let agent_targets = parse_static_targets(&self.agent_targets).map_err(usage)?;
-        let auto = (self.source == SourceKind::Auto).then(|| Auto {
+        let auto = (self.source == SourceKind::Auto).then(|| Box::new(Auto {
             agent_targets,
             agent_namespace: self.agent_namespace.clone().unwrap_or_else(|| self.namespace.clone()),
             agent_selector: self.agent_selector.clone(),
@@ -207,7 +207,7 @@ impl RunArgs {
             },
             prometheus_url: self.prometheus_url.clone(),
             window: Duration::from_secs(self.window_seconds),
-        });
+        }));
         let measurement = match self.source {
             SourceKind::Files => return Ok((Measurement::Files, files.unwrap_or_else(|| MeasurementStore::new(window)))),
             SourceKind::Prometheus => Measurement::Prometheus {

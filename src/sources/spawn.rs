@@ -30,7 +30,7 @@ pub enum Measurement {
         metrics: ScrapeMetrics,
         /// `--source auto`: the fallbacks of nodes whose direct scrape fails (none: direct
         /// only, `--source kube-proxy`).
-        auto: Option<Auto>,
+        auto: Option<Box<Auto>>,
     },
     /// Query a Prometheus server.
     Prometheus {

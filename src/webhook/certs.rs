@@ -603,6 +603,9 @@ pub fn renewed(
     Ok(data)
 }
 
+/// A certificate Secret's data: key (`ca.crt`, `tls.key`, ...) to bytes.
+pub type SecretData = BTreeMap<String, Vec<u8>>;
+
 /// Every renewal a Secret needs at `now`, applied one after the other (pure apart from key
 /// generation): `first` (a requested CA rotation) or [`decide`]'s action, then [`decide`] again
 /// on the result until it says `Keep` (at most three more steps: CA, serving, agent pair).
@@ -615,7 +618,7 @@ pub fn renew_all(
     now: i64,
     ca_validity: Duration,
     serving_validity: Duration,
-) -> Result<(Vec<Action>, BTreeMap<String, Vec<u8>>), rcgen::Error> {
+) -> Result<(Vec<Action>, SecretData), rcgen::Error> {
     let mut data = current.clone();
     let mut actions = Vec::new();
     let mut next = first.unwrap_or_else(|| decide(exists.then(|| observe(current)).as_ref(), names, now));
