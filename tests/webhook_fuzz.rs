@@ -119,6 +119,13 @@ fn kube_decodable(body: &[u8]) -> Option<String> {
     if v.get("kind")?.as_str()? != "AdmissionReview" || v.get("apiVersion")?.as_str()? != "admission.k8s.io/v1" {
         return None;
     }
+    // kube-core's derived Deserialize also takes `kind`/`resource` written as an array and
+    // ignores elements past the third (["CREATE","CREATE","CREATE","CREATE"] decodes): a serde
+    // quirk no API server sends; the contract takes exactly three strings
+    let arity_ok = |f: &str| v.get("request").and_then(|r| r.get(f)).and_then(Value::as_array).is_none_or(|a| a.len() == 3);
+    if !(arity_ok("kind") && arity_ok("resource")) {
+        return None;
+    }
     let review: AdmissionReview<DynamicObject> = serde_json::from_value(v).ok()?;
     let req: AdmissionRequest<DynamicObject> = review.try_into().ok()?;
     (!req.uid.is_empty()).then_some(req.uid)
@@ -496,6 +503,24 @@ proptest! {
         let services: &dyn ServiceIndex = if scoped { &index } else { &AssumeServiceBacked };
         check_idempotent(&doc, &plans()[plan], services)?;
     }
+}
+
+/// Found by the fuzzer (seed cc 5bfbd02c...): a `resource` of four strings. kube-core decodes
+/// it (serde takes a struct as an array and ignores the extra element); the contract does not,
+/// and the webhook answers 400 naming it (the API server then fails open), which the oracle
+/// accepts.
+#[test]
+fn a_resource_array_of_four_strings_is_a_bad_request() {
+    let mut doc = case().clone();
+    doc["request"]["resource"] = json!(["CREATE", "CREATE", "CREATE", "CREATE"]);
+    let body = serde_json::to_vec(&doc).unwrap();
+    let kube: Result<AdmissionReview<DynamicObject>, _> = serde_json::from_value(doc.clone());
+    assert!(kube.is_ok_and(|r| TryInto::<AdmissionRequest<DynamicObject>>::try_into(r).is_ok()), "kube-core no longer takes it: drop the arity rule in kube_decodable");
+    assert_eq!(kube_decodable(&body), None);
+    assert_eq!(decodable(&body), None);
+    let out = review(&body, &plans()[0], &AssumeServiceBacked);
+    assert_eq!(out.status, 400, "{}", String::from_utf8_lossy(&out.body));
+    check(&body, &plans()[0], &AssumeServiceBacked).unwrap();
 }
 
 #[test]
