@@ -280,8 +280,8 @@ real_nodes_host_restore() {
 real_nodes_down() {
   local state="$ST_E2E_DIR" pids p m
   [[ -d "$state/nodes" ]] || [[ -f "$state/cgroups.list" ]] || return 0
-  # containers and shims: every process in our nodes' cgroups, and every shim whose -address is
-  # one of our containerd sockets (shims re-parent to init, so they have no recorded pid)
+  # containers and shims: every process in our nodes' cgroups, and every shim or ctr whose
+  # address is one of our containerd sockets (they re-parent to init: no recorded pid)
   for _ in 1 2 3; do
     pids=""
     if [[ -f "$state/cgroups.list" ]]; then
@@ -293,8 +293,11 @@ real_nodes_down() {
     if [[ -d "$state/nodes" ]]; then
       for p in $(grep -lsaF -- "$state/nodes/" /proc/[0-9]*/cmdline 2>/dev/null); do
         p="${p#/proc/}"; p="${p%/cmdline}"
-        # shims only: containerd-shim-runc-v2 ... -address <our socket>
-        tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "containerd-shim.* -address $state/nodes/" && pids+=" $p"
+        # shims (containerd-shim-runc-v2 ... -address <our socket>) and the image imports of a
+        # cluster-up killed half-way (ctr --address <our socket> ... images import: a child of
+        # cluster-up, not recorded, and it outlives its parent)
+        tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null \
+          | grep -qE -- "(containerd-shim.* -address|/ctr --address) $state/nodes/" && pids+=" $p"
       done
     fi
     pids="$(tr ' ' '\n' <<<"$pids" | grep -E '^[0-9]+$' | sort -u | grep -vx "$$" | tr '\n' ' ')"
