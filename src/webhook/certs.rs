@@ -101,8 +101,8 @@ pub const ANNOTATION_ROTATED_CA: &str = "safetermination.io/rotated-ca";
 /// [`ANNOTATION_ROTATE_CA`] when it is set, non-empty and differs from [`ANNOTATION_ROTATED_CA`].
 pub fn rotation_requested(annotations: Option<&BTreeMap<String, String>>) -> Option<String> {
     let a = annotations?;
-    let want = a.get(ANNOTATION_ROTATE_CA).filter(|v| !v.trim().is_empty())?;
-    (a.get(ANNOTATION_ROTATED_CA) != Some(want)).then(|| want.clone())
+    let want = a.get(ANNOTATION_ROTATE_CA).map(|v| v.trim()).filter(|v| !v.is_empty())?;
+    (a.get(ANNOTATION_ROTATED_CA).map(|v| v.trim()) != Some(want)).then(|| want.to_string())
 }
 
 /// What the certificate task manages.
@@ -524,9 +524,10 @@ pub fn agent_secret_data(main: &BTreeMap<String, Vec<u8>>) -> Option<BTreeMap<St
 }
 
 /// The PEM blocks of `pem` whose certificate is still valid at `now`, concatenated.
-fn still_valid(pem: &[u8], now: i64) -> String {
+/// The first `max` certificates of `pem` that are still valid at `now`, as PEM.
+fn still_valid(pem: &[u8], now: i64, max: usize) -> String {
     let mut out = String::new();
-    for p in x509_parser::pem::Pem::iter_from_buffer(pem).flatten() {
+    for p in x509_parser::pem::Pem::iter_from_buffer(pem).flatten().take(max) {
         if p.label != "CERTIFICATE" {
             continue;
         }
@@ -590,9 +591,12 @@ pub fn renewed(
             let (ca_cert, ca_key) = generate_ca(now, ca_validity)?;
             let ca_not_after = now + ca_validity.as_secs() as i64;
             let (cert, key) = generate_serving(&ca_cert, &ca_key, names, now, serving_validity, ca_not_after)?;
-            // keep the previous CAs that still verify something, so replicas serving an old
-            // leaf stay trusted until the kubelet refreshes their files
-            let previous = still_valid(&current.get(CA_CERT).cloned().unwrap_or_default(), now);
+            // keep the CA being replaced while it is valid, so replicas serving its leaf stay
+            // trusted until the kubelet refreshes their files; only that one: older CAs were
+            // replaced a rotation ago (their leaves are long gone), and keeping every CA until
+            // it expires would grow the bundle with each rotation on demand and never stop
+            // trusting a CA rotated away (found by the fresh tester: 51 CAs after 50 rotations)
+            let previous = still_valid(&current.get(CA_CERT).cloned().unwrap_or_default(), now, 1);
             data.insert(CA_CERT.into(), format!("{ca_cert}{previous}").into_bytes());
             data.insert(TLS_CERT.into(), cert.into_bytes());
             data.insert(TLS_KEY.into(), key.into_bytes());
@@ -893,6 +897,28 @@ mod tests {
     use super::*;
 
     const DAY: i64 = 86_400;
+
+    #[test]
+    fn a_ca_rotation_keeps_only_the_ca_it_replaces() {
+        let now = 1_800_000_000;
+        let first = |pem: &[u8]| pem_certs(pem).unwrap()[0].clone();
+        let mut data = renewed(&BTreeMap::new(), &Action::RenewCa("test".into()), &names(), now, CA_VALIDITY, SERVING_VALIDITY).unwrap();
+        for i in 1..=5 {
+            let before = first(&data[CA_CERT]);
+            data = renewed(&data, &Action::RenewCa(format!("rotation {i}")), &names(), now + i, CA_VALIDITY, SERVING_VALIDITY).unwrap();
+            let bundle = pem_certs(&data[CA_CERT]).unwrap();
+            assert_eq!(bundle.len(), 2, "rotation {i}: the new CA and the one it replaced");
+            assert_ne!(bundle[0], before);
+            assert_eq!(bundle[1], before);
+        }
+    }
+
+    #[test]
+    fn a_rotation_request_is_compared_trimmed() {
+        let ann = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>();
+        assert_eq!(rotation_requested(Some(&ann(&[(ANNOTATION_ROTATE_CA, " 1"), (ANNOTATION_ROTATED_CA, "1")]))), None);
+        assert_eq!(rotation_requested(Some(&ann(&[(ANNOTATION_ROTATE_CA, " 2 "), (ANNOTATION_ROTATED_CA, "1")]))), Some("2".into()));
+    }
 
     #[test]
     fn a_rotation_is_requested_once_per_new_annotation_value() {
