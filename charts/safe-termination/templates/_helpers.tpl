@@ -63,12 +63,19 @@ app.kubernetes.io/part-of: safe-termination
 {{- end -}}
 {{- end -}}
 
-{{/* caBundle for mode existingSecret: accepts PEM or base64 of the PEM. */}}
+{{/* caBundle for mode existingSecret: accepts PEM (text before it, as openssl prints, is
+allowed) or base64 of the PEM (wrapped lines too, as `base64` writes them); renders one base64
+line, and fails on anything else. */}}
 {{- define "safe-termination.existingCaBundle" -}}
 {{- $ca := required "certificates.existingSecret.caBundle is required with certificates.mode existingSecret" .Values.certificates.existingSecret.caBundle | trim -}}
-{{- if hasPrefix "-----BEGIN" $ca -}}
-{{- $ca | b64enc -}}
+{{- if contains "-----BEGIN CERTIFICATE-----" $ca -}}
+{{- $pem := print "-----BEGIN CERTIFICATE-----" (join "-----BEGIN CERTIFICATE-----" (rest (splitList "-----BEGIN CERTIFICATE-----" $ca))) -}}
+{{- $pem | b64enc -}}
 {{- else -}}
-{{- $ca -}}
+{{- $b64 := regexReplaceAll "\\s+" $ca "" -}}
+{{- if not (contains "-----BEGIN CERTIFICATE-----" (b64dec $b64)) -}}
+{{- fail "certificates.existingSecret.caBundle is neither a PEM certificate nor base64 of one" -}}
+{{- end -}}
+{{- $b64 -}}
 {{- end -}}
 {{- end -}}
