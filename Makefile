@@ -47,7 +47,8 @@ static: ## the static musl binary the image ships (installs musl-tools and the r
 	rustup target add $$(uname -m)-unknown-linux-musl
 	cargo build --release --locked --target $$(uname -m)-unknown-linux-musl --bin safe-termination
 	@b=$${CARGO_TARGET_DIR:-target}/$$(uname -m)-unknown-linux-musl/release/safe-termination; \
-		if ldd "$$b" 2>/dev/null | grep -q '=>'; then echo "$$b is not static" >&2; exit 1; fi; \
+		i=$$(python3 image/elf_interp.py "$$b") || exit 1; \
+		if [ -n "$$i" ]; then echo "$$b is not static: it asks for the loader $$i" >&2; exit 1; fi; \
 		echo "static binary: $$b"; "$$b" --version
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)

@@ -68,14 +68,11 @@ BIN="$target_dir/$ARCH-unknown-linux-musl/release/safe-termination"
 [[ -f "$BIN" ]] || die "no static binary at $BIN: run 'make static' (or 'make image', which does)"
 [[ -x "$BIN" ]] || die "$BIN is not executable"
 [[ "$(head -c 4 "$BIN")" == $'\x7fELF' ]] || die "$BIN is not an ELF executable"
-if command -v ldd >/dev/null 2>&1; then
-  # a static binary needs no loader and no shared library; distroless/static has none
-  if ldd "$BIN" 2>&1 | grep -q '=>'; then
-    die "$BIN is dynamically linked (ldd lists shared libraries): build it with 'make static'"
-  fi
-else
-  log "ldd not found: not checking that $BIN is static"
-fi
+# a static binary has no ELF interpreter (PT_INTERP): distroless/static has no loader and no
+# shared library. (ldd cannot tell: glibc's ldd prints no "=>" for a dynamic musl binary, as
+# RUSTFLAGS=-C target-feature=-crt-static builds it.)
+interp="$(python3 "$HERE/elf_interp.py" "$BIN")" || die "$BIN: cannot read its ELF header"
+[[ -z "$interp" ]] || die "$BIN is dynamically linked (it asks for the loader $interp): build it with 'make static'"
 
 # ------------------------------------------------------------------ CA certificates
 if ! compgen -G "$CA_SOURCES/*.crt" >/dev/null; then

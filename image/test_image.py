@@ -241,6 +241,20 @@ class ImageMatchesDockerfile(ImageCase):
         self.assertEqual((info.uid, info.gid), (0, 0))
         self.assertEqual(data[:4], b"\x7fELF")
 
+    def test_binary_is_static(self) -> None:
+        # no ELF interpreter: distroless/static has no loader (a dynamic musl binary passes ldd)
+        import sys
+        import tempfile
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from elf_interp import interpreter
+
+        _, data = self.entry(self.stage.entrypoint[0])
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(data)
+            f.flush()
+            self.assertEqual(interpreter(f.name), "")
+
     def test_name_is_the_charts_default_image(self) -> None:
         annotations = self.image().index_entry.get("annotations", {})
         self.assertEqual(annotations.get("io.containerd.image.name"), f"{REPOSITORY}:{cargo_version()}")
