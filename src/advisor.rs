@@ -28,6 +28,9 @@ pub enum AdviceReason {
     LowSampleCount,
     /// A node's p99 is above the top histogram bucket.
     BeyondTopBucket,
+    /// The window needs a longer sleep than the policy's `preStop.maxSeconds` allows: the
+    /// clamped sleep does not cover it.
+    SleepBelowWindow,
 }
 
 /// Severity of an advice item.
@@ -234,3 +237,35 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
     }
     out
 }
+
+/// [`AdviceReason::SleepBelowWindow`] when the measured window `w_seconds` (a cluster W whose
+/// basis is Measured or LowSampleCount) needs `ceil(W x safetyFactor + extraSeconds)` above
+/// `max_seconds`: the sleep is clamped to `max_seconds` and new connections can still reach a
+/// terminating pod for the rest of the window. `None` otherwise. Pure.
+pub fn sleep_below_window(w_seconds: f64, safety_factor: f64, extra_seconds: u32, max_seconds: u32) -> Option<Advice> {
+    let needed = ((w_seconds * safety_factor + f64::from(extra_seconds)) - 1e-9).ceil();
+    (w_seconds.is_finite() && needed > f64::from(max_seconds)).then(|| Advice {
+        reason: AdviceReason::SleepBelowWindow,
+        severity: Severity::Warning,
+        message: format!(
+            "the propagation window W {w_seconds:.3} s needs a {needed} s sleep (x {safety_factor} + {extra_seconds} s), above preStop.maxSeconds {max_seconds} s: the {max_seconds} s sleep leaves pods reachable after they stop; find why kube-proxy is slow (sync and network programming p99 per node) or raise maxSeconds"
+        ),
+        threshold: format!("ceil(W x safetyFactor + extraSeconds) > maxSeconds {max_seconds} s"),
+        node: None,
+        to: None,
+    })
+}
+
+    #[test]
+    fn a_sleep_clamped_below_the_window_is_a_warning() {
+        // the fresh tester's scrape: network programming p99 ~90 s, W 88.85 s, maxSeconds 60
+        let a = sleep_below_window(88.85, 1.25, 0, 60).expect("warned");
+        assert_eq!((a.reason, a.severity), (AdviceReason::SleepBelowWindow, Severity::Warning));
+        assert!(a.message.contains("112 s sleep") && a.message.contains("maxSeconds 60 s"), "{}", a.message);
+        // exactly at the bound is covered; one second above is not
+        assert_eq!(sleep_below_window(48.0, 1.25, 0, 60), None);
+        assert!(sleep_below_window(48.01, 1.25, 0, 60).is_some());
+        assert!(sleep_below_window(40.0, 1.25, 11, 60).is_some());
+        assert_eq!(sleep_below_window(f64::INFINITY, 1.25, 0, 60), None);
+    }
+

@@ -188,7 +188,16 @@ pub fn size(w: &WindowAnalysis, spec: &TerminationPolicySpec) -> AnalysisReport 
         min_sync_period_source: w.min_sync_period_source.clone(),
         recommendation: sizing::recommend(&w.window, spec),
         proxy: w.proxy.clone(),
-        advice: w.advice.clone(),
+        advice: {
+            let mut advice = w.advice.clone();
+            let p = &spec.pre_stop;
+            if let (Basis::Measured | Basis::LowSampleCount, Some(win)) = (w.window.basis, w.window.propagation_window_seconds)
+                && let Some(a) = advisor::sleep_below_window(win, p.safety_factor, p.extra_seconds, sizing::pre_stop_bounds(p).1)
+            {
+                advice.push(a);
+            }
+            advice
+        },
     }
 }
 
