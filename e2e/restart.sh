@@ -29,13 +29,15 @@ alive() { local st; st="$(awk '{print $3, $22}' "/proc/$1/stat" 2>/dev/null)" ||
 alive "$pid" "$start" || { e2e_log "$name (pid $pid) is not running"; exit 1; }
 
 t0=$(date +%s.%N)
-kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid"
+# (it may exit between the check above and the signal: then there is nothing to stop)
+kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null || true
 for _ in $(seq 1 100); do alive "$pid" "$start" || break; sleep 0.1; done
 if alive "$pid" "$start"; then
   e2e_log "$name (pid $pid) ignored SIG$sig for 10 s: SIGKILL"
-  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid"
+  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
   for _ in $(seq 1 50); do alive "$pid" "$start" || break; sleep 0.1; done
 fi
+alive "$pid" "$start" && { e2e_log "$name (pid $pid) survived SIGKILL: not starting a second one"; exit 1; }
 t1=$(date +%s.%N)
 
 # the recorded command, word for word (printf %q), in a new session like cluster-up's start
@@ -46,4 +48,7 @@ new=$!
 st=""
 for _ in 1 2 3 4 5 6 7 8 9 10; do st="$(awk '{print $22}' "/proc/$new/stat" 2>/dev/null)" && [[ -n "$st" ]] && break; sleep 0.05; done
 printf '%s %s\n' "$new" "$st" > "$pidfile"
-printf 'stopped_after_s=%.2f started=%s\n' "$(bc -l <<<"$t1 - $t0")" "$new"
+# the new process must still run a second later (a bad flag or a taken port ends it at once)
+sleep 1
+[[ -n "$st" ]] && alive "$new" "$st" || { e2e_log "$name exited right after the restart: see $STATE/logs/$name.log"; exit 1; }
+printf 'stopped_after_s=%.2f started=%s\n' "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$new"

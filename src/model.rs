@@ -355,10 +355,13 @@ mod tests {
 
     #[test]
     fn a_nan_total_is_never_enough_samples() {
-        let later = parse_kube_proxy_metrics(
-            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.2\"} 1\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} NaN\n",
-        )
-        .unwrap();
+        // (the scrape parser refuses a NaN count; a histogram from elsewhere, e.g. a Prometheus
+        // answer, may still carry one)
+        let buckets = vec![
+            crate::exposition::Bucket { upper_bound_seconds: 0.2, count: 1.0 },
+            crate::exposition::Bucket { upper_bound_seconds: f64::INFINITY, count: f64::NAN },
+        ];
+        let later = KubeProxyScrape { sync: Some(crate::exposition::Histogram::new(buckets, None).unwrap()), ..Default::default() };
         let w = measure_node(&NodeInput { node: "n".into(), later, earlier: None, proxy_mode: None }, 1.0, 5, None);
         assert_ne!(w.basis, Basis::Measured);
     }

@@ -44,8 +44,9 @@
 //!   not NaN, not `-Inf` and not negative (these are all durations, so a bound below 0 cannot
 //!   occur; `le="0"` is kube-proxy's first network-programming bucket), no `le` twice, a
 //!   `le="+Inf"` bucket, bucket counts that are not negative and never decrease as `le` grows
-//!   (the counts are cumulative). A NaN count is tolerated (Prometheus' `histogram_quantile`
-//!   skips it).
+//!   (the counts are cumulative), and that are finite: a NaN or infinite count is an error
+//!   (Prometheus' `histogram_quantile` would answer NaN for it, promtool 3.16 checked; sizing a
+//!   sleep from it is never right).
 //!
 //! # Speed: the fast path for families we do not read
 //!
@@ -417,6 +418,12 @@ fn parse(text: &str, fast: bool) -> Result<KubeProxyScrape, ParseError> {
                         let le = bucket_bound(le).map_err(&err)?;
                         if value < 0.0 {
                             return Err(err(format!("bucket le=\"{}\" has a negative count {value}", labels.le.unwrap_or_default())));
+                        }
+                        if !value.is_finite() {
+                            return Err(err(format!(
+                                "bucket le=\"{}\" has the count {value}: a bucket counts observations (a finite number)",
+                                labels.le.unwrap_or_default()
+                            )));
                         }
                         acc.series.entry(labels.others).or_default().push(BucketLine { le, count: value, line: line_no });
                     }
@@ -1213,7 +1220,9 @@ kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 7
 
     #[test]
     fn impossible_buckets_are_errors_naming_family_and_line() {
-        let cases: [BucketCase; 7] = [
+        let cases: [BucketCase; 9] = [
+            (&[("1", "NaN"), ("+Inf", "3")], 1, "bucket le=\"1\" has the count NaN: a bucket counts observations (a finite number)"),
+            (&[("1", "1"), ("+Inf", "+Inf")], 2, "bucket le=\"+Inf\" has the count inf: a bucket counts observations (a finite number)"),
             (&[("-Inf", "0"), ("1", "1"), ("+Inf", "1")], 1, "bucket bound le=\"-Inf\" is -Inf: no bucket can be below every value"),
             (&[("0.5", "0"), ("NaN", "1"), ("+Inf", "1")], 2, "bucket bound le=\"NaN\" is NaN"),
             (
@@ -1258,10 +1267,10 @@ kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv6\",le=\"+Inf\
             err("kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"1\",le=\"2\"} 1\n"),
             (1, SYNC.into(), "the label le appears twice on one sample".into())
         );
-        // the network-programming layout starts at le="0"; NaN counts are tolerated
+        // the network-programming layout starts at le="0"
         let np = "\
 kubeproxy_network_programming_duration_seconds_bucket{le=\"0\"} 0
-kubeproxy_network_programming_duration_seconds_bucket{le=\"0.25\"} NaN
+kubeproxy_network_programming_duration_seconds_bucket{le=\"0.25\"} 1
 kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 2
 ";
         assert_eq!(parse_kube_proxy_metrics(np).unwrap().network_programming.unwrap().buckets()[0].upper_bound_seconds, 0.0);
@@ -1284,7 +1293,9 @@ kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 2
         let underflow = "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"1e-400\"} 0\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.1\"} 1\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 3\n";
         let h = parse_kube_proxy_metrics(underflow).unwrap().sync.unwrap();
         assert_eq!(h.buckets().iter().map(|b| b.upper_bound_seconds).collect::<Vec<_>>(), vec![0.0, 0.1, f64::INFINITY]);
-        assert!(parse_kube_proxy_metrics(&text("1", "Inf")).is_ok());
+        // ("Inf" is read as infinity, which no bucket can count)
+        let e = parse_kube_proxy_metrics(&text("1", "Inf")).unwrap_err();
+        assert_eq!((e.line, e.message.as_str()), (3, "bucket le=\"+Inf\" has the count inf: a bucket counts observations (a finite number)"));
     }
 
     /// Whether the fast path takes `line` (a line feed added), with no previous line.
