@@ -222,7 +222,10 @@ pub fn measure_node(input: &NodeInput, min_sync_period_seconds: f64, min_samples
     let from_np = np_p99.map(|q| (q.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0));
     let window = match (from_np, from_sync) {
         (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
+        // no sync histogram: a change still waits for the next sync, at most minSyncPeriod
+        // later, so W is never below it (a network-programming p99 under 1 s gave W 0)
+        (Some(a), None) => Some(a.max(min_sync_period_seconds)),
+        (None, b) => b,
     };
     let samples = if sync_p99.is_some() { sync_samples } else { np_samples };
     let beyond = sync_p99.is_some_and(|q| q.beyond_top_bucket) || np_p99.is_some_and(|q| q.beyond_top_bucket);
@@ -351,6 +354,14 @@ mod tests {
         // 5 syncs, one beyond: trusted, and beyond the top bucket
         let w = measure_node(&node(text(4, 5)), 1.0, 5, None);
         assert_eq!(w.basis, Basis::BeyondTopBucket);
+    }
+
+    #[test]
+    fn network_programming_without_a_sync_histogram_is_never_below_min_sync_period() {
+        let text = "kubeproxy_network_programming_duration_seconds_bucket{le=\"0.25\"} 9\nkubeproxy_network_programming_duration_seconds_bucket{le=\"0.5\"} 10\nkubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 10\n";
+        let later = parse_kube_proxy_metrics(text).unwrap();
+        let w = measure_node(&NodeInput { node: "n".into(), later, earlier: None, proxy_mode: None }, 1.0, 5, None);
+        assert_eq!(w.propagation_window_seconds, Some(1.0));
     }
 
     #[test]

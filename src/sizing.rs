@@ -30,7 +30,8 @@ pub struct Recommendation {
 
 /// `ceil` that ignores floating-point noise below a nanosecond (2.0000000001 -> 2).
 fn ceil_seconds(x: f64) -> f64 {
-    (x - 1e-9).ceil()
+    // + 0.0: ceil of a tiny negative is -0, which printed as "-0 s"
+    (x - 1e-9).ceil() + 0.0
 }
 
 /// Sizes the preStop sleep and default grace from a cluster window under a policy.
