@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 // ---------------------------------------------------------------------------------------------
 // tools and files
 
+use common::first_der;
 use common::tools::{kubeconfig, root, run, tool, try_run};
 
 fn chart() -> PathBuf {
@@ -896,12 +897,6 @@ async fn served_leaf(port: u16, ca_pem: &[u8]) -> Result<Vec<u8>, String> {
     let r = http.get(format!("https://127.0.0.1:{port}/mutate")).send().await.map_err(|e| format!("{e:?}"))?;
     let info = r.extensions().get::<reqwest::tls::TlsInfo>().ok_or("no TLS info")?;
     info.peer_certificate().map(<[u8]>::to_vec).ok_or_else(|| "no peer certificate".into())
-}
-
-fn first_der(pem: &[u8]) -> Vec<u8> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    CertificateDer::pem_slice_iter(pem).next().unwrap().unwrap().to_vec()
 }
 
 #[tokio::test]

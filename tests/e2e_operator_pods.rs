@@ -33,6 +33,7 @@
 
 mod common;
 
+use common::first_der;
 use common::tools::{root, run, tool, try_run};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -651,6 +652,15 @@ impl Storm {
         self.codes_after.iter().map(|(k, v)| (k.clone(), v - self.codes_before.get(k).unwrap_or(&0.0))).filter(|(_, v)| *v > 0.0).collect()
     }
 
+    /// Every one of `total` pods created and mutated, and no webhook call failed open, during
+    /// `what`.
+    fn assert_every_pod_mutated(&self, what: &str, total: usize) {
+        assert!(self.failed.is_empty(), "pod creations failed during {what}: {:?}", &self.failed[..self.failed.len().min(10)]);
+        assert_eq!(self.created, total);
+        assert!(self.unmutated.is_empty(), "{} pods admitted unmutated during {what}: {:?}", self.unmutated.len(), &self.unmutated[..self.unmutated.len().min(10)]);
+        assert_eq!(self.fail_open_calls, 0.0, "the API server failed open during {what}");
+    }
+
     fn print(&self, what: &str) {
         eprintln!(
             "{what}: {} pods created, {} failed, {} admitted unmutated (fail open); API server: {} fail-open webhook calls, webhook calls by code {:?}",
@@ -745,21 +755,12 @@ async fn t5_pod_storm_during_helm_upgrade_admits_every_pod_mutated() {
     };
     let s = storm(&client, &namespaces, 500, 60.0, fault).await;
     s.print("storm during helm upgrade");
-    assert!(s.failed.is_empty(), "pod creations failed: {:?}", &s.failed[..s.failed.len().min(10)]);
-    assert_eq!(s.created, 500);
-    assert!(s.unmutated.is_empty(), "{} pods admitted unmutated during the upgrade: {:?}", s.unmutated.len(), &s.unmutated[..s.unmutated.len().min(10)]);
-    assert_eq!(s.fail_open_calls, 0.0, "the API server failed open during the upgrade");
+    s.assert_every_pod_mutated("the upgrade", 500);
     assert!(s.codes_delta().keys().all(|c| c == "200"), "webhook calls other than 200: {:?}", s.codes_delta());
     // the rollout kept the replicas on two nodes
     let nodes: std::collections::BTreeSet<String> = wait_serving(&client, 2, 180).await.iter().map(node_of).collect();
     assert_eq!(nodes.len(), 2, "after the upgrade the replicas share a node: {nodes:?}");
     delete_namespaces(&client, &namespaces).await;
-}
-
-/// The first certificate of a PEM bundle, DER.
-fn first_der(pem: &[u8]) -> Vec<u8> {
-    let mut r = std::io::BufReader::new(pem);
-    rustls_pemfile::certs(&mut r).next().expect("a certificate").expect("PEM").to_vec()
 }
 
 async fn tls_secret(client: &Client) -> BTreeMap<String, Vec<u8>> {
@@ -811,7 +812,7 @@ async fn t5b_pod_storm_during_a_ca_rotation_admits_every_pod_mutated() {
         })
         .await;
         eprintln!("  new CA in the Secret at +{:.1} s", t0.elapsed().as_secs_f64());
-        let new_ca_pem = pem_of(&new_ca);
+        let new_ca_pem = safe_termination::webhook::certs::pem_encode(&new_ca);
         common::wait_for("both replicas serving a leaf of the new CA", 90, async || {
             let pods = ready_pods(&client).await;
             let mut all = pods.len() == 2;
@@ -836,19 +837,10 @@ async fn t5b_pod_storm_during_a_ca_rotation_admits_every_pod_mutated() {
     assert!(String::from_utf8_lossy(&bundle).matches("BEGIN CERTIFICATE").count() >= 2, "the old CA left the bundle during the rotation");
     let switched = switched.lock().unwrap().expect("the replicas switched");
     assert!(switched < 100.0, "the replicas switched to the new leaf at +{switched:.1} s, after the storm ended: the switch was not under load");
-    assert!(s.failed.is_empty(), "pod creations failed: {:?}", &s.failed[..s.failed.len().min(10)]);
-    assert_eq!(s.created, 830);
-    assert!(s.unmutated.is_empty(), "{} pods admitted unmutated during the rotation: {:?}", s.unmutated.len(), &s.unmutated[..s.unmutated.len().min(10)]);
-    assert_eq!(s.fail_open_calls, 0.0, "the API server failed open during the rotation");
+    s.assert_every_pod_mutated("the rotation", 830);
     delete_namespaces(&client, &namespaces).await;
 }
 
-fn pem_of(der: &[u8]) -> String {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let lines: Vec<&str> = b64.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).unwrap()).collect();
-    format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", lines.join("\n"))
-}
 
 // ---------------------------------------------------------------------------------------------
 // t6, t7: the control plane and a kube-proxy restarted

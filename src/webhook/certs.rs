@@ -538,7 +538,8 @@ fn still_valid(pem: &[u8], now: i64, max: usize) -> String {
     out
 }
 
-fn pem_encode(der: &[u8]) -> String {
+/// One DER certificate as PEM (64-column base64, trailing line feed).
+pub fn pem_encode(der: &[u8]) -> String {
     let b64 = base64::engine::general_purpose::STANDARD.encode(der);
     let mut s = String::from("-----BEGIN CERTIFICATE-----\n");
     for chunk in b64.as_bytes().chunks(64) {

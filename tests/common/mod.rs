@@ -313,3 +313,10 @@ pub async fn wait_for<T>(what: &str, secs: u64, mut f: impl AsyncFnMut() -> Opti
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// The first certificate of a PEM bundle, as DER (panics when there is none).
+pub fn first_der(pem: &[u8]) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem).next().expect("a certificate").expect("PEM").to_vec()
+}
