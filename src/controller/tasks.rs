@@ -39,7 +39,6 @@ pub async fn publish_plans(
         .default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut listed = false;
-    let mut published = false;
     let probe_deadline = tokio::time::sleep(FIRST_PROBE_WAIT);
     let mut probe_deadline = std::pin::pin!(probe_deadline);
     let mut waited = false;
@@ -77,10 +76,10 @@ pub async fn publish_plans(
                 listed
             }
         };
+        // (`changed` is only true once listed; an answer or the deadline, once there, stays)
         let native = *native_sleep.borrow();
-        if changed && listed && (native.is_some() || waited || published) {
+        if changed && (native.is_some() || waited) {
             publish(&store, native.unwrap_or(false));
-            published = true;
         }
     }
 }
