@@ -566,12 +566,7 @@ impl Operator {
 
     /// Admission requests answered so far (all decisions).
     async fn requests(&self) -> u64 {
-        self.metrics()
-            .await
-            .lines()
-            .filter(|l| l.starts_with("safe_termination_webhook_requests_total{"))
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-            .sum::<f64>() as u64
+        common::metric_sum(&self.metrics().await, "safe_termination_webhook_requests_total", &[]).unwrap_or(0.0) as u64
     }
 
     async fn wait_ready(&self) {

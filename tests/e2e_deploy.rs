@@ -211,11 +211,9 @@ async fn wait_proxies_idle(nodes: &[RealNode]) {
     wait_for("kube-proxies without pending changes", 600, async || {
         for url in &urls {
             let text = reqwest::get(url).await.ok()?.text().await.ok()?;
-            let pending = text
-                .lines()
-                .filter(|l| l.starts_with("kubeproxy_sync_proxy_rules_endpoint_changes_pending") || l.starts_with("kubeproxy_sync_proxy_rules_service_changes_pending"))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum::<f64>();
+            // the operator's own parser reads both gauges
+            let scrape = safe_termination::exposition::parse_kube_proxy_metrics(&text).ok()?;
+            let pending = scrape.endpoint_changes_pending.unwrap_or(0.0) + scrape.service_changes_pending.unwrap_or(0.0);
             if pending > 0.0 {
                 return None;
             }

@@ -33,7 +33,7 @@
 
 mod common;
 
-use common::first_der;
+use common::{first_der, metric_sum};
 use common::tools::{root, run, tool, try_run};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -177,24 +177,6 @@ async fn wait_serving(client: &Client, n: usize, secs: u64) -> Vec<Pod> {
 async fn pod_metrics(ip: &str) -> Option<String> {
     let c = reqwest::Client::builder().timeout(Duration::from_secs(2)).no_proxy().build().unwrap();
     c.get(format!("http://{ip}:{ADMIN_PORT}/metrics")).send().await.ok()?.text().await.ok()
-}
-
-/// The sum of the series of `name` whose labels contain every `label="value"` in `labels`.
-fn metric_sum(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    let mut found = None;
-    for l in text.lines() {
-        let Some(rest) = l.strip_prefix(name) else { continue };
-        if !(rest.starts_with('{') || rest.starts_with(' ')) {
-            continue;
-        }
-        if !labels.iter().all(|want| rest.contains(want)) {
-            continue;
-        }
-        if let Some(v) = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
-            *found.get_or_insert(0.0) += v;
-        }
-    }
-    found
 }
 
 async fn lease(client: &Client) -> Option<Lease> {

@@ -320,3 +320,21 @@ pub fn first_der(pem: &[u8]) -> Vec<u8> {
     use rustls::pki_types::pem::PemObject;
     CertificateDer::pem_slice_iter(pem).next().expect("a certificate").expect("PEM").to_vec()
 }
+
+/// The sum of the series of `name` whose labels contain every `label="value"` in `labels`.
+pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    let mut found = None;
+    for l in text.lines() {
+        let Some(rest) = l.strip_prefix(name) else { continue };
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            continue;
+        }
+        if !labels.iter().all(|want| rest.contains(want)) {
+            continue;
+        }
+        if let Some(v) = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
+            *found.get_or_insert(0.0) += v;
+        }
+    }
+    found
+}
