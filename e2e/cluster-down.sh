@@ -17,13 +17,7 @@ source "$E2E_HERE/nodes.sh"
 STATE="$ST_E2E_DIR"
 PIDS="$STATE/pids"
 
-proc_start() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
-# alive PID START: the recorded process still exists (not a zombie) and is the same one.
-alive() {
-  local st
-  st="$(awk '{print $3 " " $22}' "/proc/$1/stat" 2>/dev/null)" || return 1
-  [[ -n "$st" && "${st%% *}" != Z && "${st#* }" == "$2" ]]
-}
+# (alive PID START, from lib.sh: the recorded process still exists and is the same one)
 
 # pid files: pids/NN-name.pid holding "PID STARTTIME"; the process is the
 # leader of its own process group (started via setsid). Stop them one by one in

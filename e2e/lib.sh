@@ -37,3 +37,12 @@ node_veth_ns() { printf 'st-%s-n' "$(node_suffix "$1")"; }
 node_index() { local i=0 n; for n in $ST_NODES; do [[ "$n" == "$1" ]] && { echo "$i"; return; }; i=$((i + 1)); done; return 1; }
 node_host_ip() { printf '%s.%s.1' "$ST_NET_PREFIX" "$(node_index "$1")"; }
 node_ns_ip() { printf '%s.%s.2' "$ST_NET_PREFIX" "$(node_index "$1")"; }
+
+# alive PID STARTTIME: the process PID runs (not a zombie) and is the one recorded, by its start
+# time (field 22 of /proc/PID/stat), not a later process that reused the PID. Used by
+# cluster-down.sh and restart.sh on the pid files (pids/NN-name.pid: "PID STARTTIME").
+alive() {
+  local st
+  st="$(awk '{print $3 " " $22}' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [[ -n "$st" && "${st%% *}" != Z && "${st#* }" == "$2" ]]
+}

@@ -25,7 +25,6 @@ pidfile="${files[0]}"
 cmdfile="$STATE/pids/$name.cmd"
 [[ -f "$cmdfile" ]] || { e2e_log "$cmdfile is missing (the cluster predates e2e/restart.sh: restart it)"; exit 2; }
 read -r pid start < "$pidfile"
-alive() { local st; st="$(awk '{print $3, $22}' "/proc/$1/stat" 2>/dev/null)" || return 1; [[ -n "$st" && "${st%% *}" != Z && "${st#* }" == "$2" ]]; }
 alive "$pid" "$start" || { e2e_log "$name (pid $pid) is not running"; exit 1; }
 
 t0=$(date +%s.%N)
