@@ -9,6 +9,7 @@
 //! the node [`agent`];
 //! the composition root in `src/main.rs` with its command modules in [`cli`].
 
+pub mod admission;
 pub mod advisor;
 pub mod agent;
 pub mod annotations;

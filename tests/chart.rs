@@ -25,17 +25,21 @@ fn yaml(p: &Path) -> Value {
 }
 
 #[test]
-fn the_charts_crd_is_the_generated_crd() {
-    let generated = read(&root().join("crds/terminationpolicy.yaml"));
-    let copy = read(&chart().join("crds/terminationpolicy.yaml"));
-    assert!(
-        copy == generated,
-        "charts/safe-termination/crds/terminationpolicy.yaml differs from crds/terminationpolicy.yaml: \
-         run `cp crds/terminationpolicy.yaml charts/safe-termination/crds/` and commit (and tell users to \
-         `kubectl apply --server-side -f crds/` on upgrade: Helm never upgrades crds/)"
-    );
-    let files: Vec<_> = std::fs::read_dir(chart().join("crds")).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(files.len(), 1, "only the TerminationPolicy CRD in the chart's crds/: {files:?}");
+fn the_charts_crds_are_the_generated_crds() {
+    let names = ["terminationparameters.yaml", "terminationpolicy.yaml"];
+    for name in names {
+        let generated = read(&root().join("crds").join(name));
+        let copy = read(&chart().join("crds").join(name));
+        assert!(
+            copy == generated,
+            "charts/safe-termination/crds/{name} differs from crds/{name}: \
+             run `cp crds/*.yaml charts/safe-termination/crds/` and commit (and tell users to \
+             `kubectl apply --server-side -f crds/` on upgrade: Helm never upgrades crds/)"
+        );
+    }
+    let mut files: Vec<_> = std::fs::read_dir(chart().join("crds")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    files.sort();
+    assert_eq!(files, names, "only the TerminationPolicy and TerminationParameters CRDs in the chart's crds/");
 }
 
 #[test]

@@ -29,6 +29,23 @@ fn committed_crd_matches_the_rust_types() {
 }
 
 #[test]
+fn committed_parameters_crd_matches_the_rust_types() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/terminationparameters.yaml");
+    let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        committed == safe_termination::admission::params::crd_yaml(),
+        "crds/terminationparameters.yaml is stale: run `cargo run --bin crdgen terminationparameters > crds/terminationparameters.yaml` and commit the result"
+    );
+    let crd: Value = serde_saphyr::from_str(&committed).unwrap();
+    assert_eq!(crd["metadata"]["name"], "terminationparameters.safetermination.io");
+    assert_eq!(crd["spec"]["scope"], "Namespaced");
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    // the policy's CEL reads these without has(): they must be required
+    let required: Vec<&str> = spec["required"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(required, ["defaultPolicies", "namespaces", "nativeSleep"]);
+}
+
+#[test]
 fn names_scope_and_subresources() {
     let crd = generated();
     assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");

@@ -5,50 +5,17 @@
 //! `cargo test` and run by `make e2e` with `--ignored`. Without a cluster they fail loudly: they
 //! never pass by skipping.
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 
 mod common;
-use safe_termination::cli::mutate::{documents, pod_of};
 use safe_termination::crd::TerminationPolicySpec;
-use safe_termination::telemetry::Telemetry;
 use safe_termination::webhook::mutate_pod;
 use safe_termination::selector::AssumeServiceBacked;
 use safe_termination::webhook::plan::{Capabilities, Plan, PlanPolicy};
-use safe_termination::webhook::server::{self, PlanHandle, Settings, WebhookState};
-use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
-
-/// The webhook served in-process on 127.0.0.1 with a static plan.
-struct Webhook {
-    port: u16,
-    stop: CancellationToken,
-}
-
-fn start_webhook(plan: Plan) -> Webhook {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let store = Arc::new(CertificateStore::new());
-    let (cert, key) = (common::read_state("pki/webhook.crt"), common::read_state("pki/webhook.key"));
-    store.set(load_certified_key(cert.as_bytes(), key.as_bytes()).expect("webhook cert"));
-    let tls = server_config(store).unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let state = WebhookState {
-        plan: PlanHandle::with_plan(plan),
-        services: Arc::new(AssumeServiceBacked),
-        metrics: Telemetry::new().webhook().clone(),
-        settings: Settings::default(),
-    };
-    let stop = CancellationToken::new();
-    let token = stop.clone();
-    tokio::spawn(async move { server::serve(listener, server::router(state), tls, token, Duration::from_secs(2), server::Connections::default()).await });
-    Webhook { port, stop }
-}
 
 fn static_plan(pre_stop: u32, native_sleep: bool) -> Plan {
     Plan {
@@ -61,29 +28,6 @@ fn static_plan(pre_stop: u32, native_sleep: bool) -> Plan {
         }),
         capabilities: Capabilities { native_sleep },
     }
-}
-
-/// A case file's pod template, made creatable in `ns`: its own name, service account created.
-async fn creatable_pods(client: &Client, file: &str, ns: &str) -> Vec<(String, Value)> {
-    let mut out = Vec::new();
-    for (i, doc) in documents(&format!("tests/data/pods/{file}")).unwrap().iter().enumerate() {
-        let Ok((mut pod, _)) = pod_of(doc, ns) else { continue };
-        let stem = file.trim_end_matches(".yaml").replace('.', "-");
-        let name = format!("{}-{i}", &stem[..stem.len().min(50)]);
-        pod["metadata"]["name"] = json!(name);
-        pod["metadata"]["namespace"] = json!(ns);
-        if let Some(m) = pod["metadata"].as_object_mut() {
-            m.remove("generateName");
-            m.remove("creationTimestamp");
-        }
-        if let Some(sa) = pod.pointer("/spec/serviceAccountName").and_then(Value::as_str) {
-            let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-            let obj = ServiceAccount { metadata: ObjectMeta { name: Some(sa.into()), ..Default::default() }, ..Default::default() };
-            let _ = api.create(&PostParams::default(), &obj).await;
-        }
-        out.push((name, pod));
-    }
-    out
 }
 
 /// Waits until the API server calls the webhook (its configuration is picked up by an informer).
@@ -133,7 +77,7 @@ async fn every_pod_case_through_the_real_api_server() {
     let ns = "e2e-pod-cases";
     let hook_name = "safe-termination-e2e-pod-cases";
     common::fresh_namespace(&client, ns).await;
-    let hook = start_webhook(static_plan(10, true));
+    let hook = common::start_webhook(static_plan(10, true));
     common::register_webhook(&client, hook_name, ns, hook.port).await;
     wait_until_mutating(&client, ns).await;
 
@@ -144,7 +88,7 @@ async fn every_pod_case_through_the_real_api_server() {
         std::fs::read_dir("tests/data/pods").unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     files.sort();
     for file in &files {
-        for (name, pod) in creatable_pods(&client, file, ns).await {
+        for (name, pod) in common::creatable_pods(&client, file, ns).await {
             let expected = {
                 let d = mutate_pod(&pod, ns, &plan, &AssumeServiceBacked);
                 let mut p = pod.clone();

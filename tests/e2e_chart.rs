@@ -474,10 +474,19 @@ async fn delete_namespace(client: &Client, name: &str) {
     let _ = Api::<Namespace>::all(client.clone()).delete(name, &DeleteParams::default()).await;
 }
 
-/// Applies the chart's CRD (what `helm install` does on a first install) and waits until served.
+/// Applies the chart's CRDs (what `helm install` does on a first install) and waits until served.
 fn apply_chart_crd() {
-    run(tool("kubectl").args(["apply", "--server-side", "--field-manager=e2e-chart", "-f"]).arg(chart().join("crds/terminationpolicy.yaml")), None);
-    run(tool("kubectl").args(["wait", "--for=condition=Established", "--timeout=60s", "crd/terminationpolicies.safetermination.io"]), None);
+    run(tool("kubectl").args(["apply", "--server-side", "--field-manager=e2e-chart", "-f"]).arg(chart().join("crds")), None);
+    run(
+        tool("kubectl").args([
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/terminationpolicies.safetermination.io",
+            "crd/terminationparameters.safetermination.io",
+        ]),
+        None,
+    );
 }
 
 /// Minimal CRDs for the cert-manager and Prometheus Operator kinds the chart can render (the

@@ -7,6 +7,8 @@
 //! any task dies (a dead lease task included) and drains gracefully on SIGTERM (a second
 //! signal aborts).
 
+use crate::admission::{ActiveBackend, BackendSetting};
+use crate::admission::policy::{PolicyObjects, default_namespace_selector};
 use crate::advisor::Thresholds;
 use crate::cli::webhook::{Listeners, Served, ServingArgs, serve_with};
 use crate::cli::{Error, number_in, parse_proxy_mode, whole_in};
@@ -26,6 +28,8 @@ use crate::sources::spawn::Auto;
 use crate::sources::{self, Measurement, SourceError, store_from_files};
 use crate::telemetry::{Readiness, Telemetry};
 use crate::webhook::certs::{self, CertConfig};
+use crate::controller::admission::{AdmissionMetrics, cluster_role_owner, serves_policy_v1};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Client;
 use std::time::Duration;
 
@@ -177,6 +181,24 @@ pub struct RunArgs {
     /// Seconds between certificate checks, 1 to 86400.
     #[arg(long, env = "SAFE_TERMINATION_CERT_CHECK_INTERVAL_SECONDS", default_value_t = 60, allow_negative_numbers = true, value_parser = whole_in(1u64, 86_400, "a whole number of seconds"))]
     pub cert_check_interval_seconds: u64,
+    /// Which backend mutates pods: `webhook`, `policy` (a MutatingAdmissionPolicy the leader
+    /// keeps at the measured values; needs Kubernetes 1.36+) or `auto` (the policy where the API
+    /// server serves MutatingAdmissionPolicy v1, else the webhook).
+    #[arg(long, value_enum, env = "SAFE_TERMINATION_ADMISSION_BACKEND", default_value_t = BackendSetting::Auto)]
+    pub admission_backend: BackendSetting,
+    /// Name of the MutatingAdmissionPolicy, its binding and its TerminationParameters object
+    /// (in --namespace).
+    #[arg(long, env = "SAFE_TERMINATION_ADMISSION_POLICY_NAME", default_value = crate::admission::policy::DEFAULT_NAME)]
+    pub admission_policy_name: String,
+    /// The policy binding's namespaceSelector, a LabelSelector as JSON (default: every namespace
+    /// but kube-system, --namespace and those labelled safetermination.io/ignore=true, as the
+    /// chart's webhook configuration).
+    #[arg(long, env = "SAFE_TERMINATION_ADMISSION_NAMESPACE_SELECTOR")]
+    pub admission_namespace_selector: Option<String>,
+    /// ClusterRole that owns the policy, binding and parameters (the chart's), so uninstalling
+    /// deletes them (unset: no owner).
+    #[arg(long, env = "SAFE_TERMINATION_ADMISSION_OWNER_CLUSTER_ROLE")]
+    pub admission_owner_cluster_role: Option<String>,
 }
 
 impl RunArgs {
@@ -264,9 +286,53 @@ impl RunArgs {
             identity: self.identity.clone(),
             probe_interval: Duration::from_secs(self.probe_interval_seconds),
             default_policy,
+            admission: None,
             metrics: metrics.clone(),
             kube_proxy_metrics: kube_proxy_metrics.clone(),
         })
+    }
+
+    /// The admission backend, resolved: `auto` by discovery, and the policy's objects. Errors:
+    /// a bad `--admission-namespace-selector` or `--admission-backend policy` on an API server
+    /// without MutatingAdmissionPolicy v1 (usage); discovery or the owner look-up failed (I/O).
+    async fn admission(&self, client: &Client, metrics: AdmissionMetrics) -> Result<controller::AdmissionConfig, Error> {
+        let namespace_selector = match &self.admission_namespace_selector {
+            None => default_namespace_selector(&self.namespace),
+            Some(s) => {
+                let bad = |e: serde_json::Error| Error::Usage(format!("--admission-namespace-selector {s:?} is not a LabelSelector in JSON: {e}"));
+                let v: serde_json::Value = serde_json::from_str(s).map_err(bad)?;
+                serde_json::from_value::<LabelSelector>(v.clone()).map_err(bad)?;
+                v
+            }
+        };
+        let serves = match self.admission_backend {
+            BackendSetting::Webhook => false,
+            BackendSetting::Policy | BackendSetting::Auto => serves_policy_v1(client)
+                .await
+                .map_err(|e| Error::Io(format!("cannot discover whether the API server serves MutatingAdmissionPolicy v1: {e}")))?,
+        };
+        let active = crate::admission::backend::resolve(self.admission_backend, serves).map_err(|e| Error::Usage(e.to_string()))?;
+        let owner = match (&self.admission_owner_cluster_role, active) {
+            (Some(role), ActiveBackend::Policy) => Some(
+                cluster_role_owner(client, role)
+                    .await
+                    .map_err(|e| Error::Io(format!("--admission-owner-cluster-role {role}: cannot read it: {e}")))?,
+            ),
+            _ => None,
+        };
+        tracing::info!(
+            backend = active.as_str(),
+            setting = ?self.admission_backend,
+            serves_mutating_admission_policy_v1 = serves,
+            "admission backend"
+        );
+        let objects = PolicyObjects {
+            name: self.admission_policy_name.clone(),
+            params_namespace: self.namespace.clone(),
+            namespace_selector,
+            owner,
+        };
+        Ok(controller::AdmissionConfig { active, objects: std::sync::Arc::new(objects), metrics })
     }
 
     /// The operator-managed certificates' configuration, when `--cert-secret` is set.
@@ -305,9 +371,14 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
     let _ = telemetry.register("kube_proxy", |r| kube_proxy_metrics.register(r));
     let _ = telemetry.register("controller", |r| controller_metrics.register(r));
     let _ = telemetry.register("scrape", |r| scrape_metrics.register(r));
-    let controller_config = args.controller(&controller_metrics, &kube_proxy_metrics)?;
+    let admission_metrics = AdmissionMetrics::default();
+    let _ = telemetry.register("admission", |r| admission_metrics.register(r));
+    let mut controller_config = args.controller(&controller_metrics, &kube_proxy_metrics)?;
     let (measurement, store) = args.measurement(&scrape_metrics)?;
     let client = Client::try_default().await.map_err(|e| Error::Io(format!("cannot build a Kubernetes client: {e}")))?;
+    let admission = args.admission(&client, admission_metrics).await?;
+    controller_config.settings.admission_backend = Some(admission.active);
+    controller_config.admission = Some(admission);
 
     let stop = shutdown.token();
     let mut tasks = Tasks::new(stop.clone());

@@ -4,6 +4,7 @@
 //! probe ([`probe`]), the Service index ([`cluster`]) and the controller's own instruments
 //! ([`metrics`]).
 
+pub mod admission;
 pub mod cluster;
 pub mod metrics;
 pub mod planner;
@@ -36,10 +37,24 @@ pub struct Config {
     pub probe_interval: Duration,
     /// The policy that serves namespaces without one.
     pub default_policy: Option<DefaultPolicyRef>,
+    /// The admission backend and, for the policy backend, what to write (`None`: neither the
+    /// policy writer nor the stale-policy cleanup runs).
+    pub admission: Option<AdmissionConfig>,
     /// The controller's instruments.
     pub metrics: ControllerMetrics,
     /// The per-node kube-proxy instruments (leader only).
     pub kube_proxy_metrics: KubeProxyMetrics,
+}
+
+/// The resolved admission backend (`--admission-backend`) and the policy's objects.
+#[derive(Debug, Clone)]
+pub struct AdmissionConfig {
+    /// The backend in use.
+    pub active: crate::admission::ActiveBackend,
+    /// The policy, binding and parameters names and selectors.
+    pub objects: Arc<crate::admission::policy::PolicyObjects>,
+    /// The admission instruments.
+    pub metrics: admission::AdmissionMetrics,
 }
 
 /// What the webhook serves from: the published plan and the Service index.
@@ -67,6 +82,17 @@ pub fn spawn(shared: &Shared, tasks: &mut Tasks, config: Config) -> Published {
         "capability probe",
         tasks::probe_capabilities(client.clone(), config.namespace, native_tx, config.probe_interval, shared.stop.clone()),
     );
+    match config.admission {
+        Some(AdmissionConfig { active: crate::admission::ActiveBackend::Policy, objects, metrics }) => tasks.spawn(
+            "admission policy writer",
+            admission::keep_policy_current(client.clone(), objects, plans.clone(), shared.leader.clone(), metrics, shared.stop.clone()),
+        ),
+        Some(AdmissionConfig { active: crate::admission::ActiveBackend::Webhook, objects, metrics }) => tasks.spawn(
+            "admission policy cleanup",
+            admission::remove_stale_policy(client.clone(), objects.name.clone(), shared.leader.clone(), metrics, shared.stop.clone()),
+        ),
+        None => {}
+    }
     let reporter = Reporter { controller: "safe-termination".into(), instance: config.identity };
     let make = {
         let shared = shared.clone();

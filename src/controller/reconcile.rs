@@ -51,6 +51,8 @@ pub struct Settings {
     /// Said in every status when the cluster has no kube-proxy (eBPF dataplane): sizing then
     /// uses the policy default.
     pub no_kube_proxy_note: Option<String>,
+    /// The active admission backend, said in every status (`None`: not said).
+    pub admission_backend: Option<crate::admission::ActiveBackend>,
 }
 
 impl Default for Settings {
@@ -63,6 +65,7 @@ impl Default for Settings {
             mode_override: None,
             min_sync_period_override: None,
             no_kube_proxy_note: None,
+            admission_backend: None,
         }
     }
 }
@@ -311,6 +314,7 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
     let now = now_time();
     let previous = policy.status.as_ref();
     let mut desired = status::desired_status(&policy.spec, policy.metadata.generation, &report, &meta, pods, previous, &now);
+    desired.admission = ctx.settings.admission_backend.map(|b| status::admission_status(b, &policy.spec));
     let mut conflict = conflict_condition(&policy, &ctx.policies.state(), &now);
     if let Some(old) = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == "Conflict" && c.status == conflict.status)) {
         conflict.last_transition_time = old.last_transition_time.clone();

@@ -17,6 +17,9 @@ use crate::analysis::AnalysisReport;
 use crate::crd::{
     AdviceStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus,
 };
+use crate::admission::ActiveBackend;
+use crate::admission::policy::DIFFERENCES;
+use crate::crd::{AdmissionStatus, Scope};
 use crate::model::Basis;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -196,7 +199,26 @@ pub fn desired_status(
             .collect(),
         pods,
         conditions,
+        admission: None,
     }
+}
+
+/// The status's `admission` for `backend`: under the policy backend, the documented differences
+/// from the webhook that apply to a policy with `spec` ([`crate::admission::policy::DIFFERENCES`]).
+pub fn admission_status(backend: ActiveBackend, spec: &TerminationPolicySpec) -> AdmissionStatus {
+    let [service_backed, warnings] = DIFFERENCES;
+    let differences = match backend {
+        ActiveBackend::Webhook => Vec::new(),
+        ActiveBackend::Policy => {
+            let mut d = Vec::new();
+            if spec.scope == Scope::ServiceBacked {
+                d.push(service_backed.to_string());
+            }
+            d.push(warnings.to_string());
+            d
+        }
+    };
+    AdmissionStatus { backend: backend.as_str().to_string(), differences }
 }
 
 /// True when `new` differs from `old` in anything but `measurement.lastScrapeTime`, or when

@@ -67,23 +67,28 @@ pub async fn fresh_namespace_with_labels(client: &Client, name: &str, labels: &[
     }
 }
 
-/// Server-side applies crds/terminationpolicy.yaml and waits until it is Established.
+/// Server-side applies crds/terminationpolicy.yaml and crds/terminationparameters.yaml and waits
+/// until both are Established.
 pub async fn apply_crd(client: &Client) {
-    let text = std::fs::read_to_string("crds/terminationpolicy.yaml").unwrap();
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let name = "terminationpolicies.safetermination.io";
-    api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&crd)).await.expect("apply CRD");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let c = api.get(name).await.unwrap();
-        let established =
-            c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return;
+    for (file, name) in [
+        ("crds/terminationpolicy.yaml", "terminationpolicies.safetermination.io"),
+        ("crds/terminationparameters.yaml", "terminationparameters.safetermination.io"),
+    ] {
+        let text = std::fs::read_to_string(file).unwrap();
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
+        api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&crd)).await.expect("apply CRD");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let c = api.get(name).await.unwrap();
+            let established =
+                c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            assert!(Instant::now() < deadline, "CRD {name} not established");
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        assert!(Instant::now() < deadline, "CRD not established");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -337,4 +342,69 @@ pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         }
     }
     found
+}
+
+/// The webhook served in-process on 127.0.0.1 with a static plan and the cluster's webhook
+/// certificate; stopped by cancelling `stop`.
+pub struct Webhook {
+    /// Its HTTPS port.
+    pub port: u16,
+    /// Cancel to stop it.
+    pub stop: tokio_util::sync::CancellationToken,
+}
+
+/// Starts a [`Webhook`] serving `plan`, with scope ServiceBacked answered by `services`.
+pub fn start_webhook_with(plan: safe_termination::webhook::plan::Plan, services: std::sync::Arc<dyn safe_termination::selector::ServiceIndex>) -> Webhook {
+    use safe_termination::webhook::server::{self, PlanHandle, Settings, WebhookState};
+    use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let store = std::sync::Arc::new(CertificateStore::new());
+    let (cert, key) = (read_state("pki/webhook.crt"), read_state("pki/webhook.key"));
+    store.set(load_certified_key(cert.as_bytes(), key.as_bytes()).expect("webhook cert"));
+    let tls = server_config(store).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let state = WebhookState {
+        plan: PlanHandle::with_plan(plan),
+        services,
+        metrics: safe_termination::telemetry::Telemetry::new().webhook().clone(),
+        settings: Settings::default(),
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let token = stop.clone();
+    tokio::spawn(async move {
+        server::serve(listener, server::router(state), tls, token, Duration::from_secs(2), server::Connections::default()).await
+    });
+    Webhook { port, stop }
+}
+
+/// [`start_webhook_with`], every pod counted as selected by a Service.
+pub fn start_webhook(plan: safe_termination::webhook::plan::Plan) -> Webhook {
+    start_webhook_with(plan, std::sync::Arc::new(safe_termination::selector::AssumeServiceBacked))
+}
+
+/// A case file's (tests/data/pods/FILE) pod templates, made creatable in `ns`: each its own
+/// name, its service account created.
+pub async fn creatable_pods(client: &Client, file: &str, ns: &str) -> Vec<(String, Value)> {
+    use safe_termination::cli::mutate::{documents, pod_of};
+    let mut out = Vec::new();
+    for (i, doc) in documents(&format!("tests/data/pods/{file}")).unwrap().iter().enumerate() {
+        let Ok((mut pod, _)) = pod_of(doc, ns) else { continue };
+        let stem = file.trim_end_matches(".yaml").replace('.', "-");
+        let name = format!("{}-{i}", &stem[..stem.len().min(50)]);
+        pod["metadata"]["name"] = json!(name);
+        pod["metadata"]["namespace"] = json!(ns);
+        if let Some(m) = pod["metadata"].as_object_mut() {
+            m.remove("generateName");
+            m.remove("creationTimestamp");
+        }
+        if let Some(sa) = pod.pointer("/spec/serviceAccountName").and_then(Value::as_str) {
+            let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+            let obj = ServiceAccount { metadata: ObjectMeta { name: Some(sa.into()), ..Default::default() }, ..Default::default() };
+            let _ = api.create(&PostParams::default(), &obj).await;
+        }
+        out.push((name, pod));
+    }
+    out
 }
