@@ -33,6 +33,14 @@ async fn gate_off_probe_picks_the_exec_fallback_and_no_pod_is_rejected() {
     }
 
     let op = common::Operator::start(system, &[]).await;
+    // --admission-backend auto (the default): 1.29 serves no MutatingAdmissionPolicy v1
+    let metrics = op.metrics().await;
+    assert_eq!(
+        common::metric_sum(&metrics, "safe_termination_admission_backend", &["backend=\"webhook\""]),
+        Some(1.0),
+        "auto on 1.29 falls back to the webhook"
+    );
+    assert_eq!(common::metric_sum(&metrics, "safe_termination_admission_backend", &["backend=\"policy\""]), None);
     common::register_webhook(&client, hook, ns, op.webhook).await;
     let policies: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
     let policy: TerminationPolicy = serde_json::from_value(json!({
@@ -42,7 +50,22 @@ async fn gate_off_probe_picks_the_exec_fallback_and_no_pod_is_rejected() {
     }))
     .unwrap();
     policies.create(&PostParams::default(), &policy).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let status = common::wait_policy_status(&client, ns, "web", 60, "the admission backend", |s| s.pointer("/admission/backend").is_some()).await;
+    assert_eq!(status.pointer("/admission/backend"), Some(&json!("webhook")));
+    assert!(status.pointer("/admission/differences").is_none(), "the webhook has no differences from itself");
+
+    // --admission-backend policy cannot be honoured here: a usage error (exit 2) naming why
+    let dir = common::state_dir();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
+        .args(["run", "--no-leader-election", "--admission-backend", "policy", "--namespace", system])
+        .args(["--listen", &format!("127.0.0.1:{}", common::free_port()), "--admin-listen", &format!("127.0.0.1:{}", common::free_port())])
+        .args(["--tls-cert-file", &format!("{dir}/pki/webhook.crt"), "--tls-key-file", &format!("{dir}/pki/webhook.key")])
+        .env("KUBECONFIG", format!("{dir}/kubeconfig"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "--admission-backend policy on 1.29: {stderr}");
+    assert!(stderr.contains("mutatingadmissionpolicies"), "the error names what is missing: {stderr}");
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     // an allow-listed image gets `exec: [sleep, N]` (the webhook saw the probe's answer)

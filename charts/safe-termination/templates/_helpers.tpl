@@ -79,3 +79,28 @@ line, and fails on anything else. */}}
 {{- $b64 -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Whether the MutatingWebhookConfiguration is rendered: not with admission.backend policy, nor
+with auto where the API server serves MutatingAdmissionPolicy v1 (the operator then uses the
+policy). "true" or empty.
+*/}}
+{{- define "safe-termination.webhookEnabled" -}}
+{{- $backend := .Values.admission.backend -}}
+{{- $served := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
+{{- if or (eq $backend "webhook") (and (eq $backend "auto") (not $served)) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The namespaceSelector of both admission backends (the webhook configuration and the policy
+binding): not kube-system, not the release namespace, not webhook.excludeNamespaces, not
+labelled safetermination.io/ignore=true, and the extra terms of webhook.namespaceSelector.
+*/}}
+{{- define "safe-termination.namespaceSelector" -}}
+{{- $excluded := concat (list "kube-system" .Release.Namespace) .Values.webhook.excludeNamespaces | uniq -}}
+{{- $exprs := list (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $excluded) (dict "key" "safetermination.io/ignore" "operator" "NotIn" "values" (list "true")) -}}
+{{- $exprs = concat $exprs (.Values.webhook.namespaceSelector.matchExpressions | default list) -}}
+{{- $sel := dict "matchExpressions" $exprs -}}
+{{- with .Values.webhook.namespaceSelector.matchLabels }}{{- $_ := set $sel "matchLabels" . -}}{{- end -}}
+{{- toJson $sel -}}
+{{- end -}}
