@@ -90,6 +90,9 @@ fn kube_proxy_targets() -> Vec<String> {
 fn environment_values() -> Value {
     let taint = std::env::var("ST_REAL_NODE_TAINT").unwrap_or_else(|_| "safe-termination.e2e/real-node".into());
     json!({
+        // t1-t8 measure the webhook path (the default `auto` picks the policy on this 1.37
+        // cluster); t8b switches to the policy and measures that
+        "admission": {"backend": "webhook"},
         "tolerations": [{"key": taint, "operator": "Exists", "effect": "NoSchedule"}],
         "nodeSelector": {"safe-termination.e2e/node-type": "real"},
         "operator": {
@@ -928,6 +931,61 @@ async fn t7_kube_proxy_restarted_mid_measurement_the_recommendation_holds() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// t8b: the policy backend (the chart's default `auto` on Kubernetes 1.36+)
+
+fn dynamic(kind: &str, plural: &str) -> kube::discovery::ApiResource {
+    kube::discovery::ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "admissionregistration.k8s.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+async fn admission_policy_exists(client: &Client) -> bool {
+    let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &dynamic("MutatingAdmissionPolicy", "mutatingadmissionpolicies"));
+    api.get_opt(RELEASE).await.ok().flatten().is_some()
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
+async fn t8b_policy_backend_mutates_every_pod_while_every_operator_pod_is_deleted() {
+    let client = common::client().await;
+    ensure_installed(&client).await;
+    let values = values_file();
+    // the chart's default: auto, which on 1.37 is the policy (and no webhook configuration)
+    let t = Instant::now();
+    run(
+        tool("helm")
+            .args(["upgrade", RELEASE])
+            .arg(root().join("charts/safe-termination"))
+            .args(["-n", NS, "-f"])
+            .arg(values.path())
+            .args(["--set", "admission.backend=auto", "--wait", "--timeout", "180s"]),
+        None,
+    );
+    wait_serving(&client, 2, 180).await;
+    common::wait_for("the leader to write the MutatingAdmissionPolicy", 60, async || admission_policy_exists(&client).await.then_some(())).await;
+    let hooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> = Api::all(client.clone());
+    assert!(hooks.get_opt(RELEASE).await.unwrap().is_none(), "auto on 1.37 renders no webhook configuration");
+    let namespaces = storm_namespaces(&client, "pol").await;
+    eprintln!("policy backend: upgraded and mutating through the MutatingAdmissionPolicy {:.1} s after `helm upgrade`", t.elapsed().as_secs_f64());
+    let fault = async {
+        for at in [10u64, 35] {
+            tokio::time::sleep(Duration::from_secs(if at == 10 { 10 } else { 25 })).await;
+            delete_operator_pods(&client).await;
+            eprintln!("  deleted both operator pods at +{at} s");
+        }
+    };
+    let s = storm(&client, &namespaces, 500, 60.0, fault).await;
+    s.print("storm while every operator pod is deleted, policy backend");
+    // the API server mutates by itself: no pod unmutated although no replica was up for a while
+    s.assert_every_pod_mutated("the storm with the policy backend", 500);
+    delete_namespaces(&client, &namespaces).await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // t9: uninstall (the chart's cluster-wide webhook must not outlive this file)
 
 #[tokio::test]
@@ -939,6 +997,8 @@ async fn t9_uninstall_leaves_no_webhook() {
     }
     let hooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> = Api::all(client.clone());
     assert!(hooks.get_opt(RELEASE).await.unwrap().is_none(), "the webhook configuration outlived the release");
+    // the policy and its binding are owned by the chart's ClusterRole: garbage-collected
+    common::wait_for("the MutatingAdmissionPolicy to be garbage-collected", 60, async || (!admission_policy_exists(&client).await).then_some(())).await;
     delete_namespaces(&client, &[FAULT_NS.to_string(), NS.to_string()]).await;
 }
 
