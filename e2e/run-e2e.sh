@@ -40,6 +40,9 @@ cargo test --test e2e -- --ignored --test-threads=1
 if [ -f tests/e2e_chart.rs ]; then
   cargo test --test e2e_chart -- --ignored --test-threads=1
 fi
+# the webhook-free backend: the MutatingAdmissionPolicy against the webhook on every shared case
+# and 1,000 generated pods, and the operator keeping its parameters (1.36+ only)
+cargo test --test e2e_admission_policy -- --ignored --test-threads=1 --nocapture
 # the operator as real pods: the README's helm install on the real nodes, then the faults
 # (leader lost, pod-create storms during deletions, an upgrade and a CA rotation, the API
 # server and a kube-proxy restarted), each printing its numbers; t9 uninstalls the release
