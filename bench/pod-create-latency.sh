@@ -10,7 +10,8 @@
 # against each configuration in turn (none, webhook, policy), and writes OUT/results.{json,md,svg}.
 # Everything is stopped on exit (trap), by PID.
 #
-# Env: DURATION (s per run, default 30), CREATORS (default 1,10,50), OUT (default
+# Env: DURATION (s per run, default 30), CREATORS (default 1,10,50), CONFIGS (default
+# none,webhook,policy,policy-floor), OUT (default
 # target/pod-create-latency), CARGO_TARGET_DIR (honoured), ST_K8S_VERSION / ST_CACHE_DIR (the
 # binaries' location, as e2e/build-k8s.sh). Ports 22379-22380 (etcd), 26443 (API server),
 # 28443/28080 (webhook). Takes about 6 minutes with the defaults.
@@ -19,6 +20,7 @@ cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-30}
 CREATORS=${CREATORS:-1,10,50}
+CONFIGS=${CONFIGS:-none,webhook,policy,policy-floor}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 OUT=${OUT:-$TARGET_DIR/pod-create-latency}
 VERSION=${ST_K8S_VERSION:-$(tr -d '[:space:]' < e2e/k8s-version)}
@@ -90,5 +92,5 @@ log "API server $("$BIN/kube-apiserver" --version), load average $(cut -d' ' -f1
 
 KUBECONFIG="$WORK/kubeconfig" "$TARGET_DIR/release/examples/pod_create_load" \
     --webhook-url https://127.0.0.1:28443/mutate --webhook-ca-file "$WORK/ca.crt" --policy-file "$WORK/policy.yaml" \
-    --pre-stop-seconds 10 --creators "$CREATORS" --duration-seconds "$DURATION" --out "$OUT"
+    --pre-stop-seconds 10 --creators "$CREATORS" --configs "$CONFIGS" --duration-seconds "$DURATION" --out "$OUT"
 log "load average after: $(cut -d' ' -f1-3 /proc/loadavg); results in $OUT/results.{json,md,svg}"

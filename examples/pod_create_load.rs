@@ -5,7 +5,9 @@
 //! Method (Kyverno's published load test, kyverno/load-testing: concurrent virtual users each
 //! creating Pods in a loop for a fixed time, latency per request as the client sees it): for
 //! each number of creators (`--creators`, default 1, 10 and 50) and each configuration in turn
-//! (`none`, `webhook`, `policy`: the baseline measured next to the others in the same run), the
+//! (`none`, `webhook`, `policy`: the baseline measured next to the others in the same run; and
+//! `policy-floor`, a MutatingAdmissionPolicy with one constant mutation, to tell the policy
+//! machinery's cost from the rules'), the
 //! configuration is applied and checked in effect, then the creators POST real Pods (stored,
 //! never scheduled: the API server has no scheduler) for `--duration-seconds`; each created pod
 //! is checked to be mutated (webhook, policy) or not (none). The pods are deleted between runs,
@@ -33,6 +35,8 @@ use std::time::{Duration, Instant};
 const NAMESPACE: &str = "load";
 const SYSTEM: &str = "load-system";
 const NAME: &str = "pod-create-load";
+/// The floor configuration's policy and binding.
+const FLOOR: &str = "pod-create-load-floor";
 
 /// Flags (see the module docs).
 #[derive(clap::Parser)]
@@ -53,7 +57,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,10,50")]
     creators: Vec<usize>,
     /// Configurations, comma-separated, in the order run at each number of creators.
-    #[arg(long, value_delimiter = ',', default_value = "none,webhook,policy")]
+    #[arg(long, value_delimiter = ',', default_value = "none,webhook,policy,policy-floor")]
     configs: Vec<String>,
     /// Seconds per run.
     #[arg(long, default_value_t = 30)]
@@ -111,6 +115,9 @@ async fn configure(client: &Client, config: &str, args: &Args, objects: &PolicyO
     if config != "policy" {
         remove_policy(client, NAME).await.expect("remove the policy");
     }
+    if config != "policy-floor" {
+        remove_policy(client, FLOOR).await.expect("remove the floor policy");
+    }
     match config {
         "webhook" => {
             use base64::Engine as _;
@@ -133,8 +140,38 @@ async fn configure(client: &Client, config: &str, args: &Args, objects: &PolicyO
             apply_policy(client, objects, &metrics).await.expect("apply the MutatingAdmissionPolicy");
             apply_parameters(client, objects, &parameters(plan), &metrics).await.expect("apply the parameters");
         }
+        "policy-floor" => {
+            // the MutatingAdmissionPolicy machinery with the least CEL: no parameters, one field
+            // read, one constant add: what any policy costs the API server before its rules
+            let policy = json!({
+                "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+                "metadata": {"name": FLOOR, "labels": {"app.kubernetes.io/managed-by": "safe-termination"}},
+                "spec": {
+                    "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+                    "failurePolicy": "Ignore", "reinvocationPolicy": "IfNeeded",
+                    "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression":
+                        "has(object.spec.containers[0].lifecycle) ? [] : [JSONPatch{op: 'add', path: '/spec/containers/0/lifecycle', value: Object.spec.containers.lifecycle{preStop: Object.spec.containers.lifecycle.preStop{sleep: Object.spec.containers.lifecycle.preStop.sleep{seconds: 10}}}}]"}}]
+                }
+            });
+            let binding = json!({
+                "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+                "metadata": {"name": FLOOR, "labels": {"app.kubernetes.io/managed-by": "safe-termination"}},
+                "spec": {"policyName": FLOOR, "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}}
+            });
+            for (kind, plural, obj) in [("MutatingAdmissionPolicy", "mutatingadmissionpolicies", policy), ("MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings", binding)] {
+                let ar = kube::discovery::ApiResource {
+                    group: "admissionregistration.k8s.io".into(),
+                    version: "v1".into(),
+                    api_version: "admissionregistration.k8s.io/v1".into(),
+                    kind: kind.into(),
+                    plural: plural.into(),
+                };
+                let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &ar);
+                api.patch(FLOOR, &PatchParams::apply("pod-create-load").force(), &Patch::Apply(&obj)).await.expect("apply the floor policy");
+            }
+        }
         "none" => {}
-        other => panic!("unknown configuration {other:?}: use none, webhook or policy"),
+        other => panic!("unknown configuration {other:?}: use none, webhook, policy or policy-floor"),
     }
     // in effect: five dry-run creates in a row answered as the configuration says
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
