@@ -181,11 +181,16 @@ pub async fn apply_parameters(
 
 /// Deletes the binding and the policy named `name` when they carry this operator's
 /// `app.kubernetes.io/managed-by` label; absent objects (or an API server without the
-/// resource) are fine.
+/// resource) are fine, and so is no permission to read them (RBAC without the policy rules:
+/// then this operator cannot have written them either; said once at info).
 pub async fn remove_policy(client: &Client, name: &str) -> Result<(), kube::Error> {
     for resource in [binding_resource(), policy_resource()] {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         match api.get_opt(name).await {
+            Err(kube::Error::Api(e)) if e.code == 403 => {
+                tracing::info!(kind = %resource.kind, name, "no permission to read it: no stale policy to remove");
+                return Ok(());
+            }
             Ok(Some(o)) if o.metadata.labels.as_ref().and_then(|l| l.get("app.kubernetes.io/managed-by")).map(String::as_str) == Some(MANAGED_BY) => {
                 api.delete(name, &DeleteParams::default()).await?;
                 tracing::info!(kind = %resource.kind, name, "deleted: the webhook backend is active");
