@@ -7,7 +7,7 @@
 // safetermination.io/prestop-seconds and safetermination.io/policy annotations, and answer with
 // the JSON patch controller-runtime computes between the original and the mutated Pod
 // (admission.PatchResponseFromRaw, the usual controller-runtime pattern). One log line per
-// review (logr/zap, as controller-runtime logs); controller-runtime's webhook metrics are
+// review (logr/zap JSON at info, unsampled); controller-runtime's webhook metrics are
 // counted by the server.
 //
 // Usage: go-webhook -listen 127.0.0.1:18445 -cert-dir DIR (DIR/tls.crt, DIR/tls.key) [-pre-stop-seconds 10]
@@ -22,6 +22,7 @@ import (
 	"os"
 	"strconv"
 
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -100,7 +101,9 @@ func main() {
 	certDir := flag.String("cert-dir", ".", "directory holding tls.crt and tls.key")
 	preStop := flag.Int64("pre-stop-seconds", 10, "preStop sleep, seconds")
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseDevMode(false), zap.WriteTo(os.Stderr)))
+	// JSON lines at info, one per review: development mode turns off the production sampler
+	// (which keeps 1 in 100 repeated lines after the first 100 a second)
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.JSONEncoder(), zap.Level(zapcore.InfoLevel), zap.WriteTo(os.Stderr)))
 
 	host, portText, err := net.SplitHostPort(*listen)
 	if err != nil {
