@@ -17,6 +17,10 @@
 
 use super::mutate::{Decision, PodReason, mutate_pod, short_warning};
 use super::plan::Plan;
+use crate::annotations::{
+    ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_MIRROR, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP,
+    ANNOTATION_SKIP_CONTAINERS,
+};
 use crate::selector::ServiceIndex;
 use base64::Engine as _;
 use serde_json::Value;
@@ -231,8 +235,9 @@ pub fn review(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> ReviewOu
         match decided {
             // Never send a patch the API server cannot apply (it would fail the pod's creation):
             // apply it to the object first (ours to change: it is not used afterwards), and fail
-            // open if it does not apply.
-            Ok(decision) if !decision.patch.0.is_empty() && json_patch::patch(&mut object, &decision.patch.0).is_err() => {
+            // open if it does not apply. patch_unsafe: no undo log, the object is thrown away
+            // whatever the outcome.
+            Ok(decision) if !decision.patch.0.is_empty() && json_patch::patch_unsafe(&mut object, &decision.patch.0).is_err() => {
                 fail_open(&mut response, &mut out, "internal error: the patch does not apply to the pod");
             }
             Ok(decision) => apply(&mut response, decision, &mut out),
@@ -282,6 +287,9 @@ enum Place {
     Pod,
     /// `metadata`: `annotations`, `labels`, `namespace`, `name`, `generateName`.
     Metadata,
+    /// `metadata.annotations`: only the keys [`mutate_pod`] reads (ours and the mirror-pod
+    /// key); others (such as kubectl's last-applied-configuration, often kilobytes) are skipped.
+    Annotations,
     /// `spec`: `containers`, `restartPolicy`, `terminationGracePeriodSeconds`, `os`, `nodeSelector`.
     Spec,
     /// `spec.containers`: each element is a [`Place::Container`].
@@ -302,7 +310,9 @@ impl Place {
             (Pod, "kind" | "apiVersion") => Some(Whole),
             (Pod, "metadata") => Some(Metadata),
             (Pod, "spec") => Some(Spec),
-            (Metadata, "annotations" | "labels" | "namespace" | "name" | "generateName") => Some(Whole),
+            (Metadata, "annotations") => Some(Annotations),
+            (Metadata, "labels" | "namespace" | "name" | "generateName") => Some(Whole),
+            (Annotations, k) if READ_ANNOTATIONS.contains(&k) => Some(Whole),
             (Spec, "containers") => Some(Containers),
             (Spec, "restartPolicy" | "terminationGracePeriodSeconds" | "os" | "nodeSelector") => Some(Whole),
             (Container, "name" | "image" | "lifecycle") => Some(Whole),
@@ -316,9 +326,20 @@ impl Place {
     }
 }
 
+/// The pod annotations [`mutate_pod`] reads; [`parse_review`] keeps no other.
+const READ_ANNOTATIONS: [&str; 6] = [
+    ANNOTATION_MIRROR,
+    ANNOTATION_SKIP,
+    ANNOTATION_SKIP_CONTAINERS,
+    ANNOTATION_PRESTOP_SECONDS,
+    ANNOTATION_POLICY,
+    ANNOTATION_AUDIT_PRESTOP_SECONDS,
+];
+
 /// Parses an AdmissionReview body into a `serde_json::Value` that holds only what [`review`]
 /// and [`mutate_pod`] read (see [`Place`]): the envelope, the request's identifying fields, and
-/// of the pod its kind, metadata annotations/labels/namespace/name/generateName, and of its spec
+/// of the pod its kind, metadata labels/namespace/name/generateName and the annotations
+/// [`mutate_pod`] reads ([`READ_ANNOTATIONS`]: the map itself is kept, even empty), and of its spec
 /// the containers' name/image/lifecycle, restartPolicy, terminationGracePeriodSeconds, os and
 /// nodeSelector. Everything else (managedFields, userInfo, oldObject, volumes, env, probes,
 /// status, ...) is checked as JSON and skipped without being built, which is most of the body's
@@ -459,7 +480,11 @@ mod tests {
         let r = &v["request"];
         assert_eq!(r.as_object().unwrap().keys().collect::<Vec<_>>(), ["kind", "name", "namespace", "object", "operation", "resource", "uid"]);
         assert_eq!(r["object"]["metadata"].as_object().unwrap().keys().collect::<Vec<_>>(), ["annotations", "labels", "name", "namespace"]);
-        assert_eq!(r["object"]["metadata"]["annotations"], whole["request"]["object"]["metadata"]["annotations"]);
+        // the map is kept, without kubectl's last-applied-configuration (not read)
+        assert!(whole["request"]["object"]["metadata"]["annotations"].as_object().unwrap().contains_key("kubectl.kubernetes.io/last-applied-configuration"));
+        assert_eq!(r["object"]["metadata"]["annotations"], serde_json::json!({}));
+        let ours = parse_review(br#"{"request": {"object": {"metadata": {"annotations": {"a": "1", "safetermination.io/skip": "true", "kubernetes.io/config.mirror": "x"}}}}}"#).unwrap();
+        assert_eq!(ours["request"]["object"]["metadata"]["annotations"], serde_json::json!({"safetermination.io/skip": "true", "kubernetes.io/config.mirror": "x"}));
         assert_eq!(r["object"]["spec"].as_object().unwrap().keys().collect::<Vec<_>>(), ["containers", "restartPolicy", "terminationGracePeriodSeconds"]);
         assert_eq!(r["object"]["spec"]["containers"], serde_json::json!([{"image": "jmalloc/echo-server", "name": "echo-server"}]));
         assert_eq!(r["uid"], whole["request"]["uid"]);
