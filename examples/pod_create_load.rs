@@ -199,7 +199,7 @@ async fn run(client: &Client, config: &str, creators: usize, duration: Duration)
     }
 }
 
-fn baseline<'a>(results: &'a [RunResult], creators: usize) -> Option<&'a RunResult> {
+fn baseline(results: &[RunResult], creators: usize) -> Option<&RunResult> {
     results.iter().find(|r| r.config == "none" && r.creators == creators)
 }
 

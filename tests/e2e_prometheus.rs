@@ -467,9 +467,10 @@ async fn z_sync_slow_alert_fires_through_prometheus() {
     )
     .await;
     prom.scrape_operator(&op);
+    // (its per-node p99 series appear only with syncs in the window: this Prometheus is new)
     common::wait_for("Prometheus scraping the operator", 60, async || {
-        let v = prom.query("safe_termination_kube_proxy_sync_p99_seconds").await;
-        (v.len() == kps.len()).then_some(())
+        let v = prom.query("up{job=\"safe-termination\"} == 1 and on () safe_termination_controller_leader == 1").await;
+        (!v.is_empty()).then_some(())
     })
     .await;
     assert!(alerts_named(&prom, ALERT).await.is_empty(), "{ALERT} active before any slow sync");
