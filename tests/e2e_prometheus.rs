@@ -33,8 +33,10 @@ use std::time::{Duration, Instant};
 mod common;
 use common::tools::{bin_dir, run, tool};
 
-/// The namespaces these tests create (all prefixed `e2e-prom-`).
-const NAMESPACES: [&str; 5] = ["e2e-prom-app", "e2e-prom-direct", "e2e-prom-query", "e2e-prom-alert", "e2e-prom-scale"];
+/// The namespaces of the comparison test (all of this file's are prefixed `e2e-prom-`).
+const COMPARE_NAMESPACES: &[&str] = &["e2e-prom-app", "e2e-prom-direct", "e2e-prom-query"];
+/// The namespaces of the alert test.
+const ALERT_NAMESPACES: &[&str] = &["e2e-prom-alert", "e2e-prom-scale"];
 
 /// kube-proxy's sync-duration histogram family (its bucket bounds are the resolution).
 const SYNC_FAMILY: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
@@ -218,15 +220,15 @@ impl Prometheus {
     }
 }
 
-/// Deletes the test's namespaces when dropped (also after a failure); [`delete_namespaces`]
-/// waits for them.
-struct NamespaceGuard;
+/// Deletes a test's namespaces when dropped (also after a failure), without waiting;
+/// [`delete_namespaces`] waits for them.
+struct NamespaceGuard(&'static [&'static str]);
 
 impl Drop for NamespaceGuard {
     fn drop(&mut self) {
         let _ = tool("kubectl")
             .args(["delete", "namespace", "--ignore-not-found", "--wait=false"])
-            .args(NAMESPACES)
+            .args(self.0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
@@ -292,7 +294,7 @@ async fn create_service(client: &kube::Client, ns: &str, name: &str) {
 #[ignore = "needs the local control plane and prometheus from make k8s-bins: make e2e"]
 async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     let client = common::client().await;
-    let _guard = NamespaceGuard;
+    let _guard = NamespaceGuard(COMPARE_NAMESPACES);
     let kps = kube_proxies();
     let nodes: Vec<String> = kps.iter().map(|(n, _)| n.clone()).collect();
     let prom = Prometheus::start("e2e-prom-compare", &kps, &chart_rule_groups()).await;
@@ -306,7 +308,7 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     // the operator twice, same kube-proxies, same 60 s window: scraped directly, and through
     // Prometheus; both lead (a lease each) and watch the same TerminationPolicy
     common::apply_crd(&client).await;
-    for ns in ["e2e-prom-app", "e2e-prom-direct", "e2e-prom-query"] {
+    for ns in COMPARE_NAMESPACES {
         common::fresh_namespace(&client, ns).await;
     }
     let window = 60;
@@ -410,7 +412,7 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     assert!(status["measurement"]["propagationWindowSeconds"].as_f64().is_some_and(|w| w >= 1.0), "{status:#}");
     drop(via_prom);
     drop(prom);
-    delete_namespaces(&client, &["e2e-prom-app", "e2e-prom-direct", "e2e-prom-query"], 180).await;
+    delete_namespaces(&client, COMPARE_NAMESPACES, 180).await;
 }
 
 /// The active alerts named `name` in Prometheus' /api/v1/alerts.
@@ -444,7 +446,7 @@ fn rule_for_seconds(groups: &Value, name: &str) -> u64 {
 async fn z_sync_slow_alert_fires_through_prometheus() {
     const ALERT: &str = "KubeProxySyncSlow";
     let client = common::client().await;
-    let _guard = NamespaceGuard;
+    let _guard = NamespaceGuard(ALERT_NAMESPACES);
     let kps = kube_proxies();
     let groups = chart_rule_groups();
     let hold = rule_for_seconds(&groups, ALERT);
@@ -455,7 +457,7 @@ async fn z_sync_slow_alert_fires_through_prometheus() {
     // (the slow syncs of the Services' creation stay in it while the alert is pending), and
     // Prometheus scraping the operator's /metrics
     common::apply_crd(&client).await;
-    for ns in ["e2e-prom-alert", "e2e-prom-scale"] {
+    for ns in ALERT_NAMESPACES {
         common::fresh_namespace(&client, ns).await;
     }
     let url = prom.url();
@@ -547,7 +549,7 @@ async fn z_sync_slow_alert_fires_through_prometheus() {
     drop(op);
     drop(prom);
     // 4,000+ Services: kube-proxy resyncs while they go
-    delete_namespaces(&client, &["e2e-prom-alert", "e2e-prom-scale"], 600).await;
+    delete_namespaces(&client, ALERT_NAMESPACES, 600).await;
 }
 
 /// Checks the helpers that need no cluster.
