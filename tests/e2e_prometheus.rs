@@ -504,7 +504,7 @@ async fn z_sync_slow_alert_fires_through_prometheus() {
         }
         if pending_at.is_none() && active.iter().any(|a| a["state"] == "pending") {
             pending_at = Some(t0.elapsed());
-            println!("{ALERT} pending {:.0?} after the first Service: {active:?}", t0.elapsed());
+            println!("{ALERT} pending {:.0?} after the first Service: {}", t0.elapsed(), Value::from(active.clone()));
         }
         if created_at.is_none() && creator.is_finished() {
             created_at = Some(t0.elapsed());
@@ -524,8 +524,9 @@ async fn z_sync_slow_alert_fires_through_prometheus() {
         let budget = crossed_at.map_or(Duration::from_secs(1800), |c| c + Duration::from_secs(hold + 300));
         assert!(
             t0.elapsed() < budget,
-            "{ALERT} not firing after {:.0?} (p99 above 1 s since {crossed_at:?}, for: {hold} s): alerts {active:?}, p99 {p99}",
-            t0.elapsed()
+            "{ALERT} not firing after {:.0?} (p99 above 1 s since {crossed_at:?}, for: {hold} s): alerts {}, p99 {p99}",
+            t0.elapsed(),
+            Value::from(active.clone())
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
