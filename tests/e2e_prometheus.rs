@@ -7,9 +7,12 @@
 //! `helm template` of the chart's PrometheusRule) every 2 s. Then:
 //!
 //! - `a_prometheus_source_agrees_with_the_direct_scrape`: two operators measure the same
-//!   kube-proxies, one scraping them directly, one through `--source prometheus`; after a burst
-//!   of Service changes each node's sync p99 (and network-programming p99, when there is one) and
-//!   the cluster window agree within the histogram's resolution (same bucket).
+//!   kube-proxies, one scraping them directly, one through `--source prometheus`, both with a
+//!   60 s window; after a burst of Service changes and a Deployment of real pods (the test app on
+//!   the real nodes) scaled 2 -> 4 -> 2, each node's sync p99 and network-programming p99 agree
+//!   within the histogram's resolution (same bucket of kube-proxy's own bounds), and the cluster
+//!   window W within the widest of those buckets; then the TerminationPolicy's status as the
+//!   Prometheus-sourced operator alone writes it.
 //! - `z_sync_slow_alert_fires_through_prometheus`: thousands of Services (the scale fixture of
 //!   tests/e2e_window.rs) make the iptables node's syncs slow; the operator, measuring through
 //!   Prometheus, exports its sync p99, Prometheus scrapes the operator, and KubeProxySyncSlow goes
@@ -23,9 +26,11 @@
 //! namespaces prefixed `e2e-prom-`, deleted at the end. Logs: `$ST_E2E_DIR/logs/prometheus-*.log`
 //! and `operator-e2e-prom-*.log`.
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -311,6 +316,31 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     for ns in COMPARE_NAMESPACES {
         common::fresh_namespace(&client, ns).await;
     }
+    // real pods behind a Service (the test app on the real nodes): their endpoint changes carry
+    // the EndpointSlice controller's trigger time, so kube-proxy observes network programming
+    // latencies too (the selector-less Services of the burst below only cause syncs)
+    let web: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), "e2e-prom-app").create(&PostParams::default(), &web).await.expect("create Service web");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "e2e-prom-app");
+    let scale = async |replicas: u32| {
+        let d: Deployment = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": common::on_real_nodes(json!({"containers": [common::testapp_container("web")]}))}}}))
+        .unwrap();
+        deployments.patch("web", &PatchParams::apply("e2e-prom").force(), &Patch::Apply(&d)).await.expect("apply Deployment web");
+    };
+    scale(2).await;
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "e2e-prom-app");
+    common::wait_for("2 ready endpoints of Service e2e-prom-app/web", 120, async || {
+        let l = slices.list(&ListParams::default().labels("kubernetes.io/service-name=web")).await.ok()?;
+        let ready = l.items.iter().flat_map(|s| &s.endpoints).filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true)).count();
+        (ready == 2).then_some(())
+    })
+    .await;
+
     let window = 60;
     let backend = ["--admission-backend", "webhook"];
     let direct = common::Operator::start_windowed("e2e-prom-direct", window, &backend).await;
@@ -328,10 +358,16 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     .unwrap();
     policies.create(&PostParams::default(), &policy).await.expect("create TerminationPolicy");
 
-    // a burst of 20 Service changes, 1.5 s apart (minSyncPeriod is 1 s: about one sync each), well
-    // inside both windows when they are read: from 15 s to ~45 s after the start, read at >= 70 s
+    // a burst of 20 Service changes, 1.5 s apart (minSyncPeriod is 1 s: about one sync each), and
+    // web scaled 2 -> 4 -> 2 (network programming), well inside both windows when they are read:
+    // from 15 s to ~45 s after the start, read at >= 70 s
     tokio::time::sleep(Duration::from_secs(15).saturating_sub(started.elapsed())).await;
     for i in 0..20 {
+        match i {
+            0 => scale(4).await,
+            12 => scale(2).await,
+            _ => {}
+        }
         create_service(&client, "e2e-prom-app", &format!("burst-{i}")).await;
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
