@@ -6,7 +6,7 @@ export ST_K8S_VERSION := $(K8S_VERSION)
 
 .PHONY: k8s-bins cluster-up cluster-down e2e-smoke
 
-k8s-bins: ## build etcd, kube-*, kubectl, kwok, helm, promtool into ~/.cache/safe-termination/k8s-v$(K8S_VERSION)/bin
+k8s-bins: ## build etcd, kube-*, kubectl, kwok, helm, promtool, prometheus into ~/.cache/safe-termination/k8s-v$(K8S_VERSION)/bin
 	e2e/build-k8s.sh $(K8S_VERSION)
 
 cluster-up: k8s-bins ## start the local control plane (state in $${ST_E2E_DIR:-/tmp/safe-termination-e2e})

@@ -2,7 +2,7 @@
 # Build the local e2e control plane from published Go modules (no prebuilt
 # downloads): etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kube-proxy, kubectl (from k8s.io/kubernetes + go.etcd.io/etcd/server/v3),
-# kwok, helm and promtool; for the real nodes (e2e/node-up.sh) kubelet (same
+# kwok, helm, promtool and the Prometheus server; for the real nodes (e2e/node-up.sh) kubelet (same
 # module as the control plane) and containerd 2.x (containerd, its runc shim, ctr).
 #
 #   e2e/build-k8s.sh            # version from e2e/k8s-version (or $ST_K8S_VERSION)
@@ -113,8 +113,16 @@ HELM_VER="$(modver "$HERE/tools/helm" helm.sh/helm/v4)"
 add helm                    "$HERE/tools/helm" helm.sh/helm/v4/cmd/helm "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VER"
 PROM_MODVER="$(modver "$HERE/tools/promtool" github.com/prometheus/prometheus)"   # v0.3XX.Y == Prometheus 3.XX.Y
 PROM_VER="$(sed -E 's/^v0\.3([0-9]{2})\.([0-9]+)$/3.\1.\2/; s/^3\.0([0-9])/3.\1/' <<<"$PROM_MODVER")"
-add promtool                "$HERE/tools/promtool" github.com/prometheus/prometheus/cmd/promtool \
-  "-s -w -X github.com/prometheus/common/version.Version=$PROM_VER -X github.com/prometheus/common/version.Branch=$PROM_MODVER"
+PROM_LDFLAGS="-s -w -X github.com/prometheus/common/version.Version=$PROM_VER -X github.com/prometheus/common/version.Branch=$PROM_MODVER"
+add promtool                "$HERE/tools/promtool" github.com/prometheus/prometheus/cmd/promtool "$PROM_LDFLAGS"
+# The Prometheus server (tests/e2e_prometheus.rs), its own module (the server imports far more than
+# promtool: OTLP, the web API) pinned to the same release. Built without the `builtinassets` tag
+# (upstream's default for `go build`): the React UI is not in the module zip and is not needed;
+# the HTTP API (/api/v1/query, /api/v1/rules, /api/v1/alerts) is all the tests use.
+SERVER_MODVER="$(modver "$HERE/tools/prometheus" github.com/prometheus/prometheus)"
+[[ "$SERVER_MODVER" == "$PROM_MODVER" ]] \
+  || die "e2e/tools/prometheus pins prometheus $SERVER_MODVER but e2e/tools/promtool $PROM_MODVER: keep them equal"
+add prometheus              "$HERE/tools/prometheus" github.com/prometheus/prometheus/cmd/prometheus "$PROM_LDFLAGS"
 
 mkdir -p "$BIN"
 GOV="$(go env GOVERSION)"
@@ -152,10 +160,11 @@ for backend in legacy nft; do
   mkdir -p "$d"
   multi="$(command -v "xtables-$backend-multi")"
   for n in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
-    ln -sfn "$multi" "$d/$n"
+    # only when not already right: a running cluster's kube-proxies exec these
+    [[ "$(readlink "$d/$n" 2>/dev/null)" == "$multi" ]] || ln -sfn "$multi" "$d/$n"
   done
 done
 
 if ((built)); then log "built $built binaries in $((SECONDS - start_all))s into $BIN"; fi
 "$BIN/kube-apiserver" --version >/dev/null
-log "ready: $BIN ($("$BIN/kubectl" version --client -o json | jq -r .clientVersion.gitVersion), etcd $(modver "$K8S_MOD" go.etcd.io/etcd/server/v3), kwok $(modver "$HERE/tools/kwok" sigs.k8s.io/kwok), ${CTRD_LDFLAGS:+containerd $CTRD_VER, }helm $HELM_VER, promtool $PROM_VER)"
+log "ready: $BIN ($("$BIN/kubectl" version --client -o json | jq -r .clientVersion.gitVersion), etcd $(modver "$K8S_MOD" go.etcd.io/etcd/server/v3), kwok $(modver "$HERE/tools/kwok" sigs.k8s.io/kwok), ${CTRD_LDFLAGS:+containerd $CTRD_VER, }helm $HELM_VER, promtool and prometheus $PROM_VER)"

@@ -43,6 +43,10 @@ fi
 # the webhook-free backend: the MutatingAdmissionPolicy against the webhook on every shared case
 # and 1,000 generated pods, and the operator keeping its parameters (1.36+ only)
 cargo test --test e2e_admission_policy -- --ignored --test-threads=1 --nocapture
+# a real Prometheus (make k8s-bins builds it) scraping the real kube-proxies with the chart's alert
+# rules: the Prometheus source agrees with the direct scrape per node, and KubeProxySyncSlow fires
+# (4,000+ Services; about 15 minutes: the rule's own for: 10m)
+cargo test --test e2e_prometheus -- --ignored --test-threads=1 --nocapture
 # the operator as real pods: the README's helm install on the real nodes, then the faults
 # (leader lost, pod-create storms during deletions, an upgrade and a CA rotation, the API
 # server and a kube-proxy restarted), each printing its numbers; t9 uninstalls the release
