@@ -9,8 +9,8 @@
 //! system over all threads, sampled before and after each cycle.
 //!
 //! ```text
-//! cargo build --release --example fake_kube_proxies --example scrape_fanout
-//! target/release/examples/scrape_fanout [--count 1000] [--in-flight 64] [--timeout-ms 5000] [--cycles 5] [--size-kb 75]
+//! cargo build --release --example fake_kube_proxies --example scrape_fanout --example fake_agents
+//! target/release/examples/scrape_fanout [--count 1000] [--in-flight 64] [--timeout-ms 5000] [--cycles 5] [--size-kb 75] [--mode direct|both] [--proxy-mode 1|0]
 //! ```
 //!
 //! Every cycle opens every connection, as the operator does: its scrape client keeps no idle
@@ -236,7 +236,10 @@ fn main() {
         timeout,
         std::thread::available_parallelism().map_or(1, |n| n.get()),
     );
-    let opts = ScrapeOptions { timeout, max_in_flight: in_flight, ..ScrapeOptions::default() };
+    // --proxy-mode 0: no /proxyMode request (to see what the second request, and through an
+    // agent its second TLS handshake, costs)
+    let fetch_proxy_mode = arg(&args, "--proxy-mode", 1u8) != 0;
+    let opts = ScrapeOptions { timeout, max_in_flight: in_flight, fetch_proxy_mode, ..ScrapeOptions::default() };
     if mode == "both" {
         let ok = both(targets, child.id(), cycles, opts);
         drop(child.stdin.take());
