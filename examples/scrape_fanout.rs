@@ -84,6 +84,9 @@ fn process_cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / hz.max(1.0)
 }
 
+/// One cycle of one way: wall, operator CPU, agents CPU, kube-proxies CPU (seconds), failed nodes.
+type CycleRow = (f64, f64, f64, f64, usize);
+
 /// Median of `v` (sorted copy; 0 when empty).
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
@@ -145,8 +148,8 @@ fn both(targets: Vec<Target>, kube_proxies_pid: u32, cycles: u64, opts: ScrapeOp
         .with_options(opts.clone())
         .with_config_refresh(0)
         .with_fallbacks(fallbacks);
-    // (wall, operator CPU, agents CPU, kube-proxies CPU, failed) per cycle and way
-    let mut rows: [Vec<(f64, f64, f64, f64, usize)>; 2] = [Vec::new(), Vec::new()];
+    // per way (direct, via agent), one row per cycle
+    let mut rows: [Vec<CycleRow>; 2] = [Vec::new(), Vec::new()];
     rt.block_on(async {
         for cycle in 1..=cycles {
             for (way, scrape) in [(0usize, &mut direct), (1, &mut via_agent)] {
