@@ -139,6 +139,44 @@ fn schema_encodes_the_webhook_rules() {
     assert_eq!(values()["defaultPolicy"]["enabled"], false, "the cluster default policy is off by default");
 }
 
+#[test]
+fn schema_and_values_of_the_node_agent_and_the_source() {
+    let s = schema();
+    let source = &s["properties"]["operator"]["properties"]["source"];
+    assert_eq!(source["enum"], serde_json::json!(["auto", "kube-proxy", "prometheus"]), "the `run --source` values a chart can use");
+    assert_eq!(values()["operator"]["source"], "auto", "per node: kube-proxy, else the agent, else Prometheus");
+    // every enum value is one `safe-termination run --source` accepts
+    use clap::ValueEnum as _;
+    let kinds: Vec<String> = safe_termination::cli::run::SourceKind::value_variants().iter().map(|k| k.to_possible_value().unwrap().get_name().to_string()).collect();
+    for v in source["enum"].as_array().unwrap() {
+        assert!(kinds.contains(&v.as_str().unwrap().to_string()), "{v} is not a --source value: {kinds:?}");
+    }
+    let a = &s["properties"]["agent"]["properties"];
+    assert_eq!(a["enabled"]["enum"], serde_json::json!(["auto", true, false, "true", "false"]));
+    let v = &values()["agent"];
+    assert_eq!(v["enabled"], "auto");
+    assert_eq!(v["namespace"], "", "the release namespace by default");
+    assert_eq!((v["port"].as_u64(), v["healthPort"].as_u64()), (Some(10349), Some(10350)), "the agent's own defaults (src/agent/server.rs)");
+    assert_eq!(v["port"].as_u64(), Some(u64::from(safe_termination::agent::server::DEFAULT_PORT)));
+    assert_eq!(v["healthPort"].as_u64(), Some(u64::from(safe_termination::agent::server::DEFAULT_HEALTH_PORT)));
+    assert_eq!(v["kubeProxyUrl"], safe_termination::agent::upstream::DEFAULT_KUBE_PROXY_URL);
+    assert_eq!(v["tolerations"], serde_json::json!([{"operator": "Exists"}]), "every node");
+    assert_eq!(v["resources"]["requests"], serde_json::json!({"cpu": "5m", "memory": "24Mi"}));
+    assert_eq!(v["maxUnavailable"], "10%");
+    let ns = namespace_matcher(a["namespace"]["pattern"].as_str().unwrap());
+    assert!(ns("") && ns("st-agents") && !ns("Not_A_Namespace") && !ns("-x"));
+}
+
+/// A tiny matcher for the namespace pattern `^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$` (no regex
+/// crate among the dependencies): checks that the schema's pattern is that one, and applies it.
+fn namespace_matcher(pattern: &str) -> impl Fn(&str) -> bool {
+    assert_eq!(pattern, "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$");
+    |s: &str| {
+        let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+        s.is_empty() || (s.starts_with(ok) && s.ends_with(ok) && s.chars().all(|c| ok(c) || c == '-'))
+    }
+}
+
 /// Dotted keys of values.yaml down to the schema's leaves.
 fn leaf_keys(path: &str, schema: &Value, values: &Value, out: &mut Vec<String>) {
     if closed(schema)

@@ -27,7 +27,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 mod common;
-use safe_termination::cli::run::RunArgs;
+use safe_termination::cli::agent::AgentArgs;
+use safe_termination::cli::run::{RunArgs, SourceKind};
 use safe_termination::webhook::certs::{self, Action, CertConfig};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -218,7 +219,8 @@ fn allows(docs: &[Value], sa: (&str, &str), namespace: Option<&str>, group: &str
 /// No wildcards, no dangerous verbs, and exactly the access the operator's code needs.
 fn check_rbac(docs: &[Value], release_ns: &str, fullname: &str, mode: &str) {
     let roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role").collect();
-    assert_eq!(roles.len(), 3, "one ClusterRole, a Role in the release namespace, one in kube-proxy's");
+    let agent = of_kind(docs, "DaemonSet").first().map(|d| d["metadata"]["namespace"].as_str().unwrap().to_string());
+    assert_eq!(roles.len(), 3 + usize::from(agent.is_some()), "one ClusterRole, a Role in the release namespace, one in kube-proxy's (and one in the agents')");
     for role in &roles {
         for r in role["rules"].as_array().unwrap() {
             for field in ["verbs", "resources", "apiGroups", "resourceNames"] {
@@ -237,8 +239,9 @@ fn check_rbac(docs: &[Value], release_ns: &str, fullname: &str, mode: &str) {
             }
             let res = strs(&r["resources"]);
             if res.contains(&"secrets".to_string()) {
-                assert_eq!(role["kind"], "Role", "Secrets only in the release namespace: {r}");
-                assert_eq!(role["metadata"]["namespace"], release_ns);
+                assert_eq!(role["kind"], "Role", "Secrets only in the release namespace (and the agents'): {r}");
+                let ns = role["metadata"]["namespace"].as_str();
+                assert!(ns == Some(release_ns) || ns == agent.as_deref(), "Secrets only in the release namespace (and the agents'): {r}");
                 let verbs = strs(&r["verbs"]);
                 assert!(verbs == ["create"] || r.get("resourceNames").is_some(), "reading Secrets only by name: {r}");
             }
@@ -276,6 +279,13 @@ fn check_rbac(docs: &[Value], release_ns: &str, fullname: &str, mode: &str) {
         assert_eq!(allows(docs, sa, Some(release_ns), "", "secrets", verb, name), operator, "{verb} secrets in mode {mode}");
     }
     assert!(!allows(docs, sa, Some(release_ns), "", "secrets", "get", Some("someone-elses")));
+    if let Some(agent_ns) = &agent {
+        // the agents' certificate Secret, written by the operator (src/webhook/certs.rs)
+        let name = format!("{fullname}-agent-tls");
+        need(Some(agent_ns), "", "secrets", &["create"], None);
+        need(Some(agent_ns), "", "secrets", &["get", "update"], Some(&name));
+        assert!(!allows(docs, sa, Some(agent_ns), "", "secrets", "get", Some("someone-elses")));
+    }
     for verb in ["get", "patch"] {
         assert_eq!(allows(docs, sa, None, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", verb, Some(fullname)), operator, "{verb} the webhook configuration in mode {mode}");
         assert!(!allows(docs, sa, None, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", verb, Some("istio-sidecar-injector")));
@@ -332,7 +342,13 @@ fn check_deployment(docs: &[Value], release_ns: &str, fullname: &str, replicas: 
     assert_eq!(args.serving.tls_cert_file, dir.join("tls.crt"));
     assert_eq!(args.serving.tls_key_file, dir.join("tls.key"));
     let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "tls").unwrap();
-    assert_eq!(vol["secret"]["items"], json!([{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]), "never the CA key");
+    let mut items = vec![json!({"key": "tls.crt", "path": "tls.crt"}), json!({"key": "tls.key", "path": "tls.key"})];
+    if !of_kind(docs, "DaemonSet").is_empty() {
+        // the node agents' mutual TLS: the CA certificate and the operator's client pair
+        items.extend(["ca.crt", "client.crt", "client.key"].map(|k| json!({"key": k, "path": k})));
+        assert_eq!((args.agent_ca_file.clone(), args.agent_client_cert_file.clone(), args.agent_client_key_file.clone()), (dir.join("ca.crt"), dir.join("client.crt"), dir.join("client.key")));
+    }
+    assert_eq!(vol["secret"]["items"], json!(items), "never the CA key");
     assert_eq!(args.lease_name, format!("{fullname}-leader"));
     // PDB and Service
     let pdb = find(docs, "PodDisruptionBudget", fullname);
@@ -348,6 +364,107 @@ fn check_deployment(docs: &[Value], release_ns: &str, fullname: &str, replicas: 
         assert_eq!(labels[k], *v);
     }
     args
+}
+
+/// The flags of `safe-termination agent`, parsed exactly as the binary parses them.
+#[derive(clap::Parser, Debug)]
+struct AgentCli {
+    /// The global `--log-format` of the binary.
+    #[arg(long)]
+    log_format: Option<String>,
+    #[command(flatten)]
+    agent: AgentArgs,
+}
+
+/// The node agent DaemonSet (in `agent_ns`) and how the operator (flags `op`) finds and
+/// authenticates to it: hostNetwork, every node, priority, tiny resources, restricted-style
+/// container, probes on the health port, flags that parse and match the ports and the mounted
+/// Secret, labels the operator's Service/PDB/Deployment never select.
+fn check_agent(docs: &[Value], release_ns: &str, fullname: &str, agent_ns: &str, op: &RunArgs) -> AgentArgs {
+    use clap::Parser as _;
+    let d = find(docs, "DaemonSet", &format!("{fullname}-agent"));
+    assert_eq!(d["metadata"]["namespace"], agent_ns);
+    let strategy = &d["spec"]["updateStrategy"];
+    assert_eq!(strategy["type"], "RollingUpdate");
+    assert_eq!(strategy["rollingUpdate"]["maxUnavailable"], "10%");
+    assert_eq!(strategy["rollingUpdate"]["maxSurge"], 0, "host ports: no surge");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(pod["automountServiceAccountToken"], false, "the agent makes no API call");
+    assert!(pod["tolerations"].as_array().unwrap().contains(&json!({"operator": "Exists"})), "every node, tainted ones too");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    let priority = pod["priorityClassName"].as_str().expect("a priority class");
+    match of_kind(docs, "PriorityClass").as_slice() {
+        [pc] => {
+            assert_eq!(pc["metadata"]["name"], priority);
+            assert_eq!(priority, format!("{fullname}-node-critical"));
+            assert_eq!(pc["value"], 1_000_000);
+            assert_eq!(pc["globalDefault"], false);
+        }
+        [] => assert!(!priority.is_empty(), "an existing priority class"),
+        more => panic!("one PriorityClass at most: {more:?}"),
+    }
+    let c = &pod["containers"].as_array().unwrap()[0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["runAsUser"], 65532);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert!(sc["capabilities"].get("add").is_none());
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(c["resources"]["requests"], json!({"cpu": "5m", "memory": "24Mi"}));
+    assert_eq!(c["resources"]["limits"], json!({"memory": "64Mi"}));
+    let env: BTreeMap<String, Value> = c["env"].as_array().unwrap().iter().map(|e| (e["name"].as_str().unwrap().to_string(), e["value"].clone())).collect();
+    assert_eq!(env["MIMALLOC_ARENA_EAGER_COMMIT"], "0", "half the resident memory (docs/operator.md)");
+    // flags: parse as the binary does; ports, probes and files agree with them
+    let args = strs(&c["args"]);
+    assert_eq!(args.first().map(String::as_str), Some("agent"), "{args:?}");
+    let cli = AgentCli::try_parse_from(std::iter::once("safe-termination").chain(args[1..].iter().map(String::as_str)))
+        .unwrap_or_else(|e| panic!("the chart's agent flags do not parse: {e}\n{args:?}"));
+    assert!(matches!(cli.log_format.as_deref(), Some("json" | "text")));
+    let a = cli.agent;
+    let port = |name: &str| c["ports"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("container port {name}")).clone();
+    let (tls_port, health_port) = (port("agent"), port("healthz"));
+    assert_eq!(tls_port["containerPort"].as_u64(), Some(u64::from(a.listen.port())));
+    assert_eq!(tls_port["hostPort"], tls_port["containerPort"]);
+    assert_eq!(health_port["containerPort"].as_u64(), Some(u64::from(a.health_listen.port())));
+    assert_eq!(health_port["hostPort"], health_port["containerPort"]);
+    assert!(a.listen.ip().is_unspecified(), "the operator dials the node's address");
+    assert_eq!(a.kube_proxy_url, "http://127.0.0.1:10249");
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(c[probe]["httpGet"], json!({"path": "/healthz", "port": "healthz"}), "{probe}");
+    }
+    let mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "tls").expect("tls mount");
+    assert_eq!(mount["readOnly"], true);
+    let dir = Path::new(mount["mountPath"].as_str().unwrap());
+    assert_eq!((a.tls_ca_file.as_path(), a.tls_cert_file.as_path(), a.tls_key_file.as_path()), (dir.join("ca.crt").as_path(), dir.join("tls.crt").as_path(), dir.join("tls.key").as_path()));
+    let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "tls").unwrap();
+    assert_eq!(vol["secret"]["optional"], true, "written by the operator after it starts");
+    // the operator finds these pods and writes this Secret
+    assert_eq!(vol["secret"]["secretName"].as_str(), op.agent_cert_secret.as_deref());
+    assert_eq!(op.agent_namespace.as_deref(), Some(agent_ns));
+    assert_eq!(op.agent_port, a.listen.port());
+    let labels = d["spec"]["template"]["metadata"]["labels"].as_object().unwrap();
+    for term in op.agent_selector.split(',') {
+        let (k, v) = term.split_once('=').unwrap_or_else(|| panic!("--agent-selector {:?}: k=v terms", op.agent_selector));
+        assert_eq!(labels.get(k).and_then(Value::as_str), Some(v), "--agent-selector {} selects the agent pods", op.agent_selector);
+    }
+    for (k, v) in d["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(labels.get(k), Some(v));
+    }
+    // ... and none of the operator's selectors picks them
+    let deployment = find(docs, "Deployment", fullname);
+    let svc = find(docs, "Service", fullname);
+    for (what, selector) in [("Service", &svc["spec"]["selector"]), ("Deployment", &deployment["spec"]["selector"]["matchLabels"])] {
+        let all = selector.as_object().unwrap().iter().all(|(k, v)| labels.get(k) == Some(v));
+        assert!(!all, "the operator's {what} selects the agent pods: {selector}");
+    }
+    assert_eq!(deployment["metadata"]["namespace"], release_ns);
+    a
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -368,6 +485,90 @@ fn helm_lint_strict_with_every_value_set() {
     }
     let r = try_run(tool("helm").args(["template", "x"]).arg(chart()).args(["--set", "certificates.mode=existingSecret"]), None);
     assert!(r.is_err(), "existingSecret needs a name and a caBundle");
+}
+
+#[test]
+#[ignore = "needs the local control plane: make e2e"]
+fn the_node_agent_renders_for_true_and_auto_and_not_for_false() {
+    let (release, ns, fullname) = ("st", "st-system", "st-safe-termination");
+    let run_args = |docs: &[Value]| parse_args(&strs(&find(docs, "Deployment", fullname)["spec"]["template"]["spec"]["containers"][0]["args"]));
+    // auto under `helm template`: the lookup of kube-proxy's ConfigMap finds nothing, so the
+    // metrics are taken to be on loopback and the agent is installed, in the release namespace
+    let d = docs(&helm_template(release, ns, None, &[]));
+    let op = run_args(&d);
+    assert_eq!(op.source, SourceKind::Auto);
+    let a = check_agent(&d, ns, fullname, ns, &op);
+    assert_eq!((a.listen.port(), a.health_listen.port()), (10349, 10350));
+    check_rbac(&d, ns, fullname, "operator");
+    check_deployment(&d, ns, fullname, 2);
+    // true, in a namespace of its own, with an existing priority class
+    let d = docs(&helm_template(release, ns, None, &["agent.enabled=true", "agent.namespace=st-agents", "agent.priorityClassName=system-node-critical"]));
+    let op = run_args(&d);
+    check_agent(&d, ns, fullname, "st-agents", &op);
+    assert!(of_kind(&d, "PriorityClass").is_empty(), "an existing class: none created");
+    assert_eq!(find(&d, "DaemonSet", "st-safe-termination-agent")["spec"]["template"]["spec"]["priorityClassName"], "system-node-critical");
+    assert_eq!(find(&d, "Role", "st-safe-termination-agent")["metadata"]["namespace"], "st-agents");
+    check_rbac(&d, ns, fullname, "operator");
+    check_deployment(&d, ns, fullname, 2);
+    // false, and auto where the operator would not read agents: no agent, no agent flags
+    for sets in [&["agent.enabled=false"][..], &["operator.source=kube-proxy"], &["certificates.mode=certManager"]] {
+        let d = docs(&helm_template(release, ns, None, sets));
+        for kind in ["DaemonSet", "PriorityClass"] {
+            assert!(of_kind(&d, kind).is_empty(), "{sets:?}: no {kind}");
+        }
+        assert!(d.iter().all(|o| o["metadata"]["name"] != "st-safe-termination-agent"), "{sets:?}: no agent Role");
+        let op = run_args(&d);
+        assert!(op.agent_cert_secret.is_none() && op.agent_namespace.is_none(), "{sets:?}");
+        check_deployment(&d, ns, fullname, 2);
+    }
+    // what cannot work is refused at render time
+    for (bad, why) in [
+        ("agent.enabled=yes", "schema"),
+        ("agent.namespace=Not_A_Namespace", "schema"),
+        ("agent.enabled=true,operator.source=kube-proxy", "needs operator.source=auto"),
+        ("agent.enabled=true,certificates.mode=certManager", "needs certificates.mode=operator"),
+        ("agent.healthPort=10349", "must differ"),
+    ] {
+        let r = try_run(tool("helm").args(["template", "x"]).arg(chart()).args(["--set", bad]), None);
+        assert!(r.as_ref().is_err_and(|e| e.contains(why)), "--set {bad} must be refused ({why}): {r:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs the local control plane: make e2e"]
+fn agent_auto_reads_kube_proxys_metrics_bind_address() {
+    // the chart's own helper, rendered by helm on each config.conf (the lookup itself needs a
+    // cluster: README.md "Node agent")
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("templates")).unwrap();
+    std::fs::write(dir.path().join("Chart.yaml"), "apiVersion: v2\nname: bind\nversion: 0.0.1\n").unwrap();
+    std::fs::copy(chart().join("templates/_helpers.tpl"), dir.path().join("templates/_helpers.tpl")).unwrap();
+    std::fs::write(
+        dir.path().join("templates/cases.yaml"),
+        "{{- range $i, $c := .Values.cases }}\ncase{{ $i }}: {{ include \"safe-termination.configBindsMetricsOnLoopback\" $c | quote }}\n{{- end }}\n",
+    )
+    .unwrap();
+    let cases: [(&str, bool); 11] = [
+        ("", true),
+        ("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmetricsBindAddress: \"\"\nmode: iptables\n", true),
+        ("metricsBindAddress: 127.0.0.1:10249\n", true),
+        ("metricsBindAddress: 127.0.0.2:10249\n", true),
+        ("metricsBindAddress: localhost:10249\n", true),
+        ("metricsBindAddress: '[::1]:10249'\n", true),
+        ("not: [yaml", true),
+        ("metricsBindAddress: 0.0.0.0:10249\n", false),
+        ("metricsBindAddress: '[::]:10249'\n", false),
+        ("metricsBindAddress: 10.0.0.5:10249\n", false),
+        ("kind: KubeProxyConfiguration\nmetricsBindAddress: 0.0.0.0\n", false),
+    ];
+    let values = dir.path().join("values.json");
+    std::fs::write(&values, json!({"cases": cases.iter().map(|c| c.0).collect::<Vec<_>>()}).to_string()).unwrap();
+    let out = run(tool("helm").args(["template", "x"]).arg(dir.path()).arg("-f").arg(&values), None);
+    let got = docs(&out);
+    for (i, (conf, loopback)) in cases.iter().enumerate() {
+        let want = if *loopback { "true" } else { "" };
+        assert_eq!(got[0][format!("case{i}")], want, "config.conf {conf:?}: agent needed = {loopback}");
+    }
 }
 
 #[test]
@@ -445,10 +646,20 @@ fn every_value_set_renders_r10_least_privilege_and_restricted_pods() {
             let file: Value = serde_json::from_str(&std::fs::read_to_string(chart().join("files/dashboard.json")).unwrap()).unwrap();
             assert_eq!(dash, file);
         } else {
-            assert_eq!(format!("{:?}", args.source), "KubeProxy");
+            assert_eq!(format!("{:?}", args.source), "Auto", "{name}: the default source");
             for k in ["ServiceMonitor", "PrometheusRule", "ConfigMap"] {
                 assert!(of_kind(&docs, k).is_empty(), "{name}: {k} is optional and off");
             }
+        }
+        // the node agents: with source auto and the operator's CA, unless turned off (under
+        // `helm template` auto finds no kube-proxy ConfigMap: installed)
+        let agent = args.source == SourceKind::Auto && mode == "operator" && values["agent"]["enabled"] != false;
+        assert_eq!(of_kind(&docs, "DaemonSet").len(), usize::from(agent), "{name}: agent DaemonSet");
+        if agent {
+            let ns_agent = values["agent"]["namespace"].as_str().filter(|n| !n.is_empty()).unwrap_or(ns);
+            check_agent(&docs, ns, fullname, ns_agent, &args);
+        } else {
+            assert!(args.agent_cert_secret.is_none() && of_kind(&docs, "PriorityClass").is_empty(), "{name}: no agent, no agent flags");
         }
         eprintln!("{name}: {} objects checked", docs.len());
     }
@@ -686,8 +897,22 @@ async fn helm_install_upgrade_and_uninstall_on_the_real_control_plane() {
     let never = "webhook.namespaceSelector.matchLabels.safetermination\\.e2e/never=true";
     let out = run(
         // the webhook backend: this test reads the webhook configuration back (the default,
-        // auto, picks the policy on 1.37: tests/e2e_operator_pods.rs t8b)
-        tool("helm").args(["install", release]).arg(chart()).args(["-n", ns, "--set-string", never, "--set", "admission.backend=webhook", "--wait", "--timeout", "180s"]),
+        // auto, picks the policy on 1.37: tests/e2e_operator_pods.rs t8b); no node agent: its
+        // hostNetwork needs the privileged level, which this namespace refuses (checked by
+        // rendering in the_node_agent_renders_for_true_and_auto_and_not_for_false)
+        tool("helm").args(["install", release]).arg(chart()).args([
+            "-n",
+            ns,
+            "--set-string",
+            never,
+            "--set",
+            "admission.backend=webhook",
+            "--set",
+            "agent.enabled=false",
+            "--wait",
+            "--timeout",
+            "180s",
+        ]),
         None,
     );
     assert!(out.contains("STATUS: deployed"), "{out}");

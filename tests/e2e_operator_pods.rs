@@ -95,6 +95,9 @@ fn environment_values() -> Value {
         "admission": {"backend": "webhook"},
         "tolerations": [{"key": taint, "operator": "Exists", "effect": "NoSchedule"}],
         "nodeSelector": {"safe-termination.e2e/node-type": "real"},
+        // kube-proxies are reached directly (--kube-proxy-target below); the node agent's
+        // hostNetwork needs the privileged Pod Security level, which this namespace refuses
+        "agent": {"enabled": false},
         "operator": {
             "scrapeIntervalSeconds": 2,
             "windowSeconds": 120,

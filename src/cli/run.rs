@@ -85,8 +85,9 @@ pub struct RunArgs {
     /// repeated).
     #[arg(long = "kube-proxy-target", env = "SAFE_TERMINATION_KUBE_PROXY_TARGETS", value_delimiter = ',')]
     pub kube_proxy_targets: Vec<String>,
-    /// Namespace of the node agent pods (default: --namespace; their hostNetwork needs the
-    /// baseline Pod Security level, which a restricted operator namespace refuses).
+    /// Namespace of the node agent pods and of --agent-cert-secret (default: --namespace; their
+    /// hostNetwork needs the privileged Pod Security level, which a restricted operator
+    /// namespace refuses).
     #[arg(long, env = "SAFE_TERMINATION_AGENT_NAMESPACE")]
     pub agent_namespace: Option<String>,
     /// Label selector of the node agent pods (in --agent-namespace), for `--source auto`.
@@ -108,8 +109,9 @@ pub struct RunArgs {
     /// Its private key, PEM.
     #[arg(long, value_name = "FILE", env = "SAFE_TERMINATION_AGENT_CLIENT_KEY_FILE", default_value = "/etc/safe-termination/tls/client.key")]
     pub agent_client_key_file: std::path::PathBuf,
-    /// With --cert-secret: the Secret (in --namespace) where the leader also keeps the node
-    /// agents' certificate (ca.crt, tls.crt, tls.key; no CA or client key).
+    /// With --cert-secret: the Secret (in --agent-namespace, default --namespace) where the
+    /// leader also keeps the node agents' certificate (ca.crt, tls.crt, tls.key; no CA or
+    /// client key).
     #[arg(long, env = "SAFE_TERMINATION_AGENT_CERT_SECRET")]
     pub agent_cert_secret: Option<String>,
     /// Prometheus base URL for `--source prometheus`, and the last fallback of `--source auto`.
@@ -344,6 +346,7 @@ impl RunArgs {
         cfg.files = self.write_cert_files.then(|| (self.serving.tls_cert_file.clone(), self.serving.tls_key_file.clone()));
         cfg.interval = Duration::from_secs(self.cert_check_interval_seconds.max(1));
         cfg.agent_secret = self.agent_cert_secret.clone();
+        cfg.agent_namespace = self.agent_namespace.clone();
         Some(cfg)
     }
 

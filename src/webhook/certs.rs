@@ -120,9 +120,13 @@ pub struct CertConfig {
     pub webhook_configuration: Option<String>,
     /// Also write `tls.crt`/`tls.key` to these files (certificate, key).
     pub files: Option<(PathBuf, PathBuf)>,
-    /// The node agents' Secret (in `namespace`), kept equal to [`agent_secret_data`] (none:
-    /// not written).
+    /// The node agents' Secret (in `agent_namespace`), kept equal to [`agent_secret_data`]
+    /// (none: not written).
     pub agent_secret: Option<String>,
+    /// Namespace of the node agents' Secret (none: `namespace`). The agents need the
+    /// `privileged` Pod Security level (`hostNetwork`), so they may run in a namespace of their
+    /// own, and a pod can only mount a Secret of its namespace.
+    pub agent_namespace: Option<String>,
     /// Lifetime of a new CA.
     pub ca_validity: Duration,
     /// Lifetime of a new serving certificate.
@@ -142,6 +146,7 @@ impl CertConfig {
             webhook_configuration: None,
             files: None,
             agent_secret: None,
+            agent_namespace: None,
             ca_validity: CA_VALIDITY,
             serving_validity: SERVING_VALIDITY,
             interval: Duration::from_secs(60),
@@ -712,7 +717,10 @@ pub async fn reconcile_once(client: &Client, cfg: &CertConfig) -> Result<Outcome
         patched += patch_ca_bundle(client, cfg, &data).await?;
     }
     let agent_secret_written = match (&cfg.agent_secret, agent_secret_data(&data)) {
-        (Some(name), Some(want)) => write_agent_secret(&api, name, &cfg.namespace, want).await?,
+        (Some(name), Some(want)) => {
+            let namespace = cfg.agent_namespace.as_deref().unwrap_or(&cfg.namespace);
+            write_agent_secret(&Api::namespaced(client.clone(), namespace), name, namespace, want).await?
+        }
         _ => false,
     };
     let action = actions.first().cloned().unwrap_or(Action::Keep { renew_at: now });

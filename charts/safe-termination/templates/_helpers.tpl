@@ -104,3 +104,82 @@ labelled safetermination.io/ignore=true, and the extra terms of webhook.namespac
 {{- with .Values.webhook.namespaceSelector.matchLabels }}{{- $_ := set $sel "matchLabels" . -}}{{- end -}}
 {{- toJson $sel -}}
 {{- end -}}
+
+{{/* Whether the node agent DaemonSet is installed: "true" or "". agent.enabled true or false
+as set; auto (README.md "Node agent"): only with operator.source auto and certificates.mode
+operator, and unless kube-proxy's ConfigMap (kubeadm's `kube-proxy`, key config.conf, in
+operator.kubeProxy.namespace) binds its metrics beyond loopback. Under `helm template` the
+lookup finds nothing, so auto renders the agent. */}}
+{{- define "safe-termination.agentEnabled" -}}
+{{- $enabled := toString .Values.agent.enabled -}}
+{{- if eq $enabled "true" -}}
+true
+{{- else if eq $enabled "auto" -}}
+{{- if and (eq .Values.operator.source "auto") (eq .Values.certificates.mode "operator") -}}
+{{- if eq (include "safe-termination.kubeProxyMetricsOnLoopback" .) "true" -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" unless kube-proxy's ConfigMap (kubeadm's `kube-proxy` in
+operator.kubeProxy.namespace) binds its metrics beyond loopback; no ConfigMap (or no lookup, as
+under `helm template`) counts as loopback. */}}
+{{- define "safe-termination.kubeProxyMetricsOnLoopback" -}}
+{{- $cm := lookup "v1" "ConfigMap" .Values.operator.kubeProxy.namespace "kube-proxy" -}}
+{{- $conf := "" -}}
+{{- if and $cm $cm.data -}}
+{{- $conf = index $cm.data "config.conf" | default "" -}}
+{{- end -}}
+{{- include "safe-termination.configBindsMetricsOnLoopback" $conf -}}
+{{- end -}}
+
+{{/* "true" unless the KubeProxyConfiguration text given (config.conf) sets
+metricsBindAddress to a non-loopback host (0.0.0.0:10249, a node IP): unset, empty, 127.x, ::1
+and localhost are loopback (kube-proxy's default is 127.0.0.1:10249), and so is text that is not
+YAML. */}}
+{{- define "safe-termination.configBindsMetricsOnLoopback" -}}
+{{- $conf := fromYaml (toString .) -}}
+{{- $bind := "" -}}
+{{- if not (hasKey $conf "Error") -}}
+{{- $bind = toString (default "" (get $conf "metricsBindAddress")) | trim -}}
+{{- end -}}
+{{- $host := regexReplaceAll ":[0-9]*$" $bind "" | trimPrefix "[" | trimSuffix "]" -}}
+{{- if or (eq $host "") (eq $host "localhost") (eq $host "::1") (eq $bind "::1") (hasPrefix "127." $host) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Namespace of the agents and their Secret. */}}
+{{- define "safe-termination.agentNamespace" -}}
+{{- default .Release.Namespace .Values.agent.namespace -}}
+{{- end -}}
+
+{{/* The agents' DaemonSet name. */}}
+{{- define "safe-termination.agentName" -}}
+{{- printf "%s-agent" (include "safe-termination.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The Secret the operator writes for the agents. */}}
+{{- define "safe-termination.agentSecretName" -}}
+{{- default (printf "%s-agent-tls" (include "safe-termination.fullname" .)) .Values.agent.secretName -}}
+{{- end -}}
+
+{{/* The agents' PriorityClass: agent.priorityClassName, else the chart's. */}}
+{{- define "safe-termination.agentPriorityClassName" -}}
+{{- default (printf "%s-node-critical" (include "safe-termination.fullname" .) | trunc 63 | trimSuffix "-") .Values.agent.priorityClassName -}}
+{{- end -}}
+
+{{/* Selector labels of the agent pods: a name of their own, so that the operator's Service,
+PDB and Deployment never select them. */}}
+{{- define "safe-termination.agentSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "safe-termination.name" . }}-agent
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
+{{- end -}}
+
+{{/* The operator's --agent-selector: the agent pods' selector labels. */}}
+{{- define "safe-termination.agentSelector" -}}
+{{- printf "app.kubernetes.io/name=%s-agent,app.kubernetes.io/instance=%s,app.kubernetes.io/component=agent" (include "safe-termination.name" .) .Release.Name -}}
+{{- end -}}
