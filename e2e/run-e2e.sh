@@ -7,7 +7,8 @@
 #      pods with fault tests, ground truth, scale;
 #   2. Kubernetes 1.29 (native sleep gate off, kwok nodes only): the capability probe and the exec
 #      fallback.
-# ST_E2E_OLD_MINOR=0 skips the second; ST_E2E_EXPERIMENT=0 skips the experiment.
+# ST_E2E_OLD_MINOR=0 skips the second; ST_E2E_EXPERIMENT=0 skips the experiment;
+# ST_E2E_SLOW_ALERT=1 adds the 15-minute alert test (tests/e2e_prometheus.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
@@ -44,9 +45,10 @@ fi
 # and 1,000 generated pods, and the operator keeping its parameters (1.36+ only)
 cargo test --test e2e_admission_policy -- --ignored --test-threads=1 --nocapture
 # a real Prometheus (make k8s-bins builds it) scraping the real kube-proxies with the chart's alert
-# rules: the Prometheus source agrees with the direct scrape per node, and KubeProxySyncSlow fires
-# (4,000+ Services; about 15 minutes: the rule's own for: 10m)
-cargo test --test e2e_prometheus -- --ignored --test-threads=1 --nocapture
+# rules: the Prometheus source agrees with the direct scrape per node. (The KubeProxySyncSlow alert
+# firing needs 4,000+ Services and the rule's own for: 10m, about 15 minutes: after e2e_window
+# below, with ST_E2E_SLOW_ALERT=1, so CI stays within its 90 minutes.)
+cargo test --test e2e_prometheus -- --ignored --test-threads=1 --nocapture --skip z_sync_slow_alert_fires_through_prometheus
 # the operator as real pods: the README's helm install on the real nodes, then the faults
 # (leader lost, pod-create storms during deletions, an upgrade and a CA rotation, the API
 # server and a kube-proxy restarted), each printing its numbers; t9 uninstalls the release
@@ -60,6 +62,11 @@ if [ "${ST_E2E_EXPERIMENT:-1}" != 0 ]; then
 fi
 # the ground truth of the propagation window, then scale (thousands of Services: slow syncs)
 cargo test --test e2e_window -- --ignored --test-threads=1 --nocapture
+# the chart's KubeProxySyncSlow alert firing through the real Prometheus' /api/v1/alerts at scale
+# (after the scale run: its slow syncs stay in kube-proxy's lifetime histograms)
+if [ "${ST_E2E_SLOW_ALERT:-0}" = 1 ]; then
+  cargo test --test e2e_prometheus -- --ignored --nocapture --exact z_sync_slow_alert_fires_through_prometheus
+fi
 e2e/cluster-down.sh
 e2e/leftovers.sh || { echo "cluster-down left the above behind" >&2; exit 1; }
 
