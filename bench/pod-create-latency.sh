@@ -34,8 +34,16 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/st-pod-create.XXXXXX")
 mkdir -p "$OUT"
 PIDS=()
 cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    # newest first (the webhook, the API server, then etcd: an API server whose etcd is gone
+    # first can hang in its graceful shutdown); SIGKILL after 15 s
+    local i p
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+        p=${PIDS[$i]}
+        kill "$p" 2>/dev/null || continue
+        for _ in $(seq 1 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
