@@ -101,6 +101,13 @@ fn policies() -> Vec<(&'static str, TerminationPolicySpec, u32)> {
             4,
         ),
         ("svc", TerminationPolicySpec { pod_selector: labels(&[("scope", "svc")]), scope: Scope::ServiceBacked, ..base.clone() }, 11),
+        // grace.maxSeconds below the sleep: a current grace between them must still be raised to
+        // the sleep (R3)
+        (
+            "long",
+            TerminationPolicySpec { pod_selector: labels(&[("tier", "batch")]), grace: GraceSpec { app_shutdown_seconds: 30, max_seconds: 20 }, ..base.clone() },
+            45,
+        ),
         ("all", base.clone(), 10),
     ]
 }
@@ -240,7 +247,7 @@ fn generated_pod() -> impl Strategy<Value = Value> {
     (
         containers(),
         prop::option::weighted(0.25, (container("init"), any::<bool>())),
-        prop::sample::select(vec![None, Some(0i64), Some(1), Some(5), Some(30), Some(45), Some(300), Some(604_800)]),
+        prop::sample::select(vec![None, Some(0i64), Some(1), Some(2), Some(3), Some(5), Some(25), Some(30), Some(45), Some(300), Some(604_800)]),
         prop::sample::select(vec![None, Some("Always"), Some("Never"), Some("OnFailure")]),
         prop::sample::select(vec![None, Some("linux"), Some("windows"), Some("nodeSelector")]),
         // label pairs that pick each policy (several at once: precedence)

@@ -39,7 +39,7 @@ pub const DIFFERENCES: [&str; 2] = [
 
 /// The policy's named CEL variables, in evaluation order (`variables.NAME`). Each is evaluated
 /// lazily, at most once per admission.
-pub const VARIABLES: [(&str, &str); 16] = [
+pub const VARIABLES: [(&str, &str); 17] = [
     ("ann", "object.metadata.?annotations.orValue({})"),
     ("labels", "object.metadata.?labels.orValue({})"),
     // the request's namespace, as the webhook uses it (a pod's own metadata.namespace may be empty)
@@ -86,15 +86,15 @@ pub const VARIABLES: [(&str, &str); 16] = [
                c.?image.orValue('').startsWith(i.substring(0, size(i) - 1)) : c.?image.orValue('') == i))))",
     ),
     ("preStop", "variables.policy.preStopSeconds"),
+    // sizing::grace_seconds: max(current, min(preStop + appShutdown, maxGrace), preStop); the
+    // sleep is in `wanted` itself, so a current grace between maxGrace and the sleep is raised
     (
-        "wanted",
+        "capped",
         "variables.preStop + variables.policy.appShutdownSeconds < variables.policy.maxGraceSeconds ? \
            variables.preStop + variables.policy.appShutdownSeconds : variables.policy.maxGraceSeconds",
     ),
-    (
-        "target",
-        "variables.grace > variables.wanted ? variables.grace : (variables.wanted > variables.preStop ? variables.wanted : variables.preStop)",
-    ),
+    ("wanted", "variables.capped > variables.preStop ? variables.capped : variables.preStop"),
+    ("target", "variables.grace > variables.wanted ? variables.grace : variables.wanted"),
 ];
 
 /// The one mutation: a JSON Patch, by container index like the webhook's, so the exec handler's
