@@ -32,8 +32,8 @@ async fn gate_off_probe_picks_the_exec_fallback_and_no_pod_is_rejected() {
         ProbeResult::NativeSleep => panic!("1.29 with the gate off must not keep a native sleep"),
     }
 
-    let op = common::Operator::start(system, &[]).await;
-    // --admission-backend auto (the default): 1.29 serves no MutatingAdmissionPolicy v1
+    let op = common::Operator::start(system, &["--admission-backend", "auto"]).await;
+    // --admission-backend auto (the binary's default): 1.29 serves no MutatingAdmissionPolicy v1
     let metrics = op.metrics().await;
     assert_eq!(
         common::metric_sum(&metrics, "safe_termination_admission_backend", &["backend=\"webhook\""]),

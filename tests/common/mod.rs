@@ -195,7 +195,12 @@ impl Operator {
 
     async fn spawn(namespace: &str, targets: Option<String>, window_seconds: u64, extra: &[&str]) -> Operator {
         let dir = state_dir();
-        let targets: Vec<String> = targets.map(|t| vec!["--kube-proxy-target".to_string(), t]).unwrap_or_default();
+        let mut targets: Vec<String> = targets.map(|t| vec!["--kube-proxy-target".to_string(), t]).unwrap_or_default();
+        // the tests register the webhook for their own namespace; the policy backend (`auto`'s
+        // choice on 1.37) would write one cluster-wide policy: only where a test asks for it
+        if !extra.contains(&"--admission-backend") {
+            targets.extend(["--admission-backend".to_string(), "webhook".to_string()]);
+        }
         let (admin, webhook) = (free_port(), free_port());
         let log = std::fs::File::create(format!("{dir}/logs/operator-{namespace}.log")).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
