@@ -158,15 +158,9 @@ async fn configure(client: &Client, config: &str, args: &Args, objects: &PolicyO
                 "metadata": {"name": FLOOR, "labels": {"app.kubernetes.io/managed-by": "safe-termination"}},
                 "spec": {"policyName": FLOOR, "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}}
             });
-            for (kind, plural, obj) in [("MutatingAdmissionPolicy", "mutatingadmissionpolicies", policy), ("MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings", binding)] {
-                let ar = kube::discovery::ApiResource {
-                    group: "admissionregistration.k8s.io".into(),
-                    version: "v1".into(),
-                    api_version: "admissionregistration.k8s.io/v1".into(),
-                    kind: kind.into(),
-                    plural: plural.into(),
-                };
-                let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &ar);
+            use safe_termination::controller::admission::{binding_resource, policy_resource};
+            for (resource, obj) in [(policy_resource(), policy), (binding_resource(), binding)] {
+                let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
                 api.patch(FLOOR, &PatchParams::apply("pod-create-load").force(), &Patch::Apply(&obj)).await.expect("apply the floor policy");
             }
         }

@@ -20,7 +20,7 @@
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -616,9 +616,7 @@ async fn the_operator_keeps_the_policy_at_the_measured_value_and_pods_keep_it_wh
 
     let _ = api.delete("created-while-down", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await;
     safe_termination::controller::admission::remove_policy(&client, name).await.expect("remove the policy");
-    let _ = Api::<DynamicObject>::namespaced_with(client.clone(), system, &kube::discovery::ApiResource::erase::<TerminationParameters>(&()))
-        .delete(name, &DeleteParams::default())
-        .await;
+    let _ = params.delete(name, &DeleteParams::default()).await;
     for n in [system, ns] {
         let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()).delete(n, &DeleteParams::default()).await;
     }

@@ -689,20 +689,22 @@ async fn delete_operator_pods(client: &Client) {
     pods.delete_collection(&DeleteParams::default(), &ListParams::default().labels(SELECTOR)).await.expect("delete the operator's pods");
 }
 
+/// The storms' fault: every operator pod deleted at +10 s and again at +35 s.
+async fn delete_operator_pods_twice(client: &Client) {
+    for at in [10u64, 35] {
+        tokio::time::sleep(Duration::from_secs(if at == 10 { 10 } else { 25 })).await;
+        delete_operator_pods(client).await;
+        eprintln!("  deleted both operator pods at +{at} s");
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t4_pod_storm_while_the_webhook_pods_are_deleted_fails_open_and_is_counted() {
     let client = common::client().await;
     ensure_installed(&client).await;
     let namespaces = storm_namespaces(&client, "del").await;
-    let fault = async {
-        for at in [10u64, 35] {
-            tokio::time::sleep(Duration::from_secs(if at == 10 { 10 } else { 25 })).await;
-            delete_operator_pods(&client).await;
-            eprintln!("  deleted both operator pods at +{at} s");
-        }
-    };
-    let s = storm(&client, &namespaces, 500, 60.0, fault).await;
+    let s = storm(&client, &namespaces, 500, 60.0, delete_operator_pods_twice(&client)).await;
     s.print("storm while the webhook pods are deleted");
     assert!(s.failed.is_empty(), "pod creations failed: {:?}", &s.failed[..s.failed.len().min(10)]);
     assert_eq!(s.created, 500);
@@ -936,18 +938,8 @@ async fn t7_kube_proxy_restarted_mid_measurement_the_recommendation_holds() {
 // ---------------------------------------------------------------------------------------------
 // t8b: the policy backend (the chart's default `auto` on Kubernetes 1.36+)
 
-fn dynamic(kind: &str, plural: &str) -> kube::discovery::ApiResource {
-    kube::discovery::ApiResource {
-        group: "admissionregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "admissionregistration.k8s.io/v1".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
 async fn admission_policy_exists(client: &Client) -> bool {
-    let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &dynamic("MutatingAdmissionPolicy", "mutatingadmissionpolicies"));
+    let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &safe_termination::controller::admission::policy_resource());
     api.get_opt(RELEASE).await.ok().flatten().is_some()
 }
 
@@ -974,14 +966,7 @@ async fn t8b_policy_backend_mutates_every_pod_while_every_operator_pod_is_delete
     assert!(hooks.get_opt(RELEASE).await.unwrap().is_none(), "auto on 1.37 renders no webhook configuration");
     let namespaces = storm_namespaces(&client, "pol").await;
     eprintln!("policy backend: upgraded and mutating through the MutatingAdmissionPolicy {:.1} s after `helm upgrade`", t.elapsed().as_secs_f64());
-    let fault = async {
-        for at in [10u64, 35] {
-            tokio::time::sleep(Duration::from_secs(if at == 10 { 10 } else { 25 })).await;
-            delete_operator_pods(&client).await;
-            eprintln!("  deleted both operator pods at +{at} s");
-        }
-    };
-    let s = storm(&client, &namespaces, 500, 60.0, fault).await;
+    let s = storm(&client, &namespaces, 500, 60.0, delete_operator_pods_twice(&client)).await;
     s.print("storm while every operator pod is deleted, policy backend");
     // the API server mutates by itself: no pod unmutated although no replica was up for a while
     s.assert_every_pod_mutated("the storm with the policy backend", 500);

@@ -106,8 +106,9 @@ impl AdmissionMetrics {
     }
 }
 
-/// The API resource of MutatingAdmissionPolicy v1.
-fn policy_resource() -> ApiResource {
+/// The API resource of MutatingAdmissionPolicy v1 (k8s-openapi 0.29 with `v1_33` has no type
+/// for it).
+pub fn policy_resource() -> ApiResource {
     ApiResource {
         group: "admissionregistration.k8s.io".into(),
         version: "v1".into(),
@@ -118,7 +119,7 @@ fn policy_resource() -> ApiResource {
 }
 
 /// The API resource of MutatingAdmissionPolicyBinding v1.
-fn binding_resource() -> ApiResource {
+pub fn binding_resource() -> ApiResource {
     ApiResource {
         kind: "MutatingAdmissionPolicyBinding".into(),
         plural: "mutatingadmissionpolicybindings".into(),
@@ -233,6 +234,8 @@ pub async fn keep_policy_current(
     while until_leader(&mut leader, &stop).await {
         let mut policy_applied: Option<tokio::time::Instant> = None;
         let mut written: Option<TerminationParametersSpec> = None;
+        // the plan last turned into parameters: they are rebuilt only when a new plan is published
+        let mut seen: Option<Arc<crate::webhook::plan::Plan>> = None;
         let mut backoff = PARAMETERS_CHECK;
         while *leader.borrow() {
             let due = policy_applied.is_none_or(|t| t.elapsed() >= POLICY_REAPPLY);
@@ -249,15 +252,20 @@ pub async fn keep_policy_current(
                     }
                 }
             }
-            if plans.is_published() {
-                let spec = parameters(&plans.current());
-                if written.as_ref() != Some(&spec) {
+            let plan = plans.current();
+            let fresh = seen.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &plan)) || written.is_none();
+            if plans.is_published() && fresh {
+                let spec = parameters(&plan);
+                if written.as_ref() == Some(&spec) {
+                    seen = Some(plan);
+                } else {
                     match apply_parameters(&client, &objects, &spec, &metrics).await {
                         Ok(()) => {
                             let policies: usize = spec.namespaces.values().map(Vec::len).sum::<usize>() + spec.default_policies.len();
                             tracing::info!(policies, namespaces = spec.namespaces.len(), "admission policy parameters written");
                             metrics.show(&spec);
                             written = Some(spec);
+                            seen = Some(plan);
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot write the admission policy parameters");
