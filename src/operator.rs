@@ -60,6 +60,11 @@ pub struct Leadership {
 }
 
 impl Leadership {
+    /// True while this replica leads (the lease task's last published state).
+    pub fn leading(&self) -> bool {
+        *self.rx.borrow()
+    }
+
     /// Leads for the process's life (`--no-leader-election`: one replica only).
     pub fn always() -> Self {
         let (tx, rx) = watch::channel(true);
@@ -87,8 +92,8 @@ pub async fn elect(
 ) -> Result<Leadership, kube_lease_manager::LeaseManagerError> {
     let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), lease_name)
         .with_namespace(namespace)
+        .with_field_manager(lease_field_manager(&identity))
         .with_identity(identity)
-        .with_field_manager("safe-termination-lease")
         .build()
         .await?;
     let (tx, rx) = watch::channel(false);
@@ -128,6 +133,25 @@ pub async fn elect(
         }
     });
     Ok(Leadership { rx, always: None })
+}
+
+/// The server-side-apply field manager of `identity`'s lease writes:
+/// `safe-termination-lease-<identity>`, at most 128 bytes (the API server's limit on a field
+/// manager; a longer identity is cut at a character boundary, which pod names never need).
+///
+/// It must differ per replica. kube-lease-manager takes an orphaned lease with a non-forced
+/// apply of `holderIdentity` and relies on the API server's 409 conflict, which only a
+/// different manager's apply gets: with one manager shared by all replicas, two followers that
+/// woke together both "took" the lease, and both wrote status until the loser's next renewal
+/// (up to 25 s; seen in tests/e2e_operator_pods.rs t3 as overlapping status writers).
+pub fn lease_field_manager(identity: &str) -> String {
+    let mut m = format!("safe-termination-lease-{identity}");
+    let mut end = m.len().min(128);
+    while !m.is_char_boundary(end) {
+        end -= 1;
+    }
+    m.truncate(end);
+    m
 }
 
 /// Resolves once Pod `pod` in `namespace` carries a deletionTimestamp (checked every second;
@@ -179,5 +203,19 @@ impl Tasks {
         if drain.await.is_err() {
             self.set.abort_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lease_field_manager;
+
+    #[test]
+    fn each_replica_applies_its_lease_as_its_own_field_manager() {
+        assert_eq!(lease_field_manager("st-7d9f-abcde"), "safe-termination-lease-st-7d9f-abcde");
+        assert_ne!(lease_field_manager("a"), lease_field_manager("b"));
+        let long = lease_field_manager(&"é".repeat(100));
+        assert!(long.len() <= 128 && long.len() >= 127, "{}", long.len());
+        assert!(long.starts_with("safe-termination-lease-éé"));
     }
 }
