@@ -4,9 +4,13 @@
 # file (appended). For the fault tests: the API server restarted under a running operator, a
 # kube-proxy restarted mid-measurement.
 #
-#   e2e/restart.sh NAME [--kill]      NAME as cluster-up started it: kube-apiserver, kube-proxy-node-a, ...
+#   e2e/restart.sh NAME [--kill | --config-changed]      NAME as cluster-up started it: kube-apiserver, kube-proxy-node-a, ...
 #
-# --kill sends SIGKILL at once (a crash, not a shutdown). Prints "stopped_after_s=... started=PID".
+# --kill sends SIGKILL at once (a crash, not a shutdown). --config-changed is for a process whose
+# configuration file was just rewritten: kube-proxy exits by itself when it sees that ("content of
+# the proxy server's configuration file was updated", for its supervisor to restart it), so this
+# waits up to 10 s for that exit (SIGTERM after), and a process already gone is started again.
+# Prints "stopped_after_s=... started=PID".
 # Only the process recorded in $ST_E2E_DIR/pids/NN-NAME.pid (PID and start time checked) is
 # signalled; its pid file is rewritten with the new PID, so cluster-down stops the new one.
 set -euo pipefail
@@ -16,7 +20,13 @@ source "$HERE/lib.sh"
 STATE="$ST_E2E_DIR"
 name="${1:?usage: e2e/restart.sh NAME [--kill]}"
 sig=TERM
-[[ "${2:-}" == --kill ]] && sig=KILL
+config_changed=0
+case "${2:-}" in
+  --kill) sig=KILL ;;
+  --config-changed) config_changed=1 ;;
+  "") ;;
+  *) e2e_log "unknown option '$2' (--kill or --config-changed)"; exit 2 ;;
+esac
 
 shopt -s nullglob
 files=("$STATE"/pids/[0-9][0-9]-"$name".pid)
@@ -25,11 +35,17 @@ pidfile="${files[0]}"
 cmdfile="$STATE/pids/$name.cmd"
 [[ -f "$cmdfile" ]] || { e2e_log "$cmdfile is missing (the cluster predates e2e/restart.sh: restart it)"; exit 2; }
 read -r pid start < "$pidfile"
-alive "$pid" "$start" || { e2e_log "$name (pid $pid) is not running"; exit 1; }
-
 t0=$(date +%s.%N)
+if (( config_changed )); then
+  for _ in $(seq 1 100); do alive "$pid" "$start" || break; sleep 0.1; done
+else
+  alive "$pid" "$start" || { e2e_log "$name (pid $pid) is not running"; exit 1; }
+fi
+
 # (it may exit between the check above and the signal: then there is nothing to stop)
-kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null || true
+if alive "$pid" "$start"; then
+  kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null || true
+fi
 for _ in $(seq 1 100); do alive "$pid" "$start" || break; sleep 0.1; done
 if alive "$pid" "$start"; then
   e2e_log "$name (pid $pid) ignored SIG$sig for 10 s: SIGKILL"

@@ -15,7 +15,11 @@
 //!   certificate rotation: 0 failed admissions, shown by the API server's
 //!   `apiserver_admission_webhook_fail_open_count` and `_request_total` codes;
 //! - kube-apiserver restarted under the running operator; a kube-proxy restarted
-//!   mid-measurement.
+//!   mid-measurement;
+//! - (t8c, issue 13) both kube-proxies rebound to `127.0.0.1` in their nodes' network
+//!   namespaces (kubeadm's default): the chart's node agents (hostNetwork DaemonSet, mutual TLS)
+//!   measure both nodes, an agent refuses a request without the operator's client certificate,
+//!   and with one agent gone its node is reported failed while sizing continues from the other.
 //!
 //! What differs from a cloud cluster, and why: the API server runs on the host, which has no
 //! kube-proxy and whose iptables/nftables may not be touched, so it calls the webhook at an
@@ -971,6 +975,155 @@ async fn t8b_policy_backend_mutates_every_pod_while_every_operator_pod_is_delete
     // the API server mutates by itself: no pod unmutated although no replica was up for a while
     s.assert_every_pod_mutated("the storm with the policy backend", 500);
     delete_namespaces(&client, &namespaces).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// t8c: kube-proxy bound to 127.0.0.1 (kubeadm's default), measured through the node agents
+
+/// The namespace of the agents: hostNetwork needs the `privileged` Pod Security level, which
+/// the release's `restricted` namespace refuses (README "Node agent").
+const AGENT_NS: &str = "st-agents";
+
+/// (network namespace, node IP) of a real node's kube-proxy, from cluster-up's cluster.json.
+fn kube_proxy_netns(node: &str) -> (String, String) {
+    let path = std::env::var("ST_CLUSTER_JSON").expect("ST_CLUSTER_JSON: source the cluster's env");
+    let cluster: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let n = cluster["nodes"].as_array().and_then(|a| a.iter().find(|n| n["name"] == node)).unwrap_or_else(|| panic!("{node} in cluster.json"));
+    (n["kube_proxy"]["netns"].as_str().unwrap().to_string(), n["kube_proxy"]["ip"].as_str().unwrap().to_string())
+}
+
+/// Rewrites `metricsBindAddress` in each real node's kube-proxy configuration (cluster-up's
+/// `$ST_E2E_DIR/kube-proxy-NODE.yaml`) to `127.0.0.1:10249` (`loopback`) or back to the node
+/// IP, and starts that kube-proxy again (it exits by itself when its configuration file
+/// changes; e2e/restart.sh --config-changed). Dropped, it puts the node IP back: the tests after
+/// this one scrape kube-proxy directly.
+struct LoopbackKubeProxies(Vec<String>);
+
+impl LoopbackKubeProxies {
+    fn bind(nodes: &[String], loopback: bool) {
+        let dir = std::env::var("ST_E2E_DIR").unwrap_or_else(|_| common::state_dir());
+        for node in nodes {
+            let (_, ip) = kube_proxy_netns(node);
+            let path = format!("{dir}/kube-proxy-{node}.yaml");
+            let cfg = std::fs::read_to_string(&path).unwrap();
+            let (from, to) = if loopback { (format!("metricsBindAddress: {ip}:10249"), "metricsBindAddress: 127.0.0.1:10249".to_string()) } else { ("metricsBindAddress: 127.0.0.1:10249".to_string(), format!("metricsBindAddress: {ip}:10249")) };
+            if cfg.contains(&from) {
+                std::fs::write(&path, cfg.replace(&from, &to)).unwrap();
+                // kube-proxy exits by itself on a changed configuration file
+                run(std::process::Command::new(root().join("e2e/restart.sh")).args([&format!("kube-proxy-{node}"), "--config-changed"]), None);
+            }
+        }
+    }
+
+    fn to_loopback(nodes: &[String]) -> Self {
+        Self::bind(nodes, true);
+        Self(nodes.to_vec())
+    }
+}
+
+impl Drop for LoopbackKubeProxies {
+    fn drop(&mut self) {
+        Self::bind(&self.0, false);
+    }
+}
+
+/// What `url` answers from inside network namespace `netns` (curl), or the error.
+fn curl_in_netns(netns: &str, url: &str) -> Result<String, String> {
+    try_run(std::process::Command::new("ip").args(["netns", "exec", netns, "curl", "-fsS", "--max-time", "3", url]), None)
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
+async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
+    let client = common::client().await;
+    ensure_installed(&client).await;
+    ensure_fault_namespace(&client).await;
+    let nodes: Vec<String> = std::env::var("ST_REAL_NODES").unwrap().split_whitespace().map(String::from).collect();
+    assert_eq!(nodes.len(), 2, "two real nodes");
+    // kubeadm's default: kube-proxy's metrics on the node's loopback only
+    let _restore = LoopbackKubeProxies::to_loopback(&nodes);
+    for node in &nodes {
+        let (netns, ip) = kube_proxy_netns(node);
+        let direct = reqwest::Client::builder().timeout(Duration::from_secs(3)).no_proxy().build().unwrap().get(format!("http://{ip}:10249/metrics")).send().await;
+        assert!(direct.is_err(), "kube-proxy on {node} still answers on {ip}:10249 after the rebind");
+        let mode = common::wait_for(&format!("kube-proxy on {node} serving on 127.0.0.1 in its netns"), 30, async || curl_in_netns(&netns, "http://127.0.0.1:10249/proxyMode").ok()).await;
+        eprintln!("kube-proxy on {node}: {ip}:10249 refused, 127.0.0.1:10249 in {netns} answers /proxyMode {}", mode.trim());
+    }
+    // the direct scrape fails on both nodes
+    common::wait_policy_status(&client, FAULT_NS, "default", 60, "both nodes failing without agents", |s| s["measurement"]["nodesFailed"] == 2).await;
+
+    // the agents, in a privileged namespace, on the real nodes only (a kwok node's fake pod
+    // would run nothing)
+    common::fresh_namespace_with_labels(&client, AGENT_NS, &[("pod-security.kubernetes.io/enforce", "privileged")]).await;
+    let agent_values = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
+    let agent = |selector: Value| json!({"agent": {"enabled": true, "namespace": AGENT_NS, "nodeSelector": selector}}).to_string();
+    std::fs::write(agent_values.path(), agent(json!({"safe-termination.e2e/node-type": "real"}))).unwrap();
+    let values = values_file();
+    let upgrade = |extra: &std::path::Path| {
+        run(
+            tool("helm").args(["upgrade", RELEASE]).arg(root().join("charts/safe-termination")).args(["-n", NS, "-f"]).arg(values.path()).arg("-f").arg(extra).args(["--wait", "--timeout", "180s"]),
+            None,
+        )
+    };
+    let t0 = Instant::now();
+    upgrade(agent_values.path());
+    wait_serving(&client, 2, 180).await;
+    let status = common::wait_policy_status(&client, FAULT_NS, "default", 240, "both nodes measured through their agents", |s| {
+        s["measurement"]["nodesScraped"] == 2 && s["measurement"]["nodesFailed"] == 0 && s["measurement"]["sources"]["agent"] == 2
+    })
+    .await;
+    let through_agents = t0.elapsed().as_secs_f64();
+    let before = status["recommendation"]["preStopSeconds"].as_u64().expect("a recommendation");
+    let agent_pods: Vec<Pod> = Api::<Pod>::namespaced(client.clone(), AGENT_NS).list(&ListParams::default()).await.unwrap().items;
+    eprintln!(
+        "agents: both nodes measured through them {through_agents:.1} s after `helm upgrade` (sources {}, worst node {} via {}, sync p99 {} s, preStop {before} s); agent pods {:?}",
+        status["measurement"]["sources"],
+        status["measurement"]["worstNode"],
+        status["measurement"]["worstNodeSource"],
+        status["measurement"]["syncP99Seconds"],
+        agent_pods.iter().map(|p| (p.name_any(), node_of(p), pod_ip(p))).collect::<Vec<_>>()
+    );
+    assert_eq!(agent_pods.len(), 2, "one agent per real node");
+
+    // an agent answers only the operator's client certificate
+    let (_, ip) = kube_proxy_netns(&nodes[0]);
+    let anonymous = reqwest::Client::builder().timeout(Duration::from_secs(3)).no_proxy().danger_accept_invalid_certs(true).build().unwrap();
+    match anonymous.get(format!("https://{ip}:10349/metrics")).send().await {
+        Ok(r) => panic!("the agent on {} answered a request without a client certificate: HTTP {}", nodes[0], r.status()),
+        Err(e) => eprintln!("agent on {}: a request without a client certificate is refused: {e:?}", nodes[0]),
+    }
+    let plain = anonymous.get(format!("http://{ip}:10349/metrics")).send().await;
+    assert!(plain.as_ref().map_or(true, |r| !r.status().is_success()), "the agent answered plain HTTP: {plain:?}");
+
+    // the agent stopped on the second node: that node fails, sizing continues from the first
+    std::fs::write(agent_values.path(), agent(json!({"kubernetes.io/hostname": nodes[0]}))).unwrap();
+    let t1 = Instant::now();
+    upgrade(agent_values.path());
+    let status = common::wait_policy_status(&client, FAULT_NS, "default", 120, "the node without an agent reported failed", |s| {
+        s["measurement"]["nodesFailed"] == 1 && s["measurement"]["nodesScraped"] == 1
+    })
+    .await;
+    let failed_after = t1.elapsed().as_secs_f64();
+    let condition = status["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "MetricsUnavailable")).cloned().unwrap_or(Value::Null);
+    eprintln!(
+        "agent on {} stopped: reported failed {failed_after:.1} s after the upgrade; recommendation {} s ({}); MetricsUnavailable: {}",
+        nodes[1], status["recommendation"]["preStopSeconds"], status["recommendation"]["reason"], condition["message"]
+    );
+    let msg = condition["message"].as_str().unwrap_or_default();
+    assert!(msg.contains(&nodes[1]), "the failed node is named in MetricsUnavailable: {condition}");
+    assert_eq!(status["measurement"]["sources"]["agent"], 1, "{status}");
+    assert_eq!(status["recommendation"]["reason"], "Measured", "sizing continues from {}: {status}", nodes[0]);
+    assert!(status["recommendation"]["preStopSeconds"].as_u64().is_some_and(|v| v + 1 >= before && v <= before + 1), "the recommendation jumped: {before} s before, {status}");
+
+    // back to the direct scrape for the tests after this one
+    std::fs::write(agent_values.path(), json!({"agent": {"enabled": false}}).to_string()).unwrap();
+    upgrade(agent_values.path());
+    drop(_restore);
+    common::wait_policy_status(&client, FAULT_NS, "default", 120, "both nodes scraped directly again", |s| {
+        s["measurement"]["nodesScraped"] == 2 && s["measurement"]["sources"]["kube-proxy"] == 2
+    })
+    .await;
+    delete_namespaces(&client, &[AGENT_NS.to_string()]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
