@@ -1027,6 +1027,39 @@ impl Drop for LoopbackKubeProxies {
     }
 }
 
+/// PIDs of the `safe-termination agent` processes reading kube-proxy on loopback (the chart's
+/// agent pods; seen from the host's PID namespace).
+fn agent_processes() -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let args: Vec<String> = cmd.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        if args.get(1).is_some_and(|a| a == "agent") && args.iter().any(|a| a == "--kube-proxy-url=http://127.0.0.1:10249") {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+fn proc_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+}
+
+/// utime + stime of `pid`, in clock ticks.
+fn proc_cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // fields after the parenthesised command name; utime and stime are the 14th and 15th
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<u64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0)).collect();
+    f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
+}
+
+fn procfs_ticks_per_second() -> f64 {
+    run(std::process::Command::new("getconf").arg("CLK_TCK"), None).trim().parse().unwrap_or(100.0)
+}
+
 /// What `url` answers from inside network namespace `netns` (curl), or the error.
 fn curl_in_netns(netns: &str, url: &str) -> Result<String, String> {
     try_run(std::process::Command::new("ip").args(["netns", "exec", netns, "curl", "-fsS", "--max-time", "3", url]), None)
@@ -1084,6 +1117,19 @@ async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
         agent_pods.iter().map(|p| (p.name_any(), node_of(p), pod_ip(p))).collect::<Vec<_>>()
     );
     assert_eq!(agent_pods.len(), 2, "one agent per real node");
+    // the agents' footprint as pods, scraped every 2 s by the leader: resident size and CPU
+    // over 20 s, from /proc (their processes are in the host's PID namespace)
+    let agents = agent_processes();
+    assert_eq!(agents.len(), 2, "two agent processes: {agents:?}");
+    let cpu0: Vec<u64> = agents.iter().map(|p| proc_cpu_ticks(*p)).collect();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let ticks = procfs_ticks_per_second();
+    for (p, c0) in agents.iter().zip(cpu0) {
+        let rss = proc_rss_kib(*p);
+        let millicores = (proc_cpu_ticks(*p) - c0) as f64 / ticks / 20.0 * 1000.0;
+        eprintln!("agent pid {p}: VmRSS {:.1} MiB, {millicores:.1} millicores over 20 s (scraped every 2 s)", rss as f64 / 1024.0);
+        assert!(rss < 64 * 1024, "agent pid {p} at {rss} KiB: the chart's 64Mi limit would kill it");
+    }
 
     // an agent answers only the operator's client certificate
     let (_, ip) = kube_proxy_netns(&nodes[0]);
