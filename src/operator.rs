@@ -72,6 +72,9 @@ impl Leadership {
     }
 }
 
+/// How often a follower reads the Lease to see whether it was released.
+pub const RELEASED_LEASE_CHECK: Duration = Duration::from_secs(2);
+
 /// Joins the lease `lease_name` in `namespace` as `identity` and spawns the lease task into
 /// `tasks`. Errors: the lease manager could not be built.
 ///
@@ -79,9 +82,14 @@ impl Leadership {
 /// it expires) and publishes whether this replica leads. It releases the lease when the
 /// process stops, and also as soon as `own_pod` (this replica's Pod in `namespace`, from the
 /// chart's `POD_NAME`) is being deleted: the replica keeps serving the webhook through its
-/// preStop sleep, but a follower takes the lease when it next checks (at the latest when the
-/// lease, last renewed before the deletion, would have expired) instead of a lease duration
-/// after the SIGTERM that follows the sleep.
+/// preStop sleep.
+///
+/// A kube-lease-manager follower checks the lease only when the lease it last read would
+/// expire, so a release alone is seen 0-30 s later. A follower therefore also reads the Lease
+/// every [`RELEASED_LEASE_CHECK`]; when it has no holder, the follower starts over with a new
+/// manager (whose first step reads the lease and takes it if still free), so a released lease
+/// is taken within about that period. Two followers may both start over: the lease still goes
+/// to one, as each applies it as its own field manager ([`lease_field_manager`]).
 pub async fn elect(
     client: Client,
     namespace: &str,
@@ -90,17 +98,27 @@ pub async fn elect(
     own_pod: Option<String>,
     tasks: &mut Tasks,
 ) -> Result<Leadership, kube_lease_manager::LeaseManagerError> {
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), lease_name)
-        .with_namespace(namespace)
-        .with_field_manager(lease_field_manager(&identity))
-        .with_identity(identity)
-        .build()
-        .await?;
+    let builder = {
+        let (client, lease_name, namespace) = (client.clone(), lease_name.to_string(), namespace.to_string());
+        move || {
+            kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &lease_name)
+                .with_namespace(&namespace)
+                .with_field_manager(lease_field_manager(&identity))
+                .with_identity(&identity)
+                .build()
+        }
+    };
+    let mut manager = builder().await?;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(client.clone(), namespace);
+    let lease_name = lease_name.to_string();
     let (tx, rx) = watch::channel(false);
     let stop = tasks.stop.clone();
     let deleted = own_pod_deleted(client, namespace.to_string(), own_pod);
     tasks.spawn("lease", async move {
         tokio::pin!(deleted);
+        let mut check = tokio::time::interval(RELEASED_LEASE_CHECK);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut leading = false;
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
@@ -115,9 +133,10 @@ pub async fn elect(
                     return;
                 }
                 r = manager.changed() => match r {
-                    Ok(leading) => {
-                        tracing::info!(leading, "lease state changed");
-                        tx.send_replace(leading);
+                    Ok(now) => {
+                        tracing::info!(leading = now, "lease state changed");
+                        leading = now;
+                        tx.send_replace(now);
                     }
                     Err(e) => {
                         // keeps the last state, as kube-lease-manager's own watch loop does
@@ -125,6 +144,18 @@ pub async fn elect(
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 },
+                _ = check.tick(), if !leading => {
+                    let released = leases.get_opt(&lease_name).await.ok().flatten().is_some_and(|l| released(&l));
+                    if released {
+                        match builder().await {
+                            Ok(m) => {
+                                tracing::info!("the lease was released: competing for it now");
+                                manager = m;
+                            }
+                            Err(e) => tracing::warn!(error = %e, "cannot rebuild the lease manager; waiting for the lease to expire"),
+                        }
+                    }
+                }
             }
         }
         tx.send_replace(false);
@@ -133,6 +164,11 @@ pub async fn elect(
         }
     });
     Ok(Leadership { rx, always: None })
+}
+
+/// True when `lease` has no holder (released: kube-lease-manager clears `holderIdentity`).
+fn released(lease: &k8s_openapi::api::coordination::v1::Lease) -> bool {
+    lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).is_none_or(str::is_empty)
 }
 
 /// The server-side-apply field manager of `identity`'s lease writes:
