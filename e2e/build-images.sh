@@ -53,7 +53,7 @@ fi
 
 # ------------------------------------------------------------------ binary
 if command -v rustup >/dev/null 2>&1; then
-  if ! rustup target list --installed | grep -qx "$TARGET"; then
+  if ! rustup target list --installed | grep -x "$TARGET" >/dev/null; then
     log "installing the Rust target $TARGET"
     rustup target add "$TARGET" >&2
   fi

@@ -61,7 +61,7 @@ for entry in "${netns_list[@]}"; do
   read -r ns veth <<<"$entry"
   [[ -n "${seen[$ns]:-}" ]] && continue
   seen[$ns]=1
-  if ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$ns"; then
+  if ip netns list 2>/dev/null | awk '{print $1}' | grep -x "$ns" >/dev/null; then
     # Anything still running inside our own namespace was started by cluster-up.
     pids="$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"
     if [[ -n "${pids// /}" ]]; then

@@ -97,7 +97,7 @@ for p in "$ST_ETCD_PORT" "$((ST_ETCD_PORT + 10))" "$ST_APISERVER_PORT" "$ST_KCM_
     e2e_log "127.0.0.1:$p is already in use (another cluster? run e2e/cluster-down.sh, or set ST_*_PORT)"; exit 1
   fi
 done
-if ip -4 addr show | grep -q "inet $ST_NET_PREFIX\."; then
+if ip -4 addr show | grep "inet $ST_NET_PREFIX\." >/dev/null; then
   e2e_log "addresses in $ST_NET_PREFIX.0.0/16 already exist on the host; set ST_NET_PREFIX"; exit 1
 fi
 mkdir -p "$STATE" "$PKI" "$LOGS" "$KC" "$STATE/pids"
@@ -471,7 +471,9 @@ EOF
 fi
 
 kp_ready() {  # metrics served and at least one successful sync recorded
-  curl -fsS "http://$1:10249/metrics" | grep -q '^kubeproxy_sync_proxy_rules_last_timestamp_seconds.* [1-9]' \
+  # (grep without -q reads to the end: under pipefail, a grep -q that exits at the first match
+  # can make curl fail with "Failure writing output" on a large /metrics)
+  curl -fsS "http://$1:10249/metrics" | grep '^kubeproxy_sync_proxy_rules_last_timestamp_seconds.* [1-9]' >/dev/null \
     && curl -fsS -o /dev/null "http://$1:10256/healthz"
 }
 for idx in "${!MODES[@]}"; do

@@ -67,7 +67,7 @@ real_node_cgroups() {
 real_node_network() {
   local n="$1" ns dir fab_ns_if fab_br_if
   ns="$(node_netns "$n")"; dir="$(node_dir "$n")"
-  if ! ip netns list | awk '{print $1}' | grep -qx "$ST_FABRIC_NETNS"; then
+  if ! ip netns list | awk '{print $1}' | grep -x "$ST_FABRIC_NETNS" >/dev/null; then
     echo "$ST_FABRIC_NETNS" >> "$STATE/netns.list"
     ip netns add "$ST_FABRIC_NETNS"
     ip -n "$ST_FABRIC_NETNS" link set lo up
@@ -297,7 +297,7 @@ real_nodes_down() {
         # cluster-up killed half-way (ctr --address <our socket> ... images import: a child of
         # cluster-up, not recorded, and it outlives its parent)
         tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null \
-          | grep -qE -- "(containerd-shim.* -address|/ctr --address) $state/nodes/" && pids+=" $p"
+          | grep -E -- "(containerd-shim.* -address|/ctr --address) $state/nodes/" >/dev/null && pids+=" $p"
       done
     fi
     pids="$(tr ' ' '\n' <<<"$pids" | grep -E '^[0-9]+$' | sort -u | grep -vx "$$" | tr '\n' ' ')"

@@ -18,7 +18,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=e2e/lib.sh
 source "$HERE/lib.sh"
 STATE="$ST_E2E_DIR"
-name="${1:?usage: e2e/restart.sh NAME [--kill]}"
+name="${1:?usage: e2e/restart.sh NAME [--kill | --config-changed]}"
 sig=TERM
 config_changed=0
 case "${2:-}" in
