@@ -8,6 +8,7 @@ use safe_termination::cli::mutate::{self as mutate_cmd, MutateArgs, ReviewArgs};
 use safe_termination::cli::run::{self as run_cmd, RunArgs};
 use safe_termination::cli::webhook::{self as webhook_cmd, WebhookArgs};
 use safe_termination::telemetry::{LogFormat, LogGuard, init_logging};
+use std::io::Write;
 use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: the webhook's hot path (parse an AdmissionReview into a
@@ -69,7 +70,7 @@ fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            error_line(&format!("cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -77,10 +78,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => finish(runtime.block_on(analyze::run(&args))),
         Command::Mutate(args) => finish(mutate_cmd::run_mutate(&args)),
         Command::Review(args) => finish(mutate_cmd::run_review(&args)),
-        Command::Crd => {
-            print!("{}", safe_termination::crd::crd_yaml());
-            ExitCode::SUCCESS
-        }
+        Command::Crd => write_out(&safe_termination::crd::crd_yaml()),
         Command::Webhook(args) => served(runtime, log, |rt| rt.block_on(webhook_cmd::run(&args))),
         Command::Run(args) => served(runtime, log, |rt| rt.block_on(run_cmd::run(&args))),
         Command::Agent(args) => served(runtime, log, |rt| rt.block_on(agent_cmd::run(&args))),
@@ -101,7 +99,7 @@ fn served(
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            error_line(&e.to_string());
             ExitCode::from(e.exit_code())
         }
     }
@@ -110,13 +108,31 @@ fn served(
 /// Prints a command's output, or its error with the error's exit code (1 for bad input).
 fn finish(result: Result<String, safe_termination::cli::Error>) -> ExitCode {
     match result {
-        Ok(out) => {
-            print!("{out}");
-            ExitCode::SUCCESS
-        }
+        Ok(out) => write_out(&out),
         Err(e) => {
-            eprintln!("error: {e}");
+            error_line(&e.to_string());
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// Writes `out` to standard output. A reader that closed the pipe early (`| head`) ends the
+/// command with exit code 1 and no message; any other write error (a full disk, a closed
+/// descriptor) is reported on standard error with exit code 1, never a panic.
+fn write_out(out: &str) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::FAILURE,
+        Err(e) => {
+            error_line(&format!("cannot write the output: {e}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `error: <msg>` on standard error; a closed or full standard error loses the line instead of
+/// panicking (the exit code still says it failed).
+fn error_line(msg: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "error: {msg}");
 }

@@ -1187,3 +1187,28 @@ fn a_wrong_earlier_pairing_is_reported_before_any_fetch() {
     assert_eq!(r.stderr, format!("error: --earlier n1={V1_29}: node n1 already has an earlier scrape\n"));
     drop(hanging);
 }
+
+/// A full disk (`/dev/full`) or a reader that closed the pipe ends the command with exit code 1,
+/// never a panic (exit 101): the output could not be written, and a full disk says so.
+#[test]
+fn an_output_that_cannot_be_written_is_an_error_not_a_panic() {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let out = bin().args(["analyze", "tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt"]).stdout(full).output().unwrap();
+    let r = finish(out);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("cannot write the output") && r.stderr.contains("No space left on device"), "{}", r.stderr);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+
+    // the pipe's reader gone before the output (several pipe buffers of manifests) is written
+    let dir = tmp();
+    let pod = std::fs::read_to_string("tests/data/pods/".to_string() + &std::fs::read_dir("tests/data/pods").unwrap().flatten().next().unwrap().file_name().to_string_lossy()).unwrap();
+    let many = write(dir.path(), "many.yaml", &vec![pod; 400].join("\n---\n"));
+    let mut child = bin().args(["mutate"]).arg(&many).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let r = finish(out);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    // the same input to a reader is fine: exit 1 above is the closed pipe, said quietly
+    assert_eq!(run(&["mutate", many.to_str().unwrap()]).code, 0);
+    assert!(!r.stderr.contains("panicked") && !r.stderr.contains("error:"), "{}", r.stderr);
+}

@@ -1,6 +1,7 @@
 //! `safe-termination analyze [NODE=]SOURCE...`: measure the propagation window from kube-proxy
 //! scrapes and print the recommendation and advice.
 
+use std::io::Write;
 use crate::advisor::{ClusterFacts, Thresholds, parse_version};
 use crate::analysis::{AnalysisOptions, AnalysisReport, DEFAULT_MIN_SYNC_PERIOD_SECONDS, analyze};
 use crate::cli::{Error, OutputFormat, load_policy_spec, number_in, whole_in};
@@ -183,7 +184,9 @@ async fn load(
     let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| Error::Input(e.at(&name)))?;
     if scrape.sync.is_none() && scrape.network_programming.is_none() && scrape.last_sync_timestamp_seconds.is_none() {
         // valid text, but nothing of kube-proxy's: the report will say NoData; say why here
-        eprintln!(
+        // (a closed standard error loses the warning, never panics)
+        let _ = writeln!(
+            std::io::stderr().lock(),
             "warning: {name}: no kube-proxy sync metrics (kubeproxy_sync_proxy_rules_*, kubeproxy_network_programming_duration_seconds): is this kube-proxy's /metrics (port 10249)?"
         );
     }
