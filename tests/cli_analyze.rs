@@ -1212,3 +1212,40 @@ fn an_output_that_cannot_be_written_is_an_error_not_a_panic() {
     assert_eq!(run(&["mutate", many.to_str().unwrap()]).code, 0);
     assert!(!r.stderr.contains("panicked") && !r.stderr.contains("error:"), "{}", r.stderr);
 }
+
+/// `mutate` takes the TerminationPolicies among its inputs as the cluster would: each serves its
+/// namespace ahead of the default, with its own defaultSeconds and grace rules; an invalid one is
+/// an error naming the document. The demo's policy (defaultSeconds 10, appShutdownSeconds 20)
+/// gives its Deployment a 10 s sleep and no grace operation (10 + 20 = 30 s, the default grace);
+/// the same Deployment (and its Service) in another namespace gets the static default policy.
+#[test]
+fn mutate_uses_the_termination_policies_in_its_inputs() {
+    let r = run(&["mutate", "--output", "json", "config/demo/app.yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap();
+    let results = doc["results"].as_array().unwrap();
+    assert!(results.iter().all(|x| !x["source"].as_str().unwrap().contains("TerminationPolicy/")), "{doc}");
+    let web = results.iter().find(|x| x["source"].as_str().unwrap().ends_with("Deployment/web")).expect("the Deployment");
+    let ops = web["patch"].as_array().unwrap();
+    assert!(ops.iter().any(|o| o["value"]["preStop"]["sleep"]["seconds"] == 10), "{web}");
+    assert!(!ops.iter().any(|o| o["path"] == "/spec/terminationGracePeriodSeconds"), "{web}");
+    assert_eq!(web["pod"]["metadata"]["annotations"]["safetermination.io/policy"], "demo/web", "{web}");
+
+    // the same Deployment in a namespace without a policy: the static default
+    let dir = tmp();
+    // (the Service and the Deployment move; the policy stays in demo)
+    let text = std::fs::read_to_string("config/demo/app.yaml").unwrap().replace("namespace: demo\nspec:\n  replicas", "namespace: other\nspec:\n  replicas").replace("namespace: demo\nspec:\n  selector", "namespace: other\nspec:\n  selector");
+    let moved = write(dir.path(), "moved.yaml", &text);
+    let r = run(&["mutate", "--output", "json", moved.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap();
+    let web = doc["results"].as_array().unwrap().iter().find(|x| x["source"].as_str().unwrap().ends_with("Deployment/web")).cloned().unwrap();
+    assert_eq!(web["pod"]["metadata"]["namespace"], "other", "{web}");
+    assert_eq!(web["pod"]["metadata"]["annotations"]["safetermination.io/policy"], "static", "{web}");
+
+    // an invalid policy in the inputs is an error naming it
+    let bad = write(dir.path(), "bad.yaml", &std::fs::read_to_string("config/demo/app.yaml").unwrap().replace("maxSeconds: 60", "maxSeconds: 1"));
+    let r = run(&["mutate", bad.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stderr.contains("TerminationPolicy/web"), "{}", r.stderr);
+}

@@ -64,11 +64,18 @@ pub fn load_policy_spec(path: &str) -> Result<TerminationPolicySpec, Error> {
     let text = crate::sources::read_file(path).map_err(|e| Error::Input(e.to_string()))?;
     let value: serde_json::Value =
         serde_saphyr::from_str(&text).map_err(|e| Error::Input(format!("{path}: not valid YAML or JSON: {e}")))?;
+    policy_spec_of(&value, path)
+}
+
+/// The spec of a TerminationPolicy document, checked as the API server and the operator check
+/// it; `path` names the document in errors. Errors: another kind, unknown fields, an invalid
+/// spec ([`TerminationPolicySpec::validate`]).
+pub fn policy_spec_of(value: &serde_json::Value, path: &str) -> Result<TerminationPolicySpec, Error> {
     let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
     if kind != "TerminationPolicy" {
         return Err(Error::Input(format!("{path}: expected kind TerminationPolicy, found {kind:?}")));
     }
-    let unknown = crate::crd::unknown_fields(&value);
+    let unknown = crate::crd::unknown_fields(value);
     if !unknown.is_empty() {
         return Err(Error::Input(format!("{path}: {}", unknown.join("; "))));
     }

@@ -1,7 +1,7 @@
 //! `safe-termination mutate` and `safe-termination review`: run the webhook's decision offline on
 //! manifests (Pods and workloads' pod templates) or on an AdmissionReview request.
 
-use crate::cli::{Error, OutputFormat, load_policy_spec, whole_in};
+use crate::cli::{Error, OutputFormat, load_policy_spec, policy_spec_of, whole_in};
 use crate::crd::TerminationPolicySpec;
 use crate::sizing;
 use crate::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
@@ -44,12 +44,7 @@ impl PlanArgs {
             Some(p) => load_policy_spec(p)?,
             None => TerminationPolicySpec::default(),
         };
-        // an explicit value is capped at the policy's maxSeconds and otherwise served as given
-        // (0: no sleep); without one, the policy's unmeasured default
-        let pre_stop_seconds = match self.pre_stop_seconds {
-            Some(s) => s.min(sizing::pre_stop_bounds(&spec.pre_stop).1),
-            None => sizing::unmeasured_pre_stop(&spec),
-        };
+        let pre_stop_seconds = self.pre_stop_for(&spec);
         let name = self.policy.as_deref().map_or("static", |p| {
             std::path::Path::new(p).file_stem().and_then(|s| s.to_str()).unwrap_or("static")
         });
@@ -59,6 +54,36 @@ impl PlanArgs {
             capabilities: Capabilities { native_sleep: self.native_sleep != NativeSleep::False },
         })
     }
+
+    /// The sleep served for `spec`: `--pre-stop-seconds` capped at the policy's maxSeconds
+    /// (0: no sleep), or without it the policy's unmeasured default.
+    fn pre_stop_for(&self, spec: &TerminationPolicySpec) -> u32 {
+        match self.pre_stop_seconds {
+            Some(s) => s.min(sizing::pre_stop_bounds(&spec.pre_stop).1),
+            None => sizing::unmeasured_pre_stop(spec),
+        }
+    }
+}
+
+/// The TerminationPolicies among the inputs, as the webhook's plan holds them: each serves its
+/// namespace (the document's, else `default_ns`), ahead of the default policy, with the sleep
+/// of [`PlanArgs::pre_stop_for`]. Errors name the document (`FILE#N`) whose policy is invalid.
+fn input_policies(docs: &[(String, Vec<Value>)], default_ns: &str, args: &PlanArgs) -> Result<Vec<PlanPolicy>, Error> {
+    let mut out = Vec::new();
+    for (file, d) in docs {
+        for (n, doc) in d.iter().enumerate() {
+            if doc.get("kind").and_then(Value::as_str) != Some("TerminationPolicy") {
+                continue;
+            }
+            let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            let spec = policy_spec_of(doc, &format!("{file}#{n} TerminationPolicy/{name}"))?;
+            let namespace = doc.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(default_ns).to_string();
+            out.push(PlanPolicy { pre_stop_seconds: args.pre_stop_for(&spec), namespace, name, spec });
+        }
+    }
+    // the order the operator's plan has (controller::planner)
+    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    Ok(out)
 }
 
 /// Arguments of `mutate`.
@@ -168,11 +193,13 @@ fn service_index(docs: &[(String, Vec<Value>)], default_ns: &str) -> Option<Stat
 
 /// Runs `mutate`: returns the rendered output, or an input error (exit 1).
 pub fn run_mutate(args: &MutateArgs) -> Result<String, Error> {
-    let plan = args.plan.plan()?;
+    let mut plan = args.plan.plan()?;
     let mut all = Vec::new();
     for f in &args.files {
         all.push((f.clone(), documents(f)?));
     }
+    // TerminationPolicies in the inputs serve their namespaces, as in the cluster
+    plan.policies = input_policies(&all, &args.namespace, &args.plan)?;
     // Services in the inputs define scope ServiceBacked; with none, every pod counts as backed.
     let index = service_index(&all, &args.namespace);
     let services: &dyn ServiceIndex = match &index {
@@ -185,7 +212,7 @@ pub fn run_mutate(args: &MutateArgs) -> Result<String, Error> {
             let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("?");
             let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
             let source = format!("{file}#{n} {kind}/{name}");
-            if kind == "Service" {
+            if kind == "Service" || kind == "TerminationPolicy" {
                 continue;
             }
             match pod_of(doc, &args.namespace) {
