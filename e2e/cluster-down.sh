@@ -40,11 +40,18 @@ if [[ -d "$PIDS" ]]; then
   done
 fi
 
+# The machine-wide names (network namespaces, veths, /run/containerd) belong to whichever
+# cluster-up wrote the owner file: another running cluster's are left alone.
+other="$(other_running_owner)"
+if [[ -n "$other" ]]; then
+  e2e_log "another e2e cluster (state in $other) owns the network namespaces: leaving them and /run/containerd alone"
+fi
+
 # Real nodes: containers and shims (not recorded: they re-parent to init), mounts, cgroups.
 real_nodes_down
 # containerd's shims put their sockets under /run/containerd/s whatever the configured state dir;
 # remove the directory when cluster-up found none there (no other containerd on this machine)
-if [[ -f "$STATE/run-containerd-absent" && -d /run/containerd ]]; then
+if [[ -z "$other" && -f "$STATE/run-containerd-absent" && -d /run/containerd ]]; then
   rm -rf /run/containerd
 fi
 
@@ -55,8 +62,12 @@ netns_list=()
 if [[ -f "$STATE/netns.list" ]]; then
   while read -r ns veth; do [[ -n "$ns" ]] && netns_list+=("$ns $veth"); done < "$STATE/netns.list"
 fi
-for n in $ST_NODES; do netns_list+=("$(node_netns "$n") $(node_veth_host "$n")"); done
-netns_list+=("$ST_FABRIC_NETNS ")
+if [[ -z "$other" ]]; then
+  for n in $ST_NODES; do netns_list+=("$(node_netns "$n") $(node_veth_host "$n")"); done
+  netns_list+=("$ST_FABRIC_NETNS ")
+else
+  netns_list=()   # (recorded by this state's cluster-up, but now the other cluster's names)
+fi
 for entry in "${netns_list[@]}"; do
   read -r ns veth <<<"$entry"
   [[ -n "${seen[$ns]:-}" ]] && continue
@@ -78,6 +89,10 @@ for entry in "${netns_list[@]}"; do
     ip link del "$veth" 2>/dev/null || true
   fi
 done
+
+if [[ -z "$other" && -f "$ST_E2E_OWNER_FILE" ]] && [[ "$(cat "$ST_E2E_OWNER_FILE" 2>/dev/null)" == "$ST_E2E_DIR" || -z "$(other_running_owner)" ]]; then
+  rm -f "$ST_E2E_OWNER_FILE"
+fi
 
 if [[ -d "$STATE" ]]; then
   if [[ "${ST_E2E_KEEP_LOGS:-0}" == 1 && -d "$STATE/logs" ]]; then

@@ -91,6 +91,12 @@ if ((${#REAL_NODES[@]})); then
 fi
 
 # ------------------------------------------------------------------ clean start
+# (the clean start removes this state directory's cluster; another one, with its own
+# ST_E2E_DIR, owns the machine-wide network names and is left alone)
+other="$(other_running_owner)"
+if [[ -n "$other" ]]; then
+  e2e_log "another e2e cluster runs on this machine (state in $other) and owns the network namespaces and veths: stop it first (ST_E2E_DIR=$other e2e/cluster-down.sh)"; exit 1
+fi
 "$E2E_HERE/cluster-down.sh" >/dev/null 2>&1 || true
 for p in "$ST_ETCD_PORT" "$((ST_ETCD_PORT + 10))" "$ST_APISERVER_PORT" "$ST_KCM_PORT" "$ST_SCHED_PORT" "$ST_KWOK_PORT"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
@@ -103,6 +109,7 @@ fi
 mkdir -p "$STATE" "$PKI" "$LOGS" "$KC" "$STATE/pids"
 mkdir -m 700 -p "$STATE/etcd"
 : > "$STATE/netns.list"
+printf '%s\n' "$ST_E2E_DIR" > "$ST_E2E_OWNER_FILE"
 : > "$STATE/cgroups.list"
 [[ -e /run/containerd ]] || : > "$STATE/run-containerd-absent"
 

@@ -3,7 +3,7 @@
 # running a binary of $ST_K8S_BIN or a shim of our containerds, network namespaces and veths
 # named st-*, mounts under $ST_E2E_DIR, the real nodes' cgroups (…/st-e2e), host routes to the
 # pod CIDRs, the kubelets' device-plugin socket and CNI results, kernel tunables a kubelet set,
-# and the state directory. Prints one line per leftover; exits 1 if there is any.
+# the owner file of the machine-wide names (lib.sh), and the state directory. Prints one line per leftover; exits 1 if there is any.
 # (make e2e runs it after cluster-down, also after a cluster-up killed half-way.)
 set -uo pipefail
 # shellcheck source=e2e/lib.sh
@@ -41,5 +41,6 @@ compgen -G '/var/lib/cni/results/st-pods-*' >/dev/null && left "CNI results /var
 if [[ "$(sysctl -n kernel.panic) $(sysctl -n kernel.panic_on_oops) $(sysctl -n vm.overcommit_memory)" == "10 1 1" ]]; then
   left "sysctls kernel.panic=10 kernel.panic_on_oops=1 vm.overcommit_memory=1 (a kubelet's values)"
 fi
+[[ -e "$ST_E2E_OWNER_FILE" ]] && left "owner file $ST_E2E_OWNER_FILE ($(cat "$ST_E2E_OWNER_FILE" 2>/dev/null))"
 [[ -e "$ST_E2E_DIR" ]] && left "directory $ST_E2E_DIR"
 exit "$found"

@@ -41,6 +41,25 @@ node_ns_ip() { printf '%s.%s.2' "$ST_NET_PREFIX" "$(node_index "$1")"; }
 # alive PID STARTTIME: the process PID runs (not a zombie) and is the one recorded, by its start
 # time (field 22 of /proc/PID/stat), not a later process that reused the PID. Used by
 # cluster-down.sh and restart.sh on the pid files (pids/NN-name.pid: "PID STARTTIME").
+# The network namespaces (st-kp-*, the fabric), veths and /run/containerd are machine-wide names:
+# one e2e cluster at a time owns them, whatever its ST_E2E_DIR. cluster-up records its state
+# directory here; cluster-down deletes those names only when it owns them (or nobody does).
+ST_E2E_OWNER_FILE="${ST_E2E_OWNER_FILE:-/run/safe-termination-e2e.owner}"
+
+# The state directory of another cluster that owns the machine-wide names and still runs (one
+# of its recorded processes alive), or nothing.
+other_running_owner() {
+  local owner f pid start
+  [[ -f "$ST_E2E_OWNER_FILE" ]] || return 0
+  owner="$(cat "$ST_E2E_OWNER_FILE" 2>/dev/null)"
+  [[ -n "$owner" && "$owner" != "$ST_E2E_DIR" ]] || return 0
+  for f in "$owner"/pids/*.pid; do
+    [[ -f "$f" ]] || continue
+    read -r pid start < "$f" || continue
+    if [[ -n "$pid" ]] && alive "$pid" "$start"; then printf '%s' "$owner"; return 0; fi
+  done
+}
+
 alive() {
   local st
   st="$(awk '{print $3 " " $22}' "/proc/$1/stat" 2>/dev/null)" || return 1

@@ -256,6 +256,12 @@ real_nodes_host_record() {
 # real_nodes_host_restore: after every kubelet and container is gone
 real_nodes_host_restore() {
   local state="$ST_E2E_DIR" line
+  # another running cluster (its own ST_E2E_DIR, lib.sh other_running_owner) has kubelets that
+  # use these host paths and tunables now: it restores them when it goes down
+  if [[ -n "$(other_running_owner)" ]]; then
+    e2e_log "another e2e cluster runs: host sysctls, /var/lib/kubelet and /var/lib/cni left to it"
+    return 0
+  fi
   if [[ -f "$state/host-sysctls" ]]; then
     while IFS= read -r line; do
       [[ "$line" == *=* ]] && sysctl -qw "$line" 2>/dev/null || true

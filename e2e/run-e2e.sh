@@ -35,6 +35,22 @@ e2e/leftovers.sh || { echo "cluster-down left the above behind after a killed cl
 ST_EXTRA_IMAGE_TARS="${ST_OPERATOR_IMAGE:-$(image/build.sh | tail -n 1)}" e2e/cluster-up.sh
 # shellcheck disable=SC1091
 source "$ST_E2E_DIR/env"
+# a second cluster with its own state directory refuses to start, and its cluster-down leaves
+# this cluster's network namespaces alone (they are machine-wide names; the env file's
+# ST_REAL_NODES lists node names, cluster-up's own setting of that name is 0 or 1)
+other_dir="$(mktemp -d)/other"
+if env -u ST_REAL_NODES ST_E2E_DIR="$other_dir" e2e/cluster-up.sh > "${TMPDIR:-/tmp}/st-cluster-up-second.log" 2>&1; then
+  echo "a second cluster-up with ST_E2E_DIR=$other_dir started beside the running cluster" >&2; exit 1
+fi
+grep 'another e2e cluster runs on this machine' "${TMPDIR:-/tmp}/st-cluster-up-second.log" >/dev/null \
+  || { echo "the second cluster-up failed for another reason:" >&2; cat "${TMPDIR:-/tmp}/st-cluster-up-second.log" >&2; exit 1; }
+env -u ST_REAL_NODES ST_E2E_DIR="$other_dir" e2e/cluster-down.sh >/dev/null
+rm -rf "$(dirname "$other_dir")"
+for n in $ST_KP_NODES; do
+  # shellcheck disable=SC1091
+  [[ -e "/run/netns/$(source e2e/lib.sh; node_netns "$n")" ]] || { echo "the second cluster-down deleted $n's network namespace" >&2; exit 1; }
+done
+kubectl get --raw /readyz >/dev/null
 cargo test --test e2e -- --ignored --test-threads=1
 # the Helm chart (lint, renderings, server-side dry runs, install/upgrade/uninstall, webhook
 # routing with operator-generated certificates) and the alert rules (promtool)
