@@ -128,8 +128,12 @@ async fn the_operator_reads_the_filtered_scrape_mode_and_configuration_through_t
     assert_eq!(sample.scrape, parse_kube_proxy_metrics(V1_13).unwrap());
     assert_eq!(sample.proxy_mode, Some(ProxyMode::Iptables));
 
+    // the proxy mode comes with /metrics, so the operator makes one request per node and cycle
+    let resp = client.get(format!("{}/metrics", agent.url())).send().await.unwrap();
+    assert_eq!(resp.headers().get(safe_termination::agent::server::PROXY_MODE_HEADER).map(|v| v.to_str().unwrap()), Some("iptables"));
+
     // only the families the operator reads leave the node
-    let body = client.get(format!("{}/metrics", agent.url())).send().await.unwrap().text().await.unwrap();
+    let body = resp.text().await.unwrap();
     let allowed: Vec<&str> = read_families().collect();
     for line in body.lines() {
         let name: String = line.trim_start_matches("# HELP ").trim_start_matches("# TYPE ").chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();

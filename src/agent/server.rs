@@ -3,7 +3,7 @@
 //!
 //! | path | answer |
 //! |---|---|
-//! | `GET /metrics` | kube-proxy's scrape, only the families the operator reads (`text/plain; version=0.0.4`) |
+//! | `GET /metrics` | kube-proxy's scrape, only the families the operator reads (`text/plain; version=0.0.4`), with the proxy mode in the [`PROXY_MODE_HEADER`] header when `/proxyMode` answered |
 //! | `GET /proxyMode` | the proxy mode (`text/plain`) |
 //! | `GET /configz` | kube-proxy's configuration, only the fields the operator reads (`application/json`) |
 //! | anything else | 404 |
@@ -32,6 +32,10 @@ pub const DEFAULT_HEALTH_PORT: u16 = 10350;
 
 /// Response header carrying the failure reason label of a 502/504 answer.
 pub const REASON_HEADER: &str = "x-safe-termination-reason";
+/// Response header of `/metrics` carrying kube-proxy's `/proxyMode` (read on the node at the same
+/// time; absent when it could not be read): the operator then needs one mutual-TLS request per
+/// node and cycle instead of two (BENCHMARKS.md "Through the node agent").
+pub const PROXY_MODE_HEADER: &str = "x-safe-termination-proxy-mode";
 /// Content type of the filtered scrape (Prometheus text format 0.0.4, as kube-proxy serves it).
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -39,11 +43,25 @@ pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8
 /// rest.
 pub fn router(kube_proxy: Arc<KubeProxy>) -> Router {
     Router::new()
-        .route("/metrics", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.metrics().await, METRICS_CONTENT_TYPE) }))
+        .route("/metrics", get(|State(k): State<Arc<KubeProxy>>| async move { metrics(&k).await }))
         .route("/proxyMode", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.proxy_mode().await, "text/plain; charset=utf-8") }))
         .route("/configz", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.configz().await, "application/json") }))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found: the agent serves /metrics, /proxyMode and /configz\n") })
         .with_state(kube_proxy)
+}
+
+/// `/metrics` and, best effort, the proxy mode in [`PROXY_MODE_HEADER`] (both read from
+/// kube-proxy at once).
+async fn metrics(k: &KubeProxy) -> Response {
+    let (metrics, mode) = tokio::join!(k.metrics(), k.proxy_mode());
+    let mut response = answer(metrics, METRICS_CONTENT_TYPE);
+    if response.status().is_success()
+        && let Ok(mode) = mode
+        && let Ok(value) = HeaderValue::from_str(&mode)
+    {
+        response.headers_mut().insert(header::HeaderName::from_static(PROXY_MODE_HEADER), value);
+    }
+    response
 }
 
 /// An [`Answer`] as an HTTP response (see the module docs).

@@ -18,7 +18,7 @@ use super::oneshot::unix_now;
 use super::prometheus::PrometheusSource;
 use super::scrape::{ScrapeOptions, ScrapeOutcome, Target, reason, targets_from_pods};
 use super::select::{Attempts, Decision, Tried, decide};
-use crate::agent::server::REASON_HEADER;
+use crate::agent::server::{PROXY_MODE_HEADER, REASON_HEADER};
 use crate::exposition::parse_kube_proxy_metrics;
 use crate::measure::{NodeFailure, NodeSource, Sample};
 use crate::model::ProxyMode;
@@ -175,11 +175,18 @@ fn transport_failure(what: &str, e: &reqwest::Error) -> (String, String) {
 /// GETs `url` from an agent: the body of a 2xx answer (at most `limit` bytes), or the failure
 /// (reason, message); a non-2xx answer carries the agent's reason header and message.
 async fn agent_get(client: &reqwest::Client, url: &str, limit: usize) -> Result<Vec<u8>, (String, String)> {
+    agent_get_with_mode(client, url, limit).await.map(|(body, _)| body)
+}
+
+/// [`agent_get`], also giving the proxy mode of the answer's [`PROXY_MODE_HEADER`] (agents
+/// send it with `/metrics`; `None` when absent or not a mode).
+async fn agent_get_with_mode(client: &reqwest::Client, url: &str, limit: usize) -> Result<(Vec<u8>, Option<ProxyMode>), (String, String)> {
     let what = url.to_string();
     let resp = client.get(url).send().await.map_err(|e| transport_failure(&what, &e))?;
     let status = resp.status();
     if status.is_success() {
-        return read_limited(resp, limit).await.map_err(|e| (reason::OTHER.to_string(), format!("{what}: {e}")));
+        let mode = resp.headers().get(PROXY_MODE_HEADER).and_then(|v| v.to_str().ok()).and_then(ProxyMode::parse);
+        return read_limited(resp, limit).await.map(|b| (b, mode)).map_err(|e| (reason::OTHER.to_string(), format!("{what}: {e}")));
     }
     let known = [reason::CONNECTION_REFUSED, reason::TIMEOUT, reason::HTTP_STATUS, reason::PARSE, reason::OTHER];
     let label = resp.headers().get(REASON_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| known.into_iter().find(|k| *k == v));
@@ -190,22 +197,33 @@ async fn agent_get(client: &reqwest::Client, url: &str, limit: usize) -> Result<
     }
 }
 
-/// Scrapes one node through its agent at `target` (`https://IP:PORT`): `/metrics` (and
-/// `/proxyMode` when enabled, best effort) within `opts.timeout`, parsed with the operator's
-/// parser. The outcome's source is [`NodeSource::Agent`]; failures carry the [`reason`] labels
-/// and messages naming the agent's URL (and kube-proxy's own failure, as the agent reported it).
+/// Scrapes one node through its agent at `target` (`https://IP:PORT`): `/metrics` within
+/// `opts.timeout`, parsed with the operator's parser, and when enabled the proxy mode, best
+/// effort: from the answer's [`PROXY_MODE_HEADER`], or from `/proxyMode` for an agent that does
+/// not send it (one request more). The outcome's source is [`NodeSource::Agent`]; failures carry
+/// the [`reason`] labels and messages naming the agent's URL (and kube-proxy's own failure, as
+/// the agent reported it).
 pub async fn scrape_agent(client: &reqwest::Client, target: &Target, opts: &ScrapeOptions) -> ScrapeOutcome {
     let start = Instant::now();
     let metrics_url = target.url("/metrics");
     let mode_url = target.url("/proxyMode");
-    let mode = async {
-        if !opts.fetch_proxy_mode {
-            return None;
+    let work = async {
+        let metrics = agent_get_with_mode(client, &metrics_url, opts.max_body_bytes).await;
+        match metrics {
+            Ok((body, header_mode)) => {
+                let mode = match header_mode {
+                    Some(m) if opts.fetch_proxy_mode => Some(m),
+                    None if opts.fetch_proxy_mode => agent_get(client, &mode_url, super::fetch::MAX_PROXY_MODE_BYTES)
+                        .await
+                        .ok()
+                        .and_then(|b| ProxyMode::parse(std::str::from_utf8(&b).ok()?)),
+                    _ => None,
+                };
+                (Ok(body), mode)
+            }
+            Err(e) => (Err(e), None),
         }
-        let body = agent_get(client, &mode_url, super::fetch::MAX_PROXY_MODE_BYTES).await.ok()?;
-        ProxyMode::parse(std::str::from_utf8(&body).ok()?)
     };
-    let work = async { tokio::join!(agent_get(client, &metrics_url, opts.max_body_bytes), mode) };
     let fetched = tokio::time::timeout(opts.timeout, work).await;
     let at = unix_now();
     let fail = |(reason, message): (String, String)| NodeFailure { reason, message, at_unix_seconds: at };
