@@ -1249,3 +1249,24 @@ fn mutate_uses_the_termination_policies_in_its_inputs() {
     assert_eq!(r.code, 1, "{}", r.stdout);
     assert!(r.stderr.contains("TerminationPolicy/web"), "{}", r.stderr);
 }
+
+/// A file or standard input larger than 64 MiB is refused with a message naming it, without
+/// reading it whole (`/dev/zero` never ends).
+#[test]
+fn an_endless_input_is_refused_at_the_file_limit() {
+    let r = run(&["analyze", "/dev/zero"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("/dev/zero: larger than 67108864 bytes"), "{}", r.stderr);
+    let r = run(&["mutate", "/dev/zero"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("larger than 67108864 bytes"), "{}", r.stderr);
+}
+
+/// `--pre-stop-seconds` above the policy's maxSeconds is capped there, and a warning says so.
+#[test]
+fn a_pre_stop_above_the_policy_maximum_is_capped_with_a_warning() {
+    let r = run(&["mutate", "--output", "json", "--pre-stop-seconds", "3600", "tests/data/pods/hostnetwork-deployment.yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("--pre-stop-seconds 3600 is above the policy's preStop.maxSeconds 60: 60 s is served"), "{}", r.stderr);
+    assert!(r.stdout.contains("\"seconds\": 60"), "{}", r.stdout);
+}

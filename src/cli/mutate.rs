@@ -28,8 +28,9 @@ pub struct PlanArgs {
     /// A TerminationPolicy YAML/JSON applied to every namespace (defaults otherwise).
     #[arg(long, value_name = "FILE", env = "SAFE_TERMINATION_POLICY")]
     pub policy: Option<String>,
-    /// The preStop sleep to inject, seconds (0 to 3600, the CRD's bound on maxSeconds); without
-    /// it the policy's defaultSeconds (no measurement) is used.
+    /// The preStop sleep to inject, seconds (0 to 3600, the CRD's bound on maxSeconds), capped
+    /// at the policy's preStop.maxSeconds (60 by default; a warning says so); without it the
+    /// policy's defaultSeconds (no measurement) is used.
     #[arg(long, env = "SAFE_TERMINATION_PRE_STOP_SECONDS", allow_negative_numbers = true, value_parser = whole_in(0u32, 3600, "a whole number of seconds"))]
     pub pre_stop_seconds: Option<u32>,
     /// Whether the API server keeps native preStop sleep.
@@ -59,7 +60,13 @@ impl PlanArgs {
     /// (0: no sleep), or without it the policy's unmeasured default.
     fn pre_stop_for(&self, spec: &TerminationPolicySpec) -> u32 {
         match self.pre_stop_seconds {
-            Some(s) => s.min(sizing::pre_stop_bounds(&spec.pre_stop).1),
+            Some(s) => {
+                let max = sizing::pre_stop_bounds(&spec.pre_stop).1;
+                if s > max {
+                    tracing::warn!("--pre-stop-seconds {s} is above the policy's preStop.maxSeconds {max}: {max} s is served");
+                }
+                s.min(max)
+            }
             None => sizing::unmeasured_pre_stop(spec),
         }
     }

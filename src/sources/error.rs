@@ -11,6 +11,14 @@ pub enum SourceError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A file or standard input is larger than [`super::oneshot::MAX_FILE_BYTES`].
+    #[error("{path}: larger than {limit} bytes, the limit on a file or standard input (a kube-proxy scrape is about 80 KB; is this the right file?)")]
+    FileTooLarge {
+        /// The path, or `<stdin>`.
+        path: String,
+        /// The limit, bytes.
+        limit: u64,
+    },
     /// A file or body is not UTF-8 text.
     #[error("{origin}:{line}: invalid UTF-8 at byte offset {offset} (byte {column} of line {line}): the input must be UTF-8 text")]
     NotUtf8 {

@@ -45,17 +45,26 @@ pub fn redact(source: &str) -> String {
 }
 
 /// Reads a file or `-` (standard input) as UTF-8 text; invalid UTF-8 is an error naming the
-/// file (`<stdin>`), the line and the byte offset.
+/// file (`<stdin>`), the line and the byte offset; more than [`MAX_FILE_BYTES`] is
+/// [`SourceError::FileTooLarge`].
 pub fn read_file(path: &str) -> Result<String, SourceError> {
-    let res = if path == "-" {
-        let mut buf = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
-    } else {
-        std::fs::read(path)
-    };
-    let bytes = res.map_err(|source| SourceError::File { path: path.to_string(), source })?;
-    decode_utf8(if path == "-" { "<stdin>" } else { path }, bytes)
+    use std::io::Read;
+    let origin = if path == "-" { "<stdin>" } else { path };
+    let file_error = |source| SourceError::File { path: path.to_string(), source };
+    let reader: Box<dyn Read> = if path == "-" { Box::new(std::io::stdin()) } else { Box::new(std::fs::File::open(path).map_err(file_error)?) };
+    // one byte past the limit tells a file of exactly the limit from a larger one (/dev/zero,
+    // a wrong file): nothing unbounded is read into memory
+    let mut bytes = Vec::new();
+    reader.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(file_error)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(SourceError::FileTooLarge { path: origin.to_string(), limit: MAX_FILE_BYTES });
+    }
+    decode_utf8(origin, bytes)
 }
+
+/// The most [`read_file`] reads from a file or standard input, bytes (64 MiB: manifests and
+/// scrapes are far smaller; a kube-proxy scrape is about 80 KB).
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// `bytes` as UTF-8 text, or [`SourceError::NotUtf8`] naming `origin`, the line, the column and
 /// the byte offset of the first invalid byte.
