@@ -131,6 +131,7 @@ impl Harness {
             max_body_bytes: safe_termination::webhook::server::DEFAULT_MAX_BODY_BYTES,
             max_buffered_body_bytes: safe_termination::webhook::server::DEFAULT_MAX_BUFFERED_BODY_BYTES,
             request_timeout_ms: o.request_timeout_ms,
+            body_timeout_ms: 1000,
             drain_seconds: o.drain_seconds,
             idle_timeout_seconds: o.idle_timeout_seconds,
             },
@@ -773,7 +774,8 @@ async fn admin_port_closes_slow_headers_and_a_stalled_request_does_not_hold_shut
 async fn request_bodies_held_at_once_are_bounded() {
     use safe_termination::webhook::server::{BodyBudget, Settings};
     let budget = BodyBudget::new(64 * 1024);
-    let settings = Settings { max_body_bytes: 64 * 1024, request_timeout: Duration::from_millis(1500), body_budget: budget.clone() };
+    // (a body timeout beyond the request timeout: here A holds its budget until the latter)
+    let settings = Settings { max_body_bytes: 64 * 1024, request_timeout: Duration::from_millis(1500), body_timeout: Duration::from_secs(10), body_budget: budget.clone() };
     let server = Direct::start(settings, Default::default());
     let (pki, addr) = (&server.pki, server.addr);
 
@@ -824,6 +826,50 @@ async fn request_bodies_held_at_once_are_bounded() {
     assert!(started.elapsed() < Duration::from_millis(1000), "one after the other, quickly: {:?}", started.elapsed());
     assert_eq!(budget.available(), 64 * 1024);
 
+    server.stop().await;
+}
+
+/// A client that declares a large body and sends it slowly holds its reservation only for the
+/// body timeout (here 500 ms), not the whole request timeout (10 s): it gets 408, and a review
+/// that waited for that budget is answered soon after. (The fresh-user trial: 25 such
+/// connections of 3 MB made every review wait 3.4 s with the budget held for the request
+/// timeout.)
+#[tokio::test]
+async fn a_body_that_does_not_arrive_gives_its_budget_back_at_the_body_timeout() {
+    use safe_termination::webhook::server::{BodyBudget, Settings};
+    let budget = BodyBudget::new(64 * 1024);
+    let settings = Settings { max_body_bytes: 64 * 1024, request_timeout: Duration::from_secs(10), body_timeout: Duration::from_millis(500), body_budget: budget.clone() };
+    let server = Direct::start(settings, Default::default());
+    let (pki, addr) = (&server.pki, server.addr);
+
+    // A declares 64,000 bytes and sends one
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(pki.client_config(&[b"http/1.1"])));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut a = connector.connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap();
+    let a_started = Instant::now();
+    a.write_all(b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 64000\r\n\r\n ").await.unwrap();
+    a.flush().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while budget.available() > 64 * 1024 - 64_000 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(budget.available(), 64 * 1024 - 64_000, "A reserved its declared length");
+
+    // B does not fit beside A: answered once A's body timeout gives the budget back, long
+    // before A's request timeout
+    let client = pki.client(&[b"h2"]);
+    let mut padded = case();
+    padded.resize(10_000, b' ');
+    let b = post(&client, &format!("https://{addr}/mutate"), padded, "application/json").await;
+    let b_after = a_started.elapsed();
+    assert_eq!(b.status(), StatusCode::OK);
+    check_case_response(&b.bytes().await.unwrap());
+    assert!(b_after < Duration::from_secs(5), "B waited {b_after:?}: A held the budget beyond its body timeout");
+
+    let a_answer = read_response(&mut a).await;
+    assert!(a_answer.starts_with("HTTP/1.1 408"), "{a_answer}");
+    assert!(a_answer.contains("did not arrive within 500 ms"), "{a_answer}");
+    assert_eq!(budget.available(), 64 * 1024, "given back");
     server.stop().await;
 }
 

@@ -57,6 +57,10 @@ pub struct ServingArgs {
     /// Per-request timeout, milliseconds; keep it below the webhook's timeoutSeconds.
     #[arg(long, default_value_t = 4000, allow_negative_numbers = true, value_parser = whole_in(1u64, 30_000, "a whole number of milliseconds"), env = "SAFE_TERMINATION_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: u64,
+    /// Time a request's body may take to arrive once its bytes are reserved, milliseconds
+    /// (408 after it, and the reservation is given back for other reviews).
+    #[arg(long, default_value_t = 1000, allow_negative_numbers = true, value_parser = whole_in(1u64, 30_000, "a whole number of milliseconds"), env = "SAFE_TERMINATION_BODY_TIMEOUT_MS")]
+    pub body_timeout_ms: u64,
     /// On shutdown, how long in-flight requests may take to finish, seconds, 0 to 3600.
     #[arg(long, default_value_t = 10, env = "SAFE_TERMINATION_DRAIN_SECONDS", allow_negative_numbers = true, value_parser = whole_in(0u64, 3600, "a whole number of seconds"))]
     pub drain_seconds: u64,
@@ -169,6 +173,7 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
         settings: Settings {
             max_body_bytes: serving.max_body_bytes,
             request_timeout: Duration::from_millis(serving.request_timeout_ms),
+            body_timeout: Duration::from_millis(serving.body_timeout_ms),
             body_budget: server::BodyBudget::new(serving.max_buffered_body_bytes),
         },
     };
