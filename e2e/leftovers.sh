@@ -14,7 +14,7 @@ left() { printf 'leftover: %s\n' "$*"; found=1; }
 # every process cluster-up starts names its state directory in its command line (a binary of
 # $ST_K8S_BIN alone is not enough: on a shared machine another person's API server runs it)
 for p in /proc/[0-9]*; do
-  cmd="$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" || continue
+  cmd="$({ tr '\0' ' ' < "$p/cmdline"; } 2>/dev/null)" || continue
   case "$cmd" in *"$ST_E2E_DIR/"*) left "process ${p#/proc/}: $cmd" ;; esac
 done
 while read -r ns _; do
