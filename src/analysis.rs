@@ -253,6 +253,12 @@ impl WindowCache {
         }
         let w = Arc::new(analyze_window_of(inputs(), opts, min_samples));
         self.computed += 1;
+        // one entry per minSamples: options that changed within a generation (the Service and
+        // endpoint counts are options: they change with every Service created or deleted)
+        // replace the older analysis instead of adding one. Keeping them all held one 5,000-node
+        // analysis per count seen until the next generation: 400 MiB while 500 Services were
+        // deleted and re-created (BENCHMARKS.md "Operator memory")
+        self.entries.retain(|(m, _, _)| *m != min_samples);
         self.entries.push((min_samples, opts.clone(), w.clone()));
         w
     }
@@ -260,6 +266,11 @@ impl WindowCache {
     /// How many analyses were computed so far (the rest were reused).
     pub fn computed(&self) -> u64 {
         self.computed
+    }
+
+    /// How many analyses are kept (at most one per `minSamples`).
+    pub fn kept(&self) -> usize {
+        self.entries.len()
     }
 }
 
@@ -402,5 +413,25 @@ mod cache_tests {
         cache.get(2, &opts, a.pre_stop.min_samples, inputs);
         cache.get(2, &opts, a.pre_stop.min_samples, || -> Vec<NodeInput> { unreachable!("reused") });
         assert_eq!(cache.computed(), 4);
+    }
+
+    #[test]
+    fn options_changing_within_a_generation_replace_the_analysis_instead_of_piling_up() {
+        // the Service count is an option: 500 Services deleted one by one within one
+        // generation gave 500 analyses kept until the next generation
+        let mut cache = WindowCache::default();
+        let spec = TerminationPolicySpec::default();
+        for services in 0..500 {
+            let opts = AnalysisOptions { facts: ClusterFacts { services: Some(10_000 - services), ..Default::default() }, ..Default::default() };
+            let w = cache.get(1, &opts, spec.pre_stop.min_samples, inputs);
+            assert_eq!(w.proxy.services, Some(10_000 - services));
+            assert_eq!(*w, analyze_window(&inputs(), &opts, spec.pre_stop.min_samples));
+        }
+        assert_eq!((cache.computed(), cache.kept()), (500, 1));
+        // another minSamples is kept beside it; the same options again are reused
+        let opts = AnalysisOptions { facts: ClusterFacts { services: Some(9_501), ..Default::default() }, ..Default::default() };
+        cache.get(1, &opts, spec.pre_stop.min_samples + 1, inputs);
+        cache.get(1, &opts, spec.pre_stop.min_samples, || -> Vec<NodeInput> { unreachable!("reused") });
+        assert_eq!((cache.computed(), cache.kept()), (501, 2));
     }
 }
