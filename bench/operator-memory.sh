@@ -29,7 +29,9 @@
 # the issue's per-node scrape), WINDOW_SECONDS (200), SCRAPE_INTERVAL_SECONDS (10),
 # SAMPLE_SECONDS (60), OUT (target/operator-memory), CARGO_TARGET_DIR (honoured), FEATURES (cargo
 # features of the binary, e.g. system-allocator), OP_WRAPPER (a command prefix for the operator,
-# e.g. "heaptrack -o target/operator-memory/heap"; the process measured is then the operator
+# e.g. a heap profile with FEATURES=system-allocator and "env LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+# MALLOC_CONF=prof:true,prof_gdump:true,lg_prof_sample:17,prof_prefix:OUT/jeprof" (read with jeprof;
+# heaptrack aborts on 5,000 target arguments: BENCHMARKS.md); the process measured is then the operator
 # the wrapper started, found by its command line). Needs root
 # (the cluster). Takes about 15-20 minutes warm, most of it creating the objects.
 #
