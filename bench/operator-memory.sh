@@ -29,9 +29,18 @@
 # the issue's per-node scrape), WINDOW_SECONDS (200), SCRAPE_INTERVAL_SECONDS (10),
 # SAMPLE_SECONDS (60), OUT (target/operator-memory), CARGO_TARGET_DIR (honoured), FEATURES (cargo
 # features of the binary, e.g. system-allocator), OP_WRAPPER (a command prefix for the operator,
-# e.g. "heaptrack -o target/operator-memory/heap"; the process measured is then the operator
+# e.g. a heap profile with FEATURES=system-allocator and "env LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+# MALLOC_CONF=prof:true,prof_gdump:true,lg_prof_sample:17,prof_prefix:OUT/jeprof" (read with jeprof;
+# heaptrack aborts on 5,000 target arguments: BENCHMARKS.md); the process measured is then the operator
 # the wrapper started, found by its command line). Needs root
 # (the cluster). Takes about 15-20 minutes warm, most of it creating the objects.
+#
+# BARE_API=1: instead of the e2e control plane (step 1), only an etcd and a kube-apiserver of
+# the pinned version on 127.0.0.1 (no controller-manager: no EndpointSlice controller, so
+# SERVICES slices rather than twice as many), on ETCD_PORT (32379, peer +1) and API_PORT
+# (36443), the operator on OP_PORT (30443) and ADMIN_PORT (30090), below the ephemeral range
+# the fakes take their ports from: leaves a running e2e
+# cluster and its fixed ports alone, and needs no root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +55,16 @@ SAMPLE_SECONDS=${SAMPLE_SECONDS:-60}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 OUT=${OUT:-$TARGET_DIR/operator-memory}
 export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
+BARE_API=${BARE_API:-0}
+if [[ "$BARE_API" == 1 ]]; then
+  ETCD_PORT=${ETCD_PORT:-32379}
+  API_PORT=${API_PORT:-36443}
+  OP_PORT=${OP_PORT:-30443}
+  ADMIN_PORT=${ADMIN_PORT:-30090}
+else
+  OP_PORT=${OP_PORT:-18443}
+  ADMIN_PORT=${ADMIN_PORT:-18090}
+fi
 mkdir -p "$OUT"
 log() { printf '[operator-memory %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -57,18 +76,68 @@ FAKES="$TARGET_DIR/release/examples/fake_kube_proxies"
 OP_PID=""
 FAKES_PID=""
 WRAPPER_PID=""
+BARE_PIDS=()
+BARE_DIR=""
 cleanup() {
   [[ -n "$OP_PID" ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
   # a wrapper (heaptrack) writes its data once the operator has exited
   [[ -n "$WRAPPER_PID" ]] && wait "$WRAPPER_PID" 2>/dev/null || true
   [[ -n "$FAKES_PID" ]] && kill "$FAKES_PID" 2>/dev/null && wait "$FAKES_PID" 2>/dev/null || true
-  ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh >/dev/null 2>&1 || true
+  if [[ "$BARE_API" == 1 ]]; then
+    # the API server before etcd (one whose etcd is gone first can hang in its shutdown)
+    local i p
+    for ((i = ${#BARE_PIDS[@]} - 1; i >= 0; i--)); do
+      p=${BARE_PIDS[$i]}
+      kill "$p" 2>/dev/null || continue
+      for _ in $(seq 1 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$p" 2>/dev/null || true
+      wait "$p" 2>/dev/null || true
+    done
+    [[ -n "$BARE_DIR" ]] && rm -rf "$BARE_DIR"
+  else
+    ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh >/dev/null 2>&1 || true
+  fi
 }
 trap cleanup EXIT
 
-KP_MODES=none e2e/cluster-up.sh
-# shellcheck disable=SC1091
-source "$ST_E2E_DIR/env"
+if [[ "$BARE_API" == 1 ]]; then
+  K8S_BIN="${ST_CACHE_DIR:-$HOME/.cache/safe-termination}/k8s-v${ST_K8S_VERSION:-$(tr -d '[:space:]' < e2e/k8s-version)}/bin"
+  [[ -x "$K8S_BIN/kube-apiserver" ]] || { log "no $K8S_BIN/kube-apiserver: run make k8s-bins"; exit 2; }
+  export PATH="$K8S_BIN:$PATH"
+  BARE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/st-operator-memory.XXXXXX")
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=127.0.0.1 \
+    -addext subjectAltName=IP:127.0.0.1 -keyout "$BARE_DIR/webhook.key" -out "$BARE_DIR/webhook.crt" 2>/dev/null
+  openssl genrsa -out "$BARE_DIR/sa.key" 2048 2>/dev/null
+  token=$(openssl rand -hex 16)
+  echo "$token,bench,bench,\"system:masters\"" >"$BARE_DIR/tokens.csv"
+  cat >"$BARE_DIR/kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters: [{name: bench, cluster: {server: "https://127.0.0.1:$API_PORT", insecure-skip-tls-verify: true}}]
+users: [{name: bench, user: {token: "$token"}}]
+contexts: [{name: bench, context: {cluster: bench, user: bench}}]
+current-context: bench
+KC
+  export KUBECONFIG="$BARE_DIR/kubeconfig" ST_WEBHOOK_CERT="$BARE_DIR/webhook.crt" ST_WEBHOOK_KEY="$BARE_DIR/webhook.key"
+  etcd --data-dir "$BARE_DIR/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+    --initial-cluster "default=http://127.0.0.1:$((ETCD_PORT + 1))" --quota-backend-bytes 8589934592 >"$OUT/etcd.log" 2>&1 &
+  BARE_PIDS+=($!)
+  kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --secure-port "$API_PORT" \
+    --advertise-address 127.0.0.1 --endpoint-reconciler-type none --cert-dir "$BARE_DIR/apiserver" \
+    --token-auth-file "$BARE_DIR/tokens.csv" --authorization-mode RBAC \
+    --service-account-key-file "$BARE_DIR/sa.key" --service-account-signing-key-file "$BARE_DIR/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
+    >"$OUT/apiserver.log" 2>&1 &
+  BARE_PIDS+=($!)
+  for _ in $(seq 1 120); do kubectl get --raw /readyz >/dev/null 2>&1 && break; sleep 0.5; done
+  kubectl get --raw /readyz >/dev/null || { tail -20 "$OUT/apiserver.log" >&2; exit 1; }
+  log "bare API server on 127.0.0.1:$API_PORT (etcd $ETCD_PORT)"
+else
+  KP_MODES=none e2e/cluster-up.sh
+  # shellcheck disable=SC1091
+  source "$ST_E2E_DIR/env"
+fi
 
 t0=$SECONDS
 "$POPULATE" --services "$SERVICES" --endpoints-per-service "$ENDPOINTS" --namespaces "$NAMESPACES"
@@ -107,11 +176,10 @@ if (( NODES > 0 )); then
   log "$NODES fake kube-proxies ready ($(grep BODY_BYTES "$OUT/targets.txt"))"
 fi
 
-ADMIN_PORT=18090
 # (a bash array of 10,000 words goes to exec as separate arguments: no single argument or
 # environment string comes near the kernel's 128 KiB per-string limit)
 # shellcheck disable=SC2086  # OP_WRAPPER is a command prefix, split on purpose
-${OP_WRAPPER:-} "$BIN" run --listen 127.0.0.1:18443 --admin-listen "127.0.0.1:$ADMIN_PORT" \
+${OP_WRAPPER:-} "$BIN" run --listen "127.0.0.1:$OP_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
   --tls-cert-file "$ST_WEBHOOK_CERT" --tls-key-file "$ST_WEBHOOK_KEY" \
   --namespace safe-termination-bench --identity bench \
   --scrape-interval-seconds "$SCRAPE_INTERVAL_SECONDS" --window-seconds "$WINDOW_SECONDS" \
@@ -119,7 +187,7 @@ ${OP_WRAPPER:-} "$BIN" run --listen 127.0.0.1:18443 --admin-listen "127.0.0.1:$A
 OP_PID=$!
 if [[ -n "${OP_WRAPPER:-}" ]]; then
   for _ in $(seq 1 100); do
-    child=$(pgrep -n -f "^$BIN run --listen 127.0.0.1:18443" || true)
+    child=$(pgrep -n -f "^$BIN run --listen 127.0.0.1:$OP_PORT" || true)
     [[ -n "$child" ]] && break
     sleep 0.2
   done
@@ -187,7 +255,7 @@ kill "$CHURN_PID" 2>/dev/null || true
 wait "$CHURN_PID" 2>/dev/null || true
 hwm=$(hwm_kib "$OP_PID")
 final=$(rss_kib "$OP_PID")
-api_rss=$(rss_kib "$(pgrep -o -x kube-apiserver)")
+api_rss=$(rss_kib "${BARE_PIDS[1]:-$(pgrep -o -x kube-apiserver)}")
 services_now=$(gauge safe_termination_controller_cluster_services)
 cpu_ticks=$(awk '{ print $14 + $15 }' "/proc/$OP_PID/stat")
 clk=$(getconf CLK_TCK)

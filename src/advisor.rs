@@ -238,6 +238,48 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
     out
 }
 
+/// `advice` with at most `per_reason` per-node items (those naming a node) of each reason, in
+/// their order; the rest of a reason's items become one summary item after its last kept one
+/// (the same reason, severity and threshold; no node), saying how many more nodes and how many
+/// in all. Cluster-wide items are all kept. What a TerminationPolicy's status shows: one item
+/// per node of a 5,000-node cluster made each status about 1 MB, near etcd's object limit, and
+/// the operator's heap grew by ~100 MiB per round of status writes (BENCHMARKS.md "Operator
+/// memory"). Every node's figures stay in the per-node metrics and `safe-termination analyze`.
+/// Pure.
+pub fn bounded(advice: &[Advice], per_reason: usize) -> Vec<Advice> {
+    // per reason of per-node items: (reason, items in all, items seen so far)
+    let mut counts: Vec<(AdviceReason, usize, usize)> = Vec::new();
+    for a in advice.iter().filter(|a| a.node.is_some()) {
+        match counts.iter_mut().find(|(r, _, _)| *r == a.reason) {
+            Some(c) => c.1 += 1,
+            None => counts.push((a.reason, 1, 0)),
+        }
+    }
+    let mut out: Vec<Advice> = Vec::with_capacity(advice.len().min(counts.len() * (per_reason + 1) + 8));
+    for a in advice {
+        let Some(c) = a.node.is_some().then(|| counts.iter_mut().find(|(r, _, _)| *r == a.reason)).flatten() else {
+            out.push(a.clone());
+            continue;
+        };
+        c.2 += 1;
+        let (all, n) = (c.1, c.2);
+        if n <= per_reason {
+            out.push(a.clone());
+        }
+        if n == all && all > per_reason {
+            out.push(Advice {
+                reason: a.reason,
+                severity: a.severity,
+                message: format!("and {} more node(s) with the same advice ({all} in all; every node's figures are in the operator's per-node metrics)", all - per_reason),
+                threshold: a.threshold.clone(),
+                node: None,
+                to: None,
+            });
+        }
+    }
+    out
+}
+
 /// [`AdviceReason::SleepBelowWindow`] when the measured window `w_seconds` (a cluster W whose
 /// basis is Measured or LowSampleCount) needs `ceil(W x safetyFactor + extraSeconds)` above
 /// `max_seconds`: the sleep is clamped to `max_seconds` and new connections can still reach a
@@ -255,6 +297,33 @@ pub fn sleep_below_window(w_seconds: f64, safety_factor: f64, extra_seconds: u32
         to: None,
     })
 }
+
+    #[test]
+    fn bounded_keeps_a_few_nodes_per_reason_and_counts_the_rest() {
+        let node = |r, i: usize| Advice {
+            reason: r,
+            severity: Severity::Info,
+            message: format!("node n{i}"),
+            threshold: "t".into(),
+            node: Some(format!("n{i}")),
+            to: None,
+        };
+        let cluster = Advice { reason: AdviceReason::MigrateProxyMode, severity: Severity::Warning, message: "m".into(), threshold: "x".into(), node: None, to: Some(ProxyMode::Nftables) };
+        let mut advice: Vec<Advice> = (0..5000).map(|i| node(AdviceReason::ProxySyncSlow, i)).collect();
+        advice.push(cluster.clone());
+        advice.extend((0..3).map(|i| node(AdviceReason::LowSampleCount, i)));
+        let b = bounded(&advice, 5);
+        // 5 + the summary, the cluster item, the 3 low-sample items (not above the bound)
+        assert_eq!(b.len(), 10, "{b:?}");
+        assert_eq!(b[..5], advice[..5]);
+        assert_eq!((b[5].reason, b[5].node.as_deref(), b[5].threshold.as_str()), (AdviceReason::ProxySyncSlow, None, "t"));
+        assert!(b[5].message.contains("4995 more node(s)") && b[5].message.contains("5000 in all"), "{}", b[5].message);
+        assert_eq!(b[6], cluster);
+        assert_eq!(b[7..], advice[5001..]);
+        // nothing to bound: unchanged
+        assert_eq!(bounded(&advice[4998..], 5), advice[4998..].to_vec());
+        assert_eq!(bounded(&[], 5), Vec::<Advice>::new());
+    }
 
     #[test]
     fn a_sleep_clamped_below_the_window_is_a_warning() {

@@ -130,8 +130,17 @@ pub fn analyze(inputs: &[NodeInput], opts: &AnalysisOptions, spec: &TerminationP
 /// The policy-independent part of an analysis, for policies whose `preStop.minSamples` is
 /// `min_samples`.
 pub fn analyze_window(inputs: &[NodeInput], opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {
-    let nodes: Vec<NodeWindow> =
-        inputs.iter().map(|i| model::measure_node(i, opts.min_sync_period_seconds, min_samples, opts.mode)).collect();
+    window_of(inputs.iter().map(|i| model::measure_node(i, opts.min_sync_period_seconds, min_samples, opts.mode)).collect(), opts, min_samples)
+}
+
+/// [`analyze_window`] over inputs made one at a time, each dropped once its node's window is
+/// measured: the operator's store gives its 5,000 nodes' inputs this way rather than as one
+/// ~20 MiB copy per measurement generation (BENCHMARKS.md "Operator memory").
+pub fn analyze_window_of(inputs: impl IntoIterator<Item = NodeInput>, opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {
+    window_of(inputs.into_iter().map(|i| model::measure_node(&i, opts.min_sync_period_seconds, min_samples, opts.mode)).collect(), opts, min_samples)
+}
+
+fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {
     let window: ClusterWindow = model::cluster_window(&nodes);
     let mut facts = opts.facts.clone();
     facts.mode = opts.mode.unwrap_or_else(|| majority_mode(&nodes));
@@ -177,9 +186,22 @@ pub fn analyze_window(inputs: &[NodeInput], opts: &AnalysisOptions, min_samples:
 
 /// Sizes a policy from a window analysis ([`sizing::recommend`]) and returns the whole report.
 pub fn size(w: &WindowAnalysis, spec: &TerminationPolicySpec) -> AnalysisReport {
+    sized(w, spec, w.nodes.clone(), w.advice.clone())
+}
+
+/// [`size`] without the per-node windows (`nodes` empty) and with at most `per_reason` per-node
+/// advice items of each reason ([`advisor::bounded`]): what one policy's status needs, without
+/// a copy of every node and every node's advice per policy (20 policies reconciled at once over
+/// 5,000 nodes held ~40 MiB of such copies; BENCHMARKS.md "Operator memory"). The per-node
+/// windows stay in `w`.
+pub fn size_summary(w: &WindowAnalysis, spec: &TerminationPolicySpec, per_reason: usize) -> AnalysisReport {
+    sized(w, spec, Vec::new(), advisor::bounded(&w.advice, per_reason))
+}
+
+fn sized(w: &WindowAnalysis, spec: &TerminationPolicySpec, nodes: Vec<NodeWindow>, advice: Vec<Advice>) -> AnalysisReport {
     AnalysisReport {
         interval: w.interval,
-        nodes: w.nodes.clone(),
+        nodes,
         worst_node: w.window.worst_node.clone(),
         sync_p99_seconds: w.sync_p99_seconds,
         network_programming_p99_seconds: w.network_programming_p99_seconds,
@@ -189,7 +211,7 @@ pub fn size(w: &WindowAnalysis, spec: &TerminationPolicySpec) -> AnalysisReport 
         recommendation: sizing::recommend(&w.window, spec),
         proxy: w.proxy.clone(),
         advice: {
-            let mut advice = w.advice.clone();
+            let mut advice = advice;
             let p = &spec.pre_stop;
             if let (Basis::Measured | Basis::LowSampleCount, Some(win)) = (w.window.basis, w.window.propagation_window_seconds)
                 && let Some(a) = advisor::sleep_below_window(win, p.safety_factor, p.extra_seconds, sizing::pre_stop_bounds(p).1)
@@ -213,13 +235,14 @@ pub struct WindowCache {
 
 impl WindowCache {
     /// The analysis of `generation` for `opts` and `min_samples`, computed from `inputs()` only
-    /// when this generation has none for them yet.
-    pub fn get(
+    /// when this generation has none for them yet ([`analyze_window_of`]: the inputs are
+    /// consumed one at a time).
+    pub fn get<I: IntoIterator<Item = NodeInput>>(
         &mut self,
         generation: u64,
         opts: &AnalysisOptions,
         min_samples: u32,
-        inputs: impl FnOnce() -> Vec<NodeInput>,
+        inputs: impl FnOnce() -> I,
     ) -> Arc<WindowAnalysis> {
         if self.generation != Some(generation) {
             self.generation = Some(generation);
@@ -228,8 +251,14 @@ impl WindowCache {
         if let Some((_, _, w)) = self.entries.iter().find(|(m, o, _)| *m == min_samples && o == opts) {
             return w.clone();
         }
-        let w = Arc::new(analyze_window(&inputs(), opts, min_samples));
+        let w = Arc::new(analyze_window_of(inputs(), opts, min_samples));
         self.computed += 1;
+        // one entry per minSamples: options that changed within a generation (the Service and
+        // endpoint counts are options: they change with every Service created or deleted)
+        // replace the older analysis instead of adding one. Keeping them all held one 5,000-node
+        // analysis per count seen until the next generation: 400 MiB while 500 Services were
+        // deleted and re-created (BENCHMARKS.md "Operator memory")
+        self.entries.retain(|(m, _, _)| *m != min_samples);
         self.entries.push((min_samples, opts.clone(), w.clone()));
         w
     }
@@ -237,6 +266,11 @@ impl WindowCache {
     /// How many analyses were computed so far (the rest were reused).
     pub fn computed(&self) -> u64 {
         self.computed
+    }
+
+    /// How many analyses are kept (at most one per `minSamples`).
+    pub fn kept(&self) -> usize {
+        self.entries.len()
     }
 }
 
@@ -367,7 +401,7 @@ mod cache_tests {
         let (a, mut b) = (TerminationPolicySpec::default(), TerminationPolicySpec::default());
         b.pre_stop.safety_factor = 3.0;
         let ra = size(&cache.get(1, &opts, a.pre_stop.min_samples, inputs), &a);
-        let rb = size(&cache.get(1, &opts, b.pre_stop.min_samples, || unreachable!("reused")), &b);
+        let rb = size(&cache.get(1, &opts, b.pre_stop.min_samples, || -> Vec<NodeInput> { unreachable!("reused") }), &b);
         assert_eq!(cache.computed(), 1);
         assert_eq!(ra, analyze(&inputs(), &opts, &a));
         assert_eq!(rb, analyze(&inputs(), &opts, &b));
@@ -377,7 +411,27 @@ mod cache_tests {
         cache.get(1, &AnalysisOptions { min_sync_period_seconds: 2.0, ..Default::default() }, a.pre_stop.min_samples, inputs);
         assert_eq!(cache.computed(), 3);
         cache.get(2, &opts, a.pre_stop.min_samples, inputs);
-        cache.get(2, &opts, a.pre_stop.min_samples, || unreachable!("reused"));
+        cache.get(2, &opts, a.pre_stop.min_samples, || -> Vec<NodeInput> { unreachable!("reused") });
         assert_eq!(cache.computed(), 4);
+    }
+
+    #[test]
+    fn options_changing_within_a_generation_replace_the_analysis_instead_of_piling_up() {
+        // the Service count is an option: 500 Services deleted one by one within one
+        // generation gave 500 analyses kept until the next generation
+        let mut cache = WindowCache::default();
+        let spec = TerminationPolicySpec::default();
+        for services in 0..500 {
+            let opts = AnalysisOptions { facts: ClusterFacts { services: Some(10_000 - services), ..Default::default() }, ..Default::default() };
+            let w = cache.get(1, &opts, spec.pre_stop.min_samples, inputs);
+            assert_eq!(w.proxy.services, Some(10_000 - services));
+            assert_eq!(*w, analyze_window(&inputs(), &opts, spec.pre_stop.min_samples));
+        }
+        assert_eq!((cache.computed(), cache.kept()), (500, 1));
+        // another minSamples is kept beside it; the same options again are reused
+        let opts = AnalysisOptions { facts: ClusterFacts { services: Some(9_501), ..Default::default() }, ..Default::default() };
+        cache.get(1, &opts, spec.pre_stop.min_samples + 1, inputs);
+        cache.get(1, &opts, spec.pre_stop.min_samples, || -> Vec<NodeInput> { unreachable!("reused") });
+        assert_eq!((cache.computed(), cache.kept()), (501, 2));
     }
 }

@@ -384,6 +384,12 @@ impl MeasurementStore {
     /// histograms (and whether sync came from the legacy microsecond family), exactly as
     /// scraped, its other fields default: all the analysis reads of it.
     pub fn inputs(&self) -> Vec<NodeInput> {
+        self.inputs_iter().collect()
+    }
+
+    /// [`Self::inputs`] one node at a time, in the same order: an analysis that measures each
+    /// node's window as it goes never holds every node's copy at once.
+    pub fn inputs_iter(&self) -> impl Iterator<Item = NodeInput> + '_ {
         self.nodes
             .iter()
             .map(|(node, n)| {
@@ -395,7 +401,6 @@ impl MeasurementStore {
                     proxy_mode: n.newest.proxy_mode.or(earlier.and_then(|e| e.proxy_mode)),
                 }
             })
-            .collect()
     }
 }
 

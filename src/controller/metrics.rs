@@ -22,6 +22,7 @@
 
 use crate::analysis::AnalysisReport;
 use crate::advisor::AdviceReason;
+use crate::model::NodeWindow;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -147,14 +148,14 @@ impl KubeProxyMetrics {
         self.source.clear();
     }
 
-    /// Replaces the per-node series with the report's nodes (gone nodes disappear); `sources`:
-    /// how each measured node was read, by node name.
-    pub fn update(&self, report: &AnalysisReport, failed: usize, sync_slow_seconds: f64, sources: &std::collections::BTreeMap<String, &'static str>) {
+    /// Replaces the per-node series with `nodes` (an analysis's node windows; gone nodes
+    /// disappear); `sources`: how each measured node was read, by node name.
+    pub fn update(&self, nodes: &[NodeWindow], failed: usize, sync_slow_seconds: f64, sources: &std::collections::BTreeMap<String, &'static str>) {
         self.clear();
         for (node, source) in sources {
             self.source.get_or_create(&NodeSourceLabel { node: node.clone(), source: (*source).into() }).set(1);
         }
-        for n in &report.nodes {
+        for n in nodes {
             self.mode.get_or_create(&NodeModeLabel { node: n.node.clone(), mode: n.mode.as_str().into() }).set(1);
             let l = NodeLabel { node: n.node.clone() };
             if let Some(q) = n.sync_p99 {
@@ -168,7 +169,7 @@ impl KubeProxyMetrics {
                 self.stale.get_or_create(&l).set(s);
             }
         }
-        self.nodes.get_or_create(&StateLabel { state: "scraped".into() }).set(report.nodes.len() as i64);
+        self.nodes.get_or_create(&StateLabel { state: "scraped".into() }).set(nodes.len() as i64);
         self.nodes.get_or_create(&StateLabel { state: "failed".into() }).set(failed as i64);
     }
 }

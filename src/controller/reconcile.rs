@@ -190,7 +190,11 @@ fn conflict_condition(policy: &TerminationPolicy, all: &[Arc<TerminationPolicy>]
 
 /// The rolling window analysed under one policy spec, with what the status reports about it.
 struct Measured {
+    /// The policy's sizing, without per-node windows and with per-node advice bounded
+    /// ([`crate::analysis::size_summary`]).
     report: crate::analysis::AnalysisReport,
+    /// The generation's window analysis, shared by every policy (the per-node windows).
+    analysis: Arc<crate::analysis::WindowAnalysis>,
     failures: Vec<String>,
     nodes_with_data: usize,
     last_scrape: Option<f64>,
@@ -240,11 +244,11 @@ fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Me
             .map(|(n, s)| (n.to_string(), s.as_str()))
             .collect();
         let analysis =
-            ctx.analyses.lock().map_err(|_| Error::Store)?.get(store.revision(), &opts, spec.pre_stop.min_samples, || store.inputs());
+            ctx.analyses.lock().map_err(|_| Error::Store)?.get(store.revision(), &opts, spec.pre_stop.min_samples, || store.inputs_iter());
         (failures, store.nodes_with_data(), store.last_scrape_unix_seconds(), store.window_seconds(), analysis, sources)
     };
-    let report = crate::analysis::size(&analysis, spec);
-    Ok(Measured { report, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note, sources })
+    let report = crate::analysis::size_summary(&analysis, spec, status::NODES_PER_ADVICE);
+    Ok(Measured { report, analysis, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note, sources })
 }
 
 /// Keeps the per-node and cluster gauges current on every measurement update, whether or not
@@ -257,7 +261,7 @@ async fn export_measurement_metrics(ctx: Arc<Context>, mut measured: watch::Rece
         ctx.metrics.leader.set(i64::from(leading));
         if leading {
             if let Ok(m) = measure(&ctx, &crate::crd::TerminationPolicySpec::default()) {
-                ctx.kube_proxy_metrics.update(&m.report, m.failures.len(), ctx.settings.thresholds.sync_slow_seconds, &m.sources);
+                ctx.kube_proxy_metrics.update(&m.analysis.nodes, m.failures.len(), ctx.settings.thresholds.sync_slow_seconds, &m.sources);
                 ctx.metrics.update_cluster(&m.report);
             }
         } else {
@@ -277,7 +281,9 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
     if !*ctx.leader.borrow() {
         return Ok(Action::requeue(ctx.settings.requeue));
     }
-    let Measured { report, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note, sources } = measure(&ctx, &policy.spec)?;
+    let Measured { report, analysis, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note, sources } = measure(&ctx, &policy.spec)?;
+    let mode_source = mode_source.or_else(|| analysis.nodes.first().map(|n| n.mode_source.to_string()));
+    drop(analysis);
     let rec = report.recommendation.pre_stop_seconds;
     let pods = if ctx.settings.count_pods {
         match count_pods(&ctx, &policy, rec).await {
@@ -307,7 +313,7 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
         failed: failures.clone(),
         window_seconds: window as u32,
         last_scrape_time: last_scrape.and_then(rfc3339),
-        mode_source: mode_source.or_else(|| report.nodes.first().map(|n| n.mode_source.to_string())),
+        mode_source,
         no_kube_proxy_note,
         sources,
     };

@@ -11,8 +11,12 @@
 //!
 //! A condition's `lastTransitionTime` changes only when its status does, so an unchanged
 //! status compares equal and is not written again.
+//!
+//! Per-node findings (advice items naming a node, failed nodes) are bounded to
+//! [`NODES_PER_ADVICE`] per reason, the rest counted: the status of a 5,000-node cluster stays
+//! a few KB (it was ~1.2 MB with one advice item per node, near etcd's object limit).
 
-use crate::advisor::AdviceReason;
+use crate::advisor::{self, AdviceReason};
 use crate::analysis::AnalysisReport;
 use crate::crd::{
     AdviceStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus,
@@ -22,6 +26,10 @@ use crate::admission::policy::DIFFERENCES;
 use crate::crd::{AdmissionStatus, Scope};
 use crate::model::Basis;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Per-node advice items of each reason, and failed nodes, a status names; the rest are counted
+/// ([`advisor::bounded`]).
+pub const NODES_PER_ADVICE: usize = 5;
 
 /// Facts about the measurement besides the analysis.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -94,10 +102,9 @@ pub fn desired_status(
 ) -> TerminationPolicyStatus {
     let rec = &report.recommendation;
     let basis = format!("{:?}", rec.reason);
-    let has = |r: AdviceReason| report.advice.iter().any(|a| a.reason == r);
-    let messages = |r: AdviceReason| {
-        report.advice.iter().filter(|a| a.reason == r).map(|a| a.message.as_str()).collect::<Vec<_>>().join(" | ")
-    };
+    let advice = advisor::bounded(&report.advice, NODES_PER_ADVICE);
+    let has = |r: AdviceReason| advice.iter().any(|a| a.reason == r);
+    let messages = |r: AdviceReason| advice.iter().filter(|a| a.reason == r).map(|a| a.message.as_str()).collect::<Vec<_>>().join(" | ");
     let pods = pods.or_else(|| previous.and_then(|p| p.pods.clone()));
     let mut conditions = Vec::new();
     let valid = spec.validate();
@@ -135,7 +142,15 @@ pub fn desired_status(
             (_, true) => ("NoNodesScraped", "no kube-proxy metrics could be read; sizing uses the policy default".to_string()),
             (_, false) => (
                 if meta.nodes_scraped == 0 { "NoNodesScraped" } else { "SomeNodesFailed" },
-                format!("{} node(s) failed: {}", meta.failed.len(), meta.failed.join("; ")),
+                format!(
+                    "{} node(s) failed: {}{}",
+                    meta.failed.len(),
+                    meta.failed.iter().take(NODES_PER_ADVICE).map(String::as_str).collect::<Vec<_>>().join("; "),
+                    match meta.failed.len().saturating_sub(NODES_PER_ADVICE) {
+                        0 => String::new(),
+                        more => format!("; and {more} more"),
+                    }
+                ),
             ),
         };
         cond("MetricsUnavailable", true, reason, msg, generation, now)
@@ -192,8 +207,7 @@ pub fn desired_status(
             estimated_rules: report.proxy.estimated_rules,
             actual_rules: report.proxy.actual_rules,
         }),
-        advice: report
-            .advice
+        advice: advice
             .iter()
             .map(|a| AdviceStatus { reason: format!("{:?}", a.reason), message: a.message.clone(), threshold: a.threshold.clone() })
             .collect(),
@@ -320,6 +334,40 @@ mod tests {
         assert_eq!((ev[0].type_, ev[0].reason.as_str()), ("Normal", "ProxySyncSlowResolved"));
         // the slow recommendation is larger: 1 + ~1.99 = ~2.99 s x 1.25 -> 4 s
         assert!(slow.recommendation.as_ref().unwrap().pre_stop_seconds > fast.recommendation.as_ref().unwrap().pre_stop_seconds);
+    }
+
+    #[test]
+    fn five_thousand_slow_nodes_make_a_small_status() {
+        // 5,000 nodes with a slow sync, 5,000 more failing: one advice item per node made each
+        // status ~1.2 MB (issue 16); the status names NODES_PER_ADVICE of each and counts the rest
+        let text = "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"2\"} 100\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 100\n";
+        let scrape = parse_kube_proxy_metrics(text).unwrap();
+        let inputs: Vec<NodeInput> =
+            (0..5000).map(|i| NodeInput { node: format!("node-{i:04}"), later: scrape.clone(), earlier: None, proxy_mode: None }).collect();
+        let opts = AnalysisOptions { min_sync_period_seconds: 1.0, ..Default::default() };
+        let spec = TerminationPolicySpec::default();
+        let full = analyze(&inputs, &opts, &spec);
+        assert_eq!(full.advice.iter().filter(|a| a.reason == AdviceReason::ProxySyncSlow).count(), 5000);
+        let mut m = meta();
+        m.nodes_scraped = 5000;
+        m.failed = (5000..10000).map(|i| format!("node-{i:04}: connection refused")).collect();
+        let s = desired_status(&spec, Some(1), &full, &m, None, None, &time("2026-01-01T00:00:00Z"));
+        let slow: Vec<&AdviceStatus> = s.advice.iter().filter(|a| a.reason == "ProxySyncSlow").collect();
+        assert_eq!(slow.len(), NODES_PER_ADVICE + 1);
+        assert!(slow[0].message.contains("node-0000") && slow[NODES_PER_ADVICE].message.contains("and 4995 more node(s)"), "{slow:?}");
+        let c = |t: &str| s.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+        assert_eq!(c("ProxySyncSlow").status, "True");
+        assert!(c("ProxySyncSlow").message.contains("5000 in all"), "{}", c("ProxySyncSlow").message);
+        let failed = c("MetricsUnavailable").message;
+        assert!(failed.starts_with("5000 node(s) failed: node-5000: connection refused;") && failed.ends_with("; and 4995 more"), "{failed}");
+        assert!(!failed.contains("node-5005"), "{failed}");
+        let bytes = serde_json::to_vec(&s).unwrap().len();
+        assert!(bytes < 8 * 1024, "status of {bytes} bytes");
+        // the summary report the controller sizes with gives the same status
+        let w = crate::analysis::analyze_window(&inputs, &opts, spec.pre_stop.min_samples);
+        let summary = crate::analysis::size_summary(&w, &spec, NODES_PER_ADVICE);
+        assert!(summary.nodes.is_empty());
+        assert_eq!(desired_status(&spec, Some(1), &summary, &m, None, None, &time("2026-01-01T00:00:00Z")), s);
     }
 
     #[test]
