@@ -107,31 +107,12 @@ if [[ "$BARE_API" == 1 ]]; then
   BARE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/st-operator-memory.XXXXXX")
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=127.0.0.1 \
     -addext subjectAltName=IP:127.0.0.1 -keyout "$BARE_DIR/webhook.key" -out "$BARE_DIR/webhook.crt" 2>/dev/null
-  openssl genrsa -out "$BARE_DIR/sa.key" 2048 2>/dev/null
-  token=$(openssl rand -hex 16)
-  echo "$token,bench,bench,\"system:masters\"" >"$BARE_DIR/tokens.csv"
-  cat >"$BARE_DIR/kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters: [{name: bench, cluster: {server: "https://127.0.0.1:$API_PORT", insecure-skip-tls-verify: true}}]
-users: [{name: bench, user: {token: "$token"}}]
-contexts: [{name: bench, context: {cluster: bench, user: bench}}]
-current-context: bench
-KC
+  # shellcheck source=bench/bare-apiserver.sh
+  source bench/bare-apiserver.sh
+  BARE_APISERVER_PIDS=()
+  bare_apiserver_start "$K8S_BIN" "$BARE_DIR" "$ETCD_PORT" "$API_PORT" "$OUT" || { BARE_PIDS+=("${BARE_APISERVER_PIDS[@]}"); exit 1; }
+  BARE_PIDS+=("${BARE_APISERVER_PIDS[@]}")
   export KUBECONFIG="$BARE_DIR/kubeconfig" ST_WEBHOOK_CERT="$BARE_DIR/webhook.crt" ST_WEBHOOK_KEY="$BARE_DIR/webhook.key"
-  etcd --data-dir "$BARE_DIR/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-    --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
-    --initial-cluster "default=http://127.0.0.1:$((ETCD_PORT + 1))" --quota-backend-bytes 8589934592 >"$OUT/etcd.log" 2>&1 &
-  BARE_PIDS+=($!)
-  kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --secure-port "$API_PORT" \
-    --advertise-address 127.0.0.1 --endpoint-reconciler-type none --cert-dir "$BARE_DIR/apiserver" \
-    --token-auth-file "$BARE_DIR/tokens.csv" --authorization-mode RBAC \
-    --service-account-key-file "$BARE_DIR/sa.key" --service-account-signing-key-file "$BARE_DIR/sa.key" \
-    --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
-    >"$OUT/apiserver.log" 2>&1 &
-  BARE_PIDS+=($!)
-  for _ in $(seq 1 120); do kubectl get --raw /readyz >/dev/null 2>&1 && break; sleep 0.5; done
-  kubectl get --raw /readyz >/dev/null || { tail -20 "$OUT/apiserver.log" >&2; exit 1; }
   log "bare API server on 127.0.0.1:$API_PORT (etcd $ETCD_PORT)"
 else
   KP_MODES=none e2e/cluster-up.sh

@@ -56,17 +56,6 @@ openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=12
 printf 'subjectAltName=IP:127.0.0.1\n' > "$WORK/san.ext"
 openssl x509 -req -in "$WORK/webhook.csr" -CA "$WORK/ca.crt" -CAkey "$WORK/ca.key" -CAcreateserial -days 1 \
     -extfile "$WORK/san.ext" -out "$WORK/webhook.crt" 2>/dev/null
-openssl genrsa -out "$WORK/sa.key" 2048 2>/dev/null
-TOKEN=$(openssl rand -hex 16)
-echo "$TOKEN,load,load,\"system:masters\"" > "$WORK/tokens.csv"
-cat > "$WORK/kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters: [{name: load, cluster: {server: "https://127.0.0.1:26443", insecure-skip-tls-verify: true}}]
-users: [{name: load, user: {token: "$TOKEN"}}]
-contexts: [{name: load, context: {cluster: load, user: load}}]
-current-context: load
-KC
 cat > "$WORK/policy.yaml" <<'P'
 apiVersion: safetermination.io/v1alpha1
 kind: TerminationPolicy
@@ -74,26 +63,15 @@ metadata: {name: load}
 spec: {scope: AllLongRunning}
 P
 
-"$BIN/etcd" --data-dir "$WORK/etcd" --listen-client-urls http://127.0.0.1:22379 --advertise-client-urls http://127.0.0.1:22379 \
-    --listen-peer-urls http://127.0.0.1:22380 --initial-advertise-peer-urls http://127.0.0.1:22380 \
-    --initial-cluster default=http://127.0.0.1:22380 > "$WORK/etcd.log" 2>&1 &
-PIDS+=($!)
-"$BIN/kube-apiserver" --etcd-servers http://127.0.0.1:22379 --bind-address 127.0.0.1 --secure-port 26443 \
-    --advertise-address 127.0.0.1 --endpoint-reconciler-type none --cert-dir "$WORK/apiserver" \
-    --token-auth-file "$WORK/tokens.csv" --authorization-mode RBAC \
-    --service-account-key-file "$WORK/sa.key" --service-account-signing-key-file "$WORK/sa.key" \
-    --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.250.0.0/24 \
-    > "$WORK/apiserver.log" 2>&1 &
-PIDS+=($!)
+# shellcheck source=bench/bare-apiserver.sh
+source bench/bare-apiserver.sh
+BARE_APISERVER_PIDS=()
+bare_apiserver_start "$BIN" "$WORK" 22379 26443 "$WORK" || { PIDS+=("${BARE_APISERVER_PIDS[@]}"); exit 1; }
+PIDS+=("${BARE_APISERVER_PIDS[@]}")
 RUST_LOG=info "$TARGET_DIR/release/safe-termination" webhook --listen 127.0.0.1:28443 --admin-listen 127.0.0.1:28080 \
     --tls-cert-file "$WORK/webhook.crt" --tls-key-file "$WORK/webhook.key" --policy "$WORK/policy.yaml" \
     --pre-stop-seconds 10 --native-sleep true > "$OUT/webhook.log" 2>&1 &
 PIDS+=($!)
-for _ in $(seq 1 120); do
-    KUBECONFIG="$WORK/kubeconfig" "$BIN/kubectl" get --raw /readyz >/dev/null 2>&1 && break
-    sleep 0.5
-done
-KUBECONFIG="$WORK/kubeconfig" "$BIN/kubectl" get --raw /readyz >/dev/null || { tail -20 "$WORK/apiserver.log" >&2; exit 1; }
 KUBECONFIG="$WORK/kubeconfig" "$BIN/kubectl" apply --server-side -f crds/terminationparameters.yaml >/dev/null
 KUBECONFIG="$WORK/kubeconfig" "$BIN/kubectl" wait --for=condition=Established --timeout=60s crd/terminationparameters.safetermination.io >/dev/null
 log "API server $("$BIN/kube-apiserver" --version), load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
