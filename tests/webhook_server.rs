@@ -764,6 +764,24 @@ async fn admin_port_closes_slow_headers_and_a_stalled_request_does_not_hold_shut
     drop(stalled);
 }
 
+/// An HTTP/1.1 request over TLS to `addr` that declares a 64,000-byte body and sends only `sent`
+/// bytes of it, once the server has reserved the declared length in `budget` (asserted).
+async fn stalled_body(pki: &Pki, addr: SocketAddr, budget: &safe_termination::webhook::server::BodyBudget, sent: usize) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(pki.client_config(&[b"http/1.1"])));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut a = connector.connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap();
+    a.write_all(b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 64000\r\n\r\n").await.unwrap();
+    a.write_all(&vec![b' '; sent]).await.unwrap();
+    a.flush().await.unwrap();
+    let (total, reserved) = (budget.bytes(), 64_000);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while budget.available() > total - reserved && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(budget.available(), total - reserved, "the stalled request reserved its declared length");
+    a
+}
+
 /// Many large bodies at once cannot take the process's memory: body bytes held by all requests
 /// together are bounded (`BodyBudget`, 64 KiB here): each request reserves its declared length
 /// before reading. A request whose body does not fit beside another's waits until that one is
@@ -780,17 +798,7 @@ async fn request_bodies_held_at_once_are_bounded() {
     let (pki, addr) = (&server.pki, server.addr);
 
     // A: 60,000 of its 64,000 body bytes, then nothing
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(pki.client_config(&[b"http/1.1"])));
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut a = connector.connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap();
-    a.write_all(b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 64000\r\n\r\n").await.unwrap();
-    a.write_all(&vec![b' '; 60_000]).await.unwrap();
-    a.flush().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while budget.available() > 64 * 1024 - 64_000 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(budget.available(), 64 * 1024 - 64_000, "A reserved its declared length");
+    let mut a = stalled_body(pki, addr, &budget, 60_000).await;
 
     // B: a whole 10 KB body does not fit beside A's: it waits until A's timeout (1.5 s after A
     // started) gives A's budget back, then is answered
@@ -843,17 +851,8 @@ async fn a_body_that_does_not_arrive_gives_its_budget_back_at_the_body_timeout()
     let (pki, addr) = (&server.pki, server.addr);
 
     // A declares 64,000 bytes and sends one
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(pki.client_config(&[b"http/1.1"])));
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut a = connector.connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap();
     let a_started = Instant::now();
-    a.write_all(b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 64000\r\n\r\n ").await.unwrap();
-    a.flush().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while budget.available() > 64 * 1024 - 64_000 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(budget.available(), 64 * 1024 - 64_000, "A reserved its declared length");
+    let mut a = stalled_body(pki, addr, &budget, 1).await;
 
     // B does not fit beside A: answered once A's body timeout gives the budget back, long
     // before A's request timeout
