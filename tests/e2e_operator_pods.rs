@@ -37,6 +37,7 @@
 
 mod common;
 
+use common::rules::RealNode;
 use common::{first_der, metric_sum};
 use common::tools::{root, run, tool, try_run};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -984,26 +985,17 @@ async fn t8b_policy_backend_mutates_every_pod_while_every_operator_pod_is_delete
 /// the release's `restricted` namespace refuses (README "Node agent").
 const AGENT_NS: &str = "st-agents";
 
-/// (network namespace, node IP) of a real node's kube-proxy, from cluster-up's cluster.json.
-fn kube_proxy_netns(node: &str) -> (String, String) {
-    let path = std::env::var("ST_CLUSTER_JSON").expect("ST_CLUSTER_JSON: source the cluster's env");
-    let cluster: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let n = cluster["nodes"].as_array().and_then(|a| a.iter().find(|n| n["name"] == node)).unwrap_or_else(|| panic!("{node} in cluster.json"));
-    (n["kube_proxy"]["netns"].as_str().unwrap().to_string(), n["kube_proxy"]["ip"].as_str().unwrap().to_string())
-}
-
 /// Rewrites `metricsBindAddress` in each real node's kube-proxy configuration (cluster-up's
 /// `$ST_E2E_DIR/kube-proxy-NODE.yaml`) to `127.0.0.1:10249` (`loopback`) or back to the node
 /// IP, and starts that kube-proxy again (it exits by itself when its configuration file
 /// changes; e2e/restart.sh --config-changed). Dropped, it puts the node IP back: the tests after
 /// this one scrape kube-proxy directly.
-struct LoopbackKubeProxies(Vec<String>);
+struct LoopbackKubeProxies(Vec<RealNode>);
 
 impl LoopbackKubeProxies {
-    fn bind(nodes: &[String], loopback: bool) {
-        let dir = std::env::var("ST_E2E_DIR").unwrap_or_else(|_| common::state_dir());
-        for node in nodes {
-            let (_, ip) = kube_proxy_netns(node);
+    fn bind(nodes: &[RealNode], loopback: bool) {
+        let dir = common::state_dir();
+        for RealNode { name: node, ip, .. } in nodes {
             let path = format!("{dir}/kube-proxy-{node}.yaml");
             let cfg = std::fs::read_to_string(&path).unwrap();
             let (from, to) = if loopback { (format!("metricsBindAddress: {ip}:10249"), "metricsBindAddress: 127.0.0.1:10249".to_string()) } else { ("metricsBindAddress: 127.0.0.1:10249".to_string(), format!("metricsBindAddress: {ip}:10249")) };
@@ -1015,7 +1007,7 @@ impl LoopbackKubeProxies {
         }
     }
 
-    fn to_loopback(nodes: &[String]) -> Self {
+    fn to_loopback(nodes: &[RealNode]) -> Self {
         Self::bind(nodes, true);
         Self(nodes.to_vec())
     }
@@ -1071,15 +1063,15 @@ async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
     let client = common::client().await;
     ensure_installed(&client).await;
     ensure_fault_namespace(&client).await;
-    let nodes: Vec<String> = std::env::var("ST_REAL_NODES").unwrap().split_whitespace().map(String::from).collect();
-    assert_eq!(nodes.len(), 2, "two real nodes");
+    let real = common::rules::real_nodes();
+    assert_eq!(real.len(), 2, "two real nodes");
+    let nodes: Vec<String> = real.iter().map(|n| n.name.clone()).collect();
     // kubeadm's default: kube-proxy's metrics on the node's loopback only
-    let _restore = LoopbackKubeProxies::to_loopback(&nodes);
-    for node in &nodes {
-        let (netns, ip) = kube_proxy_netns(node);
+    let _restore = LoopbackKubeProxies::to_loopback(&real);
+    for RealNode { name: node, netns, ip, .. } in &real {
         let direct = reqwest::Client::builder().timeout(Duration::from_secs(3)).no_proxy().build().unwrap().get(format!("http://{ip}:10249/metrics")).send().await;
         assert!(direct.is_err(), "kube-proxy on {node} still answers on {ip}:10249 after the rebind");
-        let mode = common::wait_for(&format!("kube-proxy on {node} serving on 127.0.0.1 in its netns"), 30, async || curl_in_netns(&netns, "http://127.0.0.1:10249/proxyMode").ok()).await;
+        let mode = common::wait_for(&format!("kube-proxy on {node} serving on 127.0.0.1 in its netns"), 30, async || curl_in_netns(netns, "http://127.0.0.1:10249/proxyMode").ok()).await;
         eprintln!("kube-proxy on {node}: {ip}:10249 refused, 127.0.0.1:10249 in {netns} answers /proxyMode {}", mode.trim());
     }
     // the direct scrape fails on both nodes
@@ -1132,7 +1124,7 @@ async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
     }
 
     // an agent answers only the operator's client certificate
-    let (_, ip) = kube_proxy_netns(&nodes[0]);
+    let ip = &real[0].ip;
     let anonymous = reqwest::Client::builder().timeout(Duration::from_secs(3)).no_proxy().danger_accept_invalid_certs(true).build().unwrap();
     match anonymous.get(format!("https://{ip}:10349/metrics")).send().await {
         Ok(r) => panic!("the agent on {} answered a request without a client certificate: HTTP {}", nodes[0], r.status()),

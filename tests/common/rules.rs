@@ -1,5 +1,6 @@
 //! kube-proxy's rules read inside a real node's network namespace (read only), for the ground
-//! truth of the propagation window (tests/e2e_deploy.rs, tests/e2e_window.rs).
+//! truth of the propagation window (tests/e2e_deploy.rs, tests/e2e_window.rs); the real nodes
+//! of the cluster (also tests/e2e_operator_pods.rs).
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +15,8 @@ pub struct RealNode {
     pub netns: String,
     /// Its kube-proxy mode as cluster-up.sh names it (iptables-nft, nftables, ...).
     pub mode: String,
+    /// Its node IP (kube-proxy's bind address, metrics on `:10249` unless rebound).
+    pub ip: String,
 }
 
 /// The real nodes of `$ST_CLUSTER_JSON` (at least two).
@@ -30,6 +33,7 @@ pub fn real_nodes() -> Vec<RealNode> {
             name: n["name"].as_str().unwrap().into(),
             netns: n["kube_proxy"]["netns"].as_str().unwrap().into(),
             mode: n["kube_proxy"]["mode"].as_str().unwrap().into(),
+            ip: n["kube_proxy"]["ip"].as_str().unwrap().into(),
         })
         .collect();
     assert!(nodes.len() >= 2, "the experiment needs two real nodes (ST_REAL_NODES=1 e2e/cluster-up.sh): {path}");
