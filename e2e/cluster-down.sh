@@ -90,9 +90,8 @@ for entry in "${netns_list[@]}"; do
   fi
 done
 
-if [[ -z "$other" && -f "$ST_E2E_OWNER_FILE" ]] && [[ "$(cat "$ST_E2E_OWNER_FILE" 2>/dev/null)" == "$ST_E2E_DIR" || -z "$(other_running_owner)" ]]; then
-  rm -f "$ST_E2E_OWNER_FILE"
-fi
+# ours, or a stale one of a cluster that no longer runs
+if [[ -z "$other" ]]; then rm -f "$ST_E2E_OWNER_FILE"; fi
 
 if [[ -d "$STATE" ]]; then
   if [[ "${ST_E2E_KEEP_LOGS:-0}" == 1 && -d "$STATE/logs" ]]; then
