@@ -43,6 +43,27 @@ pub enum HistogramError {
     NanBound,
 }
 
+/// Which kind of histogram a quantile was computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HistogramKind {
+    /// Classic buckets (cumulative counts per `le` bound; every exposition format).
+    #[default]
+    Classic,
+    /// A native (exponential) histogram (protobuf exposition only, kube-proxy 1.37+).
+    Native,
+}
+
+impl HistogramKind {
+    /// `classic` or `native`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Classic => "classic",
+            Self::Native => "native",
+        }
+    }
+}
+
 /// A quantile estimate over a histogram.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -54,6 +75,8 @@ pub struct Quantile {
     pub beyond_top_bucket: bool,
     /// Observations the estimate is based on (`count` of the `+Inf` bucket).
     pub samples: f64,
+    /// The kind of histogram it came from.
+    pub kind: HistogramKind,
 }
 
 impl Histogram {
@@ -105,7 +128,7 @@ impl Histogram {
     /// `beyond_top_bucket` when the rank lands in the `+Inf` bucket.
     pub fn quantile(&self, q: f64) -> Quantile {
         let samples = self.count();
-        let out = |seconds, beyond| Quantile { seconds, beyond_top_bucket: beyond, samples };
+        let out = |seconds, beyond| Quantile { seconds, beyond_top_bucket: beyond, samples, kind: HistogramKind::Classic };
         if q.is_nan() {
             return out(f64::NAN, false);
         }

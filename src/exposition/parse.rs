@@ -88,6 +88,7 @@
 //! the throughput targets (BENCHMARKS.md).
 
 use super::histogram::{Bucket, Histogram, HistogramError};
+use super::native::NativeHistogram;
 use serde::Serialize;
 
 /// The histogram families read from a scrape.
@@ -223,6 +224,11 @@ pub struct KubeProxyScrape {
     pub sync_partial: Option<Histogram>,
     /// Network programming latency in seconds.
     pub network_programming: Option<Histogram>,
+    /// The native histogram of [`Self::sync`] (the `ip_family` series summed), when the scrape
+    /// carried one: only the protobuf exposition does (kube-proxy 1.37+).
+    pub sync_native: Option<NativeHistogram>,
+    /// The native histogram of [`Self::network_programming`], when the scrape carried one.
+    pub network_programming_native: Option<NativeHistogram>,
     /// `kubeproxy_sync_proxy_rules_last_timestamp_seconds` (Unix seconds); with several series
     /// (dual-stack), the oldest.
     pub last_sync_timestamp_seconds: Option<f64>,
