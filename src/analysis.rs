@@ -3,6 +3,7 @@
 
 use crate::advisor::{self, Advice, ClusterFacts, Thresholds};
 use crate::crd::TerminationPolicySpec;
+use crate::exposition::HistogramKind;
 use crate::model::{self, Basis, ClusterWindow, Interval, NodeInput, NodeWindow, ProxyMode};
 use crate::sizing::{self, Recommendation};
 use serde::Serialize;
@@ -72,6 +73,8 @@ pub struct AnalysisReport {
     pub network_programming_p99_seconds: Option<f64>,
     /// Cluster propagation window W, seconds.
     pub propagation_window_seconds: Option<f64>,
+    /// The kind of histogram W came from on the worst node (`native` or `classic`).
+    pub histogram_kind: Option<HistogramKind>,
     /// minSyncPeriod used, seconds.
     pub min_sync_period_seconds: f64,
     /// Where minSyncPeriod came from.
@@ -112,6 +115,8 @@ pub struct WindowAnalysis {
     pub sync_p99_seconds: Option<f64>,
     /// Highest trusted network-programming p99 among nodes, seconds.
     pub network_programming_p99_seconds: Option<f64>,
+    /// The kind of histogram W came from on the worst node.
+    pub histogram_kind: Option<HistogramKind>,
     /// minSyncPeriod used, seconds.
     pub min_sync_period_seconds: f64,
     /// Where minSyncPeriod came from.
@@ -169,6 +174,7 @@ fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -
         interval,
         sync_p99_seconds: max_of(&|n| n.sync_p99.map(|q| q.seconds)),
         network_programming_p99_seconds: max_of(&|n| n.network_programming_p99.map(|q| q.seconds)),
+        histogram_kind: window.worst_node.as_ref().and_then(|w| nodes.iter().find(|n| &n.node == w)).and_then(|n| n.histogram_kind),
         min_sync_period_seconds: opts.min_sync_period_seconds,
         min_sync_period_source: opts.min_sync_period_source.clone(),
         proxy: ProxySummary {
@@ -206,6 +212,7 @@ fn sized(w: &WindowAnalysis, spec: &TerminationPolicySpec, nodes: Vec<NodeWindow
         sync_p99_seconds: w.sync_p99_seconds,
         network_programming_p99_seconds: w.network_programming_p99_seconds,
         propagation_window_seconds: w.window.propagation_window_seconds,
+        histogram_kind: w.histogram_kind,
         min_sync_period_seconds: w.min_sync_period_seconds,
         min_sync_period_source: w.min_sync_period_source.clone(),
         recommendation: sizing::recommend(&w.window, spec),

@@ -273,6 +273,11 @@ pub struct MeasurementStatus {
     /// The node that set W.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worst_node: Option<String>,
+    /// The kind of kube-proxy histogram W came from on the worst node: `native` (kube-proxy
+    /// 1.37+, read over the protobuf exposition: 9%-wide buckets) or `classic` (doubling sync
+    /// buckets: a p99 can read up to 2 x the true one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histogram_kind: Option<String>,
     /// Nodes whose metrics were read.
     pub nodes_scraped: u32,
     /// Nodes whose metrics could not be read.

@@ -12,7 +12,7 @@
 //! 2.7 KB; a compact one about 140 bytes. `examples/store_memory.rs` measures it (BENCHMARKS.md
 //! "Operator memory"): 5,000 nodes x 21 samples, 270.6 MiB of heap before, 27.4 MiB now.
 
-use crate::exposition::{Bucket, Histogram, KubeProxyScrape};
+use crate::exposition::{Bucket, Histogram, KubeProxyScrape, NativeHistogram, NativeParts, Span};
 use crate::model::{NodeInput, ProxyMode};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -119,13 +119,6 @@ impl Counts {
 /// seven bits a byte, low bits first, the high bit set on every byte but the last. `None` when
 /// a count is lower than the one before it (no increment to write).
 fn pack(counts: impl Iterator<Item = u64>) -> Option<Vec<u8>> {
-    fn varint(out: &mut Vec<u8>, mut v: u64) {
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
     let mut out = Vec::new();
     let (mut previous, mut zeros) = (0u64, 0u64);
     for c in counts {
@@ -147,18 +140,7 @@ fn pack(counts: impl Iterator<Item = u64>) -> Option<Vec<u8>> {
 
 /// The `n` counts [`pack`] packed into `bytes`.
 fn unpack(mut bytes: &[u8], n: usize) -> Vec<u64> {
-    let mut varint = || {
-        let (mut v, mut shift) = (0u64, 0);
-        while let Some((&b, rest)) = bytes.split_first() {
-            bytes = rest;
-            v |= u64::from(b & 0x7f) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                break;
-            }
-        }
-        v
-    };
+    let mut varint = || read_varint(&mut bytes);
     let mut out = Vec::with_capacity(n);
     let mut previous = 0u64;
     while out.len() < n {
@@ -222,6 +204,151 @@ impl CompactHistogram {
     }
 }
 
+/// A native histogram as an older sample keeps it: the scalars, and each side's buckets packed
+/// ([`pack_native`]) when every count is a whole number (kube-proxy's are: integer deltas), as
+/// they are otherwise. About 60 bytes for kube-proxy's ~20 sync buckets instead of ~380.
+#[derive(Debug, Clone, PartialEq)]
+struct CompactNative {
+    schema: i8,
+    zero_threshold: f64,
+    zero_count: f64,
+    count: f64,
+    sum: f64,
+    positive: NativeBuckets,
+    negative: NativeBuckets,
+}
+
+/// One side's native buckets, `(index, count)` sorted by index.
+#[derive(Debug, Clone, PartialEq)]
+enum NativeBuckets {
+    /// [`pack_native`]'s varints.
+    Packed(Box<[u8]>),
+    /// The buckets as they are (a fractional, negative or `-0` count).
+    Raw(Box<[(i32, f64)]>),
+}
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn read_varint(bytes: &mut &[u8]) -> u64 {
+    let (mut v, mut shift) = (0u64, 0);
+    while let Some((&b, rest)) = bytes.split_first() {
+        *bytes = rest;
+        v |= u64::from(b & 0x7f).checked_shl(shift).unwrap_or(0);
+        shift += 7;
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    v
+}
+
+/// Packs native buckets: per bucket the index step as a varint (the first bucket's index
+/// zigzag-encoded, each later one the gap after the previous bucket), then the count as a
+/// varint. `None` when a count is not a whole number that survives `f64 -> u64 -> f64` bit
+/// for bit.
+fn pack_native(buckets: &[(i32, f64)]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(buckets.len() * 2);
+    let mut previous: Option<i32> = None;
+    for &(i, c) in buckets {
+        if (c as u64 as f64).to_bits() != c.to_bits() {
+            return None;
+        }
+        let step = match previous {
+            None => ((i << 1) ^ (i >> 31)) as u32 as u64,
+            Some(p) => (i64::from(i) - i64::from(p) - 1) as u64,
+        };
+        varint(&mut out, step);
+        varint(&mut out, c as u64);
+        previous = Some(i);
+    }
+    Some(out)
+}
+
+fn unpack_native(mut bytes: &[u8]) -> Vec<(i32, f64)> {
+    let mut out = Vec::new();
+    let mut previous: Option<i32> = None;
+    while !bytes.is_empty() {
+        let step = read_varint(&mut bytes);
+        let i = match previous {
+            None => {
+                let z = step as u32;
+                ((z >> 1) as i32) ^ -((z & 1) as i32)
+            }
+            Some(p) => (i64::from(p) + 1 + step as i64) as i32,
+        };
+        out.push((i, read_varint(&mut bytes) as f64));
+        previous = Some(i);
+    }
+    out
+}
+
+impl NativeBuckets {
+    fn new(buckets: &[(i32, f64)]) -> Self {
+        match pack_native(buckets) {
+            Some(bytes) => Self::Packed(bytes.into_boxed_slice()),
+            None => Self::Raw(buckets.into()),
+        }
+    }
+
+    /// The buckets as spans (one per run of consecutive indices) and counts.
+    fn spans(&self) -> (Vec<Span>, Vec<f64>) {
+        let buckets = match self {
+            Self::Packed(bytes) => unpack_native(bytes),
+            Self::Raw(b) => b.to_vec(),
+        };
+        let mut spans: Vec<Span> = Vec::new();
+        let mut previous: Option<i32> = None;
+        for &(i, _) in &buckets {
+            match previous {
+                Some(p) if i64::from(i) == i64::from(p) + 1 => spans.last_mut().expect("a run is open").length += 1,
+                Some(p) => spans.push(Span { offset: i - p - 1, length: 1 }),
+                None => spans.push(Span { offset: i, length: 1 }),
+            }
+            previous = Some(i);
+        }
+        (spans, buckets.into_iter().map(|b| b.1).collect())
+    }
+}
+
+impl CompactNative {
+    fn new(h: &NativeHistogram) -> Self {
+        Self {
+            // the schema is -4..=8 (NativeHistogram checks it)
+            schema: h.schema() as i8,
+            zero_threshold: h.zero_threshold(),
+            zero_count: h.zero_count(),
+            count: h.count(),
+            sum: h.sum(),
+            positive: NativeBuckets::new(h.positive()),
+            negative: NativeBuckets::new(h.negative()),
+        }
+    }
+
+    /// The histogram it was made from.
+    fn expand(&self) -> NativeHistogram {
+        let (positive_spans, positive_counts) = self.positive.spans();
+        let (negative_spans, negative_counts) = self.negative.spans();
+        NativeHistogram::new(NativeParts {
+            schema: i32::from(self.schema),
+            zero_threshold: self.zero_threshold,
+            zero_count: self.zero_count,
+            count: self.count,
+            sum: self.sum,
+            positive_spans,
+            positive_counts,
+            negative_spans,
+            negative_counts,
+        })
+        .expect("a compacted native histogram re-expands")
+    }
+}
+
 /// An older sample of a node, reduced to what the analysis reads of an `earlier` scrape: the
 /// sync and network-programming histograms (exact), the proxy mode and the time.
 #[derive(Debug, Clone, PartialEq)]
@@ -231,6 +358,8 @@ struct CompactSample {
     sync_from_legacy_microseconds: bool,
     sync: Option<CompactHistogram>,
     network_programming: Option<CompactHistogram>,
+    sync_native: Option<CompactNative>,
+    network_programming_native: Option<CompactNative>,
 }
 
 impl CompactSample {
@@ -241,8 +370,17 @@ impl CompactSample {
             at_unix_seconds: sample.at_unix_seconds,
             proxy_mode: sample.proxy_mode,
             sync_from_legacy_microseconds: scrape.sync_from_legacy_microseconds,
-            sync: scrape.sync.as_ref().map(|h| CompactHistogram::new(h, layouts)),
-            network_programming: scrape.network_programming.as_ref().map(|h| CompactHistogram::new(h, layouts)),
+            // a family with a native histogram keeps only that one: the analysis reads the
+            // classic buckets of an earlier scrape only when the later one has no native
+            // histogram ([`crate::model::measure_node`])
+            sync: scrape.sync.as_ref().filter(|_| scrape.sync_native.is_none()).map(|h| CompactHistogram::new(h, layouts)),
+            network_programming: scrape
+                .network_programming
+                .as_ref()
+                .filter(|_| scrape.network_programming_native.is_none())
+                .map(|h| CompactHistogram::new(h, layouts)),
+            sync_native: scrape.sync_native.as_ref().map(CompactNative::new),
+            network_programming_native: scrape.network_programming_native.as_ref().map(CompactNative::new),
         }
     }
 
@@ -253,6 +391,8 @@ impl CompactSample {
             sync: self.sync.as_ref().map(CompactHistogram::expand),
             sync_from_legacy_microseconds: self.sync_from_legacy_microseconds,
             network_programming: self.network_programming.as_ref().map(CompactHistogram::expand),
+            sync_native: self.sync_native.as_ref().map(CompactNative::expand),
+            network_programming_native: self.network_programming_native.as_ref().map(CompactNative::expand),
             ..KubeProxyScrape::default()
         }
     }

@@ -29,7 +29,8 @@
 //! reported as measured (`networkProgrammingP99Seconds`).
 //! The cluster window is the maximum over nodes, and the node that sets it is named.
 
-use crate::exposition::histogram::{Histogram, Quantile};
+use crate::exposition::histogram::{Histogram, HistogramKind, Quantile};
+use crate::exposition::native::NativeHistogram;
 use crate::exposition::parse::KubeProxyScrape;
 use serde::Serialize;
 
@@ -169,6 +170,9 @@ pub struct NodeWindow {
     pub network_programming_p99: Option<Quantile>,
     /// True when the sync histogram came from the pre-1.14 microsecond family.
     pub sync_from_legacy_microseconds: bool,
+    /// The kind of histogram the term that sets W came from (`native` when kube-proxy served
+    /// a native histogram in both scrapes, else `classic`); None without data.
+    pub histogram_kind: Option<HistogramKind>,
     /// W for this node, seconds (None when there is no data).
     pub propagation_window_seconds: Option<f64>,
     /// How far W can be trusted.
@@ -179,47 +183,142 @@ pub struct NodeWindow {
     pub iptables_rules_total: Option<f64>,
 }
 
-fn p99(h: Option<&Histogram>) -> Option<Quantile> {
-    h.map(|h| h.quantile(QUANTILE)).filter(|q| q.seconds.is_finite())
+/// Which histograms [`measure_node_with`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum HistogramPreference {
+    /// The native histogram where the scrapes carry one (the later scrape, and the earlier one
+    /// when given), else the classic buckets: kube-proxy's native buckets are 9% wide, its
+    /// classic sync buckets double, so a classic p99 can read up to 2 x the true one.
+    #[default]
+    NativeFirst,
+    /// The classic buckets only (to compare both kinds from the same scrapes).
+    ClassicOnly,
+}
+
+/// One histogram of either kind, as the model reads it.
+#[derive(Debug, Clone)]
+enum Distribution {
+    Classic(Histogram),
+    Native(NativeHistogram),
+}
+
+impl Distribution {
+    fn count(&self) -> f64 {
+        match self {
+            Self::Classic(h) => h.count(),
+            Self::Native(h) => h.count(),
+        }
+    }
+
+    /// The p99, when finite.
+    fn p99(&self) -> Option<Quantile> {
+        let q = match self {
+            Self::Classic(h) => h.quantile(QUANTILE),
+            Self::Native(h) => h.quantile(QUANTILE),
+        };
+        q.seconds.is_finite().then_some(q)
+    }
+}
+
+/// A family's histogram over the interval: the later scrape's, minus the earlier one's when
+/// given (the delta; a counter reset sets `reset`). Native when preferred and both scrapes
+/// carry one, classic otherwise. Returns (interval histogram, lifetime histogram).
+fn over(
+    classic: (&Option<Histogram>, Option<&Option<Histogram>>),
+    native: (&Option<NativeHistogram>, Option<&Option<NativeHistogram>>),
+    has_earlier: bool,
+    prefer: HistogramPreference,
+    reset: &mut bool,
+) -> Option<(Distribution, Distribution)> {
+    let earlier_native = native.1.and_then(Option::as_ref);
+    if let (HistogramPreference::NativeFirst, Some(later)) = (prefer, native.0.as_ref())
+        && (!has_earlier || earlier_native.is_some())
+    {
+        let interval = match earlier_native {
+            None => later.clone(),
+            Some(e) => {
+                let d = later.delta_since(e);
+                *reset |= d.is_reset();
+                d.histogram().clone()
+            }
+        };
+        return Some((Distribution::Native(interval), Distribution::Native(later.clone())));
+    }
+    let later = classic.0.as_ref()?;
+    let interval = match classic.1.and_then(Option::as_ref) {
+        // no earlier histogram: the family had no observation yet (network programming appears
+        // with its first sample), so all of the later's are new. (Also when the store kept only
+        // the earlier scrape's native histogram and the later one has none, a downgrade within
+        // the window: then the later scrape's lifetime counts stand in for the interval.)
+        None => later.clone(),
+        Some(e) => {
+            let d = later.delta_since(e);
+            *reset |= d.is_reset();
+            d.histogram().clone()
+        }
+    };
+    Some((Distribution::Classic(interval), Distribution::Classic(later.clone())))
 }
 
 /// Measures one node: deltas when an earlier scrape is given, p99s, W and its basis.
 /// `min_sync_period_seconds` is kube-proxy's minSyncPeriod (1 s by default in iptables mode);
-/// `min_samples` is the policy's `preStop.minSamples`.
+/// `min_samples` is the policy's `preStop.minSamples`. Native histograms first
+/// ([`HistogramPreference::NativeFirst`]).
 pub fn measure_node(input: &NodeInput, min_sync_period_seconds: f64, min_samples: u32, mode_flag: Option<ProxyMode>) -> NodeWindow {
+    measure_node_with(input, min_sync_period_seconds, min_samples, mode_flag, HistogramPreference::NativeFirst)
+}
+
+/// [`measure_node`] with a choice of histogram kind.
+pub fn measure_node_with(
+    input: &NodeInput,
+    min_sync_period_seconds: f64,
+    min_samples: u32,
+    mode_flag: Option<ProxyMode>,
+    prefer: HistogramPreference,
+) -> NodeWindow {
     let mut interval = if input.earlier.is_some() { Interval::BetweenScrapes } else { Interval::Lifetime };
-    let over = |later: &Option<Histogram>, earlier: Option<&Option<Histogram>>, interval: &mut Interval| -> Option<Histogram> {
-        let later = later.as_ref()?;
-        match earlier.and_then(|e| e.as_ref()) {
-            None => Some(later.clone()),
-            Some(e) => {
-                let d = later.delta_since(e);
-                if d.is_reset() {
-                    *interval = Interval::SinceRestart;
-                }
-                Some(d.histogram().clone())
-            }
-        }
+    let (earlier, has_earlier) = (input.earlier.as_ref(), input.earlier.is_some());
+    let mut reset = false;
+    let sync = over(
+        (&input.later.sync, earlier.map(|e| &e.sync)),
+        (&input.later.sync_native, earlier.map(|e| &e.sync_native)),
+        has_earlier,
+        prefer,
+        &mut reset,
+    );
+    let np = over(
+        (&input.later.network_programming, earlier.map(|e| &e.network_programming)),
+        (&input.later.network_programming_native, earlier.map(|e| &e.network_programming_native)),
+        has_earlier,
+        prefer,
+        &mut reset,
+    );
+    if reset {
+        interval = Interval::SinceRestart;
+    }
+    let count = |d: &Option<(Distribution, Distribution)>, lifetime: bool| {
+        d.as_ref().map_or(0.0, |(i, l)| if lifetime { l.count() } else { i.count() })
     };
-    let earlier = input.earlier.as_ref();
-    let mut sync = over(&input.later.sync, earlier.map(|e| &e.sync), &mut interval);
-    let mut np = over(&input.later.network_programming, earlier.map(|e| &e.network_programming), &mut interval);
-    let count = |h: &Option<Histogram>| h.as_ref().map_or(0.0, Histogram::count);
-    if interval == Interval::BetweenScrapes
-        && count(&sync) < f64::from(min_samples)
-        && count(&input.later.sync) > count(&sync)
-    {
-        sync = input.later.sync.clone();
-        np = input.later.network_programming.clone();
+    let use_lifetime = interval == Interval::BetweenScrapes && count(&sync, false) < f64::from(min_samples) && count(&sync, true) > count(&sync, false);
+    if use_lifetime {
         interval = Interval::LifetimeFallback;
     }
-    let sync_p99 = p99(sync.as_ref());
-    let np_p99 = p99(np.as_ref());
-    let sync_samples = sync.as_ref().map_or(0.0, |h| h.count());
-    let np_samples = np.as_ref().map_or(0.0, |h| h.count());
+    let pick = |d: Option<(Distribution, Distribution)>| d.map(|(i, l)| if use_lifetime { l } else { i });
+    let (sync, np) = (pick(sync), pick(np));
+    let sync_p99 = sync.as_ref().and_then(Distribution::p99);
+    let np_p99 = np.as_ref().and_then(Distribution::p99);
+    let sync_samples = sync.as_ref().map_or(0.0, Distribution::count);
+    let np_samples = np.as_ref().map_or(0.0, Distribution::count);
 
     let from_sync = sync_p99.map(|q| min_sync_period_seconds + q.seconds);
     let from_np = np_p99.map(|q| (q.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0));
+    let histogram_kind = match (from_np, from_sync) {
+        (Some(a), Some(b)) if a > b => np_p99.map(|q| q.kind),
+        (_, Some(_)) => sync_p99.map(|q| q.kind),
+        (Some(_), None) => np_p99.map(|q| q.kind),
+        (None, None) => None,
+    };
     let window = match (from_np, from_sync) {
         (Some(a), Some(b)) => Some(a.max(b)),
         // no sync histogram: a change still waits for the next sync, at most minSyncPeriod
@@ -263,6 +362,7 @@ pub fn measure_node(input: &NodeInput, min_sync_period_seconds: f64, min_samples
         sync_p99,
         network_programming_p99: np_p99,
         sync_from_legacy_microseconds: input.later.sync_from_legacy_microseconds,
+        histogram_kind,
         propagation_window_seconds: window,
         basis,
         stale_seconds,

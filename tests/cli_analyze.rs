@@ -148,6 +148,7 @@ fn json_keys_are_the_documented_schema() {
         keys(&doc),
         [
             "advice",
+            "histogramKind",
             "interval",
             "minSyncPeriodSeconds",
             "minSyncPeriodSource",
@@ -164,6 +165,7 @@ fn json_keys_are_the_documented_schema() {
         keys(&doc["nodes"][0]),
         [
             "basis",
+            "histogramKind",
             "interval",
             "iptablesRulesTotal",
             "kubernetesVersion",
@@ -178,7 +180,10 @@ fn json_keys_are_the_documented_schema() {
             "syncSamples"
         ]
     );
-    assert_eq!(keys(&doc["nodes"][0]["syncP99"]), ["beyondTopBucket", "samples", "seconds"]);
+    assert_eq!(keys(&doc["nodes"][0]["syncP99"]), ["beyondTopBucket", "kind", "samples", "seconds"]);
+    // a text scrape carries classic buckets only
+    assert_eq!(doc["histogramKind"], "classic");
+    assert_eq!(doc["nodes"][0]["syncP99"]["kind"], "classic");
     assert_eq!(keys(&doc["recommendation"]), ["arithmetic", "preStopSeconds", "reason", "terminationGracePeriodSeconds"]);
     assert_eq!(keys(&doc["proxy"]), ["actualRules", "endpoints", "estimatedRules", "mode", "services"]);
     assert_eq!(doc["proxy"]["estimatedRules"], 2 * 1000 + 2 * 20);
@@ -223,18 +228,18 @@ fn text_report_shows_table_arithmetic_and_advice() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let out = r.stdout;
     assert!(out.starts_with("Interval: since each kube-proxy started"), "{out}");
-    for col in ["NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS"] {
+    for col in ["NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS", "HISTOGRAM"] {
         assert!(out.contains(col), "missing column {col}: {out}");
     }
     let row = out.lines().find(|l| l.starts_with("kube-proxy-v1.29-iptables-excerpt")).expect("node row");
-    for cell in ["iptables", "v1.29.0", "0.127s", "4.980s", "3.980s", "LowSampleCount", "Lifetime"] {
+    for cell in ["iptables", "v1.29.0", "0.127s", "4.980s", "3.980s", "LowSampleCount", "classic", "Lifetime"] {
         assert!(row.contains(cell), "missing {cell} in {row:?}");
     }
     // columns stay aligned with a node name longer than the default column width
     let header = out.lines().find(|l| l.starts_with("NODE")).unwrap();
     assert_eq!(header.find("MODE"), row.find(" iptables ").map(|i| i + 1), "\n{header}\n{row}");
     assert_eq!(header.find("BASIS"), row.find("LowSampleCount"), "\n{header}\n{row}");
-    assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 3.980s  (W = max(NP p99 - 1s, minSyncPeriod 1s [default] + sync p99))"), "{out}");
+    assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 3.980s from classic histograms  (W = max(NP p99 - 1s, minSyncPeriod 1s [default] + sync p99))"), "{out}");
     assert!(out.contains("Recommendation (LowSampleCount): preStop sleep 10 s, terminationGracePeriodSeconds 40 s"), "{out}");
     assert!(out.contains("grace = max(30 s default, min(10 + 30 s, 600 s), 10 s) = 40 s"), "{out}");
     assert!(out.contains("Proxy: mode iptables") && out.contains("actual rules 38"), "{out}");

@@ -285,8 +285,8 @@ pub fn render_text(r: &AnalysisReport) -> String {
     let w = r.nodes.iter().map(|n| n.node.chars().count()).max().unwrap_or(0).max(24);
     let _ = writeln!(
         s,
-        "{:<w$} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} INTERVAL",
-        "NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS"
+        "{:<w$} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} {:<14} INTERVAL",
+        "NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS", "HISTOGRAM"
     );
     for n in &r.nodes {
         let q = |q: Option<crate::exposition::Quantile>| match q {
@@ -294,9 +294,16 @@ pub fn render_text(r: &AnalysisReport) -> String {
             Some(q) => format!("{:.3}s", q.seconds),
             None => "-".into(),
         };
+        // which kind each p99 came from: sync, then network programming when it differs
+        let kinds: Vec<&str> = [n.sync_p99, n.network_programming_p99].iter().flatten().map(|q| q.kind.as_str()).collect();
+        let kind = match kinds.as_slice() {
+            [] => "-".to_string(),
+            [a, b] if a != b => format!("{a}/{b}"),
+            [a, ..] => a.to_string(),
+        };
         let _ = writeln!(
             s,
-            "{:<w$} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} {:?}{}",
+            "{:<w$} {:<10} {:<9} {:>8} {:>10} {:>10} {:>10} {:>8}  {:<15} {:<14} {:?}{}",
             n.node,
             n.mode.as_str(),
             n.kubernetes_version.as_deref().unwrap_or("-"),
@@ -306,6 +313,7 @@ pub fn render_text(r: &AnalysisReport) -> String {
             secs(n.propagation_window_seconds),
             n.stale_seconds.map_or("-".into(), |v| format!("{v:.1}s")),
             format!("{:?}", n.basis),
+            kind,
             n.interval,
             if n.sync_from_legacy_microseconds { " (legacy microsecond histogram, converted)" } else { "" }
         );
@@ -313,9 +321,10 @@ pub fn render_text(r: &AnalysisReport) -> String {
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "Worst node: {}  window W = {}  (W = max(NP p99 - 1s, minSyncPeriod {}s [{}] + sync p99))",
+        "Worst node: {}  window W = {}{}  (W = max(NP p99 - 1s, minSyncPeriod {}s [{}] + sync p99))",
         r.worst_node.as_deref().unwrap_or("-"),
         secs(r.propagation_window_seconds),
+        r.histogram_kind.map_or(String::new(), |k| format!(" from {} histograms", k.as_str())),
         r.min_sync_period_seconds,
         r.min_sync_period_source
     );

@@ -186,6 +186,7 @@ pub fn desired_status(
             network_programming_p99_seconds: report.network_programming_p99_seconds.map(round_ms),
             propagation_window_seconds: report.propagation_window_seconds.map(round_ms),
             worst_node: report.worst_node.clone(),
+            histogram_kind: report.histogram_kind.map(|k| k.as_str().to_string()),
             nodes_scraped: meta.nodes_scraped,
             nodes_failed: meta.failed.len() as u32,
             sources: meta.source_counts(),
