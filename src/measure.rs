@@ -12,7 +12,7 @@
 //! 2.7 KB; a compact one about 140 bytes. `examples/store_memory.rs` measures it (BENCHMARKS.md
 //! "Operator memory"): 5,000 nodes x 21 samples, 270.6 MiB of heap before, 27.4 MiB now.
 
-use crate::exposition::{Bucket, Histogram, KubeProxyScrape, NativeHistogram, NativeParts, Span};
+use crate::exposition::{Bucket, Histogram, KubeProxyScrape, NativeHistogram, NativeParts, Span, spans_of};
 use crate::model::{NodeInput, ProxyMode};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -296,23 +296,12 @@ impl NativeBuckets {
         }
     }
 
-    /// The buckets as spans (one per run of consecutive indices) and counts.
+    /// The buckets as spans and counts ([`spans_of`]).
     fn spans(&self) -> (Vec<Span>, Vec<f64>) {
-        let buckets = match self {
-            Self::Packed(bytes) => unpack_native(bytes),
-            Self::Raw(b) => b.to_vec(),
-        };
-        let mut spans: Vec<Span> = Vec::new();
-        let mut previous: Option<i32> = None;
-        for &(i, _) in &buckets {
-            match previous {
-                Some(p) if i64::from(i) == i64::from(p) + 1 => spans.last_mut().expect("a run is open").length += 1,
-                Some(p) => spans.push(Span { offset: i - p - 1, length: 1 }),
-                None => spans.push(Span { offset: i, length: 1 }),
-            }
-            previous = Some(i);
+        match self {
+            Self::Packed(bytes) => spans_of(&unpack_native(bytes)),
+            Self::Raw(b) => spans_of(b),
         }
-        (spans, buckets.into_iter().map(|b| b.1).collect())
     }
 }
 
@@ -652,6 +641,42 @@ mod tests {
                 assert_eq!(measured(&inputs[0]), measured(&reference), "{name}, scrape {i}");
             }
         }
+    }
+
+    #[test]
+    fn native_histograms_compact_and_expand_exactly() {
+        let h = |positive: Vec<(i32, f64)>, negative: Vec<(i32, f64)>| {
+            let ((ps, pc), (ns, nc)) = (spans_of(&positive), spans_of(&negative));
+            let count = pc.iter().chain(&nc).sum::<f64>() + 3.0;
+            NativeHistogram::new(NativeParts {
+                schema: 3,
+                zero_threshold: 2f64.powi(-128),
+                zero_count: 3.0,
+                count,
+                sum: 1.25,
+                positive_spans: ps,
+                positive_counts: pc,
+                negative_spans: ns,
+                negative_counts: nc,
+            })
+            .unwrap()
+        };
+        let cases = [
+            // kube-proxy's shape: whole counts, consecutive and gapped indices
+            h(vec![(-60, 1.0), (-59, 0.0), (-58, 7.0), (-40, 1_000_000.0), (i32::MAX, 1.0)], vec![]),
+            h(vec![(i32::MIN + 1, 2.0), (0, 1.0)], vec![(-3, 4.0), (5, 1.0)]),
+            // a fraction and -0 are kept as they are
+            h(vec![(1, 0.5), (2, -0.0)], vec![]),
+            h(vec![], vec![]),
+        ];
+        for (n, native) in cases.iter().enumerate() {
+            let compact = CompactNative::new(native);
+            assert_eq!(&compact.expand(), native, "case {n}");
+            let bits = |b: &[(i32, f64)]| b.iter().map(|&(i, c)| (i, c.to_bits())).collect::<Vec<_>>();
+            assert_eq!(bits(compact.expand().positive()), bits(native.positive()), "case {n}");
+        }
+        assert!(matches!(CompactNative::new(&cases[0]).positive, NativeBuckets::Packed(ref b) if b.len() < 20));
+        assert!(matches!(CompactNative::new(&cases[2]).positive, NativeBuckets::Raw(_)));
     }
 
     #[test]

@@ -423,6 +423,54 @@ mod tests {
         .unwrap()
     }
 
+    /// A scrape with the classic `scrape(count)` and a native sync histogram of schema 3 with
+    /// `count` observations: `count - 1` in bucket 0 (0.917..1 s) and one in bucket -24
+    /// (0.125 s), so the native p99 (from above: rank 0.01 x count in the top bucket) lies in
+    /// (0.917, 1], where the classic one interpolates inside (0, 0.1].
+    fn with_native(count: u32) -> KubeProxyScrape {
+        use crate::exposition::{NativeParts, Span};
+        let c = f64::from(count);
+        let native = NativeHistogram::new(NativeParts {
+            schema: 3,
+            zero_threshold: 2f64.powi(-128),
+            count: c,
+            sum: c * 0.9,
+            positive_spans: vec![Span { offset: -24, length: 1 }, Span { offset: 23, length: 1 }],
+            positive_counts: vec![1.0, c - 1.0],
+            ..NativeParts::default()
+        })
+        .unwrap();
+        KubeProxyScrape { sync_native: Some(native), ..scrape(count) }
+    }
+
+    #[test]
+    fn native_histograms_are_read_when_both_scrapes_carry_one() {
+        let input = NodeInput { node: "n".into(), later: with_native(30), earlier: Some(with_native(20)), proxy_mode: None };
+        let native = measure_node(&input, 1.0, 5, None);
+        let q = native.sync_p99.unwrap();
+        assert_eq!((q.kind, q.samples, native.histogram_kind), (HistogramKind::Native, 10.0, Some(HistogramKind::Native)));
+        assert!(q.seconds > 0.917 && q.seconds <= 1.0, "{}", q.seconds);
+        assert_eq!(native.interval, Interval::BetweenScrapes);
+        // the same scrapes, classic only
+        let classic = measure_node_with(&input, 1.0, 5, None, HistogramPreference::ClassicOnly);
+        assert_eq!((classic.sync_p99.unwrap().kind, classic.histogram_kind), (HistogramKind::Classic, Some(HistogramKind::Classic)));
+        assert!((classic.sync_p99.unwrap().seconds - 0.099).abs() < 1e-12);
+        // an earlier scrape without a native histogram (read as text): no native delta, classic
+        let input = NodeInput { node: "n".into(), later: with_native(30), earlier: Some(scrape(20)), proxy_mode: None };
+        assert_eq!(measure_node(&input, 1.0, 5, None).sync_p99.unwrap().kind, HistogramKind::Classic);
+        // one scrape: its lifetime native histogram
+        let input = NodeInput { node: "n".into(), later: with_native(30), earlier: None, proxy_mode: None };
+        assert_eq!(measure_node(&input, 1.0, 5, None).sync_p99.unwrap().kind, HistogramKind::Native);
+        // a native counter reset
+        let input = NodeInput { node: "n".into(), later: with_native(10), earlier: Some(with_native(20)), proxy_mode: None };
+        let w = measure_node(&input, 1.0, 5, None);
+        assert_eq!((w.interval, w.sync_samples), (Interval::SinceRestart, 10.0));
+        // a quiet window of a native histogram falls back to its lifetime counts
+        let input = NodeInput { node: "n".into(), later: with_native(21), earlier: Some(with_native(20)), proxy_mode: None };
+        let w = measure_node(&input, 1.0, 5, None);
+        assert_eq!((w.interval, w.sync_samples, w.sync_p99.unwrap().kind), (Interval::LifetimeFallback, 21.0, HistogramKind::Native));
+    }
+
     #[test]
     fn a_quiet_window_falls_back_to_lifetime_counters() {
         // 20 syncs in kube-proxy's life, none in the window

@@ -4,7 +4,7 @@
 //! random native histograms, by `e2e/tools/native-oracle` (its `main.go` says how to run it).
 //! Quantiles are compared bit for bit; the sum, the delta and the reduction by bucket.
 
-use safe_termination::exposition::{NativeHistogram, NativeParts, Span};
+use safe_termination::exposition::{NativeHistogram, NativeParts, Span, spans_of};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -32,16 +32,8 @@ struct Case {
     reduced_to: i32,
 }
 
-/// One span per bucket: the simplest spans that give these indices.
 fn spans(buckets: &[(f64, f64)]) -> (Vec<Span>, Vec<f64>) {
-    let mut out = Vec::new();
-    let mut previous: Option<i32> = None;
-    for &(i, _) in buckets {
-        let i = i as i32;
-        out.push(Span { offset: previous.map_or(i, |p| i - p - 1), length: 1 });
-        previous = Some(i);
-    }
-    (out, buckets.iter().map(|b| b.1).collect())
+    spans_of(&buckets.iter().map(|&(i, c)| (i as i32, c)).collect::<Vec<_>>())
 }
 
 fn native(h: &Hist) -> NativeHistogram {

@@ -9,5 +9,5 @@ pub mod parse;
 
 pub use filter::filter_kube_proxy_metrics;
 pub use histogram::{Bucket, Delta, Histogram, HistogramError, HistogramKind, Quantile};
-pub use native::{NativeDelta, NativeHistogram, NativeHistogramError, NativeParts, Span};
+pub use native::{NativeDelta, NativeHistogram, NativeHistogramError, NativeParts, Span, spans_of};
 pub use parse::{HistogramFamily, KubeProxyScrape, ParseError, parse_kube_proxy_metrics, read_families, reads_sample};

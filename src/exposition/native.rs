@@ -132,6 +132,30 @@ pub struct NativeParts {
     pub negative_counts: Vec<f64>,
 }
 
+/// Spans and counts for `(index, count)` buckets sorted by index, the inverse of what
+/// [`NativeHistogram::new`] decodes: one span per run of consecutive indices, and a gap too wide
+/// for an `i32` offset bridged by empty spans (length 0, as Prometheus' iterators allow).
+pub fn spans_of(buckets: &[(i32, f64)]) -> (Vec<Span>, Vec<f64>) {
+    let mut spans: Vec<Span> = Vec::new();
+    let mut previous: Option<i32> = None;
+    for &(i, _) in buckets {
+        match previous {
+            Some(p) if i64::from(i) == i64::from(p) + 1 => spans.last_mut().expect("a run is open").length += 1,
+            Some(p) => {
+                let mut gap = i64::from(i) - i64::from(p) - 1;
+                while gap > i64::from(i32::MAX) {
+                    spans.push(Span { offset: i32::MAX, length: 0 });
+                    gap -= i64::from(i32::MAX);
+                }
+                spans.push(Span { offset: gap as i32, length: 1 });
+            }
+            None => spans.push(Span { offset: i, length: 1 }),
+        }
+        previous = Some(i);
+    }
+    (spans, buckets.iter().map(|b| b.1).collect())
+}
+
 fn expand(side: &'static str, spans: &[Span], counts: &[f64]) -> Result<Vec<(i32, f64)>, NativeHistogramError> {
     let covered: u64 = spans.iter().map(|s| u64::from(s.length)).sum();
     if covered != counts.len() as u64 {
