@@ -715,11 +715,12 @@ fn endless_body() -> axum::body::Body {
 /// until the timeout (gigabytes of memory), and so did an endless `/proxyMode`.
 #[tokio::test]
 async fn cli_url_fetch_stops_at_the_body_limit() {
+    use safe_termination::exposition::ACCEPT_PROTOBUF_FIRST as ACCEPT;
     use safe_termination::sources::{MAX_PROXY_MODE_BYTES, fetch_url};
     let endless = serve(Router::new().route("/metrics", get(|| async { endless_body() }))).await;
     let url = format!("http://{endless}/metrics");
     let start = Instant::now();
-    let err = fetch_url(&http_client(Duration::from_secs(30)), &url, 1 << 20).await.unwrap_err();
+    let err = fetch_url(&http_client(Duration::from_secs(30)), &url, 1 << 20, ACCEPT).await.unwrap_err();
     let took = start.elapsed();
     assert_eq!(err.to_string(), format!("{url}: body larger than 1048576 bytes (--max-body-bytes): stopped reading"));
     assert!(took < Duration::from_secs(5), "{took:?}");
@@ -728,18 +729,18 @@ async fn cli_url_fetch_stops_at_the_body_limit() {
     let body = V1_29.to_string();
     let exact = serve(Router::new().route("/metrics", get(move || async move { body }))).await;
     let url = format!("http://{exact}/metrics");
-    let fetched = fetch_url(&http_client(Duration::from_secs(30)), &url, V1_29.len()).await.unwrap();
-    assert_eq!(fetched.text, V1_29);
-    let err = fetch_url(&http_client(Duration::from_secs(30)), &url, V1_29.len() - 1).await.unwrap_err();
+    let fetched = fetch_url(&http_client(Duration::from_secs(30)), &url, V1_29.len(), ACCEPT).await.unwrap();
+    assert_eq!(fetched.body, V1_29.as_bytes());
+    let err = fetch_url(&http_client(Duration::from_secs(30)), &url, V1_29.len() - 1, ACCEPT).await.unwrap_err();
     assert_eq!(err.to_string(), format!("{url}: body larger than {} bytes (--max-body-bytes): stopped reading", V1_29.len() - 1));
 
     // an endless /proxyMode is cut at its own limit and, being best effort, leaves the mode unknown
     let router = Router::new().route("/metrics", get(|| async { V1_29 })).route("/proxyMode", get(|| async { endless_body() }));
     let addr = serve(router).await;
     let start = Instant::now();
-    let fetched = fetch_url(&http_client(Duration::from_secs(30)), &format!("http://{addr}/metrics"), 1 << 20).await.unwrap();
+    let fetched = fetch_url(&http_client(Duration::from_secs(30)), &format!("http://{addr}/metrics"), 1 << 20, ACCEPT).await.unwrap();
     let took = start.elapsed();
-    assert_eq!((fetched.text.as_str(), fetched.proxy_mode), (V1_29, None));
+    assert_eq!((fetched.body.as_slice(), fetched.proxy_mode), (V1_29.as_bytes(), None));
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(MAX_PROXY_MODE_BYTES, 65536);
 }

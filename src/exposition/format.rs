@@ -10,7 +10,7 @@
 
 use super::filter::filter_kube_proxy_metrics;
 use super::parse::{KubeProxyScrape, ParseError, parse_kube_proxy_metrics};
-use super::protobuf::{ProtobufError, filter_kube_proxy_protobuf, parse_kube_proxy_protobuf};
+use super::protobuf::{ProtobufError, decode_kube_proxy_protobuf, filter_kube_proxy_protobuf, parse_kube_proxy_protobuf};
 
 /// The two expositions kube-proxy serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -194,6 +194,15 @@ pub fn parse_scrape_as(body: &[u8], format: Format) -> Result<KubeProxyScrape, S
     match format {
         Format::Text => parse_kube_proxy_metrics(std::str::from_utf8(body).map_err(ScrapeError::NotUtf8)?).map_err(ScrapeError::Text),
         Format::Protobuf => parse_kube_proxy_protobuf(body).map_err(ScrapeError::Protobuf),
+    }
+}
+
+/// Checks a kube-proxy body in `format` as [`parse_scrape_as`] reads it, without summing the
+/// native series (what the node agent needs before it filters: the same errors, less work).
+pub fn check_scrape(body: &[u8], format: Format) -> Result<(), ScrapeError> {
+    match format {
+        Format::Text => parse_kube_proxy_metrics(std::str::from_utf8(body).map_err(ScrapeError::NotUtf8)?).map(drop).map_err(ScrapeError::Text),
+        Format::Protobuf => decode_kube_proxy_protobuf(body).map(drop).map_err(ScrapeError::Protobuf),
     }
 }
 
