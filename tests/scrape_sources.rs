@@ -744,3 +744,47 @@ async fn cli_url_fetch_stops_at_the_body_limit() {
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(MAX_PROXY_MODE_BYTES, 65536);
 }
+
+// ---------------------------------------------------------------------------------------------
+// kube-proxy 1.37's protobuf exposition: asked for first, read with its native histograms
+
+mod fake_protobuf;
+use fake_protobuf::{A_PB, A_TXT, Answer, ipv4_only, ipv4_only_text};
+use safe_termination::exposition::{ACCEPT_PROTOBUF_FIRST, parse_kube_proxy_metrics};
+
+#[tokio::test]
+async fn the_scrape_asks_for_protobuf_first_and_reads_the_native_histogram() {
+    let (addr, seen) = fake_protobuf::kube_proxy(Answer::Negotiate { pb: ipv4_only(A_PB), text: A_TXT.into() }).await;
+    let o = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await;
+    let scrape = o.result.unwrap().scrape;
+    assert_eq!(seen.accepts(), [Some(ACCEPT_PROTOBUF_FIRST.to_string())]);
+    let native = scrape.sync_native.as_ref().expect("native histogram from the protobuf answer");
+    assert_eq!((native.schema(), native.count()), (3, 2.0));
+    // the classic part is the text capture's (its IPv4 series)
+    assert_eq!(scrape.sync, parse_kube_proxy_metrics(&ipv4_only_text(A_TXT)).unwrap().sync);
+    assert_eq!(scrape.kubernetes_version.as_deref(), Some("v1.37.2"));
+}
+
+#[tokio::test]
+async fn the_scrape_of_both_ip_families_sums_their_native_histograms_needs_native_add() {
+    let (addr, _) = fake_protobuf::kube_proxy(Answer::Negotiate { pb: A_PB.to_vec(), text: A_TXT.into() }).await;
+    let o = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await;
+    let scrape = o.result.unwrap().scrape;
+    assert_eq!(scrape.sync_native.as_ref().map(|n| n.count()), Some(3.0));
+}
+
+#[tokio::test]
+async fn a_text_answer_to_the_protobuf_first_accept_is_read_as_text() {
+    let (addr, seen) = fake_protobuf::kube_proxy(Answer::TextOnly(A_TXT.into())).await;
+    let o = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await;
+    let scrape = o.result.unwrap().scrape;
+    assert_eq!(seen.accepts(), [Some(ACCEPT_PROTOBUF_FIRST.to_string())]);
+    assert_eq!(scrape, parse_kube_proxy_metrics(A_TXT).unwrap());
+    assert!(scrape.sync_native.is_none());
+    // a protobuf body cut short is a parse failure naming the message and the byte
+    let pb = ipv4_only(A_PB);
+    let (addr, _) = fake_protobuf::kube_proxy(Answer::Negotiate { pb: pb[..pb.len() - 10].to_vec(), text: String::new() }).await;
+    let f = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await.result.unwrap_err();
+    assert_eq!(f.reason, "parse");
+    assert!(f.message.contains("/metrics: protobuf message ") && f.message.contains("the scrape was cut off"), "{}", f.message);
+}
