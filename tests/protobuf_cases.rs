@@ -454,8 +454,11 @@ fn formats_keep_their_own_error_forms() {
 
 // --- property tests ---
 
+/// One classic series: (bound, cumulative count) per bucket, the sample count, the sum.
+type Series = (Vec<(f64, u64)>, u64, f64);
+
 /// A classic histogram series: sorted distinct bounds with non-decreasing counts.
-fn classic_series() -> impl Strategy<Value = (Vec<(f64, u64)>, u64, f64)> {
+fn classic_series() -> impl Strategy<Value = Series> {
     (prop::collection::btree_set(0u32..2000, 0..6), prop::collection::vec(0u64..5, 7), 0u32..10_000).prop_map(|(bounds, steps, sum)| {
         let mut c = 0;
         let buckets: Vec<(f64, u64)> = bounds
@@ -470,7 +473,7 @@ fn classic_series() -> impl Strategy<Value = (Vec<(f64, u64)>, u64, f64)> {
     })
 }
 
-fn text_of(name: &str, series: &[(&str, &(Vec<(f64, u64)>, u64, f64))]) -> String {
+fn text_of(name: &str, series: &[(&str, &Series)]) -> String {
     let mut t = format!("# TYPE {name} histogram\n");
     for (fam, (buckets, count, sum)) in series {
         for (le, c) in buckets {
