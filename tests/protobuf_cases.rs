@@ -161,6 +161,12 @@ fn content_types_accept_headers_and_saved_files_choose_the_format() {
     assert_eq!(Format::detect(A_PB), Format::Protobuf);
     assert_eq!(Format::detect(B_PB), Format::Protobuf);
     assert_eq!(Format::detect(&filter_kube_proxy_protobuf(A_PB)), Format::Protobuf);
+    // a file cut inside its first message is still protobuf (its reader then says it was cut)
+    let first = messages(A_PB).next().unwrap().unwrap();
+    let name_end = 1 + first.raw.len() - first.message.len() + 1 + family_name(first.message).unwrap().len();
+    assert_eq!(Format::detect(&A_PB[..name_end]), Format::Protobuf);
+    assert_eq!(Format::detect(&A_PB[..name_end - 1]), Format::Text, "the name cut: nothing to tell it by");
+    assert!(matches!(parse_scrape_as(&A_PB[..first.raw.len() - 1], Format::detect(&A_PB[..first.raw.len() - 1])), Err(ScrapeError::Protobuf(e)) if e.message.contains("cut off")));
     for dir in std::fs::read_dir("tests/data/metrics").unwrap() {
         let path = dir.unwrap().path();
         if path.extension().is_some_and(|e| e == "txt") {

@@ -788,3 +788,26 @@ async fn a_text_answer_to_the_protobuf_first_accept_is_read_as_text() {
     assert_eq!(f.reason, "parse");
     assert!(f.message.contains("/metrics: protobuf message ") && f.message.contains("the scrape was cut off"), "{}", f.message);
 }
+
+/// `--source files` reads a saved protobuf scrape as such (its first bytes say so) and a text
+/// one as text.
+#[test]
+fn the_files_source_detects_protobuf_scrapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pb = dir.path().join("node-a.pb");
+    std::fs::write(&pb, ipv4_only(A_PB)).unwrap();
+    let txt = dir.path().join("node-b.txt");
+    std::fs::write(&txt, A_TXT).unwrap();
+    let specs = [format!("node-a={}", pb.display()), format!("node-b={}", txt.display())];
+    let store = safe_termination::sources::store_from_files(&specs, 600.0).unwrap();
+    let inputs = store.inputs();
+    let a = inputs.iter().find(|i| i.node == "node-a").unwrap();
+    let b = inputs.iter().find(|i| i.node == "node-b").unwrap();
+    assert_eq!(a.later.sync_native.as_ref().map(|n| n.schema()), Some(3));
+    assert_eq!(a.later.sync, parse_kube_proxy_metrics(&ipv4_only_text(A_TXT)).unwrap().sync);
+    assert_eq!(b.later, parse_kube_proxy_metrics(A_TXT).unwrap());
+    // a cut protobuf file is an error naming the file and the message
+    std::fs::write(&pb, &ipv4_only(A_PB)[..100]).unwrap();
+    let e = safe_termination::sources::store_from_files(&specs[..1], 600.0).unwrap_err().to_string();
+    assert!(e.starts_with(&format!("{}: protobuf message ", pb.display())) && e.contains("cut off"), "{e}");
+}

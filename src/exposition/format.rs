@@ -93,9 +93,10 @@ impl Format {
     }
 
     /// The format of a saved body, from its first bytes. Protobuf when it starts with a
-    /// length-delimited `MetricFamily` whose first field is its name: a varint length that fits
-    /// the body, the key of field 1 as a length-delimited field (`0x0a`), a name length that
-    /// fits the message, and that many bytes of a metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`). A
+    /// length-delimited `MetricFamily` whose first field is its name: a varint length, the key
+    /// of field 1 as a length-delimited field (`0x0a`), a name length that fits the declared
+    /// message, and that many bytes of a metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`); the rest of
+    /// the message may be missing (a cut file is protobuf, and its reader says it was cut). A
     /// text body cannot start so: it would need a one-character first line (which is not a
     /// valid exposition line) followed by a control byte. Everything else, the empty body
     /// included, is text (and a binary that is neither gets the text reader's error).
@@ -112,10 +113,15 @@ impl Format {
         };
         let looks_protobuf = || -> Option<()> {
             let (len, n) = varint(body)?;
-            let message = body.get(n..n.checked_add(len)?)?;
-            let rest = message.strip_prefix(&[0x0a])?;
+            // the message may be cut short (a cut file is still protobuf, and its reader says
+            // it was cut); its name must fit in what it declares and in what is there
+            let rest = body.get(n..)?.strip_prefix(&[0x0a])?;
             let (name_len, m) = varint(rest)?;
-            let name = rest.get(m..m.checked_add(name_len)?)?;
+            let name_end = m.checked_add(name_len)?;
+            if name_end.checked_add(1)? > len {
+                return None;
+            }
+            let name = rest.get(m..name_end)?;
             let (first, tail) = name.split_first()?;
             let ok = (first.is_ascii_alphabetic() || matches!(first, b'_' | b':')) && tail.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':'));
             ok.then_some(())
