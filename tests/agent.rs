@@ -324,3 +324,75 @@ async fn the_only_agent_of_a_refused_node_through_auto_without_a_client_certific
     let f = applied.outcomes[0].result.as_ref().unwrap_err();
     assert!(f.message.contains("agent: an agent runs on this node, but the operator has no usable client certificate for it: cannot read"), "{}", f.message);
 }
+
+// ---------------------------------------------------------------------------------------------
+// kube-proxy 1.37's protobuf exposition through the agent
+
+mod fake_protobuf;
+use fake_protobuf::{A_PB, A_TXT, Answer, ipv4_only};
+use safe_termination::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, PROTOBUF_CONTENT_TYPE};
+use safe_termination::exposition::{filter_kube_proxy_metrics, filter_kube_proxy_protobuf};
+
+/// An agent in front of a fake kube-proxy answering `answer`, and the operator's client for it.
+async fn agent_before(dir: &Path, answer: Answer) -> (Agent, fake_protobuf::Seen, reqwest::Client) {
+    let data = secret();
+    let (kp, seen) = fake_protobuf::kube_proxy(answer).await;
+    let agent = Agent::start(dir, &format!("http://{kp}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
+    let source = AgentSource::new(AgentTargets::Static(vec![]), client_files(dir, &data), Duration::from_secs(3));
+    (agent, seen, source.client().unwrap())
+}
+
+#[tokio::test]
+async fn the_agent_asks_kube_proxy_for_protobuf_and_passes_the_native_histogram_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let pb = ipv4_only(A_PB);
+    let (agent, seen, client) = agent_before(dir.path(), Answer::Negotiate { pb: pb.clone(), text: A_TXT.into() }).await;
+
+    // the operator's scrape through the agent: one kube-proxy request, protobuf first
+    let sample = scrape_agent(&client, &Target::new("node-a", &agent.url()), &opts()).await.result.unwrap();
+    assert_eq!(seen.accepts(), [Some(ACCEPT_PROTOBUF_FIRST.to_string())]);
+    let native = sample.scrape.sync_native.as_ref().expect("the native histogram came through the agent");
+    assert_eq!((native.schema(), native.count()), (3, 2.0));
+    assert_eq!(sample.proxy_mode, Some(ProxyMode::Iptables));
+
+    // the agent serves the kept messages unchanged, as protobuf
+    let resp = client.get(format!("{}/metrics", agent.url())).header("accept", ACCEPT_PROTOBUF_FIRST).send().await.unwrap();
+    assert_eq!(resp.headers()["content-type"], PROTOBUF_CONTENT_TYPE);
+    let body = resp.bytes().await.unwrap();
+    assert_eq!(&body[..], &filter_kube_proxy_protobuf(&pb)[..]);
+    assert!(body.len() * 5 < pb.len(), "{} of {} bytes", body.len(), pb.len());
+
+    // a client whose Accept names no protobuf gets text, kube-proxy asked for text only
+    let resp = client.get(format!("{}/metrics", agent.url())).send().await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+    assert_eq!(resp.text().await.unwrap(), filter_kube_proxy_metrics(A_TXT));
+    assert_eq!(seen.accepts().last().cloned().flatten().as_deref(), Some(ACCEPT_TEXT));
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn the_agent_serves_text_when_kube_proxy_answers_text_to_protobuf_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, seen, client) = agent_before(dir.path(), Answer::TextOnly(A_TXT.into())).await;
+    let sample = scrape_agent(&client, &Target::new("node-a", &agent.url()), &opts()).await.result.unwrap();
+    assert_eq!(seen.accepts(), [Some(ACCEPT_PROTOBUF_FIRST.to_string())]);
+    assert_eq!(sample.scrape, parse_kube_proxy_metrics(A_TXT).unwrap());
+    agent.stop().await;
+
+    // a cut protobuf answer is the agent's 502 naming the message, passed on as a parse failure
+    let pb = ipv4_only(A_PB);
+    let (agent, _, client) = agent_before(dir.path(), Answer::Negotiate { pb: pb[..pb.len() / 2].to_vec(), text: String::new() }).await;
+    let f = scrape_agent(&client, &Target::new("node-a", &agent.url()), &opts()).await.result.unwrap_err();
+    assert_eq!(f.reason, reason::PARSE);
+    assert!(f.message.contains("HTTP 502") && f.message.contains("protobuf message") && f.message.contains("cut off"), "{}", f.message);
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn both_ip_families_through_the_agent_are_summed_needs_native_add() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, _, client) = agent_before(dir.path(), Answer::Negotiate { pb: A_PB.to_vec(), text: A_TXT.into() }).await;
+    let sample = scrape_agent(&client, &Target::new("node-a", &agent.url()), &opts()).await.result.unwrap();
+    assert_eq!(sample.scrape.sync_native.as_ref().map(|n| n.count()), Some(3.0));
+    agent.stop().await;
+}

@@ -1275,3 +1275,140 @@ fn a_pre_stop_above_the_policy_maximum_is_capped_with_a_warning() {
     assert!(r.stderr.contains("--pre-stop-seconds 3600 is above the policy's preStop.maxSeconds 60: 60 s is served"), "{}", r.stderr);
     assert!(r.stdout.contains("\"seconds\": 60"), "{}", r.stdout);
 }
+
+// ---------------------------------------------------------------------------------------------
+// the protobuf exposition (kube-proxy 1.37's native histograms): files, stdin, URLs, --format
+
+mod fake_protobuf;
+use fake_protobuf::{A_PB, A_TXT, PROTOBUF_CT, TEXT_CT, ipv4_only, ipv4_only_text};
+use safe_termination::exposition::format::{ACCEPT_PROTOBUF, ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT};
+use std::sync::{Arc, Mutex};
+
+fn write_bytes(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// The fields of a node's report that come from classic buckets and scalars alone.
+fn classic_fields(doc: &Value) -> Vec<Value> {
+    let n = &doc["nodes"][0];
+    ["kubernetesVersion", "mode", "syncSamples", "staleSeconds", "iptablesRulesTotal"].iter().map(|k| n[*k].clone()).collect()
+}
+
+#[test]
+fn protobuf_files_and_stdin_are_detected_and_read_like_their_text() {
+    let dir = tmp();
+    let pb = write_bytes(dir.path(), "node-a.pb", &ipv4_only(A_PB));
+    let txt = write(dir.path(), "node-a.txt", &ipv4_only_text(A_TXT));
+    let from_pb = json(&[pb.to_str().unwrap()]);
+    let from_txt = json(&[txt.to_str().unwrap()]);
+    assert_eq!(from_pb["nodes"][0]["node"], "node-a");
+    assert_eq!(classic_fields(&from_pb), classic_fields(&from_txt));
+    assert_eq!(from_pb["nodes"][0]["syncSamples"], 2.0);
+    // --format protobuf reads it too
+    assert_eq!(classic_fields(&json(&["--format", "protobuf", pb.to_str().unwrap()])), classic_fields(&from_txt));
+
+    // standard input
+    let mut child = bin().args(["analyze", "--output", "json", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(&ipv4_only(A_PB)).unwrap();
+    let r = finish(child.wait_with_output().unwrap());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(classic_fields(&serde_json::from_str(&r.stdout).unwrap()), classic_fields(&from_txt));
+
+    // a cut protobuf file names the file, the message and the byte
+    let bytes = ipv4_only(A_PB);
+    let cut = write_bytes(dir.path(), "cut.pb", &bytes[..bytes.len() - 3]);
+    let r = run(&["analyze", cut.to_str().unwrap()]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains(&format!("{}: protobuf message ", cut.display())) && r.stderr.contains("cut off"), "{}", r.stderr);
+}
+
+#[test]
+fn format_flag_refuses_a_source_in_the_other_format() {
+    let dir = tmp();
+    let pb = write_bytes(dir.path(), "node-a.pb", &ipv4_only(A_PB));
+    let r = run(&["analyze", "--format", "text", pb.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("--format text, but this is the protobuf exposition") && r.stderr.contains("node-a.pb"), "{}", r.stderr);
+    let r = run(&["analyze", "--format", "protobuf", V1_29]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains(&format!("{V1_29}: --format protobuf, but this is text")), "{}", r.stderr);
+    // an empty file stays an empty text scrape (a warning, no data), and an unknown format is a usage error
+    let empty = write(dir.path(), "empty.txt", "");
+    let r = run(&["analyze", empty.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("no kube-proxy sync metrics"), "{}", r.stderr);
+    assert_eq!(run(&["analyze", "--format", "json", V1_29]).code, 2);
+}
+
+/// A kube-proxy on 127.0.0.1 answering `/metrics` with `pb` (its real Content-Type) when the
+/// request's Accept names protobuf and `text` otherwise (always `text` when `text_only`),
+/// recording each Accept header; `/proxyMode` is 404. Returns the base URL.
+fn serve_negotiating(pb: Vec<u8>, text: String, text_only: bool) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorded = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let (mut request_line, mut accept) = (String::new(), String::new());
+            let _ = reader.read_line(&mut request_line);
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = header.split_once(':')
+                    && name.eq_ignore_ascii_case("accept")
+                {
+                    accept = value.trim().to_string();
+                }
+            }
+            let (status, ct, body): (&str, &str, &[u8]) = if !request_line.starts_with("GET /metrics ") {
+                ("404 Not Found", TEXT_CT, b"404 page not found\n")
+            } else {
+                recorded.lock().unwrap().push(accept.clone());
+                if !text_only && accept.contains("application/vnd.google.protobuf") { ("200 OK", PROTOBUF_CT, &pb) } else { ("200 OK", TEXT_CT, text.as_bytes()) }
+            };
+            let head = format!("HTTP/1.1 {status}\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            let _ = stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(body)).and_then(|_| stream.flush());
+        }
+    });
+    (format!("http://{addr}"), seen)
+}
+
+#[test]
+fn url_sources_ask_for_protobuf_first_and_read_either_answer() {
+    let txt_doc = {
+        let dir = tmp();
+        json(&[write(dir.path(), "node-a.txt", &ipv4_only_text(A_TXT)).to_str().unwrap()])
+    };
+    // auto: protobuf first; the protobuf answer is read
+    let (base, seen) = serve_negotiating(ipv4_only(A_PB), ipv4_only_text(A_TXT), false);
+    let doc = json(&[&format!("{base}/metrics")]);
+    assert_eq!(seen.lock().unwrap().as_slice(), [ACCEPT_PROTOBUF_FIRST]);
+    assert_eq!(classic_fields(&doc), classic_fields(&txt_doc));
+    // --format text asks for text only, --format protobuf for protobuf only
+    json(&["--format", "text", &format!("{base}/metrics")]);
+    json(&["--format", "protobuf", &format!("{base}/metrics")]);
+    assert_eq!(seen.lock().unwrap().as_slice(), [ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, ACCEPT_PROTOBUF]);
+
+    // a server that answers text to the protobuf-first Accept is read as text
+    let (base, seen) = serve_negotiating(Vec::new(), ipv4_only_text(A_TXT), true);
+    assert_eq!(classic_fields(&json(&[&format!("{base}/metrics")])), classic_fields(&txt_doc));
+    assert_eq!(seen.lock().unwrap().as_slice(), [ACCEPT_PROTOBUF_FIRST]);
+    // ... and refused under --format protobuf, saying what came back
+    let r = run(&["analyze", "--format", "protobuf", &format!("{base}/metrics")]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("--format protobuf, but the server answered in the text exposition (Content-Type text/plain; version=0.0.4"), "{}", r.stderr);
+}
+
+#[test]
+fn the_real_protobuf_capture_is_read_like_its_text_capture_needs_native_add() {
+    let pb = json(&["tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.pb"]);
+    let txt = json(&["tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.txt"]);
+    assert_eq!(classic_fields(&pb), classic_fields(&txt));
+}

@@ -715,11 +715,12 @@ fn endless_body() -> axum::body::Body {
 /// until the timeout (gigabytes of memory), and so did an endless `/proxyMode`.
 #[tokio::test]
 async fn cli_url_fetch_stops_at_the_body_limit() {
+    use safe_termination::exposition::ACCEPT_PROTOBUF_FIRST as ACCEPT;
     use safe_termination::sources::{MAX_PROXY_MODE_BYTES, fetch_url};
     let endless = serve(Router::new().route("/metrics", get(|| async { endless_body() }))).await;
     let url = format!("http://{endless}/metrics");
     let start = Instant::now();
-    let err = fetch_url(&http_client(Duration::from_secs(30)), &url, 1 << 20).await.unwrap_err();
+    let err = fetch_url(&http_client(Duration::from_secs(30)), &url, 1 << 20, ACCEPT).await.unwrap_err();
     let took = start.elapsed();
     assert_eq!(err.to_string(), format!("{url}: body larger than 1048576 bytes (--max-body-bytes): stopped reading"));
     assert!(took < Duration::from_secs(5), "{took:?}");
@@ -728,18 +729,85 @@ async fn cli_url_fetch_stops_at_the_body_limit() {
     let body = V1_29.to_string();
     let exact = serve(Router::new().route("/metrics", get(move || async move { body }))).await;
     let url = format!("http://{exact}/metrics");
-    let fetched = fetch_url(&http_client(Duration::from_secs(30)), &url, V1_29.len()).await.unwrap();
-    assert_eq!(fetched.text, V1_29);
-    let err = fetch_url(&http_client(Duration::from_secs(30)), &url, V1_29.len() - 1).await.unwrap_err();
+    let fetched = fetch_url(&http_client(Duration::from_secs(30)), &url, V1_29.len(), ACCEPT).await.unwrap();
+    assert_eq!(fetched.body, V1_29.as_bytes());
+    let err = fetch_url(&http_client(Duration::from_secs(30)), &url, V1_29.len() - 1, ACCEPT).await.unwrap_err();
     assert_eq!(err.to_string(), format!("{url}: body larger than {} bytes (--max-body-bytes): stopped reading", V1_29.len() - 1));
 
     // an endless /proxyMode is cut at its own limit and, being best effort, leaves the mode unknown
     let router = Router::new().route("/metrics", get(|| async { V1_29 })).route("/proxyMode", get(|| async { endless_body() }));
     let addr = serve(router).await;
     let start = Instant::now();
-    let fetched = fetch_url(&http_client(Duration::from_secs(30)), &format!("http://{addr}/metrics"), 1 << 20).await.unwrap();
+    let fetched = fetch_url(&http_client(Duration::from_secs(30)), &format!("http://{addr}/metrics"), 1 << 20, ACCEPT).await.unwrap();
     let took = start.elapsed();
-    assert_eq!((fetched.text.as_str(), fetched.proxy_mode), (V1_29, None));
+    assert_eq!((fetched.body.as_slice(), fetched.proxy_mode), (V1_29.as_bytes(), None));
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(MAX_PROXY_MODE_BYTES, 65536);
+}
+
+// ---------------------------------------------------------------------------------------------
+// kube-proxy 1.37's protobuf exposition: asked for first, read with its native histograms
+
+mod fake_protobuf;
+use fake_protobuf::{A_PB, A_TXT, Answer, ipv4_only, ipv4_only_text};
+use safe_termination::exposition::{ACCEPT_PROTOBUF_FIRST, parse_kube_proxy_metrics};
+
+#[tokio::test]
+async fn the_scrape_asks_for_protobuf_first_and_reads_the_native_histogram() {
+    let (addr, seen) = fake_protobuf::kube_proxy(Answer::Negotiate { pb: ipv4_only(A_PB), text: A_TXT.into() }).await;
+    let o = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await;
+    let scrape = o.result.unwrap().scrape;
+    assert_eq!(seen.accepts(), [Some(ACCEPT_PROTOBUF_FIRST.to_string())]);
+    let native = scrape.sync_native.as_ref().expect("native histogram from the protobuf answer");
+    assert_eq!((native.schema(), native.count()), (3, 2.0));
+    // the classic part is the text capture's (its IPv4 series)
+    assert_eq!(scrape.sync, parse_kube_proxy_metrics(&ipv4_only_text(A_TXT)).unwrap().sync);
+    assert_eq!(scrape.kubernetes_version.as_deref(), Some("v1.37.2"));
+}
+
+#[tokio::test]
+async fn the_scrape_of_both_ip_families_sums_their_native_histograms_needs_native_add() {
+    let (addr, _) = fake_protobuf::kube_proxy(Answer::Negotiate { pb: A_PB.to_vec(), text: A_TXT.into() }).await;
+    let o = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await;
+    let scrape = o.result.unwrap().scrape;
+    assert_eq!(scrape.sync_native.as_ref().map(|n| n.count()), Some(3.0));
+}
+
+#[tokio::test]
+async fn a_text_answer_to_the_protobuf_first_accept_is_read_as_text() {
+    let (addr, seen) = fake_protobuf::kube_proxy(Answer::TextOnly(A_TXT.into())).await;
+    let o = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await;
+    let scrape = o.result.unwrap().scrape;
+    assert_eq!(seen.accepts(), [Some(ACCEPT_PROTOBUF_FIRST.to_string())]);
+    assert_eq!(scrape, parse_kube_proxy_metrics(A_TXT).unwrap());
+    assert!(scrape.sync_native.is_none());
+    // a protobuf body cut short is a parse failure naming the message and the byte
+    let pb = ipv4_only(A_PB);
+    let (addr, _) = fake_protobuf::kube_proxy(Answer::Negotiate { pb: pb[..pb.len() - 10].to_vec(), text: String::new() }).await;
+    let f = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await.result.unwrap_err();
+    assert_eq!(f.reason, "parse");
+    assert!(f.message.contains("/metrics: protobuf message ") && f.message.contains("the scrape was cut off"), "{}", f.message);
+}
+
+/// `--source files` reads a saved protobuf scrape as such (its first bytes say so) and a text
+/// one as text.
+#[test]
+fn the_files_source_detects_protobuf_scrapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pb = dir.path().join("node-a.pb");
+    std::fs::write(&pb, ipv4_only(A_PB)).unwrap();
+    let txt = dir.path().join("node-b.txt");
+    std::fs::write(&txt, A_TXT).unwrap();
+    let specs = [format!("node-a={}", pb.display()), format!("node-b={}", txt.display())];
+    let store = safe_termination::sources::store_from_files(&specs, 600.0).unwrap();
+    let inputs = store.inputs();
+    let a = inputs.iter().find(|i| i.node == "node-a").unwrap();
+    let b = inputs.iter().find(|i| i.node == "node-b").unwrap();
+    assert_eq!(a.later.sync_native.as_ref().map(|n| n.schema()), Some(3));
+    assert_eq!(a.later.sync, parse_kube_proxy_metrics(&ipv4_only_text(A_TXT)).unwrap().sync);
+    assert_eq!(b.later, parse_kube_proxy_metrics(A_TXT).unwrap());
+    // a cut protobuf file is an error naming the file and the message
+    std::fs::write(&pb, &ipv4_only(A_PB)[..100]).unwrap();
+    let e = safe_termination::sources::store_from_files(&specs[..1], 600.0).unwrap_err().to_string();
+    assert!(e.starts_with(&format!("{}: protobuf message ", pb.display())) && e.contains("cut off"), "{e}");
 }

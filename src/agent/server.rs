@@ -3,7 +3,7 @@
 //!
 //! | path | answer |
 //! |---|---|
-//! | `GET /metrics` | kube-proxy's scrape, only the families the operator reads (`text/plain; version=0.0.4`), with the proxy mode in the [`PROXY_MODE_HEADER`] header when `/proxyMode` answered |
+//! | `GET /metrics` | kube-proxy's scrape, only the families the operator reads, in the exposition kube-proxy answered: protobuf ([`PROTOBUF_CONTENT_TYPE`](crate::exposition::format::PROTOBUF_CONTENT_TYPE), native histograms) when the request's `Accept` admits it, else text (`text/plain; version=0.0.4`); with the proxy mode in the [`PROXY_MODE_HEADER`] header when `/proxyMode` answered |
 //! | `GET /proxyMode` | the proxy mode (`text/plain`) |
 //! | `GET /configz` | kube-proxy's configuration, only the fields the operator reads (`application/json`) |
 //! | anything else | 404 |
@@ -15,10 +15,11 @@
 
 use super::tls::AgentTls;
 use super::upstream::{Answer, KubeProxy};
+use crate::exposition::accepts_protobuf;
 use crate::sources::scrape::reason;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use std::sync::Arc;
@@ -36,28 +37,31 @@ pub const REASON_HEADER: &str = "x-safe-termination-reason";
 /// time; absent when it could not be read): the operator then needs one mutual-TLS request per
 /// node and cycle instead of two (BENCHMARKS.md "Through the node agent").
 pub const PROXY_MODE_HEADER: &str = "x-safe-termination-proxy-mode";
-/// Content type of the filtered scrape (Prometheus text format 0.0.4, as kube-proxy serves it).
-pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// Content type of the filtered scrape in the text format (Prometheus text format 0.0.4, as
+/// kube-proxy serves it); a protobuf scrape is served as
+/// [`crate::exposition::format::PROTOBUF_CONTENT_TYPE`].
+pub const METRICS_CONTENT_TYPE: &str = crate::exposition::format::TEXT_CONTENT_TYPE;
 
 /// The mutual-TLS router: `/metrics`, `/proxyMode`, `/configz` from `kube_proxy`; 404 for the
 /// rest.
 pub fn router(kube_proxy: Arc<KubeProxy>) -> Router {
     Router::new()
-        .route("/metrics", get(|State(k): State<Arc<KubeProxy>>| async move { metrics(&k).await }))
-        .route("/proxyMode", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.proxy_mode().await, "text/plain; charset=utf-8") }))
-        .route("/configz", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.configz().await, "application/json") }))
+        .route("/metrics", get(|State(k): State<Arc<KubeProxy>>, headers: HeaderMap| async move { metrics(&k, &headers).await }))
+        .route("/proxyMode", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.proxy_mode().await) }))
+        .route("/configz", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.configz().await) }))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found: the agent serves /metrics, /proxyMode and /configz\n") })
         .with_state(kube_proxy)
 }
 
-/// `/metrics` and, best effort, the proxy mode in [`PROXY_MODE_HEADER`] (both read from
-/// kube-proxy at once).
-async fn metrics(k: &KubeProxy) -> Response {
-    let (metrics, mode) = tokio::join!(k.metrics(), k.proxy_mode());
-    let mut response = answer(metrics, METRICS_CONTENT_TYPE);
+/// `/metrics` (protobuf first when the request's `Accept` admits it) and, best effort, the
+/// proxy mode in [`PROXY_MODE_HEADER`] (both read from kube-proxy at once).
+async fn metrics(k: &KubeProxy, request: &HeaderMap) -> Response {
+    let protobuf = accepts_protobuf(request.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    let (metrics, mode) = tokio::join!(k.metrics(protobuf), k.proxy_mode());
+    let mut response = answer(metrics);
     if response.status().is_success()
         && let Ok(mode) = mode
-        && let Ok(value) = HeaderValue::from_str(&mode)
+        && let Ok(value) = HeaderValue::from_bytes(&mode.body)
     {
         response.headers_mut().insert(header::HeaderName::from_static(PROXY_MODE_HEADER), value);
     }
@@ -65,9 +69,9 @@ async fn metrics(k: &KubeProxy) -> Response {
 }
 
 /// An [`Answer`] as an HTTP response (see the module docs).
-fn answer(answer: Answer, content_type: &'static str) -> Response {
+fn answer(answer: Answer) -> Response {
     match answer {
-        Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))], String::from(&*body)).into_response(),
+        Ok(served) => (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static(served.content_type))], served.body.to_vec()).into_response(),
         Err(e) => {
             tracing::warn!(reason = e.reason, error = %e.message, "kube-proxy could not be read");
             let status = if e.reason == reason::TIMEOUT { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY };

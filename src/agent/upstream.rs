@@ -4,13 +4,19 @@
 //! fetch per path may be in flight, and requests that arrive while it runs share its answer
 //! ([`Flight`]), so a burst of requests costs one kube-proxy read.
 //!
+//! `/metrics` is asked for as the operator's own scrape asks (protobuf first, text as the
+//! fallback: [`ACCEPT_PROTOBUF_FIRST`]), checked and filtered in whichever format kube-proxy
+//! answered, and served in that format, so native histograms reach the operator. A client
+//! whose `Accept` names no protobuf (an operator from before protobuf was read) gets text: the
+//! agent then asks kube-proxy for text only, in a flight of its own.
+//!
 //! Bounds: each fetch has a timeout and a body cap (`/metrics`: the operator's 32 MiB default,
 //! `/proxyMode`: 64 KiB, `/configz`: 1 MiB), as the operator's own sources have.
 
-use crate::exposition::{filter_kube_proxy_metrics, parse_kube_proxy_metrics};
+use crate::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, Format, check_scrape, filter_scrape};
 use crate::model::ProxyMode;
 use crate::proxyconfig::reduce_configz;
-use crate::sources::fetch::{FetchError, MAX_PROXY_MODE_BYTES, error_chain, get_limited};
+use crate::sources::fetch::{FetchError, MAX_PROXY_MODE_BYTES, ScrapeBody, error_chain, get_scrape};
 use crate::sources::scrape::reason;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -34,9 +40,18 @@ pub struct UpstreamError {
     pub message: String,
 }
 
-/// A served answer: the body text, or why there is none. Cheap to clone (shared by every
-/// request of one flight).
-pub type Answer = Result<Arc<str>, UpstreamError>;
+/// A body to serve and its content type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// The body (text, JSON, or the protobuf exposition).
+    pub body: Arc<[u8]>,
+    /// Its `Content-Type`.
+    pub content_type: &'static str,
+}
+
+/// A served answer: the body, or why there is none. Cheap to clone (shared by every request of
+/// one flight).
+pub type Answer = Result<Served, UpstreamError>;
 
 /// One fetch in flight at a time: [`Flight::run`] joins the fetch already running, or starts
 /// one. Once it completes, the next call starts a new fetch (no result is kept).
@@ -81,6 +96,7 @@ pub struct KubeProxy {
     timeout: Duration,
     max_body_bytes: usize,
     metrics: Flight,
+    metrics_text: Flight,
     proxy_mode: Flight,
     configz: Flight,
 }
@@ -96,28 +112,38 @@ impl KubeProxy {
             timeout,
             max_body_bytes,
             metrics: Flight::default(),
+            metrics_text: Flight::default(),
             proxy_mode: Flight::default(),
             configz: Flight::default(),
         }
     }
 
-    /// `/metrics`, checked with the operator's parser (a cut-off or garbled scrape is a
-    /// [`reason::PARSE`] error naming the line, not a shorter body) and filtered to the families
-    /// it reads ([`filter_kube_proxy_metrics`]).
-    pub async fn metrics(&self) -> Answer {
-        self.read(&self.metrics, "/metrics", self.max_body_bytes, |url, text| {
-            parse_kube_proxy_metrics(&text).map_err(|e| parse_error(url, e))?;
-            Ok(Arc::from(filter_kube_proxy_metrics(&text)))
-        })
-        .await
+    /// `/metrics`, asked for with protobuf first when `protobuf` (the client accepts it), else as
+    /// text only; checked with the operator's reader in the format kube-proxy answered (a
+    /// cut-off or garbled scrape is a [`reason::PARSE`] error naming the line or message, not a
+    /// shorter body), filtered to the families it reads ([`filter_scrape`]) and served in that
+    /// format.
+    pub async fn metrics(&self, protobuf: bool) -> Answer {
+        let (flight, accept) = if protobuf { (&self.metrics, ACCEPT_PROTOBUF_FIRST) } else { (&self.metrics_text, ACCEPT_TEXT) };
+        let url = format!("{}/metrics", self.base);
+        let (http, timeout, limit) = (self.http.clone(), self.timeout, self.max_body_bytes);
+        flight
+            .run(move || {
+                async move {
+                    let body = bounded(timeout, &url, get_scrape(&http, &url, limit, accept)).await?;
+                    serve_scrape(&url, body)
+                }
+                .boxed()
+            })
+            .await
     }
 
     /// `/proxyMode`: the mode, as the operator spells it (`iptables`, `nftables`, ...); an
     /// answer that is not a known mode is a [`reason::PARSE`] error.
     pub async fn proxy_mode(&self) -> Answer {
-        self.read(&self.proxy_mode, "/proxyMode", MAX_PROXY_MODE_BYTES, |url, text| {
+        self.read(&self.proxy_mode, "/proxyMode", MAX_PROXY_MODE_BYTES, "text/plain; charset=utf-8", |url, text| {
             let mode = ProxyMode::parse(&text).ok_or_else(|| parse_error(url, format!("{:?} is not a proxy mode", text.trim())))?;
-            Ok(Arc::from(mode.as_str()))
+            Ok(mode.as_str().to_string())
         })
         .await
     }
@@ -125,31 +151,42 @@ impl KubeProxy {
     /// `/configz` reduced to the fields the operator reads ([`reduce_configz`]); a body the
     /// operator would refuse is a [`reason::PARSE`] error.
     pub async fn configz(&self) -> Answer {
-        self.read(&self.configz, "/configz", MAX_CONFIGZ_BYTES, |url, text| reduce_configz(&text).map(Arc::from).map_err(|e| parse_error(url, e)))
+        self.read(&self.configz, "/configz", MAX_CONFIGZ_BYTES, "application/json", |url, text| reduce_configz(&text).map_err(|e| parse_error(url, e))).await
+    }
+
+    /// `path` read within `flight` (at most `limit` bytes of UTF-8 text, within the timeout),
+    /// then `check`ed and reduced to the answer, served as `content_type` (`check` gets the URL,
+    /// for its errors, and the text).
+    async fn read(&self, flight: &Flight, path: &str, limit: usize, content_type: &'static str, check: fn(&str, String) -> Result<String, UpstreamError>) -> Answer {
+        let url = format!("{}{path}", self.base);
+        let (http, timeout) = (self.http.clone(), self.timeout);
+        flight
+            .run(move || {
+                async move {
+                    let body = bounded(timeout, &url, crate::sources::fetch::get_limited(&http, &url, limit)).await?;
+                    let text = String::from_utf8(body).map_err(|e| parse_error(&url, format!("not UTF-8 text: {e}")))?;
+                    Ok(Served { body: Arc::from(check(&url, text)?.into_bytes()), content_type })
+                }
+                .boxed()
+            })
             .await
     }
+}
 
-    /// `path` read within `flight` (at most `limit` bytes of UTF-8 text), then `check`ed and
-    /// reduced to the answer (`check` gets the URL, for its errors, and the text).
-    async fn read(&self, flight: &Flight, path: &str, limit: usize, check: fn(&str, String) -> Answer) -> Answer {
-        let (url, fetch) = self.fetch(path, limit);
-        flight.run(move || async move { check(&url, fetch.await?) }.boxed()).await
+/// `fetch` (a GET of `url`) within `timeout`, its failure as the agent reports it.
+async fn bounded<T>(timeout: Duration, url: &str, fetch: impl std::future::Future<Output = Result<T, FetchError>>) -> Result<T, UpstreamError> {
+    match tokio::time::timeout(timeout, fetch).await {
+        Err(_) => Err(UpstreamError { reason: reason::TIMEOUT, message: format!("{url}: no complete answer within {:.1} s", timeout.as_secs_f64()) }),
+        Ok(r) => r.map_err(|e| failure(url, e)),
     }
+}
 
-    /// The URL of `path` and a future reading it as UTF-8 text, at most `limit` bytes, within
-    /// the timeout.
-    fn fetch(&self, path: &str, limit: usize) -> (String, BoxFuture<'static, Result<String, UpstreamError>>) {
-        let url = format!("{}{path}", self.base);
-        let (http, timeout, u) = (self.http.clone(), self.timeout, url.clone());
-        let fut = async move {
-            let body = match tokio::time::timeout(timeout, get_limited(&http, &u, limit)).await {
-                Err(_) => return Err(UpstreamError { reason: reason::TIMEOUT, message: format!("{u}: no complete answer within {:.1} s", timeout.as_secs_f64()) }),
-                Ok(r) => r.map_err(|e| failure(&u, e))?,
-            };
-            String::from_utf8(body).map_err(|e| UpstreamError { reason: reason::PARSE, message: format!("{u}: not UTF-8 text: {e}") })
-        };
-        (url, fut.boxed())
-    }
+/// kube-proxy's `/metrics` answer from `url`, checked in the format its content type names
+/// ([`check_scrape`]) and filtered, with the content type of that format.
+fn serve_scrape(url: &str, body: ScrapeBody) -> Answer {
+    let format = Format::from_content_type(body.content_type.as_deref()).map_err(|e| parse_error(url, e))?;
+    check_scrape(&body.bytes, format).map_err(|e| parse_error(url, e))?;
+    Ok(Served { body: Arc::from(filter_scrape(&body.bytes, format)), content_type: format.content_type() })
 }
 
 /// A body of kube-proxy at `url` that the operator would refuse: `what` is why.
@@ -196,7 +233,7 @@ mod tests {
                 let n = started.fetch_add(1, Ordering::SeqCst) + 1;
                 async move {
                     let _ = gate.wait_for(|open| *open).await;
-                    Ok::<_, UpstreamError>(Arc::from(format!("fetch {n}")))
+                    Ok::<_, UpstreamError>(Served { body: Arc::from(format!("fetch {n}").into_bytes()), content_type: "text/plain" })
                 }
                 .boxed()
             }
@@ -210,9 +247,9 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         release.send_replace(true);
         for w in waiters {
-            assert_eq!(&*w.await.unwrap().unwrap(), "fetch 1");
+            assert_eq!(&*w.await.unwrap().unwrap().body, b"fetch 1");
         }
         assert_eq!(started.load(Ordering::SeqCst), 1);
-        assert_eq!(&*flight.run(start(started.clone(), gate.clone())).await.unwrap(), "fetch 2", "nothing is cached");
+        assert_eq!(&*flight.run(start(started.clone(), gate.clone())).await.unwrap().body, b"fetch 2", "nothing is cached");
     }
 }

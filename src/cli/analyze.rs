@@ -5,7 +5,7 @@ use std::io::Write;
 use crate::advisor::{ClusterFacts, Thresholds, parse_version};
 use crate::analysis::{AnalysisOptions, AnalysisReport, DEFAULT_MIN_SYNC_PERIOD_SECONDS, analyze};
 use crate::cli::{Error, OutputFormat, load_policy_spec, number_in, whole_in};
-use crate::exposition::parse_kube_proxy_metrics;
+use crate::exposition::{Format, accept_header};
 use crate::model::{Basis, NodeInput, ProxyMode};
 use crate::sources;
 use std::fmt::Write as _;
@@ -69,10 +69,70 @@ pub struct AnalyzeArgs {
     /// Per-URL timeout, seconds (1 to 3600).
     #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"))]
     pub timeout_seconds: u64,
+    /// Exposition of the scrapes: `auto` reads a URL's answer as its Content-Type says (asking
+    /// for protobuf first, text as the fallback) and a file or standard input as its first bytes
+    /// say; `text` or `protobuf` asks a URL for that one only and refuses a source in the other.
+    #[arg(long, value_enum, default_value_t = ScrapeFormat::Auto)]
+    pub format: ScrapeFormat,
     /// Largest `/metrics` body read from a URL, bytes (1024 to 1073741824); a larger body is an
     /// error naming the URL and the limit. `/proxyMode` is capped at 64 KiB.
     #[arg(long, default_value_t = sources::DEFAULT_MAX_BODY_BYTES, allow_negative_numbers = true, value_parser = whole_in(1024usize, 1 << 30, "a whole number of bytes"))]
     pub max_body_bytes: usize,
+}
+
+/// `--format`: which exposition a source is read as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScrapeFormat {
+    /// A URL's Content-Type, a file's first bytes.
+    Auto,
+    /// The Prometheus text format.
+    Text,
+    /// The protobuf exposition (length-delimited MetricFamily messages; native histograms).
+    Protobuf,
+}
+
+impl ScrapeFormat {
+    /// The one format asked for, `None` for `auto`.
+    fn only(self) -> Option<Format> {
+        match self {
+            Self::Auto => None,
+            Self::Text => Some(Format::Text),
+            Self::Protobuf => Some(Format::Protobuf),
+        }
+    }
+}
+
+/// The format a saved scrape (`bytes` of the file or standard input `name`) is read in under
+/// `--format wanted`. Errors: a protobuf body under `--format text`, a text body (UTF-8 that
+/// [`Format::detect`] does not take for protobuf) under `--format protobuf`.
+fn file_format(name: &str, bytes: &[u8], wanted: ScrapeFormat) -> Result<Format, Error> {
+    let detected = Format::detect(bytes);
+    match (wanted, detected) {
+        (ScrapeFormat::Auto, f) => Ok(f),
+        (ScrapeFormat::Text, Format::Protobuf) => Err(Error::Input(format!(
+            "{name}: --format text, but this is the protobuf exposition (length-delimited MetricFamily messages): use --format protobuf or --format auto"
+        ))),
+        (ScrapeFormat::Protobuf, Format::Text) if !bytes.is_empty() && std::str::from_utf8(bytes).is_ok() => Err(Error::Input(format!(
+            "{name}: --format protobuf, but this is text, not the protobuf exposition (length-delimited MetricFamily messages): use --format text or --format auto"
+        ))),
+        (w, _) => Ok(w.only().unwrap_or(detected)),
+    }
+}
+
+/// The format of a URL's answer (`content_type`, from `name`) under `--format wanted`. Errors: a
+/// content type that is not read, or an answer in the other format than `--format` asked for.
+fn url_format(name: &str, content_type: Option<&str>, wanted: ScrapeFormat) -> Result<Format, Error> {
+    let got = Format::from_content_type(content_type).map_err(|e| Error::Input(e.at(name)))?;
+    match wanted.only() {
+        Some(want) if want != got => Err(Error::Input(format!(
+            "{name}: --format {}, but the server answered in the {} exposition (Content-Type {}): use --format {} or --format auto",
+            want.as_str(),
+            got.as_str(),
+            content_type.unwrap_or("absent"),
+            got.as_str()
+        ))),
+        _ => Ok(got),
+    }
 }
 
 /// Checks a `--kubernetes-version` at argument parsing (a usage error, exit 2, before any URL is
@@ -163,12 +223,17 @@ fn source_hint(e: Error, arg: &str, node: &str, src: &str, explicit: bool) -> Er
     }
 }
 
+/// One source read and parsed: a URL (asked for as `format` says, read as its answer's
+/// Content-Type says), a file or `-` (read as its first bytes say, or as `format` insists).
 async fn load(
     source: &str,
     client: &reqwest::Client,
     max_body_bytes: usize,
+    format: ScrapeFormat,
 ) -> Result<(crate::exposition::KubeProxyScrape, Option<ProxyMode>), Error> {
-    let fetched = if let Some(scheme) = sources::url_scheme(source)
+    let name = if source == "-" { "<stdin>".into() } else { sources::redact(source) };
+    let input = |e: sources::SourceError| Error::Input(e.to_string());
+    let (bytes, read_as, proxy_mode) = if let Some(scheme) = sources::url_scheme(source)
         && !sources::is_url(source)
     {
         return Err(Error::Input(format!(
@@ -176,12 +241,15 @@ async fn load(
             sources::redact(source)
         )));
     } else if sources::is_url(source) {
-        sources::fetch_url(client, source, max_body_bytes).await.map_err(|e| Error::Input(e.to_string()))?
+        let fetched = sources::fetch_url(client, source, max_body_bytes, accept_header(format.only())).await.map_err(input)?;
+        let read_as = url_format(&name, fetched.content_type.as_deref(), format)?;
+        (fetched.body, read_as, fetched.proxy_mode)
     } else {
-        sources::Fetched { text: sources::read_file(source).map_err(|e| Error::Input(e.to_string()))?, proxy_mode: None }
+        let bytes = sources::read_file_bytes(source).map_err(input)?;
+        let read_as = file_format(&name, &bytes, format)?;
+        (bytes, read_as, None)
     };
-    let name = if source == "-" { "<stdin>".into() } else { sources::redact(source) };
-    let scrape = parse_kube_proxy_metrics(&fetched.text).map_err(|e| Error::Input(e.at(&name)))?;
+    let scrape = sources::read_scrape_as(&name, bytes, read_as).map_err(input)?;
     if scrape.sync.is_none() && scrape.network_programming.is_none() && scrape.last_sync_timestamp_seconds.is_none() {
         // valid text, but nothing of kube-proxy's: the report will say NoData; say why here
         // (a closed standard error loses the warning, never panics)
@@ -190,7 +258,7 @@ async fn load(
             "warning: {name}: no kube-proxy sync metrics (kubeproxy_sync_proxy_rules_*, kubeproxy_network_programming_duration_seconds): is this kube-proxy's /metrics (port 10249)?"
         );
     }
-    Ok((scrape, fetched.proxy_mode))
+    Ok((scrape, proxy_mode))
 }
 
 /// Runs `analyze`; returns the rendered report or an input error.
@@ -221,7 +289,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
             )));
         }
         named.push((node.clone(), src.clone(), explicit));
-        let (scrape, proxy_mode) = load(&src, &client, args.max_body_bytes).await.map_err(|e| source_hint(e, arg, &node, &src, explicit))?;
+        let (scrape, proxy_mode) = load(&src, &client, args.max_body_bytes, args.format).await.map_err(|e| source_hint(e, arg, &node, &src, explicit))?;
         match inputs.iter_mut().find(|i| i.node == node) {
             Some(existing) if existing.earlier.is_none() => {
                 let earlier = std::mem::replace(&mut existing.later, scrape);
@@ -237,7 +305,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
         let Some(target) = inputs.iter_mut().find(|i| i.node == node) else {
             return Err(Error::Input(format!("--earlier {}: internal error: node {node:?} was not loaded", sources::redact(raw))));
         };
-        target.earlier = Some(load(&src, &client, args.max_body_bytes).await?.0);
+        target.earlier = Some(load(&src, &client, args.max_body_bytes, args.format).await?.0);
     }
     let opts = AnalysisOptions {
         min_sync_period_seconds: args.min_sync_period_seconds.unwrap_or(DEFAULT_MIN_SYNC_PERIOD_SECONDS),

@@ -118,22 +118,22 @@ impl HistogramFamily {
         }
     }
 
-    const ALL: [HistogramFamily; 5] =
+    pub(super) const ALL: [HistogramFamily; 5] =
         [Self::Sync, Self::SyncFull, Self::SyncPartial, Self::NetworkProgramming, Self::SyncLegacyMicroseconds];
 
-    fn index(self) -> usize {
+    pub(super) fn index(self) -> usize {
         self as usize
     }
 
     /// Multiplier from the family's unit to seconds.
-    fn to_seconds(self) -> f64 {
+    pub(super) fn to_seconds(self) -> f64 {
         if self == Self::SyncLegacyMicroseconds { 1e-6 } else { 1.0 }
     }
 }
 
 /// The gauge and counter families read from a scrape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scalar {
+pub(super) enum Scalar {
     LastTimestamp,
     LastQueuedTimestamp,
     EndpointChangesPending,
@@ -178,6 +178,22 @@ const SCALARS: [(&str, Scalar); 13] = [
     ("kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", Scalar::NftablesCleanupFailures),
     ("kubernetes_build_info", Scalar::BuildInfo),
 ];
+
+/// What a metric family name (not a sample name) is to this reader: one of its histograms, one
+/// of its gauges or counters, or `None` (a family it does not read). The protobuf decoder
+/// ([`super::protobuf`]) names families, not samples.
+pub(super) enum ReadFamily {
+    Histogram(HistogramFamily),
+    Scalar(Scalar),
+}
+
+/// The [`ReadFamily`] of the family `name`, matched exactly.
+pub(super) fn read_family(name: &str) -> Option<ReadFamily> {
+    if let Some((_, s)) = SCALARS.iter().find(|(n, _)| *n == name) {
+        return Some(ReadFamily::Scalar(*s));
+    }
+    HistogramFamily::ALL.into_iter().find(|f| f.name() == name).map(ReadFamily::Histogram)
+}
 
 fn classify(name: &str) -> Option<Name> {
     if let Some((_, s)) = SCALARS.iter().find(|(n, _)| *n == name) {
@@ -437,7 +453,7 @@ fn parse(text: &str, fast: bool) -> Result<KubeProxyScrape, ParseError> {
                     Part::Count => {}
                 }
             }
-            Name::Scalar(s) => apply_scalar(&mut out, s, value, &labels),
+            Name::Scalar(s) => apply_scalar(&mut out, s, value, labels.git_version.as_deref()),
         }
     }
     for fam in HistogramFamily::ALL {
@@ -538,7 +554,10 @@ fn family_of(kind: &Name) -> &'static str {
     }
 }
 
-fn apply_scalar(out: &mut KubeProxyScrape, s: Scalar, v: f64, labels: &Labels<'_>) {
+/// Folds one sample `v` of the scalar family `s` into `out` (`git_version`: the sample's
+/// `git_version`/`gitVersion` label, read for `kubernetes_build_info`): the oldest last sync, the
+/// newest last queued, the build's version, and a sum over series for the rest.
+pub(super) fn apply_scalar(out: &mut KubeProxyScrape, s: Scalar, v: f64, git_version: Option<&str>) {
     let add = |slot: &mut Option<f64>| *slot = Some(slot.unwrap_or(0.0) + v);
     match s {
         Scalar::LastTimestamp => out.last_sync_timestamp_seconds = Some(out.last_sync_timestamp_seconds.map_or(v, |o| o.min(v))),
@@ -556,8 +575,8 @@ fn apply_scalar(out: &mut KubeProxyScrape, s: Scalar, v: f64, labels: &Labels<'_
         Scalar::NftablesSyncFailures => add(&mut out.nftables_sync_failures_total),
         Scalar::NftablesCleanupFailures => add(&mut out.nftables_cleanup_failures_total),
         Scalar::BuildInfo => {
-            if let Some(v) = labels.git_version.as_ref() {
-                out.kubernetes_version = Some(v.clone());
+            if let Some(v) = git_version {
+                out.kubernetes_version = Some(v.to_string());
             }
         }
     }

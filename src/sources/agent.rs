@@ -13,13 +13,13 @@
 //!   [`super::select::decide`].
 
 use super::error::SourceError;
-use super::fetch::{client_builder, error_chain, read_limited};
+use super::fetch::{ScrapeBody, client_builder, content_type, error_chain, read_limited};
 use super::oneshot::unix_now;
 use super::prometheus::PrometheusSource;
 use super::scrape::{ScrapeOptions, ScrapeOutcome, Target, reason, targets_from_pods};
 use super::select::{Attempts, Decision, Tried, decide};
 use crate::agent::server::{PROXY_MODE_HEADER, REASON_HEADER};
-use crate::exposition::parse_kube_proxy_metrics;
+use crate::exposition::{ACCEPT_PROTOBUF_FIRST, parse_scrape};
 use crate::measure::{NodeFailure, NodeSource, Sample};
 use crate::model::ProxyMode;
 use futures::StreamExt;
@@ -175,18 +175,28 @@ fn transport_failure(what: &str, e: &reqwest::Error) -> (String, String) {
 /// GETs `url` from an agent: the body of a 2xx answer (at most `limit` bytes), or the failure
 /// (reason, message); a non-2xx answer carries the agent's reason header and message.
 async fn agent_get(client: &reqwest::Client, url: &str, limit: usize) -> Result<Vec<u8>, (String, String)> {
-    agent_get_with_mode(client, url, limit).await.map(|(body, _)| body)
+    agent_get_with_mode(client, url, limit, None).await.map(|(body, _)| body.bytes)
 }
 
-/// [`agent_get`], also giving the proxy mode of the answer's [`PROXY_MODE_HEADER`] (agents
-/// send it with `/metrics`; `None` when absent or not a mode).
-async fn agent_get_with_mode(client: &reqwest::Client, url: &str, limit: usize) -> Result<(Vec<u8>, Option<ProxyMode>), (String, String)> {
+/// [`agent_get`] with `Accept: accept` when given, also giving the answer's content type and the
+/// proxy mode of its [`PROXY_MODE_HEADER`] (agents send it with `/metrics`; `None` when absent
+/// or not a mode).
+async fn agent_get_with_mode(client: &reqwest::Client, url: &str, limit: usize, accept: Option<&str>) -> Result<(ScrapeBody, Option<ProxyMode>), (String, String)> {
     let what = url.to_string();
-    let resp = client.get(url).send().await.map_err(|e| transport_failure(&what, &e))?;
+    let request = client.get(url);
+    let request = match accept {
+        Some(a) => request.header(reqwest::header::ACCEPT, a),
+        None => request,
+    };
+    let resp = request.send().await.map_err(|e| transport_failure(&what, &e))?;
     let status = resp.status();
     if status.is_success() {
         let mode = resp.headers().get(PROXY_MODE_HEADER).and_then(|v| v.to_str().ok()).and_then(ProxyMode::parse);
-        return read_limited(resp, limit).await.map(|b| (b, mode)).map_err(|e| (reason::OTHER.to_string(), format!("{what}: {e}")));
+        let content_type = content_type(&resp);
+        return read_limited(resp, limit)
+            .await
+            .map(|bytes| (ScrapeBody { bytes, content_type }, mode))
+            .map_err(|e| (reason::OTHER.to_string(), format!("{what}: {e}")));
     }
     let known = [reason::CONNECTION_REFUSED, reason::TIMEOUT, reason::HTTP_STATUS, reason::PARSE, reason::OTHER];
     let label = resp.headers().get(REASON_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| known.into_iter().find(|k| *k == v));
@@ -198,7 +208,8 @@ async fn agent_get_with_mode(client: &reqwest::Client, url: &str, limit: usize) 
 }
 
 /// Scrapes one node through its agent at `target` (`https://IP:PORT`): `/metrics` within
-/// `opts.timeout`, parsed with the operator's parser, and when enabled the proxy mode, best
+/// `opts.timeout` (protobuf first, text as the fallback, as from kube-proxy directly), read in
+/// the format the agent's `Content-Type` names, and when enabled the proxy mode, best
 /// effort: from the answer's [`PROXY_MODE_HEADER`], or from `/proxyMode` for an agent that does
 /// not send it (one request more). The outcome's source is [`NodeSource::Agent`]; failures carry
 /// the [`reason`] labels and messages naming the agent's URL (and kube-proxy's own failure, as
@@ -208,7 +219,7 @@ pub async fn scrape_agent(client: &reqwest::Client, target: &Target, opts: &Scra
     let metrics_url = target.url("/metrics");
     let mode_url = target.url("/proxyMode");
     let work = async {
-        let metrics = agent_get_with_mode(client, &metrics_url, opts.max_body_bytes).await;
+        let metrics = agent_get_with_mode(client, &metrics_url, opts.max_body_bytes, Some(ACCEPT_PROTOBUF_FIRST)).await;
         match metrics {
             Ok((body, header_mode)) => {
                 let mode = match header_mode {
@@ -233,12 +244,10 @@ pub async fn scrape_agent(client: &reqwest::Client, target: &Target, opts: &Scra
             format!("{metrics_url}: no complete answer within {:.1} s (is the agent's port blocked, or kube-proxy slow?)", opts.timeout.as_secs_f64()),
         ))),
         Ok((Err(f), _)) => Err(fail(f)),
-        Ok((Ok(bytes), proxy_mode)) => match String::from_utf8(bytes) {
-            Err(e) => Err(fail((reason::PARSE.into(), format!("{metrics_url}: not UTF-8 text: {e}")))),
-            Ok(text) => match parse_kube_proxy_metrics(&text) {
-                Ok(scrape) => Ok(Sample { at_unix_seconds: at, scrape, proxy_mode }),
-                Err(e) => Err(fail((reason::PARSE.into(), format!("{metrics_url}: {e}")))),
-            },
+        Ok((Ok(body), proxy_mode)) => match parse_scrape(&body.bytes, body.content_type.as_deref()) {
+            Ok(scrape) => Ok(Sample { at_unix_seconds: at, scrape, proxy_mode }),
+            // a text body that is not UTF-8 reads "not UTF-8 text: ...", as before protobuf was read
+            Err(e) => Err(fail((reason::PARSE.into(), format!("{metrics_url}: {e}")))),
         },
     };
     ScrapeOutcome { node: target.node.clone(), result, elapsed: start.elapsed(), source: NodeSource::Agent }

@@ -3,6 +3,10 @@
 //! it), plus kube-proxy's `/proxyMode`, read from the same server on the same terms. The command
 //! line's URL source ([`super::fetch_url`]) and the operator's scraper
 //! ([`super::scrape::scrape_once`]) differ only in how they word a failure.
+//!
+//! A `/metrics` GET ([`get_scrape`]) sends an `Accept` header (protobuf first, text as the
+//! fallback: [`crate::exposition::ACCEPT_PROTOBUF_FIRST`]) and returns the body with the
+//! answer's `Content-Type`, which says how to read it ([`crate::exposition::parse_scrape`]).
 
 use crate::model::ProxyMode;
 use std::time::Duration;
@@ -29,6 +33,32 @@ pub enum FetchError {
         /// The limit, bytes.
         limit: usize,
     },
+}
+
+/// A `/metrics` body, at most the limit, and the `Content-Type` it came with (`None`: absent or
+/// not visible ASCII).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScrapeBody {
+    /// The body.
+    pub bytes: Vec<u8>,
+    /// The answer's `Content-Type`.
+    pub content_type: Option<String>,
+}
+
+/// GET `url` with `Accept: accept`: a 2xx answer's body (at most `limit` bytes) and content type.
+pub async fn get_scrape(client: &reqwest::Client, url: &str, limit: usize, accept: &str) -> Result<ScrapeBody, FetchError> {
+    let resp = client.get(url).header(reqwest::header::ACCEPT, accept).send().await?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(FetchError::Status(status));
+    }
+    let content_type = content_type(&resp);
+    Ok(ScrapeBody { bytes: read_limited(resp, limit).await?, content_type })
+}
+
+/// The `Content-Type` of `resp`, when present and visible ASCII.
+pub fn content_type(resp: &reqwest::Response) -> Option<String> {
+    resp.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string)
 }
 
 /// GET `url`: a 2xx answer's body, at most `limit` bytes.
@@ -61,15 +91,17 @@ pub async fn proxy_mode(client: &reqwest::Client, url: &str) -> Option<ProxyMode
     ProxyMode::parse(std::str::from_utf8(&body).ok()?)
 }
 
-/// A kube-proxy scrape: the `/metrics` body at `metrics_url` (at most `limit` bytes) and, when
-/// `mode_url` is given, `/proxyMode` fetched at the same time ([`proxy_mode`]).
+/// A kube-proxy scrape: the `/metrics` body at `metrics_url` (at most `limit` bytes, asked for
+/// with `Accept: accept`) and, when `mode_url` is given, `/proxyMode` fetched at the same time
+/// ([`proxy_mode`]).
 pub async fn fetch_scrape(
     client: &reqwest::Client,
     metrics_url: &str,
     mode_url: Option<&str>,
     limit: usize,
-) -> (Result<Vec<u8>, FetchError>, Option<ProxyMode>) {
-    let metrics = get_limited(client, metrics_url, limit);
+    accept: &str,
+) -> (Result<ScrapeBody, FetchError>, Option<ProxyMode>) {
+    let metrics = get_scrape(client, metrics_url, limit, accept);
     match mode_url {
         Some(mode_url) => tokio::join!(metrics, proxy_mode(client, mode_url)),
         None => (metrics.await, None),

@@ -22,5 +22,5 @@ pub mod spawn;
 
 pub use error::SourceError;
 pub use fetch::{DEFAULT_MAX_BODY_BYTES, MAX_PROXY_MODE_BYTES, connect_hint, http_client};
-pub use oneshot::{Fetched, decode_utf8, fetch_url, is_url, read_file, redact, store_from_files, unix_now, url_scheme};
+pub use oneshot::{Fetched, decode_utf8, fetch_url, is_url, read_file, read_file_bytes, read_scrape_as, redact, store_from_files, unix_now, url_scheme};
 pub use spawn::{Measurement, spawn};

@@ -1,22 +1,39 @@
 //! One-shot inputs, read once: a saved scrape file, standard input, or one kube-proxy's metrics
 //! URL (`http(s)://host:10249/metrics`, with `/proxyMode` read from the same server) for the
-//! command line, and the operator's `--source files`.
+//! command line, and the operator's `--source files`. A scrape is the text or the protobuf
+//! exposition: a URL's answer says which in its `Content-Type`, a file's first bytes do
+//! ([`Format::detect`]).
 
 use super::error::SourceError;
 use super::fetch;
-use crate::exposition::parse_kube_proxy_metrics;
+use crate::exposition::{Format, KubeProxyScrape, ScrapeError, parse_scrape_as};
 use crate::measure::{MeasurementStore, Sample};
 use crate::model::ProxyMode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-
-/// The text of a scrape and, for URLs, the mode `/proxyMode` reported.
+/// The body of a scrape URL, its content type, and the mode `/proxyMode` reported.
 #[derive(Debug, Clone)]
 pub struct Fetched {
-    /// Exposition-format body.
-    pub text: String,
-    /// Mode from `/proxyMode` (URL sources only, when it answered).
+    /// The body, text or protobuf exposition as [`Self::content_type`] says.
+    pub body: Vec<u8>,
+    /// The answer's `Content-Type` (`None`: absent).
+    pub content_type: Option<String>,
+    /// Mode from `/proxyMode`, when it answered.
     pub proxy_mode: Option<ProxyMode>,
+}
+
+/// Reads a scrape `bytes` from `origin` (a path, `<stdin>` or a URL, for messages) in `format`.
+///
+/// Errors: [`SourceError::NotUtf8`] for a text body that is not UTF-8 (as [`decode_utf8`]
+/// names it), [`SourceError::Scrape`] with the reader's error as the command line prints it
+/// ([`ScrapeError::at`]: `ORIGIN:LINE: family: message` for text,
+/// `ORIGIN: protobuf message N at byte B: family: message` for protobuf).
+pub fn read_scrape_as(origin: &str, bytes: Vec<u8>, format: Format) -> Result<KubeProxyScrape, SourceError> {
+    match parse_scrape_as(&bytes, format) {
+        Ok(scrape) => Ok(scrape),
+        Err(ScrapeError::NotUtf8(e)) => Err(decode_utf8(origin, bytes).err().unwrap_or_else(|| SourceError::Scrape(format!("{origin}: not UTF-8 text: {e}")))),
+        Err(e) => Err(SourceError::Scrape(e.at(origin))),
+    }
 }
 
 /// The scheme of `source` when it has the form `SCHEME://...` (a letter, then letters, digits,
@@ -48,6 +65,13 @@ pub fn redact(source: &str) -> String {
 /// file (`<stdin>`), the line and the byte offset; more than [`MAX_FILE_BYTES`] is
 /// [`SourceError::FileTooLarge`].
 pub fn read_file(path: &str) -> Result<String, SourceError> {
+    let origin = if path == "-" { "<stdin>" } else { path };
+    decode_utf8(origin, read_file_bytes(path)?)
+}
+
+/// Reads a file or `-` (standard input) as bytes (a saved scrape may be protobuf); more than
+/// [`MAX_FILE_BYTES`] is [`SourceError::FileTooLarge`].
+pub fn read_file_bytes(path: &str) -> Result<Vec<u8>, SourceError> {
     use std::io::Read;
     let origin = if path == "-" { "<stdin>" } else { path };
     let file_error = |source| SourceError::File { path: path.to_string(), source };
@@ -59,7 +83,7 @@ pub fn read_file(path: &str) -> Result<String, SourceError> {
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(SourceError::FileTooLarge { path: origin.to_string(), limit: MAX_FILE_BYTES });
     }
-    decode_utf8(origin, bytes)
+    Ok(bytes)
 }
 
 /// The most [`read_file`] reads from a file or standard input, bytes (64 MiB: manifests and
@@ -84,30 +108,32 @@ pub fn unix_now() -> f64 {
 }
 
 /// The files source of the operator (`--source files`): reads each `--metrics-file NODE=FILE`
-/// scrape once into a new store with a `window_seconds` window.
+/// scrape once (text or protobuf, as [`Format::detect`] tells) into a new store with a
+/// `window_seconds` window.
 pub fn store_from_files(specs: &[String], window_seconds: f64) -> Result<MeasurementStore, SourceError> {
     let mut store = MeasurementStore::new(window_seconds);
     for spec in specs {
         let (node, path) = spec.split_once('=').ok_or_else(|| SourceError::MetricsFileSpec(spec.clone()))?;
         let bytes = std::fs::read(path).map_err(|source| SourceError::File { path: path.to_string(), source })?;
-        let text = decode_utf8(path, bytes)?;
-        let scrape = parse_kube_proxy_metrics(&text).map_err(|e| SourceError::Scrape(e.at(path)))?;
+        let format = Format::detect(&bytes);
+        let scrape = read_scrape_as(path, bytes, format)?;
         store.record_via(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None }, crate::measure::NodeSource::File);
     }
     Ok(store)
 }
 
-/// Fetches `url`, reading at most `max_body_bytes` of its body (more is an error naming the URL
-/// and the limit), and, from the same server, `/proxyMode` ([`fetch::proxy_mode`]: best effort,
-/// a failing `/proxyMode` leaves the mode to inference).
-pub async fn fetch_url(client: &reqwest::Client, url: &str, max_body_bytes: usize) -> Result<Fetched, SourceError> {
+/// Fetches `url` with `Accept: accept` ([`crate::exposition::accept_header`]), reading at most
+/// `max_body_bytes` of its body (more is an error naming the URL and the limit), and, from the
+/// same server, `/proxyMode` ([`fetch::proxy_mode`]: best effort, a failing `/proxyMode` leaves
+/// the mode to inference).
+pub async fn fetch_url(client: &reqwest::Client, url: &str, max_body_bytes: usize, accept: &str) -> Result<Fetched, SourceError> {
     let shown = redact(url);
     let mode_url = reqwest::Url::parse(url).ok().map(|mut u| {
         u.set_path("/proxyMode");
         u.set_query(None);
         u.to_string()
     });
-    let (body, proxy_mode) = fetch::fetch_scrape(client, url, mode_url.as_deref(), max_body_bytes).await;
+    let (body, proxy_mode) = fetch::fetch_scrape(client, url, mode_url.as_deref(), max_body_bytes, accept).await;
     let body = body.map_err(|e| SourceError::Http {
         message: match e {
             fetch::FetchError::TooLarge { .. } => format!("{e} (--max-body-bytes): stopped reading"),
@@ -115,8 +141,7 @@ pub async fn fetch_url(client: &reqwest::Client, url: &str, max_body_bytes: usiz
         },
         url: shown.clone(),
     })?;
-    let text = decode_utf8(&shown, body)?;
-    Ok(Fetched { text, proxy_mode })
+    Ok(Fetched { body: body.bytes, content_type: body.content_type, proxy_mode })
 }
 
 #[cfg(test)]

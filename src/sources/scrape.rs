@@ -19,11 +19,11 @@
 //! - [`ScrapeMetrics`]: `scrape_errors_total{reason}`, `scrape_duration_seconds`,
 //!   `scrape_targets` for the process registry.
 
-use crate::exposition::parse_kube_proxy_metrics;
+use crate::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, ScrapeError, parse_scrape};
 use crate::model::ProxyMode;
 use crate::measure::{MeasurementStore, NodeFailure, NodeSource, Sample};
 use super::error::SourceError;
-use super::fetch::{FetchError, connect_hint, fetch_scrape, get_limited, http_client};
+use super::fetch::{FetchError, ScrapeBody, connect_hint, fetch_scrape, get_limited, http_client};
 use super::oneshot::{decode_utf8, unix_now};
 use crate::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
 use futures::StreamExt;
@@ -390,16 +390,30 @@ fn text(url: &str, bytes: Vec<u8>) -> Result<String, Failure> {
     decode_utf8(url, bytes).map_err(|e| Failure { reason: reason::PARSE, message: e.to_string() })
 }
 
+/// A `/metrics` body from `url` read in the format its content type names ([`parse_scrape`]),
+/// or a [`reason::PARSE`] failure naming the URL (a text body that is not UTF-8 as [`text`]
+/// names it).
+fn read_scrape(url: &str, body: ScrapeBody) -> Result<KubeProxyScrape, Failure> {
+    match parse_scrape(&body.bytes, body.content_type.as_deref()) {
+        Ok(scrape) => Ok(scrape),
+        Err(ScrapeError::NotUtf8(e)) => Err(text(url, body.bytes).err().unwrap_or_else(|| Failure { reason: reason::PARSE, message: format!("{url}: not UTF-8 text: {e}") })),
+        Err(e) => Err(Failure { reason: reason::PARSE, message: format!("{url}: {e}") }),
+    }
+}
+
 /// Scrapes one target: GET `/metrics` (and, when enabled, `/proxyMode` at the same time), both
-/// within `opts.timeout`, then parses the body with [`parse_kube_proxy_metrics`]. Never
-/// panics; every failure becomes a [`NodeFailure`] (see the [`reason`] labels): a refused
-/// connection carries [`connect_hint`]'s `metricsBindAddress` advice, a parse failure names the
-/// URL, line and family (`line 17: kubeproxy_sync_proxy_rules_duration_seconds: ...`).
+/// within `opts.timeout`, asking for the protobuf exposition first and text as the fallback
+/// ([`ACCEPT_PROTOBUF_FIRST`]), then reads the body in the format its `Content-Type` names
+/// ([`parse_scrape`]: protobuf carries the native histograms). Never panics; every failure
+/// becomes a [`NodeFailure`] (see the [`reason`] labels): a refused connection carries
+/// [`connect_hint`]'s `metricsBindAddress` advice, a parse failure names the URL, line and
+/// family (`line 17: kubeproxy_sync_proxy_rules_duration_seconds: ...`; for protobuf the
+/// message and its byte offset).
 pub async fn scrape_once(client: &reqwest::Client, target: &Target, opts: &ScrapeOptions) -> ScrapeOutcome {
     let start = Instant::now();
     let metrics_url = target.url("/metrics");
     let mode_url = opts.fetch_proxy_mode.then(|| target.url("/proxyMode"));
-    let work = fetch_scrape(client, &metrics_url, mode_url.as_deref(), opts.max_body_bytes);
+    let work = fetch_scrape(client, &metrics_url, mode_url.as_deref(), opts.max_body_bytes, ACCEPT_PROTOBUF_FIRST);
     let fetched = tokio::time::timeout(opts.timeout, work).await;
     let at = unix_now();
     let fail = |f: Failure| NodeFailure { reason: f.reason.to_string(), message: f.message, at_unix_seconds: at };
@@ -415,9 +429,7 @@ pub async fn scrape_once(client: &reqwest::Client, target: &Target, opts: &Scrap
             }))
         }
         Ok((Err(e), _)) => Err(fail(failure(&metrics_url, e))),
-        Ok((Ok(bytes), proxy_mode)) => match text(&metrics_url, bytes).and_then(|t| {
-            parse_kube_proxy_metrics(&t).map_err(|e| Failure { reason: reason::PARSE, message: format!("{metrics_url}: {e}") })
-        }) {
+        Ok((Ok(body), proxy_mode)) => match read_scrape(&metrics_url, body) {
             Ok(scrape) => Ok(Sample { at_unix_seconds: at, scrape, proxy_mode }),
             Err(f) => Err(fail(f)),
         },
