@@ -1586,7 +1586,7 @@ struct Ops<'a> {
 }
 
 fn operations_oracle(ops: &Ops) {
-    let pairs = oracle_pairs(60);
+    let pairs = oracle_pairs(120);
     let mut series = Vec::new();
     let (mut add, mut sub, mut resets, mut reduce) = (vec![], vec![], vec![], vec![]);
     let mut inc: Vec<Vec<(usize, Expect)>> = vec![vec![]; 3];
@@ -1617,6 +1617,10 @@ fn operations_oracle(ops: &Ops) {
     for (n, q) in [0.5, 0.9, 0.99].into_iter().enumerate() {
         tests.push(ExprTest { expr: format!("histogram_quantile({q}, increase(native_pair[2m]))"), eval_time: "1m", samples: std::mem::take(&mut inc[n]) });
     }
+    let resets = pairs.iter().filter(|(a, b)| (ops.delta)(a, b).0).count();
+    let schemas = pairs.iter().filter(|(a, b)| a.schema != b.schema).count();
+    let thresholds = pairs.iter().filter(|(a, b)| a.zt != b.zt).count();
+    eprintln!("{} pairs: {resets} resets, {schemas} with a schema change, {thresholds} with a zero-threshold change", pairs.len());
     let bad = disagreements(&series, &tests);
     assert!(bad.is_empty(), "Prometheus disagrees on {} samples:\n{}", bad.len(), bad.join("\n"));
 }
