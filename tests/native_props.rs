@@ -733,6 +733,13 @@ fn range_of(v: f64, schema: i32, zt: f64) -> (f64, f64) {
     if v > 0.0 { (inner.max(zt), outer) } else { (-outer, -inner.max(zt)) }
 }
 
+/// Whether the buckets hold no more than the count (Prometheus' `+` may count observations
+/// twice, see `prometheus_add_is_not_commutative_across_schemas_and_thresholds`, and
+/// `NativeHistogram::new` refuses such a histogram).
+fn consistent(h: &H) -> bool {
+    h.zc + h.pos.iter().chain(&h.neg).map(|b| b.1).sum::<f64>() <= h.count * (1.0 + 1e-12)
+}
+
 /// Compares two histograms: schema, threshold exactly; counts, sums and the populated buckets
 /// within [`EPS`] (empty buckets ignored: Prometheus drops them in every result).
 fn same_histogram(a: &H, b: &H) -> Result<(), String> {
@@ -1331,6 +1338,36 @@ proptest! {
         let up = native(&observe(&all, schema, zt));
         if later_schema < schema {
             prop_assert_eq!(up.delta_since(&native(&l)), NativeDelta::Reset(up.clone()));
+        }
+    }
+
+    #[test]
+    fn delta_quantile_is_the_quantile_of_prometheus_increase(e in histogram(), other in histogram(), grow in any::<bool>(), which in any::<prop::sample::Index>(), q in 0.0f64..=1.0) {
+        // what the operator computes (the quantile of the delta) against PromQL
+        // histogram_quantile(q, increase(...)) over the two scrapes (without the extrapolation
+        // factor, which scales every count alike): later = earlier + more, or an independent
+        // histogram (mostly a reset), or earlier with a counter down
+        let l = if grow { reference::add(&e, &other) } else { with_counter_down(&e, which, 2.0).unwrap_or(other) };
+        prop_assume!(consistent(&l));
+        let (reset, want) = reference::increase(&e, &l);
+        let d = native(&l).delta_since(&native(&e));
+        prop_assert_eq!(d.is_reset(), reset, "{:?} after {:?}", l, e);
+        let (got, want) = (d.histogram().quantile(q).seconds, reference::quantile(&want, q));
+        prop_assert!(almost_equal(got, want, EPS), "q {}: {:?}, Prometheus {:?}; delta {:?}", q, got, want, d);
+    }
+
+    #[test]
+    fn results_hold_no_empty_bucket_as_in_prometheus(a in histogram(), b in histogram()) {
+        // the engine compacts `+`, `-`, sum() and increase() results (engine.go, functions.go
+        // `Compact(0)`), and histogram_quantile's zero-bucket rule looks at whether a side has
+        // buckets at all (quantile.go `len(h.NegativeBuckets) == 0`), empty ones included
+        let sum = native(&a).add(&native(&b));
+        prop_assert!(sum.positive().iter().chain(sum.negative()).all(|b| b.1 != 0.0), "add: {:?}", sum);
+        let later = reference::add(&a, &b);
+        prop_assume!(consistent(&later));
+        let later = native(&later);
+        if let NativeDelta::Interval(d) = later.delta_since(&native(&a)) {
+            prop_assert!(d.positive().iter().chain(d.negative()).all(|b| b.1 != 0.0), "delta: {:?}", d);
         }
     }
 
