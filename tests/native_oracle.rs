@@ -106,7 +106,7 @@ fn sum_reduction_reset_and_delta_are_prometheus() {
                 deltas += 1;
             }
             None => {
-                assert_eq!(d.histogram(), &b, "case {n}: a reset keeps the later scrape");
+                same("reset: the later scrape", n, d.histogram(), &c.b);
                 resets += 1;
             }
         }

@@ -1290,6 +1290,10 @@ proptest! {
 
     #[test]
     fn add_matches_the_reference(a in histogram(), b in histogram()) {
+        // not where Prometheus' `+` counts observations twice (differing schemas and zero
+        // thresholds, see prometheus_add_is_not_commutative_across_schemas_and_thresholds):
+        // native.rs counts them once, a documented difference kube-proxy's series never reach
+        prop_assume!(consistent(&reference::add(&a, &b)));
         let (na, nb) = (native(&a), native(&b));
         let ab = from_native(&na.add(&nb));
         let ba = from_native(&nb.add(&na));
@@ -1317,7 +1321,11 @@ proptest! {
         prop_assert!(same_histogram(&l, &reference::add(&e, &o)).is_ok(), "add: {:?}", same_histogram(&l, &reference::add(&e, &o)));
         let d = later.delta_since(&ne);
         let (reset, want) = reference::increase(&e, &l);
-        prop_assert!(!reset, "Prometheus sees a reset in {l:?} after {e:?}");
+        prop_assert_eq!(d.is_reset(), reset, "{:?} after {:?}", l, e);
+        // Prometheus' DetectReset compares the earlier buckets merged into the later's coarser
+        // schema above its zero threshold: an earlier bucket that the wider zero bucket of the
+        // sum absorbed still counts as gone, so a grown histogram can read as a reset there
+        prop_assume!(!reset);
         let NativeDelta::Interval(d) = d else { panic!("a reset: {d:?}") };
         let d = from_native(&d);
         prop_assert!(same_histogram(&d, &want).is_ok(), "{:?}", same_histogram(&d, &want));
@@ -1379,8 +1387,9 @@ proptest! {
     #[test]
     fn any_counter_down_is_a_reset_returning_self(h in histogram(), which in any::<prop::sample::Index>(), by in 1u32..20) {
         if let Some(l) = with_counter_down(&h, which, f64::from(by)) {
+            // the later scrape, without its empty buckets (as increase() compacts it)
             let nl = native(&l);
-            prop_assert_eq!(nl.delta_since(&native(&h)), NativeDelta::Reset(nl.clone()));
+            prop_assert_eq!(nl.delta_since(&native(&h)), NativeDelta::Reset(native(&reference::compact(&l))));
         }
     }
 
@@ -1389,8 +1398,9 @@ proptest! {
         let n = native(&h);
         // narrower: always a reset (DetectReset: "ZeroThreshold decreased")
         if h.zt > 0.0 {
-            let l = native(&H { zt: 0.0, ..h.clone() });
-            prop_assert_eq!(l.delta_since(&n), NativeDelta::Reset(l.clone()));
+            let narrower = H { zt: 0.0, ..h.clone() };
+            let l = native(&narrower);
+            prop_assert_eq!(l.delta_since(&n), NativeDelta::Reset(native(&reference::compact(&narrower))));
         }
         // wider: a reset exactly when Prometheus sees one (it cuts a populated bucket, or the
         // zero count of the wider bucket is below what the earlier buckets held)
@@ -1628,7 +1638,9 @@ struct Ops<'a> {
 }
 
 fn operations_oracle(ops: &Ops) {
-    let pairs = oracle_pairs(120);
+    // not the pairs where Prometheus' `+` counts observations twice (native.rs counts them
+    // once: add_matches_the_reference)
+    let pairs: Vec<_> = oracle_pairs(120).into_iter().filter(|(a, b)| consistent(&reference::add(a, b))).collect();
     let mut series = Vec::new();
     let (mut add, mut sub, mut resets, mut reduce) = (vec![], vec![], vec![], vec![]);
     let mut inc: Vec<Vec<(usize, Expect)>> = vec![vec![]; 3];

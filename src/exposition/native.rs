@@ -449,10 +449,13 @@ impl NativeHistogram {
     }
 
     /// Prometheus `sum()` of two native histograms (`FloatHistogram.Add`): the coarser schema,
-    /// the wider zero bucket, counts, sums and buckets added.
+    /// the wider zero bucket, counts, sums and buckets added, empty buckets dropped (the engine
+    /// compacts every sum: `Compact(0)`). One difference, on inputs kube-proxy never serves: when
+    /// the zero thresholds and schemas both differ, Prometheus' `+` can count a bucket of the
+    /// finer histogram both in the zero bucket and as a bucket; here it is counted once.
     pub fn add(&self, other: &NativeHistogram) -> NativeHistogram {
         let (a, b) = self.reconciled(other);
-        NativeHistogram {
+        compacted(NativeHistogram {
             schema: a.schema,
             zero_threshold: a.zero_threshold,
             zero_count: a.zero_count + b.zero_count,
@@ -460,19 +463,22 @@ impl NativeHistogram {
             sum: a.sum + other.sum,
             positive: merge(&a.positive, &b.positive, 1.0),
             negative: merge(&a.negative, &b.negative, 1.0),
-        }
+        })
     }
 
     /// The observations made between `earlier` and `self` (two scrapes of one series), or
-    /// [`NativeDelta::Reset`] with `self` unchanged when Prometheus would see a counter reset
+    /// [`NativeDelta::Reset`] with `self` when Prometheus would see a counter reset
     /// ([`Self::is_reset_since`]). Otherwise `self - earlier` as `FloatHistogram.Sub`: both in
-    /// the coarser schema and the wider zero bucket, counts subtracted bucket by bucket.
+    /// the coarser schema and the wider zero bucket, counts subtracted bucket by bucket. Either
+    /// way empty buckets are dropped, as PromQL's `-` and `increase()` compact their results
+    /// (`Compact(0)`); it matters to the quantile, whose zero bucket starts at 0 only when no
+    /// negative bucket is left.
     pub fn delta_since(&self, earlier: &NativeHistogram) -> NativeDelta {
         if self.is_reset_since(earlier) {
-            return NativeDelta::Reset(self.clone());
+            return NativeDelta::Reset(compacted(self.clone()));
         }
         let (a, b) = self.reconciled(earlier);
-        NativeDelta::Interval(NativeHistogram {
+        NativeDelta::Interval(compacted(NativeHistogram {
             schema: a.schema,
             zero_threshold: a.zero_threshold,
             zero_count: a.zero_count - b.zero_count,
@@ -480,7 +486,7 @@ impl NativeHistogram {
             sum: self.sum - earlier.sum,
             positive: merge(&a.positive, &b.positive, -1.0),
             negative: merge(&a.negative, &b.negative, -1.0),
-        })
+        }))
     }
 
     /// Prometheus' counter-reset rule for native histograms (`FloatHistogram.DetectReset`,
@@ -507,6 +513,13 @@ impl NativeHistogram {
         };
         went_down(&self.positive, &earlier.positive) || went_down(&self.negative, &earlier.negative)
     }
+}
+
+/// `h` without its empty buckets (Prometheus `Compact(0)`).
+fn compacted(mut h: NativeHistogram) -> NativeHistogram {
+    h.positive.retain(|b| b.1 != 0.0);
+    h.negative.retain(|b| b.1 != 0.0);
+    h
 }
 
 /// One bucket with its bounds, as Prometheus' iterators give it.
