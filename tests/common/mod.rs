@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 pub mod rules;
 pub mod tools;
+pub mod windows;
 
 /// `$ST_E2E_DIR` (default `/tmp/safe-termination-e2e`).
 pub fn state_dir() -> String {

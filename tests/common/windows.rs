@@ -1,0 +1,74 @@
+//! W computed by a test itself from the real kube-proxies' scrapes, with native and with classic
+//! histograms from the SAME two scrapes (tests/e2e_deploy.rs): the comparison the sizing model
+//! is recalibrated on. The scrapes ask for protobuf first, as the operator does, so a 1.37
+//! kube-proxy answers with both kinds in one body.
+
+use super::rules::RealNode;
+use safe_termination::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, parse_scrape};
+use safe_termination::model::{self, HistogramPreference, NodeInput, NodeWindow};
+use serde_json::{Value, json};
+
+/// One scrape of every real node's kube-proxy: (node, scrape). Panics when a node's network
+/// namespace is missing (its 10.x address would leave the machine) or its kube-proxy does not
+/// answer.
+pub async fn scrape_real_nodes(nodes: &[RealNode]) -> Vec<(String, KubeProxyScrape)> {
+    let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().unwrap();
+    let mut out = Vec::new();
+    for n in nodes {
+        assert!(std::path::Path::new(&format!("/run/netns/{}", n.netns)).exists(), "{}: network namespace {} is missing", n.name, n.netns);
+        let url = format!("http://{}:10249/metrics", n.ip);
+        let resp = client.get(&url).header("Accept", ACCEPT_PROTOBUF_FIRST).send().await.unwrap_or_else(|e| panic!("{url}: {e}"));
+        let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let body = resp.bytes().await.unwrap_or_else(|e| panic!("{url}: {e}"));
+        let scrape = parse_scrape(&body, content_type.as_deref()).unwrap_or_else(|e| panic!("{url}: {e}"));
+        out.push((n.name.clone(), scrape));
+    }
+    out
+}
+
+/// W over the interval between two scrapes of every node, both kinds: per node the window and
+/// p99 of each kind, and the cluster W (max over nodes) of each. `min_sync_period_seconds` is
+/// kube-proxy's minSyncPeriod (1 s in both modes here).
+pub fn windows_both_kinds(earlier: &[(String, KubeProxyScrape)], later: &[(String, KubeProxyScrape)], min_sync_period_seconds: f64) -> Value {
+    let measure = |prefer: HistogramPreference| -> Vec<NodeWindow> {
+        later
+            .iter()
+            .map(|(node, l)| {
+                let input = NodeInput {
+                    node: node.clone(),
+                    later: l.clone(),
+                    earlier: earlier.iter().find(|(n, _)| n == node).map(|e| e.1.clone()),
+                    proxy_mode: None,
+                };
+                model::measure_node_with(&input, min_sync_period_seconds, 1, None, prefer)
+            })
+            .collect()
+    };
+    let (native, classic) = (measure(HistogramPreference::NativeFirst), measure(HistogramPreference::ClassicOnly));
+    let cluster = |w: &[NodeWindow]| w.iter().filter_map(|n| n.propagation_window_seconds).reduce(f64::max);
+    let nodes: serde_json::Map<String, Value> = native
+        .iter()
+        .zip(&classic)
+        .map(|(n, c)| {
+            (
+                n.node.clone(),
+                json!({
+                    "histogramKind": n.histogram_kind,
+                    "syncSamples": n.sync_samples,
+                    "interval": n.interval,
+                    "nativeSyncP99Seconds": n.sync_p99.filter(|q| q.kind == safe_termination::exposition::HistogramKind::Native).map(|q| q.seconds),
+                    "classicSyncP99Seconds": c.sync_p99.map(|q| q.seconds),
+                    "nativeWindowSeconds": n.propagation_window_seconds.filter(|_| n.histogram_kind == Some(safe_termination::exposition::HistogramKind::Native)),
+                    "classicWindowSeconds": c.propagation_window_seconds,
+                }),
+            )
+        })
+        .collect();
+    let all_native = native.iter().all(|n| n.histogram_kind == Some(safe_termination::exposition::HistogramKind::Native));
+    json!({
+        "minSyncPeriodSeconds": min_sync_period_seconds,
+        "nativeWindowSeconds": if all_native { json!(cluster(&native)) } else { Value::Null },
+        "classicWindowSeconds": cluster(&classic),
+        "nodes": nodes,
+    })
+}
