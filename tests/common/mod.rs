@@ -131,6 +131,15 @@ pub async fn policy_status(client: &Client, ns: &str, name: &str) -> Value {
     api.get(name).await.map(|p| serde_json::to_value(p.status).unwrap()).unwrap_or(Value::Null)
 }
 
+/// A TerminationPolicy's status as the API server stores it (null when absent): unlike
+/// [`policy_status`], which goes through this crate's types, it keeps fields those types do not
+/// know (an operator built from another revision may write more).
+pub async fn policy_status_raw(client: &Client, ns: &str, name: &str) -> Value {
+    let resource = kube::api::ApiResource::erase::<TerminationPolicy>(&());
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    api.get(name).await.map(|p| p.data["status"].clone()).unwrap_or(Value::Null)
+}
+
 /// Polls the status of TerminationPolicy `name` in `ns` every second until `done` holds and
 /// returns it; panics with `what` and the last status after `secs`.
 pub async fn wait_policy_status(client: &Client, ns: &str, name: &str, secs: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
