@@ -247,9 +247,19 @@ async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables(
     // (the status rounds to milliseconds)
     assert!(if slow { sync >= 1.0 } else { sync <= 1.0005 }, "ProxySyncSlow {slow} must match the sync p99 {sync} s vs 1 s");
     let after = status["recommendation"]["preStopSeconds"].as_u64().unwrap();
-    // the sleep covers the window: at least ceil(1.5 x (minSyncPeriod + sync p99))
-    let floor = (1.5 * (1.0 + sync) - 0.01).ceil().max(3.0) as u64; // 0.01: the status rounds to ms
-    assert!(after >= floor, "sleep {after} s (before: {before} s) for sync p99 {sync} s");
+    // W holds the sync term (the e2e cluster's minSyncPeriod is 1 s; the status rounds to ms)
+    let w = status["measurement"]["propagationWindowSeconds"].as_f64().unwrap();
+    assert!(w >= 1.0 + sync - 0.002, "W {w} s < minSyncPeriod + sync p99 {sync} s");
+    // and the sleep is the policy's own sizing of W, exactly: clamp(ceil(W x safetyFactor +
+    // extraSeconds), minSeconds, maxSeconds) with the spec's values (the CRD defaults here)
+    let p = policies.get("web").await.unwrap().spec.pre_stop;
+    let reason = status["recommendation"]["reason"].as_str().unwrap_or_default();
+    let sized = common::sized_pre_stop(reason, w, &p).unwrap_or_else(|| panic!("recommendation reason {reason}: {status:#}"));
+    assert!(
+        sized.contains(&after),
+        "sleep {after} s (before: {before} s) vs clamp(ceil({w} x {} + {}), {}, {}) = {sized:?} ({reason})",
+        p.safety_factor, p.extra_seconds, p.min_seconds, p.max_seconds
+    );
     assert!(status["advice"].to_string().contains("nftables"), "{}", status["advice"]);
     let metrics = op.metrics().await;
     let slow_series = format!("safe_termination_kube_proxy_sync_slow{{node=\"node-a\"}} {}", i64::from(sync > 1.0));
