@@ -528,11 +528,11 @@ fn example_policies_size_the_recommendation() {
 
     // NLB path: extraSeconds 90, default 100, bounds [10, 180]
     let doc = json(&["--policy", "config/terminationpolicy-ingress.yaml", V1_29]);
-    // LowSampleCount: max(default 100, ceil(3.98 x 1.5 + 90) = 96) = 100; grace 100 + 30
+    // LowSampleCount: max(default 100, ceil(3.98 x 1.25 + 90 = 94.975) = 95) = 100; grace 100 + 30
     assert_eq!(doc["recommendation"]["preStopSeconds"], 100);
     assert_eq!(doc["recommendation"]["terminationGracePeriodSeconds"], 130);
     let doc = json(&["--policy", "config/terminationpolicy-ingress.yaml", V1_13]);
-    // Measured: ceil(1.119 x 1.5 + 90) = 92
+    // Measured: ceil(1.119 x 1.25 + 90 = 91.399) = 92
     assert_eq!(doc["recommendation"]["preStopSeconds"], 92);
     assert_eq!(doc["recommendation"]["terminationGracePeriodSeconds"], 122);
     assert!(doc["recommendation"]["arithmetic"].as_str().unwrap().contains("+ 90 s"));

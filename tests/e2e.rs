@@ -199,8 +199,15 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     let worst = status["measurement"]["worstNode"].as_str().unwrap();
     assert!(["node-a", "node-b"].contains(&worst), "{worst}");
     let pre_stop = status["recommendation"]["preStopSeconds"].as_u64().unwrap();
-    let sized = ((w * 1.5) - 1e-9).ceil().max(2.0) as u64;
-    assert!(pre_stop.abs_diff(sized) <= 1, "preStop {pre_stop} vs ceil({w} x 1.5) = {sized}");
+    // the policy's own sizing (its safetyFactor, the CRD default 1.25 here; minSeconds 2):
+    // exactly clamp(ceil(W x safetyFactor + extraSeconds), minSeconds, maxSeconds)
+    let p = policies.get("web").await.unwrap().spec.pre_stop;
+    let sized = common::sized_pre_stop("Measured", w, &p).unwrap();
+    assert!(
+        sized.contains(&pre_stop),
+        "preStop {pre_stop} vs clamp(ceil({w} x {} + {}), {}, {}) = {sized:?}",
+        p.safety_factor, p.extra_seconds, p.min_seconds, p.max_seconds
+    );
     let cond = |t: &str| status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).cloned().unwrap();
     assert_eq!(cond("Ready")["status"], "True");
     assert_eq!(cond("ProxySyncSlow")["status"], "False");

@@ -16,24 +16,26 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::Api;
 
 mod common;
+use common::rules::{RuleReader, RuleTrace, now_unix};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Endpoint IPs of Service `e2e-window/web` in a node's rules right now (read-only listing of
-/// that Service's chain inside the node's netns: common::rules::RuleReader).
-fn ips_in_rules(node: &str) -> BTreeSet<String> {
-    let node = common::rules::real_nodes().into_iter().find(|n| n.name == node).unwrap_or_else(|| panic!("{node} is not a real node"));
-    common::rules::RuleReader::new(node, "e2e-window").endpoint_ips().unwrap_or_default()
+/// One rule reader per real node for Service `e2e-window/web` (read-only listing of that
+/// Service's chain inside the node's netns: common::rules::RuleReader).
+fn readers() -> Vec<RuleReader> {
+    common::rules::real_nodes().into_iter().map(|n| RuleReader::new(n, "e2e-window")).collect()
 }
 
+/// Linear interpolation between closest ranks (as e2e/experiment/report.py).
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
-    let idx = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[idx]
+    let pos = (sorted.len() as f64 - 1.0) * q;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
 }
 
 #[tokio::test]
@@ -58,7 +60,8 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     deployments.patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(&deploy(1))).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    // wait for 4 running pods whose IPs are in both nodes' rules
+    // wait for 4 running pods whose IPs are in both nodes' rules (a failed read: not yet)
+    let mut rule_readers = readers();
     let deadline = Instant::now() + Duration::from_secs(90);
     let old: Vec<Pod> = loop {
         let l: Vec<Pod> = pods
@@ -71,7 +74,7 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
             .collect();
         if l.len() == 4 {
             let ips: BTreeSet<String> = l.iter().map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap()).collect();
-            if ips.is_subset(&ips_in_rules("node-a")) && ips.is_subset(&ips_in_rules("node-b")) {
+            if rule_readers.iter_mut().all(|r| r.endpoint_ips().is_ok_and(|got| ips.is_subset(&got))) {
                 break l;
             }
         }
@@ -91,8 +94,8 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
         })
         .collect();
 
-    // watch pods: when did each old pod's deletion become visible, and when was it gone?
-    let started = Instant::now();
+    // watch pods: when did each old pod's deletion become visible, and when was it gone (unix
+    // seconds)?
     let seen_terminating: Arc<Mutex<BTreeMap<String, f64>>> = Arc::default();
     let seen_gone: Arc<Mutex<BTreeMap<String, f64>>> = Arc::default();
     let watch = {
@@ -108,7 +111,7 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
                     _ => continue,
                 };
                 let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) else { continue };
-                let t = started.elapsed().as_secs_f64();
+                let t = now_unix();
                 if deleted {
                     gone.lock().unwrap().entry(ip).or_insert(t);
                 } else if p.metadata.deletion_timestamp.is_some() {
@@ -117,33 +120,32 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
             }
         })
     };
-    // sample both nodes' rules every ~100 ms: when did each IP leave them?
-    let removed: Arc<Mutex<BTreeMap<(String, String), f64>>> = Arc::default();
+    // sample both nodes' rules every ~100 ms: when did each IP leave them? Only a successful read
+    // without the IP is a removal (common::rules::RuleTrace); a failed read is no sample
     let sampler = {
-        let removed = removed.clone();
         let ips: Vec<String> = sleep_of.keys().cloned().collect();
+        let mut readers = rule_readers;
         tokio::task::spawn_blocking(move || {
+            let since = now_unix();
+            let mut traces: Vec<RuleTrace> = readers.iter().map(|_| RuleTrace::default()).collect();
             let until = Instant::now() + Duration::from_secs(60);
             while Instant::now() < until {
-                for node in ["node-a", "node-b"] {
-                    let present = ips_in_rules(node);
-                    let t = started.elapsed().as_secs_f64();
-                    for ip in &ips {
-                        if !present.contains(ip) {
-                            removed.lock().unwrap().entry((node.to_string(), ip.clone())).or_insert(t);
-                        }
-                    }
+                for (r, trace) in readers.iter_mut().zip(&mut traces) {
+                    let t0 = now_unix();
+                    let read = r.endpoint_ips();
+                    trace.observe(read, t0, now_unix());
                 }
-                if removed.lock().unwrap().len() == ips.len() * 2 {
-                    return;
+                if traces.iter().all(|t| ips.iter().all(|ip| t.removal(ip, since).is_some())) {
+                    break;
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
+            readers.into_iter().map(|r| r.node.name).zip(traces).collect::<Vec<_>>()
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     deployments.patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(&deploy(2))).await.unwrap();
-    sampler.await.unwrap();
+    let traces = sampler.await.unwrap();
     // the old pods are gone only after the kubelet ran their preStop sleep (and SIGTERM)
     let deadline = Instant::now() + Duration::from_secs(60);
     while seen_gone.lock().unwrap().len() < sleep_of.len() {
@@ -159,17 +161,27 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
         // 0.3 s: the two watch events are observed by one client, the kubelet's clock is the host's
         assert!(lived >= sleep - 0.3, "{ip}: gone {lived:.3} s after deletion, before its {sleep} s preStop sleep ended");
     }
-    let removed = removed.lock().unwrap().clone();
+    // per pod and node: from its deletion to the first successful read without its IP (the
+    // conservative end of the bound; the last read with it is the other end)
     let mut delays = Vec::new();
-    for ((node, ip), t_removed) in &removed {
-        let t_deleted = *seen.get(ip).unwrap_or_else(|| panic!("deletion of {ip} never observed"));
-        let delay = (t_removed - t_deleted).max(0.0);
-        let sleep = sleep_of[ip];
-        println!("{node} {ip}: left the rules {delay:.3} s after deletion (preStop sleep {sleep} s)");
-        assert!(delay < sleep, "{node}: {ip} stayed in the rules {delay:.3} s, longer than its {sleep} s preStop sleep");
-        delays.push(delay);
+    let mut window_of: BTreeMap<String, f64> = BTreeMap::new();
+    for (node, trace) in &traces {
+        println!("{node}: {} successful reads, {} failed {:?}", trace.reads, trace.failed_reads, trace.errors);
+        for (ip, sleep) in &sleep_of {
+            let t_deleted = *seen.get(ip).unwrap_or_else(|| panic!("deletion of {ip} never observed"));
+            // 0.5 s: the watch sees the deletion a little after the API server
+            let removal = trace.removal(ip, t_deleted - 0.5).unwrap_or_else(|| {
+                panic!("failed measurement: no successful read of {node}'s rules without {ip} ({} failed reads: {:?})", trace.failed_reads, trace.errors)
+            });
+            let (delay, lower) = (removal.by - t_deleted, removal.after - t_deleted);
+            println!("{node} {ip}: left the rules {delay:.3} s after deletion (in [{lower:.3}, {delay:.3}] s; preStop sleep {sleep} s)");
+            assert!(delay < *sleep, "{node}: {ip} stayed in the rules {delay:.3} s, longer than its {sleep} s preStop sleep");
+            delays.push(delay);
+            let w = window_of.entry(ip.clone()).or_insert(f64::NEG_INFINITY);
+            *w = w.max(delay);
+        }
     }
-    assert_eq!(delays.len(), 8, "4 old pods x 2 nodes: {removed:?}");
+    assert_eq!(delays.len(), 8, "4 old pods x 2 nodes");
     delays.sort_by(f64::total_cmp);
     println!(
         "propagation ground truth over {} removals: min {:.3} s, p50 {:.3} s, p90 {:.3} s, max {:.3} s",
@@ -179,10 +191,15 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
         percentile(&delays, 0.9),
         delays[delays.len() - 1]
     );
-    // the measured window the operator sized the sleep from covers the truth
+    // the measured window covers the truth: W (before the safety factor and the floor) is at
+    // least the p99 of the per-pod windows (deletion to the IP gone from the slowest node)
+    let mut windows: Vec<f64> = window_of.values().copied().collect();
+    windows.sort_by(f64::total_cmp);
+    let p99 = percentile(&windows, 0.99);
     let status = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap();
-    let w = status["measurement"]["propagationWindowSeconds"].as_f64().unwrap_or(0.0);
-    println!("operator's measured propagation window W = {w:.3} s, recommended preStop {} s", status["recommendation"]["preStopSeconds"]);
+    let w = status["measurement"]["propagationWindowSeconds"].as_f64().expect("W in the status");
+    println!("operator's measured propagation window W = {w:.3} s, recommended preStop {} s; per-pod windows p99 {p99:.3} s", status["recommendation"]["preStopSeconds"]);
+    assert!(w >= p99, "W {w:.3} s does not cover the p99 {p99:.3} s of the per-pod windows {windows:?}");
     drop(op);
     common::cleanup(&client, hook, ns).await;
 }
@@ -230,9 +247,19 @@ async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables(
     // (the status rounds to milliseconds)
     assert!(if slow { sync >= 1.0 } else { sync <= 1.0005 }, "ProxySyncSlow {slow} must match the sync p99 {sync} s vs 1 s");
     let after = status["recommendation"]["preStopSeconds"].as_u64().unwrap();
-    // the sleep covers the window: at least ceil(1.5 x (minSyncPeriod + sync p99))
-    let floor = (1.5 * (1.0 + sync) - 0.01).ceil().max(3.0) as u64; // 0.01: the status rounds to ms
-    assert!(after >= floor, "sleep {after} s (before: {before} s) for sync p99 {sync} s");
+    // W holds the sync term (the e2e cluster's minSyncPeriod is 1 s; the status rounds to ms)
+    let w = status["measurement"]["propagationWindowSeconds"].as_f64().unwrap();
+    assert!(w >= 1.0 + sync - 0.002, "W {w} s < minSyncPeriod + sync p99 {sync} s");
+    // and the sleep is the policy's own sizing of W, exactly: clamp(ceil(W x safetyFactor +
+    // extraSeconds), minSeconds, maxSeconds) with the spec's values (the CRD defaults here)
+    let p = policies.get("web").await.unwrap().spec.pre_stop;
+    let reason = status["recommendation"]["reason"].as_str().unwrap_or_default();
+    let sized = common::sized_pre_stop(reason, w, &p).unwrap_or_else(|| panic!("recommendation reason {reason}: {status:#}"));
+    assert!(
+        sized.contains(&after),
+        "sleep {after} s (before: {before} s) vs clamp(ceil({w} x {} + {}), {}, {}) = {sized:?} ({reason})",
+        p.safety_factor, p.extra_seconds, p.min_seconds, p.max_seconds
+    );
     assert!(status["advice"].to_string().contains("nftables"), "{}", status["advice"]);
     let metrics = op.metrics().await;
     let slow_series = format!("safe_termination_kube_proxy_sync_slow{{node=\"node-a\"}} {}", i64::from(sync > 1.0));

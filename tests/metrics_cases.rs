@@ -175,7 +175,7 @@ fn v1_29_iptables_excerpt_lifetime() {
     approx(r.sync_p99_seconds.unwrap(), 0.12672, 1e-9);
     approx(r.network_programming_p99_seconds.unwrap(), 4.98, 1e-9);
     approx(r.propagation_window_seconds.unwrap(), 3.98, 1e-9);
-    // LowSampleCount: max(default 10, ceil(3.98 x 1.5) = 6) = 10; grace max(30, 10 + 30) = 40
+    // LowSampleCount: max(default 10, ceil(3.98 x 1.25 = 4.975) = 5) = 10; grace max(30, 10 + 30) = 40
     assert_eq!(r.recommendation.pre_stop_seconds, 10);
     assert_eq!(r.recommendation.termination_grace_period_seconds, 40);
     assert_eq!(r.recommendation.reason, Basis::LowSampleCount);
@@ -211,7 +211,7 @@ fn v1_13_legacy_microseconds_are_converted() {
     assert_eq!(n.mode, ProxyMode::Unknown); // no mode-specific family in a v1.13 scrape
     approx(r.propagation_window_seconds.unwrap(), 1.0 + expected_us * 1e-6, 1e-9);
     assert_eq!(r.network_programming_p99_seconds, None);
-    // ceil(1.0595 x 1.5) = 2, clamped up to minSeconds 3; grace max(30, 3 + 30) = 33
+    // ceil(1.0595 x 1.25 = 1.324) = 2, clamped up to minSeconds 3; grace max(30, 3 + 30) = 33
     assert_eq!(r.recommendation.pre_stop_seconds, 3);
     assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
     assert_eq!(r.recommendation.reason, Basis::Measured);
@@ -235,7 +235,7 @@ fn v1_8_nan_summaries_do_not_poison_the_sync_histogram() {
     let r = analyze_one(V1_8);
     assert_eq!(r.nodes[0].basis, Basis::Measured);
     approx(r.propagation_window_seconds.unwrap(), 1.0 + expected, 1e-9);
-    assert_eq!(r.recommendation.pre_stop_seconds, 3); // ceil(1.243 x 1.5) = 2 -> minSeconds 3
+    assert_eq!(r.recommendation.pre_stop_seconds, 3); // ceil(1.243 x 1.25 = 1.554) = 2 -> minSeconds 3
     assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
 }
 
@@ -345,7 +345,7 @@ fn interval_between_two_scrapes_uses_the_delta() {
     let w = 1.0 + (0.128 + 0.128 * 0.99);
     approx(r.propagation_window_seconds.unwrap(), w, 1e-12);
     assert_eq!(r.network_programming_p99_seconds, None);
-    // ceil(1.25472 x 1.5 = 1.88) = 2 -> minSeconds 3
+    // ceil(1.25472 x 1.25 = 1.568) = 2 -> minSeconds 3
     assert_eq!(r.recommendation.pre_stop_seconds, 3);
     assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
     assert_eq!(r.recommendation.reason, Basis::Measured);
@@ -401,7 +401,7 @@ fn counter_reset_between_scrapes_uses_the_later_scrape_alone() {
     assert_eq!(n.network_programming_p99, None);
     assert_eq!(n.basis, Basis::Measured);
     approx(r.propagation_window_seconds.unwrap(), 1.0 + p99, 1e-12);
-    // ceil(1.50944 x 1.5 = 2.264) = 3
+    // ceil(1.50944 x 1.25 = 1.887) = 2 -> minSeconds 3
     assert_eq!(r.recommendation.pre_stop_seconds, 3);
     assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
 }

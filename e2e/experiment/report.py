@@ -6,9 +6,19 @@ Usage: python3 e2e/experiment/report.py OUTDIR
 Reads OUTDIR/runs/<run>/{meta.json, load-<node>.csv, deletions.csv,
 groundtruth.csv} for every run and writes
 
-  OUTDIR/results.json  machine-readable numbers per run
-  OUTDIR/results.md    the table (also printed on stdout)
-  OUTDIR/results.svg   one timeline panel per run (hand-written SVG)
+  OUTDIR/results.json  machine-readable numbers per run, with each deleted
+                       pod's window per node (`pods`)
+  OUTDIR/results.md    the tables (also printed on stdout)
+  OUTDIR/results.svg   one timeline panel per run and each pod's windows
+                       against its sleep (hand-written SVG)
+
+The ground truth (groundtruth.csv, written by tests/e2e_deploy.rs): per
+deleted pod and node, removed_at_unix is the end of the first successful read
+of the node's rules that no longer showed the pod's IP, last_present_at_unix
+the start of the last successful read that still did (the removal happened in
+between); both empty when no successful read saw the IP go, a failed
+measurement. A pod's window on a node is removed_at_unix minus its
+deleted_at_unix (seconds), the conservative end of that bound.
 
 The last line on stdout is the absolute path of results.json.
 Missing files: the run is reported with what exists, with a warning on
@@ -29,7 +39,12 @@ PROG = "report.py"
 OUTCOMES = ("ok", "refused", "reset", "timeout", "unreachable", "empty", "bad_answer")
 LOAD_COLUMNS = ("t_unix_seconds", "latency_ms", "outcome", "pod", "detail")
 DELETION_COLUMNS = ("pod", "ip", "node", "deleted_at_unix")
+# the pod's preStop sleep and terminationGracePeriodSeconds (seconds; empty: none)
+DELETION_OPTIONAL = ("sleep_seconds", "grace_seconds")
 GROUNDTRUTH_COLUMNS = ("pod", "ip", "proxy_node", "removed_at_unix")
+# the last successful read that still showed the IP; `poll` or `monitor`
+GROUNDTRUTH_OPTIONAL = ("last_present_at_unix", "reader")
+HISTOGRAM_KINDS = ("native", "classic")
 BIN_SECONDS = 0.1
 
 
@@ -48,11 +63,12 @@ def warn(msg):
 # ---------------------------------------------------------------- reading
 
 
-def read_csv(path, columns):
+def read_csv(path, columns, optional=()):
     """Rows of a CSV file as (line number, {column: text}).
 
     The header must name every column in `columns` (extra columns are
-    allowed); every row must have as many fields as the header. Blank lines
+    allowed); every row must have as many fields as the header. Columns in
+    `optional` are read when the header has them (absent: ""). Blank lines
     are skipped. Returns None if the file is empty (not even a header)."""
     rows = []
     try:
@@ -67,14 +83,16 @@ def read_csv(path, columns):
                 if missing:
                     raise Malformed(path, 1, f"header {','.join(header)!r} lacks column(s) {', '.join(missing)} "
                                     f"(expected {','.join(columns)})")
-                index = {c: header.index(c) for c in columns}
+                index = {c: header.index(c) for c in tuple(columns) + tuple(optional) if c in header}
                 for fields in reader:
                     line = reader.line_num
                     if not fields or (len(fields) == 1 and fields[0].strip() == ""):
                         continue
                     if len(fields) != len(header):
                         raise Malformed(path, line, f"{len(fields)} fields, the header has {len(header)}")
-                    rows.append((line, {c: fields[i] for c, i in index.items()}))
+                    row = {c: "" for c in optional}
+                    row.update({c: fields[i] for c, i in index.items()})
+                    rows.append((line, row))
             except csv.Error as e:
                 raise Malformed(path, reader.line_num, f"CSV syntax: {e}") from None
     except UnicodeDecodeError as e:
@@ -128,6 +146,10 @@ def read_meta(path, dirname):
                 "injectedSleepSeconds", "terminationGracePeriodSeconds", "measuredWindowSeconds"):
         check(key, is_number, "a number or null")
     check("rollouts", lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v), "a list of objects")
+    check("histogramKind", lambda v: v in HISTOGRAM_KINDS, "native, classic or null")
+    for key in ("failedReads", "ruleReads"):
+        check(key, lambda v: isinstance(v, dict) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                                         for n in v.values()), "an object of node -> count")
     for i, r in enumerate(meta.get("rollouts") or []):
         for key in ("startedAtUnix", "finishedAtUnix"):
             if r.get(key) is not None and not is_number(r[key]):
@@ -151,6 +173,15 @@ def percentile(values, q):
 
 def r3(v):
     return None if v is None else round(v + 0.0, 3)
+
+
+def whole(v):
+    """An integral float as an int (seconds the API takes in whole numbers)."""
+    return int(v) if v is not None and v == int(v) else v
+
+
+def r6(v):
+    return None if v is None else round(v + 0.0, 6)
 
 
 def summary(values):
@@ -209,9 +240,10 @@ def load_run(rundir):
 
     # Deletions.
     deletions = {}  # pod -> (ip, node, t)
+    pod_info = {}  # pod -> {"sleep": seconds or None, "grace": seconds or None}
     path = os.path.join(rundir, "deletions.csv")
     if os.path.exists(path):
-        rows = read_csv(path, DELETION_COLUMNS)
+        rows = read_csv(path, DELETION_COLUMNS, DELETION_OPTIONAL)
         if rows is None:
             w("deletions.csv is empty (no header)")
             rows = []
@@ -225,6 +257,8 @@ def load_run(rundir):
                 if t >= deletions[pod][2]:
                     continue
             deletions[pod] = (row["ip"].strip(), row["node"].strip(), t)
+            pod_info[pod] = {k: whole(parse_float(path, line, c, row[c], allow_empty=True))
+                             for k, c in (("sleep", "sleep_seconds"), ("grace", "grace_seconds"))}
     else:
         w("no deletions.csv: failure offsets and ground truth cannot be computed")
 
@@ -234,7 +268,7 @@ def load_run(rundir):
     gt_nodes = set()
     gt_unknown_pods = set()
     if os.path.exists(path):
-        rows = read_csv(path, GROUNDTRUTH_COLUMNS)
+        rows = read_csv(path, GROUNDTRUTH_COLUMNS, GROUNDTRUTH_OPTIONAL)
         if rows is None:
             w("groundtruth.csv is empty (no header)")
             rows = []
@@ -243,6 +277,9 @@ def load_run(rundir):
             pod = row["pod"].strip()
             node = row["proxy_node"].strip()
             removed = parse_float(path, line, "removed_at_unix", row["removed_at_unix"], allow_empty=True)
+            present = parse_float(path, line, "last_present_at_unix", row["last_present_at_unix"], allow_empty=True)
+            if present is not None and (removed is None or present > removed):
+                raise Malformed(path, line, "last_present_at_unix must come with an equal or later removed_at_unix")
             if not pod or not node:
                 raise Malformed(path, line, "pod and proxy_node must not be empty")
             gt_nodes.add(node)
@@ -258,7 +295,12 @@ def load_run(rundir):
                 "ip": row["ip"].strip() or deletions[pod][0],
                 "node": node,
                 "seconds": None if removed is None else r3(removed - deleted_at),
+                # (after, by): seconds from the deletion to the last read with the IP and the
+                # first read without it; None without the lower end (older runs)
+                "boundSeconds": None if present is None else [r6(present - deleted_at), r6(removed - deleted_at)],
+                "reader": row["reader"].strip() or None,
                 "_removed": removed,
+                "_window": None if removed is None else removed - deleted_at,
             })
     else:
         w("no groundtruth.csv: no ground truth")
@@ -274,6 +316,12 @@ def load_run(rundir):
     if gt_nodes and len(groundtruth) < expected_pairs:
         w(f"ground truth covers {len(groundtruth)} of {expected_pairs} deleted-pod/node pairs")
     gt_seconds = [g["seconds"] for g in groundtruth if g["seconds"] is not None]
+    pods = pod_windows(deletions, pod_info, groundtruth, sorted(gt_nodes))
+    failed_measurements = [p["name"] for p in pods if p["maxWindowSeconds"] is None]
+    if failed_measurements and gt_nodes:
+        w(f"{len(failed_measurements)} pod(s) never seen removed by a successful read on some node (failed "
+          "measurements: the ground truth is missing): " + ", ".join(failed_measurements[:5])
+          + (" ..." if len(failed_measurements) > 5 else ""))
 
     # Failures relative to the nearest deletion.
     del_times = sorted(d[2] for d in deletions.values())
@@ -312,6 +360,19 @@ def load_run(rundir):
     else:
         sleep_bound = None
 
+    pod_max = [p["maxWindowSeconds"] for p in pods if p["maxWindowSeconds"] is not None]
+    p99 = percentile(pod_max, 0.99)
+    window = meta.get("measuredWindowSeconds")
+    kind = meta.get("histogramKind")
+    if protected:
+        uncovered = [p["name"] for p in pods if p["sleepSeconds"] is None
+                     or (p["maxWindowSeconds"] is not None and p["sleepSeconds"] < p["maxWindowSeconds"])]
+        # the 2 x bound is what tests/e2e_deploy.rs asserts with native histograms; with classic
+        # ones a p99 inside a doubling bucket can read up to 2 x the true one
+        sleep_bound["asserted"] = kind == "native"
+    else:
+        uncovered = None
+
     n_req = len(requests)
     result = {
         "name": name,
@@ -343,6 +404,20 @@ def load_run(rundir):
         "failureOffsetsSeconds": offsets,
         "failureOffsetSummary": summary(offsets),
         "sleepBound": sleep_bound,
+        # which kind of histogram the operator's p99 came from: native, classic, or null (not
+        # reported by the operator)
+        "histogramKind": kind,
+        "pods": pods,
+        "podWindowMinSeconds": r3(min(pod_max)) if pod_max else None,
+        "podWindowP99Seconds": r6(p99),
+        "podWindowMaxSeconds": r3(max(pod_max)) if pod_max else None,
+        # W (before the safety factor and the 3 s floor) >= the p99 of the per-pod windows
+        "wCoversP99": None if window is None or p99 is None else bool(window >= p99),
+        "failedMeasurements": failed_measurements,
+        "podsUncovered": uncovered,
+        "failedReads": meta.get("failedReads"),
+        "ruleReads": meta.get("ruleReads"),
+        "readErrors": meta.get("readErrors"),
         "order": meta.get("order"),
         "replicas": meta.get("replicas"),
         "ratePerNodePerSecond": meta.get("ratePerNodePerSecond"),
@@ -358,10 +433,41 @@ def load_run(rundir):
     raw = {
         "requests": requests,
         "deletions": deletions,
+        "pods": pods,
         "groundtruth": groundtruth,
         "gtNodes": sorted(gt_nodes),
     }
     return result, raw
+
+
+def pod_windows(deletions, pod_info, groundtruth, nodes):
+    """Per deleted pod, in deletion order: its sleep and grace, and per proxy node its window
+    (seconds from its deletion to the first successful read without its IP) with the bound
+    [last read with it, first read without it]; `maxWindowSeconds` the slowest node, None when
+    some node never saw the IP go (or there is no ground truth): a failed measurement."""
+    rows = {}
+    for g in groundtruth:
+        rows.setdefault(g["pod"], {})[g["node"]] = g
+    pods = []
+    for pod, (ip, node, t) in sorted(deletions.items(), key=lambda kv: (kv[1][2], kv[0])):
+        mine = rows.get(pod, {})
+        windows = {n: r6(mine[n]["_window"]) if n in mine else None for n in nodes}
+        missing = [n for n in nodes if windows[n] is None]
+        info = pod_info.get(pod, {})
+        pods.append({
+            "name": pod,
+            "ip": ip,
+            "node": node,
+            "deletedAt": t,
+            "sleepSeconds": info.get("sleep"),
+            "graceSeconds": info.get("grace"),
+            "windowSeconds": windows,
+            "windowBoundSeconds": {n: mine[n]["boundSeconds"] for n in nodes
+                                   if n in mine and mine[n]["boundSeconds"] is not None},
+            "maxWindowSeconds": max(windows.values()) if nodes and not missing else None,
+            "missingNodes": missing,
+        })
+    return pods
 
 
 def sort_key(meta_order, name):
@@ -379,17 +485,30 @@ def fmt_num(v, digits=3):
     return f"{v:.{digits}f}".rstrip("0").rstrip(".") if digits else str(v)
 
 
+def yes_no(v):
+    return {True: "yes", False: "**no**", None: "–"}[v]
+
+
+def per_node(counts):
+    return ", ".join(f"{n} {c}" for n, c in sorted(counts.items())) if isinstance(counts, dict) else "–"
+
+
 def table(runs):
     head = ["run", "protected", "proxy modes", "extra Services", "requests", "failures", "failure rate",
-            "failures by outcome", "measured W (s)", "injected sleep (s)", "max ground truth (s)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 4 + ["---"] + ["---:"] * 3) + "|"]
+            "failures by outcome", "measured W (s)", "injected sleep (s)", "max ground truth (s)",
+            "pod windows min / p99 / max (s)", "W covers p99", "histogram", "failed reads"]
+    lines = ["| " + " | ".join(head) + " |",
+             "|" + "|".join(["---"] * 3 + ["---:"] * 4 + ["---"] + ["---:"] * 4 + ["---"] * 3) + "|"]
     for r in runs:
         rate = "–" if r["failureRate"] is None else f"{100 * r['failureRate']:.3f}%"
         outcomes = ", ".join(f"{o} {n}" for o, n in r["failuresByOutcome"].items()) or "–"
+        windows = " / ".join(fmt_num(r[k]) for k in ("podWindowMinSeconds", "podWindowP99Seconds",
+                                                         "podWindowMaxSeconds"))
         cells = [r["name"], "yes" if r["protected"] else "no", ", ".join(r["proxyModes"]) or "–",
                  str(r["extraServices"]), str(r["requests"]), str(r["failures"]), rate, outcomes,
                  fmt_num(r["measuredWindowSeconds"]), fmt_num(r["injectedSleepSeconds"]),
-                 fmt_num(r["maxGroundTruthSeconds"])]
+                 fmt_num(r["maxGroundTruthSeconds"]), windows, yes_no(r["wCoversP99"]),
+                 r["histogramKind"] or "–", per_node(r["failedReads"])]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines.append("")
     lines.append("Failure offsets (request start minus the nearest pod deletion):")
@@ -415,7 +534,45 @@ def table(runs):
                          f"{r['extraServices']} extra Services) = {fmt_num(at_scale['limitSeconds'])} s "
                          f"({whole} it in whole seconds: {at_scale['wholeSecondLimitSeconds']} s)")
         lines.append(f"- {r['name']}: {text}")
+    lines.append("")
+    lines.append("Per-pod windows: seconds from the pod's deletion to its IP gone from each node's rules, by the "
+                 "first successful read without it, in brackets the bound from the last successful read with "
+                 "it; the slowest node; the pod's own preStop sleep.")
+    for r in runs:
+        lines.append("")
+        lines.extend(pod_table(r))
     return "\n".join(lines) + "\n"
+
+
+def pod_table(r):
+    nodes = sorted({n for p in r["pods"] for n in p["windowSeconds"]})
+    facts = [f"W {fmt_num(r['measuredWindowSeconds'])} s" if r["measuredWindowSeconds"] is not None else "no W",
+             f"p99 of the windows {fmt_num(r['podWindowP99Seconds'])} s",
+             f"W covers it: {yes_no(r['wCoversP99'])}",
+             f"histograms {r['histogramKind'] or 'not reported'}",
+             f"failed reads {per_node(r['failedReads'])}"]
+    out = [f"{r['name']} ({'; '.join(facts)}):", ""]
+    if r["failedMeasurements"]:
+        out += [f"FAILED MEASUREMENTS (no successful read without the IP): {', '.join(r['failedMeasurements'])}", ""]
+    if not r["pods"]:
+        return out + ["no deleted pods"]
+    start = r["startedAtUnix"] if r["startedAtUnix"] is not None else min(p["deletedAt"] for p in r["pods"])
+    head = ["pod", "deleted (s after start)", "sleep (s)", "grace (s)"] + [f"{n} (s)" for n in nodes] + \
+        ["slowest (s)", "sleep covers it"]
+    out += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 2) + "---|"]
+    for p in r["pods"]:
+        cells = [p["name"], f"{p['deletedAt'] - start:.3f}", fmt_num(p["sleepSeconds"]), fmt_num(p["graceSeconds"])]
+        for n in nodes:
+            v, b = p["windowSeconds"].get(n), p["windowBoundSeconds"].get(n)
+            cell = "never seen removed" if v is None else fmt_num(v)
+            if b is not None:
+                cell += f" [{fmt_num(b[0])}, {fmt_num(b[1])}]"
+            cells.append(cell)
+        slowest, sleep = p["maxWindowSeconds"], p["sleepSeconds"]
+        covers = "–" if not r["protected"] or slowest is None else yes_no(sleep is not None and sleep >= slowest)
+        cells += [fmt_num(slowest), covers]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 # ---------------------------------------------------------------- SVG
@@ -430,6 +587,8 @@ C_GT = "#7b3fa0"
 C_ROLL = "#e07b00"
 C_AXIS = "#555"
 C_GRID = "#e6e6e6"
+C_W = "#444"
+C_NODES = ("#7b3fa0", "#e07b00", "#2a7a2e", "#8c564b")
 
 WIDTH = 1200
 MAIN_X0, MAIN_X1 = 74, 800
@@ -499,7 +658,7 @@ def thousands(n):
     return f"{n:,}"
 
 
-def svg_panel(out, run, raw, top, inset_x):
+def svg_panel(out, run, raw, top, inset_x, windows_x):
     """Append one panel's elements to `out`; return its height."""
     name = run["name"]
     requests = raw["requests"]
@@ -686,8 +845,113 @@ def svg_panel(out, run, raw, top, inset_x):
     # Inset: all deletions superimposed.
     svg_inset(out, run, raw, roll_y - 4, gt_top, p_top, p_bot, sleep, inset_x)
 
+    # Below: each pod's windows against its sleep.
+    h = svg_windows(out, run, p_bot + 46, windows_x)
     out.append("</g>")
-    return (p_bot + 40) - top
+    return (p_bot + 46 + h) - top
+
+
+def windows_range(runs):
+    """One x range (seconds after a pod's deletion) for every run's window plot: the longest
+    window, sleep or W of any run, so they compare."""
+    hi = 1.0
+    for r in runs:
+        for p in r["pods"]:
+            hi = max([hi] + [v for v in p["windowSeconds"].values() if v is not None])
+            if r["protected"] and p["sleepSeconds"] is not None:
+                hi = max(hi, p["sleepSeconds"])
+        if r["measuredWindowSeconds"] is not None:
+            hi = max(hi, r["measuredWindowSeconds"])
+    hi = min(hi * 1.08, 60.0)
+    _, step = ticks(0, hi, 8)
+    return 0.0, math.ceil(hi / step - 1e-9) * step
+
+
+def svg_windows(out, run, top, xrange):
+    """One row per deleted pod (deletion order): per proxy node a marker at its window (the first
+    successful read without the IP) and a line back to the last read with it; the pod's own sleep
+    as a blue tick, the run's largest sleep and W as lines across. Returns the height used."""
+    pods = run["pods"]
+    nodes = sorted({n for p in pods for n in p["windowSeconds"]})
+    lo, hi = xrange
+    xt, xstep = ticks(lo, hi, 10)
+
+    def X(v):
+        return MAIN_X0 + (min(max(v, lo), hi) - lo) / (hi - lo) * (MAIN_X1 - MAIN_X0)
+
+    n = max(1, len(pods))
+    rh = max(5.0, min(14.0, 150.0 / n))
+    plot_top = top + 14
+    plot_h = rh * n + 6
+    plot_bot = plot_top + plot_h
+    out.append(f'<g class="windows" data-run="{attr(run["name"])}">')
+    out.append(text(MAIN_X0, top + 6, "each pod's window: deletion to its IP gone from a node's rules", 11, "start",
+                    "#333", weight="bold"))
+    lx = MAIN_X0 + text_width("each pod's window: deletion to its IP gone from a node's rules", 11) + 24
+    for j, node in enumerate(nodes):
+        c = C_NODES[j % len(C_NODES)]
+        out.append(marker(j, lx + 4, top + 2, 3.2, c))
+        out.append(text(lx + 12, top + 6, node, 11, "start", c))
+        lx += 22 + text_width(node, 11)
+    out.append(f'<rect x="{MAIN_X0}" y="{plot_top}" width="{MAIN_X1 - MAIN_X0}" height="{plot_h:.1f}" fill="#fff" '
+               f'stroke="{C_AXIS}" stroke-width="0.8"/>')
+    for v in xt:
+        xx = X(v)
+        if lo < v < hi:
+            out.append(f'<line x1="{xx:.1f}" y1="{plot_top}" x2="{xx:.1f}" y2="{plot_bot:.1f}" stroke="{C_GRID}"/>')
+        out.append(f'<line x1="{xx:.1f}" y1="{plot_bot:.1f}" x2="{xx:.1f}" y2="{plot_bot + 4:.1f}" stroke="{C_AXIS}"/>')
+        out.append(text(xx, plot_bot + 16, tick_label(v, xstep), 11, "middle", C_AXIS))
+    out.append(text(MAIN_X0 + (MAIN_X1 - MAIN_X0) / 2, plot_bot + 31, "seconds after the pod's deletion", 11,
+                    "middle", C_AXIS))
+    out.append(text(MAIN_X0 - 6, plot_top + plot_h / 2 + 4, f"{len(pods)} pods", 10, "end", C_AXIS))
+    if not pods:
+        out.append(text((MAIN_X0 + MAIN_X1) / 2, plot_top + plot_h / 2 + 4, "no deleted pods", 11, "middle", "#999"))
+    size = min(3.2, rh / 2.6)
+    for i, p in enumerate(pods):
+        yy = plot_top + 3 + rh * i + rh / 2
+        if run["protected"] and p["sleepSeconds"] is not None:
+            xs = X(p["sleepSeconds"])
+            out.append(f'<line class="pod-sleep" x1="{xs:.1f}" y1="{yy - rh / 2 + 0.5:.1f}" x2="{xs:.1f}" '
+                       f'y2="{yy + rh / 2 - 0.5:.1f}" stroke="{C_SLEEP}" stroke-width="2"/>')
+        for j, node in enumerate(nodes):
+            c = C_NODES[j % len(C_NODES)]
+            v, b = p["windowSeconds"].get(node), p["windowBoundSeconds"].get(node)
+            dy = (j - (len(nodes) - 1) / 2) * min(2.0, rh / 5)
+            if v is None:
+                out.append(text(MAIN_X1 - 4, yy + 3.5, f"{p['name']}: never seen removed on {node}", 9, "end", C_FAIL,
+                                extra=' class="missing-window"'))
+                continue
+            if b is not None:
+                out.append(f'<line class="window-bound" x1="{X(b[0]):.1f}" y1="{yy + dy:.1f}" x2="{X(b[1]):.1f}" '
+                           f'y2="{yy + dy:.1f}" stroke="{c}" stroke-width="1" stroke-opacity="0.6"/>')
+            out.append(marker(j, X(v), yy + dy, size, c, "pod-window",
+                              f"{p['name']} on {node}: {fmt_num(v)} s after its deletion"))
+    sleeps = [p["sleepSeconds"] for p in pods if p["sleepSeconds"] is not None]
+    if run["protected"] and sleeps:
+        xs = X(max(sleeps))
+        out.append(f'<line class="sleep-line" x1="{xs:.1f}" y1="{plot_top}" x2="{xs:.1f}" y2="{plot_bot:.1f}" '
+                   f'stroke="{C_SLEEP}" stroke-width="1.2"/>')
+        out.append(text(xs + 4, plot_top + 11, f"preStop sleep {fmt_num(max(sleeps))} s", 10, "start", C_SLEEP))
+    if run["measuredWindowSeconds"] is not None:
+        xw = X(run["measuredWindowSeconds"])
+        out.append(f'<line class="w-line" x1="{xw:.1f}" y1="{plot_top}" x2="{xw:.1f}" y2="{plot_bot:.1f}" '
+                   f'stroke="{C_W}" stroke-width="1.2" stroke-dasharray="5,3"/>')
+        out.append(text(xw + 4, plot_bot - 4, f"W {fmt_num(run['measuredWindowSeconds'])} s", 10, "start", C_W))
+    out.append("</g>")
+    return (plot_bot + 36) - top
+
+
+def marker(j, x, y, size, color, cls=None, title=None):
+    """A node's marker: a circle for the first node, a square for the second, a diamond after."""
+    c = f' class="{cls}"' if cls else ""
+    t = f"<title>{escape(title)}</title>" if title else ""
+    if j % 3 == 0:
+        return f'<circle{c} cx="{x:.1f}" cy="{y:.1f}" r="{size:.1f}" fill="{color}">{t}</circle>'
+    if j % 3 == 1:
+        return (f'<rect{c} x="{x - size:.1f}" y="{y - size:.1f}" width="{2 * size:.1f}" height="{2 * size:.1f}" '
+                f'fill="{color}">{t}</rect>')
+    return (f'<path{c} d="M{x:.1f},{y - size * 1.3:.1f} l{size * 1.3:.1f},{size * 1.3:.1f} '
+            f'l-{size * 1.3:.1f},{size * 1.3:.1f} l-{size * 1.3:.1f},-{size * 1.3:.1f} z" fill="{color}">{t}</path>')
 
 
 def inset_range(runs, raws):
@@ -779,6 +1043,8 @@ def legend(out, y):
         ("band", C_SLEEP, "injected preStop sleep"),
         ("diamond", C_GT, "IP removed from a node's kube-proxy rules"),
         ("tri", C_ROLL, "rollout start / duration"),
+        ("dot", C_NODES[0], "a pod's window on a node (line: back to the last read with its IP)"),
+        ("dash", C_W, "measured W"),
     ]
     x = MAIN_X0 - 60
     row = 0
@@ -801,6 +1067,13 @@ def legend(out, y):
             out.append(f'<path d="M{x + 9},{yy - 8} l4.5,4.5 l-4.5,4.5 l-4.5,-4.5 z" fill="{color}"/>')
         elif kind == "tri":
             out.append(f'<path d="M{x + 7},{yy + 2} l-5,-9 h10 z" fill="{color}"/>')
+        elif kind == "dot":
+            out.append(f'<line x1="{x - 2}" y1="{yy - 3.5}" x2="{x + 9}" y2="{yy - 3.5}" stroke="{color}" '
+                       f'stroke-opacity="0.6"/>')
+            out.append(f'<circle cx="{x + 9}" cy="{yy - 3.5}" r="3.2" fill="{color}"/>')
+        elif kind == "dash":
+            out.append(f'<line x1="{x + 7}" y1="{yy - 11}" x2="{x + 7}" y2="{yy + 4}" stroke="{color}" '
+                       f'stroke-width="1.2" stroke-dasharray="5,3"/>')
         out.append(text(x + 22, yy, label, 12, "start", "#333"))
         x += wdt
     return (row + 1) * 20
@@ -827,8 +1100,9 @@ def render_svg(runs, raws, generated):
     y += 42
     y += legend(body, y) + 12
     inset_x = inset_range(runs, raws)
+    windows_x = windows_range(runs)
     for run, raw in zip(runs, raws):
-        h = svg_panel(body, run, raw, y, inset_x)
+        h = svg_panel(body, run, raw, y, inset_x, windows_x)
         y += h + 14
         body.append(f'<line x1="{MAIN_X0 - 60}" y1="{y - 12}" x2="{WIDTH - 16}" y2="{y - 12}" stroke="#ddd"/>')
     height = int(y + 4)

@@ -23,13 +23,19 @@ def write_csv(path, header, rows):
 
 
 def make_run(outdir, dirname, meta, nodes=("node-a", "node-b"), rate=100, seconds=30,
-             deletions=(), failures=(), groundtruth=None, write=("meta", "load", "deletions", "groundtruth")):
+             deletions=(), failures=(), groundtruth=None, write=("meta", "load", "deletions", "groundtruth"),
+             sleeps=None, grace=None, old_format=False):
     """A synthetic run.
 
     deletions: [(pod, deleted_at_offset_from_T0)]
     failures: [(node, deletion index, offset seconds, outcome)] - the request
         scheduled at deletion time + offset on that node fails.
-    groundtruth: [(pod, node, seconds after deletion or None)]"""
+    groundtruth: [(pod, node, seconds after deletion or None)], optionally a
+        fourth item: seconds after deletion of the last read that still showed
+        the IP (default: 50 ms before the removal, node-a's poll cadence).
+    sleeps: {pod: preStop sleep seconds} (deletions.csv's sleep_seconds);
+    grace: every pod's terminationGracePeriodSeconds.
+    old_format: the CSV columns before per-pod sleeps and read bounds."""
     d = os.path.join(outdir, "runs", dirname)
     os.makedirs(d)
     if "meta" in write:
@@ -51,20 +57,40 @@ def make_run(outdir, dirname, meta, nodes=("node-a", "node-b"), rate=100, second
                     rows.append([f"{t:.3f}", "0.4", outcome, "", "connect: connection refused, errno 111"])
             write_csv(os.path.join(d, f"load-{node}.csv"), ["t_unix_seconds", "latency_ms", "outcome", "pod", "detail"],
                       rows)
+    sleeps = sleeps or {}
     if "deletions" in write:
-        write_csv(os.path.join(d, "deletions.csv"), ["pod", "ip", "node", "deleted_at_unix"],
-                  [[pod, f"10.0.0.{i + 10}", "node-a", f"{t:.3f}"] for i, (pod, t) in enumerate(del_at)])
+        if old_format:
+            write_csv(os.path.join(d, "deletions.csv"), ["pod", "ip", "node", "deleted_at_unix"],
+                      [[pod, f"10.0.0.{i + 10}", "node-a", f"{t:.3f}"] for i, (pod, t) in enumerate(del_at)])
+        else:
+            write_csv(os.path.join(d, "deletions.csv"),
+                      ["pod", "ip", "node", "deleted_at_unix", "sleep_seconds", "grace_seconds"],
+                      [[pod, f"10.0.0.{i + 10}", "node-a", f"{t:.3f}", sleeps.get(pod, ""),
+                        "" if grace is None else grace] for i, (pod, t) in enumerate(del_at)])
     if "groundtruth" in write and groundtruth is not None:
         at = dict(del_at)
         ips = {pod: f"10.0.0.{i + 10}" for i, (pod, _) in enumerate(del_at)}
-        write_csv(os.path.join(d, "groundtruth.csv"), ["pod", "ip", "proxy_node", "removed_at_unix"],
-                  [[pod, ips.get(pod, "10.9.9.9"), node, "" if s is None else f"{at.get(pod, T0) + s:.3f}"]
-                   for pod, node, s in groundtruth])
+        rows = []
+        for g in groundtruth:
+            pod, node, sec = g[:3]
+            removed = "" if sec is None else f"{at.get(pod, T0) + sec:.3f}"
+            if old_format:
+                rows.append([pod, ips.get(pod, "10.9.9.9"), node, removed])
+                continue
+            lower = g[3] if len(g) > 3 else (None if sec is None else sec - 0.05)
+            present = "" if lower is None else f"{at.get(pod, T0) + lower:.3f}"
+            rows.append([pod, ips.get(pod, "10.9.9.9"), node, removed, present,
+                         "poll" if node == "node-a" else "monitor"])
+        header = ["pod", "ip", "proxy_node", "removed_at_unix"]
+        if not old_format:
+            header += ["last_present_at_unix", "reader"]
+        write_csv(os.path.join(d, "groundtruth.csv"), header, rows)
     return d
 
 
-def meta(name, order, protected, sleep=None, window=None, extra=0):
+def meta(name, order, protected, sleep=None, window=None, extra=0, kind=None, failed_reads=None):
     return {
+        "histogramKind": kind, "failedReads": failed_reads,
         "name": name, "order": order, "protected": protected, "proxyModes": ["iptables-nft", "nftables"],
         "extraServices": extra, "replicas": 3, "ratePerNodePerSecond": 100, "timeoutMs": 1000,
         "startedAtUnix": T0, "finishedAtUnix": T0 + 32,
@@ -96,8 +122,9 @@ class TwoRuns(unittest.TestCase):
         # Directory names sort the other way round from `order`.
         make_run(out, "z-baseline", meta("a-baseline", 1, False, window=1.4), deletions=DELETIONS,
                  failures=BASELINE_FAILURES, groundtruth=BASELINE_GT)
-        make_run(out, "a-protected", meta("b-protected", 2, True, sleep=3, window=1.4), deletions=DELETIONS,
-                 groundtruth=PROTECTED_GT)
+        make_run(out, "a-protected", meta("b-protected", 2, True, sleep=3, window=1.4, kind="native",
+                                          failed_reads={"node-a": 0, "node-b": 2}),
+                 deletions=DELETIONS, groundtruth=PROTECTED_GT, sleeps={pod: 3 for pod, _ in DELETIONS}, grace=33)
         cls.proc = run_report(out)
         with open(os.path.join(out, "results.json")) as f:
             cls.results = json.load(f)
@@ -145,7 +172,13 @@ class TwoRuns(unittest.TestCase):
         self.assertEqual(r["requestsPerSecond"], 200.0)
         self.assertEqual(r["rollouts"], meta("x", 1, False)["rollouts"])
         self.assertEqual(r["groundTruth"][0], {"pod": "web-old-1", "ip": "10.0.0.10", "node": "node-a",
-                                               "seconds": 0.9})
+                                               "seconds": 0.9, "boundSeconds": [0.85, 0.9], "reader": "poll"})
+        self.assertIsNone(r["histogramKind"])
+        self.assertIsNone(r["podsUncovered"])
+        self.assertEqual(r["failedMeasurements"], [])
+        # no sleep in a baseline; each pod's slowest node
+        self.assertEqual([(p["name"], p["sleepSeconds"], p["maxWindowSeconds"]) for p in r["pods"]],
+                         [("web-old-1", None, 1.0), ("web-old-2", None, 1.2), ("web-old-3", None, 1.3)])
         self.assertEqual([(g["pod"], g["node"]) for g in r["groundTruth"]],
                          sorted((p, n) for p, n, _ in BASELINE_GT))
 
@@ -161,7 +194,31 @@ class TwoRuns(unittest.TestCase):
         self.assertEqual(r["maxGroundTruthSeconds"], 1.1)
         self.assertEqual(r["failureOffsetsSeconds"], [])
         self.assertEqual(r["failureOffsetSummary"], {"min": None, "p50": None, "max": None})
-        self.assertEqual(r["sleepBound"], {"limitSeconds": 3.0, "ok": True})
+        # native histograms: the 2 x bound is the one tests/e2e_deploy.rs asserts
+        self.assertEqual(r["sleepBound"], {"limitSeconds": 3.0, "ok": True, "asserted": True})
+
+    def test_protected_pods(self):
+        r = self.runs["b-protected"]
+        self.assertEqual(r["histogramKind"], "native")
+        self.assertEqual(r["failedReads"], {"node-a": 0, "node-b": 2})
+        self.assertEqual(len(r["pods"]), 3)
+        first = r["pods"][0]
+        self.assertEqual(first["name"], "web-old-1")
+        self.assertEqual(first["ip"], "10.0.0.10")
+        self.assertAlmostEqual(first["deletedAt"], T0 + 5.0, places=6)
+        self.assertEqual((first["sleepSeconds"], first["graceSeconds"]), (3, 33))
+        self.assertIsInstance(first["sleepSeconds"], int)
+        self.assertEqual(first["windowSeconds"], {"node-a": 0.8, "node-b": 0.85})
+        self.assertEqual(first["windowBoundSeconds"], {"node-a": [0.75, 0.8], "node-b": [0.8, 0.85]})
+        self.assertEqual(first["maxWindowSeconds"], 0.85)
+        self.assertEqual(first["missingNodes"], [])
+        self.assertEqual([p["maxWindowSeconds"] for p in r["pods"]], [0.85, 1.1, 0.95])
+        # p99 of [0.85, 0.95, 1.1]: 0.95 + 0.98 x 0.15
+        self.assertEqual((r["podWindowMinSeconds"], r["podWindowP99Seconds"], r["podWindowMaxSeconds"]),
+                         (0.85, 1.097, 1.1))
+        self.assertIs(r["wCoversP99"], True)
+        self.assertEqual(r["failedMeasurements"], [])
+        self.assertEqual(r["podsUncovered"], [])
 
     def test_stdout_table_and_last_line(self):
         lines = self.proc.stdout.rstrip("\n").split("\n")
@@ -169,9 +226,18 @@ class TwoRuns(unittest.TestCase):
         self.assertTrue(os.path.isabs(lines[-1]))
         rows = [line for line in lines if line.startswith("| a-baseline") or line.startswith("| b-protected")]
         self.assertEqual(len(rows), 2)
-        self.assertIn("| 6000 | 5 | 0.083% | refused 5 | 1.4 | – | 1.3 |", rows[0])
+        self.assertIn("| 6000 | 5 | 0.083% | refused 5 | 1.4 | – | 1.3 | 1 / 1.298 / 1.3 | yes | – | – |", rows[0])
         self.assertIn("| yes |", rows[1])
         self.assertIn("| 0.000% |", rows[1])
+        self.assertIn("| 1.4 | 3 | 1.1 | 0.85 / 1.097 / 1.1 | yes | native | node-a 0, node-b 2 |", rows[1])
+        # the per-pod table: deletion 5 s after the start, sleep, grace, each node's window and
+        # bound, the slowest node, the verdict
+        self.assertIn("| pod | deleted (s after start) | sleep (s) | grace (s) | node-a (s) | node-b (s) | "
+                      "slowest (s) | sleep covers it |", self.proc.stdout)
+        self.assertIn("| web-old-2 | 12.000 | 3 | 33 | 1 [0.95, 1] | 1.1 [1.05, 1.1] | 1.1 | yes |", self.proc.stdout)
+        self.assertIn("| web-old-1 | 5.000 | – | – | 0.9 [0.85, 0.9] | 1 [0.95, 1] | 1 | – |", self.proc.stdout)
+        self.assertIn("b-protected (W 1.4 s; p99 of the windows 1.097 s; W covers it: yes; histograms native; "
+                      "failed reads node-a 0, node-b 2):", self.proc.stdout)
         self.assertIn("min +0.200 s, p50 +0.500 s, max +0.800 s", self.proc.stdout)
         with open(os.path.join(self.out, "results.md")) as f:
             md = f.read()
@@ -200,6 +266,28 @@ class TwoRuns(unittest.TestCase):
         for e in fails[0]:
             self.assertGreaterEqual(float(e.get("height")), 20)
             self.assertGreaterEqual(float(e.get("width")), 2)
+        # Each pod's windows: a marker per pod and node, its bound, the sleep per pod and the
+        # run's largest, W.
+        windows = [[g for g in p.iter(SVG_NS + "g") if g.get("class") == "windows"] for p in panels]
+        self.assertEqual([[g.get("data-run") for g in w] for w in windows], [["a-baseline"], ["b-protected"]])
+        for (w,) in windows:
+            marks = [e for e in w.iter() if e.get("class") == "pod-window"]
+            self.assertEqual(len(marks), 6)
+            self.assertEqual(sorted({e.tag for e in marks}), [SVG_NS + "circle", SVG_NS + "rect"])
+            self.assertEqual(len([e for e in w.iter(SVG_NS + "line") if e.get("class") == "window-bound"]), 6)
+            self.assertEqual(len([e for e in w.iter(SVG_NS + "line") if e.get("class") == "w-line"]), 1)
+        counts = [(len([e for e in w.iter(SVG_NS + "line") if e.get("class") == "pod-sleep"]),
+                   len([e for e in w.iter(SVG_NS + "line") if e.get("class") == "sleep-line"])) for (w,) in windows]
+        self.assertEqual(counts, [(0, 0), (3, 1)])
+        # one x range for all runs, 0 .. 3.5 s (the 3 s sleep x 1.08, in 0.5 s steps): web-old-2's
+        # node-b window 1.1 s at 1.1 / 3.5 of the axis, the sleep at 3 / 3.5
+        (w,) = windows[1]
+        rects = [e for e in w.iter(SVG_NS + "rect") if e.get("class") == "pod-window"]
+        self.assertAlmostEqual(float(rects[1].get("x")) + float(rects[1].get("width")) / 2, 74 + 1.1 / 3.5 * 726,
+                               delta=0.2)
+        self.assertIn("web-old-2 on node-b: 1.1 s", rects[1].find(SVG_NS + "title").text)
+        (line,) = [e for e in w.iter(SVG_NS + "line") if e.get("class") == "sleep-line"]
+        self.assertAlmostEqual(float(line.get("x1")), 74 + 3 / 3.5 * 726, delta=0.2)
         # The deletion at T0+5 of a 32 s run sits 5/32 of the way along the x axis.
         xs = sorted(float(e.get("x1")) for e in panels[0].iter(SVG_NS + "line") if e.get("class") == "deletion")
         x0, x1 = 74, 800
@@ -298,7 +386,7 @@ class EdgeCases(unittest.TestCase):
         a, b = self.results()
         self.assertEqual((a["name"], a["requests"], a["failures"], a["deletedPods"]), ("a", 400, 0, 0))
         self.assertIsNone(a["maxGroundTruthSeconds"])
-        self.assertEqual(a["sleepBound"], {"limitSeconds": 3.0, "ok": True})
+        self.assertEqual(a["sleepBound"], {"limitSeconds": 3.0, "ok": True, "asserted": False})
         self.assertEqual((b["name"], b["requests"], b["deletedPods"], b["protected"]), ("b", 0, 1, False))
         self.assertIsNone(b["failureRate"])
         self.assertIsNone(b["requestsPerSecond"])
@@ -325,14 +413,73 @@ class EdgeCases(unittest.TestCase):
         self.assertEqual(r["groundTruthP50Seconds"], 1.1)
         self.assertEqual([g["seconds"] for g in r["groundTruth"]], [1.5, None, 0.7])
         # 5 s > max(3, 2 * 1.5)
-        self.assertEqual(r["sleepBound"], {"limitSeconds": 3.0, "ok": False})
+        self.assertEqual(r["sleepBound"], {"limitSeconds": 3.0, "ok": False, "asserted": False})
         self.assertIn("EXCEEDS", proc.stdout)
 
     def test_sleep_bound_uses_twice_ground_truth(self):
         make_run(self.out, "a", meta("a", 1, True, sleep=4), seconds=10, deletions=DELETIONS[:1],
                  groundtruth=[("web-old-1", "node-a", 2.25)])
         self.assertEqual(run_report(self.out).returncode, 0)
-        self.assertEqual(self.results()[0]["sleepBound"], {"limitSeconds": 4.5, "ok": True})
+        self.assertEqual(self.results()[0]["sleepBound"], {"limitSeconds": 4.5, "ok": True, "asserted": False})
+
+    def test_failed_measurements_and_uncovered_pods(self):
+        # web-old-1 never seen removed on node-b, web-old-2 has no node-b row, web-old-3 stayed
+        # 1.5 s on node-a against a 1 s sleep
+        gt = [("web-old-1", "node-a", 0.5), ("web-old-1", "node-b", None), ("web-old-2", "node-a", 0.7),
+              ("web-old-3", "node-a", 1.5, 1.2), ("web-old-3", "node-b", 0.9)]
+        make_run(self.out, "a", meta("p", 1, True, sleep=3, window=1.0, kind="classic",
+                                     failed_reads={"node-a": 0, "node-b": 7}),
+                 deletions=DELETIONS, groundtruth=gt, sleeps={"web-old-1": 3, "web-old-2": 3, "web-old-3": 1})
+        proc = run_report(self.out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("2 pod(s) never seen removed by a successful read on some node", proc.stderr)
+        (r,) = self.results()
+        self.assertEqual(r["failedMeasurements"], ["web-old-1", "web-old-2"])
+        pods = {p["name"]: p for p in r["pods"]}
+        self.assertEqual(pods["web-old-1"]["windowSeconds"], {"node-a": 0.5, "node-b": None})
+        self.assertEqual(pods["web-old-1"]["missingNodes"], ["node-b"])
+        self.assertIsNone(pods["web-old-1"]["maxWindowSeconds"])
+        self.assertEqual(pods["web-old-2"]["missingNodes"], ["node-b"])
+        self.assertEqual(pods["web-old-3"]["windowBoundSeconds"], {"node-a": [1.2, 1.5], "node-b": [0.85, 0.9]})
+        self.assertEqual(r["podsUncovered"], ["web-old-3"])
+        # only web-old-3 has a window on every node: p99 1.5 > W 1.0
+        self.assertEqual(r["podWindowP99Seconds"], 1.5)
+        self.assertIs(r["wCoversP99"], False)
+        self.assertEqual(r["sleepBound"]["asserted"], False)
+        self.assertIn("FAILED MEASUREMENTS (no successful read without the IP): web-old-1, web-old-2", proc.stdout)
+        self.assertIn("| web-old-3 | 20.000 | 1 | – | 1.5 [1.2, 1.5] | 0.9 [0.85, 0.9] | 1.5 | **no** |", proc.stdout)
+        self.assertIn("| web-old-1 | 5.000 | 3 | – | 0.5 [0.45, 0.5] | never seen removed | – | – |", proc.stdout)
+        root = ET.parse(os.path.join(self.out, "results.svg")).getroot()
+        missing = [e for e in root.iter(SVG_NS + "text") if e.get("class") == "missing-window"]
+        self.assertEqual([e.text for e in missing], ["web-old-1: never seen removed on node-b",
+                                                     "web-old-2: never seen removed on node-b"])
+
+    def test_columns_of_older_runs_are_optional(self):
+        make_run(self.out, "a", meta("a", 1, True, sleep=3), deletions=DELETIONS[:1], seconds=2,
+                 groundtruth=[("web-old-1", "node-a", 0.9)], old_format=True)
+        proc = run_report(self.out)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        (r,) = self.results()
+        (p,) = r["pods"]
+        self.assertEqual((p["sleepSeconds"], p["graceSeconds"], p["windowSeconds"], p["windowBoundSeconds"]),
+                         (None, None, {"node-a": 0.9}, {}))
+        self.assertEqual(r["podsUncovered"], ["web-old-1"])
+        self.assertIsNone(r["histogramKind"])
+        self.assertEqual(r["groundTruth"][0]["boundSeconds"], None)
+
+    def test_malformed_bound_and_histogram_kind(self):
+        d = make_run(self.out, "a", meta("a", 1, False), seconds=1, deletions=DELETIONS[:1],
+                     groundtruth=[("web-old-1", "node-a", 0.9, 1.2)])
+        path = os.path.join(d, "groundtruth.csv")
+        proc = run_report(self.out)
+        self.assert_malformed(proc, path, 2)
+        self.assertIn("last_present_at_unix", proc.stderr)
+        write_csv(path, ["pod", "ip", "proxy_node", "removed_at_unix", "last_present_at_unix", "reader"], [])
+        with open(os.path.join(d, "meta.json"), "w") as f:
+            json.dump(dict(meta("a", 1, False), histogramKind="exponential"), f)
+        proc = run_report(self.out)
+        self.assert_malformed(proc, os.path.join(d, "meta.json"), None)
+        self.assertIn("histogramKind", proc.stderr)
 
     def test_runs_without_order_sort_by_name_after_ordered(self):
         for dirname, name, order in (("1", "zeta", 1), ("2", "beta", None), ("3", "alpha", None)):

@@ -132,6 +132,15 @@ pub async fn policy_status(client: &Client, ns: &str, name: &str) -> Value {
     api.get(name).await.map(|p| serde_json::to_value(p.status).unwrap()).unwrap_or(Value::Null)
 }
 
+/// A TerminationPolicy's status as the API server stores it (null when absent): unlike
+/// [`policy_status`], which goes through this crate's types, it keeps fields those types do not
+/// know (an operator built from another revision may write more).
+pub async fn policy_status_raw(client: &Client, ns: &str, name: &str) -> Value {
+    let resource = kube::api::ApiResource::erase::<TerminationPolicy>(&());
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    api.get(name).await.map(|p| p.data["status"].clone()).unwrap_or(Value::Null)
+}
+
 /// Polls the status of TerminationPolicy `name` in `ns` every second until `done` holds and
 /// returns it; panics with `what` and the last status after `secs`.
 pub async fn wait_policy_status(client: &Client, ns: &str, name: &str, secs: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
@@ -413,4 +422,22 @@ pub async fn creatable_pods(client: &Client, file: &str, ns: &str) -> Vec<(Strin
         out.push((name, pod));
     }
     out
+}
+
+/// The preStop sleeps the sizing formula allows for a status that reports `w` (seconds, rounded
+/// to milliseconds as the status writes it) with `reason`, under the policy's `p`:
+/// `clamp(ceil(W x safetyFactor + extraSeconds), minSeconds, maxSeconds)` for `Measured`,
+/// `clamp(max(defaultSeconds, ceil(W x safetyFactor + extraSeconds)), min, max)` for
+/// `LowSampleCount` (src/sizing.rs). The W the operator sized from lies within half a
+/// millisecond of `w`: the range holds one value unless W x safetyFactor + extraSeconds sits
+/// within that rounding of a whole second. None for another reason.
+pub fn sized_pre_stop(reason: &str, w: f64, p: &safe_termination::crd::PreStopSpec) -> Option<std::ops::RangeInclusive<u64>> {
+    let (lo, hi) = (f64::from(p.min_seconds), f64::from(p.max_seconds.max(p.min_seconds)));
+    let size = |w: f64| {
+        // the operator's ceil ignores float noise below a nanosecond
+        let v = (w * p.safety_factor + f64::from(p.extra_seconds) - 1e-9).ceil();
+        let v = if reason == "LowSampleCount" { v.max(f64::from(p.default_seconds)) } else { v };
+        v.clamp(lo, hi) as u64
+    };
+    matches!(reason, "Measured" | "LowSampleCount").then(|| size(w - 0.0005)..=size(w + 0.0005))
 }
