@@ -263,6 +263,9 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     }
     wait_rules_match(client, nodes, &ns).await;
 
+    // kube-proxy's histograms at the start of the run (protobuf first): with the scrape at
+    // its end, W from native and from classic histograms over the same interval
+    let scrapes_at_start = common::windows::scrape_real_nodes(nodes).await;
     // record: deletions (watch), the rules (samplers), every request (load generators)
     let started = now_unix();
     let deletions: Arc<Mutex<BTreeMap<String, Deletion>>> = Arc::default();
@@ -313,6 +316,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     let traces: Vec<RuleTrace> = samplers.into_iter().map(|h| h.join().unwrap()).collect();
     watch.abort();
     let finished = now_unix();
+    let windows_from_scrapes = common::windows::windows_both_kinds(&scrapes_at_start, &common::windows::scrape_real_nodes(nodes).await, 1.0);
 
     // the operator's view at the end of the run, as stored (fields this crate's types do not
     // know yet, such as status.measurement.histogramKind, are kept)
@@ -355,6 +359,10 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         // which kind of histogram the operator's p99 came from (`native` or `classic`); null
         // from an operator that does not say
         "histogramKind": status["measurement"]["histogramKind"],
+        // W over the run from two scrapes of every node (its start and end), native and classic
+        // from the same scrapes (minSyncPeriod 1 s): how far the doubling classic buckets
+        // inflate it
+        "windowFromScrapes": windows_from_scrapes,
         "operatorWindowDetail": {"measurement": status["measurement"], "recommendation": status["recommendation"], "proxy": status["proxy"]},
         // successful reads (polls, monitored changes and the full reads between monitors) and
         // failed ones per node; the first failures' messages
@@ -504,6 +512,8 @@ async fn deploy_experiment() {
             pods.len(), run["podWindowMinSeconds"], run["podWindowP99Seconds"], run["podWindowMaxSeconds"], run["measuredWindowSeconds"],
             run["histogramKind"], run["failedReads"]
         );
+        let ws = &run["windowFromScrapes"];
+        println!("{name}: W over the run from the same scrapes: native {} s, classic {} s", ws["nativeWindowSeconds"], ws["classicWindowSeconds"]);
         if run["protected"] == true {
             if failures > 0 {
                 broken.push(format!("{name}: a protected run failed {failures} requests: {}", run["failuresByOutcome"]));

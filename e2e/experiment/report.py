@@ -407,6 +407,12 @@ def load_run(rundir):
         # which kind of histogram the operator's p99 came from: native, classic, or null (not
         # reported by the operator)
         "histogramKind": kind,
+        # W over the run from two scrapes of every node, native and classic from the same
+        # scrapes (tests/common/windows.rs); null fields when the run did not record them
+        "windowFromScrapes": {
+            "nativeSeconds": (meta.get("windowFromScrapes") or {}).get("nativeWindowSeconds"),
+            "classicSeconds": (meta.get("windowFromScrapes") or {}).get("classicWindowSeconds"),
+        },
         "pods": pods,
         "podWindowMinSeconds": r3(min(pod_max)) if pod_max else None,
         "podWindowP99Seconds": r6(p99),
@@ -496,9 +502,10 @@ def per_node(counts):
 def table(runs):
     head = ["run", "protected", "proxy modes", "extra Services", "requests", "failures", "failure rate",
             "failures by outcome", "measured W (s)", "injected sleep (s)", "max ground truth (s)",
-            "pod windows min / p99 / max (s)", "W covers p99", "histogram", "failed reads"]
+            "pod windows min / p99 / max (s)", "W covers p99", "histogram", "W native / classic, same scrapes (s)",
+            "failed reads"]
     lines = ["| " + " | ".join(head) + " |",
-             "|" + "|".join(["---"] * 3 + ["---:"] * 4 + ["---"] + ["---:"] * 4 + ["---"] * 3) + "|"]
+             "|" + "|".join(["---"] * 3 + ["---:"] * 4 + ["---"] + ["---:"] * 4 + ["---"] * 4) + "|"]
     for r in runs:
         rate = "–" if r["failureRate"] is None else f"{100 * r['failureRate']:.3f}%"
         outcomes = ", ".join(f"{o} {n}" for o, n in r["failuresByOutcome"].items()) or "–"
@@ -508,7 +515,9 @@ def table(runs):
                  str(r["extraServices"]), str(r["requests"]), str(r["failures"]), rate, outcomes,
                  fmt_num(r["measuredWindowSeconds"]), fmt_num(r["injectedSleepSeconds"]),
                  fmt_num(r["maxGroundTruthSeconds"]), windows, yes_no(r["wCoversP99"]),
-                 r["histogramKind"] or "–", per_node(r["failedReads"])]
+                 r["histogramKind"] or "–",
+                 " / ".join(fmt_num(r["windowFromScrapes"][k]) for k in ("nativeSeconds", "classicSeconds")),
+                 per_node(r["failedReads"])]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines.append("")
     lines.append("Failure offsets (request start minus the nearest pod deletion):")
