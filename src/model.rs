@@ -234,8 +234,12 @@ fn over(
     reset: &mut bool,
 ) -> Option<(Distribution, Distribution)> {
     let earlier_native = native.1.and_then(Option::as_ref);
+    // an earlier scrape without the family at all (network programming appears with its first
+    // observation) counts as empty, so the later native histogram is the interval; one with
+    // only classic buckets (read as text) cannot give a native delta
+    let family_absent_earlier = earlier_native.is_none() && classic.1.and_then(Option::as_ref).is_none();
     if let (HistogramPreference::NativeFirst, Some(later)) = (prefer, native.0.as_ref())
-        && (!has_earlier || earlier_native.is_some())
+        && (!has_earlier || earlier_native.is_some() || family_absent_earlier)
     {
         let interval = match earlier_native {
             None => later.clone(),
@@ -460,6 +464,10 @@ mod tests {
         // an earlier scrape without a native histogram (read as text): no native delta, classic
         let input = NodeInput { node: "n".into(), later: with_native(30), earlier: Some(scrape(20)), proxy_mode: None };
         assert_eq!(measure_node(&input, 1.0, 5, None).sync_p99.unwrap().kind, HistogramKind::Classic);
+        // an earlier scrape without the family (its first observations came since): native
+        let input = NodeInput { node: "n".into(), later: with_native(30), earlier: Some(KubeProxyScrape::default()), proxy_mode: None };
+        let w = measure_node(&input, 1.0, 5, None);
+        assert_eq!((w.sync_p99.unwrap().kind, w.interval, w.sync_samples), (HistogramKind::Native, Interval::BetweenScrapes, 30.0));
         // one scrape: its lifetime native histogram
         let input = NodeInput { node: "n".into(), later: with_native(30), earlier: None, proxy_mode: None };
         assert_eq!(measure_node(&input, 1.0, 5, None).sync_p99.unwrap().kind, HistogramKind::Native);

@@ -513,7 +513,7 @@ async fn deploy_experiment() {
             run["histogramKind"], run["failedReads"]
         );
         let ws = &run["windowFromScrapes"];
-        println!("{name}: W over the run from the same scrapes: native {} s, classic {} s", ws["nativeWindowSeconds"], ws["classicWindowSeconds"]);
+        println!("{name}: W over the run from the same scrapes: native {} s, classic {} s", ws["nativeSeconds"], ws["classicSeconds"]);
         if run["protected"] == true {
             if failures > 0 {
                 broken.push(format!("{name}: a protected run failed {failures} requests: {}", run["failuresByOutcome"]));
