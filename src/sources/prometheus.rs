@@ -313,11 +313,14 @@ fn boundary_index(x: f64, schema: i32) -> Option<i32> {
     i32::try_from(index).ok()
 }
 
+/// One side's buckets in a schema and the bound raised to the zero threshold, if any.
+type Side = (Vec<(i32, f64)>, Option<f64>);
+
 /// The buckets of one side (positive, or negative mirrored to magnitudes) in `schema`:
 /// `(index, count)` sorted by index, and the lower magnitude of the one bucket moved up to the
 /// zero threshold (Prometheus' iterator raises the lowest bucket's bound that lies inside the
 /// zero bucket to the threshold), if any. `None` when a bucket is no bucket of `schema`.
-fn side_in_schema(magnitudes: &[(f64, f64, f64)], schema: i32) -> Option<(Vec<(i32, f64)>, Option<f64>)> {
+fn side_in_schema(magnitudes: &[(f64, f64, f64)], schema: i32) -> Option<Side> {
     let mut out = Vec::with_capacity(magnitudes.len());
     let mut moved = None;
     for &(low, high, count) in magnitudes {
@@ -365,8 +368,8 @@ impl ApiHistogram {
         let (mut positive, mut negative) = (Vec::new(), Vec::new());
         for (n, b) in self.buckets.iter().enumerate() {
             let show = || format!("bucket {n} (rule {:?}, lower {}, upper {}, count {})", b.rule, b.lower, b.upper, b.count);
-            if !(b.lower <= b.upper) {
-                return Err(format!("{}: lower above upper", show()));
+            if b.lower.is_nan() || b.upper.is_nan() || b.lower > b.upper {
+                return Err(format!("{}: lower above upper, or NaN", show()));
             }
             if b.lower <= 0.0 && b.upper >= 0.0 {
                 if b.rule != BoundaryRule::Closed || b.lower != -b.upper {
@@ -1167,6 +1170,7 @@ mod tests {
         let e = api_histogram(r#"{"count":"1","sum":"-1","buckets":[[0,"-2","-1","1"]]}"#).unwrap_err();
         assert!(e.contains("rule 1"), "{e}");
         assert!(api_histogram(r#"{"count":"1","sum":"1","buckets":[[0,"2","1","1"]]}"#).unwrap_err().contains("lower above upper"));
+        assert!(api_histogram(r#"{"count":"1","sum":"1","buckets":[[0,"NaN","1","1"]]}"#).unwrap_err().contains("or NaN"));
         let two = r#"{"count":"2","sum":"0","buckets":[[3,"-0.1","0.1","1"],[3,"-0.1","0.1","1"]]}"#;
         assert!(api_histogram(two).unwrap_err().contains("second zero bucket"));
         // counts NativeHistogram::new rejects
