@@ -3,22 +3,34 @@
 //! A Prometheus server (built from its Go module by e2e/build-k8s.sh, the same release as
 //! promtool) runs as a child process on 127.0.0.1, scraping the e2e cluster's two real
 //! kube-proxies every 2 s (each target labelled with its `node`, as kube-prometheus relabels it)
-//! and evaluating the chart's alert rules (charts/safe-termination/files/alerts.yaml, taken from
-//! `helm template` of the chart's PrometheusRule) every 2 s. Then:
+//! with native histograms on and the classic buckets kept (`scrape_native_histograms: true`,
+//! `always_scrape_classic_histograms: true` in `global`), and evaluating the chart's alert rules
+//! (charts/safe-termination/files/alerts.yaml, taken from `helm template` of the chart's
+//! PrometheusRule) every 2 s. Then:
 //!
 //! - `a_prometheus_source_agrees_with_the_direct_scrape`: two operators measure the same
 //!   kube-proxies, one scraping them directly, one through `--source prometheus`, both with a
 //!   60 s window; after a burst of Service changes and a Deployment of real pods (the test app on
 //!   the real nodes) scaled 2 -> 4 -> 2, each node's sync p99 and network-programming p99 agree
 //!   within the histogram's resolution (same bucket of kube-proxy's own bounds), and the cluster
-//!   window W within the widest of those buckets; then the TerminationPolicy's status as the
-//!   Prometheus-sourced operator alone writes it.
+//!   window W within the widest of those buckets. The same window measured in the test itself,
+//!   kind by kind: two direct scrapes (protobuf) around the burst against one round of the
+//!   Prometheus source's queries, the native p99s in the same native bucket, the classic p99s
+//!   in the same classic bucket. Then the TerminationPolicy's status as the Prometheus-sourced
+//!   operator alone writes it.
 //! - `z_sync_slow_alert_fires_through_prometheus`: thousands of Services (the scale fixture of
 //!   tests/e2e_window.rs) make the iptables node's syncs slow; the operator, measuring through
 //!   Prometheus, exports its sync p99, Prometheus scrapes the operator, and KubeProxySyncSlow goes
 //!   pending and then firing in /api/v1/alerts, with the rule's own `for: 10m` (the chart has no
 //!   value for it and the rule is not edited for the test): this test takes about 15 minutes.
 //!   Its slow syncs stay in kube-proxy's lifetime histograms afterwards.
+//!
+//! - `native_capture_through_a_local_prometheus` needs no cluster: the same Prometheus scrapes
+//!   a server on 127.0.0.1 answering the real kube-proxy 1.37.2 protobuf capture
+//!   (tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.pb) with kube-proxy's Content-Type; the
+//!   Prometheus source's decoding of its answers gives the capture's native buckets (IPv4 and
+//!   IPv6 summed), and `histogram_quantile` asked of that Prometheus equals
+//!   `NativeHistogram::quantile` of the decoded histogram bit for bit.
 //!
 //! Needs: the local control plane (`make cluster-up`, then `source /tmp/safe-termination-e2e/env`
 //! for `ST_KP_METRICS_URLS`, `ST_KP_NODES`, `ST_K8S_BIN`) and `prometheus` and `helm` from
@@ -31,12 +43,17 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use safe_termination::exposition::{HistogramKind, KubeProxyScrape, Quantile, parse_kube_proxy_protobuf};
+use safe_termination::model::{HistogramPreference, NodeInput, measure_node_with};
+use safe_termination::sources::prometheus::PrometheusSource;
+use safe_termination::sources::scrape::{ScrapeOptions, Target, scrape_once};
+use safe_termination::sources::unix_now;
 use serde_json::{Value, json};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::tools::{bin_dir, run, tool};
+use common::tools::{bin_dir, root, run, tool};
 
 /// The namespaces of the comparison test (all of this file's are prefixed `e2e-prom-`).
 const COMPARE_NAMESPACES: &[&str] = &["e2e-prom-app", "e2e-prom-direct", "e2e-prom-query"];
@@ -142,8 +159,12 @@ impl Prometheus {
             .first()
             .and_then(|(_, url)| reqwest::Url::parse(url).ok())
             .map_or_else(|| "/metrics".to_string(), |u| u.path().to_string());
+        // native histograms (kube-proxy 1.37 serves them over protobuf, which this setting also
+        // makes Prometheus ask for first) and the classic buckets beside them: Prometheus 3.16
+        // config/config.go, GlobalConfig ScrapeNativeHistograms and AlwaysScrapeClassicHistograms
         let config = json!({
-            "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "2s"},
+            "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "2s",
+                "scrape_native_histograms": true, "always_scrape_classic_histograms": true},
             "rule_files": [rules],
             "scrape_configs": [
                 {"job_name": "kube-proxy", "metrics_path": metrics_path, "static_configs": static_configs},
@@ -156,7 +177,13 @@ impl Prometheus {
         println!("{}", version.lines().next().unwrap_or_default());
 
         let port = common::free_port();
-        let log_path = format!("{}/logs/prometheus-{name}.log", common::state_dir());
+        // the cluster's log directory; without a cluster (the local capture test) the temp dir
+        let logs = format!("{}/logs", common::state_dir());
+        let log_path = if std::path::Path::new(&logs).is_dir() {
+            format!("{logs}/prometheus-{name}.log")
+        } else {
+            format!("{}/st-prometheus-{name}.log", std::env::temp_dir().display())
+        };
         let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(&bin)
             .arg(format!("--config.file={}", config_file.display()))
@@ -295,6 +322,97 @@ async fn create_service(client: &kube::Client, ns: &str, name: &str) {
     Api::<Service>::namespaced(client.clone(), ns).create(&PostParams::default(), &svc).await.expect("create Service");
 }
 
+/// Each kube-proxy scraped once by the operator's own scraper (protobuf first, so with the
+/// native histograms), in `kps` order.
+async fn direct_scrapes(kps: &[(String, String)]) -> Vec<KubeProxyScrape> {
+    let client = reqwest::Client::new();
+    let mut out = Vec::new();
+    for (node, url) in kps {
+        let outcome = scrape_once(&client, &Target::new(node.clone(), url), &ScrapeOptions::default()).await;
+        out.push(outcome.result.unwrap_or_else(|f| panic!("scrape of {node} ({url}): {}", f.message)).scrape);
+    }
+    out
+}
+
+/// The native bucket of `schema` holding `v > 0`: index `ceil(log2(v) x 2^schema)`.
+fn native_bucket(v: f64, schema: i32) -> i64 {
+    (v.log2() * 2f64.powi(schema)).ceil() as i64
+}
+
+/// The same window measured in the test, kind by kind: the direct side is the delta between
+/// `before` (scraped at `t0`) and a scrape now, the Prometheus side one round of the
+/// Prometheus source's queries over the seconds since `t0`; both through the model, once
+/// preferring native histograms and once with the classic buckets only. Returns the table and
+/// whether every p99 pair is in the same bucket of its kind (native: kube-proxy's schema;
+/// classic: kube-proxy's bounds). A network-programming pair whose kinds differ (the
+/// earlier scrape had no native network-programming histogram yet) is shown, not compared.
+async fn compare_kinds(
+    prom_url: &str,
+    kps: &[(String, String)],
+    t0: f64,
+    before: &[KubeProxyScrape],
+    sync_bounds: &[f64],
+    np_bounds: &[f64],
+) -> (String, bool) {
+    let window = (unix_now() - t0).round().max(1.0);
+    let source = PrometheusSource::new(prom_url, Duration::from_secs_f64(window), Duration::from_secs(10)).unwrap();
+    let snapshot = source.fetch().await.unwrap_or_else(|e| panic!("the Prometheus source's queries: {e}"));
+    let after = direct_scrapes(kps).await;
+    let mut ok = true;
+    let mut table = format!(
+        "the same {window} s window, kind by kind (direct: two protobuf scrapes; prometheus: the source's queries)\n{:<8} {:<8} {:<5} {:>12} {:>12}  bucket\n",
+        "node", "kind", "p99", "direct", "prometheus"
+    );
+    let show = |q: &Option<Quantile>| q.map_or_else(|| "-".to_string(), |q| format!("{:.4} s", q.seconds));
+    for ((node, _), (earlier, later)) in kps.iter().zip(before.iter().zip(&after)) {
+        let via = snapshot
+            .inputs
+            .iter()
+            .find(|i| &i.node == node)
+            .unwrap_or_else(|| panic!("the Prometheus source measured no {node}: failures {:?}", snapshot.failures));
+        assert!(later.sync_native.is_some(), "the direct (protobuf) scrape of {node} carries no native sync histogram");
+        assert!(via.later.sync_native.is_some(), "Prometheus holds no native sync histogram for {node} (scrape_native_histograms)");
+        assert!(via.later.sync.is_some(), "Prometheus holds no classic sync buckets for {node} (always_scrape_classic_histograms)");
+        let direct = NodeInput { node: node.clone(), later: later.clone(), earlier: Some(earlier.clone()), proxy_mode: None };
+        for (kind, prefer) in [(HistogramKind::Native, HistogramPreference::NativeFirst), (HistogramKind::Classic, HistogramPreference::ClassicOnly)] {
+            let d = measure_node_with(&direct, 1.0, 1, None, prefer);
+            let p = measure_node_with(via, 1.0, 1, None, prefer);
+            let schemas = [later.sync_native.as_ref(), later.network_programming_native.as_ref()].map(|h| h.map_or(3, |h| h.schema()));
+            for (what, dq, pq, bounds, schema) in
+                [("sync", d.sync_p99, p.sync_p99, sync_bounds, schemas[0]), ("np", d.network_programming_p99, p.network_programming_p99, np_bounds, schemas[1])]
+            {
+                let verdict = match (dq, pq) {
+                    (Some(a), Some(b)) if a.kind != kind || b.kind != kind => {
+                        // sync: both scrapes and Prometheus carry native histograms, so a kind
+                        // other than the one asked for is a failure
+                        ok &= what == "np";
+                        format!("kinds: {} direct, {} prometheus (not compared)", a.kind.as_str(), b.kind.as_str())
+                    }
+                    (Some(a), Some(b)) => {
+                        let close = (a.seconds - b.seconds).abs() < 1e-6;
+                        if kind == HistogramKind::Native {
+                            let (ia, ib) = (native_bucket(a.seconds, schema), native_bucket(b.seconds, schema));
+                            ok &= ia == ib || close;
+                            format!("native index {ia} / {ib} (schema {schema})")
+                        } else {
+                            let (ba, bb) = (bucket_of(bounds, a.seconds), bucket_of(bounds, b.seconds));
+                            ok &= ba == bb || close;
+                            format!("({}, {}] / ({}, {}]", ba.0, ba.1, bb.0, bb.1)
+                        }
+                    }
+                    (None, None) => "-".into(),
+                    _ => {
+                        ok = false;
+                        "one side only".into()
+                    }
+                };
+                table += &format!("{node:<8} {:<8} {what:<5} {:>12} {:>12}  {verdict}\n", kind.as_str(), show(&dq), show(&pq));
+            }
+        }
+    }
+    (table, ok)
+}
+
 #[tokio::test]
 #[ignore = "needs the local control plane and prometheus from make k8s-bins: make e2e"]
 async fn a_prometheus_source_agrees_with_the_direct_scrape() {
@@ -360,7 +478,10 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
 
     // a burst of 20 Service changes, 1.5 s apart (minSyncPeriod is 1 s: about one sync each), and
     // web scaled 2 -> 4 -> 2 (network programming), well inside both windows when they are read:
-    // from 15 s to ~45 s after the start, read at >= 70 s
+    // from 15 s to ~45 s after the start, read at >= 70 s; the test's own direct scrapes start
+    // its kind-by-kind window at 12 s
+    tokio::time::sleep(Duration::from_secs(12).saturating_sub(started.elapsed())).await;
+    let (t0, before) = (unix_now(), direct_scrapes(&kps).await);
     tokio::time::sleep(Duration::from_secs(15).saturating_sub(started.elapsed())).await;
     for i in 0..20 {
         match i {
@@ -438,6 +559,11 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     }
     assert!(agreed, "the Prometheus source and the direct scrape disagree beyond the histogram resolution:\n{last}");
 
+    // kind by kind: native with native, classic with classic
+    let (table, same) = compare_kinds(&url, &kps, t0, &before, &sync_bounds, &np_bounds).await;
+    println!("{table}");
+    assert!(same, "the Prometheus source and the direct scrape disagree kind by kind beyond the histogram resolution:\n{table}");
+
     // the policy as the Prometheus-sourced operator alone writes it
     drop(direct);
     let status = common::wait_policy_status(&client, "e2e-prom-app", "web", 60, "status measured through Prometheus only", |s| {
@@ -449,6 +575,98 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     drop(via_prom);
     drop(prom);
     delete_namespaces(&client, COMPARE_NAMESPACES, 180).await;
+}
+
+/// Serves `body` with kube-proxy's protobuf Content-Type to every GET on 127.0.0.1 (one
+/// request per connection); returns its `/metrics` URL and the `Accept` header of each request.
+async fn serve_capture(body: Vec<u8>) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+    let accepts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = std::sync::Arc::clone(&accepts);
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let (body, seen) = (body.clone(), std::sync::Arc::clone(&seen));
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let request = String::from_utf8_lossy(&request).into_owned();
+                let accept = request.lines().find_map(|l| l.strip_prefix("Accept: ").or_else(|| l.strip_prefix("accept: ")));
+                seen.lock().unwrap().push(accept.unwrap_or_default().to_string());
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(&body).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    (url, accepts)
+}
+
+#[tokio::test]
+#[ignore = "needs prometheus from make k8s-bins (no cluster): run by make e2e, or cargo test --test e2e_prometheus -- --ignored native_capture"]
+async fn native_capture_through_a_local_prometheus() {
+    // the one the cluster tests get from common::client()
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let body = std::fs::read(root().join("tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.pb")).unwrap();
+    let expected = parse_kube_proxy_protobuf(&body).unwrap();
+    let expected_native = expected.sync_native.clone().expect("the capture's native sync histogram");
+    let (url, accepts) = serve_capture(body).await;
+    let prom = Prometheus::start("native-capture", &[("node-a".to_string(), url)], &json!({"groups": []})).await;
+    prom.wait_kube_proxies_up(1).await;
+    let accepts = accepts.lock().unwrap().clone();
+    assert!(
+        !accepts.is_empty() && accepts.iter().all(|a| a.starts_with("application/vnd.google.protobuf")),
+        "scrape_native_histograms makes Prometheus ask for protobuf first: {accepts:?}"
+    );
+
+    let source = PrometheusSource::new(&prom.url(), Duration::from_secs(60), Duration::from_secs(10)).unwrap();
+    let sum = format!("sum by (node, instance) ({SYNC_FAMILY})");
+    let v = source.query(&sum).await.unwrap();
+    assert_eq!(v.len(), 1, "{v:?}");
+    let h = v[0].histogram.as_ref().unwrap_or_else(|| panic!("no native histogram in the answer to {sum}: {v:?}")).to_native().unwrap();
+    println!(
+        "{sum}: schema {}, count {}, buckets {:?} (the capture: schema {}, count {}, buckets {:?})",
+        h.schema(),
+        h.count(),
+        h.positive(),
+        expected_native.schema(),
+        expected_native.count(),
+        expected_native.positive()
+    );
+    assert_eq!((h.schema(), h.count(), h.positive(), h.negative()), (3, expected_native.count(), expected_native.positive(), expected_native.negative()));
+    assert!((h.sum() - expected_native.sum()).abs() < 1e-12);
+
+    // the agreement: Prometheus' histogram_quantile and ours on the decoded histogram
+    for q in [0.5, 0.9, 0.99] {
+        let theirs = source.query(&format!("histogram_quantile({q}, {sum})")).await.unwrap();
+        let ours = h.quantile(q);
+        println!("q {q}: Prometheus {} ours {}", theirs[0].value, ours.seconds);
+        assert_eq!(ours.seconds.to_bits(), theirs[0].value.to_bits(), "q {q}: Prometheus {} ours {}", theirs[0].value, ours.seconds);
+        assert_eq!(ours.kind, HistogramKind::Native);
+    }
+    // the classic buckets are kept beside them (always_scrape_classic_histograms)
+    let classic = source.query(&format!("sum by (node, instance, le) ({SYNC_FAMILY}_bucket)")).await.unwrap();
+    assert_eq!(classic.len(), expected.sync.as_ref().unwrap().buckets().len(), "{classic:?}");
+
+    // one round of the source: node-a with both kinds; increase() over a capture that never
+    // changes is an empty histogram
+    let snap = source.fetch().await.unwrap();
+    assert!(snap.failures.is_empty(), "{:?}", snap.failures);
+    assert_eq!(snap.inputs.len(), 1);
+    let n = &snap.inputs[0];
+    assert_eq!(n.node, "node-a");
+    assert_eq!((n.later.sync.as_ref().map(|h| h.count()), n.later.sync_native.as_ref().map(|h| h.count())), (Some(0.0), Some(0.0)));
 }
 
 /// The active alerts named `name` in Prometheus' /api/v1/alerts.

@@ -493,6 +493,10 @@ fn prometheus_answers(window_seconds: f64) -> HashMap<String, (u16, String)> {
     m.insert(q.last_sync, (200, vector(&[(&[("instance", a)], 1704894799.0), (&[("instance", b), ("node", "node-b")], 1704894700.0)])));
     m.insert(q.last_queued, (200, vector(&[(&[("instance", a)], 1704894799.0), (&[("instance", b), ("node", "node-b")], 1704894820.0)])));
     m.insert(q.iptables_rules, (200, vector(&[(&[("instance", a)], 38.0)])));
+    // no native histograms on this server (native ingestion off): the native queries answer
+    // an empty vector, as a real Prometheus does for a name it holds no series of
+    m.insert(q.sync_native, (200, vector(&[])));
+    m.insert(q.network_programming_native, (200, vector(&[])));
     m
 }
 
@@ -514,7 +518,9 @@ async fn prometheus_source_feeds_the_same_core_maths() {
     // every query arrived intact (URL-encoded and decoded)
     let q = Queries::new(600.0);
     let seen = fake.seen.lock().unwrap().clone();
-    for expected in [&q.sync_buckets, &q.network_programming_buckets, &q.last_sync, &q.last_queued, &q.iptables_rules] {
+    for expected in
+        [&q.sync_buckets, &q.network_programming_buckets, &q.sync_native, &q.network_programming_native, &q.last_sync, &q.last_queued, &q.iptables_rules]
+    {
         assert!(seen.contains(expected), "{expected} not in {seen:?}");
     }
 
