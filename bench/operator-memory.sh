@@ -26,7 +26,10 @@
 # 6. Stops the cluster (trap), whatever happens.
 #
 # Env: SERVICES (10000), ENDPOINTS (15 per Service), NAMESPACES (20), NODES (5000), SIZE_KB (78,
-# the issue's per-node scrape), WINDOW_SECONDS (200), SCRAPE_INTERVAL_SECONDS (10),
+# the issue's per-node scrape), FORMAT (text; protobuf: the fakes answer the operator's
+# protobuf-first Accept with the real v1.37.2 protobuf capture, 67 KB, native histograms),
+# CAPTURE (v1.29, padded to SIZE_KB; v1.37: the v1.37.2 text capture, 105 KB; the default with
+# FORMAT=protobuf), WINDOW_SECONDS (200), SCRAPE_INTERVAL_SECONDS (10),
 # SAMPLE_SECONDS (60), OUT (target/operator-memory), CARGO_TARGET_DIR (honoured), FEATURES (cargo
 # features of the binary, e.g. system-allocator), OP_WRAPPER (a command prefix for the operator,
 # e.g. a heap profile with FEATURES=system-allocator and "env LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
@@ -49,6 +52,8 @@ ENDPOINTS=${ENDPOINTS:-15}
 NAMESPACES=${NAMESPACES:-20}
 NODES=${NODES:-5000}
 SIZE_KB=${SIZE_KB:-78}
+FORMAT=${FORMAT:-text}
+if [[ "$FORMAT" == protobuf ]]; then CAPTURE=${CAPTURE:-v1.37}; else CAPTURE=${CAPTURE:-v1.29}; fi
 WINDOW_SECONDS=${WINDOW_SECONDS:-200}
 SCRAPE_INTERVAL_SECONDS=${SCRAPE_INTERVAL_SECONDS:-10}
 SAMPLE_SECONDS=${SAMPLE_SECONDS:-60}
@@ -144,7 +149,7 @@ if (( NODES > 0 )); then
   : >"$OUT/targets.txt"
   rm -f "$OUT/fakes.stdin" && mkfifo "$OUT/fakes.stdin"
   exec 7<>"$OUT/fakes.stdin"
-  "$FAKES" --count "$NODES" --size-kb "$SIZE_KB" <"$OUT/fakes.stdin" >"$OUT/targets.txt" &
+  "$FAKES" --count "$NODES" --size-kb "$SIZE_KB" --format "$FORMAT" --capture "$CAPTURE" <"$OUT/fakes.stdin" >"$OUT/targets.txt" &
   FAKES_PID=$!
   t0=$SECONDS
   until grep -qx READY "$OUT/targets.txt"; do
@@ -154,7 +159,7 @@ if (( NODES > 0 )); then
   while IFS= read -r line; do
     [[ "$line" == node-*=http://* ]] && TARGETS+=(--kube-proxy-target "$line")
   done <"$OUT/targets.txt"
-  log "$NODES fake kube-proxies ready ($(grep BODY_BYTES "$OUT/targets.txt"))"
+  log "$NODES fake kube-proxies ready ($(grep -E '^BODY_(BYTES|FORMAT)' "$OUT/targets.txt" | tr '\n' ' '))"
 fi
 
 # (a bash array of 10,000 words goes to exec as separate arguments: no single argument or
@@ -240,8 +245,8 @@ api_rss=$(rss_kib "${BARE_PIDS[1]:-$(pgrep -o -x kube-apiserver)}")
 services_now=$(gauge safe_termination_controller_cluster_services)
 cpu_ticks=$(awk '{ print $14 + $15 }' "/proc/$OP_PID/stat")
 clk=$(getconf CLK_TCK)
-summary=$(printf 'nodes=%s nodes_scraped=%s nodes_failed=%s window_seconds=%s scrape_interval_seconds=%s services=%s endpoints=%s namespaces=%s policies=%s synced_after_s=%s rss_max_sampled_mib=%.1f rss_final_mib=%.1f vmhwm_mib=%.1f cpu_seconds=%.1f apiserver_rss_mib=%.0f services_after_churn=%s' \
-  "$NODES" "$nodes_scraped" "$nodes_failed" "$WINDOW_SECONDS" "$SCRAPE_INTERVAL_SECONDS" \
+summary=$(printf 'format=%s capture=%s nodes=%s nodes_scraped=%s nodes_failed=%s window_seconds=%s scrape_interval_seconds=%s services=%s endpoints=%s namespaces=%s policies=%s synced_after_s=%s rss_max_sampled_mib=%.1f rss_final_mib=%.1f vmhwm_mib=%.1f cpu_seconds=%.1f apiserver_rss_mib=%.0f services_after_churn=%s' \
+  "$FORMAT" "$CAPTURE" "$NODES" "$nodes_scraped" "$nodes_failed" "$WINDOW_SECONDS" "$SCRAPE_INTERVAL_SECONDS" \
   "$SERVICES" "$want_endpoints" "$NAMESPACES" "$NAMESPACES" "$synced_s" "$(bc -l <<<"$max/1024")" "$(bc -l <<<"$final/1024")" \
   "$(bc -l <<<"$hwm/1024")" "$(bc -l <<<"$cpu_ticks/$clk")" "$(bc -l <<<"$api_rss/1024")" "$services_now")
 echo "$summary" | tee "$OUT/summary.txt"

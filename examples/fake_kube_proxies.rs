@@ -2,23 +2,39 @@
 //! (`examples/scrape_fanout.rs`) and for running the operator out of cluster against static
 //! targets.
 //!
-//! Each listens on its own ephemeral port and serves `/metrics` (a real kube-proxy scrape,
-//! tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt, padded with realistic unrelated
-//! families, mostly `rest_client_*` histograms, up to the requested size) and `/proxyMode`
-//! (`iptables`).
+//! Each listens on its own ephemeral port and serves `/metrics` and `/proxyMode` (`iptables`).
+//! What `/metrics` serves, by `--format` and `--capture`:
+//!
+//! - `--format text --capture v1.29` (the default, as before): a real kube-proxy scrape,
+//!   tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt, padded with realistic unrelated
+//!   families, mostly `rest_client_*` histograms, up to `--size-kb`;
+//! - `--format text --capture v1.37`: the real v1.37.2 scrape
+//!   tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.txt as it is (105 KB, `--size-kb`
+//!   ignored): the text twin of the protobuf capture;
+//! - `--format protobuf` (v1.37 only): kube-proxy 1.37's content negotiation. To a request
+//!   whose `Accept` admits the protobuf exposition (the operator's and the agent's do) the real
+//!   protobuf capture of the same scrape, tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.pb
+//!   (67 KB, native histograms, two `ip_family` series), with kube-proxy's `Content-Type`
+//!   ([`PROTOBUF_CONTENT_TYPE`]); to any other its text twin.
+//!
+//! Text is served as `text/plain; version=0.0.4; charset=utf-8`, as kube-proxy does.
 //!
 //! ```text
-//! cargo run --release --example fake_kube_proxies -- [--count 1000] [--size-kb 75] [--print-scrape]
+//! cargo run --release --example fake_kube_proxies -- [--count 1000] [--format text|protobuf] [--capture v1.29|v1.37] [--size-kb 75] [--print-scrape]
 //! ```
 //!
-//! Output on stdout: `BODY_BYTES=<n>`, one `node-NNNN=http://127.0.0.1:<port>` line per server
-//! (the operator's static target syntax), then `READY`. It serves until its standard input
+//! Output on stdout: `BODY_BYTES=<n>` (the body a protobuf-first client gets), `BODY_FORMAT=<text|protobuf>
+//! <capture>`, one `node-NNNN=http://127.0.0.1:<port>` line per server (the operator's static
+//! target syntax), then `READY`. It serves until its standard input
 //! closes (so a parent that dies takes it along) or it is killed. `--print-scrape` prints the
 //! synthesised scrape and exits.
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::IntoResponse;
 use axum::routing::get;
+use safe_termination::exposition::accepts_protobuf;
 use std::io::{BufRead, Write};
 
 mod common;
@@ -26,6 +42,14 @@ use common::arg;
 
 /// The real scrape the body starts with.
 const BASE_SCRAPE: &str = include_str!("../tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt");
+/// The real kube-proxy v1.37.2 scrape in the text exposition.
+const V137_TEXT: &[u8] = include_bytes!("../tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.txt");
+/// The same scrape in the protobuf exposition (native histograms).
+const V137_PROTOBUF: &[u8] = include_bytes!("../tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.pb");
+/// kube-proxy 1.37's `Content-Type` for its protobuf answer (client_golang's `expfmt`).
+const PROTOBUF_CONTENT_TYPE: &str = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited; escaping=underscores";
+/// kube-proxy's `Content-Type` for the text exposition.
+const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// A kube-proxy scrape of at least `target_bytes`: the real v1.29 excerpt followed by unrelated
 /// families a kube-proxy exposes (client-go `rest_client_*` histograms per host and verb, Go
@@ -107,13 +131,38 @@ fn raise_nofile() -> u64 {
     }
 }
 
+/// What one server answers on `/metrics`: the text body, and the protobuf one for clients that
+/// accept it (`None`: text to everyone).
+#[derive(Clone)]
+struct Bodies {
+    text: Bytes,
+    protobuf: Option<Bytes>,
+}
+
+impl Bodies {
+    fn answer(&self, headers: &HeaderMap) -> impl IntoResponse + use<> {
+        let (body, content_type) = match &self.protobuf {
+            Some(pb) if accepts_protobuf(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok())) => (pb.clone(), PROTOBUF_CONTENT_TYPE),
+            _ => (self.text.clone(), TEXT_CONTENT_TYPE),
+        };
+        ([(header::CONTENT_TYPE, HeaderValue::from_static(content_type))], body)
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let count = arg(&args, "--count", 1000usize);
     let size = arg(&args, "--size-kb", 75usize) * 1024;
-    let body = synthesize_scrape(size);
+    let format = arg(&args, "--format", String::from("text"));
+    let capture = arg(&args, "--capture", String::from(if format == "protobuf" { "v1.37" } else { "v1.29" }));
+    let bodies = match (format.as_str(), capture.as_str()) {
+        ("text", "v1.29") => Bodies { text: Bytes::from(synthesize_scrape(size)), protobuf: None },
+        ("text", "v1.37") => Bodies { text: Bytes::from_static(V137_TEXT), protobuf: None },
+        ("protobuf", "v1.37") => Bodies { text: Bytes::from_static(V137_TEXT), protobuf: Some(Bytes::from_static(V137_PROTOBUF)) },
+        _ => panic!("--format text|protobuf, --capture v1.29|v1.37 (protobuf: v1.37 only), not {format:?} {capture:?}"),
+    };
     if args.iter().any(|a| a == "--print-scrape") {
-        print!("{body}");
+        std::io::stdout().write_all(bodies.protobuf.as_ref().unwrap_or(&bodies.text)).unwrap();
         return;
     }
     let nofile = raise_nofile();
@@ -122,15 +171,15 @@ fn main() {
     }
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     rt.block_on(async move {
-        let body = Bytes::from(body);
         let mut out = std::io::stdout().lock();
-        writeln!(out, "BODY_BYTES={}", body.len()).unwrap();
+        writeln!(out, "BODY_BYTES={}", bodies.protobuf.as_ref().unwrap_or(&bodies.text).len()).unwrap();
+        writeln!(out, "BODY_FORMAT={format} {capture}").unwrap();
         for i in 0..count {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
             let addr = listener.local_addr().unwrap();
-            let b = body.clone();
+            let b = bodies.clone();
             let app = Router::new()
-                .route("/metrics", get(move || std::future::ready(b.clone())))
+                .route("/metrics", get(move |headers: HeaderMap| std::future::ready(b.answer(&headers))))
                 .route("/proxyMode", get(|| std::future::ready("iptables")));
             tokio::spawn(async move {
                 let _ = axum::serve(listener, app).await;

@@ -11,7 +11,15 @@
 //! ```text
 //! cargo build --release --example fake_kube_proxies --example scrape_fanout --example fake_agents
 //! target/release/examples/scrape_fanout [--count 1000] [--in-flight 64] [--timeout-ms 5000] [--cycles 5] [--size-kb 75] [--mode direct|both] [--proxy-mode 1|0]
+//!     [--format text|protobuf] [--capture v1.29|v1.37] [--cpu-target 1.0]
 //! ```
+//!
+//! `--format` and `--capture` go to the fake kube-proxies (see `examples/fake_kube_proxies.rs`):
+//! the padded v1.29 text scrape by default; `--format text --capture v1.37` the real v1.37.2
+//! text scrape (105 KB), `--format protobuf` the same scrape in the protobuf exposition (67 KB,
+//! native histograms) to the operator's protobuf-first `Accept`. `bench/scrape-formats.sh` runs
+//! them alternately. `--cpu-target`: the worst cycle's CPU-s the PASS line allows (issue 4's
+//! 1 CPU-s at 1,000 nodes by default; issue 16's is 2.5 CPU-s at 5,000).
 //!
 //! Every cycle opens every connection, as the operator does: its scrape client keeps no idle
 //! connection between cycles (`sources::fetch::http_client`, issue 16). Cycle 1 is "cold"
@@ -201,6 +209,9 @@ fn main() {
     let timeout = Duration::from_millis(arg(&args, "--timeout-ms", 5000u64));
     let cycles = arg(&args, "--cycles", 5u64).max(1);
     let size_kb = arg(&args, "--size-kb", 75u64);
+    let format = arg(&args, "--format", String::from("text"));
+    let capture = arg(&args, "--capture", String::from(if format == "protobuf" { "v1.37" } else { "v1.29" }));
+    let cpu_target = arg(&args, "--cpu-target", 1.0f64);
     let nofile = raise_nofile();
 
     let servers = std::env::current_exe().unwrap().with_file_name("fake_kube_proxies");
@@ -212,12 +223,13 @@ fn main() {
         std::process::exit(2);
     }
     let mut child = Command::new(&servers)
-        .args(["--count", &count.to_string(), "--size-kb", &size_kb.to_string()])
+        .args(["--count", &count.to_string(), "--size-kb", &size_kb.to_string(), "--format", &format, "--capture", &capture])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("start fake_kube_proxies");
     let mut body_bytes = 0usize;
+    let mut body_format = String::new();
     let mut specs = Vec::new();
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line.expect("read fake_kube_proxies output");
@@ -225,6 +237,8 @@ fn main() {
             break;
         } else if let Some(n) = line.strip_prefix("BODY_BYTES=") {
             body_bytes = n.parse().unwrap();
+        } else if let Some(f) = line.strip_prefix("BODY_FORMAT=") {
+            body_format = f.to_string();
         } else {
             specs.push(line);
         }
@@ -233,7 +247,7 @@ fn main() {
     assert_eq!(targets.len() as u64, count, "fake_kube_proxies started {} servers", targets.len());
 
     println!(
-        "scrape fan-out: {count} kube-proxies on 127.0.0.1 (separate process, pid {}), body {body_bytes} bytes ({:.1} KB), max in flight {in_flight}, per-target timeout {:?}, {} client worker threads, nofile {nofile}",
+        "scrape fan-out: {count} kube-proxies on 127.0.0.1 (separate process, pid {}), body {body_format} {body_bytes} bytes ({:.1} KB), max in flight {in_flight}, per-target timeout {:?}, {} client worker threads, nofile {nofile}",
         child.id(),
         body_bytes as f64 / 1024.0,
         timeout,
@@ -257,8 +271,9 @@ fn main() {
     let mut rows = Vec::new();
     rt.block_on(async {
         let client = http_client(timeout);
+        let kube_proxies_pid = child.id();
         for cycle in 1..=cycles {
-            let cpu0 = cpu_seconds();
+            let (cpu0, kp0) = (cpu_seconds(), process_cpu_seconds(kube_proxies_pid));
             let t0 = Instant::now();
             let outcomes = scrape_all(&client, &targets, &opts).await;
             let scrape_wall = t0.elapsed();
@@ -270,8 +285,9 @@ fn main() {
             };
             let wall = t0.elapsed();
             let cpu = cpu_seconds() - cpu0;
+            let kp = process_cpu_seconds(kube_proxies_pid) - kp0;
             println!(
-                "cycle {cycle} ({}): wall {:.3} s (scrape {:.3} s), client CPU {:.3} s, scraped {}, failed {}",
+                "cycle {cycle} ({}): wall {:.3} s (scrape {:.3} s), client CPU {:.3} s, kube-proxies CPU {kp:.2} s, scraped {}, failed {}",
                 if cycle == 1 { "cold, new connections" } else { "warm, new connections" },
                 wall.as_secs_f64(),
                 scrape_wall.as_secs_f64(),
@@ -292,6 +308,9 @@ fn main() {
     // sanity: the analysis over the recorded window (not part of the cycle)
     let t0 = Instant::now();
     let inputs = store.lock().unwrap().inputs();
+    // which reader ran: only the protobuf exposition carries native histograms
+    let native = inputs.iter().filter(|i| i.later.sync_native.is_some()).count();
+    println!("nodes whose newest scrape has a native sync histogram (protobuf read): {native} of {}", inputs.len());
     let opts = AnalysisOptions { min_sync_period_seconds: 1.0, min_sync_period_source: "benchmark".into(), ..AnalysisOptions::default() };
     let report = analyze(&inputs, &opts, &TerminationPolicySpec::default());
     println!(
@@ -313,7 +332,7 @@ fn main() {
         w.sort_by(f64::total_cmp);
         c.sort_by(f64::total_cmp);
         println!(
-            "summary: cold wall {cold_wall:.3} s / CPU {cold_cpu:.3} s; warm median wall {:.3} s / CPU {:.3} s (n={}); worst wall {max_wall:.3} s (target < 5 s), worst CPU {max_cpu:.3} s (target < 1 s)",
+            "summary: cold wall {cold_wall:.3} s / CPU {cold_cpu:.3} s; warm median wall {:.3} s / CPU {:.3} s (n={}); worst wall {max_wall:.3} s (target < 5 s), worst CPU {max_cpu:.3} s (target < {cpu_target} s)",
             w[w.len() / 2],
             c[c.len() / 2],
             warm.len()
@@ -323,7 +342,7 @@ fn main() {
     drop(child.stdin.take());
     let _ = child.kill();
     let _ = child.wait();
-    let ok = failed == 0 && max_wall < 5.0 && max_cpu < 1.0;
+    let ok = failed == 0 && max_wall < 5.0 && max_cpu < cpu_target;
     println!("{}", if ok { "PASS" } else { "FAIL" });
     std::process::exit(if ok { 0 } else { 1 });
 }

@@ -347,8 +347,10 @@ struct CompactSample {
     sync_from_legacy_microseconds: bool,
     sync: Option<CompactHistogram>,
     network_programming: Option<CompactHistogram>,
-    sync_native: Option<CompactNative>,
-    network_programming_native: Option<CompactNative>,
+    // boxed: 8 bytes each when absent (a text scrape, every older sample of a pre-1.37 node)
+    // instead of the 88 of an inline `CompactNative`, 160 bytes per older sample
+    sync_native: Option<Box<CompactNative>>,
+    network_programming_native: Option<Box<CompactNative>>,
 }
 
 impl CompactSample {
@@ -368,8 +370,8 @@ impl CompactSample {
                 .as_ref()
                 .filter(|_| scrape.network_programming_native.is_none())
                 .map(|h| CompactHistogram::new(h, layouts)),
-            sync_native: scrape.sync_native.as_ref().map(CompactNative::new),
-            network_programming_native: scrape.network_programming_native.as_ref().map(CompactNative::new),
+            sync_native: scrape.sync_native.as_ref().map(|h| Box::new(CompactNative::new(h))),
+            network_programming_native: scrape.network_programming_native.as_ref().map(|h| Box::new(CompactNative::new(h))),
         }
     }
 
@@ -380,8 +382,8 @@ impl CompactSample {
             sync: self.sync.as_ref().map(CompactHistogram::expand),
             sync_from_legacy_microseconds: self.sync_from_legacy_microseconds,
             network_programming: self.network_programming.as_ref().map(CompactHistogram::expand),
-            sync_native: self.sync_native.as_ref().map(CompactNative::expand),
-            network_programming_native: self.network_programming_native.as_ref().map(CompactNative::expand),
+            sync_native: self.sync_native.as_deref().map(CompactNative::expand),
+            network_programming_native: self.network_programming_native.as_deref().map(CompactNative::expand),
             ..KubeProxyScrape::default()
         }
     }
