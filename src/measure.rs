@@ -12,7 +12,7 @@
 //! 2.7 KB; a compact one about 140 bytes. `examples/store_memory.rs` measures it (BENCHMARKS.md
 //! "Operator memory"): 5,000 nodes x 21 samples, 270.6 MiB of heap before, 27.4 MiB now.
 
-use crate::exposition::{Bucket, Histogram, KubeProxyScrape, NativeHistogram, NativeParts, Span, spans_of};
+use crate::exposition::{Bucket, Histogram, KubeProxyScrape, NativeHistogram};
 use crate::model::{NodeInput, ProxyMode};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -296,11 +296,11 @@ impl NativeBuckets {
         }
     }
 
-    /// The buckets as spans and counts ([`spans_of`]).
-    fn spans(&self) -> (Vec<Span>, Vec<f64>) {
+    /// The buckets, `(index, count)` sorted by index.
+    fn buckets(&self) -> Vec<(i32, f64)> {
         match self {
-            Self::Packed(bytes) => spans_of(&unpack_native(bytes)),
-            Self::Raw(b) => spans_of(b),
+            Self::Packed(bytes) => unpack_native(bytes),
+            Self::Raw(b) => b.to_vec(),
         }
     }
 }
@@ -321,19 +321,13 @@ impl CompactNative {
 
     /// The histogram it was made from.
     fn expand(&self) -> NativeHistogram {
-        let (positive_spans, positive_counts) = self.positive.spans();
-        let (negative_spans, negative_counts) = self.negative.spans();
-        NativeHistogram::new(NativeParts {
-            schema: i32::from(self.schema),
-            zero_threshold: self.zero_threshold,
-            zero_count: self.zero_count,
-            count: self.count,
-            sum: self.sum,
-            positive_spans,
-            positive_counts,
-            negative_spans,
-            negative_counts,
-        })
+        NativeHistogram::from_buckets(
+            i32::from(self.schema),
+            (self.zero_threshold, self.zero_count),
+            (self.count, self.sum),
+            &self.positive.buckets(),
+            &self.negative.buckets(),
+        )
         .expect("a compacted native histogram re-expands")
     }
 }
@@ -538,7 +532,7 @@ impl MeasurementStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::parse_kube_proxy_metrics;
+    use crate::exposition::{NativeParts, parse_kube_proxy_metrics, spans_of};
 
     fn s(at: f64) -> Sample {
         Sample { at_unix_seconds: at, scrape: KubeProxyScrape::default(), proxy_mode: None }

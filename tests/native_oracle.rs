@@ -4,7 +4,7 @@
 //! random native histograms, by `e2e/tools/native-oracle` (its `main.go` says how to run it).
 //! Quantiles are compared bit for bit; the sum, the delta and the reduction by bucket.
 
-use safe_termination::exposition::{NativeHistogram, NativeParts, Span, spans_of};
+use safe_termination::exposition::NativeHistogram;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -32,25 +32,10 @@ struct Case {
     reduced_to: i32,
 }
 
-fn spans(buckets: &[(f64, f64)]) -> (Vec<Span>, Vec<f64>) {
-    spans_of(&buckets.iter().map(|&(i, c)| (i as i32, c)).collect::<Vec<_>>())
-}
-
 fn native(h: &Hist) -> NativeHistogram {
-    let (positive_spans, positive_counts) = spans(&h.positive);
-    let (negative_spans, negative_counts) = spans(&h.negative);
-    NativeHistogram::new(NativeParts {
-        schema: h.schema,
-        zero_threshold: h.zero_threshold,
-        zero_count: h.zero_count,
-        count: h.count,
-        sum: h.sum,
-        positive_spans,
-        positive_counts,
-        negative_spans,
-        negative_counts,
-    })
-    .expect("Prometheus' histogram is valid")
+    let side = |b: &[(f64, f64)]| b.iter().map(|&(i, c)| (i as i32, c)).collect::<Vec<_>>();
+    NativeHistogram::from_buckets(h.schema, (h.zero_threshold, h.zero_count), (h.count, h.sum), &side(&h.positive), &side(&h.negative))
+        .expect("Prometheus' histogram is valid")
 }
 
 /// Buckets with a count other than 0 (Prometheus keeps or drops empty ones by its own rules of

@@ -216,6 +216,21 @@ impl NativeHistogram {
         })
     }
 
+    /// A native histogram from decoded `(index, count)` buckets per side (sorted by index,
+    /// counts absolute), with the checks of [`Self::new`]: buckets out of order or repeated
+    /// give a negative span offset and are refused like one.
+    pub fn from_buckets(
+        schema: i32,
+        (zero_threshold, zero_count): (f64, f64),
+        (count, sum): (f64, f64),
+        positive: &[(i32, f64)],
+        negative: &[(i32, f64)],
+    ) -> Result<Self, NativeHistogramError> {
+        let (positive_spans, positive_counts) = spans_of(positive);
+        let (negative_spans, negative_counts) = spans_of(negative);
+        Self::new(NativeParts { schema, zero_threshold, zero_count, count, sum, positive_spans, positive_counts, negative_spans, negative_counts })
+    }
+
     /// The schema (-4..=8).
     pub fn schema(&self) -> i32 {
         self.schema

@@ -65,7 +65,7 @@
 //! swaps in.
 
 use crate::exposition::native::{SCHEMA_MAX, SCHEMA_MIN};
-use crate::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape, NativeHistogram, NativeParts, spans_of};
+use crate::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape, NativeHistogram};
 use crate::model::NodeInput;
 use crate::measure::{MeasurementStore, NodeFailure, Sample};
 use super::fetch::{DEFAULT_MAX_BODY_BYTES, FetchError, read_limited};
@@ -410,19 +410,7 @@ impl ApiHistogram {
             }
         }
         let threshold = threshold.unwrap_or(0.0);
-        let (positive_spans, positive_counts) = spans_of(&positive);
-        let (negative_spans, negative_counts) = spans_of(&negative);
-        NativeHistogram::new(NativeParts {
-            schema,
-            zero_threshold: threshold,
-            zero_count: zero.map_or(0.0, |z| z.1),
-            count: self.count,
-            sum: self.sum,
-            positive_spans,
-            positive_counts,
-            negative_spans,
-            negative_counts,
-        })
+        NativeHistogram::from_buckets(schema, (threshold, zero.map_or(0.0, |z| z.1)), (self.count, self.sum), &positive, &negative)
         .map_err(|e| e.to_string())
     }
 }
