@@ -28,3 +28,4 @@ pub mod sizing;
 pub mod sources;
 pub mod telemetry;
 pub mod webhook;
+pub mod window_distribution;

@@ -1,39 +1,42 @@
 //! The propagation model: how long after an endpoint change a node's kube-proxy can still send
 //! new connections to a terminating pod.
 //!
-//! Per node: `W = max(p99(network_programming) - 1 s, minSyncPeriod + p99(sync))`.
-//! An endpoint change waits at most `minSyncPeriod` (kube-proxy's runner keeps that gap between
-//! the end of one sync and the start of the next: `pkg/proxy/runner/bounded_frequency_runner.go`),
-//! then the sync that removes it. A change that lands while a sync is running also waits for that
-//! one; counting a second p99 sync for it (`minSyncPeriod + 2 x p99(sync)`, this model until
-//! issue 11) sized every sleep for two slow syncs in a row. On real nodes (BENCHMARKS.md "Deploy
-//! errors", 4,000 Services, iptables-nft) that made W 4.71 s and the sleep 8 s while no
-//! terminating pod stayed in any node's rules longer than 2.56 s (and 2.81 s in the baseline run);
-//! `minSyncPeriod + p99(sync)` = 2.85 s covered every observed window. W alone did not cover every
-//! window: in BENCHMARKS.md's `make experiment` run the longest window of run b was 1.973 s
-//! against W 1.968 s, covered by W x the policy's safety factor (1.25 by default: 2.46 s) and the
-//! 3 s floor. The factor is that margin, and the one for a change that waits behind a running
-//! slow sync; its recalibration against the per-pod ground truth follows. Beyond 1 s of sync p99
-//! the advisor raises ProxySyncSlow. Network programming latency
-//! measures the same path end to end from the EndpointSlice trigger time when present.
+//! Per node: W = the p99 of a removal's window under kube-proxy's runner, from the node's sync
+//! duration histogram and minSyncPeriod ([`crate::window_distribution`]); without a sync
+//! histogram, `max(p99(network_programming) - 1 s, minSyncPeriod)`.
 //!
-//! Why `- 1 s` ([`TRIGGER_TIME_RESOLUTION_SECONDS`]): kube-proxy measures network programming
-//! from the EndpointSlice annotation `endpoints.kubernetes.io/last-change-trigger-time`, which the
-//! EndpointSlice controller takes from the pod's Ready condition `lastTransitionTime` or the
-//! Service's `creationTimestamp` (k8s.io/endpointslice `util/trigger_time_tracker.go`,
-//! `getPodTriggerTime`, `getServiceTriggerTime`). Both are `metav1.Time`, which the API carries
-//! in whole seconds, so every sample is the true latency plus the truncated fraction of a second
-//! (0 to 1 s). Measured on real nodes (BENCHMARKS.md "Deploy errors"): network programming p99
-//! 2.55 s while no terminating pod's IP stayed in any node's rules longer than 1.09 s after its
-//! deletion; the raw p99 made the sleep 5 s where 3 s covers the truth. `p99 - 1 s` is a lower
-//! bound of the true p99, so network programming raises W only when the path outside kube-proxy's
-//! syncs (watch and controller delays) is really slower than the syncs. The raw p99 is still
-//! reported as measured (`networkProgrammingP99Seconds`).
+//! The path of a deleted endpoint: the API server marks the pod terminating, the EndpointSlice
+//! controller marks its endpoint not ready, kube-proxy's watch queues the change, and its runner
+//! applies it with the next sync that starts. The runner keeps `minSyncPeriod` between the
+//! completion of one sync and the start of the next (`pkg/proxy/runner/
+//! bounded_frequency_runner.go`), so a removal waits for the rest of a running sync or gap, then
+//! its own sync: between one sync and `minSyncPeriod + 2 x sync`. Against the per-pod ground
+//! truth on real nodes (BENCHMARKS.md "Native histograms and the per-pod truth"),
+//! `minSyncPeriod + p99(sync)` fell short of the windows at 4,000 Services, and
+//! `minSyncPeriod + 2 x p99(sync)` ([`deletion_window_bound_seconds`]) stood up to 1.9 x above
+//! the longest; the distribution's p99 lies between the two.
+//!
+//! Why network programming latency is not in W when a sync histogram exists: its samples come
+//! from pods turning Ready, never from deletions (the EndpointSlice trigger time is not computed
+//! for deletions: kubernetes/kubernetes issues 74294 and 81360), so it measures the add path,
+//! which also holds the kubelet's write of the Ready condition. On the real nodes its p99 sat
+//! up to 2 s above every deletion window at 4,000 Services (BENCHMARKS.md), and as a term of W
+//! it made the sleep more than twice the longest window. Its raw p99 is still reported
+//! (`networkProgrammingP99Seconds`). Without a sync histogram it stands in, less 1 s
+//! ([`TRIGGER_TIME_RESOLUTION_SECONDS`]): kube-proxy measures it from the EndpointSlice
+//! annotation `endpoints.kubernetes.io/last-change-trigger-time`, which the controller takes from
+//! the pod's Ready condition `lastTransitionTime` or the Service's `creationTimestamp`
+//! (k8s.io/endpointslice `util/trigger_time_tracker.go`), both `metav1.Time` in whole seconds, so
+//! every sample is the true latency plus the truncated fraction of a second (0 to 1 s).
+//! A path kube-proxy does not measure (an EndpointSlice controller that batches updates with
+//! `--endpointslice-updates-batch-period`, an ingress reload, a cloud load balancer) belongs in
+//! the policy's `preStop.extraSeconds`. Beyond 1 s of sync p99 the advisor raises ProxySyncSlow.
 //! The cluster window is the maximum over nodes, and the node that sets it is named.
 
 use crate::exposition::histogram::{Histogram, HistogramKind, Quantile};
 use crate::exposition::native::NativeHistogram;
 use crate::exposition::parse::KubeProxyScrape;
+use crate::window_distribution::{DeletionWindow, SyncDurations};
 use serde::Serialize;
 
 /// The quantile the model uses (p99).
@@ -43,6 +46,17 @@ pub const QUANTILE: f64 = 0.99;
 /// API's `metav1.Time` is whole seconds, so each sample overstates the latency by up to this much
 /// (see the module docs). Subtracted from the network-programming p99 in W.
 pub const TRIGGER_TIME_RESOLUTION_SECONDS: f64 = 1.0;
+
+/// The longest wait a removal can see with syncs of `sync_seconds`, seconds:
+/// `minSyncPeriod + 2 x sync`. kube-proxy's runner keeps `minSyncPeriod` between the
+/// *completion* of one sync and the *start* of the next (`pkg/proxy/runner/
+/// bounded_frequency_runner.go`, 1.37.2), and a sync reads the pending changes when it starts,
+/// so a removal that arrives just after a sync started waits for that sync, then
+/// `minSyncPeriod`, then the sync that removes it. Used for W only when the sync histogram has
+/// no usable bucket for the window distribution ([`crate::window_distribution`]).
+pub fn deletion_window_bound_seconds(min_sync_period_seconds: f64, sync_seconds: f64) -> f64 {
+    min_sync_period_seconds + 2.0 * sync_seconds
+}
 
 /// kube-proxy's proxy mode, as `/proxyMode` spells it (plus `ebpf` for kube-proxy replacements).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -213,6 +227,16 @@ impl Distribution {
         }
     }
 
+    /// The p99 of a removal's window under kube-proxy's runner with these sync durations
+    /// ([`crate::window_distribution`]); None when no bucket holds a usable count.
+    fn deletion_window_p99(&self, min_sync_period_seconds: f64) -> Option<f64> {
+        let durations = match self {
+            Self::Classic(h) => SyncDurations::from_classic(h),
+            Self::Native(h) => SyncDurations::from_native(h),
+        }?;
+        Some(DeletionWindow::new(durations, min_sync_period_seconds).quantile(QUANTILE)).filter(|w| w.is_finite())
+    }
+
     /// The p99, when finite.
     fn p99(&self) -> Option<Quantile> {
         let q = match self {
@@ -317,20 +341,16 @@ pub fn measure_node_with(
     let sync_samples = sync.as_ref().map_or(0.0, Distribution::count);
     let np_samples = np.as_ref().map_or(0.0, Distribution::count);
 
-    let from_sync = sync_p99.map(|q| min_sync_period_seconds + q.seconds);
-    let from_np = np_p99.map(|q| (q.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0));
-    let histogram_kind = match (from_np, from_sync) {
-        (Some(a), Some(b)) if a > b => np_p99.map(|q| q.kind),
-        (_, Some(_)) => sync_p99.map(|q| q.kind),
-        (Some(_), None) => np_p99.map(|q| q.kind),
-        (None, None) => None,
-    };
-    let window = match (from_np, from_sync) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        // no sync histogram: a change still waits for the next sync, at most minSyncPeriod
-        // later, so W is never below it (a network-programming p99 under 1 s gave W 0)
-        (Some(a), None) => Some(a.max(min_sync_period_seconds)),
-        (None, b) => b,
+    let (window, histogram_kind) = match (sync_p99, np_p99) {
+        (Some(q), _) => {
+            let modelled = sync.as_ref().and_then(|d| d.deletion_window_p99(min_sync_period_seconds));
+            (Some(modelled.unwrap_or_else(|| deletion_window_bound_seconds(min_sync_period_seconds, q.seconds))), Some(q.kind))
+        }
+        // no sync histogram: network programming stands in, and a change still waits for the
+        // next sync, at most minSyncPeriod later, so W is never below it (a network-programming
+        // p99 under 1 s gave W 0)
+        (None, Some(q)) => (Some((q.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0).max(min_sync_period_seconds)), Some(q.kind)),
+        (None, None) => (None, None),
     };
     let samples = if sync_p99.is_some() { sync_samples } else { np_samples };
     let beyond = sync_p99.is_some_and(|q| q.beyond_top_bucket) || np_p99.is_some_and(|q| q.beyond_top_bucket);
@@ -508,7 +528,9 @@ mod tests {
         let w = measure_node(&node(text(1, 2)), 1.0, 5, None);
         assert_eq!(w.basis, Basis::LowSampleCount);
         assert_eq!(w.sync_p99.map(|q| (q.seconds, q.beyond_top_bucket)), Some((16.384, true)));
-        assert_eq!(w.propagation_window_seconds, Some(1.0 + 16.384));
+        // the observation beyond the top bucket counts at 16.384 s: a removal waits for it
+        let window = w.propagation_window_seconds.unwrap();
+        assert!(window > 1.0 + 16.384 && window <= deletion_window_bound_seconds(1.0, 16.384), "{window}");
         // 5 syncs, one beyond: trusted, and beyond the top bucket
         let w = measure_node(&node(text(4, 5)), 1.0, 5, None);
         assert_eq!(w.basis, Basis::BeyondTopBucket);
@@ -520,6 +542,31 @@ mod tests {
         let later = parse_kube_proxy_metrics(text).unwrap();
         let w = measure_node(&NodeInput { node: "n".into(), later, earlier: None, proxy_mode: None }, 1.0, 5, None);
         assert_eq!(w.propagation_window_seconds, Some(1.0));
+    }
+
+    #[test]
+    fn w_is_the_window_distribution_p99_and_network_programming_stays_out() {
+        // 100 syncs, all in (0.256, 0.512]: classic p99 = 0.256 + 0.256 x 0.99 = 0.50944 s;
+        // network programming p99 in (4, 5]: 4.99 s, whose 3.99 s would have set W before
+        let text = "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.256\"} 0\n\
+            kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.512\"} 100\n\
+            kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 100\n\
+            kubeproxy_network_programming_duration_seconds_bucket{le=\"4\"} 0\n\
+            kubeproxy_network_programming_duration_seconds_bucket{le=\"5\"} 100\n\
+            kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 100\n";
+        let later = parse_kube_proxy_metrics(text).unwrap();
+        let w = measure_node(&NodeInput { node: "n".into(), later, earlier: None, proxy_mode: None }, 1.0, 5, None);
+        let sync = 0.256 + 0.256 * 0.99;
+        assert!((w.sync_p99.unwrap().seconds - sync).abs() < 1e-12);
+        assert!((w.network_programming_p99.unwrap().seconds - 4.99).abs() < 1e-12, "still reported");
+        let window = w.propagation_window_seconds.unwrap();
+        // between one sync after minSyncPeriod and two p99 syncs after it
+        assert!(window > 1.0 + sync && window < deletion_window_bound_seconds(1.0, sync), "{window}");
+        let durations = SyncDurations::from_ranges([(0.256, 0.512, 100.0)]).unwrap();
+        assert_eq!(window, DeletionWindow::new(durations, 1.0).quantile(QUANTILE));
+        assert_eq!((w.basis, w.histogram_kind), (Basis::Measured, Some(HistogramKind::Classic)));
+        // minSyncPeriod counts once, each sync at most twice
+        assert_eq!(deletion_window_bound_seconds(2.0, 0.5), 3.0);
     }
 
     #[test]

@@ -57,6 +57,12 @@ fn approx(actual: f64, expected: f64) {
     assert!((actual - expected).abs() < 1e-9, "expected {expected}, got {actual}");
 }
 
+/// W, the p99 of the window distribution (src/window_distribution.rs), found by bisection to
+/// 1e-6 s; the expected values come from an independent implementation of the same model.
+fn approx_window(actual: f64, expected: f64) {
+    assert!((actual - expected).abs() < 1e-5, "expected W {expected}, got {actual}");
+}
+
 fn reasons(doc: &Value) -> Vec<String> {
     doc["advice"].as_array().unwrap().iter().map(|a| a["reason"].as_str().unwrap().to_string()).collect()
 }
@@ -116,15 +122,16 @@ fn v1_29_json_report() {
     assert_eq!(doc["worstNode"], "kube-proxy-v1.29-iptables-excerpt");
     approx(f(&doc["syncP99Seconds"]), 0.12672);
     approx(f(&doc["networkProgrammingP99Seconds"]), 4.98);
-    // W = max(NP p99 4.98 - 1 s trigger-time resolution, 1 + 0.12672) = 3.98
-    approx(f(&doc["propagationWindowSeconds"]), 3.98);
+    // W = the window p99 of the 4 syncs with minSyncPeriod 1 s (network programming is reported,
+    // not a term)
+    approx_window(f(&doc["propagationWindowSeconds"]), 1.154398);
     assert_eq!(f(&doc["minSyncPeriodSeconds"]), 1.0);
     assert_eq!(doc["minSyncPeriodSource"], "default");
     let rec = &doc["recommendation"];
     assert_eq!(rec["preStopSeconds"], 10);
     assert_eq!(rec["terminationGracePeriodSeconds"], 40);
     assert_eq!(rec["reason"], "LowSampleCount");
-    assert!(rec["arithmetic"].as_str().unwrap().contains("ceil(3.980 s x 1.25 + 0 s) = 5 s"));
+    assert!(rec["arithmetic"].as_str().unwrap().contains("ceil(1.154 s x 1.25 + 0 s) = 2 s"));
     assert_eq!(doc["proxy"]["mode"], "iptables");
     assert_eq!(doc["proxy"]["actualRules"], 38);
     assert_eq!(doc["proxy"]["services"], Value::Null);
@@ -232,14 +239,14 @@ fn text_report_shows_table_arithmetic_and_advice() {
         assert!(out.contains(col), "missing column {col}: {out}");
     }
     let row = out.lines().find(|l| l.starts_with("kube-proxy-v1.29-iptables-excerpt")).expect("node row");
-    for cell in ["iptables", "v1.29.0", "0.127s", "4.980s", "3.980s", "LowSampleCount", "classic", "Lifetime"] {
+    for cell in ["iptables", "v1.29.0", "0.127s", "4.980s", "1.154s", "LowSampleCount", "classic", "Lifetime"] {
         assert!(row.contains(cell), "missing {cell} in {row:?}");
     }
     // columns stay aligned with a node name longer than the default column width
     let header = out.lines().find(|l| l.starts_with("NODE")).unwrap();
     assert_eq!(header.find("MODE"), row.find(" iptables ").map(|i| i + 1), "\n{header}\n{row}");
     assert_eq!(header.find("BASIS"), row.find("LowSampleCount"), "\n{header}\n{row}");
-    assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 3.980s from classic histograms  (W = max(NP p99 - 1s, minSyncPeriod 1s [default] + sync p99))"), "{out}");
+    assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 1.154s from classic histograms  (W = p99 of a removal's window from the sync histogram and minSyncPeriod 1s [default]; without a sync histogram NP p99 - 1s)"), "{out}");
     assert!(out.contains("Recommendation (LowSampleCount): preStop sleep 10 s, terminationGracePeriodSeconds 40 s"), "{out}");
     assert!(out.contains("grace = max(30 s default, min(10 + 30 s, 600 s), 10 s) = 40 s"), "{out}");
     assert!(out.contains("Proxy: mode iptables") && out.contains("actual rules 38"), "{out}");
@@ -504,9 +511,9 @@ fn flags_feed_the_advisor_and_the_model() {
     assert!(reasons(&json(&["--services", "1000", V1_29])).contains(&"MigrateProxyMode".to_string()));
     // thresholds are flags too
     assert!(reasons(&json(&["--services", "500", "--iptables-services-threshold", "500", V1_29])).contains(&"MigrateProxyMode".to_string()));
-    // minSyncPeriod: W = max(NP p99 4.98 - 1, 5 + 0.12672)
+    // minSyncPeriod 5 s: the window p99 of the same 4 syncs
     let doc = json(&["--min-sync-period-seconds", "5", V1_29]);
-    approx(f(&doc["propagationWindowSeconds"]), 5.0 + 0.12672);
+    approx_window(f(&doc["propagationWindowSeconds"]), 5.085527);
     assert_eq!(doc["minSyncPeriodSource"], "flag");
     // --kubernetes-version overrides kubernetes_build_info in the nftables note
     let doc = json(&["--services", "1000", "--kubernetes-version", "v1.31.4", V1_29]);
@@ -528,7 +535,7 @@ fn example_policies_size_the_recommendation() {
 
     // NLB path: extraSeconds 90, default 100, bounds [10, 180]
     let doc = json(&["--policy", "config/terminationpolicy-ingress.yaml", V1_29]);
-    // LowSampleCount: max(default 100, ceil(3.98 x 1.25 + 90 = 94.975) = 95) = 100; grace 100 + 30
+    // LowSampleCount: max(default 100, ceil(1.154 x 1.25 + 90 = 91.443) = 92) = 100; grace 100 + 30
     assert_eq!(doc["recommendation"]["preStopSeconds"], 100);
     assert_eq!(doc["recommendation"]["terminationGracePeriodSeconds"], 130);
     let doc = json(&["--policy", "config/terminationpolicy-ingress.yaml", V1_13]);
@@ -678,7 +685,7 @@ fn unknown_policy_fields_exit_1_naming_the_field() {
         "  namespace: demo\n  labels: {team: a}\nspec:\n  podSelector:\n    matchLabels: {app: web, any-key: x}\n  preStop:\n    safetyFactor: 2\nstatus:\n  observedGeneration: 1\n  conditions: []\n",
     );
     let doc = json(&["--policy", &ok, V1_29]);
-    assert_eq!(doc["recommendation"]["preStopSeconds"], 10); // max(default 10, ceil(3.98 x 2) = 8)
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 10); // max(default 10, ceil(1.154 x 2) = 3)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -696,9 +703,10 @@ fn node_prefixes_name_the_nodes_and_the_worst_one() {
     let names: Vec<&str> = doc["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
     assert_eq!(names, ["node-a", "node-b", "node-c"]);
     assert_eq!(doc["worstNode"], "node-b");
-    approx(f(&doc["propagationWindowSeconds"]), 1.0 + 2.1);
+    // 98 syncs in (0, 2], 2 in (2, 2.2], minSyncPeriod 1 s
+    approx_window(f(&doc["propagationWindowSeconds"]), 4.295744);
     approx(f(&doc["syncP99Seconds"]), 2.1);
-    assert_eq!(doc["recommendation"]["preStopSeconds"], 4); // ceil(3.1 x 1.25)
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 6); // ceil(4.296 x 1.25 = 5.37)
     let slow_advice = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "ProxySyncSlow").unwrap();
     assert_eq!(slow_advice["node"], "node-b");
 }

@@ -210,9 +210,11 @@ async fn a_new_policy_gets_one_status_write_then_one_event_per_condition_that_tu
     let p = policy("p", None);
     let (ctx, api, _tx) = context(true, std::slice::from_ref(&p));
     let check = |status: &Value| {
-        // 1 s minSyncPeriod + p99 (1.024 + 1.024 x 0.99 = 2.03776) = 3.03776 s; x 1.25 -> 4 s
-        assert_eq!(status["recommendation"]["preStopSeconds"], 4);
-        assert_eq!(status["recommendation"]["terminationGracePeriodSeconds"], 34);
+        // W = the window p99 of 100 syncs in (1.024, 2.048] with minSyncPeriod 1 s = 4.5512 s
+        // (an independent implementation of the model); x 1.25 = 5.689 -> 6 s
+        assert_eq!(status["recommendation"]["preStopSeconds"], 6);
+        assert_eq!(status["recommendation"]["terminationGracePeriodSeconds"], 36);
+        assert_eq!(status["measurement"]["propagationWindowSeconds"], 4.551);
         assert_eq!(status["measurement"]["worstNode"], "node-a");
         assert_eq!(status["measurement"]["syncP99Seconds"], 2.038);
         assert_eq!(status["observedGeneration"], 1);

@@ -195,7 +195,11 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     let sync = status["measurement"]["syncP99Seconds"].as_f64().expect("sync p99");
     assert!(sync > 0.0 && sync < 1.0, "a small cluster syncs in well under a second: {sync}");
     let w = status["measurement"]["propagationWindowSeconds"].as_f64().unwrap();
-    assert!(w >= 1.0 + sync - 0.002, "W >= minSyncPeriod + sync p99: {w} vs {sync}");
+    // W, the p99 of a removal's window (src/window_distribution.rs): more than minSyncPeriod
+    // (1 s here: a removal that lands in the gap after a sync waits for the rest of it, then its
+    // own sync), and at most minSyncPeriod + 2 syncs, which on this small cluster take well
+    // under a second (the sync p99 above)
+    assert!(w > 1.0 && w < 3.0, "W {w} s outside (1 s, 3 s) with sync p99 {sync} s");
     let worst = status["measurement"]["worstNode"].as_str().unwrap();
     assert!(["node-a", "node-b"].contains(&worst), "{worst}");
     let pre_stop = status["recommendation"]["preStopSeconds"].as_u64().unwrap();

@@ -251,6 +251,24 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         })
         .await;
     }
+    // the operator's view every 2 s while the run lasts (protected runs: the policy's status):
+    // which W and which terms each pod was sized from at its admission
+    let timeline_stop = Arc::new(AtomicBool::new(false));
+    let timeline = spec.protected.then(|| {
+        let (client, ns, stop) = (client.clone(), ns.clone(), timeline_stop.clone());
+        tokio::spawn(async move {
+            let mut points = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let st = common::policy_status_raw(&client, &ns, "web").await;
+                let m = &st["measurement"];
+                points.push(json!({"atUnix": now_unix(), "windowSeconds": m["propagationWindowSeconds"], "syncP99Seconds": m["syncP99Seconds"],
+                    "networkProgrammingP99Seconds": m["networkProgrammingP99Seconds"], "worstNode": m["worstNode"], "histogramKind": m["histogramKind"],
+                    "preStopSeconds": st["recommendation"]["preStopSeconds"]}));
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            points
+        })
+    });
     let svc = Api::<Service>::namespaced(client.clone(), &ns).create(&PostParams::default(), &service(&ns)).await.expect("create Service");
     let cluster_ip = svc.spec.and_then(|s| s.cluster_ip).expect("ClusterIP");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
@@ -321,6 +339,11 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     // the operator's view at the end of the run, as stored (fields this crate's types do not
     // know yet, such as status.measurement.histogramKind, are kept)
     let status = if spec.protected { common::policy_status_raw(client, &ns, "web").await } else { Value::Null };
+    timeline_stop.store(true, Ordering::Relaxed);
+    let operator_timeline = match timeline {
+        Some(t) => json!(t.await.unwrap_or_default()),
+        None => Value::Null,
+    };
     let deletions = deletions.lock().unwrap().clone();
     // deletions.csv: pod, its IP and node, when the watch saw its deletion (unix seconds), its
     // preStop sleep and terminationGracePeriodSeconds (seconds; empty when it had none)
@@ -364,6 +387,9 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         // inflate it
         "windowFromScrapes": windows_from_scrapes,
         "operatorWindowDetail": {"measurement": status["measurement"], "recommendation": status["recommendation"], "proxy": status["proxy"]},
+        // protected runs: the policy's W, its terms on the worst node and the recommended sleep,
+        // every 2 s from before the Deployment was applied to the end of the run
+        "operatorTimeline": operator_timeline,
         // successful reads (polls, monitored changes and the full reads between monitors) and
         // failed ones per node; the first failures' messages
         "ruleSamples": traces.iter().map(|t| t.reads).collect::<Vec<_>>(),

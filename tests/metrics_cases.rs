@@ -28,6 +28,11 @@ fn parse(text: &str) -> KubeProxyScrape {
     parse_kube_proxy_metrics(text).unwrap_or_else(|e| panic!("scrape should parse: {e}"))
 }
 
+/// Tolerance of W, the p99 of the window distribution (src/window_distribution.rs, found by
+/// bisection to 1e-6 s), against the expected values, which come from an independent
+/// implementation of the same model.
+const W_TOL: f64 = 1e-5;
+
 fn approx(actual: f64, expected: f64, tol: f64) {
     assert!((actual - expected).abs() <= tol, "expected {expected} ± {tol}, got {actual}");
 }
@@ -165,8 +170,9 @@ fn v1_29_iptables_excerpt_lifetime() {
     assert_eq!(n.basis, Basis::LowSampleCount);
     approx(n.sync_p99.unwrap().seconds, 0.12672, 1e-9);
     approx(n.network_programming_p99.unwrap().seconds, 4.98, 1e-9);
-    // W = max(NP p99 4.98 - 1 s trigger-time resolution, 1 s + 0.12672 s = 1.12672 s)
-    approx(n.propagation_window_seconds.unwrap(), 3.98, 1e-9);
+    // W = the window p99 of the 4 syncs with minSyncPeriod 1 s (network programming is
+    // reported, not a term of W)
+    approx(n.propagation_window_seconds.unwrap(), 1.154398, W_TOL);
     // last queued (…799.314) is before last synced (…799.332): nothing waits
     assert_eq!(n.stale_seconds, Some(0.0));
     assert_eq!(n.iptables_rules_total, Some(38.0));
@@ -174,8 +180,8 @@ fn v1_29_iptables_excerpt_lifetime() {
     assert_eq!(r.worst_node.as_deref(), Some("n1"));
     approx(r.sync_p99_seconds.unwrap(), 0.12672, 1e-9);
     approx(r.network_programming_p99_seconds.unwrap(), 4.98, 1e-9);
-    approx(r.propagation_window_seconds.unwrap(), 3.98, 1e-9);
-    // LowSampleCount: max(default 10, ceil(3.98 x 1.25 = 4.975) = 5) = 10; grace max(30, 10 + 30) = 40
+    approx(r.propagation_window_seconds.unwrap(), 1.154398, W_TOL);
+    // LowSampleCount: max(default 10, ceil(1.154 x 1.25 = 1.443) = 2) = 10; grace max(30, 10 + 30) = 40
     assert_eq!(r.recommendation.pre_stop_seconds, 10);
     assert_eq!(r.recommendation.termination_grace_period_seconds, 40);
     assert_eq!(r.recommendation.reason, Basis::LowSampleCount);
@@ -209,9 +215,9 @@ fn v1_13_legacy_microseconds_are_converted() {
     assert!(n.sync_from_legacy_microseconds);
     assert_eq!(n.network_programming_p99, None);
     assert_eq!(n.mode, ProxyMode::Unknown); // no mode-specific family in a v1.13 scrape
-    approx(r.propagation_window_seconds.unwrap(), 1.0 + expected_us * 1e-6, 1e-9);
+    approx(r.propagation_window_seconds.unwrap(), 1.041006, W_TOL);
     assert_eq!(r.network_programming_p99_seconds, None);
-    // ceil(1.0595 x 1.25 = 1.324) = 2, clamped up to minSeconds 3; grace max(30, 3 + 30) = 33
+    // ceil(1.041 x 1.25 = 1.301) = 2, clamped up to minSeconds 3; grace max(30, 3 + 30) = 33
     assert_eq!(r.recommendation.pre_stop_seconds, 3);
     assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
     assert_eq!(r.recommendation.reason, Basis::Measured);
@@ -234,8 +240,8 @@ fn v1_8_nan_summaries_do_not_poison_the_sync_histogram() {
 
     let r = analyze_one(V1_8);
     assert_eq!(r.nodes[0].basis, Basis::Measured);
-    approx(r.propagation_window_seconds.unwrap(), 1.0 + expected, 1e-9);
-    assert_eq!(r.recommendation.pre_stop_seconds, 3); // ceil(1.243 x 1.25 = 1.554) = 2 -> minSeconds 3
+    approx(r.propagation_window_seconds.unwrap(), 1.167661, W_TOL);
+    assert_eq!(r.recommendation.pre_stop_seconds, 3); // ceil(1.168 x 1.25 = 1.460) = 2 -> minSeconds 3
     assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
 }
 
@@ -342,10 +348,10 @@ fn interval_between_two_scrapes_uses_the_delta() {
     // no network programming observation in the interval: absent, not 0
     assert_eq!(n.network_programming_p99, None);
     assert_eq!(n.basis, Basis::Measured);
-    let w = 1.0 + (0.128 + 0.128 * 0.99);
-    approx(r.propagation_window_seconds.unwrap(), w, 1e-12);
+    // the window p99 of 100 syncs in (0.128, 0.256] with minSyncPeriod 1 s
+    approx(r.propagation_window_seconds.unwrap(), 1.406367, W_TOL);
     assert_eq!(r.network_programming_p99_seconds, None);
-    // ceil(1.25472 x 1.25 = 1.568) = 2 -> minSeconds 3
+    // ceil(1.406 x 1.25 = 1.758) = 2 -> minSeconds 3
     assert_eq!(r.recommendation.pre_stop_seconds, 3);
     assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
     assert_eq!(r.recommendation.reason, Basis::Measured);
@@ -400,8 +406,9 @@ fn counter_reset_between_scrapes_uses_the_later_scrape_alone() {
     approx(n.sync_p99.unwrap().seconds, p99, 1e-12);
     assert_eq!(n.network_programming_p99, None);
     assert_eq!(n.basis, Basis::Measured);
-    approx(r.propagation_window_seconds.unwrap(), 1.0 + p99, 1e-12);
-    // ceil(1.50944 x 1.25 = 1.887) = 2 -> minSeconds 3
+    // the window p99 of 6 syncs in (0.256, 0.512] with minSyncPeriod 1 s
+    approx(r.propagation_window_seconds.unwrap(), 1.847617, W_TOL);
+    // ceil(1.848 x 1.25 = 2.310) = 3 = minSeconds 3
     assert_eq!(r.recommendation.pre_stop_seconds, 3);
     assert_eq!(r.recommendation.termination_grace_period_seconds, 33);
 }
@@ -538,7 +545,7 @@ fn low_sample_count_never_lowers_the_default_but_can_raise_it() {
     spec.pre_stop.min_samples = 4;
     let r = analyze(&[node("n1", V1_29)], &opts(ClusterFacts::default()), &spec);
     assert_eq!(r.nodes[0].basis, Basis::Measured);
-    assert_eq!(r.recommendation.pre_stop_seconds, 5); // ceil((4.98 - 1) x 1.25)
+    assert_eq!(r.recommendation.pre_stop_seconds, 3); // ceil((1 + 2 x 0.12672) x 1.25) = 2 -> minSeconds 3
     assert!(!reasons(&r).contains(&AdviceReason::LowSampleCount));
 }
 
@@ -582,8 +589,8 @@ fn proxy_sync_slow_threshold_is_strictly_above_one_second() {
     assert_eq!(r.advice[0].threshold, "sync p99 > 1 s");
     assert_eq!(r.advice[0].node.as_deref(), Some("n1"));
     assert!(r.advice[0].message.contains("1.010 s"), "{}", r.advice[0].message);
-    // W = 1 + 1.01 = 2.01 -> ceil(2.5125) = 3
-    assert_eq!(r.recommendation.pre_stop_seconds, 3);
+    // W = 1 + 2 x 1.01 = 3.02 -> ceil(3.775) = 4
+    assert_eq!(r.recommendation.pre_stop_seconds, 4);
 
     // a slow p99 from too few samples is reported as LowSampleCount, not ProxySyncSlow
     let r = analyze_one(&hist_text(SYNC, &[("1", 1), ("2", 3), ("+Inf", 3)], 4.0));
@@ -697,12 +704,12 @@ fn the_slower_of_two_nodes_is_the_worst_node() {
     let r = analyze(&[node("fast", &fast), node("slow", &slow)], &opts(ClusterFacts::default()), &TerminationPolicySpec::default());
     assert_eq!(r.nodes.len(), 2);
     assert_eq!(r.nodes[0].node, "fast");
-    approx(r.nodes[0].propagation_window_seconds.unwrap(), 1.06, 1e-9);
-    approx(r.nodes[1].propagation_window_seconds.unwrap(), 3.1, 1e-9);
+    approx(r.nodes[0].propagation_window_seconds.unwrap(), 1.048348, W_TOL);
+    approx(r.nodes[1].propagation_window_seconds.unwrap(), 4.295744, W_TOL);
     assert_eq!(r.worst_node.as_deref(), Some("slow"));
-    approx(r.propagation_window_seconds.unwrap(), 3.1, 1e-9);
+    approx(r.propagation_window_seconds.unwrap(), 4.295744, W_TOL);
     approx(r.sync_p99_seconds.unwrap(), 2.1, 1e-9);
-    assert_eq!(r.recommendation.pre_stop_seconds, 4); // ceil(3.875)
+    assert_eq!(r.recommendation.pre_stop_seconds, 6); // ceil(4.296 x 1.25 = 5.370)
     // only the slow node is flagged
     assert_eq!(reasons(&r), vec![AdviceReason::ProxySyncSlow]);
     assert_eq!(r.advice[0].node.as_deref(), Some("slow"));

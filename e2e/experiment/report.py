@@ -412,6 +412,12 @@ def load_run(rundir):
         "windowFromScrapes": {
             "nativeSeconds": (meta.get("windowFromScrapes") or {}).get("nativeWindowSeconds"),
             "classicSeconds": (meta.get("windowFromScrapes") or {}).get("classicWindowSeconds"),
+            # the model before minSyncPeriod + 2 x p99(sync), from the same native p99s:
+            # max over nodes of max(p99(network programming) - 1 s, minSyncPeriod + p99(sync))
+            "nativeBeforeSeconds": max_or_none(n.get("nativeWindowBeforeSeconds") for n in
+                                               ((meta.get("windowFromScrapes") or {}).get("nodes") or {}).values()),
+            # per node: each kind's sync and network-programming p99 and window
+            "nodes": (meta.get("windowFromScrapes") or {}).get("nodes"),
         },
         "pods": pods,
         "podWindowMinSeconds": r3(min(pod_max)) if pod_max else None,
@@ -432,6 +438,8 @@ def load_run(rundir):
         "startedAtUnix": meta.get("startedAtUnix"),
         "finishedAtUnix": meta.get("finishedAtUnix"),
         "operatorWindowDetail": meta.get("operatorWindowDetail"),
+        # protected runs: the operator's W, terms and recommended sleep every 2 s
+        "operatorTimeline": meta.get("operatorTimeline"),
         "warnings": list(warnings),
     }
     for msg in warnings:
@@ -444,6 +452,12 @@ def load_run(rundir):
         "gtNodes": sorted(gt_nodes),
     }
     return result, raw
+
+
+def max_or_none(values):
+    """The largest of the numbers among `values` (None entries skipped), None when there are none."""
+    nums = [v for v in values if isinstance(v, (int, float))]
+    return max(nums) if nums else None
 
 
 def pod_windows(deletions, pod_info, groundtruth, nodes):
@@ -502,7 +516,7 @@ def per_node(counts):
 def table(runs):
     head = ["run", "protected", "proxy modes", "extra Services", "requests", "failures", "failure rate",
             "failures by outcome", "measured W (s)", "injected sleep (s)", "max ground truth (s)",
-            "pod windows min / p99 / max (s)", "W covers p99", "histogram", "W native / classic, same scrapes (s)",
+            "pod windows min / p99 / max (s)", "W covers p99", "histogram", "W native / classic / native before, same scrapes (s)",
             "failed reads"]
     lines = ["| " + " | ".join(head) + " |",
              "|" + "|".join(["---"] * 3 + ["---:"] * 4 + ["---"] + ["---:"] * 4 + ["---"] * 4) + "|"]
@@ -516,7 +530,7 @@ def table(runs):
                  fmt_num(r["measuredWindowSeconds"]), fmt_num(r["injectedSleepSeconds"]),
                  fmt_num(r["maxGroundTruthSeconds"]), windows, yes_no(r["wCoversP99"]),
                  r["histogramKind"] or "–",
-                 " / ".join(fmt_num(r["windowFromScrapes"][k]) for k in ("nativeSeconds", "classicSeconds")),
+                 " / ".join(fmt_num(r["windowFromScrapes"].get(k)) for k in ("nativeSeconds", "classicSeconds", "nativeBeforeSeconds")),
                  per_node(r["failedReads"])]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines.append("")

@@ -99,7 +99,9 @@ def meta(name, order, protected, sleep=None, window=None, extra=0, kind=None, fa
         "injectedSleepSeconds": sleep, "terminationGracePeriodSeconds": 30 if protected else None,
         "measuredWindowSeconds": window, "operatorWindowDetail": {"p99": window} if window else None,
         # the protected run carries W from the same scrapes both ways; the baseline none
-        **({"windowFromScrapes": {"nativeWindowSeconds": 1.162, "classicWindowSeconds": 1.254}} if protected else {}),
+        **({"windowFromScrapes": {"nativeWindowSeconds": 1.162, "classicWindowSeconds": 1.254,
+                                  "nodes": {"node-a": {"nativeWindowBeforeSeconds": 1.7}, "node-b": {"nativeWindowBeforeSeconds": 1.3},
+                                            "node-c": {"nativeWindowBeforeSeconds": None}}}} if protected else {}),
     }
 
 
@@ -228,10 +230,10 @@ class TwoRuns(unittest.TestCase):
         self.assertTrue(os.path.isabs(lines[-1]))
         rows = [line for line in lines if line.startswith("| a-baseline") or line.startswith("| b-protected")]
         self.assertEqual(len(rows), 2)
-        self.assertIn("| 6000 | 5 | 0.083% | refused 5 | 1.4 | – | 1.3 | 1 / 1.298 / 1.3 | yes | – | – / – | – |", rows[0])
+        self.assertIn("| 6000 | 5 | 0.083% | refused 5 | 1.4 | – | 1.3 | 1 / 1.298 / 1.3 | yes | – | – / – / – | – |", rows[0])
         self.assertIn("| yes |", rows[1])
         self.assertIn("| 0.000% |", rows[1])
-        self.assertIn("| 1.4 | 3 | 1.1 | 0.85 / 1.097 / 1.1 | yes | native | 1.162 / 1.254 | node-a 0, node-b 2 |", rows[1])
+        self.assertIn("| 1.4 | 3 | 1.1 | 0.85 / 1.097 / 1.1 | yes | native | 1.162 / 1.254 / 1.7 | node-a 0, node-b 2 |", rows[1])
         # the per-pod table: deletion 5 s after the start, sleep, grace, each node's window and
         # bound, the slowest node, the verdict
         self.assertIn("| pod | deleted (s after start) | sleep (s) | grace (s) | node-a (s) | node-b (s) | "

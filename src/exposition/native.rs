@@ -330,6 +330,19 @@ impl NativeHistogram {
         }
     }
 
+    /// Every bucket holding observations, in ascending order: `(lower, upper, count)` in the
+    /// histogram's unit (seconds for kube-proxy), the zero bucket as `[-zt, zt]` (or `[0, zt]`
+    /// without negative buckets, as the quantile reads it), each bucket's bounds as
+    /// Prometheus gives them.
+    pub fn bucket_ranges(&self) -> Vec<(f64, f64, f64)> {
+        let only_positive = self.negative.iter().all(|&(_, c)| c == 0.0);
+        self.ascending_buckets()
+            .into_iter()
+            .filter(|b| b.count > 0.0)
+            .map(|b| if only_positive && b.lower < 0.0 { (0.0, b.upper, b.count) } else { (b.lower, b.upper, b.count) })
+            .collect()
+    }
+
     /// Every bucket in ascending order of its bounds, as Prometheus' `AllBucketIterator` gives
     /// them: negative buckets (highest index first), the zero bucket `[-zt, zt]` when it holds
     /// observations, positive buckets; a bucket overlapping the zero bucket has that bound moved

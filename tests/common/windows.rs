@@ -58,8 +58,16 @@ pub fn windows_both_kinds(earlier: &[(String, KubeProxyScrape)], later: &[(Strin
                     "interval": n.interval,
                     "nativeSyncP99Seconds": n.sync_p99.filter(|q| q.kind == safe_termination::exposition::HistogramKind::Native).map(|q| q.seconds),
                     "classicSyncP99Seconds": c.sync_p99.map(|q| q.seconds),
+                    "nativeNetworkProgrammingP99Seconds": n.network_programming_p99.filter(|q| q.kind == safe_termination::exposition::HistogramKind::Native).map(|q| q.seconds),
+                    "classicNetworkProgrammingP99Seconds": c.network_programming_p99.map(|q| q.seconds),
                     "nativeWindowSeconds": n.propagation_window_seconds.filter(|_| n.histogram_kind == Some(safe_termination::exposition::HistogramKind::Native)),
                     "classicWindowSeconds": c.propagation_window_seconds,
+                    // the model before minSyncPeriod + 2 x p99(sync), from the same native
+                    // p99s: max(p99(network programming) - 1 s, minSyncPeriod + p99(sync))
+                    "nativeWindowBeforeSeconds": n.sync_p99.filter(|q| q.kind == safe_termination::exposition::HistogramKind::Native).map(|s| {
+                        let np = n.network_programming_p99.map_or(0.0, |q| q.seconds - model::TRIGGER_TIME_RESOLUTION_SECONDS);
+                        np.max(min_sync_period_seconds + s.seconds)
+                    }),
                 }),
             )
         })
