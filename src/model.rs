@@ -570,15 +570,14 @@ mod tests {
     }
 
     #[test]
-    fn a_nan_total_is_never_enough_samples() {
-        // (the scrape parser refuses a NaN count; a histogram from elsewhere, e.g. a Prometheus
-        // answer, may still carry one)
+    fn a_nan_total_never_reaches_a_measurement() {
+        // a histogram from any source (scrape, protobuf, a Prometheus answer) is built by
+        // Histogram::new, which refuses a NaN count
         let buckets = vec![
             crate::exposition::Bucket { upper_bound_seconds: 0.2, count: 1.0 },
             crate::exposition::Bucket { upper_bound_seconds: f64::INFINITY, count: f64::NAN },
         ];
-        let later = KubeProxyScrape { sync: Some(crate::exposition::Histogram::new(buckets, None).unwrap()), ..Default::default() };
-        let w = measure_node(&NodeInput { node: "n".into(), later, earlier: None, proxy_mode: None }, 1.0, 5, None);
-        assert_ne!(w.basis, Basis::Measured);
+        let e = crate::exposition::Histogram::new(buckets, None).unwrap_err();
+        assert_eq!(e.to_string(), "bucket le=\"+Inf\" has the count NaN: a bucket counts observations (a finite number >= 0)");
     }
 }

@@ -38,6 +38,11 @@ pub const DEFAULT_SYNC_PERIOD_SECONDS: f64 = 30.0;
 /// value the operator uses when no configuration can be read.
 pub const DEFAULT_MIN_SYNC_PERIOD_SECONDS: f64 = 1.0;
 
+/// The largest `time.Duration` in nanoseconds, `1<<63 - 1` (Go's `math.MaxInt64`, written
+/// `2562047h47m16.854775807s`; as an f64 it rounds to `2^63`). `time.ParseDuration` accepts a
+/// magnitude of `1<<63` only for a negative duration, which is refused here anyway.
+pub const GO_DURATION_MAX_NANOS: f64 = i64::MAX as f64;
+
 /// A Go duration string that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid duration {input:?}: {message} (expected a Go duration such as \"1s\", \"500ms\", \"1m0s\" or \"2h45m\")")]
@@ -53,7 +58,10 @@ pub struct DurationError {
 /// (`µs`, `μs`), `ms`, `s`, `m`, `h`; `"0"` alone is zero. Examples: `"1s"` = 1.0, `"500ms"` =
 /// 0.5, `"1m0s"` = 60.0, `"2h45m"` = 9900.0, `"1.5s"` = 1.5, `"-1s"` = -1.0.
 ///
-/// Errors: empty text, a missing or unknown unit, a number without digits, anything else.
+/// Errors: empty text, a missing or unknown unit, a number without digits, anything else, and a
+/// duration outside Go's `time.Duration` (int64 nanoseconds, [`GO_DURATION_MAX_NANOS`], about 292
+/// years): `time.ParseDuration` rejects those as overflow, so kube-proxy could never have run
+/// with one. The result is always finite.
 pub fn parse_go_duration(input: &str) -> Result<f64, DurationError> {
     let err = |message: &str| DurationError { input: input.to_string(), message: message.to_string() };
     let mut s = input;
@@ -95,6 +103,11 @@ pub fn parse_go_duration(input: &str) -> Result<f64, DurationError> {
             _ => return Err(err(&format!("unknown unit {unit:?}"))),
         };
         total += value * scale;
+        // Go counts in uint64 nanoseconds and fails on overflow; a number too long for f64
+        // (400 nines) is infinite here and fails the same test.
+        if !total.is_finite() || total * 1e9 > GO_DURATION_MAX_NANOS {
+            return Err(err("out of range: longer than Go's largest duration 2562047h47m16.854775807s (int64 nanoseconds, about 292 years)"));
+        }
         s = &s[unit_len..];
     }
     Ok(sign * total)
@@ -493,6 +506,39 @@ udpIdleTimeout: 250ms
         }
         assert!(parse_go_duration("1x").unwrap_err().message.contains("unknown unit"));
         assert!(parse_go_duration("10").unwrap_err().message.contains("missing unit"));
+    }
+
+    #[test]
+    fn go_durations_beyond_int64_nanoseconds_are_refused() {
+        // Go's own bound: 2562047h47m16.854775807s is the largest time.Duration.
+        let max = parse_go_duration("2562047h47m16s").unwrap();
+        assert_eq!(max, 2_562_047.0 * 3600.0 + 47.0 * 60.0 + 16.0);
+        for bad in ["2562048h", "9223372037s", "9300000000000000000ns", "153722868m"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+        let nines = format!("{}s", "9".repeat(400));
+        let e = parse_go_duration(&nines).unwrap_err();
+        assert_eq!(e.input, nines);
+        assert!(e.message.starts_with("out of range: longer than Go's largest duration 2562047h47m16.854775807s"), "{e}");
+        let e = parse_go_duration("2562048h").unwrap_err();
+        assert!(e.message.starts_with("out of range"), "{e}");
+        let e = parse_go_duration("-2562048h").unwrap_err();
+        assert!(e.message.starts_with("out of range"), "{e}");
+        // Each part is in range, the sum is not.
+        assert!(parse_go_duration("2562047h60m").unwrap_err().message.starts_with("out of range"));
+    }
+
+    #[test]
+    fn absurd_min_sync_period_is_refused_with_the_field_and_value() {
+        let nines = format!("{}s", "9".repeat(400));
+        let e = parse_kube_proxy_config(&format!("iptables:\n  minSyncPeriod: {nines}\n")).unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with(&format!("iptables.minSyncPeriod: invalid duration \"{nines}\": out of range")), "{text}");
+        let configz = format!(r#"{{"kubeproxy.config.k8s.io":{{"Mode":"iptables","MinSyncPeriod":"{nines}","SyncPeriod":"30s"}}}}"#);
+        let e = parse_configz(&configz).unwrap_err();
+        assert!(e.to_string().starts_with(&format!("minSyncPeriod: invalid duration \"{nines}\": out of range")), "{e}");
+        let e = parse_configz(r#"{"kubeproxy.config.k8s.io":{"Mode":"iptables","MinSyncPeriod":"1s","SyncPeriod":"3000000h"}}"#).unwrap_err();
+        assert!(e.to_string().starts_with("syncPeriod: invalid duration \"3000000h\": out of range"), "{e}");
     }
 
     #[test]

@@ -744,10 +744,11 @@ fn two_scrapes_of_one_node_are_analysed_over_the_interval() {
     assert_eq!(doc4["nodes"][0]["interval"], "sinceRestart");
     assert_eq!(f(&doc4["nodes"][0]["syncSamples"]), 4.0);
 
-    // ambiguous or repeated pairings are input errors
+    // an --earlier that pairs with no one node is a usage error (docs/analyze.md: exit 2)
     let r = run(&["analyze", "--earlier", V1_29, &format!("a={later}"), &format!("b={V1_13}")]);
-    assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("name the node"), "{}", r.stderr);
+    assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{}", r.stderr);
+    assert_eq!(r.stderr, format!("error: --earlier {V1_29}: name the node (NODE=FILE) it belongs to\n"));
+    // a node given three times as a source is an input error
     let r = run(&["analyze", &format!("n={V1_29}"), &format!("n={later}"), &format!("n={V1_29}")]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("more than twice"), "{}", r.stderr);
@@ -758,7 +759,7 @@ fn two_scrapes_of_one_node_are_analysed_over_the_interval() {
         let mut args = vec!["analyze".to_string(), "--earlier".into(), format!("other={V1_29}")];
         args.extend_from_slice(sources);
         let r = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{sources:?}: {}", r.stderr);
+        assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{sources:?}: {}", r.stderr);
         let nodes = if sources.len() == 1 { "n1" } else { "n1, n2" };
         assert_eq!(
             r.stderr,
@@ -1097,7 +1098,7 @@ fn url_userinfo_is_redacted_in_every_message() {
     assert!(r.stderr.starts_with(&format!("error: {0}/metrics and {0}/metrics are both node \"{host}\"", shown(&base))), "{}", r.stderr);
     secret(&r);
     let r = run(&["analyze", "--earlier", &format!("other={a}"), V1_29]);
-    assert_eq!(r.code, 1);
+    assert_eq!(r.code, 2);
     assert!(r.stderr.starts_with(&format!("error: --earlier other={}/metrics: no source is node", shown(&base))), "{}", r.stderr);
     secret(&r);
 
@@ -1179,8 +1180,9 @@ fn a_missing_source_says_how_the_argument_was_read() {
     assert!(r.stdout.contains("\na=b  "), "node named after the file stem: {}", r.stdout);
 }
 
-/// `--earlier` pairings come from the arguments alone, so a wrong one is reported before any
-/// source is fetched (here a URL that would hang for the whole timeout).
+/// `--earlier` pairings come from the arguments alone, so a wrong one is a usage error (exit 2,
+/// as docs/analyze.md says) reported before any source is fetched (here a URL that would hang
+/// for the whole timeout).
 #[test]
 fn a_wrong_earlier_pairing_is_reported_before_any_fetch() {
     // accepts connections (the kernel backlog) and never answers
@@ -1188,7 +1190,7 @@ fn a_wrong_earlier_pairing_is_reported_before_any_fetch() {
     let url = format!("http://{}/metrics", hanging.local_addr().unwrap());
     let start = std::time::Instant::now();
     let r = run(&["analyze", "--timeout-seconds", "30", &format!("n1={url}"), "--earlier", &format!("other={V1_29}")]);
-    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{}", r.stderr);
     assert_eq!(
         r.stderr,
         format!("error: --earlier other={V1_29}: no source is node \"other\" (the nodes are: n1): name the node (NODE=FILE) it belongs to\n")
@@ -1196,7 +1198,7 @@ fn a_wrong_earlier_pairing_is_reported_before_any_fetch() {
     assert!(start.elapsed() < std::time::Duration::from_secs(10), "{:?}", start.elapsed());
     // a node given twice already has its earlier scrape
     let r = run(&["analyze", &format!("n1={V1_29}"), &format!("n1={V1_29}"), "--earlier", &format!("n1={V1_29}"), "--timeout-seconds", "30"]);
-    assert_eq!(r.code, 1);
+    assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{}", r.stderr);
     assert_eq!(r.stderr, format!("error: --earlier n1={V1_29}: node n1 already has an earlier scrape\n"));
     drop(hanging);
 }

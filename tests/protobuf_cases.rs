@@ -320,6 +320,10 @@ fn impossible_classic_buckets_are_errors_naming_the_family() {
             "cumulative_count_float is NaN",
         ),
         (wire::Histogram { sample_count_float: Some(-2.0), ..classic(&[], 1, 1.0) }, "sample_count_float is -2"),
+        // with an explicit +Inf bucket the sample count is not used, and is still checked
+        (wire::Histogram { sample_count_float: Some(f64::NAN), ..classic(&[(0.5, 1), (f64::INFINITY, 1)], 1, 1.0) }, "sample_count_float is NaN: a count is a finite number >= 0"),
+        (wire::Histogram { sample_count_float: Some(f64::NEG_INFINITY), ..classic(&[(f64::INFINITY, 1)], 1, 1.0) }, "sample_count_float is -inf"),
+        (wire::Histogram { zero_count_float: Some(f64::NAN), ..classic(&[(0.5, 1)], 1, 1.0) }, "zero_count_float is NaN"),
     ];
     for (h, want) in cases {
         let (index, family, message) = err(&sync_body(h));
@@ -350,6 +354,16 @@ fn impossible_native_parts_are_errors_naming_the_family() {
         (with(&|h| h.negative_span = vec![span(0, 1)]), "negative spans cover 1 buckets but 0 counts"),
         (with(&|h| h.positive_count = vec![1.0, f64::INFINITY]), "positive bucket -29 has count inf"),
     ];
+    // an integer native histogram whose float counts are NaN: NaN is not "above 0", so the
+    // integer counts would be read and the NaN skipped; it is refused instead
+    for (h, want) in [
+        (with(&|h| h.sample_count_float = Some(f64::NAN)), "sample_count_float is NaN: a count is a finite number >= 0"),
+        (with(&|h| h.zero_count_float = Some(-1.0)), "zero_count_float is -1: a count is a finite number >= 0"),
+    ] {
+        let (index, family, message) = err(&sync_body(h));
+        assert_eq!((index, family.as_str()), (1, SYNC));
+        assert_eq!(message, format!("{want} (series {{ip_family=\"IPv4\"}})"));
+    }
     for (h, want) in cases {
         let (index, family, message) = err(&sync_body(h));
         assert_eq!((index, family.as_str()), (1, SYNC));

@@ -898,3 +898,70 @@ fn body_limit_flags_are_range_checked() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--max-buffered-body-bytes (4194304) must be at least --max-body-bytes (8388608)"), "{err}");
 }
+
+/// Sends a POST over HTTP/2 whose body is `total` bytes in 16 KiB DATA frames (with
+/// `content-length: declared` when given), reading the answer meanwhile; returns the status and
+/// body text, or the h2 error the exchange ended with (a stream reset instead of an answer).
+async fn h2_post_streaming(pki: &Pki, addr: SocketAddr, declared: Option<usize>, total: usize) -> Result<(u16, String), String> {
+    let (send, conn) = h2_connect(pki, addr).await;
+    let conn_task = tokio::spawn(conn);
+    let mut request = http::Request::post(format!("https://{addr}/mutate")).header("content-type", "application/json");
+    if let Some(n) = declared {
+        request = request.header("content-length", n.to_string());
+    }
+    let mut ready = send.ready().await.map_err(|e| e.to_string())?;
+    let (response, mut body) = ready.send_request(request.body(()).unwrap(), false).map_err(|e| e.to_string())?;
+    // the sender stops at the first refusal (the server is not obliged to read the rest)
+    let sender = tokio::spawn(async move {
+        let mut left = total;
+        while left > 0 {
+            let n = left.min(16 * 1024);
+            body.reserve_capacity(n);
+            match std::future::poll_fn(|cx| body.poll_capacity(cx)).await {
+                Some(Ok(_)) => {}
+                _ => return,
+            }
+            if body.send_data(Bytes::from(vec![b' '; n]), left == n).is_err() {
+                return;
+            }
+            left -= n;
+        }
+    });
+    let answer = async {
+        let response = response.await.map_err(|e| format!("response: {e}"))?;
+        let status = response.status().as_u16();
+        let mut data = response.into_body();
+        let mut got = Vec::new();
+        while let Some(chunk) = data.data().await {
+            let chunk = chunk.map_err(|e| format!("body after status {status}: {e}"))?;
+            let _ = data.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+        Ok::<_, String>((status, String::from_utf8_lossy(&got).into_owned()))
+    };
+    let out = tokio::time::timeout(Duration::from_secs(10), answer).await.map_err(|_| "no answer within 10 s".to_string())?;
+    sender.abort();
+    conn_task.abort();
+    out
+}
+
+/// A body over the limit is answered 413 with the message over HTTP/2 as over HTTP/1.1, whether
+/// its length was declared or not, and while the client is still sending: the answer is a
+/// complete response, not a reset stream.
+#[tokio::test]
+async fn oversized_body_over_http2_is_413_not_a_reset() {
+    use safe_termination::webhook::server::{BodyBudget, Settings};
+    let limit = 64 * 1024;
+    let settings = Settings { max_body_bytes: limit, request_timeout: Duration::from_secs(5), body_timeout: Duration::from_secs(5), body_budget: BodyBudget::new(1 << 20) };
+    let server = Direct::start(settings, Default::default());
+    let (pki, addr) = (&server.pki, server.addr);
+    let message = format!("request body exceeds the limit of {limit} bytes\n");
+    for (declared, total) in [(None, 4 * limit), (Some(4 * limit), 4 * limit), (Some(limit + 1), limit + 1), (None, limit + 1)] {
+        let got = h2_post_streaming(pki, addr, declared, total).await;
+        assert_eq!(got, Ok((413, message.clone())), "declared {declared:?}, sent {total}");
+    }
+    // a body at the limit is read and reviewed (400: blank JSON is not an AdmissionReview)
+    let (status, text) = h2_post_streaming(pki, addr, None, limit).await.unwrap();
+    assert_eq!(status, 400, "{text}");
+    server.stop().await;
+}

@@ -173,7 +173,8 @@ fn split_node(arg: &str) -> (String, String, bool) {
 /// node of each source, in order). `NODE=` must name a source's node, even when there is only
 /// one source; an unnamed `--earlier` pairs with the only node. Errors: no such node (listing
 /// the nodes), an unnamed `--earlier` with several nodes, or a node that already has an earlier
-/// scrape (given twice as a source, or by a previous `--earlier`).
+/// scrape (given twice as a source, or by a previous `--earlier`). Each is a usage error (exit
+/// 2, docs/analyze.md): the flag's value does not fit the other arguments, and no file is read.
 fn earlier_nodes(source_nodes: &[String], earlier: &[String]) -> Result<Vec<String>, Error> {
     let mut nodes: Vec<&str> = Vec::new();
     let mut twice: Vec<&str> = Vec::new();
@@ -190,7 +191,7 @@ fn earlier_nodes(source_nodes: &[String], earlier: &[String]) -> Result<Vec<Stri
         let arg = sources::redact(raw);
         let target = if explicit {
             if !nodes.contains(&node.as_str()) {
-                return Err(Error::Input(format!(
+                return Err(Error::Usage(format!(
                     "--earlier {arg}: no source is node {node:?} (the nodes are: {}): name the node (NODE=FILE) it belongs to",
                     nodes.join(", ")
                 )));
@@ -199,10 +200,10 @@ fn earlier_nodes(source_nodes: &[String], earlier: &[String]) -> Result<Vec<Stri
         } else if let [only] = nodes.as_slice() {
             (*only).to_string()
         } else {
-            return Err(Error::Input(format!("--earlier {arg}: name the node (NODE=FILE) it belongs to")));
+            return Err(Error::Usage(format!("--earlier {arg}: name the node (NODE=FILE) it belongs to")));
         };
         if twice.contains(&target.as_str()) || targets.contains(&target) {
-            return Err(Error::Input(format!("--earlier {arg}: node {target} already has an earlier scrape")));
+            return Err(Error::Usage(format!("--earlier {arg}: node {target} already has an earlier scrape")));
         }
         targets.push(target);
     }

@@ -41,6 +41,20 @@ pub enum HistogramError {
     /// A `le` bound that is NaN.
     #[error("a bucket bound is NaN")]
     NanBound,
+    /// A bucket count that is NaN, infinite or negative: a count of observations is a finite
+    /// number >= 0 (Prometheus' `histogram_quantile` answers NaN for such a bucket).
+    #[error("bucket le=\"{}\" has the count {count}: a bucket counts observations (a finite number >= 0)", fmt_bound(.upper_bound_seconds))]
+    BadCount {
+        /// The bucket's bound, seconds.
+        upper_bound_seconds: f64,
+        /// The count given.
+        count: f64,
+    },
+}
+
+/// A bound as Prometheus writes `le`: `+Inf` for the top bucket.
+fn fmt_bound(v: &f64) -> String {
+    if *v == f64::INFINITY { "+Inf".into() } else { v.to_string() }
 }
 
 /// Which kind of histogram a quantile was computed from.
@@ -82,13 +96,17 @@ pub struct Quantile {
 impl Histogram {
     /// Builds a histogram from cumulative buckets in any order. Buckets with equal bounds are
     /// merged by summing (the per-`le` sum over extra labels such as `ip_family` is done by the
-    /// caller before this). Errors when there is no `+Inf` bucket or a bound is NaN.
+    /// caller before this). Errors when there is no `+Inf` bucket, a bound is NaN, or a count is
+    /// NaN, infinite or negative (`-0` is zero).
     pub fn new(mut buckets: Vec<Bucket>, sum_seconds: Option<f64>) -> Result<Self, HistogramError> {
         if buckets.is_empty() {
             return Err(HistogramError::Empty);
         }
         if buckets.iter().any(|b| b.upper_bound_seconds.is_nan()) {
             return Err(HistogramError::NanBound);
+        }
+        if let Some(b) = buckets.iter().find(|b| !(b.count.is_finite() && b.count >= 0.0)) {
+            return Err(HistogramError::BadCount { upper_bound_seconds: b.upper_bound_seconds, count: b.count });
         }
         buckets.sort_by(|a, b| a.upper_bound_seconds.total_cmp(&b.upper_bound_seconds));
         // coalesce equal bounds
@@ -238,6 +256,22 @@ mod tests {
     }
 
     const INF: f64 = f64::INFINITY;
+
+    #[test]
+    fn counts_that_are_not_observations_are_refused_naming_the_bucket_and_value() {
+        let new = |pairs: &[(f64, f64)]| {
+            Histogram::new(pairs.iter().map(|&(le, c)| Bucket { upper_bound_seconds: le, count: c }).collect(), None)
+                .map_err(|e| e.to_string())
+        };
+        let msg = |le: &str, c: &str| format!("bucket le=\"{le}\" has the count {c}: a bucket counts observations (a finite number >= 0)");
+        assert_eq!(new(&[(0.5, f64::NAN), (INF, 3.0)]), Err(msg("0.5", "NaN")));
+        assert_eq!(new(&[(0.5, 1.0), (INF, f64::NAN)]), Err(msg("+Inf", "NaN")));
+        assert_eq!(new(&[(0.5, -1.0), (INF, 3.0)]), Err(msg("0.5", "-1")));
+        assert_eq!(new(&[(0.5, 1.0), (INF, INF)]), Err(msg("+Inf", "inf")));
+        assert_eq!(new(&[(0.5, f64::NEG_INFINITY), (INF, 1.0)]), Err(msg("0.5", "-inf")));
+        // -0 is zero
+        assert_eq!(new(&[(0.5, -0.0), (INF, 2.0)]).unwrap().count(), 2.0);
+    }
 
     #[test]
     fn interpolates_inside_bucket() {

@@ -46,7 +46,8 @@
 //!   `le="+Inf"` bucket, bucket counts that are not negative and never decrease as `le` grows
 //!   (the counts are cumulative), and that are finite: a NaN or infinite count is an error
 //!   (Prometheus' `histogram_quantile` would answer NaN for it, promtool 3.16 checked; sizing a
-//!   sleep from it is never right).
+//!   sleep from it is never right). A `_count` sample that is NaN, infinite or negative is an
+//!   error too (its value is not used: the `+Inf` bucket holds the same number).
 //!
 //! # Speed: the fast path for families we do not read
 //!
@@ -450,6 +451,11 @@ fn parse(text: &str, fast: bool) -> Result<KubeProxyScrape, ParseError> {
                         acc.series.entry(labels.others).or_default().push(BucketLine { le, count: value, line: line_no });
                     }
                     Part::Sum => acc.sum = Some(acc.sum.unwrap_or(0.0) + value * fam.to_seconds()),
+                    // `_count` is not read (the `+Inf` bucket holds the same number), but a
+                    // count that no histogram can have is refused like a bucket's
+                    Part::Count if !(value.is_finite() && value >= 0.0) => {
+                        return Err(err(format!("{}_count has the value {value}: it counts observations (a finite number >= 0)", fam.name())));
+                    }
                     Part::Count => {}
                 }
             }
@@ -1302,6 +1308,35 @@ kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 2
     }
 
     const SYNC: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
+
+    /// A NaN, infinite or negative bucket count or `_count`, in any spelling Go's `ParseFloat`
+    /// reads, is an error naming the family and the value on the fast path as on the strict one.
+    #[test]
+    fn counts_that_are_not_observations_are_errors_on_both_paths() {
+        let np = "kubeproxy_network_programming_duration_seconds";
+        let bucket = |c: &str| format!("{np}_bucket{{le=\"0.5\"}} 1\n{np}_bucket{{le=\"+Inf\"}} {c}\n{np}_sum 1\n{np}_count 2\n");
+        let count = |c: &str| format!("{np}_bucket{{le=\"0.5\"}} 1\n{np}_bucket{{le=\"+Inf\"}} 2\n{np}_sum 1\n{np}_count {c}\n");
+        // unrelated families around them, so the fast path is taken before and after
+        let wrap = |t: String| format!("# TYPE go_goroutines gauge\ngo_goroutines 7\n{t}go_threads 9\n");
+        let cases = [
+            (bucket("NaN"), 4, "bucket le=\"+Inf\" has the count NaN: a bucket counts observations (a finite number)".to_string()),
+            (bucket("nan"), 4, "bucket le=\"+Inf\" has the count NaN: a bucket counts observations (a finite number)".to_string()),
+            (bucket("+Inf"), 4, "bucket le=\"+Inf\" has the count inf: a bucket counts observations (a finite number)".to_string()),
+            (bucket("-1"), 4, "bucket le=\"+Inf\" has a negative count -1".to_string()),
+            (count("NaN"), 6, format!("{np}_count has the value NaN: it counts observations (a finite number >= 0)")),
+            (count("Inf"), 6, format!("{np}_count has the value inf: it counts observations (a finite number >= 0)")),
+            (count("-2"), 6, format!("{np}_count has the value -2: it counts observations (a finite number >= 0)")),
+        ];
+        for (text, line, message) in cases {
+            let text = wrap(text);
+            for e in [parse_kube_proxy_metrics(&text).unwrap_err(), parse_kube_proxy_metrics_strict(&text).unwrap_err()] {
+                assert_eq!((e.line, e.family.as_str(), e.message.as_str()), (line, np, message.as_str()), "{text}");
+            }
+        }
+        // the same lines with sound counts are read
+        let ok = wrap(count("2"));
+        assert_eq!(parse_kube_proxy_metrics(&ok).unwrap().network_programming.unwrap().count(), 2.0);
+    }
 
     #[test]
     fn values_beyond_the_float64_range_are_errors_like_go_parse_float() {

@@ -62,8 +62,8 @@
 //!   `MetricFamily` (prost's message names the field), a family without a name.
 //! * **Our histograms**, per series: a metric without a histogram, a series twice, a bucket
 //!   without `upper_bound`, a bound that is NaN, `-Inf` or negative, a bound twice, a count that
-//!   is not a finite number >= 0 (a `cumulative_count_float` or `sample_count_float` that is
-//!   NaN, infinite or negative), cumulative counts that decrease as the bound grows (the
+//!   is not a finite number >= 0 (a `cumulative_count_float`, `sample_count_float` or
+//!   `zero_count_float` that is NaN, infinite or negative, even where it would not be used), cumulative counts that decrease as the bound grows (the
 //!   implicit `+Inf` bucket included). Native: a schema outside -4..=8 (custom buckets, schema
 //!   -53, included), spans that cover a different number of buckets than there are deltas or
 //!   counts, a later span with a negative offset, integer deltas whose running sum goes below 0
@@ -577,6 +577,12 @@ impl HistAcc {
                 return Err(format!("series {} appears twice", series_name(n, &m.label)));
             }
             self.series_count += 1;
+            // a float count that is NaN, infinite or negative is refused wherever it sits, also
+            // where it would not be used (an integer histogram's `sample_count_float` of NaN is
+            // not "above 0", so it would otherwise be skipped without a word)
+            for (what, f) in [("sample_count_float", h.sample_count_float), ("zero_count_float", h.zero_count_float)] {
+                count_of(what, None, f).map_err(|e| format!("{e}{which}"))?;
+            }
             let native = native_parts(h).map_err(|e| format!("native histogram{which}: {e}"))?;
             if native.is_none() || !h.bucket.is_empty() {
                 let buckets = classic_buckets(h).map_err(|e| format!("{e}{which}"))?;

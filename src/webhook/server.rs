@@ -2,11 +2,12 @@
 //! HTTP/2, `POST /mutate` with AdmissionReview v1 in and out through [`super::review`].
 //!
 //! Every request is bounded: the body by [`Settings::max_body_bytes`] (413 beyond, with a
-//! message), the whole answer by [`Settings::request_timeout`] (503 with a message, below the
-//! webhook configuration's `timeoutSeconds`, so the API server applies its `failurePolicy`
-//! rather than wait). A wrong `Content-Type` is 415. Every answer is logged once with the uid,
-//! namespace, pod name, decision, patch size and duration, and counted in
-//! [`WebhookMetrics`]. The handler reads the plan from memory only ([`PlanHandle`]).
+//! message, on HTTP/1.1 and HTTP/2 alike: see [`H2_DRAIN_FACTOR`]), the whole answer by
+//! [`Settings::request_timeout`] (503 with a message, below the webhook configuration's
+//! `timeoutSeconds`, so the API server applies its `failurePolicy` rather than wait). A wrong
+//! `Content-Type` is 415. Every answer is logged once with the uid, namespace, pod name,
+//! decision, patch size and duration, and counted in [`WebhookMetrics`]. The handler reads the
+//! plan from memory only ([`PlanHandle`]).
 //!
 //! Graceful shutdown ([`serve`]): when the shutdown token is cancelled the listener is closed
 //! (new connections are refused), in-flight requests finish (bounded by the drain time), and
@@ -34,7 +35,7 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -52,6 +53,15 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
 /// Default [`Settings::body_timeout`]: an API server sends its whole AdmissionReview at once (a
 /// few KB, at most a few MB inside the cluster), so a second is ample.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(1);
+/// HTTP/2: a body over the limit is read on and discarded, at most this many times the limit
+/// more (and within [`Settings::body_timeout`]), before the 413 is sent. The stream then ends
+/// with both sides' END_STREAM and the client reads a plain 413. Answering without reading the
+/// rest makes hyper close the stream with RST_STREAM(NO_ERROR) after the answer (RFC 9113
+/// section 8.1), which some clients (the h2 crate's) report as a stream reset instead of the
+/// answer. A larger or slower body still gets its 413 first and the reset after it. (HTTP/1.1
+/// needs no drain: hyper answers and closes the connection.) The bytes are not held: the body
+/// budget is given back before the drain.
+pub const H2_DRAIN_FACTOR: usize = 4;
 /// Default drain time on shutdown.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 /// Default idle timeout of a connection (see [`serve`]): hyper's own default header timeout.
@@ -252,12 +262,30 @@ struct Rejected {
     message: String,
 }
 
+/// Reads and discards what is left of `body`, at most `max` bytes, for at most `timeout` (see
+/// [`H2_DRAIN_FACTOR`]). Stops early, leaving the rest unread, on a larger body, a read error or
+/// the timeout.
+async fn drain(body: &mut Body, max: usize, timeout: Duration) {
+    let mut left = max;
+    let run = async {
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Some(data) = frame.data_ref() {
+                let Some(rest) = left.checked_sub(data.len()) else { return };
+                left = rest;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(timeout, run).await;
+}
+
 /// Reads the body within `limit` and `timeout`, after reserving its size in `budget` (see
 /// [`BodyBudget`]); the returned permit holds the reservation until it is dropped (after the
-/// answer). A body that has not arrived within `timeout` is 408.
+/// answer). A body that has not arrived within `timeout` is 408. A body over `limit` is 413; on
+/// HTTP/2 (`version`) its rest is drained first ([`H2_DRAIN_FACTOR`]).
 async fn read_body(
     headers: &HeaderMap,
-    body: Body,
+    version: Version,
+    mut body: Body,
     limit: usize,
     timeout: Duration,
     budget: &BodyBudget,
@@ -267,8 +295,12 @@ async fn read_body(
         decision: "payload_too_large",
         message: format!("request body exceeds the limit of {limit} bytes"),
     };
+    let drain_max = limit.saturating_mul(H2_DRAIN_FACTOR);
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
+    if let Some(len) = declared.filter(|&len| len > limit as u64) {
+        if version == Version::HTTP_2 && len <= drain_max as u64 {
+            drain(&mut body, drain_max, timeout).await;
+        }
         return Err(too_large());
     }
     // hyper ends a body at its declared length (more is a protocol error), so the declared
@@ -279,7 +311,7 @@ async fn read_body(
         decision: "fail_open",
         message: format!("internal error: body budget: {e}"),
     })?;
-    let Ok(collected) = tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await else {
+    let Ok(collected) = tokio::time::timeout(timeout, Limited::new(&mut body, limit).collect()).await else {
         return Err(Rejected {
             status: StatusCode::REQUEST_TIMEOUT,
             decision: "body_timeout",
@@ -288,7 +320,13 @@ async fn read_body(
     };
     match collected {
         Ok(collected) => Ok((collected.to_bytes(), reserved)),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            drop(reserved);
+            if version == Version::HTTP_2 {
+                drain(&mut body, drain_max, timeout).await;
+            }
+            Err(too_large())
+        }
         // usually the client went away mid-body (a reset stream or connection)
         Err(e) => Err(Rejected {
             status: StatusCode::BAD_REQUEST,
@@ -298,12 +336,12 @@ async fn read_body(
     }
 }
 
-async fn answer(state: &WebhookState, headers: &HeaderMap, body: Body) -> Result<ReviewOutcome, Rejected> {
+async fn answer(state: &WebhookState, headers: &HeaderMap, version: Version, body: Body) -> Result<ReviewOutcome, Rejected> {
     if let Err(message) = is_json(headers) {
         return Err(Rejected { status: StatusCode::UNSUPPORTED_MEDIA_TYPE, decision: "unsupported_media_type", message });
     }
     // the budget is held until the answer is built (the parse's own memory is smaller)
-    let (bytes, _reserved) = read_body(headers, body, state.settings.max_body_bytes, state.settings.body_timeout, &state.settings.body_budget).await?;
+    let (bytes, _reserved) = read_body(headers, version, body, state.settings.max_body_bytes, state.settings.body_timeout, &state.settings.body_budget).await?;
     let plan = state.plan.current();
     if bytes.len() <= INLINE_REVIEW_MAX_BYTES {
         Ok(review(&bytes, &plan, state.services.as_ref()))
@@ -364,7 +402,7 @@ async fn mutate(State(state): State<WebhookState>, request: Request) -> Response
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let timeout = state.settings.request_timeout;
-    let result = match tokio::time::timeout(timeout, answer(&state, &parts.headers, body)).await {
+    let result = match tokio::time::timeout(timeout, answer(&state, &parts.headers, parts.version, body)).await {
         Ok(r) => r,
         Err(_) => Err(Rejected {
             status: StatusCode::SERVICE_UNAVAILABLE,
