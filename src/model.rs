@@ -1,9 +1,10 @@
 //! The propagation model: how long after an endpoint change a node's kube-proxy can still send
 //! new connections to a terminating pod.
 //!
-//! Per node: W = the p99 of a removal's window under kube-proxy's runner, from the node's sync
-//! duration histogram and minSyncPeriod ([`crate::window_distribution`]); without a sync
-//! histogram, `max(p99(network_programming) - 1 s, minSyncPeriod)`.
+//! Per node: `W = max(p99 of a removal's window in kube-proxy, p99(network_programming) - 1 s)`.
+//! The first term comes from the node's sync duration histogram and minSyncPeriod
+//! ([`crate::window_distribution`]); without a sync histogram, W is
+//! `max(p99(network_programming) - 1 s, minSyncPeriod)`.
 //!
 //! The path of a deleted endpoint: the API server marks the pod terminating, the EndpointSlice
 //! controller marks its endpoint not ready, kube-proxy's watch queues the change, and its runner
@@ -11,23 +12,20 @@
 //! completion of one sync and the start of the next (`pkg/proxy/runner/
 //! bounded_frequency_runner.go`), so a removal waits for the rest of a running sync or gap, then
 //! its own sync: between one sync and `minSyncPeriod + 2 x sync`. Against the per-pod ground
-//! truth on real nodes (BENCHMARKS.md "Native histograms and the per-pod truth"),
+//! truth on real nodes (BENCHMARKS.md "The window distribution model"),
 //! `minSyncPeriod + p99(sync)` fell short of the windows at 4,000 Services, and
 //! `minSyncPeriod + 2 x p99(sync)` ([`deletion_window_bound_seconds`]) stood up to 1.9 x above
 //! the longest; the distribution's p99 lies between the two.
 //!
-//! Why network programming latency is not in W when a sync histogram exists: its samples come
-//! from pods turning Ready, never from deletions (the EndpointSlice trigger time is not computed
-//! for deletions: kubernetes/kubernetes issues 74294 and 81360), so it measures the add path,
-//! which also holds the kubelet's write of the Ready condition. On the real nodes its p99 sat
-//! up to 2 s above every deletion window at 4,000 Services (BENCHMARKS.md), and as a term of W
-//! it made the sleep more than twice the longest window. Its raw p99 is still reported
-//! (`networkProgrammingP99Seconds`). Without a sync histogram it stands in, less 1 s
-//! ([`TRIGGER_TIME_RESOLUTION_SECONDS`]): kube-proxy measures it from the EndpointSlice
-//! annotation `endpoints.kubernetes.io/last-change-trigger-time`, which the controller takes from
-//! the pod's Ready condition `lastTransitionTime` or the Service's `creationTimestamp`
-//! (k8s.io/endpointslice `util/trigger_time_tracker.go`), both `metav1.Time` in whole seconds, so
-//! every sample is the true latency plus the truncated fraction of a second (0 to 1 s).
+//! Network programming latency measures the whole path, the part before kube-proxy included,
+//! but from pods turning Ready, never from deletions (the EndpointSlice trigger time is not
+//! computed for deletions: kubernetes/kubernetes issues 74294 and 81360), so it also holds the
+//! kubelet's write of the Ready condition; and the trigger time is whole seconds (`metav1.Time`,
+//! from the pod's Ready condition `lastTransitionTime` or the Service's `creationTimestamp`,
+//! k8s.io/endpointslice `util/trigger_time_tracker.go`), so each sample is the true latency plus
+//! 0 to 1 s ([`TRIGGER_TIME_RESOLUTION_SECONDS`], subtracted). It is the only measure of the
+//! control plane's part: on a starved machine, deletion windows reached 1.88 s at 0 extra
+//! Services while the kube-proxy term read 1.26-1.37 s, and `p99 - 1 s` covered them.
 //! A path kube-proxy does not measure (an EndpointSlice controller that batches updates with
 //! `--endpointslice-updates-batch-period`, an ingress reload, a cloud load balancer) belongs in
 //! the policy's `preStop.extraSeconds`. Beyond 1 s of sync p99 the advisor raises ProxySyncSlow.
@@ -342,9 +340,15 @@ pub fn measure_node_with(
     let np_samples = np.as_ref().map_or(0.0, Distribution::count);
 
     let (window, histogram_kind) = match (sync_p99, np_p99) {
-        (Some(q), _) => {
+        (Some(q), np) => {
             let modelled = sync.as_ref().and_then(|d| d.deletion_window_p99(min_sync_period_seconds));
-            (Some(modelled.unwrap_or_else(|| deletion_window_bound_seconds(min_sync_period_seconds, q.seconds))), Some(q.kind))
+            let from_sync = modelled.unwrap_or_else(|| deletion_window_bound_seconds(min_sync_period_seconds, q.seconds));
+            // the path before kube-proxy (EndpointSlice controller, API server, watch), which a
+            // deletion shares with the Ready changes network programming measures
+            match np.map(|n| (n, (n.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0))) {
+                Some((n, upstream)) if upstream > from_sync => (Some(upstream), Some(n.kind)),
+                _ => (Some(from_sync), Some(q.kind)),
+            }
         }
         // no sync histogram: network programming stands in, and a change still waits for the
         // next sync, at most minSyncPeriod later, so W is never below it (a network-programming
@@ -545,25 +549,41 @@ mod tests {
     }
 
     #[test]
-    fn w_is_the_window_distribution_p99_and_network_programming_stays_out() {
-        // 100 syncs, all in (0.256, 0.512]: classic p99 = 0.256 + 0.256 x 0.99 = 0.50944 s;
-        // network programming p99 in (4, 5]: 4.99 s, whose 3.99 s would have set W before
-        let text = "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.256\"} 0\n\
+    fn w_is_the_larger_of_the_window_distribution_and_network_programming_less_1_s() {
+        // 100 syncs, all in (0.256, 0.512]: classic p99 = 0.256 + 0.256 x 0.99 = 0.50944 s
+        let sync = "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.256\"} 0\n\
             kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.512\"} 100\n\
-            kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 100\n\
-            kubeproxy_network_programming_duration_seconds_bucket{le=\"4\"} 0\n\
-            kubeproxy_network_programming_duration_seconds_bucket{le=\"5\"} 100\n\
-            kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 100\n";
-        let later = parse_kube_proxy_metrics(text).unwrap();
-        let w = measure_node(&NodeInput { node: "n".into(), later, earlier: None, proxy_mode: None }, 1.0, 5, None);
-        let sync = 0.256 + 0.256 * 0.99;
-        assert!((w.sync_p99.unwrap().seconds - sync).abs() < 1e-12);
-        assert!((w.network_programming_p99.unwrap().seconds - 4.99).abs() < 1e-12, "still reported");
-        let window = w.propagation_window_seconds.unwrap();
-        // between one sync after minSyncPeriod and two p99 syncs after it
-        assert!(window > 1.0 + sync && window < deletion_window_bound_seconds(1.0, sync), "{window}");
+            kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 100\n";
+        let np = |le: &str| {
+            format!(
+                "kubeproxy_network_programming_duration_seconds_bucket{{le=\"{le}\"}} 0\n\
+                 kubeproxy_network_programming_duration_seconds_bucket{{le=\"5\"}} 100\n\
+                 kubeproxy_network_programming_duration_seconds_bucket{{le=\"+Inf\"}} 100\n"
+            )
+        };
+        let measure = |text: String| {
+            let later = parse_kube_proxy_metrics(&text).unwrap();
+            measure_node(&NodeInput { node: "n".into(), later, earlier: None, proxy_mode: None }, 1.0, 5, None)
+        };
         let durations = SyncDurations::from_ranges([(0.256, 0.512, 100.0)]).unwrap();
-        assert_eq!(window, DeletionWindow::new(durations, 1.0).quantile(QUANTILE));
+        let in_kube_proxy = DeletionWindow::new(durations, 1.0).quantile(QUANTILE);
+        let p99 = 0.256 + 0.256 * 0.99;
+        // between one sync after minSyncPeriod and two p99 syncs after it
+        assert!(in_kube_proxy > 1.0 + p99 && in_kube_proxy < deletion_window_bound_seconds(1.0, p99), "{in_kube_proxy}");
+        // network programming p99 in (4, 5]: 4.99 s; less the 1 s of trigger-time resolution,
+        // 3.99 s sets W
+        let w = measure(format!("{sync}{}", np("4")));
+        assert!((w.sync_p99.unwrap().seconds - p99).abs() < 1e-12);
+        assert!((w.propagation_window_seconds.unwrap() - 3.99).abs() < 1e-12, "{:?}", w.propagation_window_seconds);
+        // p99 in (1, 5]: 4.96 s, less 1 s = 3.96 s still above; in (0, 1] it would be below
+        let w = measure(format!("{sync}{}", np("1")));
+        assert!((w.propagation_window_seconds.unwrap() - 3.96).abs() < 1e-12);
+        let low = sync.to_string()
+            + "kubeproxy_network_programming_duration_seconds_bucket{le=\"1\"} 100\n\
+               kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 100\n";
+        let w = measure(low);
+        assert!((w.network_programming_p99.unwrap().seconds - 0.99).abs() < 1e-12);
+        assert_eq!(w.propagation_window_seconds, Some(in_kube_proxy));
         assert_eq!((w.basis, w.histogram_kind), (Basis::Measured, Some(HistogramKind::Classic)));
         // minSyncPeriod counts once, each sync at most twice
         assert_eq!(deletion_window_bound_seconds(2.0, 0.5), 3.0);

@@ -122,16 +122,16 @@ fn v1_29_json_report() {
     assert_eq!(doc["worstNode"], "kube-proxy-v1.29-iptables-excerpt");
     approx(f(&doc["syncP99Seconds"]), 0.12672);
     approx(f(&doc["networkProgrammingP99Seconds"]), 4.98);
-    // W = the window p99 of the 4 syncs with minSyncPeriod 1 s (network programming is reported,
-    // not a term)
-    approx_window(f(&doc["propagationWindowSeconds"]), 1.154398);
+    // W = max(the window p99 of the 4 syncs with minSyncPeriod 1 s = 1.154 s, NP p99 4.98 - 1 s
+    // trigger-time resolution) = 3.98
+    approx(f(&doc["propagationWindowSeconds"]), 3.98);
     assert_eq!(f(&doc["minSyncPeriodSeconds"]), 1.0);
     assert_eq!(doc["minSyncPeriodSource"], "default");
     let rec = &doc["recommendation"];
     assert_eq!(rec["preStopSeconds"], 10);
     assert_eq!(rec["terminationGracePeriodSeconds"], 40);
     assert_eq!(rec["reason"], "LowSampleCount");
-    assert!(rec["arithmetic"].as_str().unwrap().contains("ceil(1.154 s x 1.25 + 0 s) = 2 s"));
+    assert!(rec["arithmetic"].as_str().unwrap().contains("ceil(3.980 s x 1.25 + 0 s) = 5 s"));
     assert_eq!(doc["proxy"]["mode"], "iptables");
     assert_eq!(doc["proxy"]["actualRules"], 38);
     assert_eq!(doc["proxy"]["services"], Value::Null);
@@ -239,14 +239,14 @@ fn text_report_shows_table_arithmetic_and_advice() {
         assert!(out.contains(col), "missing column {col}: {out}");
     }
     let row = out.lines().find(|l| l.starts_with("kube-proxy-v1.29-iptables-excerpt")).expect("node row");
-    for cell in ["iptables", "v1.29.0", "0.127s", "4.980s", "1.154s", "LowSampleCount", "classic", "Lifetime"] {
+    for cell in ["iptables", "v1.29.0", "0.127s", "4.980s", "3.980s", "LowSampleCount", "classic", "Lifetime"] {
         assert!(row.contains(cell), "missing {cell} in {row:?}");
     }
     // columns stay aligned with a node name longer than the default column width
     let header = out.lines().find(|l| l.starts_with("NODE")).unwrap();
     assert_eq!(header.find("MODE"), row.find(" iptables ").map(|i| i + 1), "\n{header}\n{row}");
     assert_eq!(header.find("BASIS"), row.find("LowSampleCount"), "\n{header}\n{row}");
-    assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 1.154s from classic histograms  (W = p99 of a removal's window from the sync histogram and minSyncPeriod 1s [default]; without a sync histogram NP p99 - 1s)"), "{out}");
+    assert!(out.contains("Worst node: kube-proxy-v1.29-iptables-excerpt  window W = 3.980s from classic histograms  (W = max(p99 of a removal's window from the sync histogram and minSyncPeriod 1s [default], NP p99 - 1s))"), "{out}");
     assert!(out.contains("Recommendation (LowSampleCount): preStop sleep 10 s, terminationGracePeriodSeconds 40 s"), "{out}");
     assert!(out.contains("grace = max(30 s default, min(10 + 30 s, 600 s), 10 s) = 40 s"), "{out}");
     assert!(out.contains("Proxy: mode iptables") && out.contains("actual rules 38"), "{out}");
@@ -511,7 +511,7 @@ fn flags_feed_the_advisor_and_the_model() {
     assert!(reasons(&json(&["--services", "1000", V1_29])).contains(&"MigrateProxyMode".to_string()));
     // thresholds are flags too
     assert!(reasons(&json(&["--services", "500", "--iptables-services-threshold", "500", V1_29])).contains(&"MigrateProxyMode".to_string()));
-    // minSyncPeriod 5 s: the window p99 of the same 4 syncs
+    // minSyncPeriod 5 s: the window p99 of the same 4 syncs, above NP p99 4.98 - 1 s
     let doc = json(&["--min-sync-period-seconds", "5", V1_29]);
     approx_window(f(&doc["propagationWindowSeconds"]), 5.085527);
     assert_eq!(doc["minSyncPeriodSource"], "flag");
@@ -535,7 +535,7 @@ fn example_policies_size_the_recommendation() {
 
     // NLB path: extraSeconds 90, default 100, bounds [10, 180]
     let doc = json(&["--policy", "config/terminationpolicy-ingress.yaml", V1_29]);
-    // LowSampleCount: max(default 100, ceil(1.154 x 1.25 + 90 = 91.443) = 92) = 100; grace 100 + 30
+    // LowSampleCount: max(default 100, ceil(3.98 x 1.25 + 90 = 94.975) = 95) = 100; grace 100 + 30
     assert_eq!(doc["recommendation"]["preStopSeconds"], 100);
     assert_eq!(doc["recommendation"]["terminationGracePeriodSeconds"], 130);
     let doc = json(&["--policy", "config/terminationpolicy-ingress.yaml", V1_13]);
@@ -685,7 +685,7 @@ fn unknown_policy_fields_exit_1_naming_the_field() {
         "  namespace: demo\n  labels: {team: a}\nspec:\n  podSelector:\n    matchLabels: {app: web, any-key: x}\n  preStop:\n    safetyFactor: 2\nstatus:\n  observedGeneration: 1\n  conditions: []\n",
     );
     let doc = json(&["--policy", &ok, V1_29]);
-    assert_eq!(doc["recommendation"]["preStopSeconds"], 10); // max(default 10, ceil(1.154 x 2) = 3)
+    assert_eq!(doc["recommendation"]["preStopSeconds"], 10); // max(default 10, ceil(3.98 x 2) = 8)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -170,9 +170,9 @@ fn v1_29_iptables_excerpt_lifetime() {
     assert_eq!(n.basis, Basis::LowSampleCount);
     approx(n.sync_p99.unwrap().seconds, 0.12672, 1e-9);
     approx(n.network_programming_p99.unwrap().seconds, 4.98, 1e-9);
-    // W = the window p99 of the 4 syncs with minSyncPeriod 1 s (network programming is
-    // reported, not a term of W)
-    approx(n.propagation_window_seconds.unwrap(), 1.154398, W_TOL);
+    // W = max(the window p99 of the 4 syncs with minSyncPeriod 1 s = 1.154 s, NP p99 4.98 - 1 s
+    // trigger-time resolution = 3.98 s)
+    approx(n.propagation_window_seconds.unwrap(), 3.98, 1e-9);
     // last queued (…799.314) is before last synced (…799.332): nothing waits
     assert_eq!(n.stale_seconds, Some(0.0));
     assert_eq!(n.iptables_rules_total, Some(38.0));
@@ -180,8 +180,8 @@ fn v1_29_iptables_excerpt_lifetime() {
     assert_eq!(r.worst_node.as_deref(), Some("n1"));
     approx(r.sync_p99_seconds.unwrap(), 0.12672, 1e-9);
     approx(r.network_programming_p99_seconds.unwrap(), 4.98, 1e-9);
-    approx(r.propagation_window_seconds.unwrap(), 1.154398, W_TOL);
-    // LowSampleCount: max(default 10, ceil(1.154 x 1.25 = 1.443) = 2) = 10; grace max(30, 10 + 30) = 40
+    approx(r.propagation_window_seconds.unwrap(), 3.98, 1e-9);
+    // LowSampleCount: max(default 10, ceil(3.98 x 1.25 = 4.975) = 5) = 10; grace max(30, 10 + 30) = 40
     assert_eq!(r.recommendation.pre_stop_seconds, 10);
     assert_eq!(r.recommendation.termination_grace_period_seconds, 40);
     assert_eq!(r.recommendation.reason, Basis::LowSampleCount);
@@ -545,7 +545,7 @@ fn low_sample_count_never_lowers_the_default_but_can_raise_it() {
     spec.pre_stop.min_samples = 4;
     let r = analyze(&[node("n1", V1_29)], &opts(ClusterFacts::default()), &spec);
     assert_eq!(r.nodes[0].basis, Basis::Measured);
-    assert_eq!(r.recommendation.pre_stop_seconds, 3); // ceil((1 + 2 x 0.12672) x 1.25) = 2 -> minSeconds 3
+    assert_eq!(r.recommendation.pre_stop_seconds, 5); // ceil((4.98 - 1) x 1.25)
     assert!(!reasons(&r).contains(&AdviceReason::LowSampleCount));
 }
 

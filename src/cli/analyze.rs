@@ -390,7 +390,7 @@ pub fn render_text(r: &AnalysisReport) -> String {
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "Worst node: {}  window W = {}{}  (W = p99 of a removal's window from the sync histogram and minSyncPeriod {}s [{}]; without a sync histogram NP p99 - 1s)",
+        "Worst node: {}  window W = {}{}  (W = max(p99 of a removal's window from the sync histogram and minSyncPeriod {}s [{}], NP p99 - 1s))",
         r.worst_node.as_deref().unwrap_or("-"),
         secs(r.propagation_window_seconds),
         r.histogram_kind.map_or(String::new(), |k| format!(" from {} histograms", k.as_str())),
