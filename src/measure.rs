@@ -67,12 +67,28 @@ impl NodeSource {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeFailure {
-    /// Short reason label: `connection_refused`, `timeout`, `http_status`, `parse`, `other`.
+    /// Short reason label, one of [`reason`]: `connection_refused`, `timeout`, `http_status`,
+    /// `parse`, `other`.
     pub reason: String,
     /// Full message, with a hint where one helps.
     pub message: String,
     /// When, Unix seconds.
     pub at_unix_seconds: f64,
+}
+
+/// Failure reason labels (the `reason` of [`NodeFailure`], of the scraper's
+/// `scrape_errors_total` and of the node agent's reason header).
+pub mod reason {
+    /// Nothing listens on the target's port (kube-proxy's default bind is 127.0.0.1).
+    pub const CONNECTION_REFUSED: &str = "connection_refused";
+    /// No complete answer within the per-target timeout.
+    pub const TIMEOUT: &str = "timeout";
+    /// An HTTP status other than 2xx.
+    pub const HTTP_STATUS: &str = "http_status";
+    /// The body is not a usable kube-proxy scrape (cut off, no `+Inf` bucket, not UTF-8).
+    pub const PARSE: &str = "parse";
+    /// Anything else (DNS, TLS, reset connection, body too large).
+    pub const OTHER: &str = "other";
 }
 
 /// A process-wide new revision (see [`MeasurementStore::revision`]).

@@ -8,12 +8,13 @@ use axum::Router;
 use axum::routing::get;
 use safe_termination::cli::agent::{AgentArgs, serve};
 use safe_termination::exposition::{parse_kube_proxy_metrics, read_families};
-use safe_termination::measure::{MeasurementStore, NodeSource};
+use safe_termination::measure::{MeasurementStore, NodeSource, reason};
 use safe_termination::model::ProxyMode;
 use safe_termination::proxyconfig::parse_configz;
 use safe_termination::shutdown::Shutdown;
-use safe_termination::sources::agent::{AgentClientFiles, AgentSource, AgentTargets, Fallbacks, scrape_agent};
-use safe_termination::sources::scrape::{ScrapeLoop, ScrapeOptions, Target, TargetSource, fetch_configz, reason};
+use safe_termination::sources::agent::{AgentClientFiles, AgentSource, AgentTargets, scrape_agent};
+use safe_termination::sources::scrape::{ScrapeOptions, Target, TargetSource, fetch_configz};
+use safe_termination::sources::scrape_loop::{Fallbacks, ScrapeLoop};
 use safe_termination::sources::select::NO_AGENT_FIX;
 use safe_termination::webhook::certs::{self, Action, AGENT_CERT, AGENT_KEY, CA_CERT, CLIENT_CERT, CLIENT_KEY, TLS_CERT, TLS_KEY};
 use std::collections::BTreeMap;
@@ -130,7 +131,7 @@ async fn the_operator_reads_the_filtered_scrape_mode_and_configuration_through_t
 
     // the proxy mode comes with /metrics, so the operator makes one request per node and cycle
     let resp = client.get(format!("{}/metrics", agent.url())).send().await.unwrap();
-    assert_eq!(resp.headers().get(safe_termination::agent::server::PROXY_MODE_HEADER).map(|v| v.to_str().unwrap()), Some("iptables"));
+    assert_eq!(resp.headers().get(safe_termination::agent::protocol::PROXY_MODE_HEADER).map(|v| v.to_str().unwrap()), Some("iptables"));
 
     // only the families the operator reads leave the node
     let body = resp.text().await.unwrap();

@@ -22,9 +22,10 @@ use safe_termination::sources::prometheus::{PrometheusError, PrometheusLoop, Pro
 use safe_termination::sources::fetch::http_client;
 use safe_termination::proxyconfig::ResolvedProxyConfig;
 use safe_termination::sources::scrape::{
-    Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, discover, fetch_configz,
+    Discovery, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, discover, fetch_configz,
     read_proxy_configmap, record_outcomes, resolve_proxy_config, scrape_all, scrape_once,
 };
+use safe_termination::sources::scrape_loop::ScrapeLoop;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};

@@ -13,10 +13,11 @@
 //! [`REASON_HEADER`] header (the operator's scrape failure labels) and the message as the body,
 //! so the operator reports the node's failure as a direct scrape would.
 
+use super::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
 use super::tls::AgentTls;
 use super::upstream::{Answer, KubeProxy};
 use crate::exposition::accepts_protobuf;
-use crate::sources::scrape::reason;
+use crate::measure::reason;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -25,18 +26,9 @@ use axum::routing::get;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// Default mutual-TLS port of the agent (on the node's addresses: the agent runs with
-/// `hostNetwork`; kube-proxy has 10249 and 10256, the kubelet 10248 and 10250).
-pub const DEFAULT_PORT: u16 = 10349;
 /// Default health port of the agent (plain HTTP, `/healthz` only).
 pub const DEFAULT_HEALTH_PORT: u16 = 10350;
 
-/// Response header carrying the failure reason label of a 502/504 answer.
-pub const REASON_HEADER: &str = "x-safe-termination-reason";
-/// Response header of `/metrics` carrying kube-proxy's `/proxyMode` (read on the node at the same
-/// time; absent when it could not be read): the operator then needs one mutual-TLS request per
-/// node and cycle instead of two (BENCHMARKS.md "Through the node agent").
-pub const PROXY_MODE_HEADER: &str = "x-safe-termination-proxy-mode";
 /// Content type of the filtered scrape in the text format (Prometheus text format 0.0.4, as
 /// kube-proxy serves it); a protobuf scrape is served as
 /// [`crate::exposition::format::PROTOBUF_CONTENT_TYPE`].

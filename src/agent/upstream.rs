@@ -17,7 +17,7 @@ use crate::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, Format, chec
 use crate::model::ProxyMode;
 use crate::proxyconfig::reduce_configz;
 use crate::sources::fetch::{FetchError, MAX_PROXY_MODE_BYTES, ScrapeBody, error_chain, get_scrape};
-use crate::sources::scrape::reason;
+use crate::measure::reason;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,4 +1,5 @@
-//! The operator's side of the node agents (adapter), and the fallbacks of `--source auto`.
+//! The operator's side of the node agents (adapter): finding them and scraping a node through
+//! its agent. `--source auto`'s fallbacks, which use it, are in [`super::scrape_loop`].
 //!
 //! - [`AgentSource`]: where the agents are (pods by label selector in the operator's
 //!   namespace, one per node, `https://<pod IP = node IP>:<port>`, or `--agent-target`s) and the
@@ -7,22 +8,16 @@
 //!   [`crate::agent::tls`]);
 //! - [`scrape_agent`]: one node through its agent, as [`super::scrape::scrape_once`] scrapes
 //!   kube-proxy (same parser, same failure reasons; the agent passes kube-proxy's own failure
-//!   on in its 502 answer);
-//! - [`Fallbacks`]: after the direct scrape of every node, the agents for the nodes that failed,
-//!   then one Prometheus query for those still unmeasured, each node's choice made by
-//!   [`super::select::decide`].
+//!   on in its 502 answer, in the headers of [`crate::agent::protocol`]).
 
 use super::error::SourceError;
 use super::fetch::{ScrapeBody, client_builder, content_type, error_chain, read_limited};
 use super::oneshot::unix_now;
-use super::prometheus::PrometheusSource;
-use super::scrape::{ScrapeOptions, ScrapeOutcome, Target, reason, targets_from_pods};
-use super::select::{Attempts, Decision, Tried, decide};
-use crate::agent::server::{PROXY_MODE_HEADER, REASON_HEADER};
+use super::scrape::{ScrapeOptions, ScrapeOutcome, Target, targets_from_pods};
+use crate::agent::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
 use crate::exposition::{ACCEPT_PROTOBUF_FIRST, parse_scrape};
-use crate::measure::{NodeFailure, NodeSource, Sample};
+use crate::measure::{NodeFailure, NodeSource, Sample, reason};
 use crate::model::ProxyMode;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use std::collections::BTreeMap;
@@ -145,7 +140,7 @@ impl AgentSource {
     }
 
     /// Why a node without an agent has none, for its failure message.
-    fn none_here(&self) -> String {
+    pub(super) fn none_here(&self) -> String {
         match &self.targets {
             AgentTargets::Static(_) => "no --agent-target for this node".into(),
             AgentTargets::Kube { namespace, selector, .. } => format!("no agent pod on this node ({selector} in namespace {namespace})"),
@@ -251,162 +246,4 @@ pub async fn scrape_agent(client: &reqwest::Client, target: &Target, opts: &Scra
         },
     };
     ScrapeOutcome { node: target.node.clone(), result, elapsed: start.elapsed(), source: NodeSource::Agent }
-}
-
-/// The fallbacks of `--source auto` after the direct scrape: the agents, then Prometheus.
-#[derive(Debug, Default)]
-pub struct Fallbacks {
-    /// The agents (none: the agent step is unavailable).
-    pub agents: Option<AgentSource>,
-    /// Prometheus (none: not configured).
-    pub prometheus: Option<PrometheusSource>,
-}
-
-/// What [`Fallbacks::apply`] gives back: one outcome per target, and the agents that answered
-/// (for kube-proxy's `/configz`, with the client that reached them).
-pub struct Applied {
-    /// One outcome per target, sorted by node.
-    pub outcomes: Vec<ScrapeOutcome>,
-    /// Agents that answered this cycle, with the client.
-    pub agents_answered: Vec<(Target, reqwest::Client)>,
-}
-
-/// The host of a target's URL (an IPv6 address without brackets), to match Prometheus'
-/// `instance` label.
-fn host(target: &Target) -> Option<String> {
-    let url = reqwest::Url::parse(&target.base_url).ok()?;
-    Some(url.host_str()?.trim_start_matches('[').trim_end_matches(']').to_string())
-}
-
-impl Fallbacks {
-    /// Completes `direct` (the direct scrape of each of `targets`): the nodes that failed are
-    /// tried through their agent (at most `opts.max_in_flight` at once, each within
-    /// `opts.timeout`), then those still unmeasured through one Prometheus query, each node's
-    /// choice and failure message made by [`decide`].
-    pub async fn apply(&self, targets: &[Target], direct: Vec<ScrapeOutcome>, opts: &ScrapeOptions) -> Applied {
-        let prometheus_unavailable = self.prometheus.is_none().then(|| "not configured (--prometheus-url)".to_string());
-        let mut nodes: BTreeMap<String, (Attempts<Sample>, Duration)> = BTreeMap::new();
-        for o in direct {
-            let mut a = Attempts::new(None, prometheus_unavailable.clone());
-            a.kube_proxy = match o.result {
-                Ok(s) => Tried::Got(s),
-                Err(f) => Tried::Failed(f),
-            };
-            nodes.insert(o.node, (a, o.elapsed));
-        }
-        let wants = |nodes: &BTreeMap<String, (Attempts<Sample>, Duration)>, s: NodeSource| -> Vec<String> {
-            nodes.iter().filter(|(_, (a, _))| decide(a) == Decision::Try(s)).map(|(n, _)| n.clone()).collect()
-        };
-        let mut agents_answered = Vec::new();
-        let need_agent = wants(&nodes, NodeSource::Agent);
-        if !need_agent.is_empty() {
-            let tried = self.try_agents(&need_agent, opts).await;
-            for (node, tried, elapsed, answered) in tried {
-                if let Some((a, total)) = nodes.get_mut(&node) {
-                    a.agent = tried;
-                    *total += elapsed;
-                }
-                agents_answered.extend(answered);
-            }
-        }
-        let need_prometheus = wants(&nodes, NodeSource::Prometheus);
-        if let (false, Some(prometheus)) = (need_prometheus.is_empty(), &self.prometheus) {
-            let start = Instant::now();
-            let snapshot = prometheus.fetch().await;
-            let by_host: BTreeMap<&str, Option<String>> = targets.iter().map(|t| (t.node.as_str(), host(t))).collect();
-            for node in need_prometheus {
-                let keys = [Some(node.clone()), by_host.get(node.as_str()).cloned().flatten()];
-                let tried = match &snapshot {
-                    Err(e) => Tried::Failed(NodeFailure { reason: reason::OTHER.into(), message: e.to_string(), at_unix_seconds: unix_now() }),
-                    Ok(s) => {
-                        let input = s.inputs.iter().find(|i| keys.iter().flatten().any(|k| *k == i.node));
-                        let failure = keys.iter().flatten().find_map(|k| s.failures.get(k));
-                        match (input, failure) {
-                            (Some(i), _) => Tried::Got(Sample { at_unix_seconds: s.at_unix_seconds, scrape: i.later.clone(), proxy_mode: i.proxy_mode }),
-                            (None, Some(f)) => Tried::Failed(f.clone()),
-                            (None, None) => Tried::Failed(NodeFailure {
-                                reason: reason::OTHER.into(),
-                                message: format!(
-                                    "{}: no kube-proxy series for this node (label node={node:?}{})",
-                                    prometheus.query_url(),
-                                    keys[1].as_deref().map(|h| format!(" or an instance on {h}")).unwrap_or_default()
-                                ),
-                                at_unix_seconds: s.at_unix_seconds,
-                            }),
-                        }
-                    }
-                };
-                if let Some((a, total)) = nodes.get_mut(&node) {
-                    a.prometheus = tried;
-                    *total += start.elapsed();
-                }
-            }
-        }
-        let outcomes = nodes
-            .into_iter()
-            .map(|(node, (mut a, elapsed))| {
-                let (result, source) = match decide(&a) {
-                    Decision::Chosen { source, passed_over } => {
-                        if !passed_over.is_empty() {
-                            tracing::debug!(node = %node, source = source.as_str(), passed_over = %passed_over.join("; "), "node measured through a fallback source");
-                        }
-                        match a.take(source) {
-                            Some(sample) => (Ok(sample), source),
-                            None => (Err(NodeFailure { reason: reason::OTHER.into(), message: "internal error: chosen source without a sample".into(), at_unix_seconds: unix_now() }), source),
-                        }
-                    }
-                    Decision::Failed(f) => (Err(f), last_tried(&a)),
-                    Decision::Try(s) => (Err(NodeFailure { reason: reason::OTHER.into(), message: format!("internal error: {} not tried", s.as_str()), at_unix_seconds: unix_now() }), s),
-                };
-                ScrapeOutcome { node, result, elapsed, source }
-            })
-            .collect();
-        Applied { outcomes, agents_answered }
-    }
-
-    /// Tries `nodes` through their agents: per node what the agent gave, the time it took, and
-    /// the agent with its client when it answered.
-    #[allow(clippy::type_complexity)]
-    async fn try_agents(&self, nodes: &[String], opts: &ScrapeOptions) -> Vec<(String, Tried<Sample>, Duration, Option<(Target, reqwest::Client)>)> {
-        let unavailable = |why: String| nodes.iter().map(|n| (n.clone(), Tried::Unavailable(why.clone()), Duration::ZERO, None)).collect();
-        let Some(agents) = &self.agents else { return unavailable("no agent source configured".into()) };
-        let targets = match agents.targets().await {
-            Ok(t) => t,
-            Err(e) => return unavailable(format!("cannot find the agents: {e}")),
-        };
-        let (here, absent): (Vec<&String>, Vec<&String>) = nodes.iter().partition(|n| targets.contains_key(*n));
-        let mut out: Vec<_> = absent.into_iter().map(|n| (n.clone(), Tried::Unavailable(agents.none_here()), Duration::ZERO, None)).collect();
-        if here.is_empty() {
-            return out;
-        }
-        let client = match agents.client() {
-            Ok(c) => c,
-            Err(e) => {
-                let why = format!("an agent runs on this node, but the operator has no usable client certificate for it: {e}");
-                out.extend(here.into_iter().map(|n| (n.clone(), Tried::Unavailable(why.clone()), Duration::ZERO, None)));
-                return out;
-            }
-        };
-        // by index: a closure over references would be higher-ranked over their lifetime, which
-        // fails the `Send` check of the spawned loop (see `scrape_all`)
-        let agents_here: Vec<Target> = here.iter().map(|n| targets[*n].clone()).collect();
-        let scraped: Vec<ScrapeOutcome> = futures::stream::iter((0..agents_here.len()).map(|i| scrape_agent(&client, &agents_here[i], opts)))
-            .buffer_unordered(opts.max_in_flight.max(1))
-            .collect()
-            .await;
-        out.extend(scraped.into_iter().map(|o| {
-            let answered = o.result.is_ok().then(|| (targets[&o.node].clone(), client.clone()));
-            let tried = match o.result {
-                Ok(s) => Tried::Got(s),
-                Err(f) => Tried::Failed(f),
-            };
-            (o.node, tried, o.elapsed, answered)
-        }));
-        out
-    }
-}
-
-/// The last source of a node's attempts that was tried (its failure is the one reported).
-fn last_tried<T>(a: &Attempts<T>) -> NodeSource {
-    super::select::ORDER.into_iter().rev().find(|s| matches!(a.get(*s), Tried::Failed(_) | Tried::Got(_))).unwrap_or(NodeSource::KubeProxy)
 }

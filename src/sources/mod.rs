@@ -2,10 +2,12 @@
 //!
 //! - Read once ([`oneshot`]): a saved scrape file, standard input, or one kube-proxy's metrics
 //!   URL for the command line, and `--source files` for the operator.
-//! - For the operator: every kube-proxy scraped ([`scrape`], which also reads kube-proxy's
-//!   configuration from `/configz` or its ConfigMap for [`crate::proxyconfig`]), the node
-//!   agents ([`agent`]) and a Prometheus server ([`prometheus`]); `--source auto` chooses among
-//!   them per node ([`select`], pure).
+//! - For the operator: every kube-proxy scraped directly ([`scrape`], which also reads
+//!   kube-proxy's configuration from `/configz` or its ConfigMap for [`crate::proxyconfig`]),
+//!   the node agents ([`agent`]) and a Prometheus server ([`prometheus`]); `--source auto`
+//!   chooses among them per node ([`select`], pure); the loop that runs a cycle of them and
+//!   records it ([`scrape_loop`]: the direct scrape, then the fallbacks) is the one file that
+//!   uses all of them.
 //! - The one size-limited HTTP fetcher all of them use ([`fetch`]), the measurement task of
 //!   the operator ([`spawn`]) and the layer's error ([`SourceError`]).
 //!
@@ -17,6 +19,7 @@ pub mod fetch;
 pub mod oneshot;
 pub mod prometheus;
 pub mod scrape;
+pub mod scrape_loop;
 pub mod select;
 pub mod spawn;
 

@@ -67,11 +67,11 @@
 use crate::exposition::native::{SCHEMA_MAX, SCHEMA_MIN};
 use crate::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape, NativeHistogram};
 use crate::model::NodeInput;
-use crate::measure::{MeasurementStore, NodeFailure, Sample};
+use crate::measure::{MeasurementStore, NodeFailure, Sample, reason};
 use super::fetch::{DEFAULT_MAX_BODY_BYTES, FetchError, read_limited};
 use super::oneshot::unix_now;
 use crate::proxyconfig::ResolvedProxyConfig;
-use super::scrape::{Jitter, read_proxy_configmap, reason};
+use super::scrape::{Jitter, read_proxy_configmap};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

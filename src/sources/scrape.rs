@@ -1,29 +1,30 @@
 //! The kube-proxy scrape source (adapter): find every kube-proxy, read its `/metrics` and
 //! `/proxyMode` concurrently with a bound on requests in flight and a per-target timeout,
-//! classify failures, and feed the rolling [`MeasurementStore`] on an interval with jitter.
+//! classify failures, and record them into the rolling [`MeasurementStore`]. The loop that does
+//! this on an interval with jitter, with `--source auto`'s fallbacks, is
+//! [`super::scrape_loop`].
 //!
 //! Pieces, each usable on its own:
 //! - targets: [`discover`] (kube-proxy pods through the API: `kube-system`, `k8s-app=kube-proxy`,
 //!   port 10249) or a static list ([`parse_static_targets`], `NODE=http://ip:port`) for tests
 //!   and out-of-cluster runs; [`TargetSource`] is either;
 //! - [`scrape_once`] / [`scrape_all`]: one target / every target, each giving a
-//!   [`ScrapeOutcome`] whose failure is a [`NodeFailure`] with reason `connection_refused` (the
-//!   message carries the `metricsBindAddress` hint), `timeout`, `http_status`, `parse` (the
-//!   message names the family and the line) or `other`;
+//!   [`ScrapeOutcome`] whose failure is a [`NodeFailure`] with a [`reason`] label:
+//!   `connection_refused` (the message carries the `metricsBindAddress` hint), `timeout`,
+//!   `http_status`, `parse` (the message names the family and the line) or `other`;
 //! - [`record_outcomes`]: outcomes into the store;
 //! - kube-proxy's configuration: [`fetch_configz`], [`read_proxy_configmap`], and
 //!   [`resolve_proxy_config`] (`/configz`, else the ConfigMap, else 1 s, with the source named);
-//! - [`ScrapeLoop`]: all of the above every interval (default 30 s, plus up to 10% jitter),
-//!   bumping a `watch` generation counter after each cycle so the controller re-reconciles,
-//!   until a [`CancellationToken`] fires;
+//! - [`Jitter`]: the interval plus up to 10% of it, for the measurement loops
+//!   ([`super::scrape_loop`], [`super::prometheus`]);
 //! - [`ScrapeMetrics`]: `scrape_errors_total{reason}`, `scrape_duration_seconds`,
 //!   `scrape_targets` for the process registry.
 
 use crate::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, ScrapeError, parse_scrape};
 use crate::model::ProxyMode;
-use crate::measure::{MeasurementStore, NodeFailure, NodeSource, Sample};
+use crate::measure::{MeasurementStore, NodeFailure, NodeSource, Sample, reason};
 use super::error::SourceError;
-use super::fetch::{FetchError, ScrapeBody, connect_hint, fetch_scrape, get_limited, http_client};
+use super::fetch::{FetchError, ScrapeBody, connect_hint, fetch_scrape, get_limited};
 use super::oneshot::{decode_utf8, unix_now};
 use crate::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
 use futures::StreamExt;
@@ -37,9 +38,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// Default namespace of the kube-proxy pods.
@@ -59,20 +58,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
 /// The jitter added to each interval is uniform in `[0, JITTER_FRACTION * interval]`.
 pub const JITTER_FRACTION: f64 = 0.1;
-
-/// Failure reason labels (the `reason` of [`NodeFailure`] and of `scrape_errors_total`).
-pub mod reason {
-    /// Nothing listens on the target's port (kube-proxy's default bind is 127.0.0.1).
-    pub const CONNECTION_REFUSED: &str = "connection_refused";
-    /// No complete answer within the per-target timeout.
-    pub const TIMEOUT: &str = "timeout";
-    /// An HTTP status other than 2xx.
-    pub const HTTP_STATUS: &str = "http_status";
-    /// The body is not a usable kube-proxy scrape (cut off, no `+Inf` bucket, not UTF-8).
-    pub const PARSE: &str = "parse";
-    /// Anything else (DNS, TLS, reset connection, body too large).
-    pub const OTHER: &str = "other";
-}
 
 /// One kube-proxy to scrape.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -495,20 +480,6 @@ pub async fn fetch_configz(client: &reqwest::Client, target: &Target, timeout: D
     proxyconfig::parse_configz(&text).map_err(|e| SourceError::Config(format!("{url}: {e}")))
 }
 
-/// kube-proxy's configuration through the first of `agents` (at most three tried) whose
-/// `/configz` answers, named `configz <node> (agent)`; `None` when none does.
-async fn configz_through_agents(agents: &[(Target, reqwest::Client)], timeout: Duration) -> Option<ResolvedProxyConfig> {
-    let mut notes = Vec::new();
-    for (t, client) in agents.iter().take(3) {
-        match fetch_configz(client, t, timeout).await {
-            Ok(c) => return Some(ResolvedProxyConfig::from_config(c, format!("configz {} (agent)", t.node), notes)),
-            Err(e) => notes.push(format!("configz through the agent: {e}")),
-        }
-    }
-    tracing::debug!(notes = %notes.join("; "), "kube-proxy configuration not read through the agents");
-    None
-}
-
 /// The ConfigMaps kube-proxy's configuration is looked for in, in order: kubeadm's
 /// `kube-proxy` (key `config.conf`), then EKS's `kube-proxy-config` (key `config`).
 pub const CONFIGMAPS: [(&str, &str); 2] = [("kube-proxy", "config.conf"), ("kube-proxy-config", "config")];
@@ -630,23 +601,6 @@ impl ScrapeMetrics {
     }
 }
 
-/// What one cycle did.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct CycleSummary {
-    /// Targets scraped this cycle.
-    pub targets: usize,
-    /// Successful scrapes.
-    pub scraped: usize,
-    /// Failed scrapes.
-    pub failed: usize,
-    /// Discovery failed and the previous targets were used (or none, on the first cycle).
-    pub discovery_error: Option<String>,
-    /// Wall time of the cycle.
-    pub elapsed: Duration,
-    /// The generation published after the cycle.
-    pub generation: u64,
-}
-
 /// A small xorshift64* generator for the loops' jitter (no cryptographic use).
 #[derive(Debug, Clone)]
 pub struct Jitter(u64);
@@ -680,201 +634,6 @@ impl Jitter {
             biased;
             _ = cancel.cancelled() => false,
             _ = tokio::time::sleep(delay) => true,
-        }
-    }
-}
-
-/// The measurement loop of the kube-proxy source: every interval (plus jitter) it finds the
-/// targets, scrapes them, records the outcomes into the shared store, drops nodes that went
-/// away, refreshes kube-proxy's configuration every few cycles, updates the metrics, and bumps
-/// the generation counter. The store's mutex is only held for the (synchronous) recording.
-///
-/// ```no_run
-/// # use safe_termination::{measure::MeasurementStore, sources::scrape::*};
-/// # use std::sync::{Arc, Mutex};
-/// # async fn f() -> Result<(), safe_termination::sources::SourceError> {
-/// let store = Arc::new(Mutex::new(MeasurementStore::new(600.0)));
-/// let (tx, _rx) = tokio::sync::watch::channel(0u64);
-/// let targets = parse_static_targets(&["node-a=http://127.0.0.1:10249"])?;
-/// let cancel = tokio_util::sync::CancellationToken::new();
-/// ScrapeLoop::new(TargetSource::Static(targets), store, tx).run(cancel).await;
-/// # Ok(()) }
-/// ```
-pub struct ScrapeLoop {
-    source: TargetSource,
-    store: Arc<Mutex<MeasurementStore>>,
-    generation: watch::Sender<u64>,
-    http: reqwest::Client,
-    options: ScrapeOptions,
-    interval: Duration,
-    metrics: Option<ScrapeMetrics>,
-    proxy_config: Arc<RwLock<ResolvedProxyConfig>>,
-    config_every: u64,
-    cycles: u64,
-    last_targets: Vec<Target>,
-    jitter: Jitter,
-    fallbacks: Option<super::agent::Fallbacks>,
-}
-
-impl ScrapeLoop {
-    /// A loop over `source` feeding `store` and bumping `generation`, with the defaults:
-    /// interval 30 s, [`ScrapeOptions::default`], an HTTP client from [`http_client`],
-    /// configuration refreshed every 10 cycles.
-    pub fn new(source: TargetSource, store: Arc<Mutex<MeasurementStore>>, generation: watch::Sender<u64>) -> Self {
-        let options = ScrapeOptions::default();
-        Self {
-            source,
-            store,
-            generation,
-            http: http_client(options.timeout),
-            options,
-            interval: DEFAULT_INTERVAL,
-            metrics: None,
-            proxy_config: Arc::new(RwLock::new(ResolvedProxyConfig::default())),
-            config_every: 10,
-            cycles: 0,
-            last_targets: Vec::new(),
-            jitter: Jitter::seeded(),
-            fallbacks: None,
-        }
-    }
-
-    /// `--source auto`: nodes whose direct scrape fails are tried through their agent, then
-    /// Prometheus ([`super::agent::Fallbacks`]); kube-proxy's configuration is read through an
-    /// agent when no kube-proxy answered directly.
-    pub fn with_fallbacks(mut self, fallbacks: super::agent::Fallbacks) -> Self {
-        self.fallbacks = Some(fallbacks);
-        self
-    }
-
-    /// Sets the time between cycles (jitter adds up to 10% on top).
-    pub fn with_interval(mut self, interval: Duration) -> Self {
-        self.interval = interval;
-        self
-    }
-
-    /// Sets timeout, concurrency and body cap; rebuilds the HTTP client for the new timeout.
-    pub fn with_options(mut self, options: ScrapeOptions) -> Self {
-        self.http = http_client(options.timeout);
-        self.options = options;
-        self
-    }
-
-    /// Records every cycle into these metrics.
-    pub fn with_metrics(mut self, metrics: ScrapeMetrics) -> Self {
-        self.metrics = Some(metrics);
-        self
-    }
-
-    /// Re-reads kube-proxy's configuration every `cycles` cycles (0: never; the first cycle
-    /// always reads it unless 0).
-    pub fn with_config_refresh(mut self, cycles: u64) -> Self {
-        self.config_every = cycles;
-        self
-    }
-
-    /// Publishes the refreshed kube-proxy configuration into `shared` (e.g. the controller's
-    /// own handle) instead of a handle of the loop's making.
-    pub fn with_proxy_config(mut self, shared: Arc<RwLock<ResolvedProxyConfig>>) -> Self {
-        self.proxy_config = shared;
-        self
-    }
-
-    /// The shared, refreshed kube-proxy configuration (minSyncPeriod, mode, source); starts as
-    /// the 1 s default. Clone it before [`ScrapeLoop::run`] consumes the loop.
-    pub fn proxy_config(&self) -> Arc<RwLock<ResolvedProxyConfig>> {
-        Arc::clone(&self.proxy_config)
-    }
-
-    /// Runs one cycle now (see the type docs) and returns what it did.
-    pub async fn run_cycle(&mut self) -> CycleSummary {
-        let start = Instant::now();
-        let mut summary = CycleSummary::default();
-        let targets = match self.source.targets().await {
-            Ok(t) => {
-                self.last_targets = t.clone();
-                t
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "kube-proxy discovery failed; scraping the previous targets");
-                summary.discovery_error = Some(e.to_string());
-                self.last_targets.clone()
-            }
-        };
-        let outcomes = scrape_all(&self.http, &targets, &self.options).await;
-        let (outcomes, agents_answered) = match &self.fallbacks {
-            Some(f) => {
-                let applied = f.apply(&targets, outcomes, &self.options).await;
-                (applied.outcomes, applied.agents_answered)
-            }
-            None => (outcomes, Vec::new()),
-        };
-        if let Some(m) = &self.metrics {
-            m.observe(&outcomes);
-        }
-        for o in &outcomes {
-            if let Err(f) = &o.result {
-                tracing::debug!(node = %o.node, reason = %f.reason, message = %f.message, "kube-proxy scrape failed");
-            }
-        }
-        if self.config_every > 0 && self.cycles.is_multiple_of(self.config_every) {
-            // prefer targets that just answered
-            let mut ordered: Vec<Target> =
-                targets.iter().filter(|t| outcomes.iter().any(|o| o.node == t.node && o.result.is_ok())).cloned().collect();
-            if ordered.is_empty() {
-                ordered = targets.clone();
-            }
-            let resolved = match ordered.iter().any(|t| outcomes.iter().any(|o| o.node == t.node && o.result.is_ok() && o.source == NodeSource::KubeProxy)) {
-                // no kube-proxy answered directly: its /configz through an agent that answered
-                false if !agents_answered.is_empty() => configz_through_agents(&agents_answered, self.options.timeout).await,
-                _ => None,
-            };
-            let resolved = match resolved {
-                Some(r) => r,
-                None => resolve_proxy_config(&self.http, &ordered, self.source.kube_client(), self.options.timeout).await,
-            };
-            tracing::debug!(source = %resolved.source, min_sync_period_seconds = resolved.min_sync_period_seconds, "kube-proxy configuration");
-            *self.proxy_config.write().unwrap_or_else(PoisonError::into_inner) = resolved;
-        }
-        self.cycles += 1;
-        summary.targets = targets.len();
-        let present: Vec<String> = targets.iter().map(|t| t.node.clone()).collect();
-        let recorded = {
-            let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
-            let n = record_outcomes(&mut store, outcomes);
-            if summary.discovery_error.is_none() {
-                store.retain_nodes(&present);
-            }
-            n
-        };
-        summary.scraped = recorded.scraped;
-        summary.failed = recorded.failed;
-        self.generation.send_modify(|g| *g += 1);
-        summary.generation = *self.generation.borrow();
-        summary.elapsed = start.elapsed();
-        tracing::info!(
-            targets = summary.targets,
-            scraped = summary.scraped,
-            failed = summary.failed,
-            elapsed_ms = summary.elapsed.as_millis() as u64,
-            "kube-proxy scrape cycle"
-        );
-        summary
-    }
-
-    /// Runs cycles until `cancel` fires: one immediately, then one every interval plus jitter.
-    /// A cycle in progress when `cancel` fires is abandoned at its next await point; nothing is
-    /// half-recorded, since recording into the store is synchronous.
-    pub async fn run(mut self, cancel: CancellationToken) {
-        loop {
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return,
-                _ = self.run_cycle() => {}
-            }
-            if !self.jitter.sleep(self.interval, &cancel).await {
-                return;
-            }
         }
     }
 }

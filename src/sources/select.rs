@@ -1,6 +1,6 @@
 //! `--source auto`: which source measures a node. Pure: what each source gave for the node in,
 //! the next source to try or the choice (and why) out; the fetching is in
-//! [`super::agent::Fallbacks`].
+//! [`super::scrape_loop::Fallbacks`].
 //!
 //! The order, per node ([`ORDER`]):
 //! 1. **kube-proxy directly** (`http://<node IP>:10249`): no extra component, the same numbers;
@@ -128,7 +128,7 @@ pub fn decide<T>(attempts: &Attempts<T>) -> Decision {
             }
         }
     }
-    let refused = matches!(&attempts.kube_proxy, Tried::Failed(f) if f.reason == super::scrape::reason::CONNECTION_REFUSED);
+    let refused = matches!(&attempts.kube_proxy, Tried::Failed(f) if f.reason == crate::measure::reason::CONNECTION_REFUSED);
     if refused && matches!(attempts.agent, Tried::Unavailable(_)) {
         story.push(NO_AGENT_FIX.to_string());
     }
@@ -140,7 +140,7 @@ pub fn decide<T>(attempts: &Attempts<T>) -> Decision {
         })
         .fold(0.0, f64::max);
     Decision::Failed(NodeFailure {
-        reason: last_failure.map_or_else(|| super::scrape::reason::OTHER.to_string(), |f| f.reason.clone()),
+        reason: last_failure.map_or_else(|| crate::measure::reason::OTHER.to_string(), |f| f.reason.clone()),
         message: story.join("; "),
         at_unix_seconds: at,
     })
@@ -149,7 +149,7 @@ pub fn decide<T>(attempts: &Attempts<T>) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::scrape::reason;
+    use crate::measure::reason;
 
     fn failed(reason: &str, message: &str, at: f64) -> Tried<u8> {
         Tried::Failed(NodeFailure { reason: reason.into(), message: message.into(), at_unix_seconds: at })

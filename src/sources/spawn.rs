@@ -2,9 +2,10 @@
 //! replica leads, recording into the shared store and bumping the measurement generation.
 //! `--source auto` is the kube-proxy scrape loop with fallbacks ([`Auto`]).
 
-use super::agent::{AgentClientFiles, AgentSource, AgentTargets, Fallbacks};
+use super::agent::{AgentClientFiles, AgentSource, AgentTargets};
 use super::prometheus::{PrometheusLoop, PrometheusSource};
-use super::scrape::{Discovery, ScrapeLoop, ScrapeMetrics, ScrapeOptions, Target, TargetSource};
+use super::scrape::{Discovery, ScrapeMetrics, ScrapeOptions, Target, TargetSource};
+use super::scrape_loop::{Fallbacks, ScrapeLoop};
 use crate::operator::{Shared, Tasks};
 use futures::FutureExt;
 use futures::future::BoxFuture;
