@@ -531,7 +531,9 @@ fn check_value(kind: Kind, wire_type: WireType, buf: &mut &[u8], ctx: DecodeCont
         (Kind::Double | Kind::RepeatedDouble, WireType::SixtyFourBit) => skip_field(wire_type, 1, buf, ctx),
         (Kind::Str, WireType::LengthDelimited) => {
             let start = *buf;
-            if std::str::from_utf8(delimited(buf)?).is_ok() {
+            // labels and help texts are ASCII: a word-wise check first, the full one for the rest
+            let bytes = delimited(buf)?;
+            if bytes.is_ascii() || std::str::from_utf8(bytes).is_ok() {
                 return Ok(());
             }
             // not UTF-8: prost's string decoder on the same bytes, for its error
@@ -815,7 +817,8 @@ fn classic_buckets(h: &wire::Histogram) -> Result<Vec<(f64, f64)>, String> {
         } else if le < 0.0 {
             return Err(format!("bucket {} has the negative upper bound {le}: a duration histogram has no bucket below 0", i + 1));
         }
-        let count = count_of(&format!("bucket le=\"{}\" cumulative_count_float", fmt_le(le)), b.cumulative_count, b.cumulative_count_float)?;
+        // the field's name in the error, formatted only for an error
+        let count = count_of("cumulative_count_float", b.cumulative_count, b.cumulative_count_float).map_err(|e| format!("bucket le=\"{}\" {e}", fmt_le(le)))?;
         out.push((le, count));
     }
     if !out.iter().any(|(le, _)| *le == f64::INFINITY) {
