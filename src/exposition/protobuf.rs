@@ -624,14 +624,14 @@ pub fn decode_kube_proxy_protobuf(body: &[u8]) -> Result<Decoded, ProtobufError>
 }
 
 /// [`decode_kube_proxy_protobuf`] with every family decoded whole by prost, the families it
-/// does not read included: the reference the tests hold the fast path to (same result, same
-/// errors but their prost message text, see [`check_unread`]). Slower on kube-proxy's bodies,
-/// whose bytes are mostly families not read.
+/// does not read included: the reference the tests hold the fast path to (the same result or
+/// the same error; module docs, "Speed"). About 2.4 times the CPU on kube-proxy's bodies,
+/// whose bytes are mostly families not read (BENCHMARKS.md).
 pub fn decode_kube_proxy_protobuf_full(body: &[u8]) -> Result<Decoded, ProtobufError> {
     decode(body, false)
 }
 
-/// The decoder; `fast`: whether the families not read are checked by [`check_unread`] rather
+/// The decoder; `fast`: whether the families not read are checked by `check_unread` rather
 /// than decoded by prost.
 fn decode(body: &[u8], fast: bool) -> Result<Decoded, ProtobufError> {
     // the framing of the whole body first: a cut-off body is reported as such, and costs one
@@ -645,8 +645,8 @@ fn decode(body: &[u8], fast: bool) -> Result<Decoded, ProtobufError> {
         let framed = framed?;
         let at = |family: &str, message: String| ProtobufError { message_index: framed.index, offset: framed.offset, family: family.to_string(), message };
         if fast && let Some(name) = name_field(framed.message).filter(|n| !n.is_empty() && read_family(n).is_none()) {
-            // checked as the decode below would check it, not built
-            // named as the decode below names it (the first name field)
+            // checked as the decode below would check it, not built; an error names the family
+            // as the decode below names it (the first name field)
             check_unread(framed.message).map_err(|e| at(&family_name(framed.message).unwrap_or_else(|| name.to_string()), format!("not a valid MetricFamily message: {e}")))?;
             continue;
         }
