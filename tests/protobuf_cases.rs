@@ -1,7 +1,8 @@
 //! The protobuf exposition reader on real kube-proxy 1.37.2 captures (tests/data/metrics, the
 //! same scrape saved as text and as protobuf, node-a iptables-nft, node-b nftables) and on
 //! bodies built here with the wire messages: equality with the text reader, the native parts
-//! as read, and every error case of the module docs.
+//! as read, and every error case of the module docs; the fast path for the families not read
+//! (checked without being built) against the full prost decode of every family.
 //!
 //! Tests whose name ends in `_needs_native_add` sum the `ip_family` series with
 //! `NativeHistogram::add`, which the native-maths work provides: until it is merged they fail
@@ -11,7 +12,7 @@ use prost::Message;
 use proptest::prelude::*;
 use safe_termination::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, Format, PROTOBUF_CONTENT_TYPE, accepts_protobuf};
 use safe_termination::exposition::protobuf::wire::{self, Bucket, BucketSpan, LabelPair, Metric, MetricFamily, MetricType, Value};
-use safe_termination::exposition::protobuf::{decode_kube_proxy_protobuf, filter_kube_proxy_protobuf, family_name, messages};
+use safe_termination::exposition::protobuf::{decode_kube_proxy_protobuf, decode_kube_proxy_protobuf_full, filter_kube_proxy_protobuf, family_name, messages};
 use safe_termination::exposition::{
     HistogramFamily, KubeProxyScrape, ScrapeError, parse_kube_proxy_metrics, parse_kube_proxy_protobuf, parse_scrape, parse_scrape_as, read_families,
 };
@@ -116,6 +117,75 @@ fn the_sync_native_is_the_sum_of_the_ip_family_series_needs_native_add() {
         assert_eq!(native.count(), text.sync.as_ref().unwrap().count(), "{node}");
         assert_eq!(native.schema(), 3);
         assert_eq!(parse_scrape(pb, Some(KUBE_PROXY_CONTENT_TYPE)).unwrap(), scrape, "{node}");
+    }
+}
+
+// --- the families not read: checked, not built ---
+
+/// The same result as the full decode, family by family and whole, on both captures (the
+/// 1.37.2 captures of /work/shared/cases/metrics are these files, byte for byte).
+#[test]
+fn the_fast_path_decodes_the_captures_as_the_full_decode() {
+    for (node, pb, txt) in CAPTURES {
+        let fast = decode_kube_proxy_protobuf(pb).unwrap();
+        assert_eq!(fast, decode_kube_proxy_protobuf_full(pb).unwrap(), "{node}");
+        assert_eq!(fast.scrape, parse_kube_proxy_metrics(txt).unwrap(), "{node}");
+        let (mut unread, mut read) = (0, 0);
+        for m in messages(pb).map(Result::unwrap) {
+            let name = family_name(m.message).unwrap();
+            // each message alone, as a body of one family
+            assert_eq!(decode_kube_proxy_protobuf(m.raw), decode_kube_proxy_protobuf_full(m.raw), "{node} {name}");
+            if read_families().any(|f| f == name) { read += 1 } else { unread += 1 }
+        }
+        assert!(unread > 150 && read >= 4, "{node}: {unread} families not read, {read} read");
+    }
+}
+
+/// A garbled family the reader does not interpret is **rejected**, as the full decode rejects
+/// it (the text reader rejects a garbled line of any family alike): the same message ordinal,
+/// offset, family and prost error text. Well-formed variants prost accepts are accepted: unknown
+/// fields (an exemplar), repeated fields packed, an empty family.
+#[test]
+fn a_garbled_family_not_read_is_rejected_as_the_full_decode_rejects_it() {
+    let good = sync_body(classic(&[(0.5, 1)], 2, 1.0));
+    let unread = |tail: &[u8]| {
+        let mut m = MetricFamily { name: Some("rest_client_requests_total".into()), r#type: Some(MetricType::Counter as i32), ..Default::default() }.encode_to_vec();
+        m.extend_from_slice(tail);
+        let mut b = good.clone();
+        prost::encoding::encode_varint(m.len() as u64, &mut b);
+        b.extend_from_slice(&m);
+        b
+    };
+    let metric = |inner: &[u8]| [&[0x22, inner.len() as u8][..], inner].concat();
+    let histogram = |inner: &[u8]| metric(&[&[0x3a, inner.len() as u8][..], inner].concat());
+    let rejected: [(&str, Vec<u8>, &str); 8] = [
+        ("a label name not UTF-8", metric(&[0x0a, 0x03, 0x0a, 0x01, 0xff]), "invalid string value"),
+        ("a metric cut inside (declares 5, 2 there)", vec![0x22, 0x05, 0x0a, 0x00], "buffer underflow"),
+        ("a counter value of 4 bytes (a double is 8)", metric(&[0x1a, 0x05, 0x09, 1, 2, 3, 4]), "buffer underflow"),
+        ("the type as a string", vec![0x1a, 0x01, 0x00], "invalid wire type"),
+        ("a bucket bound as a varint", histogram(&[0x1a, 0x02, 0x10, 0x01]), "invalid wire type"),
+        ("packed doubles not a multiple of 8", histogram(&[0x5a, 0x03, 1, 2, 3]), ""),
+        ("a key of field 0", metric(&[0x00, 0x00]), "invalid tag"),
+        ("an end group without a start (field 15)", vec![0x7c], "unexpected end group tag"),
+    ];
+    for (what, tail, why) in rejected {
+        let b = unread(&tail);
+        let (fast, full) = (decode_kube_proxy_protobuf(&b).unwrap_err(), decode_kube_proxy_protobuf_full(&b).unwrap_err());
+        assert_eq!(fast, full, "{what}");
+        assert_eq!((fast.message_index, fast.family.as_str()), (2, "rest_client_requests_total"), "{what}");
+        assert!(fast.message.starts_with("not a valid MetricFamily message: failed to decode Protobuf message: ") && fast.message.contains(why), "{what}: {fast}");
+    }
+    let accepted: [(&str, Vec<u8>); 5] = [
+        ("an exemplar (counter field 2, not in the wire structs)", metric(&[0x1a, 0x0b, 0x09, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0x12, 0x00])),
+        ("packed deltas and counts", histogram(&[0x6a, 0x03, 0x02, 0x04, 0x01, 0x72, 0x08, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f])),
+        ("an unknown group", vec![0x7b, 0x08, 0x01, 0x7c]),
+        ("a second name", vec![0x0a, 0x03, b'g', b'o', b'_']),
+        ("nothing more", vec![]),
+    ];
+    for (what, tail) in accepted {
+        let b = unread(&tail);
+        assert_eq!(decode_kube_proxy_protobuf(&b), decode_kube_proxy_protobuf_full(&b), "{what}");
+        assert!(decode_kube_proxy_protobuf(&b).is_ok(), "{what}: {:?}", decode_kube_proxy_protobuf(&b));
     }
 }
 
@@ -521,7 +591,8 @@ proptest! {
         prop_assert_eq!(from_pb, from_text);
     }
 
-    /// A capture with bytes changed, removed or inserted: decoded or refused, never a panic.
+    /// A capture with bytes changed, removed or inserted: decoded or refused, never a panic, and
+    /// alike by the fast path and the full decode.
     #[test]
     fn mutated_captures_never_panic(
         which in 0usize..2,
@@ -544,7 +615,8 @@ proptest! {
                 _ => bytes.insert(i, byte),
             }
         }
-        let _ = decode_kube_proxy_protobuf(&bytes);
+        // the fast path answers as the full decode: the same scrape, or the same error
+        prop_assert_eq!(decode_kube_proxy_protobuf(&bytes), decode_kube_proxy_protobuf_full(&bytes));
         let _ = filter_kube_proxy_protobuf(&bytes);
         let _ = Format::detect(&bytes);
     }
