@@ -22,7 +22,7 @@ use safe_termination::proxyconfig::{ProxyConfig, parse_configz, parse_go_duratio
 use safe_termination::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
 use safe_termination::sizing::{KUBERNETES_DEFAULT_GRACE_SECONDS, grace_seconds, recommend};
 use safe_termination::webhook::{Capabilities, Plan, PlanPolicy, mutate_pod, review};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::OnceLock;
 
 /// Every target: its name (the directory of its corpus and the binary's name) and check.
@@ -97,22 +97,29 @@ pub fn protobuf(data: &[u8]) {
     assert!(same(&again, &Ok(scrape.clone())), "the filtered body reads {again:?}\nthe whole one {scrape:?}");
 }
 
-/// True when every number of `h` is finite and its buckets hold at least one observation: the
-/// "finite input" of issue 22's rule "never a NaN quantile from finite input". A count above
-/// what the buckets hold is NaN observations (`NativeHistogram::new`); with nothing but those,
-/// Prometheus' `histogram_quantile` is NaN too (`promql/quantile.go`: rank / bucket count 0).
+/// True when every number of `h` is finite, its buckets hold at least one observation, and the
+/// bounds of its populated buckets are finite floats above 0: the "finite input" of issue 22's
+/// rule "never a NaN quantile from finite input". A count above what the buckets hold is NaN
+/// observations (`NativeHistogram::new`); with nothing but those, Prometheus'
+/// `histogram_quantile` is NaN too (`promql/quantile.go`: rank / bucket count 0). Bucket `i` of
+/// schema `s` ends at `2^(i x 2^-s)`: beyond `2^±1000` its bounds leave the float range (0 or
+/// infinity), where Prometheus' interpolation is NaN as well.
 fn finite_with_observations(h: &NativeHistogram) -> bool {
-    let buckets = h.positive().iter().chain(h.negative()).map(|b| b.1);
-    let held: f64 = h.zero_count() + buckets.clone().sum::<f64>();
-    [h.count(), h.sum(), h.zero_threshold(), held].iter().all(|x| x.is_finite()) && buckets.clone().all(f64::is_finite) && held > 0.0 && h.count() > 0.0
+    let buckets = h.positive().iter().chain(h.negative());
+    let held: f64 = h.zero_count() + buckets.clone().map(|b| b.1).sum::<f64>();
+    let in_range = |i: i32| (f64::from(i) * 2f64.powi(-h.schema())).abs() < 1000.0;
+    [h.count(), h.sum(), h.zero_threshold(), held].iter().all(|x| x.is_finite())
+        && buckets.clone().all(|&(i, c)| c.is_finite() && (c == 0.0 || (in_range(i) && in_range(i.saturating_sub(1)))))
+        && held > 0.0
+        && h.count() > 0.0
 }
 
 /// The quantile levels checked on every native histogram.
 const LEVELS: [f64; 9] = [0.0, 0.01, 0.25, 0.5, 0.5000001, 0.9, 0.99, 0.999, 1.0];
 
-/// A native histogram's maths on itself: quantiles (never NaN from finite input, +-Inf only
-/// when the bucket bounds themselves overflow), and each coarser schema keeps the count, the
-/// observations the buckets hold and the order of its buckets.
+/// A native histogram's maths on itself: quantiles (never NaN from finite input), and each
+/// coarser schema keeps the count, the observations the buckets hold and the order of its
+/// buckets.
 fn check_native(h: &NativeHistogram) {
     check_quantiles(h);
     for schema in (SCHEMA_MIN..h.schema()).rev() {
@@ -161,7 +168,7 @@ impl Bytes<'_> {
         match self.u8() {
             0..=199 => f64::from(self.u8()),
             200..=239 => f64::from(self.u16()) * 1000.0,
-            240..=249 => (self.u16() as f64) / 7.0,
+            240..=249 => f64::from(self.u16()) / 7.0,
             _ => f64::from_bits(self.u64()),
         }
     }
