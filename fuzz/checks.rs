@@ -25,8 +25,11 @@ use safe_termination::webhook::{Capabilities, Plan, PlanPolicy, mutate_pod, revi
 use serde_json::Value;
 use std::sync::OnceLock;
 
+/// A target's check: the input bytes; panics when a property does not hold.
+pub type Check = fn(&[u8]);
+
 /// Every target: its name (the directory of its corpus and the binary's name) and check.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Check)] = &[
     ("text_parser", text_parser),
     ("protobuf", protobuf),
     ("native", native),
