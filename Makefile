@@ -18,7 +18,7 @@ cluster-down: ## stop it and remove its processes, netns, veths and state
 e2e-smoke: ## check a running cluster end to end (pods, EndpointSlices, kube-proxy rules/metrics, webhook)
 	e2e/smoke-test.sh
 
-.PHONY: test e2e demo check
+.PHONY: test e2e demo check fuzz fuzz-build
 
 check: test test-image e2e ## everything .ci/run runs: make test, make test-image (builds the image), then make e2e
 
@@ -27,6 +27,34 @@ test: ## unit, property, integration and CLI tests; benches and examples built, 
 	cargo test --doc
 	cd e2e/testapp && cargo test --quiet
 	python3 -m unittest e2e/test_oci_image.py e2e/experiment/test_report.py
+
+# Coverage-guided fuzzing (fuzz/README.md): cargo-fuzz and libFuzzer on the stable toolchain,
+# no sanitizer. Each target for FUZZ_SECONDS, one at a time, at the lowest priority; new inputs
+# go to target/fuzz-corpus/<target>, the committed corpus fuzz/corpus/<target> is only read.
+# One process per run (libFuzzer without -jobs; -jobs=1 would fork one child that logs to a file).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := text_parser protobuf native review mutate_yaml configz configmap go_duration policy_spec agent_answer
+# the dictionary of each target (fuzz/dict/)
+FUZZ_DICT_text_parser := metrics
+FUZZ_DICT_protobuf := protobuf
+FUZZ_DICT_native :=
+FUZZ_DICT_review := admission
+FUZZ_DICT_mutate_yaml := yaml
+FUZZ_DICT_configz := configz
+FUZZ_DICT_configmap := configmap
+FUZZ_DICT_go_duration := duration
+FUZZ_DICT_policy_spec := policy
+FUZZ_DICT_agent_answer := agent
+
+fuzz-build: ## build every fuzz target (installs cargo-fuzz when missing)
+	@command -v cargo-fuzz >/dev/null 2>&1 || nice -n 19 cargo install --locked cargo-fuzz
+	nice -n 19 cargo fuzz build --sanitizer none
+
+fuzz: fuzz-build ## run every fuzz target for FUZZ_SECONDS each (default 60), one after the other; fails on a crash
+	@set -eo pipefail; $(foreach t,$(FUZZ_TARGETS),echo "== fuzz $(t): $(FUZZ_SECONDS) s"; mkdir -p target/fuzz-corpus/$(t); \
+		nice -n 19 cargo fuzz run --sanitizer none $(t) target/fuzz-corpus/$(t) fuzz/corpus/$(t) -- \
+		-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=16384 \
+		$(if $(FUZZ_DICT_$(t)),-dict=fuzz/dict/$(FUZZ_DICT_$(t)).dict) 2>&1 | grep -v '^#[0-9]'; )
 
 e2e: k8s-bins image ## start the local control plane (the operator image imported into its real nodes), run the end-to-end tests, stop it
 	e2e/run-e2e.sh

@@ -156,8 +156,16 @@ pub fn pod_of(doc: &Value, default_ns: &str) -> Result<(Value, String), Error> {
 /// Reads every document of a YAML/JSON file (or `-`), flattening `kind: List`, dropping empty ones.
 pub fn documents(path: &str) -> Result<Vec<Value>, Error> {
     let text = crate::sources::read_file(path).map_err(|e| Error::Input(e.to_string()))?;
+    documents_of(&text, path)
+}
+
+/// The documents of `text` (the contents of the file `path`, named in errors) as [`documents`]
+/// reads them: multi-document YAML or JSON, `kind: List` flattened, empty documents dropped.
+///
+/// Errors: text that is not YAML or JSON, naming `path`.
+pub fn documents_of(text: &str, path: &str) -> Result<Vec<Value>, Error> {
     let docs: Vec<Value> =
-        serde_saphyr::from_multiple(&text).map_err(|e| Error::Input(format!("{path}: not valid YAML or JSON: {e}")))?;
+        serde_saphyr::from_multiple(text).map_err(|e| Error::Input(format!("{path}: not valid YAML or JSON: {e}")))?;
     let mut out = Vec::new();
     for d in docs {
         flatten(d, &mut out);

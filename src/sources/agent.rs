@@ -185,17 +185,40 @@ async fn agent_get_with_mode(client: &reqwest::Client, url: &str, limit: usize, 
     };
     let resp = request.send().await.map_err(|e| transport_failure(&what, &e))?;
     let status = resp.status();
+    let headers = resp.headers().clone();
+    let limit = if status.is_success() { limit } else { ERROR_BODY_BYTES };
+    let body = read_limited(resp, limit).await.map_err(|e| e.to_string());
+    agent_answer(&what, status, &headers, body)
+}
+
+/// The most of a non-2xx answer's body that is read into the failure message (bytes).
+const ERROR_BODY_BYTES: usize = 4096;
+
+/// What the operator takes from an agent's answer to `what` (its URL): its `status`, `headers`
+/// and `body` as read (the bytes, or why they could not be read: over the limit, cut off).
+///
+/// A 2xx answer: the body with its `Content-Type` (when visible ASCII) and the proxy mode of
+/// its [`PROXY_MODE_HEADER`] (`None` when absent or not a mode); a body that could not be read
+/// is the failure ([`reason::OTHER`], `what: why`). Any other status is a failure: with the
+/// agent's [`REASON_HEADER`] when that is one of the [`reason`] labels, else
+/// [`reason::HTTP_STATUS`]; the message `what: HTTP status: body`, the body read as at most
+/// 4,096 bytes, decoded lossily as UTF-8 and trimmed (empty when unreadable; then, without a
+/// known reason, left out with its `: `).
+#[doc(hidden)]
+pub fn agent_answer(
+    what: &str,
+    status: reqwest::StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    body: Result<Vec<u8>, String>,
+) -> Result<(ScrapeBody, Option<ProxyMode>), (String, String)> {
     if status.is_success() {
-        let mode = resp.headers().get(PROXY_MODE_HEADER).and_then(|v| v.to_str().ok()).and_then(ProxyMode::parse);
-        let content_type = content_type(&resp);
-        return read_limited(resp, limit)
-            .await
-            .map(|bytes| (ScrapeBody { bytes, content_type }, mode))
-            .map_err(|e| (reason::OTHER.to_string(), format!("{what}: {e}")));
+        let mode = headers.get(PROXY_MODE_HEADER).and_then(|v| v.to_str().ok()).and_then(ProxyMode::parse);
+        let content_type = content_type(headers);
+        return body.map(|bytes| (ScrapeBody { bytes, content_type }, mode)).map_err(|e| (reason::OTHER.to_string(), format!("{what}: {e}")));
     }
     let known = [reason::CONNECTION_REFUSED, reason::TIMEOUT, reason::HTTP_STATUS, reason::PARSE, reason::OTHER];
-    let label = resp.headers().get(REASON_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| known.into_iter().find(|k| *k == v));
-    let body = read_limited(resp, 4096).await.map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
+    let label = headers.get(REASON_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| known.into_iter().find(|k| *k == v));
+    let body = body.map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
     match label {
         Some(r) => Err((r.to_string(), format!("{what}: HTTP {status}: {body}"))),
         None => Err((reason::HTTP_STATUS.to_string(), format!("{what}: HTTP {status}{}", if body.is_empty() { String::new() } else { format!(": {body}") }))),

@@ -52,13 +52,13 @@ pub async fn get_scrape(client: &reqwest::Client, url: &str, limit: usize, accep
     if !status.is_success() {
         return Err(FetchError::Status(status));
     }
-    let content_type = content_type(&resp);
+    let content_type = content_type(resp.headers());
     Ok(ScrapeBody { bytes: read_limited(resp, limit).await?, content_type })
 }
 
-/// The `Content-Type` of `resp`, when present and visible ASCII.
-pub fn content_type(resp: &reqwest::Response) -> Option<String> {
-    resp.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string)
+/// The `Content-Type` of an answer with `headers`, when present and visible ASCII.
+pub fn content_type(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    headers.get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string)
 }
 
 /// GET `url`: a 2xx answer's body, at most `limit` bytes.

@@ -1,0 +1,7 @@
+//! Fuzz target `protobuf`: the input bytes into `checks::protobuf` (fuzz/checks.rs says what is checked).
+#![no_main]
+
+#[path = "../checks.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::protobuf(data));
