@@ -455,11 +455,12 @@ pub fn mutate_yaml(data: &[u8]) {
 // ---------------------------------------------------------------------------------------------
 // kube-proxy configuration
 
-/// What every accepted configuration holds: periods >= 0 (not NaN). Not asserted: that they
-/// are finite (a Go duration of 400 nines reads as infinity, one of issue 22's known defects).
+/// What every accepted configuration holds: periods >= 0 and within Go's `time.Duration`
+/// (int64 nanoseconds, about 292 years; beyond is refused, never read as infinity).
 fn check_config(c: &ProxyConfig) {
-    assert!(c.min_sync_period_seconds >= 0.0, "minSyncPeriod {}", c.min_sync_period_seconds);
-    assert!(c.sync_period_seconds >= 0.0, "syncPeriod {}", c.sync_period_seconds);
+    let max = safe_termination::proxyconfig::GO_DURATION_MAX_NANOS * 1e-9;
+    assert!((0.0..=max).contains(&c.min_sync_period_seconds), "minSyncPeriod {}", c.min_sync_period_seconds);
+    assert!((0.0..=max).contains(&c.sync_period_seconds), "syncPeriod {}", c.sync_period_seconds);
 }
 
 /// `/configz` JSON: [`check_config`] on what is accepted; `reduce_configz` accepts exactly
@@ -485,12 +486,12 @@ pub fn configmap(data: &[u8]) {
     }
 }
 
-/// Go durations: never NaN; the sign is the text's (`-` gives <= 0, else >= 0); a plain
+/// Go durations: finite and within `time.Duration`; the sign is the text's (`-` gives <= 0, else >= 0); a plain
 /// `<integer><unit>` reads as that integer times the unit.
 pub fn go_duration(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let Ok(v) = parse_go_duration(text) else { return };
-    assert!(!v.is_nan(), "{text:?} read as NaN");
+    assert!(v.is_finite() && v.abs() <= safe_termination::proxyconfig::GO_DURATION_MAX_NANOS * 1e-9, "{text:?} read as {v}");
     assert!(if text.starts_with('-') { v <= 0.0 } else { v >= 0.0 }, "{text:?} read as {v}");
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
     if (1..=9).contains(&digits) {
