@@ -359,13 +359,13 @@ impl NativeHistogram {
         };
         let mut out = Vec::with_capacity(self.negative.len() + self.positive.len() + 1);
         for &(i, count) in self.negative.iter().rev() {
-            out.push(clamp(Bound { lower: -bound(i64::from(i), self.schema), upper: -bound(i64::from(i) - 1, self.schema), count }));
+            out.push(clamp(Bound { lower: -bound(i, self.schema), upper: -bound(i.saturating_sub(1), self.schema), count }));
         }
         if self.zero_count > 0.0 {
             out.push(Bound { lower: -zt, upper: zt, count: self.zero_count });
         }
         for &(i, count) in &self.positive {
-            out.push(clamp(Bound { lower: bound(i64::from(i) - 1, self.schema), upper: bound(i64::from(i), self.schema), count }));
+            out.push(clamp(Bound { lower: bound(i.saturating_sub(1), self.schema), upper: bound(i, self.schema), count }));
         }
         out
     }
@@ -406,7 +406,7 @@ impl NativeHistogram {
         'outer: loop {
             let mut count = self.zero_count;
             for &(i, c) in &self.positive {
-                let (lower, upper) = (bound(i64::from(i) - 1, self.schema), bound(i64::from(i), self.schema));
+                let (lower, upper) = (bound(i.saturating_sub(1), self.schema), bound(i, self.schema));
                 if lower >= larger {
                     break;
                 }
@@ -419,7 +419,7 @@ impl NativeHistogram {
                 }
             }
             for &(i, c) in &self.negative {
-                let (lower, upper) = (-bound(i64::from(i), self.schema), -bound(i64::from(i) - 1, self.schema));
+                let (lower, upper) = (-bound(i, self.schema), -bound(i.saturating_sub(1), self.schema));
                 if upper <= -larger {
                     break;
                 }
@@ -446,7 +446,7 @@ impl NativeHistogram {
         }
         let (zero_count, zero_threshold) = self.zero_count_for_larger_threshold(threshold);
         let schema = self.schema;
-        let keep = |&(i, c): &(i32, f64)| c != 0.0 && bound(i64::from(i) - 1, schema) >= zero_threshold;
+        let keep = |&(i, c): &(i32, f64)| c != 0.0 && bound(i.saturating_sub(1), schema) >= zero_threshold;
         let positive = self.positive.iter().copied().filter(keep).collect();
         let negative = self.negative.iter().copied().filter(keep).collect();
         NativeHistogram { zero_count, zero_threshold, positive, negative, ..self.clone() }
@@ -470,7 +470,7 @@ impl NativeHistogram {
         let schema = self.schema.min(other.schema);
         let a = self.with_zero_threshold(threshold).reduce_to_schema(schema);
         let mut b = other.with_zero_threshold(threshold).reduce_to_schema(schema);
-        let outside = |&(i, _): &(i32, f64)| bound(i64::from(i), schema) > a.zero_threshold;
+        let outside = |&(i, _): &(i32, f64)| bound(i, schema) > a.zero_threshold;
         b.positive.retain(outside);
         b.negative.retain(outside);
         (a, b)
@@ -533,7 +533,7 @@ impl NativeHistogram {
         // buckets whose outer bound is within the zero threshold are not compared (Prometheus'
         // iterators start above `absoluteStartValue`)
         let went_down = |now: &[(i32, f64)], before: &[(i32, f64)]| {
-            let above = |i: i32| bound(i64::from(i), self.schema) > self.zero_threshold;
+            let above = |i: i32| bound(i, self.schema) > self.zero_threshold;
             before.iter().filter(|&&(i, c)| c != 0.0 && above(i)).any(|&(i, c)| match now.binary_search_by_key(&i, |b| b.0) {
                 Ok(k) => now[k].1 < c,
                 Err(_) => true,
@@ -591,7 +591,8 @@ fn merge(a: &[(i32, f64)], b: &[(i32, f64)], sign: f64) -> Vec<(i32, f64)> {
 /// The upper bound of positive bucket `index` in `schema` (Prometheus `getBoundExponential`):
 /// `2^(index x 2^-schema)`, from Prometheus' table of fractions for schemas 0..=8 and a power
 /// of two, and `f64::MAX` for the last bucket before the one counting `+Inf`.
-fn bound(index: i64, schema: i32) -> f64 {
+fn bound(index: i32, schema: i32) -> f64 {
+    let index = i64::from(index);
     if schema < 0 {
         let exp = index << -schema;
         if exp == 1024 {
@@ -834,8 +835,8 @@ mod tests {
     #[test]
     fn buckets_at_the_lowest_index_have_a_lower_bound() {
         // fuzz target `native` (crash-1a7ee82e): bucket index i32::MIN made `i - 1` overflow in
-        // the bucket walk (a panic with overflow checks, a wrapped bound without). The lower
-        // bound of bucket i32::MIN is now bound(i32::MIN - 1) in i64: below the smallest f64.
+        // the bucket walk (a panic with overflow checks, a wrapped bound without). The index below
+        // i32::MIN saturates: that bucket's lower bound is its upper one.
         for schema in [-4, 0, 3, 8] {
             let h = NativeHistogram::from_buckets(schema, (0.0, 0.0), (3.0, 1.0), &[(i32::MIN, 1.0), (0, 1.0)], &[(i32::MIN, 1.0)]).unwrap();
             let q = h.quantile(0.5).seconds;
