@@ -20,9 +20,8 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
-use safe_termination::crd::{EnforcementMode, GraceSpec, PreStopHandler, PreStopSpec, Scope, TerminationPolicySpec};
 use safe_termination::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
-use safe_termination::webhook::{Capabilities, Plan, PlanPolicy, mutate_pod, review};
+use safe_termination::webhook::{Plan, mutate_pod, review};
 use serde_json::{Map, Value, json};
 use std::sync::OnceLock;
 
@@ -70,41 +69,12 @@ fn case_pointers() -> &'static [String] {
     })
 }
 
-fn policy(spec: TerminationPolicySpec, seconds: u32) -> Option<PlanPolicy> {
-    Some(PlanPolicy { namespace: String::new(), name: "fuzz".into(), spec, pre_stop_seconds: seconds })
-}
-
-/// Four plans: the default (native sleep, 10 s); no native sleep with an exec allow-list and
-/// scope AllLongRunning; Audit; a sleep above the grace cap.
-fn plans() -> &'static [Plan] {
-    static PLANS: OnceLock<Vec<Plan>> = OnceLock::new();
-    PLANS.get_or_init(|| {
-        let native = Capabilities { native_sleep: true };
-        let base = TerminationPolicySpec::default();
-        let exec = TerminationPolicySpec {
-            scope: Scope::AllLongRunning,
-            pre_stop: PreStopSpec { exec_images: vec!["busybox*".into(), "nginx".into()], ..base.pre_stop.clone() },
-            ..base.clone()
-        };
-        let exec_only = TerminationPolicySpec { pre_stop: PreStopSpec { handler: PreStopHandler::Exec, ..exec.pre_stop.clone() }, ..exec.clone() };
-        let audit = TerminationPolicySpec { mode: EnforcementMode::Audit, ..base.clone() };
-        let long = TerminationPolicySpec {
-            pre_stop: PreStopSpec { max_seconds: 3600, ..base.pre_stop.clone() },
-            grace: GraceSpec { max_seconds: 60, ..base.grace.clone() },
-            ..base.clone()
-        };
-        vec![
-            Plan { policies: Vec::new(), default_policy: policy(TerminationPolicySpec::default(), 10), capabilities: native },
-            Plan {
-                policies: vec![PlanPolicy { namespace: "team".into(), name: "exec-only".into(), spec: exec_only, pre_stop_seconds: 7 }],
-                default_policy: policy(exec, 45),
-                capabilities: Capabilities { native_sleep: false },
-            },
-            Plan { policies: Vec::new(), default_policy: policy(audit, 10), capabilities: native },
-            Plan { policies: Vec::new(), default_policy: policy(long, 700), capabilities: native },
-        ]
-    })
-}
+/// The fuzz targets' four plans (fuzz/checks.rs `plans`, included here): the default (native
+/// sleep, 10 s); no native sleep with an exec allow-list and scope AllLongRunning; Audit; a sleep
+/// above the grace cap.
+#[path = "../fuzz/checks.rs"]
+mod checks;
+use checks::plans;
 
 fn services() -> StaticServiceIndex {
     let mut sel = Labels::new();
