@@ -294,7 +294,7 @@ fn services() -> &'static StaticServiceIndex {
 /// The request contract of review.rs (`RequestFields`), as tests/webhook_fuzz.rs writes it
 /// again from its documentation: the uid of a body `review` must answer 200, `None` for one it
 /// must answer 400.
-fn decodable(body: &[u8]) -> Option<String> {
+pub fn decodable(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
     if v.get("kind")?.as_str()? != "AdmissionReview" || v.get("apiVersion")?.as_str()? != "admission.k8s.io/v1" {
         return None;

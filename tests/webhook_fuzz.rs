@@ -101,36 +101,7 @@ fn kube_decodable(body: &[u8]) -> Option<String> {
     (!req.uid.is_empty()).then_some(req.uid)
 }
 
-/// The oracle for "decodable": the contract of review.rs (`RequestFields`), written again here
-/// from its documentation: the envelope, a request object with a non-empty string uid, `kind`
-/// and `resource` objects (or arrays) of three strings, a known operation, optional strings, an object or
-/// null as `object`.
-fn decodable(body: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    if v.get("kind")?.as_str()? != "AdmissionReview" || v.get("apiVersion")?.as_str()? != "admission.k8s.io/v1" {
-        return None;
-    }
-    let r = v.get("request")?.as_object()?;
-    let uid = r.get("uid")?.as_str().filter(|u| !u.is_empty())?;
-    let strings = |field: &str, keys: [&str; 3]| match r.get(field) {
-        Some(Value::Object(o)) => keys.iter().all(|k| o.get(*k).is_some_and(Value::is_string)),
-        Some(Value::Array(a)) => a.len() == 3 && a.iter().all(Value::is_string),
-        _ => false,
-    };
-    let optional = |field: &str, null_ok: bool| match r.get(field) {
-        None => true,
-        Some(Value::Null) => null_ok,
-        Some(x) => x.is_string(),
-    };
-    let ok = strings("kind", ["group", "version", "kind"])
-        && strings("resource", ["group", "version", "resource"])
-        && matches!(r.get("operation").and_then(Value::as_str), Some("CREATE" | "UPDATE" | "DELETE" | "CONNECT"))
-        && optional("subResource", true)
-        && optional("namespace", true)
-        && optional("name", false)
-        && matches!(r.get("object"), None | Some(Value::Null | Value::Object(_)));
-    ok.then(|| uid.to_string())
-}
+use checks::decodable;
 
 /// Runs one body through `review` and checks every property. Returns the patched pod when a
 /// patch was sent.
