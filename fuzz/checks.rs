@@ -495,15 +495,7 @@ pub fn go_duration(data: &[u8]) {
     assert!(if text.starts_with('-') { v <= 0.0 } else { v >= 0.0 }, "{text:?} read as {v}");
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
     if (1..=9).contains(&digits) {
-        let scale = match &text[digits..] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return,
-        };
+        let Some(scale) = safe_termination::proxyconfig::go_duration_unit_seconds(&text[digits..]) else { return };
         let n: f64 = text[..digits].parse().unwrap_or(f64::NAN);
         assert_eq!(v, n * scale, "{text:?}");
     }

@@ -53,6 +53,20 @@ pub struct DurationError {
     pub message: String,
 }
 
+/// Seconds per unit of a Go duration (`time.ParseDuration`'s `unitMap`: ns, us/µs/μs, ms, s,
+/// m, h); None for anything else.
+pub fn go_duration_unit_seconds(unit: &str) -> Option<f64> {
+    match unit {
+        "ns" => Some(1e-9),
+        "us" | "µs" | "μs" => Some(1e-6),
+        "ms" => Some(1e-3),
+        "s" => Some(1.0),
+        "m" => Some(60.0),
+        "h" => Some(3600.0),
+        _ => None,
+    }
+}
+
 /// Parses a Go duration (`time.ParseDuration`, the form `metav1.Duration` is written in) into
 /// seconds: an optional sign, then one or more `<decimal><unit>` pairs with units `ns`, `us`
 /// (`µs`, `μs`), `ms`, `s`, `m`, `h`; `"0"` alone is zero. Examples: `"1s"` = 1.0, `"500ms"` =
@@ -92,15 +106,10 @@ pub fn parse_go_duration(input: &str) -> Result<f64, DurationError> {
         s = &s[num_len..];
         let unit_len = s.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(s.len());
         let unit = &s[..unit_len];
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            "" => return Err(err("missing unit")),
-            _ => return Err(err(&format!("unknown unit {unit:?}"))),
+        let scale = match (unit, go_duration_unit_seconds(unit)) {
+            (_, Some(scale)) => scale,
+            ("", None) => return Err(err("missing unit")),
+            (_, None) => return Err(err(&format!("unknown unit {unit:?}"))),
         };
         total += value * scale;
         // Go counts in uint64 nanoseconds and fails on overflow; a number too long for f64
