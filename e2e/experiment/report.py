@@ -455,8 +455,8 @@ def load_run(rundir):
 
 
 def max_or_none(values):
-    """The largest of the numbers among `values` (None entries skipped), None when there are none."""
-    nums = [v for v in values if isinstance(v, (int, float))]
+    """The largest of the finite numbers among `values` (`is_number`), None when there are none."""
+    nums = [v for v in values if is_number(v)]
     return max(nums) if nums else None
 
 
