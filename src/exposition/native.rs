@@ -359,13 +359,13 @@ impl NativeHistogram {
         };
         let mut out = Vec::with_capacity(self.negative.len() + self.positive.len() + 1);
         for &(i, count) in self.negative.iter().rev() {
-            out.push(clamp(Bound { lower: -bound(i, self.schema), upper: -bound(i.saturating_sub(1), self.schema), count }));
+            out.push(clamp(Bound { lower: -bound(i, self.schema), upper: -lower_bound(i, self.schema), count }));
         }
         if self.zero_count > 0.0 {
             out.push(Bound { lower: -zt, upper: zt, count: self.zero_count });
         }
         for &(i, count) in &self.positive {
-            out.push(clamp(Bound { lower: bound(i.saturating_sub(1), self.schema), upper: bound(i, self.schema), count }));
+            out.push(clamp(Bound { lower: lower_bound(i, self.schema), upper: bound(i, self.schema), count }));
         }
         out
     }
@@ -406,7 +406,7 @@ impl NativeHistogram {
         'outer: loop {
             let mut count = self.zero_count;
             for &(i, c) in &self.positive {
-                let (lower, upper) = (bound(i.saturating_sub(1), self.schema), bound(i, self.schema));
+                let (lower, upper) = (lower_bound(i, self.schema), bound(i, self.schema));
                 if lower >= larger {
                     break;
                 }
@@ -419,7 +419,7 @@ impl NativeHistogram {
                 }
             }
             for &(i, c) in &self.negative {
-                let (lower, upper) = (-bound(i, self.schema), -bound(i.saturating_sub(1), self.schema));
+                let (lower, upper) = (-bound(i, self.schema), -lower_bound(i, self.schema));
                 if upper <= -larger {
                     break;
                 }
@@ -446,7 +446,7 @@ impl NativeHistogram {
         }
         let (zero_count, zero_threshold) = self.zero_count_for_larger_threshold(threshold);
         let schema = self.schema;
-        let keep = |&(i, c): &(i32, f64)| c != 0.0 && bound(i.saturating_sub(1), schema) >= zero_threshold;
+        let keep = |&(i, c): &(i32, f64)| c != 0.0 && lower_bound(i, schema) >= zero_threshold;
         let positive = self.positive.iter().copied().filter(keep).collect();
         let negative = self.negative.iter().copied().filter(keep).collect();
         NativeHistogram { zero_count, zero_threshold, positive, negative, ..self.clone() }
@@ -586,6 +586,13 @@ fn merge(a: &[(i32, f64)], b: &[(i32, f64)], sign: f64) -> Vec<(i32, f64)> {
         }
     }
     out
+}
+
+/// The lower bound of positive bucket `index`: the upper bound of the bucket below it. The index
+/// below `i32::MIN` saturates (that bucket's lower bound is then its upper one): Prometheus'
+/// `idx - 1` would wrap in Go, and an overflow must not panic on input.
+fn lower_bound(index: i32, schema: i32) -> f64 {
+    bound(index.saturating_sub(1), schema)
 }
 
 /// The upper bound of positive bucket `index` in `schema` (Prometheus `getBoundExponential`):
