@@ -339,21 +339,20 @@ pub fn measure_node_with(
     let sync_samples = sync.as_ref().map_or(0.0, Distribution::count);
     let np_samples = np.as_ref().map_or(0.0, Distribution::count);
 
-    let (window, histogram_kind) = match (sync_p99, np_p99) {
-        (Some(q), np) => {
-            let modelled = sync.as_ref().and_then(|d| d.deletion_window_p99(min_sync_period_seconds));
-            let from_sync = modelled.unwrap_or_else(|| deletion_window_bound_seconds(min_sync_period_seconds, q.seconds));
-            // the path before kube-proxy (EndpointSlice controller, API server, watch), which a
-            // deletion shares with the Ready changes network programming measures
-            match np.map(|n| (n, (n.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0))) {
-                Some((n, upstream)) if upstream > from_sync => (Some(upstream), Some(n.kind)),
-                _ => (Some(from_sync), Some(q.kind)),
-            }
-        }
+    // the path before kube-proxy (EndpointSlice controller, API server, watch), which a deletion
+    // shares with the Ready changes network programming measures
+    let from_np = np_p99.map(|q| ((q.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0), q.kind));
+    let from_sync = sync_p99.map(|q| {
+        let modelled = sync.as_ref().and_then(|d| d.deletion_window_p99(min_sync_period_seconds));
+        (modelled.unwrap_or_else(|| deletion_window_bound_seconds(min_sync_period_seconds, q.seconds)), q.kind)
+    });
+    let (window, histogram_kind) = match (from_sync, from_np) {
+        (Some(s), Some(n)) if n.0 > s.0 => (Some(n.0), Some(n.1)),
+        (Some(s), _) => (Some(s.0), Some(s.1)),
         // no sync histogram: network programming stands in, and a change still waits for the
         // next sync, at most minSyncPeriod later, so W is never below it (a network-programming
         // p99 under 1 s gave W 0)
-        (None, Some(q)) => (Some((q.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0).max(min_sync_period_seconds)), Some(q.kind)),
+        (None, Some(n)) => (Some(n.0.max(min_sync_period_seconds)), Some(n.1)),
         (None, None) => (None, None),
     };
     let samples = if sync_p99.is_some() { sync_samples } else { np_samples };
