@@ -1151,7 +1151,15 @@ async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
     assert!(msg.contains(&nodes[1]), "the failed node is named in MetricsUnavailable: {condition}");
     assert_eq!(status["measurement"]["sources"]["agent"], 1, "{status}");
     assert_eq!(status["recommendation"]["reason"], "Measured", "sizing continues from {}: {status}", nodes[0]);
-    assert!(status["recommendation"]["preStopSeconds"].as_u64().is_some_and(|v| v + 1 >= before && v <= before + 1), "the recommendation jumped: {before} s before, {status}");
+    // the sleep now comes from the first node's own window: the worst node is that node, and
+    // the arithmetic starts from the W the status reports. (It need not stay within 1 s of the
+    // two-node value: W includes network programming p99 - 1 s, which moves with the control
+    // plane's load between the two readings, and the stopped node may have been the worst.)
+    assert_eq!(status["measurement"]["worstNode"], nodes[0].as_str(), "{status}");
+    let w = status["measurement"]["propagationWindowSeconds"].as_f64().expect("W from the remaining node");
+    let arithmetic = status["recommendation"]["arithmetic"].as_str().unwrap_or_default();
+    assert!(arithmetic.starts_with(&format!("ceil({w:.3} s x ")), "the sleep is sized from the remaining node's W {w} s: {arithmetic}");
+    eprintln!("recommendation {before} s from both nodes, {} s from {} alone (W {w} s)", status["recommendation"]["preStopSeconds"], nodes[0]);
 
     // back to the direct scrape for the tests after this one
     std::fs::write(agent_values.path(), json!({"agent": {"enabled": false}}).to_string()).unwrap();
