@@ -10,7 +10,8 @@
 //! - IPVS at any size: deprecated in 1.35 (KEP-5495), gate planned for 1.37, removal 1.43;
 //! - ~8,000 Services or conntrack pressure: beyond what any kube-proxy mode handles well; an eBPF
 //!   dataplane (Cilium, Calico eBPF) replaces kube-proxy and, in practice, the CNI;
-//! - stale proxy: last queued minus last synced above 30 s (OpenShift's network operator alert).
+//! - stale proxy: changes queued and not synced for over 30 s (kube-proxy's own healthz rule,
+//!   [`crate::model::NodeWindow::stale_seconds`]; OpenShift's network operator alerts at 30 s too).
 
 use crate::model::{Basis, NodeWindow, ProxyMode};
 use serde::Serialize;
@@ -73,7 +74,7 @@ pub struct Thresholds {
     pub ebpf_services: u64,
     /// MigrateProxyMode to eBPF at or above this conntrack table usage (entries / limit). Default 0.8.
     pub conntrack_usage_ratio: f64,
-    /// ProxyStale when last queued minus last synced is above this, seconds. Default 30.
+    /// ProxyStale when changes have waited for a sync longer than this, seconds. Default 30.
     pub stale_seconds: f64,
 }
 
@@ -210,7 +211,7 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
                 AdviceReason::ProxyStale,
                 Severity::Warning,
                 format!("node {}: kube-proxy has had changes queued for {} without a completed sync: it is stuck or far behind; check its logs and restore failures", n.node, fmt_s(stale)),
-                format!("last queued - last synced > {} s", t.stale_seconds),
+                format!("changes queued without a sync for > {} s", t.stale_seconds),
                 Some(&n.node),
                 None,
             ));

@@ -446,7 +446,9 @@ impl MeasurementStore {
         self.record_from(node, sample, Some(source));
     }
 
-    fn record_from(&mut self, node: &str, sample: Sample, source: Option<NodeSource>) {
+    fn record_from(&mut self, node: &str, mut sample: Sample, source: Option<NodeSource>) {
+        sample.scrape.scraped_at_unix_seconds = Some(sample.at_unix_seconds);
+        sample.scrape.oldest_pending_queued_unix_seconds = oldest_pending(self.nodes.get(node).map(|n| &n.newest.scrape), &sample.scrape);
         self.revision = next_revision();
         self.failures.remove(node);
         let start = sample.at_unix_seconds - self.window_seconds;
@@ -545,6 +547,20 @@ impl MeasurementStore {
     }
 }
 
+/// The oldest `last_queued` still waiting in `now`, carried from `previous` (the node's scrape
+/// before it) when changes were pending in both and no sync completed in between (the same
+/// last sync); None when `now` has nothing pending or starts the wait.
+fn oldest_pending(previous: Option<&KubeProxyScrape>, now: &KubeProxyScrape) -> Option<f64> {
+    let pending = |s: &KubeProxyScrape| match (s.last_queued_timestamp_seconds, s.last_sync_timestamp_seconds) {
+        (Some(queued), Some(synced)) if queued > synced => Some((queued, synced)),
+        _ => None,
+    };
+    let (queued, synced) = pending(now)?;
+    let previous = previous?;
+    let (previous_queued, previous_synced) = pending(previous)?;
+    (previous_synced == synced).then(|| previous.oldest_pending_queued_unix_seconds.unwrap_or(previous_queued).min(queued))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -607,6 +623,32 @@ mod tests {
         )
     }
 
+    /// A scrape with only kube-proxy's two timestamps.
+    fn timestamps(last_synced: f64, last_queued: f64) -> KubeProxyScrape {
+        KubeProxyScrape { last_sync_timestamp_seconds: Some(last_synced), last_queued_timestamp_seconds: Some(last_queued), ..KubeProxyScrape::default() }
+    }
+
+    #[test]
+    fn a_wait_is_carried_across_scrapes_until_a_sync_completes() {
+        let mut store = MeasurementStore::new(600.0);
+        let mut record = |at: f64, scrape: KubeProxyScrape| {
+            store.record("n", Sample { at_unix_seconds: at, scrape, proxy_mode: None });
+            let later = store.inputs().remove(0).later;
+            (later.scraped_at_unix_seconds, later.oldest_pending_queued_unix_seconds)
+        };
+        // nothing pending
+        assert_eq!(record(1000.0, timestamps(999.0, 998.0)), (Some(1000.0), None));
+        // a change queued at 1001, still waiting at 1002: the wait starts at 1001
+        assert_eq!(record(1002.0, timestamps(999.0, 1001.0)), (Some(1002.0), None));
+        // more changes queued (last queued moves to 1031), no sync since 999: the oldest
+        // still waiting is 1001's
+        assert_eq!(record(1032.0, timestamps(999.0, 1031.0)), (Some(1032.0), Some(1001.0)));
+        assert_eq!(record(1062.0, timestamps(999.0, 1061.0)), (Some(1062.0), Some(1001.0)));
+        // a sync completed at 1063 and a new change at 1064 waits on its own
+        assert_eq!(record(1065.0, timestamps(1063.0, 1064.0)), (Some(1065.0), None));
+        assert_eq!(record(1067.0, timestamps(1066.0, 1065.0)), (Some(1067.0), None));
+    }
+
     #[test]
     fn inputs_are_those_of_the_whole_samples_for_real_scrapes() {
         let scrapes = real_scrapes();
@@ -634,7 +676,8 @@ mod tests {
                 let inputs = store.inputs();
                 let reference = NodeInput {
                     node: "n".into(),
-                    later: whole.0.back().unwrap().scrape.clone(),
+                    // the store stamps the scrape's time, which the stale check reads
+                    later: KubeProxyScrape { scraped_at_unix_seconds: Some(at), ..whole.0.back().unwrap().scrape.clone() },
                     earlier: (whole.0.len() >= 2).then(|| whole.0[0].scrape.clone()),
                     proxy_mode: whole.0.back().unwrap().proxy_mode.or((whole.0.len() >= 2).then(|| whole.0[0].proxy_mode).flatten()),
                 };

@@ -191,7 +191,8 @@ pub struct NodeWindow {
     pub propagation_window_seconds: Option<f64>,
     /// How far W can be trusted.
     pub basis: Basis,
-    /// `last_queued - last_synced`, seconds, when both gauges exist.
+    /// How long changes have waited for a sync, seconds ([`pending_seconds`]): 0 when none
+    /// wait; None when a gauge or the scrape's time is unknown.
     pub stale_seconds: Option<f64>,
     /// iptables rules owned (`iptables_total`, summed over tables).
     pub iptables_rules_total: Option<f64>,
@@ -377,10 +378,7 @@ pub fn measure_node_with(
         (None, None, Some(m)) => (m, "metric families"),
         _ => (ProxyMode::Unknown, "unknown"),
     };
-    let stale_seconds = match (input.later.last_queued_timestamp_seconds, input.later.last_sync_timestamp_seconds) {
-        (Some(q), Some(s)) if (q - s).is_finite() => Some((q - s).max(0.0)),
-        _ => None,
-    };
+    let stale_seconds = pending_seconds(&input.later);
     NodeWindow {
         node: input.node.clone(),
         interval,
@@ -440,6 +438,25 @@ pub fn cluster_window(nodes: &[NodeWindow]) -> ClusterWindow {
     ClusterWindow { worst_node: None, propagation_window_seconds: None, basis: Basis::NoData }
 }
 
+/// How long kube-proxy has had changes queued without a completed sync, seconds, as its own
+/// healthz judges it (`pkg/proxy/healthcheck`: unhealthy when the oldest pending queue time is
+/// older than the health timeout): 0 when the last queue is not after the last sync; else the
+/// scrape's time minus the oldest pending queue time the reader saw (or `last_queued`, a lower
+/// bound). `last_queued - last_synced` alone is not a wait: an idle proxy scraped between a new
+/// change and its sync (within minSyncPeriod) shows the whole idle time. None when a gauge or
+/// the scrape's time is missing, or the difference is not finite.
+fn pending_seconds(later: &KubeProxyScrape) -> Option<f64> {
+    let (queued, synced) = (later.last_queued_timestamp_seconds?, later.last_sync_timestamp_seconds?);
+    if !(queued - synced).is_finite() {
+        return None;
+    }
+    if queued <= synced {
+        return Some(0.0);
+    }
+    let since = later.oldest_pending_queued_unix_seconds.map_or(queued, |o| o.min(queued));
+    Some((later.scraped_at_unix_seconds? - since).max(0.0)).filter(|s| s.is_finite())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,6 +487,32 @@ mod tests {
         })
         .unwrap();
         KubeProxyScrape { sync_native: Some(native), ..scrape(count) }
+    }
+
+    #[test]
+    fn pending_seconds_is_the_wait_of_the_oldest_queued_change() {
+        let at = |synced: f64, queued: f64, scraped: Option<f64>, oldest: Option<f64>| KubeProxyScrape {
+            last_sync_timestamp_seconds: Some(synced),
+            last_queued_timestamp_seconds: Some(queued),
+            scraped_at_unix_seconds: scraped,
+            oldest_pending_queued_unix_seconds: oldest,
+            ..KubeProxyScrape::default()
+        };
+        // an idle proxy (last sync 53 s before) scraped 0.4 s after a change, before its sync:
+        // waiting 0.4 s, not 53 s
+        assert_eq!(pending_seconds(&at(1000.0, 1053.0, Some(1053.4), None)), Some(1053.4 - 1053.0));
+        // changes waiting since 1001 (seen by an earlier scrape), the last queued at 1040
+        assert_eq!(pending_seconds(&at(1000.0, 1040.0, Some(1041.0), Some(1001.0))), Some(40.0));
+        // nothing queued after the last sync
+        assert_eq!(pending_seconds(&at(1000.0, 999.0, None, None)), Some(0.0));
+        assert_eq!(pending_seconds(&at(1000.0, 1000.0, Some(5000.0), None)), Some(0.0));
+        // pending, but when the scrape was taken is unknown
+        assert_eq!(pending_seconds(&at(1000.0, 1001.0, None, None)), None);
+        // a clock behind the node's: not a negative wait
+        assert_eq!(pending_seconds(&at(1000.0, 1001.0, Some(1000.5), None)), Some(0.0));
+        // not finite
+        assert_eq!(pending_seconds(&at(f64::NAN, 1001.0, Some(1002.0), None)), None);
+        assert_eq!(pending_seconds(&at(1000.0, f64::INFINITY, Some(1002.0), None)), None);
     }
 
     #[test]

@@ -674,27 +674,47 @@ fn ipvs_at_any_size_migrates_to_nftables() {
 
 #[test]
 fn proxy_stale_threshold() {
-    let stale = |queued: &str| {
-        format!(
+    // changes queued at 1,700,000,030 after the last sync at 1,700,000,000, scraped at `at`:
+    // they have waited `at` - 1,700,000,030 s (kube-proxy's healthz rule), not the 30 s between
+    // the two gauges
+    let stale = |queued: &str, at: Option<f64>| {
+        let text = format!(
             "{}kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7e+09\nkubeproxy_sync_proxy_rules_last_queued_timestamp_seconds {queued}\n",
             sync_p99_text("0.01", "0.02")
-        )
+        );
+        let later = KubeProxyScrape { scraped_at_unix_seconds: at, ..parse(&text) };
+        analyze(&[NodeInput { node: "n1".into(), later, earlier: None, proxy_mode: None }], &opts(ClusterFacts::default()), &TerminationPolicySpec::default())
     };
-    let r = analyze_one(&stale("1700000030"));
+    // an idle proxy scraped between a change and its sync: 30 s apart, waiting 0.4 s
+    let r = stale("1700000030", Some(1_700_000_030.4));
+    approx(r.nodes[0].stale_seconds.unwrap(), 0.4, 1e-6);
+    assert!(!reasons(&r).contains(&AdviceReason::ProxyStale), "{:?}", r.advice);
+    // the threshold: 30 s of waiting is not stale, 30.5 s is
+    let r = stale("1700000030", Some(1_700_000_060.0));
     assert_eq!(r.nodes[0].stale_seconds, Some(30.0));
     assert!(!reasons(&r).contains(&AdviceReason::ProxyStale), "{:?}", r.advice);
-    let r = analyze_one(&stale("1700000030.5"));
+    let r = stale("1700000030", Some(1_700_000_060.5));
     assert_eq!(r.nodes[0].stale_seconds, Some(30.5));
     assert_eq!(reasons(&r), vec![AdviceReason::ProxyStale]);
-    assert_eq!(r.advice[0].threshold, "last queued - last synced > 30 s");
+    assert_eq!(r.advice[0].threshold, "changes queued without a sync for > 30 s");
     assert!(r.advice[0].message.contains("30.500 s"), "{}", r.advice[0].message);
+    // without the scrape's time a wait is unknown: no number, no advice
+    let r = stale("1700000030", None);
+    assert_eq!(r.nodes[0].stale_seconds, None);
+    assert!(!reasons(&r).contains(&AdviceReason::ProxyStale), "{:?}", r.advice);
+    // nothing queued since the last sync: 0 whenever it was scraped
+    assert_eq!(stale("1699999990", Some(1_800_000_000.0)).nodes[0].stale_seconds, Some(0.0));
+    assert_eq!(stale("1699999990", None).nodes[0].stale_seconds, Some(0.0));
 
-    // dual-stack: the oldest last sync and the newest last queue give the worst staleness
+    // dual-stack: the oldest last sync and the newest last queue: IPv6 synced at 960 and a
+    // change queued at 999 waits at 1,040 for 41 s
     let text = format!(
         "{}kubeproxy_sync_proxy_rules_last_timestamp_seconds{{ip_family=\"IPv4\"}} 1000\nkubeproxy_sync_proxy_rules_last_timestamp_seconds{{ip_family=\"IPv6\"}} 960\nkubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{{ip_family=\"IPv4\"}} 995\nkubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{{ip_family=\"IPv6\"}} 999\n",
         sync_p99_text("0.01", "0.02")
     );
-    assert_eq!(analyze_one(&text).nodes[0].stale_seconds, Some(39.0));
+    let later = KubeProxyScrape { scraped_at_unix_seconds: Some(1040.0), ..parse(&text) };
+    let r = analyze(&[NodeInput { node: "n1".into(), later, earlier: None, proxy_mode: None }], &opts(ClusterFacts::default()), &TerminationPolicySpec::default());
+    assert_eq!(r.nodes[0].stale_seconds, Some(41.0));
 }
 
 #[test]

@@ -308,13 +308,18 @@ async fn a_stale_proxy_is_advised() {
     let last_sync = "kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.704894799332805e+09";
     let last_queued = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds 1.704894799314416e+09";
     assert!(V1_29.contains(last_sync) && V1_29.contains(last_queued));
-    // queued 120 s after the last successful sync
-    let stale = V1_29.replace(last_queued, "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds 1704894919.332805");
+    // a change queued 120 s before the scrape, after the last sync 130 s before it: waiting
+    // 120 s when scraped (by the store's clock, stamped on the sample)
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let stale = V1_29
+        .replace(last_queued, &format!("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds {}", now - 120.0))
+        .replace(last_sync, &format!("kubeproxy_sync_proxy_rules_last_timestamp_seconds {}", now - 130.0));
     let target = kube_proxy("node-stale", &Fake::new(&stale)).await;
     let mut store = MeasurementStore::new(600.0);
     record_outcomes(&mut store, [scrape_once(&client(), &target, &opts(2000)).await]);
     let r = analyze_store(&store);
-    approx(r.nodes[0].stale_seconds.unwrap(), 120.0, 1e-3);
+    let waited = r.nodes[0].stale_seconds.unwrap();
+    assert!((120.0..125.0).contains(&waited), "waited {waited} s: 120 s plus the scrape's own time");
     let advice = r.advice.iter().find(|a| a.reason == AdviceReason::ProxyStale).expect("ProxyStale advice");
     assert_eq!(advice.node.as_deref(), Some("node-stale"));
 
@@ -537,7 +542,8 @@ async fn prometheus_source_feeds_the_same_core_maths() {
     assert_eq!(a.stale_seconds, Some(0.0));
     let b = r.nodes.iter().find(|n| n.node == "node-b").unwrap();
     approx(b.sync_p99.unwrap().seconds, 4.096 + 4.096 * 0.99, 1e-9);
-    approx(b.stale_seconds.unwrap(), 120.0, 1e-9);
+    // queued at 1704894820 after the last sync at 1704894700: waiting since then, to the query's time
+    approx(b.stale_seconds.unwrap(), snap.at_unix_seconds - 1704894820.0, 1e-6);
     assert_eq!(r.worst_node.as_deref(), Some("node-b"));
     assert!(r.advice.iter().any(|x| x.reason == AdviceReason::ProxyStale && x.node.as_deref() == Some("node-b")));
 }
@@ -761,7 +767,7 @@ async fn cli_url_fetch_stops_at_the_body_limit() {
 
 mod fake_protobuf;
 use fake_protobuf::{A_PB, A_TXT, Answer, ipv4_only, ipv4_only_text};
-use safe_termination::exposition::{ACCEPT_PROTOBUF_FIRST, parse_kube_proxy_metrics};
+use safe_termination::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, parse_kube_proxy_metrics};
 
 #[tokio::test]
 async fn the_scrape_asks_for_protobuf_first_and_reads_the_native_histogram() {
@@ -816,7 +822,9 @@ fn the_files_source_detects_protobuf_scrapes() {
     let b = inputs.iter().find(|i| i.node == "node-b").unwrap();
     assert_eq!(a.later.sync_native.as_ref().map(|n| n.schema()), Some(3));
     assert_eq!(a.later.sync, parse_kube_proxy_metrics(&ipv4_only_text(A_TXT)).unwrap().sync);
-    assert_eq!(b.later, parse_kube_proxy_metrics(A_TXT).unwrap());
+    // as parsed, stamped with the time the store read it
+    assert!(b.later.scraped_at_unix_seconds.is_some());
+    assert_eq!(b.later, KubeProxyScrape { scraped_at_unix_seconds: b.later.scraped_at_unix_seconds, ..parse_kube_proxy_metrics(A_TXT).unwrap() });
     // a cut protobuf file is an error naming the file and the message
     std::fs::write(&pb, &ipv4_only(A_PB)[..100]).unwrap();
     let e = safe_termination::sources::store_from_files(&specs[..1], 600.0).unwrap_err().to_string();

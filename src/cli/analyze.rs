@@ -63,7 +63,7 @@ pub struct AnalyzeArgs {
     /// eBPF dataplane threshold, Services (1 to 100,000,000).
     #[arg(long, default_value_t = 8000, allow_negative_numbers = true, value_parser = whole_in(1u64, 100_000_000, "a whole number of Services"))]
     pub ebpf_services_threshold: u64,
-    /// ProxyStale threshold (last queued - last synced), seconds (above 0, at most 86400).
+    /// ProxyStale threshold (how long changes have waited for a sync), seconds (above 0, at most 86400).
     #[arg(long, default_value_t = 30.0, allow_negative_numbers = true, value_parser = number_in(0.0, 86400.0, true, "a number of seconds"))]
     pub stale_seconds: f64,
     /// Per-URL timeout, seconds (1 to 3600).
@@ -234,6 +234,7 @@ async fn load(
 ) -> Result<(crate::exposition::KubeProxyScrape, Option<ProxyMode>), Error> {
     let name = if source == "-" { "<stdin>".into() } else { sources::redact(source) };
     let input = |e: sources::SourceError| Error::Input(e.to_string());
+    let file_time = (!sources::is_url(source) && source != "-").then(|| std::fs::metadata(source).and_then(|m| m.modified()).ok()).flatten();
     let (bytes, read_as, proxy_mode) = if let Some(scheme) = sources::url_scheme(source)
         && !sources::is_url(source)
     {
@@ -250,7 +251,11 @@ async fn load(
         let read_as = file_format(&name, &bytes, format)?;
         (bytes, read_as, None)
     };
-    let scrape = sources::read_scrape_as(&name, bytes, read_as).map_err(input)?;
+    let mut scrape = sources::read_scrape_as(&name, bytes, read_as).map_err(input)?;
+    // when it was taken: a file's modification time (a capture written as it was scraped),
+    // else now; how long kube-proxy's changes have waited is measured to it
+    let taken = file_time.unwrap_or_else(std::time::SystemTime::now);
+    scrape.scraped_at_unix_seconds = taken.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_secs_f64());
     if scrape.sync.is_none() && scrape.network_programming.is_none() && scrape.last_sync_timestamp_seconds.is_none() {
         // valid text, but nothing of kube-proxy's: the report will say NoData; say why here
         // (a closed standard error loses the warning, never panics)

@@ -6,7 +6,7 @@
 //! | `safe_termination_kube_proxy_sync_p99_seconds` | gauge | node | sync p99 over the window |
 //! | `safe_termination_kube_proxy_network_programming_p99_seconds` | gauge | node | NP p99 |
 //! | `safe_termination_kube_proxy_sync_slow` | gauge 0/1 | node | sync p99 above the threshold |
-//! | `safe_termination_kube_proxy_stale_seconds` | gauge | node | last queued - last synced |
+//! | `safe_termination_kube_proxy_stale_seconds` | gauge | node | how long changes have waited for a sync (0: none wait) |
 //! | `safe_termination_kube_proxy_nodes` | gauge | state (scraped, failed) | nodes by scrape state |
 //! | `safe_termination_kube_proxy_mode` | gauge 1 | node, mode | each node's proxy mode |
 //! | `safe_termination_kube_proxy_source` | gauge 1 | node, source | how each measured node was read: kube-proxy (directly), agent, prometheus, file |
@@ -131,7 +131,7 @@ impl KubeProxyMetrics {
             self.network_programming_p99.clone(),
         );
         r.register("sync_slow", "1 when the node's sync p99 is above the slow-sync threshold", self.sync_slow.clone());
-        r.register_with_unit("stale", "last queued minus last synced timestamp", Unit::Seconds, self.stale.clone());
+        r.register_with_unit("stale", "how long kube-proxy's changes have waited for a sync", Unit::Seconds, self.stale.clone());
         r.register("nodes", "kube-proxy nodes by scrape state", self.nodes.clone());
         r.register("mode", "1 for each node's kube-proxy proxy mode", self.mode.clone());
         r.register("source", "1 for each measured node and the source it was read through (kube-proxy, agent, prometheus, file)", self.source.clone());

@@ -250,7 +250,7 @@ pub struct KubeProxyScrape {
     /// (dual-stack), the oldest.
     pub last_sync_timestamp_seconds: Option<f64>,
     /// `kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds` (Unix seconds); with several
-    /// series, the newest. Together with the oldest last sync this gives the worst staleness.
+    /// series, the newest. Later than the oldest last sync: changes wait for a sync.
     pub last_queued_timestamp_seconds: Option<f64>,
     /// Endpoint changes waiting for the next sync.
     pub endpoint_changes_pending: Option<f64>,
@@ -274,6 +274,15 @@ pub struct KubeProxyScrape {
     pub nftables_cleanup_failures_total: Option<f64>,
     /// `git_version` (or pre-1.15 `gitVersion`) label of `kubernetes_build_info`, e.g. `v1.29.0`.
     pub kubernetes_version: Option<String>,
+    /// When the scrape was taken, Unix seconds by the reader's clock: set by whoever read it (the
+    /// scrape loop, Prometheus' evaluation time, a file's modification time); the parsers leave
+    /// it None.
+    pub scraped_at_unix_seconds: Option<f64>,
+    /// The oldest `last_queued` still waiting, Unix seconds: set by a reader that saw changes
+    /// pending (last queued after last synced) in consecutive scrapes with no sync completed in
+    /// between. None when this scrape alone is known; the model then takes `last_queued`, a lower
+    /// bound of how long changes have waited.
+    pub oldest_pending_queued_unix_seconds: Option<f64>,
 }
 
 /// A scrape that cannot be trusted, with the 1-based line and the family it concerns.

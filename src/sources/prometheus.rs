@@ -660,7 +660,10 @@ pub fn build_snapshot(v: &Vectors, at_unix_seconds: f64) -> PrometheusSnapshot {
     }
     let inputs = scrapes
         .into_iter()
-        .map(|(node, later)| NodeInput { node, later, earlier: None, proxy_mode: None })
+        .map(|(node, mut later)| {
+            later.scraped_at_unix_seconds = Some(at_unix_seconds);
+            NodeInput { node, later, earlier: None, proxy_mode: None }
+        })
         .collect();
     PrometheusSnapshot { inputs, failures, at_unix_seconds }
 }
