@@ -85,6 +85,53 @@ pub struct AnalysisReport {
     pub proxy: ProxySummary,
     /// Advice items.
     pub advice: Vec<Advice>,
+    /// The share of removal windows the sized sleep covers (None without data).
+    pub coverage: Option<Coverage>,
+}
+
+/// The share of removal windows that a sleep covers, from the same histograms and interval W
+/// came from ([`NodeWindow::coverage_at`]): per node, the lower of the kube-proxy term's CDF at
+/// the sleep and network programming's at the sleep + 1 s. Counted over the nodes W is taken
+/// from (trusted ones; the low-sample ones when none is trusted).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Coverage {
+    /// The sleep it is computed at, seconds.
+    pub pre_stop_seconds: u32,
+    /// The share of (pod, node) windows within the sleep: the mean of the nodes' shares, each
+    /// node seeing every removal.
+    pub ratio: f64,
+    /// The node with the lowest share.
+    pub lowest_node: String,
+    /// That node's share.
+    pub lowest_node_ratio: f64,
+    /// Nodes counted.
+    pub nodes: usize,
+}
+
+/// A share as a percentage with one decimal, rounded down: 0.9996 is `99.9%`, never `100.0%`
+/// unless every window is covered.
+pub fn coverage_percent(ratio: f64) -> String {
+    format!("{:.1}%", (ratio * 1000.0 + 1e-9).floor() / 10.0)
+}
+
+/// The coverage of a sleep of `pre_stop_seconds` over `nodes` ([`Coverage`]); None when no
+/// counted node has data.
+pub fn coverage(nodes: &[NodeWindow], window_basis: Basis, pre_stop_seconds: u32) -> Option<Coverage> {
+    let counted = |n: &&NodeWindow| match n.basis {
+        Basis::Measured | Basis::BeyondTopBucket => true,
+        Basis::LowSampleCount => window_basis == Basis::LowSampleCount,
+        Basis::NoData => false,
+    };
+    let shares: Vec<(&str, f64)> = nodes.iter().filter(counted).filter_map(|n| Some((n.node.as_str(), n.coverage_at(pre_stop_seconds)?))).collect();
+    let lowest = shares.iter().min_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some(Coverage {
+        pre_stop_seconds,
+        ratio: shares.iter().map(|s| s.1).sum::<f64>() / shares.len() as f64,
+        lowest_node: lowest.0.to_string(),
+        lowest_node_ratio: lowest.1,
+        nodes: shares.len(),
+    })
 }
 
 /// The mode most nodes report (ties broken by the order of [`ProxyMode`]); Unknown when none.
@@ -205,7 +252,9 @@ pub fn size_summary(w: &WindowAnalysis, spec: &TerminationPolicySpec, per_reason
 }
 
 fn sized(w: &WindowAnalysis, spec: &TerminationPolicySpec, nodes: Vec<NodeWindow>, advice: Vec<Advice>) -> AnalysisReport {
+    let recommendation = sizing::recommend(&w.window, spec);
     AnalysisReport {
+        coverage: coverage(&w.nodes, w.window.basis, recommendation.pre_stop_seconds),
         interval: w.interval,
         nodes,
         worst_node: w.window.worst_node.clone(),
@@ -215,7 +264,7 @@ fn sized(w: &WindowAnalysis, spec: &TerminationPolicySpec, nodes: Vec<NodeWindow
         histogram_kind: w.histogram_kind,
         min_sync_period_seconds: w.min_sync_period_seconds,
         min_sync_period_source: w.min_sync_period_source.clone(),
-        recommendation: sizing::recommend(&w.window, spec),
+        recommendation,
         proxy: w.proxy.clone(),
         advice: {
             let mut advice = advice;

@@ -311,6 +311,27 @@ pub struct RecommendationStatus {
     pub reason: String,
     /// The arithmetic, e.g. `ceil(2.10 s x 1.25 + 0 s) = 3 s, clamped to [3, 60]`.
     pub arithmetic: String,
+    /// The share of removal windows this sleep covers, from the histograms W came from; absent
+    /// without data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<CoverageStatus>,
+}
+
+/// The share of removal windows a sleep covers: per node, the lower of the kube-proxy term's
+/// CDF at the sleep and network programming's at the sleep + 1 s, over the interval W came
+/// from.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CoverageStatus {
+    /// The share of (pod, node) windows within the sleep, 0 to 1 (4 decimals): the mean over
+    /// the nodes W is taken from.
+    pub ratio: f64,
+    /// The node whose windows the sleep covers least.
+    pub lowest_node: String,
+    /// That node's share, 0 to 1 (4 decimals).
+    pub lowest_node_ratio: f64,
+    /// Nodes counted.
+    pub nodes: u32,
 }
 
 /// kube-proxy summary.

@@ -548,16 +548,12 @@ impl MeasurementStore {
 }
 
 /// The oldest `last_queued` still waiting in `now`, carried from `previous` (the node's scrape
-/// before it) when changes were pending in both and no sync completed in between (the same
-/// last sync); None when `now` has nothing pending or starts the wait.
+/// before it) when changes were waiting in both on a proxier whose last sync stayed the same
+/// ([`KubeProxyScrape::waiting`]); None when `now` has nothing waiting or starts the wait.
 fn oldest_pending(previous: Option<&KubeProxyScrape>, now: &KubeProxyScrape) -> Option<f64> {
-    let pending = |s: &KubeProxyScrape| match (s.last_queued_timestamp_seconds, s.last_sync_timestamp_seconds) {
-        (Some(queued), Some(synced)) if queued > synced => Some((queued, synced)),
-        _ => None,
-    };
-    let (queued, synced) = pending(now)?;
+    let (queued, synced) = now.waiting()??;
     let previous = previous?;
-    let (previous_queued, previous_synced) = pending(previous)?;
+    let (previous_queued, previous_synced) = previous.waiting()??;
     (previous_synced == synced).then(|| previous.oldest_pending_queued_unix_seconds.unwrap_or(previous_queued).min(queued))
 }
 
@@ -625,7 +621,13 @@ mod tests {
 
     /// A scrape with only kube-proxy's two timestamps.
     fn timestamps(last_synced: f64, last_queued: f64) -> KubeProxyScrape {
-        KubeProxyScrape { last_sync_timestamp_seconds: Some(last_synced), last_queued_timestamp_seconds: Some(last_queued), ..KubeProxyScrape::default() }
+        let mut s = KubeProxyScrape::default();
+        *s.sync_timestamps_of("IPv4") = crate::exposition::parse::SyncTimestamps {
+            ip_family: "IPv4".into(),
+            last_queued_seconds: Some(last_queued),
+            last_synced_seconds: Some(last_synced),
+        };
+        s
     }
 
     #[test]

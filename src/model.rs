@@ -196,6 +196,20 @@ pub struct NodeWindow {
     pub stale_seconds: Option<f64>,
     /// iptables rules owned (`iptables_total`, summed over tables).
     pub iptables_rules_total: Option<f64>,
+    /// The share of this node's removal windows a sleep of `s` whole seconds covers, at index
+    /// `s` ([`NodeWindow::coverage_at`]); empty without data. Not serialised: a report gives it
+    /// at the sized sleep.
+    #[serde(skip)]
+    pub coverage_by_sleep: Vec<f32>,
+}
+
+impl NodeWindow {
+    /// The share of this node's removal windows, over the analysed interval, that a sleep of
+    /// `sleep_seconds` covers (0 to 1); None without data.
+    pub fn coverage_at(&self, sleep_seconds: u32) -> Option<f64> {
+        let i = (sleep_seconds as usize).min(self.coverage_by_sleep.len().checked_sub(1)?);
+        Some(f64::from(self.coverage_by_sleep[i]))
+    }
 }
 
 /// Which histograms [`measure_node_with`] reads.
@@ -226,14 +240,18 @@ impl Distribution {
         }
     }
 
-    /// The p99 of a removal's window under kube-proxy's runner with these sync durations
-    /// ([`crate::window_distribution`]); None when no bucket holds a usable count.
-    fn deletion_window_p99(&self, min_sync_period_seconds: f64) -> Option<f64> {
-        let durations = match self {
-            Self::Classic(h) => SyncDurations::from_classic(h),
-            Self::Native(h) => SyncDurations::from_native(h),
-        }?;
-        Some(DeletionWindow::new(durations, min_sync_period_seconds).quantile(QUANTILE)).filter(|w| w.is_finite())
+    /// The observations as a piecewise-uniform distribution, with the share of them whose
+    /// duration is known: a classic histogram's `+Inf` bucket holds larger, unknown ones (the
+    /// distribution puts them at the top finite bound). None when no bucket holds a usable count.
+    fn durations(&self) -> Option<(SyncDurations, f64)> {
+        match self {
+            Self::Classic(h) => {
+                let below_inf = h.buckets().iter().rev().find(|b| b.upper_bound_seconds.is_finite()).map_or(0.0, |b| b.count);
+                let known = if h.count() > 0.0 { (below_inf / h.count()).clamp(0.0, 1.0) } else { 0.0 };
+                Some((SyncDurations::from_classic(h)?, known))
+            }
+            Self::Native(h) => Some((SyncDurations::from_native(h)?, 1.0)),
+        }
     }
 
     /// The p99, when finite.
@@ -343,10 +361,14 @@ pub fn measure_node_with(
     // the path before kube-proxy (EndpointSlice controller, API server, watch), which a deletion
     // shares with the Ready changes network programming measures
     let from_np = np_p99.map(|q| ((q.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0), q.kind));
+    // the kube-proxy term: a removal's window under kube-proxy's runner with these sync
+    // durations ([`crate::window_distribution`])
+    let deletion_window = sync.as_ref().and_then(Distribution::durations).map(|(d, known)| (DeletionWindow::new(d, min_sync_period_seconds), known));
     let from_sync = sync_p99.map(|q| {
-        let modelled = sync.as_ref().and_then(|d| d.deletion_window_p99(min_sync_period_seconds));
+        let modelled = deletion_window.as_ref().map(|(w, _)| w.quantile(QUANTILE)).filter(|w| w.is_finite());
         (modelled.unwrap_or_else(|| deletion_window_bound_seconds(min_sync_period_seconds, q.seconds)), q.kind)
     });
+    let coverage_by_sleep = coverage_by_sleep(deletion_window.as_ref(), np.as_ref().and_then(Distribution::durations).as_ref());
     let (window, histogram_kind) = match (from_sync, from_np) {
         (Some(s), Some(n)) if n.0 > s.0 => (Some(n.0), Some(n.1)),
         (Some(s), _) => (Some(s.0), Some(s.1)),
@@ -394,7 +416,33 @@ pub fn measure_node_with(
         basis,
         stale_seconds,
         iptables_rules_total: input.later.iptables_rules_total,
+        coverage_by_sleep,
     }
+}
+
+/// The longest sleep [`coverage_by_sleep`] tabulates, seconds (the CRD's largest `maxSeconds`).
+const MAX_COVERAGE_SECONDS: usize = 3600;
+
+/// The share of a removal's windows on one node that a sleep of `s` whole seconds covers, for
+/// `s` = 0, 1, 2, ...: the lower of the two terms' CDFs, the kube-proxy term's at `s` and
+/// network programming's at `s` + [`TRIGGER_TIME_RESOLUTION_SECONDS`] (W takes the higher of
+/// their p99s), each capped at the share of observations of known duration. The table ends
+/// where both terms reach their cap (a longer sleep reads the last entry), at most at
+/// [`MAX_COVERAGE_SECONDS`]; empty without either histogram.
+fn coverage_by_sleep(deletion_window: Option<&(DeletionWindow, f64)>, network_programming: Option<&(SyncDurations, f64)>) -> Vec<f32> {
+    if deletion_window.is_none() && network_programming.is_none() {
+        return Vec::new();
+    }
+    let end = deletion_window.map_or(0.0, |(w, _)| w.max_seconds()).max(network_programming.map_or(0.0, |(d, _)| d.max_seconds() - TRIGGER_TIME_RESOLUTION_SECONDS));
+    let last = if end.is_finite() { (end.max(0.0).ceil() as usize).min(MAX_COVERAGE_SECONDS) } else { MAX_COVERAGE_SECONDS };
+    (0..=last)
+        .map(|s| {
+            let s = s as f64;
+            let kube_proxy = deletion_window.map_or(1.0, |(w, known)| w.cdf(s).min(*known));
+            let programming = network_programming.map_or(1.0, |(d, known)| d.cdf(s + TRIGGER_TIME_RESOLUTION_SECONDS).min(*known));
+            kube_proxy.min(programming) as f32
+        })
+        .collect()
 }
 
 /// The cluster window: the worst node among those with a trusted measurement (Measured or
@@ -440,19 +488,17 @@ pub fn cluster_window(nodes: &[NodeWindow]) -> ClusterWindow {
 
 /// How long kube-proxy has had changes queued without a completed sync, seconds, as its own
 /// healthz judges it (`pkg/proxy/healthcheck`: unhealthy when the oldest pending queue time is
-/// older than the health timeout): 0 when the last queue is not after the last sync; else the
-/// scrape's time minus the oldest pending queue time the reader saw (or `last_queued`, a lower
-/// bound). `last_queued - last_synced` alone is not a wait: an idle proxy scraped between a new
-/// change and its sync (within minSyncPeriod) shows the whole idle time. None when a gauge or
-/// the scrape's time is missing, or the difference is not finite.
+/// older than the health timeout): 0 when every proxier (one per `ip_family`) has synced since
+/// its last queue; else the scrape's time minus the oldest queue time still waiting, as the
+/// reader saw it across scrapes, or the waiting proxier's `last_queued` (a lower bound).
+/// `last_queued - last_synced` alone is not a wait: an idle proxy scraped between a new change
+/// and its sync (within minSyncPeriod) shows the whole idle time, and one family's queue against
+/// the other's sync shows the time between them. None when no proxier has both gauges, a pair
+/// is not finite, or changes wait and the scrape's time is unknown.
 fn pending_seconds(later: &KubeProxyScrape) -> Option<f64> {
-    let (queued, synced) = (later.last_queued_timestamp_seconds?, later.last_sync_timestamp_seconds?);
-    if !(queued - synced).is_finite() {
-        return None;
-    }
-    if queued <= synced {
+    let Some((queued, _)) = later.waiting()? else {
         return Some(0.0);
-    }
+    };
     let since = later.oldest_pending_queued_unix_seconds.map_or(queued, |o| o.min(queued));
     Some((later.scraped_at_unix_seconds? - since).max(0.0)).filter(|s| s.is_finite())
 }
@@ -460,6 +506,7 @@ fn pending_seconds(later: &KubeProxyScrape) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exposition::parse::SyncTimestamps;
     use crate::exposition::parse_kube_proxy_metrics;
 
     fn scrape(count: u32) -> KubeProxyScrape {
@@ -489,11 +536,50 @@ mod tests {
         KubeProxyScrape { sync_native: Some(native), ..scrape(count) }
     }
 
+    /// A node measured from one text scrape with classic `(le, cumulative)` buckets of the sync
+    /// and network programming families (the `+Inf` bucket added at the last count).
+    fn classic_node(sync: &[(&str, u32)], np: &[(&str, u32)]) -> NodeWindow {
+        let family = |name: &str, buckets: &[(&str, u32)]| {
+            let mut t = String::new();
+            for (le, c) in buckets {
+                t += &format!("{name}_bucket{{le=\"{le}\"}} {c}\n");
+            }
+            match buckets.last() {
+                Some(&(le, c)) if le != "+Inf" => t + &format!("{name}_bucket{{le=\"+Inf\"}} {c}\n"),
+                _ => t,
+            }
+        };
+        let text = family("kubeproxy_sync_proxy_rules_duration_seconds", sync) + &family("kubeproxy_network_programming_duration_seconds", np);
+        let input = NodeInput { node: "n".into(), later: parse_kube_proxy_metrics(&text).unwrap(), earlier: None, proxy_mode: None };
+        measure_node(&input, 1.0, 1, None)
+    }
+
+    #[test]
+    fn coverage_is_the_window_cdf_at_the_sleep() {
+        // expected values: e2e/tools/window_distribution_reference.py, COVERAGE_CASES
+        let n = classic_node(&[("2", 98), ("2.2", 100)], &[]);
+        assert!((n.coverage_at(3).unwrap() - 0.820532734).abs() < 1e-6, "{:?}", n.coverage_at(3));
+        assert!((n.coverage_at(4).unwrap() - 0.974415956).abs() < 1e-6, "{:?}", n.coverage_at(4));
+        // the table ends at minSyncPeriod + 2 x the longest sync (5.4 s): every window covered
+        assert_eq!(n.coverage_by_sleep.len(), 7);
+        assert_eq!(n.coverage_at(6), Some(1.0));
+        assert_eq!(n.coverage_at(3600), Some(1.0));
+        assert_eq!(n.coverage_at(0), Some(0.0));
+        // network programming's term at the sleep + 1 s: 90 in (1, 2], 10 in (2, 4] -> 0.95 at 3 s
+        let n = classic_node(&[("0.128", 0), ("0.256", 100)], &[("1", 0), ("2", 90), ("4", 100)]);
+        assert!((n.coverage_at(2).unwrap() - 0.95).abs() < 1e-6, "{:?}", n.coverage_at(2));
+        // syncs beyond the top bucket are never counted as covered: 3 of 367
+        let n = classic_node(&[("0.032", 68), ("0.064", 290), ("0.128", 346), ("0.256", 362), ("0.512", 364), ("+Inf", 367)], &[]);
+        assert!((n.coverage_at(2).unwrap() - 364.0 / 367.0).abs() < 1e-6, "{:?}", n.coverage_at(2));
+        assert!((n.coverage_at(3600).unwrap() - 364.0 / 367.0).abs() < 1e-6);
+        // no data, no coverage
+        assert_eq!(classic_node(&[], &[]).coverage_at(3), None);
+    }
+
     #[test]
     fn pending_seconds_is_the_wait_of_the_oldest_queued_change() {
         let at = |synced: f64, queued: f64, scraped: Option<f64>, oldest: Option<f64>| KubeProxyScrape {
-            last_sync_timestamp_seconds: Some(synced),
-            last_queued_timestamp_seconds: Some(queued),
+            sync_timestamps: vec![SyncTimestamps { ip_family: "IPv4".into(), last_queued_seconds: Some(queued), last_synced_seconds: Some(synced) }],
             scraped_at_unix_seconds: scraped,
             oldest_pending_queued_unix_seconds: oldest,
             ..KubeProxyScrape::default()
@@ -513,6 +599,29 @@ mod tests {
         // not finite
         assert_eq!(pending_seconds(&at(f64::NAN, 1001.0, Some(1002.0), None)), None);
         assert_eq!(pending_seconds(&at(1000.0, f64::INFINITY, Some(1002.0), None)), None);
+        // no proxier with both gauges
+        assert_eq!(pending_seconds(&KubeProxyScrape { scraped_at_unix_seconds: Some(1.0), ..KubeProxyScrape::default() }), None);
+    }
+
+    #[test]
+    fn each_ip_familys_queue_is_paired_with_its_own_sync() {
+        // the idle dual-stack 1.37.2 capture: each family synced after its last queue, but the
+        // newest queue (IPv4) is after the oldest sync (IPv6): nothing waits
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.txt")).unwrap();
+        let mut later = parse_kube_proxy_metrics(&text).unwrap();
+        assert!(later.last_queued_timestamp_seconds > later.last_sync_timestamp_seconds, "the folded gauges would show a wait");
+        later.scraped_at_unix_seconds = Some(1.8e9);
+        assert_eq!(later.waiting(), Some(None));
+        assert_eq!(pending_seconds(&later), Some(0.0));
+        // IPv6 waiting since 1,000 s (its last sync at 990), IPv4 since 1,020: 1,050 - 1,000
+        let family = |f: &str, queued: f64, synced: f64| SyncTimestamps { ip_family: f.into(), last_queued_seconds: Some(queued), last_synced_seconds: Some(synced) };
+        let later = KubeProxyScrape {
+            sync_timestamps: vec![family("IPv4", 1020.0, 1010.0), family("IPv6", 1000.0, 990.0)],
+            scraped_at_unix_seconds: Some(1050.0),
+            ..KubeProxyScrape::default()
+        };
+        assert_eq!(later.waiting(), Some(Some((1000.0, 990.0))));
+        assert_eq!(pending_seconds(&later), Some(50.0));
     }
 
     #[test]

@@ -113,6 +113,22 @@ impl SyncDurations {
         Self::from_ranges(h.bucket_ranges())
     }
 
+    /// P(S <= x): linear inside each bucket, a point mass counted from its own bound on.
+    pub fn cdf(&self, x: f64) -> f64 {
+        if x.is_nan() || x < 0.0 {
+            return 0.0;
+        }
+        let k = self.knots.partition_point(|k| k.0 <= x);
+        if k == 0 {
+            return 0.0;
+        }
+        let (x0, _, f0) = self.knots[k - 1];
+        match self.knots.get(k) {
+            Some(&(x1, f1, _)) => f0 + (f1 - f0) * (x - x0) / (x1 - x0),
+            None => f0,
+        }
+    }
+
     /// E[S], seconds.
     pub fn mean_seconds(&self) -> f64 {
         *self.survival_integral.last().unwrap_or(&0.0)
@@ -179,6 +195,12 @@ impl DeletionWindow {
         p.clamp(0.0, 1.0)
     }
 
+    /// The longest window the distribution holds, seconds: `minSyncPeriod + 2 x` the longest
+    /// sync (a removal that meets the longest sync just starting, then its own longest one).
+    pub fn max_seconds(&self) -> f64 {
+        self.min_sync_period_seconds + 2.0 * self.sync.max_seconds()
+    }
+
     /// The `q` quantile of the window, seconds (`q` clamped to [0, 1]; NaN gives NaN): the
     /// smallest x with P(window <= x) >= q, to [`QUANTILE_RESOLUTION_SECONDS`].
     pub fn quantile(&self, q: f64) -> f64 {
@@ -186,7 +208,7 @@ impl DeletionWindow {
             return f64::NAN;
         }
         let q = q.clamp(0.0, 1.0);
-        let (mut lo, mut hi) = (0.0, self.min_sync_period_seconds + 2.0 * self.sync.max_seconds());
+        let (mut lo, mut hi) = (0.0, self.max_seconds());
         while hi - lo > QUANTILE_RESOLUTION_SECONDS * hi.max(1.0) {
             let mid = (lo + hi) / 2.0;
             if self.cdf(mid) >= q {
@@ -206,6 +228,16 @@ mod tests {
 
     fn close(a: f64, b: f64, tol: f64) {
         assert!((a - b).abs() <= tol, "{a} vs {b}");
+    }
+
+    #[test]
+    fn the_duration_cdf_is_linear_inside_buckets_and_steps_at_point_masses() {
+        let d = SyncDurations::from_ranges([(0.0, 1.0, 1.0), (1.0, 2.0, 1.0), (3.0, 3.0, 2.0)]).unwrap();
+        for (x, f) in [(-1.0, 0.0), (0.0, 0.0), (0.5, 0.125), (1.0, 0.25), (1.5, 0.375), (2.0, 0.5), (2.99, 0.5), (3.0, 1.0), (9.0, 1.0)] {
+            close(d.cdf(x), f, 1e-12);
+        }
+        assert_eq!(d.cdf(f64::NAN), 0.0);
+        assert_eq!(d.cdf(f64::INFINITY), 1.0);
     }
 
     #[test]

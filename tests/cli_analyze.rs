@@ -156,6 +156,7 @@ fn json_keys_are_the_documented_schema() {
         keys(&doc),
         [
             "advice",
+            "coverage",
             "histogramKind",
             "interval",
             "minSyncPeriodSeconds",
@@ -169,6 +170,11 @@ fn json_keys_are_the_documented_schema() {
             "worstNode"
         ]
     );
+    assert_eq!(keys(&doc["coverage"]), ["lowestNode", "lowestNodeRatio", "nodes", "preStopSeconds", "ratio"]);
+    // 10 s covers every window of these 4 syncs (at most 1 s + 2 x 0.128 s) and every network
+    // programming observation (at most 5 s)
+    assert_eq!(doc["coverage"]["ratio"], 1.0);
+    assert_eq!(doc["coverage"]["preStopSeconds"], 10);
     assert_eq!(
         keys(&doc["nodes"][0]),
         [

@@ -14,6 +14,17 @@ import bisect
 
 def model_p99(buckets, m=1.0, q=0.99, K=8):
     """(W, E[S]) for `buckets` of (lower, upper, count) seconds and minSyncPeriod `m`."""
+    CDF, mu, top = window_cdf(buckets, m, K)
+    a,b=0.0,top+1
+    for _ in range(50):
+        c=(a+b)/2
+        if CDF(c)>=q: b=c
+        else: a=c
+    return b, mu
+
+
+def window_cdf(buckets, m=1.0, K=8):
+    """(P(window <= x) as a function, E[S], the longest sync) for `buckets` and `m`."""
     tot=sum(c for _,_,c in buckets); bs=[(lo,hi,c/tot) for lo,hi,c in buckets if c>0]
     mu=sum(w*(lo+hi)/2 for lo,hi,w in bs)
     def F(t): return sum(w*(1.0 if hi==lo and t>=lo else min(max((t-lo)/(hi-lo),0),1) if hi>lo else 0) for lo,hi,w in bs)
@@ -38,12 +49,22 @@ def model_p99(buckets, m=1.0, q=0.99, K=8):
                 sv=lo+(hi-lo)*(k+0.5)/K
                 s+=w/K*FA(x-sv)
         return s
-    a,b=0.0,m+2*max(hi for _,hi,_ in bs)+1
-    for _ in range(50):
-        c=(a+b)/2
-        if CDF(c)>=q: b=c
-        else: a=c
-    return b, mu
+    return CDF, mu, m+2*max(hi for _,hi,_ in bs)
+
+
+def uniform_cdf(buckets, x):
+    """P(D <= x) for `buckets` of (lower, upper, count), each spread evenly (a point mass when
+    lower == upper)."""
+    tot=sum(c for _,_,c in buckets)
+    return sum(c/tot*(1.0 if x>=hi else 0.0 if x<=lo else (x-lo)/(hi-lo)) for lo,hi,c in buckets if c>0)
+
+
+def coverage(sync, np, m, sleep, sync_known=1.0, np_known=1.0):
+    """The share of a node's removal windows a sleep covers: min(P(window <= sleep), P(np <=
+    sleep + 1 s)), each capped at the share of observations of known duration."""
+    kp = min(window_cdf(sync, m)[0](sleep), sync_known) if sync else 1.0
+    pr = min(uniform_cdf(np, sleep + 1.0), np_known) if np else 1.0
+    return min(kp, pr)
 
 
 def cum(pairs):
@@ -70,6 +91,17 @@ CASES = {
     "3 beyond 16.384 s (point mass)": ([(16.384, 16.384, 3)], 1.0),
 }
 
+# (sync buckets, network programming buckets, m, sleep, share of sync observations below +Inf)
+COVERAGE_CASES = {
+    "98 in (0, 2], 2 in (2, 2.2], m = 1 s, at 3 s": ([(0, 2, 98), (2, 2.2, 2)], [], 1.0, 3, 1.0),
+    "98 in (0, 2], 2 in (2, 2.2], m = 1 s, at 4 s": ([(0, 2, 98), (2, 2.2, 2)], [], 1.0, 4, 1.0),
+    "100 in (0.128, 0.256], NP 90 in (1, 2], 10 in (2, 4], at 2 s": ([(0.128, 0.256, 100)], [(1, 2, 90), (2, 4, 10)], 1.0, 2, 1.0),
+    "v1.29 excerpt, m = 1 s, at 1 s": (cum(list(zip(LES[:9], [0, 0, 0, 0, 0, 1, 2, 4, 4]))), [], 1.0, 1, 1.0),
+    "v1.8 legacy excerpt, 3 of 367 beyond 0.512 s, at 2 s": (cum(list(zip(LES, [1, 1, 1, 1, 1, 68, 290, 346, 362, 364]))) + [(0.512, 0.512, 3)], [], 1.0, 2, 364 / 367),
+}
+
 if __name__ == "__main__":
     for name, (buckets, m) in CASES.items():
         print(f"{name}: W = {model_p99(buckets, m)[0]:.6f} s")
+    for name, (sync, np, m, sleep, known) in COVERAGE_CASES.items():
+        print(f"coverage, {name}: {coverage(sync, np, m, sleep, known):.9f}")

@@ -234,7 +234,6 @@ async fn load(
 ) -> Result<(crate::exposition::KubeProxyScrape, Option<ProxyMode>), Error> {
     let name = if source == "-" { "<stdin>".into() } else { sources::redact(source) };
     let input = |e: sources::SourceError| Error::Input(e.to_string());
-    let file_time = (!sources::is_url(source) && source != "-").then(|| std::fs::metadata(source).and_then(|m| m.modified()).ok()).flatten();
     let (bytes, read_as, proxy_mode) = if let Some(scheme) = sources::url_scheme(source)
         && !sources::is_url(source)
     {
@@ -252,10 +251,12 @@ async fn load(
         (bytes, read_as, None)
     };
     let mut scrape = sources::read_scrape_as(&name, bytes, read_as).map_err(input)?;
-    // when it was taken: a file's modification time (a capture written as it was scraped),
-    // else now; how long kube-proxy's changes have waited is measured to it
-    let taken = file_time.unwrap_or_else(std::time::SystemTime::now);
-    scrape.scraped_at_unix_seconds = taken.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_secs_f64());
+    // when it was taken, which a pending change's wait is measured to: now for a URL; unknown
+    // for a file or standard input (a checkout or copy resets a file's modification time), so
+    // a capture with changes pending reports no wait rather than a wrong one
+    if sources::is_url(source) {
+        scrape.scraped_at_unix_seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_secs_f64());
+    }
     if scrape.sync.is_none() && scrape.network_programming.is_none() && scrape.last_sync_timestamp_seconds.is_none() {
         // valid text, but nothing of kube-proxy's: the report will say NoData; say why here
         // (a closed standard error loses the warning, never panics)
@@ -415,6 +416,17 @@ pub fn render_text(r: &AnalysisReport) -> String {
         rec.pre_stop_seconds, rec.termination_grace_period_seconds
     );
     let _ = writeln!(s, "  {}", rec.arithmetic);
+    if let Some(c) = &r.coverage {
+        let lowest = if c.nodes > 1 { format!("; lowest {} on {}", crate::analysis::coverage_percent(c.lowest_node_ratio), c.lowest_node) } else { String::new() };
+        let _ = writeln!(
+            s,
+            "  coverage {} of removal windows within {} s ({} node{}{lowest})",
+            crate::analysis::coverage_percent(c.ratio),
+            c.pre_stop_seconds,
+            c.nodes,
+            if c.nodes == 1 { "" } else { "s" }
+        );
+    }
     let p = &r.proxy;
     let _ = writeln!(
         s,

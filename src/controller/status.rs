@@ -17,9 +17,10 @@
 //! a few KB (it was ~1.2 MB with one advice item per node, near etcd's object limit).
 
 use crate::advisor::{self, AdviceReason};
-use crate::analysis::AnalysisReport;
+use crate::analysis::{AnalysisReport, coverage_percent};
 use crate::crd::{
-    AdviceStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus,
+    AdviceStatus, CoverageStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec,
+    TerminationPolicyStatus,
 };
 use crate::admission::ActiveBackend;
 use crate::admission::policy::DIFFERENCES;
@@ -74,7 +75,12 @@ pub struct TransitionEvent {
 }
 
 fn round_ms(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
+    round_to(x, 1000.0)
+}
+
+/// `x` rounded to `1 / per_unit`.
+fn round_to(x: f64, per_unit: f64) -> f64 {
+    (x * per_unit).round() / per_unit
 }
 
 fn cond(type_: &str, on: bool, reason: &str, message: String, generation: Option<i64>, now: &Time) -> Condition {
@@ -114,9 +120,10 @@ pub fn desired_status(
             true,
             &basis,
             format!(
-                "preStop {} s, grace {} s ({}){}",
+                "preStop {} s, grace {} s{} ({}){}",
                 rec.pre_stop_seconds,
                 rec.termination_grace_period_seconds,
+                report.coverage.as_ref().map(|c| format!(", coverage {}", coverage_percent(c.ratio))).unwrap_or_default(),
                 rec.arithmetic,
                 meta.no_kube_proxy_note.as_deref().map(|n| format!("; {n}")).unwrap_or_default()
             ),
@@ -199,6 +206,12 @@ pub fn desired_status(
             termination_grace_period_seconds: u32::try_from(rec.termination_grace_period_seconds).unwrap_or(u32::MAX),
             reason: basis,
             arithmetic: rec.arithmetic.clone(),
+            coverage: report.coverage.as_ref().map(|c| CoverageStatus {
+                ratio: round_to(c.ratio, 1e4),
+                lowest_node: c.lowest_node.clone(),
+                lowest_node_ratio: round_to(c.lowest_node_ratio, 1e4),
+                nodes: u32::try_from(c.nodes).unwrap_or(u32::MAX),
+            }),
         }),
         proxy: Some(ProxyStatus {
             mode: report.proxy.mode.as_str().to_string(),

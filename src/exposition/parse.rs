@@ -274,6 +274,10 @@ pub struct KubeProxyScrape {
     pub nftables_cleanup_failures_total: Option<f64>,
     /// `git_version` (or pre-1.15 `gitVersion`) label of `kubernetes_build_info`, e.g. `v1.29.0`.
     pub kubernetes_version: Option<String>,
+    /// kube-proxy's two sync timestamps per proxier (one per `ip_family`), paired: the newest
+    /// queue of one family against the oldest sync of the other is no wait (an idle dual-stack
+    /// 1.37.2 kube-proxy shows exactly that).
+    pub sync_timestamps: Vec<SyncTimestamps>,
     /// When the scrape was taken, Unix seconds by the reader's clock: set by whoever read it (the
     /// scrape loop, Prometheus' evaluation time, a file's modification time); the parsers leave
     /// it None.
@@ -283,6 +287,52 @@ pub struct KubeProxyScrape {
     /// between. None when this scrape alone is known; the model then takes `last_queued`, a lower
     /// bound of how long changes have waited.
     pub oldest_pending_queued_unix_seconds: Option<f64>,
+}
+
+/// One proxier's `kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds` and
+/// `..._last_timestamp_seconds`, Unix seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SyncTimestamps {
+    /// The `ip_family` label (`IPv4`, `IPv6`; empty when absent).
+    pub ip_family: String,
+    /// When changes were last queued for a sync.
+    pub last_queued_seconds: Option<f64>,
+    /// When a sync last completed.
+    pub last_synced_seconds: Option<f64>,
+}
+
+impl KubeProxyScrape {
+    /// The timestamps of `ip_family`, added when absent.
+    pub fn sync_timestamps_of(&mut self, ip_family: &str) -> &mut SyncTimestamps {
+        let i = match self.sync_timestamps.iter().position(|t| t.ip_family == ip_family) {
+            Some(i) => i,
+            None => {
+                self.sync_timestamps.push(SyncTimestamps { ip_family: ip_family.to_string(), ..SyncTimestamps::default() });
+                self.sync_timestamps.len() - 1
+            }
+        };
+        &mut self.sync_timestamps[i]
+    }
+
+    /// Changes waiting for a sync: `(the earliest last queued among proxiers whose last queue
+    /// is after their last sync, that proxier's last sync)`, Unix seconds. `Some(None)` when
+    /// every proxier with both gauges has synced since its last queue; None when no proxier has
+    /// both, or a pair is not finite.
+    pub fn waiting(&self) -> Option<Option<(f64, f64)>> {
+        let mut paired = false;
+        let mut earliest: Option<(f64, f64)> = None;
+        for t in &self.sync_timestamps {
+            let (Some(queued), Some(synced)) = (t.last_queued_seconds, t.last_synced_seconds) else { continue };
+            if !(queued - synced).is_finite() {
+                return None;
+            }
+            paired = true;
+            if queued > synced && earliest.is_none_or(|e| queued < e.0) {
+                earliest = Some((queued, synced));
+            }
+        }
+        paired.then_some(earliest)
+    }
 }
 
 /// A scrape that cannot be trusted, with the 1-based line and the family it concerns.
@@ -468,7 +518,7 @@ fn parse(text: &str, fast: bool) -> Result<KubeProxyScrape, ParseError> {
                     Part::Count => {}
                 }
             }
-            Name::Scalar(s) => apply_scalar(&mut out, s, value, labels.git_version.as_deref()),
+            Name::Scalar(s) => apply_scalar(&mut out, s, value, labels.git_version.as_deref(), labels.ip_family),
         }
     }
     for fam in HistogramFamily::ALL {
@@ -570,14 +620,19 @@ fn family_of(kind: &Name) -> &'static str {
 }
 
 /// Folds one sample `v` of the scalar family `s` into `out` (`git_version`: the sample's
-/// `git_version`/`gitVersion` label, read for `kubernetes_build_info`): the oldest last sync, the
-/// newest last queued, the build's version, and a sum over series for the rest.
-pub(super) fn apply_scalar(out: &mut KubeProxyScrape, s: Scalar, v: f64, git_version: Option<&str>) {
+/// `git_version`/`gitVersion` label, read for `kubernetes_build_info`; `ip_family`: its
+/// `ip_family` label): the oldest last sync, the newest last queued, both per family too, the
+/// build's version, and a sum over series for the rest.
+pub(super) fn apply_scalar(out: &mut KubeProxyScrape, s: Scalar, v: f64, git_version: Option<&str>, ip_family: Option<&str>) {
     let add = |slot: &mut Option<f64>| *slot = Some(slot.unwrap_or(0.0) + v);
     match s {
-        Scalar::LastTimestamp => out.last_sync_timestamp_seconds = Some(out.last_sync_timestamp_seconds.map_or(v, |o| o.min(v))),
+        Scalar::LastTimestamp => {
+            out.last_sync_timestamp_seconds = Some(out.last_sync_timestamp_seconds.map_or(v, |o| o.min(v)));
+            out.sync_timestamps_of(ip_family.unwrap_or_default()).last_synced_seconds = Some(v);
+        }
         Scalar::LastQueuedTimestamp => {
-            out.last_queued_timestamp_seconds = Some(out.last_queued_timestamp_seconds.map_or(v, |o| o.max(v)))
+            out.last_queued_timestamp_seconds = Some(out.last_queued_timestamp_seconds.map_or(v, |o| o.max(v)));
+            out.sync_timestamps_of(ip_family.unwrap_or_default()).last_queued_seconds = Some(v);
         }
         Scalar::EndpointChangesPending => add(&mut out.endpoint_changes_pending),
         Scalar::EndpointChangesTotal => add(&mut out.endpoint_changes_total),
@@ -601,6 +656,8 @@ pub(super) fn apply_scalar(out: &mut KubeProxyScrape, s: Scalar, v: f64, git_ver
 struct Labels<'a> {
     le: Option<&'a str>,
     git_version: Option<String>,
+    /// `ip_family`, as written (kube-proxy's values need no escape)
+    ip_family: Option<&'a str>,
     /// every label except `le`, `name="value"` joined by commas (identifies a series)
     others: String,
 }
@@ -613,6 +670,9 @@ impl<'a> Labels<'a> {
             "le" => self.le = Some(raw),
             "git_version" | "gitVersion" => self.git_version = Some(if escaped { unescape(raw) } else { raw.to_string() }),
             _ => {
+                if name == "ip_family" {
+                    self.ip_family = Some(raw);
+                }
                 if !self.others.is_empty() {
                     self.others.push(',');
                 }

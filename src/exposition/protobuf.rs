@@ -719,7 +719,8 @@ fn read_scalars(out: &mut KubeProxyScrape, s: Scalar, family: &wire::MetricFamil
             return Err(format!("series {} of a {} family has no {} value", series_name(n, &m.label), type_name(ty), type_name(ty)));
         };
         let git_version = m.label.iter().find(|l| matches!(l.name.as_deref(), Some("git_version" | "gitVersion"))).and_then(|l| l.value.as_deref());
-        apply_scalar(out, s, v, git_version);
+        let ip_family = m.label.iter().find(|l| l.name.as_deref() == Some("ip_family")).and_then(|l| l.value.as_deref());
+        apply_scalar(out, s, v, git_version, ip_family);
     }
     Ok(())
 }

@@ -10,8 +10,8 @@
 //! | network programming buckets | the same over `kubeproxy_network_programming_duration_seconds_bucket` |
 //! | sync native histogram | `sum by (node, instance) (increase(kubeproxy_sync_proxy_rules_duration_seconds[W]))` |
 //! | network programming native histogram | the same over `kubeproxy_network_programming_duration_seconds` |
-//! | last sync | `min by (node, instance) (kubeproxy_sync_proxy_rules_last_timestamp_seconds)` |
-//! | last queued | `max by (node, instance) (kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds)` |
+//! | last sync | `min by (node, instance, ip_family) (kubeproxy_sync_proxy_rules_last_timestamp_seconds)` |
+//! | last queued | `max by (node, instance, ip_family) (kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds)` |
 //! | iptables rules | `sum by (node, instance) (kubeproxy_sync_proxy_rules_iptables_total)` |
 //!
 //! Per instance the bucket vectors become [`Histogram`]s (`le` parsed, `"+Inf"` included, extra
@@ -508,8 +508,9 @@ impl Queries {
             network_programming_buckets: buckets(HistogramFamily::NetworkProgramming),
             sync_native: native(HistogramFamily::Sync),
             network_programming_native: native(HistogramFamily::NetworkProgramming),
-            last_sync: "min by (node, instance) (kubeproxy_sync_proxy_rules_last_timestamp_seconds)".into(),
-            last_queued: "max by (node, instance) (kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds)".into(),
+            // per proxier: a family's queue is paired with its own sync ([`KubeProxyScrape::waiting`])
+            last_sync: "min by (node, instance, ip_family) (kubeproxy_sync_proxy_rules_last_timestamp_seconds)".into(),
+            last_queued: "max by (node, instance, ip_family) (kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds)".into(),
             iptables_rules: "sum by (node, instance) (kubeproxy_sync_proxy_rules_iptables_total)".into(),
         }
     }
@@ -643,16 +644,22 @@ pub fn build_snapshot(v: &Vectors, at_unix_seconds: f64) -> PrometheusSnapshot {
     }
     // gauges only for instances that have a histogram (an instance with gauges alone has
     // nothing to measure)
-    let mut gauge = |samples: &[VectorSample], set: fn(&mut KubeProxyScrape, f64)| {
+    let mut gauge = |samples: &[VectorSample], set: fn(&mut KubeProxyScrape, f64, &str)| {
         for s in samples {
             if let Some(scrape) = instance_key(&s.labels).and_then(|k| scrapes.get_mut(&k)) {
-                set(scrape, s.value);
+                set(scrape, s.value, s.labels.get("ip_family").map_or("", String::as_str));
             }
         }
     };
-    gauge(&v.last_sync, |s, x| s.last_sync_timestamp_seconds = Some(s.last_sync_timestamp_seconds.map_or(x, |o| o.min(x))));
-    gauge(&v.last_queued, |s, x| s.last_queued_timestamp_seconds = Some(s.last_queued_timestamp_seconds.map_or(x, |o| o.max(x))));
-    gauge(&v.iptables_rules, |s, x| s.iptables_rules_total = Some(s.iptables_rules_total.unwrap_or(0.0) + x));
+    gauge(&v.last_sync, |s, x, family| {
+        s.last_sync_timestamp_seconds = Some(s.last_sync_timestamp_seconds.map_or(x, |o| o.min(x)));
+        s.sync_timestamps_of(family).last_synced_seconds = Some(x);
+    });
+    gauge(&v.last_queued, |s, x, family| {
+        s.last_queued_timestamp_seconds = Some(s.last_queued_timestamp_seconds.map_or(x, |o| o.max(x)));
+        s.sync_timestamps_of(family).last_queued_seconds = Some(x);
+    });
+    gauge(&v.iptables_rules, |s, x, _| s.iptables_rules_total = Some(s.iptables_rules_total.unwrap_or(0.0) + x));
     for k in scrapes.keys() {
         if let Some(f) = failures.remove(k) {
             tracing::warn!(instance = %k, "{}; measured from its other histograms", f.message);
