@@ -263,7 +263,8 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
                 let m = &st["measurement"];
                 points.push(json!({"atUnix": now_unix(), "windowSeconds": m["propagationWindowSeconds"], "syncP99Seconds": m["syncP99Seconds"],
                     "networkProgrammingP99Seconds": m["networkProgrammingP99Seconds"], "worstNode": m["worstNode"], "histogramKind": m["histogramKind"],
-                    "preStopSeconds": st["recommendation"]["preStopSeconds"]}));
+                    "preStopSeconds": st["recommendation"]["preStopSeconds"],
+                    "coverageRatio": st["recommendation"]["coverage"]["ratio"], "coverageLowestNodeRatio": st["recommendation"]["coverage"]["lowestNodeRatio"]}));
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
             points
@@ -553,6 +554,11 @@ async fn deploy_experiment() {
             broken.push(format!("{name}: W over the run's own interval {w} s > max(3 s, 2 x its largest window {largest} s)"));
         }
         if run["protected"] == true {
+            let c = &run["coverage"];
+            println!(
+                "{name}: coverage predicted {} at least (lowest node {}), observed {} of {} (pod, node) windows and {} of {} pods within their sleep",
+                c["predictedRatioMin"], c["predictedLowestNodeRatioMin"], c["observedPairRatio"], c["pairs"], c["observedPodRatio"], c["pods"]
+            );
             if failures > 0 {
                 broken.push(format!("{name}: a protected run failed {failures} requests: {}", run["failuresByOutcome"]));
             }

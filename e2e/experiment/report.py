@@ -440,6 +440,8 @@ def load_run(rundir):
         "operatorWindowDetail": meta.get("operatorWindowDetail"),
         # protected runs: the operator's W, terms and recommended sleep every 2 s
         "operatorTimeline": meta.get("operatorTimeline"),
+        # protected runs: the coverage the operator predicted and the one observed
+        "coverage": coverage_comparison(pods, meta.get("operatorTimeline")) if protected else None,
         "warnings": list(warnings),
     }
     for msg in warnings:
@@ -458,6 +460,38 @@ def max_or_none(values):
     """The largest of the finite numbers among `values` (`is_number`), None when there are none."""
     nums = [v for v in values if is_number(v)]
     return max(nums) if nums else None
+
+
+def coverage_comparison(pods, timeline):
+    """The coverage the operator predicted beside the one observed, for a protected run.
+
+    Predicted: `status.recommendation.coverage` over the run (the timeline's `coverageRatio`, the
+    share of (pod, node) windows the sleep covers from the histograms W came from, and
+    `coverageLowestNodeRatio`). Observed: the share of (pod, node) windows, and of pods (their
+    slowest node), within the pod's own sleep, from the ground truth. None without a pod that
+    has a sleep and a window."""
+    pairs = [(p["sleepSeconds"], w) for p in pods if p["sleepSeconds"] is not None
+             for w in (p.get("windowSeconds") or {}).values() if w is not None]
+    per_pod = [(p["sleepSeconds"], p["maxWindowSeconds"]) for p in pods
+               if p["sleepSeconds"] is not None and p["maxWindowSeconds"] is not None]
+    if not pairs:
+        return None
+    points = [pt for pt in (timeline or []) if isinstance(pt, dict)]
+    predicted = [pt["coverageRatio"] for pt in points if is_number(pt.get("coverageRatio"))]
+    lowest = [pt["coverageLowestNodeRatio"] for pt in points if is_number(pt.get("coverageLowestNodeRatio"))]
+    return {
+        "predictedRatioMin": min(predicted) if predicted else None,
+        "predictedRatioMean": r6(sum(predicted) / len(predicted)) if predicted else None,
+        "predictedLowestNodeRatioMin": min(lowest) if lowest else None,
+        "observedPairRatio": r6(sum(1 for s, w in pairs if w <= s) / len(pairs)),
+        "observedPodRatio": r6(sum(1 for s, w in per_pod if w <= s) / len(per_pod)) if per_pod else None,
+        "pairs": len(pairs),
+        "pods": len(per_pod),
+    }
+
+
+def percent(v):
+    return "–" if v is None else f"{100 * v:.1f}%"
 
 
 def pod_windows(deletions, pod_info, groundtruth, nodes):
@@ -557,6 +591,18 @@ def table(runs):
                          f"{r['extraServices']} extra Services) = {fmt_num(at_scale['limitSeconds'])} s "
                          f"({whole} it in whole seconds: {at_scale['wholeSecondLimitSeconds']} s)")
         lines.append(f"- {r['name']}: {text}")
+    covered = [r for r in runs if r.get("coverage")]
+    if covered:
+        lines.append("")
+        lines.append("Coverage, predicted by the operator (status.recommendation.coverage over the run: the share of "
+                     "(pod, node) windows its sleep covers) and observed (windows within each pod's own sleep):")
+        lines.append("")
+        for r in covered:
+            c = r["coverage"]
+            lines.append(f"- {r['name']}: predicted {percent(c['predictedRatioMin'])} at least (mean "
+                         f"{percent(c['predictedRatioMean'])}, lowest node {percent(c['predictedLowestNodeRatioMin'])}); "
+                         f"observed {percent(c['observedPairRatio'])} of {c['pairs']} (pod, node) windows, "
+                         f"{percent(c['observedPodRatio'])} of {c['pods']} pods")
     lines.append("")
     lines.append("Per-pod windows: seconds from the pod's deletion to its IP gone from each node's rules, by the "
                  "first successful read without it, in brackets the bound from the last successful read with "

@@ -516,6 +516,32 @@ class Percentile(unittest.TestCase):
 
 
 
+class Coverage(unittest.TestCase):
+    """coverage: the operator's predicted share beside the share of windows within each pod's sleep."""
+
+    def test_predicted_and_observed(self):
+        sys.path.insert(0, HERE)
+        try:
+            import report
+        finally:
+            sys.path.remove(HERE)
+        pods = [
+            {"sleepSeconds": 3, "windowSeconds": {"a": 1.0, "b": 3.5}, "maxWindowSeconds": 3.5},
+            {"sleepSeconds": 3, "windowSeconds": {"a": 2.9, "b": 3.0}, "maxWindowSeconds": 3.0},
+            {"sleepSeconds": 4, "windowSeconds": {"a": 3.2, "b": None}, "maxWindowSeconds": None},
+            {"sleepSeconds": None, "windowSeconds": {"a": 9.0, "b": 9.0}, "maxWindowSeconds": 9.0},
+        ]
+        timeline = [{"coverageRatio": 0.9995, "coverageLowestNodeRatio": 0.999},
+                    {"coverageRatio": 0.98, "coverageLowestNodeRatio": 0.97}, {"coverageRatio": None}, "junk"]
+        c = report.coverage_comparison(pods, timeline)
+        # 4 of 5 (pod, node) windows within the pod's sleep (3.5 > 3 is not); 1 of 2 pods whose
+        # slowest node is known; the pod without a sleep is not counted
+        self.assertEqual(c, {"predictedRatioMin": 0.98, "predictedRatioMean": 0.98975, "predictedLowestNodeRatioMin": 0.97,
+                             "observedPairRatio": 0.8, "observedPodRatio": 0.5, "pairs": 5, "pods": 2})
+        self.assertEqual(report.coverage_comparison(pods, None)["predictedRatioMin"], None)
+        self.assertIsNone(report.coverage_comparison([{"sleepSeconds": None, "windowSeconds": {}, "maxWindowSeconds": None}], timeline))
+
+
 class ByProxyMode(unittest.TestCase):
     """failuresByProxyMode: each node's failures under the mode meta.json's nodeModes gives it."""
 
