@@ -7,7 +7,7 @@
 //! to EOF. One CSV row per request (rows are in completion order; sort by
 //! `t_unix_seconds`):
 //!
-//! `t_unix_seconds,latency_ms,outcome,pod,detail`
+//! `t_unix_seconds,latency_ms,outcome,pod,detail,local_port`
 //!
 //! - `t_unix_seconds`: the scheduled start (6 decimals);
 //! - `latency_ms`: from the scheduled start to the outcome (3 decimals). When
@@ -26,7 +26,11 @@
 //!   any other socket error such as EADDRNOTAVAIL, named in `detail`);
 //! - `pod`: the pod name answered (for `ok`, and for `bad_answer` when the
 //!   body is a pod name without the expected prefix);
-//! - `detail`: error text or status line (CSV-escaped), empty for `ok`.
+//! - `detail`: error text or status line (CSV-escaped), empty for `ok`;
+//! - `local_port`: the source port the kernel gave the connection (0 when it
+//!   was not sent): the `sport` of the node's conntrack entry for it, by which
+//!   the experiment's report finds the pod an attempt went to, and whether an
+//!   earlier attempt's entry already held the tuple.
 //!
 //! It runs until `--duration-seconds` has elapsed or SIGTERM/SIGINT arrives,
 //! waits for outstanding requests (each is bounded by `--timeout-ms`),
@@ -42,7 +46,7 @@ use std::time::{Duration, Instant};
 use crate::{args::Parser, clock, signals};
 
 /// The first line of the output file.
-pub const CSV_HEADER: &str = "t_unix_seconds,latency_ms,outcome,pod,detail";
+pub const CSV_HEADER: &str = "t_unix_seconds,latency_ms,outcome,pod,detail,local_port";
 /// Response bytes kept per request; more is a `bad_answer`.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 /// Longest single sleep of the scheduler (so a signal is seen quickly).
@@ -161,6 +165,7 @@ struct Record {
     outcome: Outcome,
     pod: String,
     detail: String,
+    local_port: u16,
 }
 
 /// Shared between scheduler and workers.
@@ -236,10 +241,10 @@ pub fn run(opts: Options) -> u8 {
                 // A job that already waited longer than the timeout for a free
                 // worker could not have been answered in time: not sent (this
                 // also bounds the final wait after the schedule ends).
-                let (outcome, pod, detail) = if delay > timeout {
+                let (outcome, pod, detail, local_port) = if delay > timeout {
                     shared.not_sent.fetch_add(1, Ordering::Relaxed);
                     let waited_ms = delay.as_millis();
-                    (Outcome::Timeout, String::new(), format!("not sent: waited {waited_ms} ms for a free worker (load generator overloaded)"))
+                    (Outcome::Timeout, String::new(), format!("not sent: waited {waited_ms} ms for a free worker (load generator overloaded)"), 0)
                 } else {
                     one_request(addr, &request, timeout, prefix.as_deref())
                 };
@@ -249,6 +254,7 @@ pub fn run(opts: Options) -> u8 {
                     outcome,
                     pod,
                     detail,
+                    local_port,
                 };
                 if result_tx.send(record).is_err() {
                     return;
@@ -344,13 +350,14 @@ fn write_csv(file: File, rx: mpsc::Receiver<Record>) -> std::io::Result<[u64; OU
                 counts[i] += 1;
                 writeln!(
                     out,
-                    "{}.{:06},{:.3},{},{},{}",
+                    "{}.{:06},{:.3},{},{},{},{}",
                     r.at_unix_micros / 1_000_000,
                     r.at_unix_micros % 1_000_000,
                     r.latency.as_secs_f64() * 1000.0,
                     r.outcome.as_str(),
                     csv_escape(&r.pod),
-                    csv_escape(&r.detail)
+                    csv_escape(&r.detail),
+                    r.local_port
                 )?;
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -375,14 +382,74 @@ fn csv_escape(field: &str) -> String {
 }
 
 /// Sends one request on a new connection and classifies the result: returns
-/// (outcome, pod, detail).
-fn one_request(addr: SocketAddr, request: &[u8], timeout: Duration, prefix: Option<&str>) -> (Outcome, String, String) {
+/// (outcome, pod, detail, local port).
+fn one_request(addr: SocketAddr, request: &[u8], timeout: Duration, prefix: Option<&str>) -> (Outcome, String, String, u16) {
     let start = Instant::now();
-    let remaining = |start: Instant| timeout.checked_sub(start.elapsed()).filter(|d| !d.is_zero());
-    let mut stream = match TcpStream::connect_timeout(&addr, timeout) {
-        Ok(s) => s,
-        Err(e) => return classify_error("connect", &e, false),
+    let (connected, port) = connect(addr, timeout);
+    let (outcome, pod, detail) = match connected {
+        Ok(stream) => exchange(stream, request, start, timeout, prefix),
+        Err(e) => classify_error("connect", &e, false),
     };
+    (outcome, pod, detail, port)
+}
+
+/// Opens a TCP connection to `addr` within `timeout`: the stream or the error,
+/// and the source port the kernel chose when the SYN was sent (0 when none
+/// was: the socket could not be made). Non-blocking connect, then `poll` for
+/// writability and `SO_ERROR`, as `TcpStream::connect_timeout` does, but with
+/// the port read while the attempt is in flight (a refused attempt's socket
+/// loses its port).
+fn connect(addr: SocketAddr, timeout: Duration) -> (std::io::Result<TcpStream>, u16) {
+    use socket2::{Domain, Protocol, Socket, Type};
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + timeout;
+    let socket = match Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), 0),
+    };
+    let port = |s: &Socket| s.local_addr().ok().and_then(|a| a.as_socket()).map_or(0, |a| a.port());
+    if let Err(e) = socket.set_nonblocking(true) {
+        return (Err(e), 0);
+    }
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return (Err(e), port(&socket)),
+    }
+    let local_port = port(&socket);
+    let mut fd = libc::pollfd { fd: socket.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return (Err(std::io::Error::new(ErrorKind::TimedOut, "connection timed out")), local_port);
+        }
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: `fd` is one valid pollfd for the socket this function owns.
+        match unsafe { libc::poll(&mut fd, 1, ms) } {
+            n if n > 0 => break,
+            0 => {}
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != ErrorKind::Interrupted {
+                    return (Err(e), local_port);
+                }
+            }
+        }
+    }
+    match socket.take_error() {
+        Ok(Some(e)) | Err(e) => return (Err(e), local_port),
+        Ok(None) => {}
+    }
+    if let Err(e) = socket.set_nonblocking(false) {
+        return (Err(e), local_port);
+    }
+    (Ok(socket.into()), local_port)
+}
+
+/// Sends the request on a connected stream and reads the answer, all within
+/// `timeout` of `start` (before the connect).
+fn exchange(mut stream: TcpStream, request: &[u8], start: Instant, timeout: Duration, prefix: Option<&str>) -> (Outcome, String, String) {
+    let remaining = |start: Instant| timeout.checked_sub(start.elapsed()).filter(|d| !d.is_zero());
     let _ = stream.set_nodelay(true);
     let Some(left) = remaining(start) else {
         return (Outcome::Timeout, String::new(), "connect: timed out".to_string());

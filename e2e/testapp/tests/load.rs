@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const HEADER: &str = "t_unix_seconds,latency_ms,outcome,pod,detail";
+const HEADER: &str = "t_unix_seconds,latency_ms,outcome,pod,detail,local_port";
 
 /// Every row has outcome `outcome`; returns the rows' details for messages.
 fn assert_all(rows: &[common::Row], outcome: &str) {
@@ -29,6 +29,8 @@ fn against_serve_all_ok_with_rate_times_duration_requests() {
     assert!((299..=301).contains(&rows.len()), "{} rows", rows.len());
     assert_all(&rows, "ok");
     assert!(rows.iter().all(|r| r.pod == "web-load-1" && r.detail.is_empty() && r.latency_ms > 0.0));
+    // every connection's source port, as the kernel chose it
+    assert!(rows.iter().all(|r| r.local_port > 0), "{rows:?}");
     // Scheduled times are 5 ms apart (open loop), whatever the latency.
     rows.sort_by(|a, b| a.t_unix_seconds.total_cmp(&b.t_unix_seconds));
     for pair in rows.windows(2) {
@@ -52,6 +54,9 @@ fn closed_port_gives_refused() {
     assert_all(&rows, "refused");
     assert!(rows[0].detail.contains("connect:"), "{:?}", rows[0]);
     assert!(summary.contains("refused=10"), "{summary}");
+    // the source port of a refused attempt, read while it was in flight (a refused socket
+    // loses it)
+    assert!(rows.iter().all(|r| r.local_port > 0), "{rows:?}");
 }
 
 #[test]
@@ -199,6 +204,8 @@ fn overloaded_generator_records_unsent_requests_as_timeout_and_stays_bounded() {
     assert_eq!(rows.len(), 10);
     assert_all(&rows, "timeout");
     let unsent = rows.iter().filter(|r| r.detail.starts_with("not sent: waited")).count();
+    assert!(rows.iter().filter(|r| r.detail.starts_with("not sent")).all(|r| r.local_port == 0), "{rows:?}");
+    assert!(rows.iter().filter(|r| !r.detail.starts_with("not sent")).all(|r| r.local_port > 0), "{rows:?}");
     assert!(unsent >= 3, "{unsent} unsent: {rows:?}");
     assert!(summary.contains(&format!("not_sent={unsent} ")), "{summary}");
     // Unsent rows keep their scheduled time; their latency includes the wait.

@@ -127,6 +127,8 @@ pub struct Row {
     pub outcome: String,
     pub pod: String,
     pub detail: String,
+    /// The connection's source port (0: not sent).
+    pub local_port: u16,
 }
 
 /// Runs `load` with `args` (plus `--out FILE`) to completion; returns the
@@ -157,7 +159,9 @@ pub fn read_csv(path: &std::path::Path) -> (String, Vec<Row>) {
     let header = lines.next().unwrap_or("").to_string();
     let rows = lines
         .map(|l| {
-            let f: Vec<&str> = l.splitn(5, ',').collect();
+            // local_port is last and never quoted; detail before it may hold commas
+            let (rest, port) = l.rsplit_once(',').expect("a local_port field");
+            let f: Vec<&str> = rest.splitn(5, ',').collect();
             assert_eq!(f.len(), 5, "row {l:?}");
             Row {
                 t_unix_seconds: f[0].parse().expect("t"),
@@ -165,6 +169,7 @@ pub fn read_csv(path: &std::path::Path) -> (String, Vec<Row>) {
                 outcome: f[2].to_string(),
                 pod: f[3].to_string(),
                 detail: f[4].to_string(),
+                local_port: port.parse().expect("local_port"),
             }
         })
         .collect();
