@@ -218,6 +218,21 @@ fn load_generator(node: &RealNode, target: &str, s: &Settings, out: &Path) -> Ch
         .expect("start the load generator")
 }
 
+/// Every new and destroyed conntrack entry towards the Service in the node's netns, timestamped
+/// (`conntrack -E -e NEW,DESTROY -o timestamp`), into `out` (conntrack-NODE.txt): the report
+/// joins a failed request's source port with them to find the pod it went to, and whether an
+/// earlier attempt's entry held its tuple (e2e/experiment/report.py `classify_failures`). A
+/// 16 MiB netlink buffer keeps events from being dropped at a few hundred connections a second.
+fn conntrack_monitor(node: &RealNode, cluster_ip: &str, out: &Path) -> Child {
+    Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", node.netns))
+        .args(["conntrack", "-E", "-e", "NEW,DESTROY", "-p", "tcp", "--orig-dst", cluster_ip, "-o", "timestamp", "--buffer-size", "16777216"])
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(std::fs::File::create(out.with_extension("log")).unwrap())
+        .spawn()
+        .expect("start conntrack -E (the conntrack package: e2e/build-k8s.sh installs it)")
+}
+
 fn stop(child: &mut Child) {
     // SAFETY: kill(2) on our own child's pid
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -308,6 +323,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     let stop_flag = Arc::new(AtomicBool::new(false));
     let samplers = spawn_samplers(nodes, &ns, stop_flag.clone());
     let target = format!("{cluster_ip}:80");
+    let mut monitors: Vec<Child> = nodes.iter().map(|n| conntrack_monitor(n, &cluster_ip, &dir.join(format!("conntrack-{}.txt", n.name)))).collect();
     let mut loads: Vec<Child> = nodes.iter().map(|n| load_generator(n, &target, s, &dir.join(format!("load-{}.csv", n.name)))).collect();
     tokio::time::sleep(Duration::from_secs(3)).await;
 
@@ -330,6 +346,10 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     tokio::time::sleep(Duration::from_secs(2)).await;
     for l in &mut loads {
         stop(l);
+    }
+    // SIGTERM: conntrack flushes what it printed
+    for m in &mut monitors {
+        stop(m);
     }
     stop_flag.store(true, Ordering::Relaxed);
     let traces: Vec<RuleTrace> = samplers.into_iter().map(|h| h.join().unwrap()).collect();
@@ -559,9 +579,19 @@ async fn deploy_experiment() {
                 "{name}: coverage predicted {} at least (lowest node {}), observed {} of {} (pod, node) windows and {} of {} pods within their sleep",
                 c["predictedRatioMin"], c["predictedLowestNodeRatioMin"], c["observedPairRatio"], c["pairs"], c["observedPodRatio"], c["pods"]
             );
-            if failures > 0 {
-                broken.push(format!("{name}: a protected run failed {failures} requests: {}", run["failuresByOutcome"]));
+            // per cause (results.json failuresByCause): the sleep removes the race, so a
+            // protected run has none; pinned tuples, SYNs dropped by live pods and other
+            // failures are counted, not the sleep's to remove (docs/model.md "What the sleep
+            // does not fix"); a failure without a conntrack record cannot be shown not to be
+            // the race, so it counts against the run too
+            let cause = |c: &str| run["failuresByCause"][c].as_u64().unwrap_or(0);
+            if cause("race") > 0 || cause("unattributed") > 0 {
+                broken.push(format!(
+                    "{name}: a protected run failed {failures} requests, {} of them the race and {} unattributed: {} ({})",
+                    cause("race"), cause("unattributed"), run["failuresByCause"], run["failuresByCauseAndOutcome"]
+                ));
             }
+            println!("{name}: {failures} failed requests by cause {}", run["failuresByCause"]);
             // every protected pod's own sleep covers its own window on the slowest node
             for p in pods {
                 let (sleep, window) = (p["sleepSeconds"].as_f64(), p["maxWindowSeconds"].as_f64());
@@ -619,6 +649,12 @@ async fn deploy_experiment() {
             }
             if failures == 0 {
                 broken.push(format!("{name}: the baseline failed no request: the experiment is not sensitive enough"));
+            }
+            // the failures the sleep is for: new connections to pods that stopped serving
+            let race = run["failuresByCause"]["race"].as_u64().unwrap_or(0);
+            println!("{name}: {failures} failed requests by cause {}", run["failuresByCause"]);
+            if failures > 0 && race == 0 {
+                broken.push(format!("{name}: no failure of the baseline was the race ({}): the attribution or the experiment is broken", run["failuresByCause"]));
             }
         }
     }

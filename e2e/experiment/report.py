@@ -31,6 +31,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 import time
 from xml.sax.saxutils import escape
@@ -38,6 +39,10 @@ from xml.sax.saxutils import escape
 PROG = "report.py"
 OUTCOMES = ("ok", "refused", "reset", "timeout", "unreachable", "empty", "bad_answer")
 LOAD_COLUMNS = ("t_unix_seconds", "latency_ms", "outcome", "pod", "detail")
+# the connection's source port (0: not sent); absent in runs before it was recorded
+LOAD_OPTIONAL = ("local_port",)
+# the causes of a failed request (classify_failures), in report order
+CAUSES = ("race", "pinned", "liveSynDropped", "other", "unattributed")
 DELETION_COLUMNS = ("pod", "ip", "node", "deleted_at_unix")
 # the pod's preStop sleep and terminationGracePeriodSeconds (seconds; empty: none)
 DELETION_OPTIONAL = ("sleep_seconds", "grace_seconds")
@@ -210,6 +215,7 @@ def load_run(rundir):
 
     # Load: one file per node.
     requests = []  # (t, outcome, node)
+    failed_requests = []  # dicts: t, outcome, node, latencySeconds, port
     load_files = sorted(f for f in os.listdir(rundir) if f.startswith("load-") and f.endswith(".csv"))
     nodes = []
     per_node_rate = 0.0
@@ -217,7 +223,7 @@ def load_run(rundir):
     for fname in load_files:
         node = fname[len("load-"):-len(".csv")]
         path = os.path.join(rundir, fname)
-        rows = read_csv(path, LOAD_COLUMNS)
+        rows = read_csv(path, LOAD_COLUMNS, LOAD_OPTIONAL)
         if rows is None:
             w(f"{fname} is empty (no header)")
             continue
@@ -225,11 +231,18 @@ def load_run(rundir):
         ts = []
         for line, row in rows:
             t = parse_float(path, line, "t_unix_seconds", row["t_unix_seconds"])
-            parse_float(path, line, "latency_ms", row["latency_ms"], allow_empty=True)
+            latency_ms = parse_float(path, line, "latency_ms", row["latency_ms"], allow_empty=True)
             outcome = row["outcome"].strip()
             if outcome not in OUTCOMES:
                 raise Malformed(path, line, f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
             requests.append((t, outcome, node))
+            if outcome != "ok":
+                port = (row.get("local_port") or "").strip()
+                if port and not (port.isdigit() and int(port) <= 65535):
+                    raise Malformed(path, line, f"local_port {port!r} is not a port number")
+                failed_requests.append({"t": t, "outcome": outcome, "node": node,
+                                        "latencySeconds": (latency_ms or 0.0) / 1000.0,
+                                        "port": int(port) if port else None})
             ts.append(t)
         if len(ts) >= 2 and max(ts) > min(ts):
             per_node_rate += (len(ts) - 1) / (max(ts) - min(ts))
@@ -336,6 +349,16 @@ def load_run(rundir):
     elif failures:
         w("failures present but no deletions: no failure offsets")
 
+    # Failures by cause: each failed request joined with its node's conntrack events
+    conntrack = {}
+    for node in nodes:
+        path = os.path.join(rundir, f"conntrack-{node}.txt")
+        if os.path.exists(path):
+            conntrack[node] = read_conntrack(path)
+    if failed_requests and not conntrack:
+        w("no conntrack-<node>.txt: failures cannot be attributed to a cause")
+    by_cause = classify_failures(failed_requests, conntrack, deletions, pod_info)
+
     by_outcome = {}
     for _, o, _ in failures:
         by_outcome[o] = by_outcome.get(o, 0) + 1
@@ -386,6 +409,11 @@ def load_run(rundir):
         "maxGroundTruthSeconds": max_gt,
         "failureRate": (len(failures) / n_req) if n_req else None,
         "failuresByOutcome": dict(sorted(by_outcome.items())),
+        # each failed request's cause (classify_failures): the race the sleep removes, a tuple
+        # pinned by an earlier attempt's conntrack entry, a SYN dropped by a live pod, other,
+        # and unattributed (no conntrack record of it)
+        "failuresByCause": by_cause["counts"],
+        "failuresByCauseAndOutcome": by_cause["byOutcome"],
         "failuresByNode": dict(sorted(by_node.items())),
         # each node's load generator goes through its own kube-proxy: failures per proxy mode
         "failuresByProxyMode": by_mode(by_node, meta.get("nodeModes")),
@@ -460,6 +488,72 @@ def max_or_none(values):
     """The largest of the finite numbers among `values` (`is_number`), None when there are none."""
     nums = [v for v in values if is_number(v)]
     return max(nums) if nums else None
+
+
+CONNTRACK_EVENT = re.compile(r"^\[(\d+(?:\.\d+)?)\]\s+\[(NEW|DESTROY)\]\s+tcp\s")
+CONNTRACK_TUPLE = re.compile(r"src=(\S+) dst=(\S+) sport=(\d+) dport=(\d+)")
+
+
+def read_conntrack(path):
+    """`conntrack -E -e NEW,DESTROY -o timestamp` output of one node: per source port, its
+    events in time order as (unix seconds, "NEW" or "DESTROY", the address the entry sends to:
+    the reply tuple's source, the pod after kube-proxy's DNAT). Other lines (the summary, a
+    warning) are skipped."""
+    by_port = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = CONNTRACK_EVENT.match(line.strip())
+            tuples = CONNTRACK_TUPLE.findall(line)
+            if not m or len(tuples) < 2:
+                continue
+            by_port.setdefault(int(tuples[0][2]), []).append((float(m.group(1)), m.group(2), tuples[1][0]))
+    for events in by_port.values():
+        events.sort()
+    return by_port
+
+
+def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05):
+    """The cause of each failed request, from its source port and its node's conntrack events.
+
+    - `race`: a new connection (its own NEW entry) sent to a pod after it stopped serving (its
+      deletion plus its preStop sleep), while that node's rules still held it: what the sleep
+      removes;
+    - `pinned`: no NEW entry of its own: an earlier attempt's entry with the same tuple, not yet
+      destroyed, carried it to where that attempt went (an unanswered SYN leaves an entry in
+      SYN_SENT for nf_conntrack_tcp_timeout_syn_sent, 120 s by default);
+    - `liveSynDropped`: a timeout on its own entry to a pod still serving: its SYN dropped (a full
+      accept queue, a busy node);
+    - `other`: its own entry to a pod still serving, and refused, reset or otherwise failed;
+    - `unattributed`: not sent, no port recorded, or no conntrack record of it.
+    Returns {"counts": {cause: n}, "byOutcome": {cause: {outcome: n}}}."""
+    deleted_by_ip = {}
+    for pod, (ip, _, t) in deletions.items():
+        sleep = (pod_info.get(pod) or {}).get("sleep") or 0
+        if ip:
+            deleted_by_ip.setdefault(ip, []).append(t + sleep)
+    counts = {c: 0 for c in CAUSES}
+    by_outcome = {c: {} for c in CAUSES}
+    for r in failed:
+        events = (conntrack.get(r["node"]) or {}).get(r["port"]) if r["port"] else None
+        cause = "unattributed"
+        if events:
+            start, end = r["t"] - slack, r["t"] + r["latencySeconds"] + slack
+            own = [e for e in events if e[1] == "NEW" and start <= e[0] <= end]
+            if own:
+                stopped = [t for t in deleted_by_ip.get(own[0][2], []) if t <= r["t"]]
+                if stopped:
+                    cause = "race"
+                elif r["outcome"] == "timeout":
+                    cause = "liveSynDropped"
+                else:
+                    cause = "other"
+            else:
+                before = [e for e in events if e[0] < start]
+                if before and before[-1][1] == "NEW":
+                    cause = "pinned"
+        counts[cause] += 1
+        by_outcome[cause][r["outcome"]] = by_outcome[cause].get(r["outcome"], 0) + 1
+    return {"counts": counts, "byOutcome": {c: dict(sorted(o.items())) for c, o in by_outcome.items() if o}}
 
 
 def coverage_comparison(pods, timeline):
@@ -549,18 +643,19 @@ def per_node(counts):
 
 def table(runs):
     head = ["run", "protected", "proxy modes", "extra Services", "requests", "failures", "failure rate",
-            "failures by outcome", "measured W (s)", "injected sleep (s)", "max ground truth (s)",
+            "failures by outcome", "failures by cause", "measured W (s)", "injected sleep (s)", "max ground truth (s)",
             "pod windows min / p99 / max (s)", "W covers p99", "histogram", "W native / classic / native before, same scrapes (s)",
             "failed reads"]
     lines = ["| " + " | ".join(head) + " |",
-             "|" + "|".join(["---"] * 3 + ["---:"] * 4 + ["---"] + ["---:"] * 4 + ["---"] * 4) + "|"]
+             "|" + "|".join(["---"] * 3 + ["---:"] * 4 + ["---"] * 2 + ["---:"] * 4 + ["---"] * 4) + "|"]
     for r in runs:
         rate = "–" if r["failureRate"] is None else f"{100 * r['failureRate']:.3f}%"
         outcomes = ", ".join(f"{o} {n}" for o, n in r["failuresByOutcome"].items()) or "–"
+        causes = ", ".join(f"{c} {n}" for c, n in r["failuresByCause"].items() if n) or "–"
         windows = " / ".join(fmt_num(r[k]) for k in ("podWindowMinSeconds", "podWindowP99Seconds",
                                                          "podWindowMaxSeconds"))
         cells = [r["name"], "yes" if r["protected"] else "no", ", ".join(r["proxyModes"]) or "–",
-                 str(r["extraServices"]), str(r["requests"]), str(r["failures"]), rate, outcomes,
+                 str(r["extraServices"]), str(r["requests"]), str(r["failures"]), rate, outcomes, causes,
                  fmt_num(r["measuredWindowSeconds"]), fmt_num(r["injectedSleepSeconds"]),
                  fmt_num(r["maxGroundTruthSeconds"]), windows, yes_no(r["wCoversP99"]),
                  r["histogramKind"] or "–",

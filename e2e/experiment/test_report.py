@@ -23,7 +23,7 @@ def write_csv(path, header, rows):
 
 
 def make_run(outdir, dirname, meta, nodes=("node-a", "node-b"), rate=100, seconds=30,
-             deletions=(), failures=(), groundtruth=None, write=("meta", "load", "deletions", "groundtruth"),
+             deletions=(), failures=(), groundtruth=None, write=("meta", "load", "deletions", "groundtruth", "conntrack"),
              sleeps=None, grace=None, old_format=False):
     """A synthetic run.
 
@@ -35,7 +35,9 @@ def make_run(outdir, dirname, meta, nodes=("node-a", "node-b"), rate=100, second
         the IP (default: 50 ms before the removal, node-a's poll cadence).
     sleeps: {pod: preStop sleep seconds} (deletions.csv's sleep_seconds);
     grace: every pod's terminationGracePeriodSeconds.
-    old_format: the CSV columns before per-pod sleeps and read bounds."""
+    old_format: the CSV columns before per-pod sleeps and read bounds.
+    Each failed request gets source port 20000 + its index, and conntrack-<node>.txt a NEW
+    entry for it towards the pod of its deletion index (a new connection to a deleted pod)."""
     d = os.path.join(outdir, "runs", dirname)
     os.makedirs(d)
     if "meta" in write:
@@ -45,18 +47,24 @@ def make_run(outdir, dirname, meta, nodes=("node-a", "node-b"), rate=100, second
     if "load" in write:
         fail_at = {}
         for node, di, off, outcome in failures:
-            fail_at[(node, round((del_at[di][1] + off - T0 - 1) * rate))] = outcome
+            fail_at[(node, round((del_at[di][1] + off - T0 - 1) * rate))] = (outcome, di)
         for node in nodes:
-            rows = []
+            rows, events = [], []
             for i in range(rate * seconds):
                 t = T0 + 1 + i / rate
-                outcome = fail_at.get((node, i), "ok")
+                outcome, di = fail_at.get((node, i), ("ok", None))
                 if outcome == "ok":
-                    rows.append([f"{t:.3f}", "1.25", "ok", f"web-{i % 3}", ""])
+                    rows.append([f"{t:.3f}", "1.25", "ok", f"web-{i % 3}", "", str(40000 + i % 20000)])
                 else:
-                    rows.append([f"{t:.3f}", "0.4", outcome, "", "connect: connection refused, errno 111"])
-            write_csv(os.path.join(d, f"load-{node}.csv"), ["t_unix_seconds", "latency_ms", "outcome", "pod", "detail"],
-                      rows)
+                    rows.append([f"{t:.3f}", "0.4", outcome, "", "connect: connection refused, errno 111", str(20000 + i)])
+                    events.append(f"[{t + 0.0001:.6f}]\t    [NEW] tcp      6 120 SYN_SENT src=10.213.0.2 dst=10.96.0.9 "
+                                  f"sport={20000 + i} dport=80 [UNREPLIED] src=10.0.0.{di + 10} dst=10.213.0.2 "
+                                  f"sport=8080 dport={20000 + i}")
+            write_csv(os.path.join(d, f"load-{node}.csv"),
+                      ["t_unix_seconds", "latency_ms", "outcome", "pod", "detail", "local_port"], rows)
+            if "conntrack" in write:
+                with open(os.path.join(d, f"conntrack-{node}.txt"), "w") as f:
+                    f.write("\n".join(events + ["conntrack v1.4.7 (conntrack-tools): 0 flow events have been shown."]) + "\n")
     sleeps = sleeps or {}
     if "deletions" in write:
         if old_format:
@@ -186,6 +194,11 @@ class TwoRuns(unittest.TestCase):
         self.assertEqual([(g["pod"], g["node"]) for g in r["groundTruth"]],
                          sorted((p, n) for p, n, _ in BASELINE_GT))
 
+        # every synthetic failure is a new connection (its own conntrack entry) to the pod deleted
+        # before it: the race
+        self.assertEqual(r["failuresByCause"], {"race": 5, "pinned": 0, "liveSynDropped": 0, "other": 0, "unattributed": 0})
+        self.assertEqual(r["failuresByCauseAndOutcome"], {"race": {"refused": 5}})
+
     def test_protected_numbers(self):
         r = self.runs["b-protected"]
         self.assertIs(r["protected"], True)
@@ -230,7 +243,7 @@ class TwoRuns(unittest.TestCase):
         self.assertTrue(os.path.isabs(lines[-1]))
         rows = [line for line in lines if line.startswith("| a-baseline") or line.startswith("| b-protected")]
         self.assertEqual(len(rows), 2)
-        self.assertIn("| 6000 | 5 | 0.083% | refused 5 | 1.4 | – | 1.3 | 1 / 1.298 / 1.3 | yes | – | – / – / – | – |", rows[0])
+        self.assertIn("| 6000 | 5 | 0.083% | refused 5 | race 5 | 1.4 | – | 1.3 | 1 / 1.298 / 1.3 | yes | – | – / – / – | – |", rows[0])
         self.assertIn("| yes |", rows[1])
         self.assertIn("| 0.000% |", rows[1])
         self.assertIn("| 1.4 | 3 | 1.1 | 0.85 / 1.097 / 1.1 | yes | native | 1.162 / 1.254 / 1.7 | node-a 0, node-b 2 |", rows[1])
@@ -326,7 +339,7 @@ class EdgeCases(unittest.TestCase):
         path = os.path.join(d, "load-node-b.csv")
         with open(path) as f:
             lines = f.read().splitlines()
-        lines[3] = "17646x00001.02,1.0,ok,web-0,"
+        lines[3] = "17646x00001.02,1.0,ok,web-0,,40001"
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
         proc = run_report(self.out)
@@ -342,7 +355,7 @@ class EdgeCases(unittest.TestCase):
         with open(path, "w") as f:
             f.write("pod,ip,node,deleted_at_unix\nweb-x,10.0.0.9,node-a,1764600005\n")
         path = os.path.join(d, "load-node-a.csv")
-        self.append_line(path, "1764600002.5,3,maybe,,")
+        self.append_line(path, "1764600002.5,3,maybe,,,40002")
         proc = run_report(self.out)
         self.assert_malformed(proc, path, 102)
         self.assertIn("maybe", proc.stderr)
@@ -350,11 +363,11 @@ class EdgeCases(unittest.TestCase):
     def test_quoted_csv_fields_and_bad_quote(self):
         d = make_run(self.out, "a", meta("a", 1, False), seconds=1, deletions=DELETIONS[:1])
         path = os.path.join(d, "load-node-a.csv")
-        self.append_line(path, '1764600002.5,,reset,,"read: connection reset by peer, ""x"""')
+        self.append_line(path, '1764600002.5,,reset,,"read: connection reset by peer, ""x""",40003')
         proc = run_report(self.out)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(self.results()[0]["failuresByOutcome"], {"reset": 1})
-        self.append_line(path, '1764600002.6,1,ok,web-0,"unterminated')
+        self.append_line(path, '1764600002.6,1,ok,web-0,"unterminated,40004')
         self.assert_malformed(run_report(self.out), path, 103)
 
     def test_bad_header(self):
@@ -514,6 +527,45 @@ class Percentile(unittest.TestCase):
         self.assertEqual(report.percentile([1, 2, 3, 4, 5], 1.0), 5)
 
 
+
+
+class FailuresByCause(unittest.TestCase):
+    """classify_failures: each failed request's cause from its port and the node's conntrack events."""
+
+    def test_each_cause(self):
+        sys.path.insert(0, HERE)
+        try:
+            import report
+        finally:
+            sys.path.remove(HERE)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "conntrack-node-a.txt")
+            line = "[{t}]\t    [{kind}] tcp      6 120 SYN_SENT src=10.213.0.2 dst=10.96.0.9 sport={p} dport=80 [UNREPLIED] src={ip} dst=10.213.0.2 sport=8080 dport={p}\n"
+            with open(path, "w") as f:
+                for t, kind, p, ip in [(100.0, "NEW", 1, "10.0.0.10"),   # own entry, pod deleted at 99
+                                       (100.0, "NEW", 2, "10.0.0.11"),   # own entry, pod in its sleep
+                                       (101.0, "NEW", 3, "10.0.0.12"),   # own entry, live pod
+                                       (50.0, "NEW", 4, "10.0.0.12"),    # an earlier attempt's entry...
+                                       (110.0, "DESTROY", 4, "10.0.0.12"),  # ...destroyed after the request
+                                       (50.0, "NEW", 5, "10.0.0.12"),    # destroyed before the request
+                                       (60.0, "DESTROY", 5, "10.0.0.12"),
+                                       (101.0, "NEW", 6, "10.0.0.12")]:
+                    f.write(line.format(t=t, kind=kind, p=p, ip=ip))
+                f.write("conntrack v1.4.7 (conntrack-tools): 8 flow events have been shown.\n")
+            ct = {"node-a": report.read_conntrack(path)}
+        self.assertEqual(ct["node-a"][4], [(50.0, "NEW", "10.0.0.12"), (110.0, "DESTROY", "10.0.0.12")])
+        deletions = {"old-1": ("10.0.0.10", "node-a", 99.0), "old-2": ("10.0.0.11", "node-a", 99.0)}
+        pod_info = {"old-1": {"sleep": None}, "old-2": {"sleep": 3}}
+        req = lambda t, outcome, port, node="node-a": {"t": t, "outcome": outcome, "node": node, "latencySeconds": 1.0, "port": port}
+        failed = [req(100.0, "refused", 1), req(100.0, "timeout", 2), req(101.0, "timeout", 3), req(100.5, "timeout", 4),
+                  req(100.5, "timeout", 5), req(101.0, "reset", 6), req(100.0, "timeout", None), req(100.0, "timeout", 1, "node-b")]
+        got = report.classify_failures(failed, ct, deletions, pod_info)
+        # 1: race; 2: the pod sleeps until 102 (live), timed out; 3: live, timed out; 4: pinned by
+        # the entry of 50 s; 5: its earlier entry was gone, and no own entry: unattributed; 6:
+        # live, reset: other; no port, and no conntrack for node-b: unattributed
+        self.assertEqual(got["counts"], {"race": 1, "pinned": 1, "liveSynDropped": 2, "other": 1, "unattributed": 3})
+        self.assertEqual(got["byOutcome"], {"race": {"refused": 1}, "pinned": {"timeout": 1}, "liveSynDropped": {"timeout": 2},
+                                            "other": {"reset": 1}, "unattributed": {"timeout": 3}})
 
 
 class Coverage(unittest.TestCase):
