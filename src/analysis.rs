@@ -4,7 +4,7 @@
 use crate::advisor::{self, Advice, ClusterFacts, Thresholds};
 use crate::crd::TerminationPolicySpec;
 use crate::exposition::HistogramKind;
-use crate::model::{self, Basis, ClusterWindow, Interval, NodeInput, NodeWindow, ProxyMode};
+use crate::model::{self, Basis, ClusterWindow, HistogramPreference, Interval, NodeInput, NodeWindow, ProxyMode};
 use crate::sizing::{self, Recommendation};
 use serde::Serialize;
 use std::sync::Arc;
@@ -23,6 +23,8 @@ pub struct AnalysisOptions {
     pub facts: ClusterFacts,
     /// Advisor thresholds.
     pub thresholds: Thresholds,
+    /// Which histograms the p99s come from (native first by default).
+    pub histograms: HistogramPreference,
 }
 
 /// kube-proxy's default `minSyncPeriod` in iptables mode, seconds, used when it is not known.
@@ -36,6 +38,7 @@ impl Default for AnalysisOptions {
             mode: None,
             facts: ClusterFacts::default(),
             thresholds: Thresholds::default(),
+            histograms: HistogramPreference::NativeFirst,
         }
     }
 }
@@ -182,14 +185,18 @@ pub fn analyze(inputs: &[NodeInput], opts: &AnalysisOptions, spec: &TerminationP
 /// The policy-independent part of an analysis, for policies whose `preStop.minSamples` is
 /// `min_samples`.
 pub fn analyze_window(inputs: &[NodeInput], opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {
-    window_of(inputs.iter().map(|i| model::measure_node(i, opts.min_sync_period_seconds, min_samples, opts.mode)).collect(), opts, min_samples)
+    window_of(inputs.iter().map(|i| measure(i, opts, min_samples)).collect(), opts, min_samples)
 }
 
 /// [`analyze_window`] over inputs made one at a time, each dropped once its node's window is
 /// measured: the operator's store gives its 5,000 nodes' inputs this way rather than as one
 /// ~20 MiB copy per measurement generation (BENCHMARKS.md "Operator memory").
 pub fn analyze_window_of(inputs: impl IntoIterator<Item = NodeInput>, opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {
-    window_of(inputs.into_iter().map(|i| model::measure_node(&i, opts.min_sync_period_seconds, min_samples, opts.mode)).collect(), opts, min_samples)
+    window_of(inputs.into_iter().map(|i| measure(&i, opts, min_samples)).collect(), opts, min_samples)
+}
+
+fn measure(input: &NodeInput, opts: &AnalysisOptions, min_samples: u32) -> NodeWindow {
+    model::measure_node_with(input, opts.min_sync_period_seconds, min_samples, opts.mode, opts.histograms)
 }
 
 fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {

@@ -1428,4 +1428,19 @@ fn the_real_protobuf_capture_is_read_like_its_text_capture_needs_native_add() {
     let pb = json(&["tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.pb"]);
     let txt = json(&["tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.txt"]);
     assert_eq!(classic_fields(&pb), classic_fields(&txt));
+    // --histograms classic: the protobuf capture's classic p99 and W equal the text capture's
+    // (shared/cases/README.md: the classic p99 from both formats must be equal); the native
+    // p99 from the same protobuf scrape is lower (9%-wide buckets against doubling ones)
+    let case = |f: &str| format!("tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.{f}");
+    let classic_pb = json(&["--histograms", "classic", &case("pb")]);
+    let classic_txt = json(&["--histograms", "classic", &case("txt")]);
+    for doc in [&classic_pb, &classic_txt] {
+        assert_eq!(doc["nodes"][0]["histogramKind"], "classic", "{doc}");
+    }
+    let p99 = |d: &Value| d["nodes"][0]["syncP99"]["seconds"].as_f64().unwrap();
+    assert_eq!(p99(&classic_pb), p99(&classic_txt));
+    assert_eq!(classic_pb["propagationWindowSeconds"], classic_txt["propagationWindowSeconds"]);
+    assert!((p99(&classic_pb) - 0.254).abs() < 0.0005, "{}", p99(&classic_pb));
+    assert!(p99(&pb) < p99(&classic_pb), "native {} vs classic {}", p99(&pb), p99(&classic_pb));
+    assert_eq!(pb["nodes"][0]["histogramKind"], "native");
 }

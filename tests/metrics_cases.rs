@@ -46,6 +46,7 @@ fn opts(facts: ClusterFacts) -> AnalysisOptions {
         mode: None,
         facts,
         thresholds: Thresholds::default(),
+        histograms: Default::default(),
     }
 }
 

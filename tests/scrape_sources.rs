@@ -139,6 +139,7 @@ fn analysis_options() -> AnalysisOptions {
         mode: None,
         facts: ClusterFacts::default(),
         thresholds: Thresholds::default(),
+        histograms: Default::default(),
     }
 }
 

@@ -74,6 +74,11 @@ pub struct AnalyzeArgs {
     /// say; `text` or `protobuf` asks a URL for that one only and refuses a source in the other.
     #[arg(long, value_enum, default_value_t = ScrapeFormat::Auto)]
     pub format: ScrapeFormat,
+    /// Histograms the p99s come from: `native` reads kube-proxy's native histogram where a
+    /// protobuf scrape carries one (9%-wide buckets) and the classic buckets otherwise;
+    /// `classic` reads the classic buckets only (the same scrape's classic p99, to compare).
+    #[arg(long, value_enum, default_value_t = Histograms::Native)]
+    pub histograms: Histograms,
     /// Largest `/metrics` body read from a URL, bytes (1024 to 1073741824); a larger body is an
     /// error naming the URL and the limit. `/proxyMode` is capped at 64 KiB.
     #[arg(long, default_value_t = sources::DEFAULT_MAX_BODY_BYTES, allow_negative_numbers = true, value_parser = whole_in(1024usize, 1 << 30, "a whole number of bytes"))]
@@ -81,6 +86,15 @@ pub struct AnalyzeArgs {
 }
 
 /// `--format`: which exposition a source is read as.
+/// `--histograms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Histograms {
+    /// The native histogram where the scrape carries one, else the classic buckets.
+    Native,
+    /// The classic buckets only.
+    Classic,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ScrapeFormat {
     /// A URL's Content-Type, a file's first bytes.
@@ -334,6 +348,10 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
             conntrack_usage_ratio: 0.8,
             stale_seconds: args.stale_seconds,
         },
+        histograms: match args.histograms {
+            Histograms::Native => crate::model::HistogramPreference::NativeFirst,
+            Histograms::Classic => crate::model::HistogramPreference::ClassicOnly,
+        }
     };
     let report = analyze(&inputs, &opts, &spec);
     Ok(match args.output {

@@ -230,6 +230,8 @@ fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Me
             ..Default::default()
         },
         thresholds: ctx.settings.thresholds.clone(),
+        // the operator sizes from native histograms where kube-proxy serves them
+        ..Default::default()
     };
     // one store lock for the figures and the analysis, so the analysis is cached under the
     // revision its inputs come from; one analysis per measurement generation (and minSamples),
