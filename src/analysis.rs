@@ -403,6 +403,41 @@ mod low_sample_tests {
         r.advice.iter().map(|a| (a.reason, a.node.clone())).collect()
     }
 
+    /// A node whose `n` syncs took (0, 2] s for 98% and (2, 2.2] s for the rest.
+    fn slow(name: &str, n: u32) -> NodeInput {
+        let sync = "kubeproxy_sync_proxy_rules_duration_seconds_bucket";
+        let text = format!("{sync}{{le=\"2\"}} {}\n{sync}{{le=\"2.2\"}} {n}\n{sync}{{le=\"+Inf\"}} {n}\n", n * 98 / 100);
+        NodeInput { node: name.into(), later: parse_kube_proxy_metrics(&text).unwrap(), earlier: None, proxy_mode: None }
+    }
+
+    /// The coverage at the sized sleep: the mean of the counted nodes' shares, the lowest node
+    /// named; a low-sample node is not counted while a trusted one is.
+    #[test]
+    fn coverage_is_the_mean_share_over_the_counted_nodes() {
+        let spec: TerminationPolicySpec = serde_json::from_value(serde_json::json!({"preStop": {"safetyFactor": 1.0, "minSeconds": 1}})).unwrap();
+        let r = analyze(&[fast("a", 104), slow("b", 100), beyond("c", 1)], &AnalysisOptions::default(), &spec);
+        // W from b (4.295744 s, e2e/tools/window_distribution_reference.py): ceil = 5 s, which
+        // covers all of a's windows (at most 1.2 s) and 0.995... of b's
+        assert_eq!(r.recommendation.pre_stop_seconds, 5);
+        let c = r.coverage.clone().unwrap();
+        assert_eq!((c.pre_stop_seconds, c.nodes, c.lowest_node.as_str()), (5, 2, "b"));
+        let b_share = r.nodes[1].coverage_at(5).unwrap();
+        assert!(b_share > 0.99 && b_share < 1.0, "{b_share}");
+        assert_eq!(c.lowest_node_ratio, b_share);
+        assert!((c.ratio - (1.0 + b_share) / 2.0).abs() < 1e-12, "{c:?}");
+        assert_eq!(coverage_percent(c.ratio), format!("{:.1}%", ((1.0 + b_share) / 2.0 * 1000.0).floor() / 10.0));
+        // no data: no coverage
+        assert_eq!(coverage(&[], Basis::NoData, 5), None);
+    }
+
+    #[test]
+    fn coverage_percent_never_rounds_up_to_a_full_cover() {
+        assert_eq!(coverage_percent(0.9996), "99.9%");
+        assert_eq!(coverage_percent(1.0), "100.0%");
+        assert_eq!(coverage_percent(0.0), "0.0%");
+        assert_eq!(coverage_percent(0.5), "50.0%");
+    }
+
     /// README: BeyondTopBucket needs a trusted node; a node below minSamples is LowSampleCount
     /// (even when its few samples are beyond the top bucket), does not set the window while
     /// another node is trusted, and raises no ProxySyncSlow. One sync of 104 + one sync beyond

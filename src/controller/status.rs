@@ -351,6 +351,25 @@ mod tests {
     }
 
     #[test]
+    fn the_status_carries_the_coverage_of_its_sleep() {
+        let spec = TerminationPolicySpec::default();
+        let r = report("2");
+        let st = desired_status(&spec, Some(1), &r, &meta(), None, None, &time("2026-01-01T00:00:00Z"));
+        let rec = st.recommendation.unwrap();
+        let c = rec.coverage.clone().expect("coverage");
+        let share = r.nodes[0].coverage_at(rec.pre_stop_seconds).unwrap();
+        assert_eq!((c.lowest_node.as_str(), c.nodes), ("n1", 1));
+        assert_eq!(c.ratio, (share * 1e4).round() / 1e4);
+        assert_eq!(c.lowest_node_ratio, c.ratio);
+        let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert!(ready.message.contains(&format!(", coverage {} (", coverage_percent(share))), "{}", ready.message);
+        // serialised as recommendation.coverage {ratio, lowestNode, lowestNodeRatio, nodes}
+        let v = serde_json::to_value(&rec).unwrap();
+        assert_eq!(v["coverage"]["lowestNode"], "n1");
+        assert!(v["coverage"]["ratio"].is_f64());
+    }
+
+    #[test]
     fn five_thousand_slow_nodes_make_a_small_status() {
         // 5,000 nodes with a slow sync, 5,000 more failing: one advice item per node made each
         // status ~1.2 MB (issue 16); the status names NODES_PER_ADVICE of each and counts the rest
