@@ -40,9 +40,9 @@ PROG = "report.py"
 OUTCOMES = ("ok", "refused", "reset", "timeout", "unreachable", "empty", "bad_answer")
 LOAD_COLUMNS = ("t_unix_seconds", "latency_ms", "outcome", "pod", "detail")
 # the connection's source port (0: not sent); absent in runs before it was recorded
-LOAD_OPTIONAL = ("local_port",)
+LOAD_OPTIONAL = ("local_port", "reused")
 # the causes of a failed request (classify_failures), in report order
-CAUSES = ("race", "pinned", "liveSynDropped", "other", "unattributed")
+CAUSES = ("race", "pinned", "liveSynDropped", "keepAlive", "other", "unattributed")
 DELETION_COLUMNS = ("pod", "ip", "node", "deleted_at_unix")
 # the pod's preStop sleep and terminationGracePeriodSeconds (seconds; empty: none)
 DELETION_OPTIONAL = ("sleep_seconds", "grace_seconds")
@@ -240,9 +240,12 @@ def load_run(rundir):
                 port = (row.get("local_port") or "").strip()
                 if port and not (port.isdigit() and int(port) <= 65535):
                     raise Malformed(path, line, f"local_port {port!r} is not a port number")
+                reused = (row.get("reused") or "0").strip()
+                if reused not in ("0", "1"):
+                    raise Malformed(path, line, f"reused {reused!r} is not 0 or 1")
                 failed_requests.append({"t": t, "outcome": outcome, "node": node,
                                         "latencySeconds": (latency_ms or 0.0) / 1000.0,
-                                        "port": int(port) if port else None})
+                                        "port": int(port) if port else None, "reused": reused == "1"})
             ts.append(t)
         if len(ts) >= 2 and max(ts) > min(ts):
             per_node_rate += (len(ts) - 1) / (max(ts) - min(ts))
@@ -523,6 +526,9 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05):
       SYN_SENT for nf_conntrack_tcp_timeout_syn_sent, 120 s by default);
     - `liveSynDropped`: a timeout on its own entry to a pod still serving: its SYN dropped (a full
       accept queue, a busy node);
+    - `keepAlive`: sent on a connection that had served an earlier request (`reused`): the
+      pod it was opened to broke it (an app that exits on SIGTERM without draining); the rules
+      only steer new connections, so only the app's own shutdown fixes it;
     - `other`: its own entry to a pod still serving, and refused, reset or otherwise failed;
     - `unattributed`: not sent, no port recorded, or no conntrack record of it.
     Returns {"counts": {cause: n}, "byOutcome": {cause: {outcome: n}}}."""
@@ -536,7 +542,9 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05):
     for r in failed:
         events = (conntrack.get(r["node"]) or {}).get(r["port"]) if r["port"] else None
         cause = "unattributed"
-        if events:
+        if r.get("reused"):
+            cause = "keepAlive"
+        elif events:
             start, end = r["t"] - slack, r["t"] + r["latencySeconds"] + slack
             own = [e for e in events if e[1] == "NEW" and start <= e[0] <= end]
             if own:

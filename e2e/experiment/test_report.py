@@ -54,14 +54,14 @@ def make_run(outdir, dirname, meta, nodes=("node-a", "node-b"), rate=100, second
                 t = T0 + 1 + i / rate
                 outcome, di = fail_at.get((node, i), ("ok", None))
                 if outcome == "ok":
-                    rows.append([f"{t:.3f}", "1.25", "ok", f"web-{i % 3}", "", str(40000 + i % 20000)])
+                    rows.append([f"{t:.3f}", "1.25", "ok", f"web-{i % 3}", "", str(40000 + i % 20000), "0"])
                 else:
-                    rows.append([f"{t:.3f}", "0.4", outcome, "", "connect: connection refused, errno 111", str(20000 + i)])
+                    rows.append([f"{t:.3f}", "0.4", outcome, "", "connect: connection refused, errno 111", str(20000 + i), "0"])
                     events.append(f"[{t + 0.0001:.6f}]\t    [NEW] tcp      6 120 SYN_SENT src=10.213.0.2 dst=10.96.0.9 "
                                   f"sport={20000 + i} dport=80 [UNREPLIED] src=10.0.0.{di + 10} dst=10.213.0.2 "
                                   f"sport=8080 dport={20000 + i}")
             write_csv(os.path.join(d, f"load-{node}.csv"),
-                      ["t_unix_seconds", "latency_ms", "outcome", "pod", "detail", "local_port"], rows)
+                      ["t_unix_seconds", "latency_ms", "outcome", "pod", "detail", "local_port", "reused"], rows)
             if "conntrack" in write:
                 with open(os.path.join(d, f"conntrack-{node}.txt"), "w") as f:
                     f.write("\n".join(events + ["conntrack v1.4.7 (conntrack-tools): 0 flow events have been shown."]) + "\n")
@@ -196,7 +196,7 @@ class TwoRuns(unittest.TestCase):
 
         # every synthetic failure is a new connection (its own conntrack entry) to the pod deleted
         # before it: the race
-        self.assertEqual(r["failuresByCause"], {"race": 5, "pinned": 0, "liveSynDropped": 0, "other": 0, "unattributed": 0})
+        self.assertEqual(r["failuresByCause"], {"race": 5, "pinned": 0, "liveSynDropped": 0, "keepAlive": 0, "other": 0, "unattributed": 0})
         self.assertEqual(r["failuresByCauseAndOutcome"], {"race": {"refused": 5}})
 
     def test_protected_numbers(self):
@@ -339,7 +339,7 @@ class EdgeCases(unittest.TestCase):
         path = os.path.join(d, "load-node-b.csv")
         with open(path) as f:
             lines = f.read().splitlines()
-        lines[3] = "17646x00001.02,1.0,ok,web-0,,40001"
+        lines[3] = "17646x00001.02,1.0,ok,web-0,,40001,0"
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
         proc = run_report(self.out)
@@ -355,7 +355,7 @@ class EdgeCases(unittest.TestCase):
         with open(path, "w") as f:
             f.write("pod,ip,node,deleted_at_unix\nweb-x,10.0.0.9,node-a,1764600005\n")
         path = os.path.join(d, "load-node-a.csv")
-        self.append_line(path, "1764600002.5,3,maybe,,,40002")
+        self.append_line(path, "1764600002.5,3,maybe,,,40002,0")
         proc = run_report(self.out)
         self.assert_malformed(proc, path, 102)
         self.assertIn("maybe", proc.stderr)
@@ -363,11 +363,11 @@ class EdgeCases(unittest.TestCase):
     def test_quoted_csv_fields_and_bad_quote(self):
         d = make_run(self.out, "a", meta("a", 1, False), seconds=1, deletions=DELETIONS[:1])
         path = os.path.join(d, "load-node-a.csv")
-        self.append_line(path, '1764600002.5,,reset,,"read: connection reset by peer, ""x""",40003')
+        self.append_line(path, '1764600002.5,,reset,,"read: connection reset by peer, ""x""",40003,0')
         proc = run_report(self.out)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(self.results()[0]["failuresByOutcome"], {"reset": 1})
-        self.append_line(path, '1764600002.6,1,ok,web-0,"unterminated,40004')
+        self.append_line(path, '1764600002.6,1,ok,web-0,"unterminated,40004,0')
         self.assert_malformed(run_report(self.out), path, 103)
 
     def test_bad_header(self):
@@ -558,14 +558,16 @@ class FailuresByCause(unittest.TestCase):
         pod_info = {"old-1": {"sleep": None}, "old-2": {"sleep": 3}}
         req = lambda t, outcome, port, node="node-a": {"t": t, "outcome": outcome, "node": node, "latencySeconds": 1.0, "port": port}
         failed = [req(100.0, "refused", 1), req(100.0, "timeout", 2), req(101.0, "timeout", 3), req(100.5, "timeout", 4),
-                  req(100.5, "timeout", 5), req(101.0, "reset", 6), req(100.0, "timeout", None), req(100.0, "timeout", 1, "node-b")]
+                  req(100.5, "timeout", 5), req(101.0, "reset", 6), req(100.0, "timeout", None), req(100.0, "timeout", 1, "node-b"),
+                  dict(req(102.0, "empty", 7), reused=True)]
         got = report.classify_failures(failed, ct, deletions, pod_info)
         # 1: race; 2: the pod sleeps until 102 (live), timed out; 3: live, timed out; 4: pinned by
         # the entry of 50 s; 5: its earlier entry was gone, and no own entry: unattributed; 6:
         # live, reset: other; no port, and no conntrack for node-b: unattributed
-        self.assertEqual(got["counts"], {"race": 1, "pinned": 1, "liveSynDropped": 2, "other": 1, "unattributed": 3})
+        # and a request on a reused keep-alive connection: keepAlive
+        self.assertEqual(got["counts"], {"race": 1, "pinned": 1, "liveSynDropped": 2, "keepAlive": 1, "other": 1, "unattributed": 3})
         self.assertEqual(got["byOutcome"], {"race": {"refused": 1}, "pinned": {"timeout": 1}, "liveSynDropped": {"timeout": 2},
-                                            "other": {"reset": 1}, "unattributed": {"timeout": 3}})
+                                            "keepAlive": {"empty": 1}, "other": {"reset": 1}, "unattributed": {"timeout": 3}})
 
 
 class Coverage(unittest.TestCase):

@@ -1,13 +1,19 @@
 //! `st-testapp load`: an open-loop load generator.
 //!
 //! Requests are scheduled at fixed times `t0 + i / rate` no matter how long
-//! earlier ones take; a pool of `--workers` threads sends them. Each request
-//! opens a NEW TCP connection, sends
+//! earlier ones take; a pool of `--workers` threads sends them. By default each
+//! request opens a NEW TCP connection, sends
 //! `GET / HTTP/1.1\r\nHost: <target>\r\nConnection: close\r\n\r\n` and reads
-//! to EOF. One CSV row per request (rows are in completion order; sort by
+//! to EOF. With `--keep-alive` each worker keeps its connection open and sends
+//! its next request on it (HTTP/1.1 persistent connections, a pool of up to
+//! `--workers` connections, as service-to-service clients keep): a response is
+//! read up to its `Content-Length`; a connection is dropped after a failure or
+//! a `Connection: close` answer, and one the server closed while idle is not
+//! reused (checked before each reuse, as careful clients do); nothing is
+//! retried. One CSV row per request (rows are in completion order; sort by
 //! `t_unix_seconds`):
 //!
-//! `t_unix_seconds,latency_ms,outcome,pod,detail,local_port`
+//! `t_unix_seconds,latency_ms,outcome,pod,detail,local_port,reused`
 //!
 //! - `t_unix_seconds`: the scheduled start (6 decimals);
 //! - `latency_ms`: from the scheduled start to the outcome (3 decimals). When
@@ -30,7 +36,9 @@
 //! - `local_port`: the source port the kernel gave the connection (0 when it
 //!   was not sent): the `sport` of the node's conntrack entry for it, by which
 //!   the experiment's report finds the pod an attempt went to, and whether an
-//!   earlier attempt's entry already held the tuple.
+//!   earlier attempt's entry already held the tuple;
+//! - `reused`: 1 when the request went out on a connection that had served an
+//!   earlier one (`--keep-alive`), else 0.
 //!
 //! It runs until `--duration-seconds` has elapsed or SIGTERM/SIGINT arrives,
 //! waits for outstanding requests (each is bounded by `--timeout-ms`),
@@ -46,7 +54,7 @@ use std::time::{Duration, Instant};
 use crate::{args::Parser, clock, signals};
 
 /// The first line of the output file.
-pub const CSV_HEADER: &str = "t_unix_seconds,latency_ms,outcome,pod,detail,local_port";
+pub const CSV_HEADER: &str = "t_unix_seconds,latency_ms,outcome,pod,detail,local_port,reused";
 /// Response bytes kept per request; more is a `bad_answer`.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 /// Longest single sleep of the scheduler (so a signal is seen quickly).
@@ -75,6 +83,8 @@ pub struct Options {
     pub expect_prefix: Option<String>,
     /// Worker threads (concurrent requests at most).
     pub workers: usize,
+    /// Persistent connections: each worker reuses its connection.
+    pub keep_alive: bool,
 }
 
 impl Options {
@@ -88,6 +98,7 @@ impl Options {
         let duration_seconds: Option<f64> = p.value("--duration-seconds")?;
         let expect_prefix: Option<String> = p.value("--expect-prefix")?;
         let workers: usize = p.value("--workers")?.unwrap_or(64);
+        let keep_alive = p.switch("--keep-alive");
         p.finish()?;
         if !(rate_per_second.is_finite() && rate_per_second > 0.0 && rate_per_second <= 100_000.0) {
             return Err("--rate-per-second must be in (0, 100000]".to_string());
@@ -108,7 +119,7 @@ impl Options {
             .map_err(|e| format!("--target {target:?}: {e}"))?
             .next()
             .ok_or_else(|| format!("--target {target:?}: no address"))?;
-        Ok(Options { target, addr, rate_per_second, timeout_ms, duration_seconds, out, expect_prefix, workers })
+        Ok(Options { target, addr, rate_per_second, timeout_ms, duration_seconds, out, expect_prefix, workers, keep_alive })
     }
 }
 
@@ -166,6 +177,7 @@ struct Record {
     pod: String,
     detail: String,
     local_port: u16,
+    reused: bool,
 }
 
 /// Shared between scheduler and workers.
@@ -210,7 +222,9 @@ pub fn run(opts: Options) -> u8 {
     let (result_tx, result_rx) = mpsc::channel::<Record>();
     let writer = std::thread::spawn(move || write_csv(file, result_rx));
 
-    let request = format!("GET / HTTP/1.1\r\nHost: {}\r\nUser-Agent: st-testapp-load\r\nConnection: close\r\n\r\n", opts.target);
+    let close = if opts.keep_alive { "" } else { "Connection: close\r\n" };
+    let request = format!("GET / HTTP/1.1\r\nHost: {}\r\nUser-Agent: st-testapp-load\r\n{close}\r\n", opts.target);
+    let keep_alive = opts.keep_alive;
     let request: Arc<[u8]> = Arc::from(request.into_bytes());
     let timeout = Duration::from_millis(opts.timeout_ms);
     let t0 = Instant::now();
@@ -227,6 +241,8 @@ pub fn run(opts: Options) -> u8 {
         let prefix = opts.expect_prefix.clone();
         let addr = opts.addr;
         let spawned = std::thread::Builder::new().stack_size(WORKER_STACK_BYTES).spawn(move || {
+            // this worker's persistent connection (`--keep-alive`)
+            let mut pooled: Option<Pooled> = None;
             loop {
                 let job = match job_rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
                     Ok(job) => job,
@@ -241,12 +257,12 @@ pub fn run(opts: Options) -> u8 {
                 // A job that already waited longer than the timeout for a free
                 // worker could not have been answered in time: not sent (this
                 // also bounds the final wait after the schedule ends).
-                let (outcome, pod, detail, local_port) = if delay > timeout {
+                let (outcome, pod, detail, local_port, reused) = if delay > timeout {
                     shared.not_sent.fetch_add(1, Ordering::Relaxed);
                     let waited_ms = delay.as_millis();
-                    (Outcome::Timeout, String::new(), format!("not sent: waited {waited_ms} ms for a free worker (load generator overloaded)"), 0)
+                    (Outcome::Timeout, String::new(), format!("not sent: waited {waited_ms} ms for a free worker (load generator overloaded)"), 0, false)
                 } else {
-                    one_request(addr, &request, timeout, prefix.as_deref())
+                    one_request(addr, &request, timeout, prefix.as_deref(), keep_alive.then_some(&mut pooled))
                 };
                 let record = Record {
                     at_unix_micros: job.at_unix_micros,
@@ -255,6 +271,7 @@ pub fn run(opts: Options) -> u8 {
                     pod,
                     detail,
                     local_port,
+                    reused,
                 };
                 if result_tx.send(record).is_err() {
                     return;
@@ -350,14 +367,15 @@ fn write_csv(file: File, rx: mpsc::Receiver<Record>) -> std::io::Result<[u64; OU
                 counts[i] += 1;
                 writeln!(
                     out,
-                    "{}.{:06},{:.3},{},{},{},{}",
+                    "{}.{:06},{:.3},{},{},{},{},{}",
                     r.at_unix_micros / 1_000_000,
                     r.at_unix_micros % 1_000_000,
                     r.latency.as_secs_f64() * 1000.0,
                     r.outcome.as_str(),
                     csv_escape(&r.pod),
                     csv_escape(&r.detail),
-                    r.local_port
+                    r.local_port,
+                    u8::from(r.reused)
                 )?;
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -381,16 +399,75 @@ fn csv_escape(field: &str) -> String {
     }
 }
 
-/// Sends one request on a new connection and classifies the result: returns
-/// (outcome, pod, detail, local port).
-fn one_request(addr: SocketAddr, request: &[u8], timeout: Duration, prefix: Option<&str>) -> (Outcome, String, String, u16) {
+/// A worker's persistent connection and its source port.
+struct Pooled {
+    stream: TcpStream,
+    port: u16,
+}
+
+/// Sends one request and classifies the result: returns (outcome, pod,
+/// detail, local port, reused). Without `pool` on a new connection; with it
+/// on the pooled connection when there is one the server has not closed, and
+/// the connection goes back to the pool after a complete answer without
+/// `Connection: close`.
+fn one_request(
+    addr: SocketAddr,
+    request: &[u8],
+    timeout: Duration,
+    prefix: Option<&str>,
+    pool: Option<&mut Option<Pooled>>,
+) -> (Outcome, String, String, u16, bool) {
     let start = Instant::now();
-    let (connected, port) = connect(addr, timeout);
-    let (outcome, pod, detail) = match connected {
-        Ok(stream) => exchange(stream, request, start, timeout, prefix),
-        Err(e) => classify_error("connect", &e, false),
+    let keep_alive = pool.is_some();
+    let mut slot = None;
+    let pool = pool.unwrap_or(&mut slot);
+    let (mut conn, reused) = match pool.take().filter(|c| still_open(&c.stream)) {
+        Some(c) => (c, true),
+        None => match connect(addr, timeout) {
+            (Ok(stream), port) => (Pooled { stream, port }, false),
+            (Err(e), port) => {
+                let (outcome, pod, detail) = classify_error("connect", &e, false);
+                return (outcome, pod, detail, port, false);
+            }
+        },
     };
-    (outcome, pod, detail, port)
+    let (outcome, pod, detail, reusable) = exchange(&mut conn.stream, request, start, timeout, prefix, keep_alive);
+    let port = conn.port;
+    if keep_alive && reusable && outcome == Outcome::Ok {
+        *pool = Some(conn);
+    }
+    (outcome, pod, detail, port, reused)
+}
+
+/// Whether an idle pooled connection is still open: no EOF, error or stray
+/// byte waiting on it.
+fn still_open(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let open = matches!(stream.peek(&mut [0u8; 1]), Err(e) if e.kind() == ErrorKind::WouldBlock);
+    stream.set_nonblocking(false).is_ok() && open
+}
+
+/// The length of the complete response at the start of `buf` and whether the
+/// server closes the connection after it, once its head and its
+/// `Content-Length` body are in; None before that, or when it has no usable
+/// `Content-Length` (then it ends at EOF).
+fn complete_response(buf: &[u8]) -> Option<(usize, bool)> {
+    let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&buf[..head_end]);
+    let (mut length, mut close) = (None, false);
+    for line in head.split("\r\n").skip(1) {
+        if let Some((name, value)) = line.split_once(':') {
+            if name.trim().eq_ignore_ascii_case("content-length") {
+                length = Some(value.trim().parse::<usize>().ok()?);
+            } else if name.trim().eq_ignore_ascii_case("connection") && value.trim().eq_ignore_ascii_case("close") {
+                close = true;
+            }
+        }
+    }
+    let end = head_end.checked_add(length?)?;
+    (buf.len() >= end).then_some((end, close))
 }
 
 /// Opens a TCP connection to `addr` within `timeout`: the stream or the error,
@@ -447,22 +524,33 @@ fn connect(addr: SocketAddr, timeout: Duration) -> (std::io::Result<TcpStream>, 
 }
 
 /// Sends the request on a connected stream and reads the answer, all within
-/// `timeout` of `start` (before the connect).
-fn exchange(mut stream: TcpStream, request: &[u8], start: Instant, timeout: Duration, prefix: Option<&str>) -> (Outcome, String, String) {
+/// `timeout` of `start` (before the connect): to EOF, or with `framed` up to
+/// the end of the first complete response. Returns (outcome, pod, detail,
+/// whether the connection can carry another request).
+fn exchange(
+    stream: &mut TcpStream,
+    request: &[u8],
+    start: Instant,
+    timeout: Duration,
+    prefix: Option<&str>,
+    framed: bool,
+) -> (Outcome, String, String, bool) {
+    let fail = |(o, p, d): (Outcome, String, String)| (o, p, d, false);
     let remaining = |start: Instant| timeout.checked_sub(start.elapsed()).filter(|d| !d.is_zero());
     let _ = stream.set_nodelay(true);
     let Some(left) = remaining(start) else {
-        return (Outcome::Timeout, String::new(), "connect: timed out".to_string());
+        return (Outcome::Timeout, String::new(), "connect: timed out".to_string(), false);
     };
     let _ = stream.set_write_timeout(Some(left));
     if let Err(e) = stream.write_all(request) {
-        return classify_error("send", &e, false);
+        return fail(classify_error("send", &e, false));
     }
+    let mut reusable = false;
     let mut response: Vec<u8> = Vec::with_capacity(512);
     let mut chunk = [0u8; 4096];
     loop {
         let Some(left) = remaining(start) else {
-            return (Outcome::Timeout, String::new(), format!("read: timed out after {} response bytes", response.len()));
+            return (Outcome::Timeout, String::new(), format!("read: timed out after {} response bytes", response.len()), false);
         };
         let _ = stream.set_read_timeout(Some(left));
         match stream.read(&mut chunk) {
@@ -470,17 +558,24 @@ fn exchange(mut stream: TcpStream, request: &[u8], start: Instant, timeout: Dura
             Ok(n) => {
                 response.extend_from_slice(&chunk[..n]);
                 if response.len() > MAX_RESPONSE_BYTES {
-                    return (Outcome::BadAnswer, String::new(), format!("response longer than {MAX_RESPONSE_BYTES} bytes"));
+                    return (Outcome::BadAnswer, String::new(), format!("response longer than {MAX_RESPONSE_BYTES} bytes"), false);
+                }
+                if framed && let Some((end, close)) = complete_response(&response) {
+                    // a byte past the answer is a broken exchange: not reused
+                    reusable = !close && end == response.len();
+                    response.truncate(end);
+                    break;
                 }
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return classify_error("read", &e, !response.is_empty()),
+            Err(e) => return fail(classify_error("read", &e, !response.is_empty())),
         }
     }
     if response.is_empty() {
-        return (Outcome::Empty, String::new(), "connection closed without a response".to_string());
+        return (Outcome::Empty, String::new(), "connection closed without a response".to_string(), false);
     }
-    classify_response(&response, prefix)
+    let (outcome, pod, detail) = classify_response(&response, prefix);
+    (outcome, pod, detail, reusable)
 }
 
 /// Maps a socket error to an outcome.

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const HEADER: &str = "t_unix_seconds,latency_ms,outcome,pod,detail,local_port";
+const HEADER: &str = "t_unix_seconds,latency_ms,outcome,pod,detail,local_port,reused";
 
 /// Every row has outcome `outcome`; returns the rows' details for messages.
 fn assert_all(rows: &[common::Row], outcome: &str) {
@@ -29,8 +29,8 @@ fn against_serve_all_ok_with_rate_times_duration_requests() {
     assert!((299..=301).contains(&rows.len()), "{} rows", rows.len());
     assert_all(&rows, "ok");
     assert!(rows.iter().all(|r| r.pod == "web-load-1" && r.detail.is_empty() && r.latency_ms > 0.0));
-    // every connection's source port, as the kernel chose it
-    assert!(rows.iter().all(|r| r.local_port > 0), "{rows:?}");
+    // every connection's source port, as the kernel chose it; a new connection each
+    assert!(rows.iter().all(|r| r.local_port > 0 && !r.reused), "{rows:?}");
     // Scheduled times are 5 ms apart (open loop), whatever the latency.
     rows.sort_by(|a, b| a.t_unix_seconds.total_cmp(&b.t_unix_seconds));
     for pair in rows.windows(2) {
@@ -212,4 +212,51 @@ fn overloaded_generator_records_unsent_requests_as_timeout_and_stays_bounded() {
     assert!(rows.iter().filter(|r| r.detail.starts_with("not sent")).all(|r| r.latency_ms > 200.0));
     assert!(took < Duration::from_secs(3), "{took:?}");
     drop(listener);
+}
+
+#[test]
+fn keep_alive_reuses_each_workers_connection() {
+    let server = Server::start("web-keep-1", &[]);
+    let target = server.addr.to_string();
+    let (_, rows, _) = run_load(&[
+        "--target", &target, "--rate-per-second", "100", "--duration-seconds", "1", "--workers", "3", "--keep-alive", "--expect-prefix", "web-",
+    ]);
+    assert_eq!(rows.len(), 100);
+    assert_all(&rows, "ok");
+    // at most one connection per worker, each reused after its first request
+    let ports: std::collections::BTreeSet<u16> = rows.iter().map(|r| r.local_port).collect();
+    assert!(!ports.is_empty() && ports.len() <= 3 && !ports.contains(&0), "{ports:?}");
+    assert_eq!(rows.iter().filter(|r| !r.reused).count(), ports.len(), "{rows:?}");
+}
+
+#[test]
+fn keep_alive_does_not_reuse_what_the_server_closed() {
+    // answers one request per connection with keep-alive, then closes the idle connection
+    // 20 ms later: each next request (200 ms apart) must go out on a new connection
+    let addr = test_server(|mut s| {
+        read_request(&mut s);
+        let _ = std::io::Write::write_all(&mut s, b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nweb-9\n");
+        std::thread::sleep(Duration::from_millis(20));
+    });
+    let (_, rows, _) = run_load(&[
+        "--target", &addr.to_string(), "--rate-per-second", "5", "--duration-seconds", "1", "--workers", "1", "--keep-alive",
+    ]);
+    assert_eq!(rows.len(), 5);
+    assert_all(&rows, "ok");
+    assert!(rows.iter().all(|r| !r.reused && r.local_port > 0), "{rows:?}");
+}
+
+#[test]
+fn keep_alive_drops_a_connection_the_answer_closes() {
+    let addr = test_server(|mut s| {
+        read_request(&mut s);
+        let _ = std::io::Write::write_all(&mut s, b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 6\r\n\r\nweb-8\n");
+        std::thread::sleep(Duration::from_millis(500));
+    });
+    let (_, rows, _) = run_load(&[
+        "--target", &addr.to_string(), "--rate-per-second", "10", "--duration-seconds", "0.5", "--workers", "1", "--keep-alive",
+    ]);
+    assert_eq!(rows.len(), 5);
+    assert_all(&rows, "ok");
+    assert!(rows.iter().all(|r| !r.reused), "{rows:?}");
 }

@@ -129,6 +129,8 @@ pub struct Row {
     pub detail: String,
     /// The connection's source port (0: not sent).
     pub local_port: u16,
+    /// Sent on a connection that had served an earlier request.
+    pub reused: bool,
 }
 
 /// Runs `load` with `args` (plus `--out FILE`) to completion; returns the
@@ -159,8 +161,9 @@ pub fn read_csv(path: &std::path::Path) -> (String, Vec<Row>) {
     let header = lines.next().unwrap_or("").to_string();
     let rows = lines
         .map(|l| {
-            // local_port is last and never quoted; detail before it may hold commas
-            let (rest, port) = l.rsplit_once(',').expect("a local_port field");
+            // local_port and reused are last and never quoted; detail before them may hold commas
+            let (rest, reused) = l.rsplit_once(',').expect("a reused field");
+            let (rest, port) = rest.rsplit_once(',').expect("a local_port field");
             let f: Vec<&str> = rest.splitn(5, ',').collect();
             assert_eq!(f.len(), 5, "row {l:?}");
             Row {
@@ -170,6 +173,11 @@ pub fn read_csv(path: &std::path::Path) -> (String, Vec<Row>) {
                 pod: f[3].to_string(),
                 detail: f[4].to_string(),
                 local_port: port.parse().expect("local_port"),
+                reused: match reused {
+                    "0" => false,
+                    "1" => true,
+                    other => panic!("reused {other:?} in row {l:?}"),
+                },
             }
         })
         .collect();
