@@ -21,8 +21,10 @@
 //! the sleep is not wasteful (see the end of `deploy_experiment`); a pod never seen removed by a
 //! successful read fails the experiment as a missing measurement.
 //!
-//! Settings (environment): ST_EXP_OUT (output dir), ST_EXP_RUNS (comma list of a,b,c,d:
-//! a baseline, b protected, c baseline at scale, d protected at scale), ST_EXP_REPLICAS (6),
+//! Settings (environment): ST_EXP_OUT (output dir), ST_EXP_RUNS (comma list of a,b,c,d by
+//! default: a baseline, b protected, c baseline at scale, d protected at scale; and e-h with
+//! keep-alive clients: e baseline, f protected, g baseline with the app's graceful shutdown,
+//! h protected with it), ST_EXP_REPLICAS (6),
 //! ST_EXP_RATE (200 per node per second), ST_EXP_ROLLOUTS (3 per strategy), ST_EXP_STRATEGIES
 //! ("25%/0,25%/25%": maxSurge/maxUnavailable), ST_EXP_TIMEOUT_MS (1000), ST_EXP_SERVICES (4000
 //! extra Services for c and d).
@@ -107,8 +109,14 @@ fn service(ns: &str) -> Service {
     .unwrap()
 }
 
-fn deployment(ns: &str, replicas: u32) -> Value {
-    let mut spec = common::on_real_nodes(json!({"enableServiceLinks": false, "containers": [common::testapp_container("web")]}));
+fn deployment(ns: &str, replicas: u32, graceful: bool) -> Value {
+    let mut container = common::testapp_container("web");
+    if graceful {
+        // `st-testapp serve --graceful`: on SIGTERM it stops accepting, finishes what is in
+        // flight (answers then say Connection: close) and closes idle connections
+        container["args"] = json!(["--graceful"]);
+    }
+    let mut spec = common::on_real_nodes(json!({"enableServiceLinks": false, "containers": [container]}));
     // each ReplicaSet's pods spread over both real nodes
     spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
         "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["pod-template-hash"]}]);
@@ -193,6 +201,10 @@ struct RunSpec {
     order: u32,
     protected: bool,
     extra_services: usize,
+    /// The load generators keep their connections (`st-testapp load --keep-alive`).
+    keep_alive: bool,
+    /// The app drains on SIGTERM (`st-testapp serve --graceful`).
+    graceful: bool,
 }
 
 struct Settings {
@@ -204,12 +216,13 @@ struct Settings {
     timeout_ms: u32,
 }
 
-fn load_generator(node: &RealNode, target: &str, s: &Settings, out: &Path) -> Child {
+fn load_generator(node: &RealNode, target: &str, s: &Settings, keep_alive: bool, out: &Path) -> Child {
     let log = std::fs::File::create(out.with_extension("log")).unwrap();
     Command::new("nsenter")
         .arg(format!("--net=/run/netns/{}", node.netns))
         .arg(testapp_bin())
         .args(["load", "--target", target, "--rate-per-second", &s.rate.to_string(), "--timeout-ms", &s.timeout_ms.to_string()])
+        .args(keep_alive.then_some("--keep-alive"))
         .args(["--expect-prefix", "web-", "--out"])
         .arg(out)
         .stdout(Stdio::null())
@@ -288,7 +301,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     let svc = Api::<Service>::namespaced(client.clone(), &ns).create(&PostParams::default(), &service(&ns)).await.expect("create Service");
     let cluster_ip = svc.spec.and_then(|s| s.cluster_ip).expect("ClusterIP");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    deployments.patch("web", &PatchParams::apply("experiment").force(), &Patch::Apply(&deployment(&ns, s.replicas))).await.expect("apply Deployment");
+    deployments.patch("web", &PatchParams::apply("experiment").force(), &Patch::Apply(&deployment(&ns, s.replicas, spec.graceful))).await.expect("apply Deployment");
     wait_rolled_out(client, &ns, s.replicas, 180).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     if spec.protected {
@@ -324,7 +337,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     let samplers = spawn_samplers(nodes, &ns, stop_flag.clone());
     let target = format!("{cluster_ip}:80");
     let mut monitors: Vec<Child> = nodes.iter().map(|n| conntrack_monitor(n, &cluster_ip, &dir.join(format!("conntrack-{}.txt", n.name)))).collect();
-    let mut loads: Vec<Child> = nodes.iter().map(|n| load_generator(n, &target, s, &dir.join(format!("load-{}.csv", n.name)))).collect();
+    let mut loads: Vec<Child> = nodes.iter().map(|n| load_generator(n, &target, s, spec.keep_alive, &dir.join(format!("load-{}.csv", n.name)))).collect();
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     let mut rollouts = Vec::new();
@@ -392,7 +405,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     let graces: Vec<i64> = deletions.values().filter_map(|d| d.4).collect();
     let per_node = |f: &dyn Fn(&RuleTrace) -> Value| nodes.iter().zip(&traces).map(|(n, t)| (n.name.clone(), f(t))).collect::<serde_json::Map<_, _>>();
     let meta = json!({
-        "name": spec.name, "order": spec.order, "protected": spec.protected,
+        "name": spec.name, "order": spec.order, "protected": spec.protected, "keepAlive": spec.keep_alive, "graceful": spec.graceful,
         "proxyModes": nodes.iter().map(|n| n.mode.clone()).collect::<Vec<_>>(),
         "nodeModes": nodes.iter().map(|n| (n.name.clone(), json!(n.mode))).collect::<serde_json::Map<_, _>>(),
         "extraServices": spec.extra_services, "replicas": s.replicas, "ratePerNodePerSecond": s.rate, "timeoutMs": s.timeout_ms,
@@ -439,11 +452,16 @@ fn run_specs(list: &str, services: usize) -> Vec<RunSpec> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| match s {
-            "a" => RunSpec { name: "a-baseline", order: 1, protected: false, extra_services: 0 },
-            "b" => RunSpec { name: "b-protected", order: 2, protected: true, extra_services: 0 },
-            "c" => RunSpec { name: "c-baseline-scale", order: 3, protected: false, extra_services: services },
-            "d" => RunSpec { name: "d-protected-scale", order: 4, protected: true, extra_services: services },
-            other => panic!("ST_EXP_RUNS: unknown run '{other}' (a, b, c, d)"),
+            "a" => RunSpec { name: "a-baseline", order: 1, protected: false, extra_services: 0, keep_alive: false, graceful: false },
+            "b" => RunSpec { name: "b-protected", order: 2, protected: true, extra_services: 0, keep_alive: false, graceful: false },
+            "c" => RunSpec { name: "c-baseline-scale", order: 3, protected: false, extra_services: services, keep_alive: false, graceful: false },
+            "d" => RunSpec { name: "d-protected-scale", order: 4, protected: true, extra_services: services, keep_alive: false, graceful: false },
+            // keep-alive clients, against the app without graceful shutdown and with it
+            "e" => RunSpec { name: "e-baseline-keepalive", order: 5, protected: false, extra_services: 0, keep_alive: true, graceful: false },
+            "f" => RunSpec { name: "f-protected-keepalive", order: 6, protected: true, extra_services: 0, keep_alive: true, graceful: false },
+            "g" => RunSpec { name: "g-baseline-keepalive-graceful", order: 7, protected: false, extra_services: 0, keep_alive: true, graceful: true },
+            "h" => RunSpec { name: "h-protected-keepalive-graceful", order: 8, protected: true, extra_services: 0, keep_alive: true, graceful: true },
+            other => panic!("ST_EXP_RUNS: unknown run '{other}' (a to h)"),
         })
         .collect()
 }
@@ -640,6 +658,10 @@ async fn deploy_experiment() {
                 (_, None) => broken.push(format!("{name}: no per-pod window to compare W with")),
                 _ => {}
             }
+        } else if run["keepAlive"] == true {
+            // keep-alive baselines: what breaks is mostly the connections themselves
+            // (keepAlive), which no sleep is for; reported, not required
+            println!("{name}: {failures} failed requests by cause {}", run["failuresByCause"]);
         } else if std::env::var("ST_EXP_REQUIRE_BASELINE_FAILURES").map(|v| v != "0").unwrap_or(true) {
             // sensitive enough for each proxy mode: every node's load generator saw failures
             for (mode, n) in run["failuresByProxyMode"].as_object().expect("failuresByProxyMode") {
