@@ -423,6 +423,25 @@ fn impossible_native_parts_are_errors_naming_the_family() {
         (with(&|h| h.zero_threshold = Some(f64::NAN)), "zero threshold NaN"),
         (with(&|h| h.negative_span = vec![span(0, 1)]), "negative spans cover 1 buckets but 0 counts"),
         (with(&|h| h.positive_count = vec![1.0, f64::INFINITY]), "positive bucket -29 has count inf"),
+        // a duration is never negative, nor longer than 1e6 s (a bucket index that overflows the
+        // schema's range reads as an infinite bound): these were read as a p99 of -0.918 s, and
+        // as no data at all
+        (
+            with(&|h| {
+                h.negative_span = vec![span(0, 1)];
+                h.negative_delta = vec![3];
+                h.positive_span = vec![];
+                h.positive_delta = vec![];
+            }),
+            "its negative buckets hold 3 observations: a duration is never below 0",
+        ),
+        (
+            with(&|h| h.positive_span = vec![span(i32::MAX - 5, 2)]),
+            "a bucket holding observations has an infinite upper bound (its index overflows the schema's range)",
+        ),
+        // bucket 201 at schema 3: (2^(200/8), 2^(201/8)] s
+        (with(&|h| h.positive_span = vec![span(200, 2)]), "the upper bound of the highest bucket holding observations is 3.659136756119057e7 s, above 1e6 s"),
+        (with(&|h| h.zero_threshold = Some(1e300)), "the zero threshold is 1e300 s, above 1e6 s (11.6 days)"),
     ];
     // an integer native histogram whose float counts are NaN: NaN is not "above 0", so the
     // integer counts would be read and the NaN skipped; it is refused instead

@@ -603,13 +603,40 @@ fn check_series(
                 ));
             }
         }
+        for b in &lines {
+            check_duration_bound(&format!("bucket le=\"{}\"{}", fmt_le(b.le), which(&key)), b.le * fam.to_seconds()).map_err(|m| fail(b.line, m))?;
+        }
         out.extend(lines.into_iter().map(|b| Bucket { upper_bound_seconds: b.le * fam.to_seconds(), count: b.count }));
     }
     Ok(out)
 }
 
+/// The longest duration a kube-proxy histogram bound may stand for, seconds (11.6 days; kube-proxy's
+/// own top finite buckets are 16.384 s for syncs and a few minutes for network programming). A
+/// bound above it is a corrupt or foreign scrape: taken at face value it made W infinite or
+/// hundreds of digits long.
+pub const MAX_DURATION_SECONDS: f64 = 1e6;
+
+/// An error when a finite bucket bound of `seconds` is above [`MAX_DURATION_SECONDS`]; `what`
+/// names the bound as the input wrote it.
+pub(super) fn check_duration_bound(what: &str, seconds: f64) -> Result<(), String> {
+    if seconds.is_finite() && seconds > MAX_DURATION_SECONDS {
+        Err(format!("{what} is {seconds:e} s, above {MAX_DURATION_SECONDS:e} s (11.6 days): no kube-proxy duration is that long; the scrape is corrupt or not kube-proxy's"))
+    } else {
+        Ok(())
+    }
+}
+
+/// A bound as a message shows it: `+Inf`, exponent form when very large or very small (a
+/// `le` of 1e308 is not 309 digits), else its shortest decimal.
 fn fmt_le(v: f64) -> String {
-    if v == f64::INFINITY { "+Inf".into() } else { v.to_string() }
+    if v == f64::INFINITY {
+        "+Inf".into()
+    } else if v != 0.0 && !(1e-6..1e15).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
 }
 
 fn family_of(kind: &Name) -> &'static str {
@@ -1320,7 +1347,7 @@ kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 7
 
     #[test]
     fn impossible_buckets_are_errors_naming_family_and_line() {
-        let cases: [BucketCase; 9] = [
+        let cases: [BucketCase; 11] = [
             (&[("1", "NaN"), ("+Inf", "3")], 1, "bucket le=\"1\" has the count NaN: a bucket counts observations (a finite number)"),
             (&[("1", "1"), ("+Inf", "+Inf")], 2, "bucket le=\"+Inf\" has the count inf: a bucket counts observations (a finite number)"),
             (&[("-Inf", "0"), ("1", "1"), ("+Inf", "1")], 1, "bucket bound le=\"-Inf\" is -Inf: no bucket can be below every value"),
@@ -1342,6 +1369,13 @@ kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 7
                 1,
                 "bucket le=\"+Inf\" counts 4 but le=\"1\" (line 2) counts 5: bucket counts are cumulative and never decrease as le grows",
             ),
+            // a bound no kube-proxy duration reaches: taken at face value it made W infinite
+            (
+                &[("1", "0"), ("1e308", "100"), ("+Inf", "100")],
+                2,
+                "bucket le=\"1e308\" is 1e308 s, above 1e6 s (11.6 days): no kube-proxy duration is that long; the scrape is corrupt or not kube-proxy's",
+            ),
+            (&[("1000000", "0"), ("1000001", "1"), ("+Inf", "1")], 2, "bucket le=\"1000001\" is 1.000001e6 s, above 1e6 s (11.6 days): no kube-proxy duration is that long; the scrape is corrupt or not kube-proxy's"),
         ];
         for (buckets, line, message) in cases {
             assert_eq!(err(&sync_text(buckets)), (line, SYNC.into(), message.into()), "{buckets:?}");

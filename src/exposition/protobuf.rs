@@ -90,7 +90,7 @@
 
 use super::histogram::{Bucket, Histogram, HistogramError};
 use super::native::{NativeHistogram, NativeParts, Span};
-use super::parse::{HistogramFamily, KubeProxyScrape, ReadFamily, Scalar, apply_scalar, read_families, read_family};
+use super::parse::{HistogramFamily, KubeProxyScrape, ReadFamily, Scalar, apply_scalar, check_duration_bound, read_families, read_family};
 use prost::Message;
 use prost::encoding::{DecodeContext, WireType, check_wire_type, decode_key, decode_varint, skip_field};
 
@@ -786,10 +786,14 @@ impl HistAcc {
             let native = native_parts(h).map_err(|e| format!("native histogram{which}: {e}"))?;
             if native.is_none() || !h.bucket.is_empty() {
                 let buckets = classic_buckets(h).map_err(|e| format!("{e}{which}"))?;
+                for (le, _) in &buckets {
+                    check_duration_bound(&format!("bucket le=\"{le:e}\"{which}"), le * fam.to_seconds())?;
+                }
                 self.buckets.extend(buckets.into_iter().map(|(le, count)| Bucket { upper_bound_seconds: le * fam.to_seconds(), count }));
             }
             if let Some(parts) = native {
                 let hist = NativeHistogram::new(parts).map_err(|e| format!("native histogram{which}: {e}"))?;
+                check_duration_native(&hist).map_err(|e| format!("native histogram{which}: {e}"))?;
                 self.native.push((key, hist));
             }
             if let Some(sum) = h.sample_sum {
@@ -797,6 +801,23 @@ impl HistAcc {
             }
         }
         Ok(())
+    }
+}
+
+/// A native histogram of durations: no observation below 0 (Prometheus' negative buckets hold
+/// them) and no bound above [`super::parse::MAX_DURATION_SECONDS`] (the zero threshold, and the upper bound
+/// of every bucket that holds an observation: a bucket index that overflows gives an infinite
+/// one).
+fn check_duration_native(h: &NativeHistogram) -> Result<(), String> {
+    let below_zero: f64 = h.negative().iter().map(|b| b.1).sum();
+    if below_zero > 0.0 {
+        return Err(format!("its negative buckets hold {below_zero} observations: a duration is never below 0"));
+    }
+    check_duration_bound("the zero threshold", h.zero_threshold())?;
+    match h.bucket_ranges().iter().filter(|r| r.2 > 0.0).map(|r| r.1).reduce(f64::max) {
+        Some(top) if !top.is_finite() => Err("a bucket holding observations has an infinite upper bound (its index overflows the schema's range)".into()),
+        Some(top) => check_duration_bound("the upper bound of the highest bucket holding observations", top),
+        None => Ok(()),
     }
 }
 
