@@ -641,7 +641,16 @@ fn bad_policies_exit_1_naming_the_field() {
     let wrong_type = write(dir.path(), "t.yaml", "kind: TerminationPolicy\nspec:\n  preStop:\n    safetyFactor: lots\n");
     let r = run(&["analyze", "--policy", wrong_type.to_str().unwrap(), V1_29]);
     assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("invalid spec"), "{}", r.stderr);
+    assert!(r.stderr.contains("invalid spec: spec.preStop.safetyFactor: invalid type: string \"lots\""), "{}", r.stderr);
+    // a type error names its field; several documents are refused with what to do
+    let negative = write(dir.path(), "n.yaml", "kind: TerminationPolicy\nspec:\n  preStop:\n    minSeconds: -5\n");
+    let r = run(&["analyze", "--policy", negative.to_str().unwrap(), V1_29]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("n.yaml: invalid spec: spec.preStop.minSeconds: invalid value: integer `-5`, expected u32"), "{}", r.stderr);
+    let two = write(dir.path(), "two.yaml", "---\n---\n");
+    let r = run(&["analyze", "--policy", two.to_str().unwrap(), V1_29]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("two.yaml: holds more than one YAML document: give one TerminationPolicy per file"), "{}", r.stderr);
 
     let r = run(&["analyze", "--policy", "config/no-such-policy.yaml", V1_29]);
     assert_eq!(r.code, 1);

@@ -62,8 +62,15 @@ pub enum OutputFormat {
 /// [`crate::crd::unknown_fields`]).
 pub fn load_policy_spec(path: &str) -> Result<TerminationPolicySpec, Error> {
     let text = crate::sources::read_file(path).map_err(|e| Error::Input(e.to_string()))?;
-    let value: serde_json::Value =
-        serde_saphyr::from_str(&text).map_err(|e| Error::Input(format!("{path}: not valid YAML or JSON: {e}")))?;
+    let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
+        let e = e.to_string();
+        // the parser's own hint names its Rust API; say what to do with the file instead
+        if e.contains("multiple YAML documents") {
+            Error::Input(format!("{path}: holds more than one YAML document: give one TerminationPolicy per file"))
+        } else {
+            Error::Input(format!("{path}: not valid YAML or JSON: {e}"))
+        }
+    })?;
     policy_spec_of(&value, path)
 }
 
@@ -80,8 +87,13 @@ pub fn policy_spec_of(value: &serde_json::Value, path: &str) -> Result<Terminati
         return Err(Error::Input(format!("{path}: {}", unknown.join("; "))));
     }
     let spec_value = value.get("spec").cloned().unwrap_or(serde_json::Value::Object(Default::default()));
-    let spec: TerminationPolicySpec =
-        serde_json::from_value(spec_value).map_err(|e| Error::Input(format!("{path}: invalid spec: {e}")))?;
+    // a type error names its field (`spec.preStop.minSeconds: invalid value: integer `-5`,
+    // expected u32`)
+    let spec: TerminationPolicySpec = serde_path_to_error::deserialize(spec_value).map_err(|e| {
+        let field = e.path().to_string();
+        let at = if field == "." { "spec".to_string() } else { format!("spec.{field}") };
+        Error::Input(format!("{path}: invalid spec: {at}: {}", e.inner()))
+    })?;
     spec.validate().map_err(|errs| Error::Input(format!("{path}: {}", errs.join("; "))))?;
     Ok(spec)
 }
