@@ -293,6 +293,13 @@ fn over(
         return Some((Distribution::Native(interval), Distribution::Native(later.clone())));
     }
     let later = classic.0.as_ref()?;
+    // the later scrape's lifetime counts, natively when it carries a native histogram (an
+    // earlier scrape read as text has none, so the interval is classic, but the lifetime
+    // fallback reads the later scrape alone)
+    let lifetime = match (prefer, native.0.as_ref()) {
+        (HistogramPreference::NativeFirst, Some(n)) => Distribution::Native(n.clone()),
+        _ => Distribution::Classic(later.clone()),
+    };
     let interval = match classic.1.and_then(Option::as_ref) {
         // no earlier histogram: the family had no observation yet (network programming appears
         // with its first sample), so all of the later's are new. (Also when the store kept only
@@ -305,7 +312,7 @@ fn over(
             d.histogram().clone()
         }
     };
-    Some((Distribution::Classic(interval), Distribution::Classic(later.clone())))
+    Some((Distribution::Classic(interval), lifetime))
 }
 
 /// Measures one node: deltas when an earlier scrape is given, p99s, W and its basis.

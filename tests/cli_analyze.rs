@@ -1452,4 +1452,10 @@ fn the_real_protobuf_capture_is_read_like_its_text_capture_needs_native_add() {
     assert!((p99(&classic_pb) - 0.254).abs() < 0.0005, "{}", p99(&classic_pb));
     assert!(p99(&pb) < p99(&classic_pb), "native {} vs classic {}", p99(&pb), p99(&classic_pb));
     assert_eq!(pb["nodes"][0]["histogramKind"], "native");
+    // an earlier text scrape and a later protobuf one of the same idle proxy: no new sync in
+    // between, so the lifetime fallback reads the later scrape alone, natively
+    let both = json(&[&format!("a={}", case("txt")), &format!("a={}", case("pb"))]);
+    assert_eq!(both["nodes"][0]["interval"], "lifetimeFallback", "{both}");
+    assert_eq!(both["nodes"][0]["histogramKind"], "native", "{both}");
+    assert_eq!(p99(&both), p99(&pb));
 }
