@@ -343,6 +343,13 @@ impl NativeHistogram {
             .collect()
     }
 
+    /// The upper bound of the highest positive bucket that holds observations (infinite when
+    /// its index overflows the schema's range); None when no positive bucket holds any. No
+    /// allocation: read per series on every scrape.
+    pub fn highest_positive_upper_bound(&self) -> Option<f64> {
+        self.positive.iter().rev().find(|b| b.1 > 0.0).map(|&(i, _)| bound(i, self.schema))
+    }
+
     /// Every bucket in ascending order of its bounds, as Prometheus' `AllBucketIterator` gives
     /// them: negative buckets (highest index first), the zero bucket `[-zt, zt]` when it holds
     /// observations, positive buckets; a bucket overlapping the zero bucket has that bound moved

@@ -279,8 +279,8 @@ pub struct KubeProxyScrape {
     /// 1.37.2 kube-proxy shows exactly that).
     pub sync_timestamps: Vec<SyncTimestamps>,
     /// When the scrape was taken, Unix seconds by the reader's clock: set by whoever read it (the
-    /// scrape loop, Prometheus' evaluation time, a file's modification time); the parsers leave
-    /// it None.
+    /// measurement store, Prometheus' evaluation time, `analyze` for a URL); the parsers leave
+    /// it None, and so does `analyze` for a file (a checkout resets its modification time).
     pub scraped_at_unix_seconds: Option<f64>,
     /// The oldest `last_queued` still waiting, Unix seconds: set by a reader that saw changes
     /// pending (last queued after last synced) in consecutive scrapes with no sync completed in
@@ -603,10 +603,11 @@ fn check_series(
                 ));
             }
         }
-        for b in &lines {
-            check_duration_bound(&format!("bucket le=\"{}\"{}", fmt_le(b.le), which(&key)), b.le * fam.to_seconds()).map_err(|m| fail(b.line, m))?;
+        for b in lines {
+            let seconds = b.le * fam.to_seconds();
+            check_duration_bound(&format!("bucket le=\"{}\"{}", fmt_le(b.le), which(&key)), seconds).map_err(|m| fail(b.line, m))?;
+            out.push(Bucket { upper_bound_seconds: seconds, count: b.count });
         }
-        out.extend(lines.into_iter().map(|b| Bucket { upper_bound_seconds: b.le * fam.to_seconds(), count: b.count }));
     }
     Ok(out)
 }

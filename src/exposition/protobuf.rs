@@ -814,7 +814,7 @@ fn check_duration_native(h: &NativeHistogram) -> Result<(), String> {
         return Err(format!("its negative buckets hold {below_zero} observations: a duration is never below 0"));
     }
     check_duration_bound("the zero threshold", h.zero_threshold())?;
-    match h.bucket_ranges().iter().filter(|r| r.2 > 0.0).map(|r| r.1).reduce(f64::max) {
+    match h.highest_positive_upper_bound() {
         Some(top) if !top.is_finite() => Err("a bucket holding observations has an infinite upper bound (its index overflows the schema's range)".into()),
         Some(top) => check_duration_bound("the upper bound of the highest bucket holding observations", top),
         None => Ok(()),
