@@ -122,6 +122,16 @@ PROTECTED_GT = [(pod, node, s) for (pod, _), s0 in zip(DELETIONS, (0.8, 1.0, 0.9
                 for node, s in (("node-a", s0), ("node-b", 1.1 if pod == "web-old-2" else s0 + 0.05))]
 
 
+def import_report():
+    """report.py as a module, for its functions."""
+    sys.path.insert(0, HERE)
+    try:
+        import report
+    finally:
+        sys.path.remove(HERE)
+    return report
+
+
 def run_report(outdir):
     return subprocess.run([sys.executable, REPORT, outdir], capture_output=True, text=True, timeout=120)
 
@@ -516,11 +526,7 @@ class EdgeCases(unittest.TestCase):
 
 class Percentile(unittest.TestCase):
     def test_linear_interpolation(self):
-        sys.path.insert(0, HERE)
-        try:
-            import report
-        finally:
-            sys.path.remove(HERE)
+        report = import_report()
         self.assertIsNone(report.percentile([], 0.5))
         self.assertEqual(report.percentile([3], 0.5), 3)
         self.assertEqual(report.percentile([4, 1, 3, 2], 0.5), 2.5)
@@ -533,11 +539,7 @@ class FailuresByCause(unittest.TestCase):
     """classify_failures: each failed request's cause from its port and the node's conntrack events."""
 
     def test_each_cause(self):
-        sys.path.insert(0, HERE)
-        try:
-            import report
-        finally:
-            sys.path.remove(HERE)
+        report = import_report()
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "conntrack-node-a.txt")
             line = "[{t}]\t    [{kind}] tcp      6 120 SYN_SENT src=10.213.0.2 dst=10.96.0.9 sport={p} dport=80 [UNREPLIED] src={ip} dst=10.213.0.2 sport=8080 dport={p}\n"
@@ -574,11 +576,7 @@ class Coverage(unittest.TestCase):
     """coverage: the operator's predicted share beside the share of windows within each pod's sleep."""
 
     def test_predicted_and_observed(self):
-        sys.path.insert(0, HERE)
-        try:
-            import report
-        finally:
-            sys.path.remove(HERE)
+        report = import_report()
         pods = [
             {"sleepSeconds": 3, "windowSeconds": {"a": 1.0, "b": 3.5}, "maxWindowSeconds": 3.5},
             {"sleepSeconds": 3, "windowSeconds": {"a": 2.9, "b": 3.0}, "maxWindowSeconds": 3.0},
@@ -600,8 +598,7 @@ class ByProxyMode(unittest.TestCase):
     """failuresByProxyMode: each node's failures under the mode meta.json's nodeModes gives it."""
 
     def test_failures_are_summed_per_mode(self):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import report
+        report = import_report()
         self.assertEqual(report.by_mode({"a": 3, "b": 5, "c": 1}, {"a": "iptables-nft", "b": "nftables", "c": "nftables"}),
                          {"iptables-nft": 3, "nftables": 6})
         self.assertEqual(report.by_mode({"a": 0}, {"a": "nftables"}), {"nftables": 0})
@@ -617,8 +614,7 @@ class ScaleBounds(unittest.TestCase):
     same bound in the whole seconds a native sleep takes."""
 
     def test_whole_second_bound(self):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import report
+        report = import_report()
         runs = [
             {"extraServices": 4000, "maxGroundTruthSeconds": 1.849, "protected": False, "injectedSleepSeconds": None},
             {"extraServices": 4000, "maxGroundTruthSeconds": 1.2, "protected": True, "injectedSleepSeconds": 4},
