@@ -633,24 +633,27 @@ fn bad_policies_exit_1_naming_the_field() {
     assert!(r.stderr.contains("spec.preStop.minSeconds (90) is above maxSeconds (30)"), "{}", r.stderr);
     assert!(r.stderr.contains("bad.yaml"), "{}", r.stderr);
 
-    let wrong_kind = write(dir.path(), "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n");
-    let r = run(&["analyze", "--policy", wrong_kind.to_str().unwrap(), V1_29]);
-    assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("expected kind TerminationPolicy"), "{}", r.stderr);
-
-    let wrong_type = write(dir.path(), "t.yaml", "kind: TerminationPolicy\nspec:\n  preStop:\n    safetyFactor: lots\n");
-    let r = run(&["analyze", "--policy", wrong_type.to_str().unwrap(), V1_29]);
-    assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("invalid spec: spec.preStop.safetyFactor: invalid type: string \"lots\""), "{}", r.stderr);
-    // a type error names its field; several documents are refused with what to do
-    let negative = write(dir.path(), "n.yaml", "kind: TerminationPolicy\nspec:\n  preStop:\n    minSeconds: -5\n");
-    let r = run(&["analyze", "--policy", negative.to_str().unwrap(), V1_29]);
-    assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("n.yaml: invalid spec: spec.preStop.minSeconds: invalid value: integer `-5`, expected u32"), "{}", r.stderr);
-    let two = write(dir.path(), "two.yaml", "---\n---\n");
-    let r = run(&["analyze", "--policy", two.to_str().unwrap(), V1_29]);
-    assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("two.yaml: holds more than one YAML document: give one TerminationPolicy per file"), "{}", r.stderr);
+    // each policy file refused with exit 1 and a message naming the file and what is wrong
+    // (a type error names its field; several documents are refused with what to do)
+    for (file, text, want) in [
+        ("pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n", "expected kind TerminationPolicy"),
+        (
+            "t.yaml",
+            "kind: TerminationPolicy\nspec:\n  preStop:\n    safetyFactor: lots\n",
+            "t.yaml: invalid spec: spec.preStop.safetyFactor: invalid type: string \"lots\"",
+        ),
+        (
+            "n.yaml",
+            "kind: TerminationPolicy\nspec:\n  preStop:\n    minSeconds: -5\n",
+            "n.yaml: invalid spec: spec.preStop.minSeconds: invalid value: integer `-5`, expected u32",
+        ),
+        ("two.yaml", "---\n---\n", "two.yaml: holds more than one YAML document: give one TerminationPolicy per file"),
+    ] {
+        let path = write(dir.path(), file, text);
+        let r = run(&["analyze", "--policy", path.to_str().unwrap(), V1_29]);
+        assert_eq!(r.code, 1, "{file}: {}", r.stderr);
+        assert!(r.stderr.contains(want), "{file}: {}", r.stderr);
+    }
 
     let r = run(&["analyze", "--policy", "config/no-such-policy.yaml", V1_29]);
     assert_eq!(r.code, 1);
