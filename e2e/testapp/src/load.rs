@@ -456,18 +456,20 @@ fn still_open(stream: &TcpStream) -> bool {
 fn complete_response(buf: &[u8]) -> Option<(usize, bool)> {
     let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
     let head = String::from_utf8_lossy(&buf[..head_end]);
-    let (mut length, mut close) = (None, false);
-    for line in head.split("\r\n").skip(1) {
-        if let Some((name, value)) = line.split_once(':') {
-            if name.trim().eq_ignore_ascii_case("content-length") {
-                length = Some(value.trim().parse::<usize>().ok()?);
-            } else if name.trim().eq_ignore_ascii_case("connection") && value.trim().eq_ignore_ascii_case("close") {
-                close = true;
-            }
-        }
-    }
-    let end = head_end.checked_add(length?)?;
+    let length = header(&head, "content-length")?.parse::<usize>().ok()?;
+    let close = header(&head, "connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    let end = head_end.checked_add(length)?;
     (buf.len() >= end).then_some((end, close))
+}
+
+/// The value of the first header `name` in a response head, trimmed.
+fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    headers(head, name).next()
+}
+
+/// The values of every header `name` (any case) in a response head, trimmed.
+fn headers<'h>(head: &'h str, name: &'h str) -> impl Iterator<Item = &'h str> {
+    head.split("\r\n").skip(1).filter_map(|line| line.split_once(':')).filter(move |(n, _)| n.trim().eq_ignore_ascii_case(name)).map(|(_, v)| v.trim())
 }
 
 /// Opens a TCP connection to `addr` within `timeout`: the stream or the error,
@@ -609,15 +611,11 @@ fn classify_response(response: &[u8], prefix: Option<&str>) -> (Outcome, String,
         return bad(status_line);
     }
     let mut body = &response[head_end + 4..];
-    for line in head.split("\r\n").skip(1) {
-        if let Some((name, value)) = line.split_once(':')
-            && name.trim().eq_ignore_ascii_case("content-length")
-        {
-            match value.trim().parse::<usize>() {
-                Ok(n) if n <= body.len() => body = &body[..n],
-                Ok(n) => return bad(format!("truncated body: {} of {n} bytes", body.len())),
-                Err(_) => return bad(format!("malformed Content-Length: {}", value.trim())),
-            }
+    for value in headers(&head, "content-length") {
+        match value.parse::<usize>() {
+            Ok(n) if n <= body.len() => body = &body[..n],
+            Ok(n) => return bad(format!("truncated body: {} of {n} bytes", body.len())),
+            Err(_) => return bad(format!("malformed Content-Length: {value}")),
         }
     }
     let text = String::from_utf8_lossy(body);
