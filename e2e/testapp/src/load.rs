@@ -463,7 +463,7 @@ fn complete_response(buf: &[u8]) -> Option<(usize, bool)> {
 }
 
 /// The value of the first header `name` in a response head, trimmed.
-fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+fn header<'h>(head: &'h str, name: &'h str) -> Option<&'h str> {
     headers(head, name).next()
 }
 
