@@ -216,10 +216,16 @@ struct Settings {
     timeout_ms: u32,
 }
 
+/// A command that runs inside `node`'s network namespace (its program is the next argument).
+fn in_netns(node: &RealNode) -> Command {
+    let mut c = Command::new("nsenter");
+    c.arg(format!("--net=/run/netns/{}", node.netns));
+    c
+}
+
 fn load_generator(node: &RealNode, target: &str, s: &Settings, keep_alive: bool, out: &Path) -> Child {
     let log = std::fs::File::create(out.with_extension("log")).unwrap();
-    Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", node.netns))
+    in_netns(node)
         .arg(testapp_bin())
         .args(["load", "--target", target, "--rate-per-second", &s.rate.to_string(), "--timeout-ms", &s.timeout_ms.to_string()])
         .args(keep_alive.then_some("--keep-alive"))
@@ -237,8 +243,7 @@ fn load_generator(node: &RealNode, target: &str, s: &Settings, keep_alive: bool,
 /// earlier attempt's entry held its tuple (e2e/experiment/report.py `classify_failures`). A
 /// 16 MiB netlink buffer keeps events from being dropped at a few hundred connections a second.
 fn conntrack_monitor(node: &RealNode, cluster_ip: &str, out: &Path) -> Child {
-    Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", node.netns))
+    in_netns(node)
         .args(["conntrack", "-E", "-e", "NEW,DESTROY", "-p", "tcp", "--orig-dst", cluster_ip, "-o", "timestamp", "--buffer-size", "16777216"])
         .stdout(std::fs::File::create(out).unwrap())
         .stderr(std::fs::File::create(out.with_extension("log")).unwrap())
