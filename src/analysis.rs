@@ -438,6 +438,27 @@ mod low_sample_tests {
         assert_eq!(coverage_percent(0.5), "50.0%");
     }
 
+    /// ProxySyncSlow on an iptables node names the remedy: a faster node in nftables mode
+    /// measured over the same window when there is one (its sync p99: 0.1 x 0.99 = 0.099 s),
+    /// else nftables mode in general; a slow nftables node gets no migration advice.
+    #[test]
+    fn a_slow_iptables_node_is_pointed_at_the_faster_nftables_node() {
+        let mode = |mut n: NodeInput, m| {
+            n.proxy_mode = Some(m);
+            n
+        };
+        let slow_message = |inputs: &[NodeInput]| {
+            let r = analyze(inputs, &AnalysisOptions::default(), &TerminationPolicySpec::default());
+            r.advice.iter().find(|a| a.reason == AdviceReason::ProxySyncSlow).map(|a| a.message.clone()).expect("ProxySyncSlow")
+        };
+        let m = slow_message(&[mode(slow("a", 100), ProxyMode::Iptables), mode(fast("b", 104), ProxyMode::Nftables)]);
+        assert!(m.starts_with("node a: kube-proxy sync p99 is 2.") && m.ends_with(" Node b runs nftables mode and syncs at p99 0.099 s over the same window: moving this node to nftables mode is the lasting fix, the sleep only covers for it."), "{m}");
+        let m = slow_message(&[mode(slow("a", 100), ProxyMode::Iptables), mode(fast("b", 104), ProxyMode::Iptables)]);
+        assert!(m.ends_with(" The lasting fix is nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node), which syncs only what changed."), "{m}");
+        let m = slow_message(&[mode(slow("a", 100), ProxyMode::Nftables), mode(fast("b", 104), ProxyMode::Nftables)]);
+        assert!(m.ends_with("unless their preStop sleep covers it."), "{m}");
+    }
+
     /// README: BeyondTopBucket needs a trusted node; a node below minSamples is LowSampleCount
     /// (even when its few samples are beyond the top bucket), does not set the window while
     /// another node is trusted, and raises no ProxySyncSlow. One sync of 104 + one sync beyond
