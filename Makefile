@@ -63,8 +63,12 @@ demo: k8s-bins ## the main job: the deploy-error experiment at a small size (one
 	e2e/demo.sh
 
 .PHONY: experiment
-experiment: k8s-bins ## the full deploy-error experiment (runs a-d, 4,000 extra Services for c and d); results in target/experiment
+experiment: k8s-bins ## the full deploy-error experiment (runs a-h: new-connection and keep-alive clients, 4,000 extra Services for c and d); results in target/experiment
 	e2e/experiment.sh
+
+.PHONY: experiment-slow-sync
+experiment-slow-sync: k8s-bins ## the slow-sync regime (runs i, j: 12,000 extra Services, node-a's sync p99 above 1 s); results in target/experiment-slow-sync
+	ST_EXP_RUNS=i,j ST_EXP_ROLLOUTS=1 ST_EXP_OUT=$(CURDIR)/target/experiment-slow-sync e2e/experiment.sh
 
 .PHONY: image static docker-image test-image
 

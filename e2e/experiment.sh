@@ -5,8 +5,9 @@
 # results.json, results.md and results.svg (e2e/experiment/report.py) into $ST_EXP_OUT, prints the
 # table, and prints the path of results.json on its last line.
 #
-#   e2e/experiment.sh                      # the full experiment: runs a, b, c, d (make experiment)
+#   e2e/experiment.sh                      # the full experiment: runs a to h (make experiment)
 #   ST_EXP_RUNS=a,b ST_EXP_ROLLOUTS=1 ST_EXP_STRATEGIES=25%/0 e2e/experiment.sh    # make demo
+#   ST_EXP_RUNS=i,j ST_EXP_ROLLOUTS=1 e2e/experiment.sh    # the slow-sync regime (make experiment-slow-sync)
 #
 # Uses the running cluster when $ST_E2E_DIR/env answers; otherwise starts one (e2e/cluster-up.sh)
 # and stops it afterwards. Settings: see tests/e2e_deploy.rs (ST_EXP_*).
@@ -35,7 +36,7 @@ trap cleanup EXIT
 source "$ST_E2E_DIR/env"
 mkdir -p "$ST_EXP_OUT"
 t0=$SECONDS
-say "runs ${ST_EXP_RUNS:-a,b,c,d} -> $ST_EXP_OUT"
+say "runs ${ST_EXP_RUNS:-a,b,c,d,e,f,g,h} -> $ST_EXP_OUT"
 cargo test --quiet --test e2e_deploy -- --ignored --nocapture --test-threads=1 deploy_experiment
 say "experiment took $((SECONDS - t0)) s"
 echo

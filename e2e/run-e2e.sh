@@ -77,7 +77,7 @@ cargo test --test e2e_operator_pods -- --ignored --test-threads=1 --nocapture
 # strategy). After the tests above: its thousands of Services stay in kube-proxy's lifetime
 # histograms, which an operator falls back to while its window holds no sync
 if [ "${ST_E2E_EXPERIMENT:-1}" != 0 ]; then
-  ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}" ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/e2e-experiment}" e2e/experiment.sh
+  ST_EXP_RUNS="${ST_EXP_RUNS:-a,b,c,d}" ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}" ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/e2e-experiment}" e2e/experiment.sh
 fi
 # the ground truth of the propagation window, then scale (thousands of Services: slow syncs)
 cargo test --test e2e_window -- --ignored --test-threads=1 --nocapture

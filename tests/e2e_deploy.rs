@@ -21,10 +21,11 @@
 //! the sleep is not wasteful (see the end of `deploy_experiment`); a pod never seen removed by a
 //! successful read fails the experiment as a missing measurement.
 //!
-//! Settings (environment): ST_EXP_OUT (output dir), ST_EXP_RUNS (comma list of a,b,c,d by
-//! default: a baseline, b protected, c baseline at scale, d protected at scale; and e-h with
+//! Settings (environment): ST_EXP_OUT (output dir), ST_EXP_RUNS (comma list, a to h by
+//! default: a baseline, b protected, c baseline at scale, d protected at scale; e-h with
 //! keep-alive clients: e baseline, f protected, g baseline with the app's graceful shutdown,
-//! h protected with it), ST_EXP_REPLICAS (6),
+//! h protected with it; and on request i baseline, j protected in the slow-sync regime,
+//! ST_EXP_SLOW_SERVICES extra Services, 12,000 by default), ST_EXP_REPLICAS (6),
 //! ST_EXP_RATE (200 per node per second), ST_EXP_ROLLOUTS (3 per strategy), ST_EXP_STRATEGIES
 //! ("25%/0,25%/25%": maxSurge/maxUnavailable), ST_EXP_TIMEOUT_MS (1000), ST_EXP_SERVICES (4000
 //! extra Services for c and d).
@@ -425,7 +426,11 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         // from the same scrapes (minSyncPeriod 1 s): how far the doubling classic buckets
         // inflate it
         "windowFromScrapes": windows_from_scrapes,
-        "operatorWindowDetail": {"measurement": status["measurement"], "recommendation": status["recommendation"], "proxy": status["proxy"]},
+        "operatorWindowDetail": {"measurement": status["measurement"], "recommendation": status["recommendation"], "proxy": status["proxy"],
+            "advice": status["advice"], "conditions": status["conditions"]},
+        // the operator's per-node sync p99 at the end of the run, from its own /metrics
+        // (`safe_termination_kube_proxy_sync_p99_seconds`), in every run: it measures throughout
+        "operatorSyncP99Seconds": operator_sync_p99().await,
         // protected runs: the policy's W, its terms on the worst node and the recommended sleep,
         // every 2 s from before the Deployment was applied to the end of the run
         "operatorTimeline": operator_timeline,
@@ -447,13 +452,36 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     meta
 }
 
+/// The operator's `safe_termination_kube_proxy_sync_p99_seconds` per node, from its /metrics:
+/// `{node: seconds}`; empty when it cannot be read.
+async fn operator_sync_p99() -> Value {
+    const METRIC: &str = "safe_termination_kube_proxy_sync_p99_seconds{node=\"";
+    let url = format!("http://127.0.0.1:{}/metrics", OPERATOR_ADMIN.get().expect("operator started"));
+    let text = match reqwest::get(&url).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    text.lines()
+        .filter_map(|l| {
+            let (node, value) = l.strip_prefix(METRIC)?.split_once("\"} ")?;
+            Some((node.to_string(), json!(value.trim().parse::<f64>().ok()?)))
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 static OPERATOR_WEBHOOK: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+/// The experiment's operator's admin port (/metrics).
+static OPERATOR_ADMIN: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
 fn operator_webhook_port() -> u16 {
     *OPERATOR_WEBHOOK.get().expect("operator started")
 }
 
-fn run_specs(list: &str, services: usize) -> Vec<RunSpec> {
-    list.split(',')
+/// The runs of `list` (letters a to j), sorted by their extra Services (stable): the scale
+/// fixture only grows during an experiment.
+fn run_specs(list: &str, services: usize, slow_services: usize) -> Vec<RunSpec> {
+    let mut specs: Vec<RunSpec> = list
+        .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| match s {
@@ -466,9 +494,14 @@ fn run_specs(list: &str, services: usize) -> Vec<RunSpec> {
             "f" => RunSpec { name: "f-protected-keepalive", order: 6, protected: true, extra_services: 0, keep_alive: true, graceful: false },
             "g" => RunSpec { name: "g-baseline-keepalive-graceful", order: 7, protected: false, extra_services: 0, keep_alive: true, graceful: true },
             "h" => RunSpec { name: "h-protected-keepalive-graceful", order: 8, protected: true, extra_services: 0, keep_alive: true, graceful: true },
-            other => panic!("ST_EXP_RUNS: unknown run '{other}' (a to h)"),
+            // the slow-sync regime: enough Services that node-a's iptables-nft sync p99 exceeds 1 s
+            "i" => RunSpec { name: "i-baseline-slow-sync", order: 9, protected: false, extra_services: slow_services, keep_alive: false, graceful: false },
+            "j" => RunSpec { name: "j-protected-slow-sync", order: 10, protected: true, extra_services: slow_services, keep_alive: false, graceful: false },
+            other => panic!("ST_EXP_RUNS: unknown run '{other}' (a to j)"),
         })
-        .collect()
+        .collect();
+    specs.sort_by_key(|s| s.extra_services);
+    specs
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -494,7 +527,8 @@ async fn deploy_experiment() {
         timeout_ms: env_or("ST_EXP_TIMEOUT_MS", 1000),
     };
     let services: usize = env_or("ST_EXP_SERVICES", 4000);
-    let specs = run_specs(&std::env::var("ST_EXP_RUNS").unwrap_or_else(|_| "a,b,c,d".into()), services);
+    let slow_services: usize = env_or("ST_EXP_SLOW_SERVICES", 12000);
+    let specs = run_specs(&std::env::var("ST_EXP_RUNS").unwrap_or_else(|_| "a,b,c,d,e,f,g,h".into()), services, slow_services);
     let _ = std::fs::remove_dir_all(out.join("runs"));
     std::fs::create_dir_all(&out).unwrap();
 
@@ -503,23 +537,34 @@ async fn deploy_experiment() {
     common::fresh_namespace(&client, SYSTEM_NS).await;
     let op = common::Operator::start_windowed(SYSTEM_NS, OPERATOR_WINDOW_SECONDS, &[]).await;
     OPERATOR_WEBHOOK.set(op.webhook).unwrap();
-    let mut scale_ready = false;
+    OPERATOR_ADMIN.set(op.admin).unwrap();
+    // how many extra Services the scale fixture holds now (s0, s1, ...)
+    let mut scale_services = 0;
     // when the scale fixture's creation storm ended: a protected run at scale waits until the
     // operator's rolling window no longer holds it (see below)
     let mut storm_ended: Option<Instant> = None;
     for spec in &specs {
-        if spec.extra_services > 0 && !scale_ready {
-            // the fixture of an earlier experiment on this cluster is reused when complete
+        if spec.extra_services > scale_services {
+            // the fixture of an earlier experiment on this cluster is reused and grown; one
+            // larger than this run needs is made again
             let have = Api::<Service>::namespaced(client.clone(), SCALE_NS).list(&Default::default()).await.map_or(0, |l| l.items.len());
-            if have != spec.extra_services {
+            let from = if have > spec.extra_services {
                 common::fresh_namespace(&client, SCALE_NS).await;
+                0
+            } else {
+                if have == 0 {
+                    common::fresh_namespace(&client, SCALE_NS).await;
+                }
+                have
+            };
+            if from < spec.extra_services {
                 let t0 = Instant::now();
-                common::create_services(&client, SCALE_NS, spec.extra_services).await;
-                println!("== created {} Services with endpoints in {:.1} s", spec.extra_services, t0.elapsed().as_secs_f64());
+                common::create_services(&client, SCALE_NS, from..spec.extra_services).await;
+                println!("== created Services s{from} to s{} with endpoints in {:.1} s", spec.extra_services - 1, t0.elapsed().as_secs_f64());
             }
             println!("== waiting for the kube-proxies to sync {} extra Services", spec.extra_services);
             wait_proxies_idle(&nodes).await;
-            scale_ready = true;
+            scale_services = spec.extra_services;
             storm_ended = Some(Instant::now());
         }
         // The experiment measures a cluster that HAS thousands of Services, not one creating
@@ -545,7 +590,7 @@ async fn deploy_experiment() {
             .delete(&format!("{HOOK}-{}", spec.name), &DeleteParams::default())
             .await;
     }
-    if scale_ready && std::env::var("ST_EXP_KEEP_SCALE").is_err() {
+    if scale_services > 0 && std::env::var("ST_EXP_KEEP_SCALE").is_err() {
         // leave a small cluster behind: the tests after this one measure it (e2e/run-e2e.sh)
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let _ = namespaces.delete(SCALE_NS, &DeleteParams::default()).await;
@@ -684,6 +729,48 @@ async fn deploy_experiment() {
                 broken.push(format!("{name}: no failure of the baseline was the race ({}): the attribution or the experiment is broken", run["failuresByCause"]));
             }
         }
+        if name.contains("slow-sync") {
+            slow_sync_regime(run, &mut broken);
+        }
     }
     assert!(broken.is_empty(), "{} broken:\n{}\n(results: {})", broken.len(), broken.join("\n"), out.join("results.json").display());
+}
+
+/// A run of the slow-sync regime (i, j): it only shows the regime if the iptables node's sync
+/// p99, as the operator measured it (its metric), is above ProxySyncSlow's 1 s, and the
+/// nftables node's below it. In the protected run the policy's status says so: the
+/// ProxySyncSlow condition is True and names the iptables node, and that node's advice names
+/// nftables mode, measured faster on the other node.
+fn slow_sync_regime(run: &Value, broken: &mut Vec<String>) {
+    let name = run["name"].as_str().unwrap_or("?");
+    let modes = run["nodeModes"].as_object().cloned().unwrap_or_default();
+    let node_in = |prefix: &str| modes.iter().find(|(_, m)| m.as_str().is_some_and(|m| m.starts_with(prefix))).map(|(n, _)| n.clone());
+    let (Some(slow), Some(fast)) = (node_in("iptables"), node_in("nftables")) else {
+        broken.push(format!("{name}: the slow-sync regime needs an iptables and an nftables node: {modes:?}"));
+        return;
+    };
+    let p99 = &run["operatorSyncP99Seconds"];
+    println!("{name}: the operator's sync p99 {p99} at {} extra Services", run["extraServices"]);
+    match (p99[&slow].as_f64(), p99[&fast].as_f64()) {
+        (Some(s), Some(f)) if s > 1.0 && f < s => {}
+        _ => broken.push(format!("{name}: not the slow-sync regime: sync p99 per node {p99} ({slow} must be above 1 s and above {fast})")),
+    }
+    if run["protected"] != true {
+        return;
+    }
+    let detail = &run["operatorWindowDetail"];
+    let condition = detail["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "ProxySyncSlow");
+    match condition {
+        Some(c) if c["status"] == "True" && c["message"].as_str().is_some_and(|m| m.contains(&format!("node {slow}:"))) => {
+            println!("{name}: condition ProxySyncSlow True: {}", c["message"]);
+        }
+        other => broken.push(format!("{name}: the ProxySyncSlow condition is not True for {slow}: {other:?}")),
+    }
+    let advice = detail["advice"].as_array().into_iter().flatten().find(|a| {
+        a["reason"] == "ProxySyncSlow" && a["message"].as_str().is_some_and(|m| m.starts_with(&format!("node {slow}:")))
+    });
+    match advice.and_then(|a| a["message"].as_str()) {
+        Some(m) if m.contains(&format!("Node {fast} runs nftables mode")) => println!("{name}: advice: {m}"),
+        other => broken.push(format!("{name}: no ProxySyncSlow advice for {slow} naming nftables on {fast}: {other:?}")),
+    }
 }

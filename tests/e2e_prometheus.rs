@@ -739,7 +739,7 @@ async fn z_sync_slow_alert_fires_through_prometheus() {
     let mut n: usize = std::env::var("ST_PROM_SERVICES").ok().and_then(|v| v.parse().ok()).unwrap_or(4000);
     let create = |n: usize| {
         let client = client.clone();
-        tokio::spawn(async move { common::create_services(&client, "e2e-prom-scale", n).await })
+        tokio::spawn(async move { common::create_services(&client, "e2e-prom-scale", 0..n).await })
     };
     let t0 = Instant::now();
     let mut creator = create(n);

@@ -219,7 +219,7 @@ async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables(
     };
     let n: usize = std::env::var("ST_SCALE_SERVICES").ok().and_then(|v| v.parse().ok()).unwrap_or(4000);
     let t0 = Instant::now();
-    common::create_services(&client, ns, n).await;
+    common::create_services(&client, ns, 0..n).await;
     println!("created {n} Services with endpoints in {:?}", t0.elapsed());
     // the operator sees the Services (MigrationRecommended: iptables with >= 1,000 Services) and
     // the syncs they caused; give kube-proxy's slowest syncs time to land in the window

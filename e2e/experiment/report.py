@@ -469,6 +469,9 @@ def load_run(rundir):
         "startedAtUnix": meta.get("startedAtUnix"),
         "finishedAtUnix": meta.get("finishedAtUnix"),
         "operatorWindowDetail": meta.get("operatorWindowDetail"),
+        "nodeModes": meta.get("nodeModes"),
+        # the operator's sync p99 per node at the end of the run (its own metric)
+        "operatorSyncP99Seconds": meta.get("operatorSyncP99Seconds"),
         # protected runs: the operator's W, terms and recommended sleep every 2 s
         "operatorTimeline": meta.get("operatorTimeline"),
         # protected runs: the coverage the operator predicted and the one observed
@@ -706,6 +709,19 @@ def table(runs):
                          f"{percent(c['predictedRatioMean'])}, lowest node {percent(c['predictedLowestNodeRatioMin'])}); "
                          f"observed {percent(c['observedPairRatio'])} of {c['pairs']} (pod, node) windows, "
                          f"{percent(c['observedPodRatio'])} of {c['pods']} pods")
+    slow = [r for r in runs if r.get("operatorSyncP99Seconds")]
+    if slow:
+        lines.append("")
+        lines.append("The operator's kube-proxy sync p99 per node at the end of each run "
+                     "(`safe_termination_kube_proxy_sync_p99_seconds`), and in protected runs its ProxySyncSlow advice:")
+        lines.append("")
+        for r in slow:
+            modes = r.get("nodeModes") or {}
+            p99 = ", ".join(f"{n} ({modes.get(n, '?')}) {fmt_num(v)} s" for n, v in sorted(r["operatorSyncP99Seconds"].items()))
+            lines.append(f"- {r['name']} ({r['extraServices']} extra Services): {p99}")
+            for a in ((r.get("operatorWindowDetail") or {}).get("advice") or []):
+                if isinstance(a, dict) and a.get("reason") == "ProxySyncSlow":
+                    lines.append(f"  - ProxySyncSlow: {a.get('message')}")
     lines.append("")
     lines.append("Per-pod windows: seconds from the pod's deletion to its IP gone from each node's rules, by the "
                  "first successful read without it, in brackets the bound from the last successful read with "

@@ -264,16 +264,18 @@ pub async fn operator_with_policy(client: &Client, system: &str, ns: &str, hook:
     (op, policies)
 }
 
-/// Creates `n` selector-less Services in `ns`, each with a two-endpoint EndpointSlice (the
-/// 4,000-Service scale fixture of tests/e2e_window.rs and tests/e2e_deploy.rs). The endpoint IPs
-/// (10.244.100.0 onwards) belong to no pod: only the rule count matters.
-pub async fn create_services(client: &Client, ns: &str, n: usize) {
+/// Creates selector-less Services `s<i>` for `i` in `range` in `ns`, each with a two-endpoint
+/// EndpointSlice (the scale fixtures of tests/e2e_window.rs, tests/e2e_prometheus.rs and
+/// tests/e2e_deploy.rs). The endpoint IPs (10.244.(100 + i / 125).x) belong to no pod: only the
+/// rule count matters; they run out at 19,500 Services.
+pub async fn create_services(client: &Client, ns: &str, range: std::ops::Range<usize>) {
+    assert!(range.end <= 19_500, "create_services: at most 19,500 Services (endpoint IPs 10.244.100.0 to 10.244.255.255)");
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::Service;
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    futures::stream::iter(0..n)
+    futures::stream::iter(range)
         .map(|i| {
             let (svcs, slices) = (svcs.clone(), slices.clone());
             async move {
