@@ -1247,6 +1247,23 @@ fn an_output_that_cannot_be_written_is_an_error_not_a_panic() {
     assert!(!r.stderr.contains("panicked") && !r.stderr.contains("error:"), "{}", r.stderr);
 }
 
+/// `mutate` says when there was nothing to mutate (it printed nothing for an empty file), in
+/// the text output; JSON keeps an empty `results`.
+#[test]
+fn mutate_says_when_there_is_nothing_to_mutate() {
+    let dir = tmp();
+    let empty = write(dir.path(), "empty.yaml", "");
+    let service = write(dir.path(), "svc.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}}\n");
+    let r = run(&["mutate", empty.to_str().unwrap(), service.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stdout,
+        format!("nothing to mutate: {} (no document), {} (1 document(s), only Services and TerminationPolicies)\n", empty.display(), service.display())
+    );
+    let r = run(&["mutate", "--output", "json", empty.to_str().unwrap()]);
+    assert_eq!(serde_json::from_str::<Value>(&r.stdout).unwrap()["results"], serde_json::json!([]), "{}", r.stdout);
+}
+
 /// `mutate` takes the TerminationPolicies among its inputs as the cluster would: each serves its
 /// namespace ahead of the default, with its own defaultSeconds and grace rules; an invalid one is
 /// an error naming the document. The demo's policy (defaultSeconds 10, appShutdownSeconds 20)

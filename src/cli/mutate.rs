@@ -262,8 +262,22 @@ pub fn run_mutate(args: &MutateArgs) -> Result<String, Error> {
     Ok(match args.output {
         OutputFormat::Json => serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
         OutputFormat::Yaml => serde_saphyr::to_string(&doc).unwrap_or_default(),
+        OutputFormat::Text if results.is_empty() => nothing_to_mutate(&all),
         OutputFormat::Text => render_text(&results),
     })
+}
+
+/// The text output when no input held a document to mutate: each file and why (no document at
+/// all, or only Services and TerminationPolicies, which are read, not mutated).
+fn nothing_to_mutate(all: &[(String, Vec<Value>)]) -> String {
+    let files: Vec<String> = all
+        .iter()
+        .map(|(file, docs)| match docs.len() {
+            0 => format!("{file} (no document)"),
+            n => format!("{file} ({n} document(s), only Services and TerminationPolicies)"),
+        })
+        .collect();
+    format!("nothing to mutate: {}\n", files.join(", "))
 }
 
 fn render_text(results: &[MutateResult]) -> String {
