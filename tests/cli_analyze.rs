@@ -1264,6 +1264,23 @@ fn mutate_says_when_there_is_nothing_to_mutate() {
     assert_eq!(serde_json::from_str::<Value>(&r.stdout).unwrap()["results"], serde_json::json!([]), "{}", r.stdout);
 }
 
+/// `mutate` prints its warnings whole (there is no API server to cut them; the webhook's answer
+/// cuts each at 119 characters, checked on every input by fuzz/checks.rs `review_body`). The
+/// container name is 63 characters (a DNS label's limit): the kept-sleep warning is 148.
+#[test]
+fn mutate_prints_whole_warnings() {
+    let dir = tmp();
+    let name = "c".repeat(63);
+    let pod = write(dir.path(), "pod.yaml", &format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, labels: {{app: web}}}}\nspec:\n  containers:\n  - name: {name}\n    image: nginx\n    lifecycle: {{preStop: {{sleep: {{seconds: 1}}}}}}\n"
+    ));
+    let r = run(&["mutate", "--pre-stop-seconds", "10", pod.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let whole = format!("  warning: safe-termination: container {name} keeps its preStop sleep of 1s, below the recommended 10s\n");
+    assert!(r.stdout.contains(&whole), "{}", r.stdout);
+    assert_eq!(whole.trim().chars().count() - "warning: ".len(), 148);
+}
+
 /// `mutate` takes the TerminationPolicies among its inputs as the cluster would: each serves its
 /// namespace ahead of the default, with its own defaultSeconds and grace rules; an invalid one is
 /// an error naming the document. The demo's policy (defaultSeconds 10, appShutdownSeconds 20)

@@ -98,7 +98,8 @@ pub struct ContainerDecision {
 pub struct Decision {
     /// RFC 6902 operations (empty when nothing changes); they apply cleanly to the input.
     pub patch: Patch,
-    /// Human-readable warnings (each under 120 characters, as admission warnings must be).
+    /// Human-readable warnings, whole: [`super::review`] cuts each to 119 characters for the
+    /// API server ([`short_warning`]).
     pub warnings: Vec<String>,
     /// Why the pod was or was not mutated.
     pub reason: PodReason,
@@ -114,7 +115,8 @@ impl Decision {
     }
 }
 
-/// Limits an admission warning to 119 characters (the API server truncates longer ones).
+/// Limits an admission warning to 119 characters (the API server truncates longer ones): what
+/// [`super::review`] sends. [`Decision::warnings`] are whole; `mutate` prints them so.
 pub fn short_warning(s: String) -> String {
     const MAX: usize = 119;
     if s.chars().count() <= MAX {
@@ -186,11 +188,7 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
     let policy_ref = if policy.namespace.is_empty() { policy.name.clone() } else { format!("{}/{}", policy.namespace, policy.name) };
     let mut warnings = Vec::new();
     if !resolved.also_matched.is_empty() {
-        warnings.push(short_warning(format!(
-            "safe-termination: policy {} chosen over {}",
-            policy.name,
-            resolved.also_matched.join(",")
-        )));
+        warnings.push(format!("safe-termination: policy {} chosen over {}", policy.name, resolved.also_matched.join(",")));
     }
     match policy.spec.mode {
         EnforcementMode::Disabled => return Decision::skip(PodReason::PolicyDisabled, warnings, Some(policy_ref)),
@@ -245,9 +243,7 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         } else if let Some(existing) = lifecycle.and_then(|l| l.get("preStop")).filter(|p| !p.is_null()) {
             kept += 1;
             if let Some(s) = existing.pointer("/sleep/seconds").and_then(Value::as_i64).filter(|s| *s < i64::from(pre_stop)) {
-                warnings.push(short_warning(format!(
-                    "safe-termination: container {name} keeps its preStop sleep of {s}s, below the recommended {pre_stop}s"
-                )));
+                warnings.push(format!("safe-termination: container {name} keeps its preStop sleep of {s}s, below the recommended {pre_stop}s"));
             }
             ContainerReason::ExistingPreStop
         } else {
@@ -285,7 +281,7 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
     }
     if !no_handler.is_empty() {
         let why = if windows { "no native sleep, no exec on Windows" } else { "no native sleep, image not in execImages" };
-        warnings.push(short_warning(format!("safe-termination: {why}: no preStop for {}", no_handler.join(","))));
+        warnings.push(format!("safe-termination: {why}: no preStop for {}", no_handler.join(",")));
     }
     if injected == 0 && kept == 0 {
         let reason = if no_handler.is_empty() { PodReason::NoChange } else { PodReason::NoUsableHandler };
@@ -297,10 +293,7 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         None => target_grace != KUBERNETES_DEFAULT_GRACE_SECONDS,
     };
     if audit {
-        warnings.push(short_warning(format!(
-            "safe-termination (audit): would add a {pre_stop}s preStop sleep to {injected} container(s), grace {}s",
-            target_grace
-        )));
+        warnings.push(format!("safe-termination (audit): would add a {pre_stop}s preStop sleep to {injected} container(s), grace {}s", target_grace));
         let mut annotate = Vec::new();
         if annotations.get(ANNOTATION_AUDIT_PRESTOP_SECONDS) != Some(&pre_stop.to_string()) && injected > 0 {
             annotate.push((ANNOTATION_AUDIT_PRESTOP_SECONDS, pre_stop.to_string()));
