@@ -9,7 +9,7 @@ pub mod review;
 pub mod server;
 pub mod tls;
 
-pub use mutate::{ContainerReason, Decision, PodReason, mutate_pod};
+pub use mutate::{ContainerReason, Decision, PodReason, mutate_pod, short_warning};
 pub use plan::{Capabilities, Plan, PlanPolicy};
 pub use review::{ReviewOutcome, review};
 pub use server::PlanHandle;
