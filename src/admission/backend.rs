@@ -54,9 +54,27 @@ pub fn resolve(setting: BackendSetting, serves_policy_v1: bool) -> Result<Active
     }
 }
 
+/// What the startup log says of discovery: `served` or `not served` when the API server was
+/// asked (`serves_policy_v1` `Some`), `not asked` when `--admission-backend webhook` needs no
+/// answer (`None`): a value the operator did not discover is never logged as discovered.
+pub fn discovery_note(serves_policy_v1: Option<bool>) -> &'static str {
+    match serves_policy_v1 {
+        Some(true) => "served",
+        Some(false) => "not served",
+        None => "not asked (--admission-backend webhook)",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_says_discovered_only_what_was_asked() {
+        assert_eq!(discovery_note(Some(true)), "served");
+        assert_eq!(discovery_note(Some(false)), "not served");
+        assert_eq!(discovery_note(None), "not asked (--admission-backend webhook)");
+    }
 
     #[test]
     fn auto_follows_discovery_and_policy_insists() {

@@ -307,13 +307,16 @@ impl RunArgs {
                 v
             }
         };
+        // discovery only where the setting needs its answer
         let serves = match self.admission_backend {
-            BackendSetting::Webhook => false,
-            BackendSetting::Policy | BackendSetting::Auto => serves_policy_v1(client)
-                .await
-                .map_err(|e| Error::Io(format!("cannot discover whether the API server serves MutatingAdmissionPolicy v1: {e}")))?,
+            BackendSetting::Webhook => None,
+            BackendSetting::Policy | BackendSetting::Auto => Some(
+                serves_policy_v1(client)
+                    .await
+                    .map_err(|e| Error::Io(format!("cannot discover whether the API server serves MutatingAdmissionPolicy v1: {e}")))?,
+            ),
         };
-        let active = crate::admission::backend::resolve(self.admission_backend, serves).map_err(|e| Error::Usage(e.to_string()))?;
+        let active = crate::admission::backend::resolve(self.admission_backend, serves == Some(true)).map_err(|e| Error::Usage(e.to_string()))?;
         let owner = match (&self.admission_owner_cluster_role, active) {
             (Some(role), ActiveBackend::Policy) => Some(
                 cluster_role_owner(client, role)
@@ -325,7 +328,7 @@ impl RunArgs {
         tracing::info!(
             backend = active.as_str(),
             setting = ?self.admission_backend,
-            serves_mutating_admission_policy_v1 = serves,
+            mutating_admission_policy_v1 = crate::admission::backend::discovery_note(serves),
             "admission backend"
         );
         let objects = PolicyObjects {
