@@ -19,6 +19,10 @@ pub struct AnalysisOptions {
     pub min_sync_period_source: String,
     /// Mode given by the user; overrides `/proxyMode` and inference.
     pub mode: Option<ProxyMode>,
+    /// kube-proxy's configured mode (its `/configz` or ConfigMap, read from one node): only for
+    /// a node that reports no mode of its own. A node's `/proxyMode` or metric families win:
+    /// a cluster mid-migration runs two modes, and one node's configuration is not the other's.
+    pub configured_mode: Option<ProxyMode>,
     /// Services, Service ports, endpoints, version, conntrack usage.
     pub facts: ClusterFacts,
     /// Advisor thresholds.
@@ -36,6 +40,7 @@ impl Default for AnalysisOptions {
             min_sync_period_seconds: DEFAULT_MIN_SYNC_PERIOD_SECONDS,
             min_sync_period_source: "default".into(),
             mode: None,
+            configured_mode: None,
             facts: ClusterFacts::default(),
             thresholds: Thresholds::default(),
             histograms: HistogramPreference::NativeFirst,
@@ -196,7 +201,12 @@ pub fn analyze_window_of(inputs: impl IntoIterator<Item = NodeInput>, opts: &Ana
 }
 
 fn measure(input: &NodeInput, opts: &AnalysisOptions, min_samples: u32) -> NodeWindow {
-    model::measure_node_with(input, opts.min_sync_period_seconds, min_samples, opts.mode, opts.histograms)
+    let mut node = model::measure_node_with(input, opts.min_sync_period_seconds, min_samples, opts.mode, opts.histograms);
+    if let (ProxyMode::Unknown, Some(m)) = (node.mode, opts.configured_mode) {
+        node.mode = m;
+        node.mode_source = "kube-proxy configuration";
+    }
+    node
 }
 
 fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {
@@ -457,6 +467,26 @@ mod low_sample_tests {
         assert!(m.ends_with(" The lasting fix is nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node), which syncs only what changed."), "{m}");
         let m = slow_message(&[mode(slow("a", 100), ProxyMode::Nftables), mode(fast("b", 104), ProxyMode::Nftables)]);
         assert!(m.ends_with("unless their preStop sleep covers it."), "{m}");
+    }
+
+    /// The configured mode (one node's configz) only fills in a node that reports none: the
+    /// operator passed it as the user's flag, so a cluster mid-migration had every node in
+    /// node-a's mode (both nodes `iptables` in the slow-sync experiment, node-b running
+    /// nftables) and no advice could name the nftables node.
+    #[test]
+    fn the_configured_mode_does_not_override_a_node_that_reports_its_own() {
+        let mut b = fast("b", 104);
+        b.proxy_mode = Some(ProxyMode::Nftables);
+        let opts = AnalysisOptions { configured_mode: Some(ProxyMode::Iptables), ..Default::default() };
+        let r = analyze(&[slow("a", 100), b], &opts, &TerminationPolicySpec::default());
+        let modes: Vec<(ProxyMode, &str)> = r.nodes.iter().map(|n| (n.mode, n.mode_source)).collect();
+        assert_eq!(modes, [(ProxyMode::Iptables, "kube-proxy configuration"), (ProxyMode::Nftables, "proxyMode endpoint")]);
+        // the user's flag still overrides every node
+        let mut b = fast("b", 104);
+        b.proxy_mode = Some(ProxyMode::Nftables);
+        let opts = AnalysisOptions { mode: Some(ProxyMode::Ipvs), configured_mode: Some(ProxyMode::Iptables), ..Default::default() };
+        let r = analyze(&[slow("a", 100), b], &opts, &TerminationPolicySpec::default());
+        assert!(r.nodes.iter().all(|n| (n.mode, n.mode_source) == (ProxyMode::Ipvs, "flag")), "{:?}", r.nodes);
     }
 
     /// README: BeyondTopBucket needs a trusted node; a node below minSamples is LowSampleCount

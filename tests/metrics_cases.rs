@@ -44,6 +44,7 @@ fn opts(facts: ClusterFacts) -> AnalysisOptions {
         min_sync_period_seconds: 1.0,
         min_sync_period_source: "test".into(),
         mode: None,
+        configured_mode: None,
         facts,
         thresholds: Thresholds::default(),
         histograms: Default::default(),

@@ -137,6 +137,7 @@ fn analysis_options() -> AnalysisOptions {
         min_sync_period_seconds: 1.0,
         min_sync_period_source: "test".into(),
         mode: None,
+        configured_mode: None,
         facts: ClusterFacts::default(),
         thresholds: Thresholds::default(),
         histograms: Default::default(),

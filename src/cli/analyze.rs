@@ -332,6 +332,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
         min_sync_period_seconds: args.min_sync_period_seconds.unwrap_or(DEFAULT_MIN_SYNC_PERIOD_SECONDS),
         min_sync_period_source: if args.min_sync_period_seconds.is_some() { "flag" } else { "default" }.into(),
         mode: args.mode,
+        configured_mode: None,
         facts: ClusterFacts {
             mode: ProxyMode::Unknown,
             services: args.services,

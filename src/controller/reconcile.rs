@@ -212,17 +212,18 @@ fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Me
         Some(v) => (v, "flag".to_string()),
         None => (proxy.min_sync_period_seconds, proxy.source.clone()),
     };
-    let (mode, mode_source) = match (ctx.settings.mode_override, proxy.mode()) {
-        (Some(m), _) => (Some(m), Some("flag".to_string())),
-        (None, Some(m)) => (Some(m), Some(proxy.source.clone())),
-        (None, None) => (None, None),
-    };
+    // the flag overrides every node; the configured mode (one node's configz or the ConfigMap)
+    // only fills in a node that reports none (AnalysisOptions::configured_mode)
+    let mode = ctx.settings.mode_override;
+    let mode_source = mode.map(|_| "flag".to_string());
+    let configured_mode = proxy.mode();
     let no_kube_proxy_note = ctx.settings.no_kube_proxy_note.clone().or_else(|| proxy.dataplane.as_ref().map(|d| d.note.clone()));
     let counts = ctx.cluster.counts();
     let opts = AnalysisOptions {
         min_sync_period_seconds,
         min_sync_period_source,
         mode,
+        configured_mode,
         facts: ClusterFacts {
             services: counts.map(|c| c.services),
             service_ports: counts.map(|c| c.service_ports),
