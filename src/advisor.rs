@@ -9,7 +9,9 @@
 //!   needs kernel 5.13+;
 //! - IPVS at any size: deprecated in 1.35 (KEP-5495), gate planned for 1.37, removal 1.43;
 //! - ~8,000 Services or conntrack pressure: beyond what any kube-proxy mode handles well; an eBPF
-//!   dataplane (Cilium, Calico eBPF) replaces kube-proxy and, in practice, the CNI;
+//!   dataplane (Cilium, Calico eBPF) replaces kube-proxy and, in practice, the CNI. Conntrack
+//!   usage is an input of `analyze --conntrack-usage` only: the operator does not measure it
+//!   (neither kube-proxy nor the agent reports it), so its advice is by Services alone;
 //! - stale proxy: changes queued and not synced for over 30 s (kube-proxy's own healthz rule,
 //!   [`crate::model::NodeWindow::stale_seconds`]; OpenShift's network operator alerts at 30 s too).
 
@@ -100,7 +102,8 @@ pub struct ClusterFacts {
     pub endpoints: Option<u64>,
     /// Kubernetes version `(major, minor)`.
     pub kubernetes_version: Option<(u32, u32)>,
-    /// conntrack entries / limit on the worst node, 0..1.
+    /// conntrack entries / limit on the worst node, 0..1: given to `analyze` only
+    /// (`--conntrack-usage`); None in the operator, which does not measure it.
     pub conntrack_usage_ratio: Option<f64>,
 }
 
@@ -216,7 +219,12 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
                 AdviceReason::MigrateProxyMode,
                 Severity::Warning,
                 format!("{why}: consider an eBPF dataplane (Cilium or Calico eBPF kube-proxy replacement); it replaces kube-proxy and, in practice, the CNI, so plan it as a network migration"),
-                format!(">= {} Services or conntrack usage >= {:.0}%", t.ebpf_services, t.conntrack_usage_ratio * 100.0),
+                // the conntrack rule only where conntrack usage is known (`analyze
+                // --conntrack-usage`; the operator does not measure it)
+                match facts.conntrack_usage_ratio {
+                    Some(_) => format!(">= {} Services or conntrack usage >= {:.0}%", t.ebpf_services, t.conntrack_usage_ratio * 100.0),
+                    None => format!(">= {} Services", t.ebpf_services),
+                },
                 None,
                 Some(ProxyMode::Ebpf),
             ));
@@ -315,6 +323,26 @@ pub fn sleep_below_window(w_seconds: f64, safety_factor: f64, extra_seconds: u32
         to: None,
     })
 }
+
+    /// The eBPF advice names the conntrack rule only where conntrack usage is known: the operator
+    /// never measures it, and its threshold said "or conntrack usage >= 80%" all the same.
+    #[test]
+    fn the_ebpf_threshold_names_conntrack_only_when_it_is_known() {
+        let t = Thresholds::default();
+        let ebpf = |facts: &ClusterFacts| {
+            let a = advise(&[], facts, &t, 5);
+            a.into_iter().find(|a| a.to == Some(ProxyMode::Ebpf)).map(|a| (a.message, a.threshold))
+        };
+        let operator = ClusterFacts { mode: ProxyMode::Nftables, services: Some(9000), ..Default::default() };
+        let (message, threshold) = ebpf(&operator).expect("eBPF advice at 9,000 Services");
+        assert_eq!(threshold, ">= 8000 Services");
+        assert!(message.starts_with("9000 Services: "), "{message}");
+        let measured = ClusterFacts { mode: ProxyMode::Nftables, services: Some(100), conntrack_usage_ratio: Some(0.9), ..Default::default() };
+        let (message, threshold) = ebpf(&measured).expect("eBPF advice at 90% conntrack usage");
+        assert_eq!(threshold, ">= 8000 Services or conntrack usage >= 80%");
+        assert!(message.starts_with("conntrack table 90% full: "), "{message}");
+        assert_eq!(ebpf(&ClusterFacts { mode: ProxyMode::Nftables, services: Some(100), ..Default::default() }), None);
+    }
 
     #[test]
     fn bounded_keeps_a_few_nodes_per_reason_and_counts_the_rest() {
