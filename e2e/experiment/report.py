@@ -42,7 +42,7 @@ LOAD_COLUMNS = ("t_unix_seconds", "latency_ms", "outcome", "pod", "detail")
 # the connection's source port (0: not sent); absent in runs before it was recorded
 LOAD_OPTIONAL = ("local_port", "reused")
 # the causes of a failed request (classify_failures), in report order
-CAUSES = ("race", "pinned", "liveSynDropped", "keepAlive", "other", "unattributed")
+CAUSES = ("race", "pinned", "liveSynDropped", "keepAlive", "other", "notRace", "unattributed")
 DELETION_COLUMNS = ("pod", "ip", "node", "deleted_at_unix")
 # the pod's preStop sleep and terminationGracePeriodSeconds (seconds; empty: none)
 DELETION_OPTIONAL = ("sleep_seconds", "grace_seconds")
@@ -360,7 +360,8 @@ def load_run(rundir):
             conntrack[node] = read_conntrack(path)
     if failed_requests and not conntrack:
         w("no conntrack-<node>.txt: failures cannot be attributed to a cause")
-    by_cause = classify_failures(failed_requests, conntrack, deletions, pod_info)
+    by_cause = classify_failures(failed_requests, conntrack, deletions, pod_info,
+                                 spans=race_spans(deletions, pod_info, groundtruth, sorted(gt_nodes)))
 
     by_outcome = {}
     for _, o, _ in failures:
@@ -417,6 +418,7 @@ def load_run(rundir):
         # and unattributed (no conntrack record of it)
         "failuresByCause": by_cause["counts"],
         "failuresByCauseAndOutcome": by_cause["byOutcome"],
+        "unattributedByNode": by_cause["unattributedByNode"],
         "failuresByNode": dict(sorted(by_node.items())),
         # each node's load generator goes through its own kube-proxy: failures per proxy mode
         "failuresByProxyMode": by_mode(by_node, meta.get("nodeModes")),
@@ -470,6 +472,8 @@ def load_run(rundir):
         "finishedAtUnix": meta.get("finishedAtUnix"),
         "operatorWindowDetail": meta.get("operatorWindowDetail"),
         "nodeModes": meta.get("nodeModes"),
+        # nodes without a ground truth in this run, and why (the per-pod windows leave them out)
+        "unmeasuredNodes": meta.get("unmeasuredNodes") or {},
         # the operator's sync p99 per node at the end of the run (its own metric)
         "operatorSyncP99Seconds": meta.get("operatorSyncP99Seconds"),
         # protected runs: the operator's W, terms and recommended sleep every 2 s
@@ -518,7 +522,24 @@ def read_conntrack(path):
     return by_port
 
 
-def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05):
+def race_spans(deletions, pod_info, groundtruth, nodes):
+    """Per node with a ground truth, the spans (stopped, removed) in which a pod could take a new
+    connection without serving it: from its deletion plus its preStop sleep to the first
+    successful read of that node's rules without its IP (`inf` when never seen removed). A node
+    without a ground truth in the run (meta.json `unmeasuredNodes`) has no entry."""
+    removed = {(g["pod"], g["node"]): g["_removed"] for g in groundtruth}
+    spans = {n: [] for n in nodes}
+    for pod, (ip, _, t) in deletions.items():
+        stopped = t + ((pod_info.get(pod) or {}).get("sleep") or 0)
+        for n in nodes:
+            by = removed.get((pod, n))
+            by = math.inf if by is None else by
+            if by > stopped:
+                spans[n].append((stopped, by))
+    return spans
+
+
+def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05, spans=None):
     """The cause of each failed request, from its source port and its node's conntrack events.
 
     - `race`: a new connection (its own NEW entry) sent to a pod after it stopped serving (its
@@ -533,7 +554,11 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05):
       pod it was opened to broke it (an app that exits on SIGTERM without draining); the rules
       only steer new connections, so only the app's own shutdown fixes it;
     - `other`: its own entry to a pod still serving, and refused, reset or otherwise failed;
-    - `unattributed`: not sent, no port recorded, or no conntrack record of it.
+    - `notRace`: no conntrack record of it, but by its node's ground truth (`spans`, from
+      race_spans) no pod was stopped and still in that node's rules while it was tried: not the
+      race, whatever else failed it (a starved node or client);
+    - `unattributed`: not sent, no port recorded, or no conntrack record of it and no ground
+      truth that rules the race out.
     Returns {"counts": {cause: n}, "byOutcome": {cause: {outcome: n}}}."""
     deleted_by_ip = {}
     for pod, (ip, _, t) in deletions.items():
@@ -542,6 +567,7 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05):
             deleted_by_ip.setdefault(ip, []).append(t + sleep)
     counts = {c: 0 for c in CAUSES}
     by_outcome = {c: {} for c in CAUSES}
+    unattributed_by_node = {}
     for r in failed:
         events = (conntrack.get(r["node"]) or {}).get(r["port"]) if r["port"] else None
         cause = "unattributed"
@@ -562,9 +588,16 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05):
                 before = [e for e in events if e[0] < start]
                 if before and before[-1][1] == "NEW":
                     cause = "pinned"
+        if cause == "unattributed" and spans is not None and r["node"] in spans and r["port"]:
+            start, end = r["t"] - slack, r["t"] + r["latencySeconds"] + slack
+            if not any(stopped <= end and by >= start for stopped, by in spans[r["node"]]):
+                cause = "notRace"
         counts[cause] += 1
+        if cause == "unattributed":
+            unattributed_by_node[r["node"]] = unattributed_by_node.get(r["node"], 0) + 1
         by_outcome[cause][r["outcome"]] = by_outcome[cause].get(r["outcome"], 0) + 1
-    return {"counts": counts, "byOutcome": {c: dict(sorted(o.items())) for c, o in by_outcome.items() if o}}
+    return {"counts": counts, "byOutcome": {c: dict(sorted(o.items())) for c, o in by_outcome.items() if o},
+            "unattributedByNode": dict(sorted(unattributed_by_node.items()))}
 
 
 def coverage_comparison(pods, timeline):
@@ -722,6 +755,10 @@ def table(runs):
             for a in ((r.get("operatorWindowDetail") or {}).get("advice") or []):
                 if isinstance(a, dict) and a.get("reason") == "ProxySyncSlow":
                     lines.append(f"  - ProxySyncSlow: {a.get('message')}")
+    for r in runs:
+        for n, why in sorted((r.get("unmeasuredNodes") or {}).items()):
+            lines.append("")
+            lines.append(f"- {r['name']}: no ground truth on {n} ({why}); its per-pod windows are the other nodes'")
     lines.append("")
     lines.append("Per-pod windows: seconds from the pod's deletion to its IP gone from each node's rules, by the "
                  "first successful read without it, in brackets the bound from the last successful read with "
