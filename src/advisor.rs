@@ -122,6 +122,20 @@ pub fn estimated_rules(facts: &ClusterFacts) -> Option<u64> {
     Some(2 * ports + 2 * facts.endpoints.unwrap_or(0))
 }
 
+/// "3 syncs", "1 sync", or for a count that is not a whole number (text counts are floats; a
+/// hand-written or extrapolated histogram) "a count of 0.5 syncs"; NaN (no sync histogram: the
+/// network-programming histogram stood in) says so.
+fn samples_phrase(count: f64, what: &str) -> String {
+    if count.is_nan() {
+        return "a few network programming samples (no sync histogram)".to_string();
+    }
+    match (count.fract() == 0.0, count == 1.0) {
+        (true, true) => format!("1 {what}"),
+        (true, false) => format!("{count:.0} {what}s"),
+        (false, _) => format!("a count of {} {what}s (not a whole number)", (count * 1000.0).round() / 1000.0),
+    }
+}
+
 fn fmt_s(x: f64) -> String {
     format!("{x:.3} s")
 }
@@ -245,7 +259,11 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
             Basis::LowSampleCount => out.push(item(
                 AdviceReason::LowSampleCount,
                 Severity::Info,
-                format!("node {}: only {} sync samples in the analysed interval: its p99 is not trusted for sizing", n.node, n.sync_samples),
+                format!(
+                    "node {}: only {} in the analysed interval: its p99 is not trusted for sizing",
+                    n.node,
+                    samples_phrase(if n.sync_p99.is_some() { n.sync_samples } else { f64::NAN }, "sync")
+                ),
                 format!("samples < {min_samples}"),
                 Some(&n.node),
                 None,
@@ -342,6 +360,16 @@ pub fn sleep_below_window(w_seconds: f64, safety_factor: f64, extra_seconds: u32
         assert_eq!(threshold, ">= 8000 Services or conntrack usage >= 80%");
         assert!(message.starts_with("conntrack table 90% full: "), "{message}");
         assert_eq!(ebpf(&ClusterFacts { mode: ProxyMode::Nftables, services: Some(100), ..Default::default() }), None);
+    }
+
+    #[test]
+    fn sample_counts_read_as_counts() {
+        assert_eq!(samples_phrase(3.0, "sync"), "3 syncs");
+        assert_eq!(samples_phrase(1.0, "sync"), "1 sync");
+        assert_eq!(samples_phrase(0.0, "sync"), "0 syncs");
+        // it printed "only 0.5 sync samples"
+        assert_eq!(samples_phrase(0.5, "sync"), "a count of 0.5 syncs (not a whole number)");
+        assert_eq!(samples_phrase(f64::NAN, "sync"), "a few network programming samples (no sync histogram)");
     }
 
     #[test]

@@ -140,7 +140,7 @@ fn v1_29_json_report() {
     let a = &doc["advice"][0];
     assert_eq!(a["severity"], "Info");
     assert_eq!(a["threshold"], "samples < 5");
-    assert!(a["message"].as_str().unwrap().contains("only 4 sync samples"), "{a}");
+    assert!(a["message"].as_str().unwrap().contains("only 4 syncs in the analysed interval"), "{a}");
 }
 
 /// The JSON keys are exactly the schema documented in README.md ("JSON output").
@@ -767,9 +767,9 @@ fn two_scrapes_of_one_node_are_analysed_over_the_interval() {
     let r = run(&["analyze", "--earlier", V1_29, &format!("a={later}"), &format!("b={V1_13}")]);
     assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{}", r.stderr);
     assert_eq!(r.stderr, format!("error: --earlier {V1_29}: name the node (NODE=FILE) it belongs to\n"));
-    // a node given three times as a source is an input error
+    // a node given three times as a source is a usage error (exit 2, as for --earlier)
     let r = run(&["analyze", &format!("n={V1_29}"), &format!("n={later}"), &format!("n={V1_29}")]);
-    assert_eq!(r.code, 1);
+    assert_eq!(r.code, 2);
     assert!(r.stderr.contains("more than twice"), "{}", r.stderr);
 
     // a named --earlier must name a source's node, with one source as with several (with one it
@@ -807,15 +807,16 @@ fn colliding_implicit_node_names_exit_1_naming_both_sources() {
     let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
     let hint = "(a source without NODE= is named after its file stem or host:port): name each node, e.g. node-a=FILE node-b=FILE; to compare two scrapes of one node, give both the same NODE= (first is earlier) or use --earlier";
 
+    // usage errors (exit 2): the arguments do not fit together, as with --earlier
     let r = run(&["analyze", a, b]);
-    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{}", r.stderr);
     assert_eq!(r.stderr, format!("error: {a} and {b} are both node \"metrics\" {hint}\n"));
     // an implicit name meeting an explicit one, and the same file twice without NODE=
     let r = run(&["analyze", &format!("metrics={a}"), b]);
-    assert_eq!(r.code, 1);
+    assert_eq!(r.code, 2);
     assert_eq!(r.stderr, format!("error: metrics={a} and {b} are both node \"metrics\" {hint}\n"));
     let r = run(&["analyze", V1_29, V1_29]);
-    assert_eq!(r.code, 1);
+    assert_eq!(r.code, 2);
     assert_eq!(r.stderr, format!("error: {V1_29} and {V1_29} are both node \"kube-proxy-v1.29-iptables-excerpt\" {hint}\n"));
 
     // named: two nodes, each over its lifetime
@@ -1112,7 +1113,7 @@ fn url_userinfo_is_redacted_in_every_message() {
     // two URLs of one host:port, and a named --earlier that matches no node
     let a = format!("{}/metrics", with_auth(&base));
     let r = run(&["analyze", &a, &a]);
-    assert_eq!(r.code, 1);
+    assert_eq!(r.code, 2);
     let host = base.trim_start_matches("http://");
     assert!(r.stderr.starts_with(&format!("error: {0}/metrics and {0}/metrics are both node \"{host}\"", shown(&base))), "{}", r.stderr);
     secret(&r);

@@ -303,11 +303,15 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
             && !(explicit && *first_explicit)
         {
             let how = |src: &str, explicit: bool| if explicit { format!("{node}={}", sources::redact(src)) } else { sources::redact(src) };
-            return Err(Error::Input(format!(
+            // the arguments do not fit together: a usage error (exit 2), as for --earlier
+            return Err(Error::Usage(format!(
                 "{} and {} are both node {node:?} (a source without NODE= is named after its file stem or host:port): name each node, e.g. node-a=FILE node-b=FILE; to compare two scrapes of one node, give both the same NODE= (first is earlier) or use --earlier",
                 how(first, *first_explicit),
                 how(&src, explicit)
             )));
+        }
+        if named.iter().filter(|(n, _, _)| *n == node).count() == 2 {
+            return Err(Error::Usage(format!("node {node} is given more than twice (at most an earlier and a later scrape)")));
         }
         named.push((node.clone(), src.clone(), explicit));
         let (scrape, proxy_mode) = load(&src, &client, args.max_body_bytes, args.format).await.map_err(|e| source_hint(e, arg, &node, &src, explicit))?;
@@ -317,7 +321,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
                 existing.earlier = Some(earlier);
                 existing.proxy_mode = proxy_mode.or(existing.proxy_mode);
             }
-            Some(_) => return Err(Error::Input(format!("node {node} is given more than twice"))),
+            Some(_) => return Err(Error::Usage(format!("node {node} is given more than twice (at most an earlier and a later scrape)"))),
             None => inputs.push(NodeInput { node, later: scrape, earlier: None, proxy_mode }),
         }
     }

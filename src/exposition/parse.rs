@@ -1015,6 +1015,11 @@ fn split_sample<'a>(
             "a sample must start with its metric name (a name inside the braces, Prometheus 3's quoted UTF-8 form, is not accepted)"
                 .to_string()
                 .into()
+        } else if c == '\u{feff}' {
+            // an editor's UTF-8 byte order mark: the exposition format has none
+            "the text starts with a UTF-8 byte order mark (BOM, bytes EF BB BF), which the exposition format does not allow: save the file without it"
+                .to_string()
+                .into()
         } else {
             format!("expected a metric name or a comment, found {c:?}").into()
         });
@@ -1264,7 +1269,7 @@ kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 7
     #[test]
     fn garbled_lines_in_unrelated_families_are_errors_naming_line_and_family() {
         let head = "# HELP go_goroutines x\n# TYPE go_goroutines gauge\n";
-        let cases: [(&str, &str, &str); 12] = [
+        let cases: [(&str, &str, &str); 13] = [
             ("go_goroutines 46 12 9\n", "go_goroutines", "unexpected \"9\" after the timestamp"),
             ("go_goroutines forty\n", "go_goroutines", "value \"forty\" is not a number"),
             ("go_goroutines 46 1.5\n", "go_goroutines", "timestamp \"1.5\" after the value is not an integer (milliseconds)"),
@@ -1275,6 +1280,11 @@ kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 7
             ("go_goroutines{a.b=\"c\"} 46\n", "go_goroutines", "expected `=` after the label name a, found '.'"),
             ("go_goroutines{\"a\"=\"c\"} 46\n", "go_goroutines", "quoted label names (Prometheus 3's UTF-8 form) are not accepted"),
             ("<html><body>502 Bad Gateway</body></html>\n", "", "expected a metric name or a comment, found '<'"),
+            (
+                "\u{feff}go_goroutines 46\n",
+                "",
+                "the text starts with a UTF-8 byte order mark (BOM, bytes EF BB BF), which the exposition format does not allow: save the file without it",
+            ),
             (
                 "# TYPE go_threads gauges\n",
                 "go_threads",
