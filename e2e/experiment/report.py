@@ -42,7 +42,7 @@ LOAD_COLUMNS = ("t_unix_seconds", "latency_ms", "outcome", "pod", "detail")
 # the connection's source port (0: not sent); absent in runs before it was recorded
 LOAD_OPTIONAL = ("local_port", "reused")
 # the causes of a failed request (classify_failures), in report order
-CAUSES = ("race", "pinned", "liveSynDropped", "keepAlive", "other", "notRace", "unattributed")
+CAUSES = ("race", "pinned", "liveSynDropped", "keepAlive", "other", "notSent", "notRace", "unattributed")
 DELETION_COLUMNS = ("pod", "ip", "node", "deleted_at_unix")
 # the pod's preStop sleep and terminationGracePeriodSeconds (seconds; empty: none)
 DELETION_OPTIONAL = ("sleep_seconds", "grace_seconds")
@@ -245,7 +245,10 @@ def load_run(rundir):
                     raise Malformed(path, line, f"reused {reused!r} is not 0 or 1")
                 failed_requests.append({"t": t, "outcome": outcome, "node": node,
                                         "latencySeconds": (latency_ms or 0.0) / 1000.0,
-                                        "port": int(port) if port else None, "reused": reused == "1"})
+                                        "port": int(port) if port else None, "reused": reused == "1",
+                                        # the load generator's own overload (st-testapp load):
+                                        # it waited past the timeout for a worker
+                                        "notSent": port == "0" and (row.get("detail") or "").startswith("not sent")})
             ts.append(t)
         if len(ts) >= 2 and max(ts) > min(ts):
             per_node_rate += (len(ts) - 1) / (max(ts) - min(ts))
@@ -554,6 +557,8 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05, spans=
       pod it was opened to broke it (an app that exits on SIGTERM without draining); the rules
       only steer new connections, so only the app's own shutdown fixes it;
     - `other`: its own entry to a pod still serving, and refused, reset or otherwise failed;
+    - `notSent`: the load generator never sent it (all its workers busy past the timeout: the
+      client overloaded, as on a starved machine); no rule was consulted;
     - `notRace`: no conntrack record of it, but by its node's ground truth (`spans`, from
       race_spans) no pod was stopped and still in that node's rules while it was tried: not the
       race, whatever else failed it (a starved node or client);
@@ -571,7 +576,9 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05, spans=
     for r in failed:
         events = (conntrack.get(r["node"]) or {}).get(r["port"]) if r["port"] else None
         cause = "unattributed"
-        if r.get("reused"):
+        if r.get("notSent"):
+            cause = "notSent"
+        elif r.get("reused"):
             cause = "keepAlive"
         elif events:
             start, end = r["t"] - slack, r["t"] + r["latencySeconds"] + slack
@@ -588,7 +595,7 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05, spans=
                 before = [e for e in events if e[0] < start]
                 if before and before[-1][1] == "NEW":
                     cause = "pinned"
-        if cause == "unattributed" and spans is not None and r["node"] in spans and r["port"]:
+        if cause == "unattributed" and spans is not None and r["node"] in spans:
             start, end = r["t"] - slack, r["t"] + r["latencySeconds"] + slack
             if not any(stopped <= end and by >= start for stopped, by in spans[r["node"]]):
                 cause = "notRace"

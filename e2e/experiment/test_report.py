@@ -206,7 +206,7 @@ class TwoRuns(unittest.TestCase):
 
         # every synthetic failure is a new connection (its own conntrack entry) to the pod deleted
         # before it: the race
-        self.assertEqual(r["failuresByCause"], {"race": 5, "pinned": 0, "liveSynDropped": 0, "keepAlive": 0, "other": 0, "notRace": 0, "unattributed": 0})
+        self.assertEqual(r["failuresByCause"], {"race": 5, "pinned": 0, "liveSynDropped": 0, "keepAlive": 0, "other": 0, "notSent": 0, "notRace": 0, "unattributed": 0})
         self.assertEqual(r["failuresByCauseAndOutcome"], {"race": {"refused": 5}})
 
     def test_protected_numbers(self):
@@ -567,7 +567,7 @@ class FailuresByCause(unittest.TestCase):
         # the entry of 50 s; 5: its earlier entry was gone, and no own entry: unattributed; 6:
         # live, reset: other; no port, and no conntrack for node-b: unattributed
         # and a request on a reused keep-alive connection: keepAlive
-        self.assertEqual(got["counts"], {"race": 1, "pinned": 1, "liveSynDropped": 2, "keepAlive": 1, "other": 1, "notRace": 0, "unattributed": 3})
+        self.assertEqual(got["counts"], {"race": 1, "pinned": 1, "liveSynDropped": 2, "keepAlive": 1, "other": 1, "notSent": 0, "notRace": 0, "unattributed": 3})
         self.assertEqual(got["byOutcome"], {"race": {"refused": 1}, "pinned": {"timeout": 1}, "liveSynDropped": {"timeout": 2},
                                             "keepAlive": {"empty": 1}, "other": {"reset": 1}, "unattributed": {"timeout": 3}})
 
@@ -583,13 +583,14 @@ class FailuresByCause(unittest.TestCase):
         spans = report.race_spans(deletions, pod_info, gt, ["node-a", "node-b"])
         self.assertEqual(spans, {"node-a": [(99.0, 100.2)], "node-b": [(99.0, float("inf"))]})
         req = lambda t, node, port=9: {"t": t, "outcome": "timeout", "node": node, "latencySeconds": 1.0, "port": port}
-        # node-a at 101.5 (span ended at 100.2): notRace; node-a at 99.5: may be the race;
-        # node-b (never seen removed) and node-c (no ground truth): unattributed; no port: unattributed
-        failed = [req(101.5, "node-a"), req(99.5, "node-a"), req(101.5, "node-b"), req(101.5, "node-c"), req(101.5, "node-a", None)]
+        # node-a at 101.5 (span ended at 100.2), with or without a port: notRace; node-a at
+        # 99.5: may be the race; node-b (never seen removed) and node-c (no ground truth):
+        # unattributed; never sent (the load generator overloaded), on any node: notSent
+        failed = [req(101.5, "node-a"), req(99.5, "node-a"), req(101.5, "node-b"), req(101.5, "node-c"), req(101.5, "node-a", None),
+                  dict(req(99.5, "node-b", 0), notSent=True)]
         got = report.classify_failures(failed, {}, deletions, pod_info, spans=spans)
-        self.assertEqual(got["counts"]["notRace"], 1)
-        self.assertEqual(got["counts"]["unattributed"], 4)
-        self.assertEqual(got["unattributedByNode"], {"node-a": 2, "node-b": 1, "node-c": 1})
+        self.assertEqual((got["counts"]["notRace"], got["counts"]["notSent"], got["counts"]["unattributed"]), (2, 1, 3))
+        self.assertEqual(got["unattributedByNode"], {"node-a": 1, "node-b": 1, "node-c": 1})
         # without a ground truth, as before
         self.assertEqual(report.classify_failures(failed, {}, deletions, pod_info)["counts"]["unattributed"], 5)
 
