@@ -3,7 +3,7 @@
 //!
 //! `preStop = clamp(ceil(W * safetyFactor + extraSeconds), minSeconds, maxSeconds)` and
 //! `grace = max(current, min(preStop + appShutdownSeconds, grace.maxSeconds), preStop)`
-//! (design.md). The result is never 0 unless the policy's bounds say so, never infinite, and a
+//! (docs/model.md, its first formula). The result is never 0 unless the policy's bounds say so, never infinite, and a
 //! grace period the user set is never lowered (R2). Kubernetes applies 30 s when a pod sets no
 //! grace period.
 

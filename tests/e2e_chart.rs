@@ -12,8 +12,9 @@
 //! `cargo test` and run by `make e2e` (e2e/run-e2e.sh: `--ignored --test-threads=1`). Without
 //! them they fail loudly: they never pass by skipping.
 //!
-//! The operator image cannot run on this control plane (kwok fakes pods: nothing executes), so
-//! the installed release is checked as objects, and the operator binary runs out of cluster with
+//! Here the release's pods land on kwok nodes, where nothing executes (tests/e2e_operator_pods.rs
+//! runs the image on the real nodes), so the installed release is checked as objects, and the
+//! operator binary runs out of cluster with
 //! the release's ServiceAccount identity (kubeconfig impersonation), which exercises the chart's
 //! RBAC with the real code. Service IPs are virtual here: the API server can only reach a webhook
 //! registered by URL on 127.0.0.1, so the routing test registers the chart's rendered webhook

@@ -3,7 +3,7 @@
 //! libraries; `admissionregistration.k8s.io/v1`, GA in 1.36:
 //! <https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/>).
 //!
-//! The rules, as the webhook applies them (design.md R1-R11):
+//! The rules, as the webhook applies them (docs/webhook.md R1-R11):
 //! - R1 only containers without a preStop get one (`inject`); `postStart` is never touched;
 //! - R2/R3 grace only raised, to `max(current, min(preStop + appShutdown, maxGrace), preStop)`,
 //!   so the sleep is never above the resulting grace; an explicit grace of 0 is skipped;

@@ -1,7 +1,7 @@
 //! A small, exact reader for the Prometheus text exposition format (version 0.0.4) as kube-proxy
 //! serves it on `:10249/metrics`, extracting only the families this project uses.
 //!
-//! Rule R12 (design.md): unrelated families are not interpreted (any type, any bucket layout, any
+//! Rule R12 (this module's; R1-R11 are the webhook's, docs/webhook.md): unrelated families are not interpreted (any type, any bucket layout, any
 //! values); any bucket layout of our own histograms is accepted; series that differ only in extra
 //! labels (`ip_family` since 1.33, ...) are summed per `le`; `NaN` and `±Inf` sample values are
 //! accepted; family names match exactly (the `_full_`/`_partial_` families share a prefix with the

@@ -1,7 +1,7 @@
 //! The pod mutation engine: (Pod, plan, Service index) -> a JSON Patch, warnings and a reason per
 //! container. Pure and total: any JSON value is accepted and answered, never a panic.
 //!
-//! Rules (design.md, each tested):
+//! Rules (docs/webhook.md R1-R11, each tested):
 //! - R1 an existing `lifecycle.preStop` is kept as it is (a handler holds one action); `postStart`
 //!   is never touched; an existing sleep shorter than the plan is reported, not rewritten.
 //! - R2 `terminationGracePeriodSeconds` is only ever raised.
