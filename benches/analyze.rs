@@ -69,7 +69,15 @@ fn cumulative(rng: &mut Rng, n: usize, total: u64, peak: usize) -> Vec<u64> {
 
 /// One histogram family (`(name, help)`) with a series per label set; `(total, peak)`: the
 /// observations per series and the bucket they cluster around.
-fn histogram(out: &mut String, rng: &mut Rng, (family, help): (&str, &str), labels: &[String], bounds: &[&str], (total, peak): (u64, usize), with_header: bool) {
+fn histogram(
+    out: &mut String,
+    rng: &mut Rng,
+    (family, help): (&str, &str),
+    labels: &[String],
+    bounds: &[&str],
+    (total, peak): (u64, usize),
+    with_header: bool,
+) {
     if with_header {
         let _ = writeln!(out, "# HELP {family} {help}\n# TYPE {family} histogram");
     }
@@ -100,21 +108,51 @@ fn gauge(out: &mut String, family: &str, kind: &str, series: &[(String, f64)]) {
 
 /// Go runtime and process metrics as client_golang exposes them (~8 KB).
 fn go_runtime(out: &mut String, rng: &mut Rng) {
-    let _ = writeln!(out, "# HELP go_gc_duration_seconds A summary of the wall-time pause (stop-the-world) duration in garbage collection cycles.\n# TYPE go_gc_duration_seconds summary");
+    let _ = writeln!(
+        out,
+        "# HELP go_gc_duration_seconds A summary of the wall-time pause (stop-the-world) duration in garbage collection cycles.\n# TYPE go_gc_duration_seconds summary"
+    );
     for q in ["0", "0.25", "0.5", "0.75", "1"] {
         let _ = writeln!(out, "go_gc_duration_seconds{{quantile=\"{q}\"}} {}e-05", 2 + rng.below(90));
     }
     let _ = writeln!(out, "go_gc_duration_seconds_sum 0.294305823\ngo_gc_duration_seconds_count 755");
     for name in [
-        "go_goroutines", "go_threads", "go_memstats_alloc_bytes", "go_memstats_alloc_bytes_total", "go_memstats_buck_hash_sys_bytes",
-        "go_memstats_frees_total", "go_memstats_gc_sys_bytes", "go_memstats_heap_alloc_bytes", "go_memstats_heap_idle_bytes",
-        "go_memstats_heap_inuse_bytes", "go_memstats_heap_objects", "go_memstats_heap_released_bytes", "go_memstats_heap_sys_bytes",
-        "go_memstats_last_gc_time_seconds", "go_memstats_mallocs_total", "go_memstats_mcache_inuse_bytes", "go_memstats_mcache_sys_bytes",
-        "go_memstats_mspan_inuse_bytes", "go_memstats_mspan_sys_bytes", "go_memstats_next_gc_bytes", "go_memstats_other_sys_bytes",
-        "go_memstats_stack_inuse_bytes", "go_memstats_stack_sys_bytes", "go_memstats_sys_bytes", "go_sched_gomaxprocs_threads",
-        "go_gc_gogc_percent", "go_gc_gomemlimit_bytes", "process_cpu_seconds_total", "process_max_fds", "process_open_fds",
-        "process_resident_memory_bytes", "process_start_time_seconds", "process_virtual_memory_bytes",
-        "process_virtual_memory_max_bytes", "process_network_receive_bytes_total", "process_network_transmit_bytes_total",
+        "go_goroutines",
+        "go_threads",
+        "go_memstats_alloc_bytes",
+        "go_memstats_alloc_bytes_total",
+        "go_memstats_buck_hash_sys_bytes",
+        "go_memstats_frees_total",
+        "go_memstats_gc_sys_bytes",
+        "go_memstats_heap_alloc_bytes",
+        "go_memstats_heap_idle_bytes",
+        "go_memstats_heap_inuse_bytes",
+        "go_memstats_heap_objects",
+        "go_memstats_heap_released_bytes",
+        "go_memstats_heap_sys_bytes",
+        "go_memstats_last_gc_time_seconds",
+        "go_memstats_mallocs_total",
+        "go_memstats_mcache_inuse_bytes",
+        "go_memstats_mcache_sys_bytes",
+        "go_memstats_mspan_inuse_bytes",
+        "go_memstats_mspan_sys_bytes",
+        "go_memstats_next_gc_bytes",
+        "go_memstats_other_sys_bytes",
+        "go_memstats_stack_inuse_bytes",
+        "go_memstats_stack_sys_bytes",
+        "go_memstats_sys_bytes",
+        "go_sched_gomaxprocs_threads",
+        "go_gc_gogc_percent",
+        "go_gc_gomemlimit_bytes",
+        "process_cpu_seconds_total",
+        "process_max_fds",
+        "process_open_fds",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+        "process_virtual_memory_bytes",
+        "process_virtual_memory_max_bytes",
+        "process_network_receive_bytes_total",
+        "process_network_transmit_bytes_total",
     ] {
         let _ = writeln!(out, "# HELP {name} Runtime metric exposed by client_golang.\n# TYPE {name} gauge\n{name} {}", rng.below(1 << 30));
     }
@@ -127,14 +165,48 @@ const SIZE_BOUNDS: [&str; 8] = ["64", "256", "512", "1024", "4096", "16384", "65
 /// client-go's rest_client_* families for `hosts` API endpoints.
 fn rest_client(out: &mut String, rng: &mut Rng, hosts: &[String], header: bool) {
     let verbs = ["GET", "LIST", "WATCH", "PATCH", "POST", "PUT"];
-    let labels: Vec<String> =
-        hosts.iter().flat_map(|h| verbs.iter().map(move |v| format!("host=\"{h}\",verb=\"{v}\""))).collect();
-    histogram(out, rng, ("rest_client_request_duration_seconds", "[ALPHA] Request latency in seconds. Broken down by verb, and host."), &labels, &LATENCY_BOUNDS, (5000, 2), header);
-    histogram(out, rng, ("rest_client_rate_limiter_duration_seconds", "[ALPHA] Client side rate limiter latency in seconds. Broken down by verb, and host."), &labels, &LATENCY_BOUNDS, (5000, 0), header);
-    histogram(out, rng, ("rest_client_request_size_bytes", "[ALPHA] Request size in bytes. Broken down by verb and host."), &labels, &SIZE_BOUNDS, (5000, 1), header);
-    histogram(out, rng, ("rest_client_response_size_bytes", "[ALPHA] Response size in bytes. Broken down by verb and host."), &labels, &SIZE_BOUNDS, (5000, 4), header);
+    let labels: Vec<String> = hosts.iter().flat_map(|h| verbs.iter().map(move |v| format!("host=\"{h}\",verb=\"{v}\""))).collect();
+    histogram(
+        out,
+        rng,
+        ("rest_client_request_duration_seconds", "[ALPHA] Request latency in seconds. Broken down by verb, and host."),
+        &labels,
+        &LATENCY_BOUNDS,
+        (5000, 2),
+        header,
+    );
+    histogram(
+        out,
+        rng,
+        ("rest_client_rate_limiter_duration_seconds", "[ALPHA] Client side rate limiter latency in seconds. Broken down by verb, and host."),
+        &labels,
+        &LATENCY_BOUNDS,
+        (5000, 0),
+        header,
+    );
+    histogram(
+        out,
+        rng,
+        ("rest_client_request_size_bytes", "[ALPHA] Request size in bytes. Broken down by verb and host."),
+        &labels,
+        &SIZE_BOUNDS,
+        (5000, 1),
+        header,
+    );
+    histogram(
+        out,
+        rng,
+        ("rest_client_response_size_bytes", "[ALPHA] Response size in bytes. Broken down by verb and host."),
+        &labels,
+        &SIZE_BOUNDS,
+        (5000, 4),
+        header,
+    );
     if header {
-        let _ = writeln!(out, "# HELP rest_client_requests_total [ALPHA] Number of HTTP requests, partitioned by status code, method, and host.\n# TYPE rest_client_requests_total counter");
+        let _ = writeln!(
+            out,
+            "# HELP rest_client_requests_total [ALPHA] Number of HTTP requests, partitioned by status code, method, and host.\n# TYPE rest_client_requests_total counter"
+        );
     }
     for h in hosts {
         for code in ["200", "201", "404", "409", "500"] {
@@ -150,27 +222,48 @@ fn kube_proxy(out: &mut String, rng: &mut Rng) {
     let fams = ["ip_family=\"IPv4\"".to_string(), "ip_family=\"IPv6\"".to_string()];
     let np = np_bounds();
     let np: Vec<&str> = np.iter().map(String::as_str).collect();
-    histogram(out, rng, ("kubeproxy_network_programming_duration_seconds", "[ALPHA] In Cluster Network Programming Latency in seconds"), &fams, &np, (4000, 3), true);
-    histogram(out, rng, ("kubeproxy_sync_full_proxy_rules_duration_seconds", "[ALPHA] SyncProxyRules latency in seconds for full resyncs"), &fams, &SYNC_BOUNDS, (300, 8), true);
-    histogram(out, rng, ("kubeproxy_sync_partial_proxy_rules_duration_seconds", "[ALPHA] SyncProxyRules latency in seconds for partial resyncs"), &fams, &SYNC_BOUNDS, (3700, 6), true);
+    histogram(
+        out,
+        rng,
+        ("kubeproxy_network_programming_duration_seconds", "[ALPHA] In Cluster Network Programming Latency in seconds"),
+        &fams,
+        &np,
+        (4000, 3),
+        true,
+    );
+    histogram(
+        out,
+        rng,
+        ("kubeproxy_sync_full_proxy_rules_duration_seconds", "[ALPHA] SyncProxyRules latency in seconds for full resyncs"),
+        &fams,
+        &SYNC_BOUNDS,
+        (300, 8),
+        true,
+    );
+    histogram(
+        out,
+        rng,
+        ("kubeproxy_sync_partial_proxy_rules_duration_seconds", "[ALPHA] SyncProxyRules latency in seconds for partial resyncs"),
+        &fams,
+        &SYNC_BOUNDS,
+        (3700, 6),
+        true,
+    );
     histogram(out, rng, ("kubeproxy_sync_proxy_rules_duration_seconds", "[ALPHA] SyncProxyRules latency in seconds"), &fams, &SYNC_BOUNDS, (4000, 7), true);
     let per_family = |v: f64| fams.iter().map(|f| (f.clone(), v)).collect::<Vec<_>>();
     gauge(out, "kubeproxy_sync_proxy_rules_endpoint_changes_pending", "gauge", &per_family(0.0));
     gauge(out, "kubeproxy_sync_proxy_rules_endpoint_changes_total", "counter", &per_family(81234.0));
     gauge(out, "kubeproxy_sync_proxy_rules_service_changes_pending", "gauge", &per_family(0.0));
     gauge(out, "kubeproxy_sync_proxy_rules_service_changes_total", "counter", &per_family(1234.0));
-    let tables: Vec<(String, f64)> = fams
-        .iter()
-        .flat_map(|f| ["filter", "nat", "mangle"].map(|t| (format!("{f},table=\"{t}\""), 1000.0 + rng.below(20_000) as f64)))
-        .collect();
+    let tables: Vec<(String, f64)> =
+        fams.iter().flat_map(|f| ["filter", "nat", "mangle"].map(|t| (format!("{f},table=\"{t}\""), 1000.0 + rng.below(20_000) as f64))).collect();
     gauge(out, "kubeproxy_sync_proxy_rules_iptables_total", "gauge", &tables);
     gauge(out, "kubeproxy_sync_proxy_rules_iptables_last", "gauge", &tables);
     gauge(out, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "counter", &per_family(0.0));
     gauge(out, "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", "counter", &per_family(0.0));
     gauge(out, "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", "gauge", &per_family(1.7548947993e9));
     gauge(out, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", "gauge", &per_family(1.7548947994e9));
-    let nle: Vec<(String, f64)> =
-        fams.iter().flat_map(|f| ["external", "internal"].map(|t| (format!("{f},traffic_policy=\"{t}\""), 0.0))).collect();
+    let nle: Vec<(String, f64)> = fams.iter().flat_map(|f| ["external", "internal"].map(|t| (format!("{f},traffic_policy=\"{t}\""), 0.0))).collect();
     gauge(out, "kubeproxy_sync_proxy_rules_no_local_endpoints_total", "gauge", &nle);
     gauge(out, "kubeproxy_proxy_healthz_total", "counter", &[("code=\"200\"".into(), 8101.0), ("code=\"503\"".into(), 2.0)]);
     gauge(out, "kubernetes_build_info", "gauge", &[(
@@ -208,7 +301,10 @@ fn feature_gates(out: &mut String, n: usize) {
     if n == 0 {
         return;
     }
-    let _ = writeln!(out, "# HELP kubernetes_feature_enabled [BETA] This metric records the data about the stage and enablement of a k8s feature.\n# TYPE kubernetes_feature_enabled gauge");
+    let _ = writeln!(
+        out,
+        "# HELP kubernetes_feature_enabled [BETA] This metric records the data about the stage and enablement of a k8s feature.\n# TYPE kubernetes_feature_enabled gauge"
+    );
     let stages = ["ALPHA", "BETA", ""];
     for i in 0..n {
         let _ = writeln!(out, "kubernetes_feature_enabled{{name=\"SyntheticFeatureGate{i:04}\",stage=\"{}\"}} {}", stages[i % 3], i % 2);

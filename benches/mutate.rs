@@ -31,16 +31,12 @@ fn bench_mutate(c: &mut Criterion) {
     let (pod, ns) = pod_of(&docs[0], "default").expect("pod template");
     let d = mutate_pod(&pod, &ns, &plan, &AssumeServiceBacked);
     assert!(!d.patch.0.is_empty(), "the benchmark pod must be mutated");
-    c.bench_function("mutate_pod/kube-state-metrics-3-containers", |b| {
-        b.iter(|| mutate_pod(black_box(&pod), black_box(&ns), &plan, &AssumeServiceBacked))
-    });
+    c.bench_function("mutate_pod/kube-state-metrics-3-containers", |b| b.iter(|| mutate_pod(black_box(&pod), black_box(&ns), &plan, &AssumeServiceBacked)));
 
     let body = std::fs::read(REVIEW).expect("admission review");
     let out = review(&body, &plan, &AssumeServiceBacked);
     assert_eq!((out.status, out.decision), (200, "mutated"));
-    c.bench_function("review/admissionreview-pod-create", |b| {
-        b.iter(|| review(black_box(&body), &plan, &AssumeServiceBacked))
-    });
+    c.bench_function("review/admissionreview-pod-create", |b| b.iter(|| review(black_box(&body), &plan, &AssumeServiceBacked)));
     c.bench_function("review-parts/check-json-only", |b| b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&body)).unwrap()));
     c.bench_function("review-parts/parse-pruned", |b| b.iter(|| safe_termination::webhook::review::parse_review(black_box(&body)).unwrap()));
     c.bench_function("review-parts/parse-into-value", |b| b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&body)).unwrap()));

@@ -39,11 +39,7 @@ fn main() {
         }
     }
     let lines = std::fs::read_to_string(&targets).unwrap_or_else(|e| panic!("--targets {}: {e}", targets.display()));
-    let kube_proxies: Vec<(String, String)> = lines
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(n, u)| (n.to_string(), u.to_string()))
-        .collect();
+    let kube_proxies: Vec<(String, String)> = lines.lines().filter_map(|l| l.split_once('=')).map(|(n, u)| (n.to_string(), u.to_string())).collect();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let shutdown = Shutdown::new();
     let mut out = String::new();

@@ -22,8 +22,8 @@
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use safe_termination::admission::params::parameters;
 use safe_termination::admission::policy::PolicyObjects;
 use safe_termination::controller::admission::{AdmissionMetrics, apply_parameters, apply_policy, remove_policy};

@@ -110,9 +110,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for r in results {
         created += r?;
     }
-    println!(
-        "{services} Services x {per_service} endpoints in {namespaces} namespaces: {created} objects created in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    println!("{services} Services x {per_service} endpoints in {namespaces} namespaces: {created} objects created in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
 }

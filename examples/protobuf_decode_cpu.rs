@@ -32,9 +32,12 @@ fn main() {
     let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(2000);
     for round in 0..3 {
         for (name, f) in [
-            ("protobuf fast", &(|| {
-                black_box(decode_kube_proxy_protobuf(black_box(PB)).unwrap());
-            }) as &dyn Fn()),
+            (
+                "protobuf fast",
+                &(|| {
+                    black_box(decode_kube_proxy_protobuf(black_box(PB)).unwrap());
+                }) as &dyn Fn(),
+            ),
             ("protobuf full", &|| {
                 black_box(decode_kube_proxy_protobuf_full(black_box(PB)).unwrap());
             }),

@@ -110,10 +110,23 @@ fn both(targets: Vec<Target>, kube_proxies_pid: u32, cycles: u64, opts: ScrapeOp
     // the operator's certificate Secret, as its leader makes it
     let _ = rustls::crypto::ring::default_provider().install_default();
     let names = certs::subject_alt_names("safe-termination", "safe-termination", &[]);
-    let data = certs::renewed(&Default::default(), &certs::Action::RenewCa("benchmark".into()), &names, certs::unix_now(), certs::CA_VALIDITY, certs::SERVING_VALIDITY)
-        .expect("certificates");
+    let data = certs::renewed(
+        &Default::default(),
+        &certs::Action::RenewCa("benchmark".into()),
+        &names,
+        certs::unix_now(),
+        certs::CA_VALIDITY,
+        certs::SERVING_VALIDITY,
+    )
+    .expect("certificates");
     let dir = tempfile::tempdir().expect("tempdir");
-    for (file, key) in [("ca.crt", certs::CA_CERT), ("agent.crt", certs::AGENT_CERT), ("agent.key", certs::AGENT_KEY), ("client.crt", certs::CLIENT_CERT), ("client.key", certs::CLIENT_KEY)] {
+    for (file, key) in [
+        ("ca.crt", certs::CA_CERT),
+        ("agent.crt", certs::AGENT_CERT),
+        ("agent.key", certs::AGENT_KEY),
+        ("client.crt", certs::CLIENT_CERT),
+        ("client.key", certs::CLIENT_KEY),
+    ] {
         std::fs::write(dir.path().join(file), &data[key]).unwrap();
     }
     let list = dir.path().join("kube-proxies.txt");
@@ -144,7 +157,9 @@ fn both(targets: Vec<Target>, kube_proxies_pid: u32, cycles: u64, opts: ScrapeOp
         targets.iter().zip(&held).map(|(t, l)| Target::new(t.node.clone(), &format!("http://{}", l.local_addr().unwrap()))).collect()
     };
     let agents_pid = agents_child.id();
-    println!("via agent: {count} real agents (pid {agents_pid}, one Tokio runtime, 2 worker threads), mutual TLS; direct scrapes of those nodes refused on 127.0.0.1");
+    println!(
+        "via agent: {count} real agents (pid {agents_pid}, one Tokio runtime, 2 worker threads), mutual TLS; direct scrapes of those nodes refused on 127.0.0.1"
+    );
 
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let client_files = AgentClientFiles { ca: dir.path().join("ca.crt"), cert: dir.path().join("client.crt"), key: dir.path().join("client.key") };
@@ -177,7 +192,9 @@ fn both(targets: Vec<Target>, kube_proxies_pid: u32, cycles: u64, opts: ScrapeOp
             }
         }
     });
-    println!("| way | cold wall | cold operator CPU | warm wall (median) | warm operator CPU (median) | agents CPU per cycle (median) | per agent scrape | kube-proxies CPU per cycle (median) |");
+    println!(
+        "| way | cold wall | cold operator CPU | warm wall (median) | warm operator CPU (median) | agents CPU per cycle (median) | per agent scrape | kube-proxies CPU per cycle (median) |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for (way, r) in rows.iter().enumerate() {
         let warm = &r[1.min(r.len() - 1)..];
@@ -217,10 +234,7 @@ fn main() {
 
     let servers = std::env::current_exe().unwrap().with_file_name("fake_kube_proxies");
     if !servers.exists() {
-        eprintln!(
-            "{} not found: build it first (cargo build --release --example fake_kube_proxies --example scrape_fanout)",
-            servers.display()
-        );
+        eprintln!("{} not found: build it first (cargo build --release --example fake_kube_proxies --example scrape_fanout)", servers.display());
         std::process::exit(2);
     }
     let mut child = Command::new(&servers)

@@ -23,7 +23,9 @@
 //! per node and per sample, and the process's VmRSS before and after filling (which does include
 //! the allocator's overhead and retained pages).
 
-use safe_termination::exposition::{Bucket, Histogram, KubeProxyScrape, NativeHistogram, NativeParts, parse_kube_proxy_metrics, parse_kube_proxy_protobuf, spans_of};
+use safe_termination::exposition::{
+    Bucket, Histogram, KubeProxyScrape, NativeHistogram, NativeParts, parse_kube_proxy_metrics, parse_kube_proxy_protobuf, spans_of,
+};
 use safe_termination::measure::{MeasurementStore, Sample};
 use safe_termination::model::ProxyMode;
 use std::alloc::{GlobalAlloc, Layout};
@@ -122,11 +124,7 @@ fn sample(base: &KubeProxyScrape, node: usize, round: usize) -> Sample {
 /// This process's VmRSS, bytes.
 fn vm_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map_or(0, |kb| kb * 1024)
 }
 
 fn main() {

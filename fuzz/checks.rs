@@ -520,7 +520,13 @@ pub fn policy_spec(data: &[u8]) {
     for basis in [Basis::Measured, Basis::LowSampleCount, Basis::BeyondTopBucket, Basis::NoData] {
         for w in [None, Some(0.0), Some(0.35), Some(4.2), Some(1e9), Some(f64::INFINITY), Some(f64::NAN)] {
             let r = recommend(&ClusterWindow { worst_node: None, propagation_window_seconds: w, basis }, &spec);
-            assert!((p.min_seconds..=p.max_seconds).contains(&r.pre_stop_seconds), "{basis:?} {w:?}: sleep {} outside [{}, {}]", r.pre_stop_seconds, p.min_seconds, p.max_seconds);
+            assert!(
+                (p.min_seconds..=p.max_seconds).contains(&r.pre_stop_seconds),
+                "{basis:?} {w:?}: sleep {} outside [{}, {}]",
+                r.pre_stop_seconds,
+                p.min_seconds,
+                p.max_seconds
+            );
             assert!(r.termination_grace_period_seconds >= i64::from(r.pre_stop_seconds).max(KUBERNETES_DEFAULT_GRACE_SECONDS));
             for own in [None, Some(-5), Some(0), Some(1), Some(45), Some(i64::MAX)] {
                 let g = grace_seconds(own, r.pre_stop_seconds, &spec.grace);

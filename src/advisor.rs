@@ -314,7 +314,10 @@ pub fn bounded(advice: &[Advice], per_reason: usize) -> Vec<Advice> {
             out.push(Advice {
                 reason: a.reason,
                 severity: a.severity,
-                message: format!("and {} more node(s) with the same advice ({all} in all; every node's figures are in the operator's per-node metrics)", all - per_reason),
+                message: format!(
+                    "and {} more node(s) with the same advice ({all} in all; every node's figures are in the operator's per-node metrics)",
+                    all - per_reason
+                ),
                 threshold: a.threshold.clone(),
                 node: None,
                 to: None,
@@ -342,73 +345,79 @@ pub fn sleep_below_window(w_seconds: f64, safety_factor: f64, extra_seconds: u32
     })
 }
 
-    /// The eBPF advice names the conntrack rule only where conntrack usage is known: the operator
-    /// never measures it, and its threshold said "or conntrack usage >= 80%" all the same.
-    #[test]
-    fn the_ebpf_threshold_names_conntrack_only_when_it_is_known() {
-        let t = Thresholds::default();
-        let ebpf = |facts: &ClusterFacts| {
-            let a = advise(&[], facts, &t, 5);
-            a.into_iter().find(|a| a.to == Some(ProxyMode::Ebpf)).map(|a| (a.message, a.threshold))
-        };
-        let operator = ClusterFacts { mode: ProxyMode::Nftables, services: Some(9000), ..Default::default() };
-        let (message, threshold) = ebpf(&operator).expect("eBPF advice at 9,000 Services");
-        assert_eq!(threshold, ">= 8000 Services");
-        assert!(message.starts_with("9000 Services: "), "{message}");
-        let measured = ClusterFacts { mode: ProxyMode::Nftables, services: Some(100), conntrack_usage_ratio: Some(0.9), ..Default::default() };
-        let (message, threshold) = ebpf(&measured).expect("eBPF advice at 90% conntrack usage");
-        assert_eq!(threshold, ">= 8000 Services or conntrack usage >= 80%");
-        assert!(message.starts_with("conntrack table 90% full: "), "{message}");
-        assert_eq!(ebpf(&ClusterFacts { mode: ProxyMode::Nftables, services: Some(100), ..Default::default() }), None);
-    }
+/// The eBPF advice names the conntrack rule only where conntrack usage is known: the operator
+/// never measures it, and its threshold said "or conntrack usage >= 80%" all the same.
+#[test]
+fn the_ebpf_threshold_names_conntrack_only_when_it_is_known() {
+    let t = Thresholds::default();
+    let ebpf = |facts: &ClusterFacts| {
+        let a = advise(&[], facts, &t, 5);
+        a.into_iter().find(|a| a.to == Some(ProxyMode::Ebpf)).map(|a| (a.message, a.threshold))
+    };
+    let operator = ClusterFacts { mode: ProxyMode::Nftables, services: Some(9000), ..Default::default() };
+    let (message, threshold) = ebpf(&operator).expect("eBPF advice at 9,000 Services");
+    assert_eq!(threshold, ">= 8000 Services");
+    assert!(message.starts_with("9000 Services: "), "{message}");
+    let measured = ClusterFacts { mode: ProxyMode::Nftables, services: Some(100), conntrack_usage_ratio: Some(0.9), ..Default::default() };
+    let (message, threshold) = ebpf(&measured).expect("eBPF advice at 90% conntrack usage");
+    assert_eq!(threshold, ">= 8000 Services or conntrack usage >= 80%");
+    assert!(message.starts_with("conntrack table 90% full: "), "{message}");
+    assert_eq!(ebpf(&ClusterFacts { mode: ProxyMode::Nftables, services: Some(100), ..Default::default() }), None);
+}
 
-    #[test]
-    fn sample_counts_read_as_counts() {
-        assert_eq!(samples_phrase(3.0, "sync"), "3 syncs");
-        assert_eq!(samples_phrase(1.0, "sync"), "1 sync");
-        assert_eq!(samples_phrase(0.0, "sync"), "0 syncs");
-        // it printed "only 0.5 sync samples"
-        assert_eq!(samples_phrase(0.5, "sync"), "a count of 0.5 syncs (not a whole number)");
-        assert_eq!(samples_phrase(f64::NAN, "sync"), "a few network programming samples (no sync histogram)");
-    }
+#[test]
+fn sample_counts_read_as_counts() {
+    assert_eq!(samples_phrase(3.0, "sync"), "3 syncs");
+    assert_eq!(samples_phrase(1.0, "sync"), "1 sync");
+    assert_eq!(samples_phrase(0.0, "sync"), "0 syncs");
+    // it printed "only 0.5 sync samples"
+    assert_eq!(samples_phrase(0.5, "sync"), "a count of 0.5 syncs (not a whole number)");
+    assert_eq!(samples_phrase(f64::NAN, "sync"), "a few network programming samples (no sync histogram)");
+}
 
-    #[test]
-    fn bounded_keeps_a_few_nodes_per_reason_and_counts_the_rest() {
-        let node = |r, i: usize| Advice {
-            reason: r,
-            severity: Severity::Info,
-            message: format!("node n{i}"),
-            threshold: "t".into(),
-            node: Some(format!("n{i}")),
-            to: None,
-        };
-        let cluster = Advice { reason: AdviceReason::MigrateProxyMode, severity: Severity::Warning, message: "m".into(), threshold: "x".into(), node: None, to: Some(ProxyMode::Nftables) };
-        let mut advice: Vec<Advice> = (0..5000).map(|i| node(AdviceReason::ProxySyncSlow, i)).collect();
-        advice.push(cluster.clone());
-        advice.extend((0..3).map(|i| node(AdviceReason::LowSampleCount, i)));
-        let b = bounded(&advice, 5);
-        // 5 + the summary, the cluster item, the 3 low-sample items (not above the bound)
-        assert_eq!(b.len(), 10, "{b:?}");
-        assert_eq!(b[..5], advice[..5]);
-        assert_eq!((b[5].reason, b[5].node.as_deref(), b[5].threshold.as_str()), (AdviceReason::ProxySyncSlow, None, "t"));
-        assert!(b[5].message.contains("4995 more node(s)") && b[5].message.contains("5000 in all"), "{}", b[5].message);
-        assert_eq!(b[6], cluster);
-        assert_eq!(b[7..], advice[5001..]);
-        // nothing to bound: unchanged
-        assert_eq!(bounded(&advice[4998..], 5), advice[4998..].to_vec());
-        assert_eq!(bounded(&[], 5), Vec::<Advice>::new());
-    }
+#[test]
+fn bounded_keeps_a_few_nodes_per_reason_and_counts_the_rest() {
+    let node = |r, i: usize| Advice {
+        reason: r,
+        severity: Severity::Info,
+        message: format!("node n{i}"),
+        threshold: "t".into(),
+        node: Some(format!("n{i}")),
+        to: None,
+    };
+    let cluster = Advice {
+        reason: AdviceReason::MigrateProxyMode,
+        severity: Severity::Warning,
+        message: "m".into(),
+        threshold: "x".into(),
+        node: None,
+        to: Some(ProxyMode::Nftables),
+    };
+    let mut advice: Vec<Advice> = (0..5000).map(|i| node(AdviceReason::ProxySyncSlow, i)).collect();
+    advice.push(cluster.clone());
+    advice.extend((0..3).map(|i| node(AdviceReason::LowSampleCount, i)));
+    let b = bounded(&advice, 5);
+    // 5 + the summary, the cluster item, the 3 low-sample items (not above the bound)
+    assert_eq!(b.len(), 10, "{b:?}");
+    assert_eq!(b[..5], advice[..5]);
+    assert_eq!((b[5].reason, b[5].node.as_deref(), b[5].threshold.as_str()), (AdviceReason::ProxySyncSlow, None, "t"));
+    assert!(b[5].message.contains("4995 more node(s)") && b[5].message.contains("5000 in all"), "{}", b[5].message);
+    assert_eq!(b[6], cluster);
+    assert_eq!(b[7..], advice[5001..]);
+    // nothing to bound: unchanged
+    assert_eq!(bounded(&advice[4998..], 5), advice[4998..].to_vec());
+    assert_eq!(bounded(&[], 5), Vec::<Advice>::new());
+}
 
-    #[test]
-    fn a_sleep_clamped_below_the_window_is_a_warning() {
-        // the fresh tester's scrape: network programming p99 ~90 s, W 88.85 s, maxSeconds 60
-        let a = sleep_below_window(88.85, 1.25, 0, 60).expect("warned");
-        assert_eq!((a.reason, a.severity), (AdviceReason::SleepBelowWindow, Severity::Warning));
-        assert!(a.message.contains("112 s sleep") && a.message.contains("maxSeconds 60 s"), "{}", a.message);
-        // exactly at the bound is covered; one second above is not
-        assert_eq!(sleep_below_window(48.0, 1.25, 0, 60), None);
-        assert!(sleep_below_window(48.01, 1.25, 0, 60).is_some());
-        assert!(sleep_below_window(40.0, 1.25, 11, 60).is_some());
-        assert_eq!(sleep_below_window(f64::INFINITY, 1.25, 0, 60), None);
-    }
-
+#[test]
+fn a_sleep_clamped_below_the_window_is_a_warning() {
+    // the fresh tester's scrape: network programming p99 ~90 s, W 88.85 s, maxSeconds 60
+    let a = sleep_below_window(88.85, 1.25, 0, 60).expect("warned");
+    assert_eq!((a.reason, a.severity), (AdviceReason::SleepBelowWindow, Severity::Warning));
+    assert!(a.message.contains("112 s sleep") && a.message.contains("maxSeconds 60 s"), "{}", a.message);
+    // exactly at the bound is covered; one second above is not
+    assert_eq!(sleep_below_window(48.0, 1.25, 0, 60), None);
+    assert!(sleep_below_window(48.01, 1.25, 0, 60).is_some());
+    assert!(sleep_below_window(40.0, 1.25, 11, 60).is_some());
+    assert_eq!(sleep_below_window(f64::INFINITY, 1.25, 0, 60), None);
+}

@@ -375,11 +375,7 @@ mod mixed_mode_tests {
             earlier: None,
             proxy_mode: Some(mode),
         };
-        let opts = AnalysisOptions {
-            min_sync_period_seconds: 1.0,
-            facts: ClusterFacts { services: Some(1500), ..Default::default() },
-            ..Default::default()
-        };
+        let opts = AnalysisOptions { min_sync_period_seconds: 1.0, facts: ClusterFacts { services: Some(1500), ..Default::default() }, ..Default::default() };
         // one iptables node, one nftables node: the iptables one still needs moving
         let r = analyze(&[node("a", ProxyMode::Nftables), node("b", ProxyMode::Iptables)], &opts, &TerminationPolicySpec::default());
         let migrate: Vec<_> = r.advice.iter().filter(|a| a.reason == AdviceReason::MigrateProxyMode).collect();
@@ -464,7 +460,10 @@ mod low_sample_tests {
         let m = slow_message(&[mode(slow("a", 100), ProxyMode::Iptables), mode(fast("b", 104), ProxyMode::Nftables)]);
         assert!(m.starts_with("node a: kube-proxy sync p99 is 2.") && m.ends_with(" Node b runs nftables mode and syncs at p99 0.099 s over the same window: moving this node to nftables mode is the lasting fix, the sleep only covers for it."), "{m}");
         let m = slow_message(&[mode(slow("a", 100), ProxyMode::Iptables), mode(fast("b", 104), ProxyMode::Iptables)]);
-        assert!(m.ends_with(" The lasting fix is nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node), which syncs only what changed."), "{m}");
+        assert!(
+            m.ends_with(" The lasting fix is nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node), which syncs only what changed."),
+            "{m}"
+        );
         let m = slow_message(&[mode(slow("a", 100), ProxyMode::Nftables), mode(fast("b", 104), ProxyMode::Nftables)]);
         assert!(m.ends_with("unless their preStop sleep covers it."), "{m}");
     }

@@ -176,13 +176,7 @@ impl Default for GraceSpec {
 
 impl Default for TerminationPolicySpec {
     fn default() -> Self {
-        Self {
-            mode: EnforcementMode::Enforce,
-            pod_selector: None,
-            scope: Scope::ServiceBacked,
-            pre_stop: PreStopSpec::default(),
-            grace: GraceSpec::default(),
-        }
+        Self { mode: EnforcementMode::Enforce, pod_selector: None, scope: Scope::ServiceBacked, pre_stop: PreStopSpec::default(), grace: GraceSpec::default() }
     }
 }
 
@@ -433,10 +427,8 @@ pub fn unknown_fields(object: &serde_json::Value) -> Vec<String> {
     let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
     let mut out = Vec::new();
     let Some(obj) = object.as_object() else { return out };
-    let known: Vec<&str> = ["apiVersion", "kind", "metadata"]
-        .into_iter()
-        .chain(root["properties"].as_object().into_iter().flat_map(|p| p.keys().map(String::as_str)))
-        .collect();
+    let known: Vec<&str> =
+        ["apiVersion", "kind", "metadata"].into_iter().chain(root["properties"].as_object().into_iter().flat_map(|p| p.keys().map(String::as_str))).collect();
     for (k, v) in obj {
         match root["properties"].get(k) {
             Some(schema) => unknown_in(v, schema, k, &mut out),

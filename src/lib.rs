@@ -12,8 +12,8 @@
 pub mod admission;
 pub mod advisor;
 pub mod agent;
-pub mod annotations;
 pub mod analysis;
+pub mod annotations;
 pub mod cli;
 pub mod controller;
 pub mod crd;

@@ -88,11 +88,7 @@ fn main() -> ExitCode {
 
 /// Runs a serving command and maps its end to an exit code. The queued log lines are written
 /// out before the final error line, so that it is the last line of the output.
-fn served(
-    runtime: tokio::runtime::Runtime,
-    log: LogGuard,
-    f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), safe_termination::cli::Error>,
-) -> ExitCode {
+fn served(runtime: tokio::runtime::Runtime, log: LogGuard, f: impl FnOnce(&tokio::runtime::Runtime) -> Result<(), safe_termination::cli::Error>) -> ExitCode {
     let result = f(&runtime);
     // do not wait for stragglers after an abort
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));

@@ -182,9 +182,7 @@ impl Layouts {
     /// layout first drops those no sample uses any more (an upgrade's old buckets), so the list
     /// stays as long as the layouts in use.
     fn intern(&mut self, buckets: &[Bucket]) -> Arc<[f64]> {
-        let same = |l: &&Arc<[f64]>| {
-            l.len() == buckets.len() && l.iter().zip(buckets).all(|(a, b)| a.to_bits() == b.upper_bound_seconds.to_bits())
-        };
+        let same = |l: &&Arc<[f64]>| l.len() == buckets.len() && l.iter().zip(buckets).all(|(a, b)| a.to_bits() == b.upper_bound_seconds.to_bits());
         if let Some(l) = self.0.iter().find(same) {
             return l.clone();
         }
@@ -533,17 +531,15 @@ impl MeasurementStore {
     /// [`Self::inputs`] one node at a time, in the same order: an analysis that measures each
     /// node's window as it goes never holds every node's copy at once.
     pub fn inputs_iter(&self) -> impl Iterator<Item = NodeInput> + '_ {
-        self.nodes
-            .iter()
-            .map(|(node, n)| {
-                let earlier = n.older.front();
-                NodeInput {
-                    node: node.clone(),
-                    later: n.newest.scrape.clone(),
-                    earlier: earlier.map(CompactSample::scrape),
-                    proxy_mode: n.newest.proxy_mode.or(earlier.and_then(|e| e.proxy_mode)),
-                }
-            })
+        self.nodes.iter().map(|(node, n)| {
+            let earlier = n.older.front();
+            NodeInput {
+                node: node.clone(),
+                later: n.newest.scrape.clone(),
+                earlier: earlier.map(CompactSample::scrape),
+                proxy_mode: n.newest.proxy_mode.or(earlier.and_then(|e| e.proxy_mode)),
+            }
+        })
     }
 }
 
@@ -739,11 +735,8 @@ mod tests {
     #[test]
     fn counts_that_are_not_whole_numbers_are_kept_exactly() {
         let counts = [0.5, 1.0, 1.75, 1e20, 2.5e-300];
-        let buckets = counts
-            .iter()
-            .zip([0.1, 0.2, 0.4, 0.8, f64::INFINITY])
-            .map(|(&count, upper_bound_seconds)| Bucket { upper_bound_seconds, count })
-            .collect();
+        let buckets =
+            counts.iter().zip([0.1, 0.2, 0.4, 0.8, f64::INFINITY]).map(|(&count, upper_bound_seconds)| Bucket { upper_bound_seconds, count }).collect();
         let h = Histogram::new(buckets, Some(0.3)).unwrap();
         let compact = CompactHistogram::new(&h, &mut Layouts::default());
         assert!(matches!(compact.counts, Counts::Floats(_)));

@@ -334,13 +334,8 @@ pub fn measure_node_with(
     let mut interval = if input.earlier.is_some() { Interval::BetweenScrapes } else { Interval::Lifetime };
     let (earlier, has_earlier) = (input.earlier.as_ref(), input.earlier.is_some());
     let mut reset = false;
-    let sync = over(
-        (&input.later.sync, earlier.map(|e| &e.sync)),
-        (&input.later.sync_native, earlier.map(|e| &e.sync_native)),
-        has_earlier,
-        prefer,
-        &mut reset,
-    );
+    let sync =
+        over((&input.later.sync, earlier.map(|e| &e.sync)), (&input.later.sync_native, earlier.map(|e| &e.sync_native)), has_earlier, prefer, &mut reset);
     let np = over(
         (&input.later.network_programming, earlier.map(|e| &e.network_programming)),
         (&input.later.network_programming_native, earlier.map(|e| &e.network_programming_native)),
@@ -351,9 +346,7 @@ pub fn measure_node_with(
     if reset {
         interval = Interval::SinceRestart;
     }
-    let count = |d: &Option<(Distribution, Distribution)>, lifetime: bool| {
-        d.as_ref().map_or(0.0, |(i, l)| if lifetime { l.count() } else { i.count() })
-    };
+    let count = |d: &Option<(Distribution, Distribution)>, lifetime: bool| d.as_ref().map_or(0.0, |(i, l)| if lifetime { l.count() } else { i.count() });
     let use_lifetime = interval == Interval::BetweenScrapes && count(&sync, false) < f64::from(min_samples) && count(&sync, true) > count(&sync, false);
     if use_lifetime {
         interval = Interval::LifetimeFallback;
@@ -440,7 +433,8 @@ fn coverage_by_sleep(deletion_window: Option<&(DeletionWindow, f64)>, network_pr
     if deletion_window.is_none() && network_programming.is_none() {
         return Vec::new();
     }
-    let end = deletion_window.map_or(0.0, |(w, _)| w.max_seconds()).max(network_programming.map_or(0.0, |(d, _)| d.max_seconds() - TRIGGER_TIME_RESOLUTION_SECONDS));
+    let end =
+        deletion_window.map_or(0.0, |(w, _)| w.max_seconds()).max(network_programming.map_or(0.0, |(d, _)| d.max_seconds() - TRIGGER_TIME_RESOLUTION_SECONDS));
     let last = if end.is_finite() { (end.max(0.0).ceil() as usize).min(MAX_COVERAGE_SECONDS) } else { MAX_COVERAGE_SECONDS };
     (0..=last)
         .map(|s| {
@@ -484,11 +478,7 @@ pub fn cluster_window(nodes: &[NodeWindow]) -> ClusterWindow {
         };
     }
     if let Some((n, w)) = worst_of(&|n| n.basis == Basis::LowSampleCount) {
-        return ClusterWindow {
-            worst_node: Some(n.node.clone()),
-            propagation_window_seconds: Some(w),
-            basis: Basis::LowSampleCount,
-        };
+        return ClusterWindow { worst_node: Some(n.node.clone()), propagation_window_seconds: Some(w), basis: Basis::LowSampleCount };
     }
     ClusterWindow { worst_node: None, propagation_window_seconds: None, basis: Basis::NoData }
 }
@@ -621,7 +611,8 @@ mod tests {
         assert_eq!(later.waiting(), Some(None));
         assert_eq!(pending_seconds(&later), Some(0.0));
         // IPv6 waiting since 1,000 s (its last sync at 990), IPv4 since 1,020: 1,050 - 1,000
-        let family = |f: &str, queued: f64, synced: f64| SyncTimestamps { ip_family: f.into(), last_queued_seconds: Some(queued), last_synced_seconds: Some(synced) };
+        let family =
+            |f: &str, queued: f64, synced: f64| SyncTimestamps { ip_family: f.into(), last_queued_seconds: Some(queued), last_synced_seconds: Some(synced) };
         let later = KubeProxyScrape {
             sync_timestamps: vec![family("IPv4", 1020.0, 1010.0), family("IPv6", 1000.0, 990.0)],
             scraped_at_unix_seconds: Some(1050.0),
@@ -684,8 +675,7 @@ mod tests {
                 "kubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"16.384\"}} {below}\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"+Inf\"}} {total}\n"
             )
         };
-        let node =
-            |t: String| NodeInput { node: "n".into(), later: parse_kube_proxy_metrics(&t).unwrap(), earlier: None, proxy_mode: None };
+        let node = |t: String| NodeInput { node: "n".into(), later: parse_kube_proxy_metrics(&t).unwrap(), earlier: None, proxy_mode: None };
         // 2 syncs, one beyond 16.384 s: the p99 is beyond the top bucket, but 2 < 5 samples
         let w = measure_node(&node(text(1, 2)), 1.0, 5, None);
         assert_eq!(w.basis, Basis::LowSampleCount);

@@ -245,7 +245,9 @@ pub fn reduce_configz(json: &str) -> Result<String, ConfigError> {
     for (k, v) in config.as_object().into_iter().flatten() {
         if is(k, &[MODE, MIN_SYNC_PERIOD, SYNC_PERIOD, METRICS_BIND_ADDRESS]) {
             reduced.insert(k.clone(), v.clone());
-        } else if is(k, &MODE_SECTIONS) && let Some(section) = v.as_object() {
+        } else if is(k, &MODE_SECTIONS)
+            && let Some(section) = v.as_object()
+        {
             let periods = section.iter().filter(|(k, _)| is(k, &[MIN_SYNC_PERIOD, SYNC_PERIOD]));
             reduced.insert(k.clone(), periods.map(|(k, v)| (k.clone(), v.clone())).collect());
         }
@@ -300,10 +302,7 @@ pub fn from_value(config: &serde_json::Value, form: ConfigForm) -> Result<ProxyC
         Some(v) if v > 0.0 || form == ConfigForm::Configz => v,
         _ => DEFAULT_SYNC_PERIOD_SECONDS,
     };
-    let metrics_bind_address = get_ci(config, METRICS_BIND_ADDRESS)
-        .and_then(|v| v.as_str())
-        .filter(|s| !s.is_empty())
-        .map(str::to_string);
+    let metrics_bind_address = get_ci(config, METRICS_BIND_ADDRESS).and_then(|v| v.as_str()).filter(|s| !s.is_empty()).map(str::to_string);
     Ok(ProxyConfig { mode, min_sync_period_seconds, sync_period_seconds, min_sync_period_defaulted, metrics_bind_address, form })
 }
 
@@ -347,13 +346,7 @@ pub struct Dataplane {
 
 impl Default for ResolvedProxyConfig {
     fn default() -> Self {
-        Self {
-            config: None,
-            min_sync_period_seconds: DEFAULT_MIN_SYNC_PERIOD_SECONDS,
-            source: "default".into(),
-            notes: Vec::new(),
-            dataplane: None,
-        }
+        Self { config: None, min_sync_period_seconds: DEFAULT_MIN_SYNC_PERIOD_SECONDS, source: "default".into(), notes: Vec::new(), dataplane: None }
     }
 }
 

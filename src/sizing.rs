@@ -49,17 +49,20 @@ pub fn recommend(window: &ClusterWindow, spec: &TerminationPolicySpec) -> Recomm
     let (pre_stop, arithmetic) = match (window.basis, window.propagation_window_seconds) {
         (Basis::Measured, Some(w)) if w.is_finite() => {
             let v = clamp(sized(w));
-            (v, format!(
-                "ceil({w:.3} s x {} + {} s) = {} s, clamped to [{lo}, {hi}] = {v} s",
-                p.safety_factor, p.extra_seconds, sized(w)
-            ))
+            (v, format!("ceil({w:.3} s x {} + {} s) = {} s, clamped to [{lo}, {hi}] = {v} s", p.safety_factor, p.extra_seconds, sized(w)))
         }
         (Basis::LowSampleCount, Some(w)) if w.is_finite() => {
             let v = clamp(sized(w).max(f64::from(p.default_seconds)));
-            (v, format!(
-                "too few samples: max(default {} s, ceil({w:.3} s x {} + {} s) = {} s), clamped to [{lo}, {hi}] = {v} s",
-                p.default_seconds, p.safety_factor, p.extra_seconds, sized(w)
-            ))
+            (
+                v,
+                format!(
+                    "too few samples: max(default {} s, ceil({w:.3} s x {} + {} s) = {} s), clamped to [{lo}, {hi}] = {v} s",
+                    p.default_seconds,
+                    p.safety_factor,
+                    p.extra_seconds,
+                    sized(w)
+                ),
+            )
         }
         (Basis::BeyondTopBucket, _) | (Basis::Measured | Basis::LowSampleCount, Some(_)) => {
             (hi, format!("p99 beyond the top histogram bucket: maxSeconds = {hi} s"))

@@ -41,8 +41,7 @@ pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; versio
 
 /// Request-duration buckets, seconds: 50 us .. 5 s (admission answers take tens of
 /// microseconds; the API server gives up at the webhook's timeoutSeconds, at most 5 s).
-pub const DURATION_BUCKETS: [f64; 16] =
-    [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+pub const DURATION_BUCKETS: [f64; 16] = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
 /// The process's telemetry: the one registry and the typed metrics of each component.
 /// Clone it freely (an `Arc` inside).
@@ -151,30 +150,16 @@ pub struct WebhookMetrics {
 
 impl Default for WebhookMetrics {
     fn default() -> Self {
-        Self {
-            requests: Family::default(),
-            duration: Histogram::new(DURATION_BUCKETS),
-            fail_open: Counter::default(),
-            certificate_reloads: Family::default(),
-        }
+        Self { requests: Family::default(), duration: Histogram::new(DURATION_BUCKETS), fail_open: Counter::default(), certificate_reloads: Family::default() }
     }
 }
 
 impl WebhookMetrics {
     fn register(&self, r: &mut Registry) {
         r.register("requests", "Admission requests answered, by decision", self.requests.clone());
-        r.register_with_unit(
-            "request_duration",
-            "Time to answer an admission request",
-            Unit::Seconds,
-            self.duration.clone(),
-        );
+        r.register_with_unit("request_duration", "Time to answer an admission request", Unit::Seconds, self.duration.clone());
         r.register("fail_open", "Admission requests admitted unchanged because of an internal error", self.fail_open.clone());
-        r.register(
-            "certificate_reloads",
-            "Serving certificate loads from the certificate files, by result",
-            self.certificate_reloads.clone(),
-        );
+        r.register("certificate_reloads", "Serving certificate loads from the certificate files, by result", self.certificate_reloads.clone());
     }
 
     /// Records one answered request.
@@ -405,10 +390,7 @@ mod tests {
         use std::sync::atomic::{AtomicBool, Ordering};
         use tower::ServiceExt as _;
         let get = |r: Readiness| async move {
-            let resp = admin_router(Telemetry::new(), r)
-                .oneshot(axum::http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap())
-                .await
-                .unwrap();
+            let resp = admin_router(Telemetry::new(), r).oneshot(axum::http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap()).await.unwrap();
             let status = resp.status().as_u16();
             let body = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
             (status, String::from_utf8(body.to_vec()).unwrap())

@@ -16,7 +16,7 @@ use safe_termination::sources::agent::{AgentClientFiles, AgentSource, AgentTarge
 use safe_termination::sources::scrape::{ScrapeOptions, Target, TargetSource, fetch_configz};
 use safe_termination::sources::scrape_loop::{Fallbacks, ScrapeLoop};
 use safe_termination::sources::select::NO_AGENT_FIX;
-use safe_termination::webhook::certs::{self, Action, AGENT_CERT, AGENT_KEY, CA_CERT, CLIENT_CERT, CLIENT_KEY, TLS_CERT, TLS_KEY};
+use safe_termination::webhook::certs::{self, AGENT_CERT, AGENT_KEY, Action, CA_CERT, CLIENT_CERT, CLIENT_KEY, TLS_CERT, TLS_KEY};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -43,10 +43,8 @@ fn write(dir: &Path, name: &str, content: &[u8]) -> PathBuf {
 
 /// A fake kube-proxy on 127.0.0.1 serving the real v1.13 scrape, `iptables` and [`CONFIGZ`].
 async fn kube_proxy() -> SocketAddr {
-    let app = Router::new()
-        .route("/metrics", get(|| async { V1_13 }))
-        .route("/proxyMode", get(|| async { "iptables" }))
-        .route("/configz", get(|| async { CONFIGZ }));
+    let app =
+        Router::new().route("/metrics", get(|| async { V1_13 })).route("/proxyMode", get(|| async { "iptables" })).route("/configz", get(|| async { CONFIGZ }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -105,7 +103,11 @@ impl Agent {
 
 /// The operator's client files in `dir`.
 fn client_files(dir: &Path, data: &BTreeMap<String, Vec<u8>>) -> AgentClientFiles {
-    AgentClientFiles { ca: write(dir, "ca.crt", &data[CA_CERT]), cert: write(dir, "client.crt", &data[CLIENT_CERT]), key: write(dir, "client.key", &data[CLIENT_KEY]) }
+    AgentClientFiles {
+        ca: write(dir, "ca.crt", &data[CA_CERT]),
+        cert: write(dir, "client.crt", &data[CLIENT_CERT]),
+        key: write(dir, "client.key", &data[CLIENT_KEY]),
+    }
 }
 
 fn opts() -> ScrapeOptions {
@@ -137,7 +139,8 @@ async fn the_operator_reads_the_filtered_scrape_mode_and_configuration_through_t
     let body = resp.text().await.unwrap();
     let allowed: Vec<&str> = read_families().collect();
     for line in body.lines() {
-        let name: String = line.trim_start_matches("# HELP ").trim_start_matches("# TYPE ").chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        let name: String =
+            line.trim_start_matches("# HELP ").trim_start_matches("# TYPE ").chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
         assert!(allowed.iter().any(|f| name.starts_with(f)), "{line:?}");
     }
     assert!(!body.contains("go_goroutines") && !body.contains("process_") && !body.contains("rest_client"), "{body}");
@@ -258,11 +261,7 @@ async fn auto_measures_through_the_agent_and_reports_a_stopped_agent() {
         Target::new("node-b", &format!("http://{kp}")),
         Target::new("node-c", &format!("http://127.0.0.1:{refused}")),
     ];
-    let agents = AgentSource::new(
-        AgentTargets::Static(vec![Target::new("node-a", &agent.url())]),
-        client_files(dir.path(), &data),
-        Duration::from_secs(3),
-    );
+    let agents = AgentSource::new(AgentTargets::Static(vec![Target::new("node-a", &agent.url())]), client_files(dir.path(), &data), Duration::from_secs(3));
     let store = Arc::new(Mutex::new(MeasurementStore::new(600.0)));
     let (tx, _rx) = tokio::sync::watch::channel(0u64);
     let mut scrape = ScrapeLoop::new(TargetSource::Static(targets), store.clone(), tx)

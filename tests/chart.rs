@@ -147,7 +147,8 @@ fn schema_and_values_of_the_node_agent_and_the_source() {
     assert_eq!(values()["operator"]["source"], "auto", "per node: kube-proxy, else the agent, else Prometheus");
     // every enum value is one `safe-termination run --source` accepts
     use clap::ValueEnum as _;
-    let kinds: Vec<String> = safe_termination::cli::run::SourceKind::value_variants().iter().map(|k| k.to_possible_value().unwrap().get_name().to_string()).collect();
+    let kinds: Vec<String> =
+        safe_termination::cli::run::SourceKind::value_variants().iter().map(|k| k.to_possible_value().unwrap().get_name().to_string()).collect();
     for v in source["enum"].as_array().unwrap() {
         assert!(kinds.contains(&v.as_str().unwrap().to_string()), "{v} is not a --source value: {kinds:?}");
     }
@@ -196,11 +197,7 @@ fn leaf_keys(path: &str, schema: &Value, values: &Value, out: &mut Vec<String>) 
 fn every_value_is_in_the_readme_values_table() {
     let readme = read(&chart().join("README.md"));
     let section = readme.split("\n## Values\n").nth(1).expect("a `## Values` section").split("\n## ").next().unwrap();
-    let table: BTreeSet<&str> = section
-        .lines()
-        .filter_map(|l| l.strip_prefix("| `"))
-        .filter_map(|l| l.split_once('`').map(|(k, _)| k))
-        .collect();
+    let table: BTreeSet<&str> = section.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split_once('`').map(|(k, _)| k)).collect();
     let mut keys = Vec::new();
     leaf_keys("", &schema(), &values(), &mut keys);
     let missing: Vec<&String> = keys.iter().filter(|k| !table.contains(k.as_str())).collect();
@@ -234,11 +231,7 @@ fn exported_families() -> Vec<(String, String)> {
     s.errors.get_or_create(&ReasonLabel { reason: "refused".into() }).inc();
     t.webhook().observe("mutated", std::time::Duration::from_millis(1), false);
     t.webhook().certificate_reload(true);
-    t.encode()
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_once(' ').map(|(n, ty)| (n.to_string(), ty.to_string())))
-        .collect()
+    t.encode().lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_once(' ').map(|(n, ty)| (n.to_string(), ty.to_string()))).collect()
 }
 
 /// Whether a series name used in PromQL is one the operator exports.
@@ -302,10 +295,7 @@ fn anchor(heading: &str) -> String {
 fn alerts_have_runbooks_summaries_and_real_metrics() {
     let rules = alert_rules();
     let names: Vec<&str> = rules.iter().map(|r| r["alert"].as_str().unwrap()).collect();
-    assert_eq!(
-        names,
-        ["KubeProxySyncSlow", "KubeProxySyncStale", "PreStopUndersized", "SafeTerminationMetricsUnavailable", "SafeTerminationWebhookFailOpen"]
-    );
+    assert_eq!(names, ["KubeProxySyncSlow", "KubeProxySyncStale", "PreStopUndersized", "SafeTerminationMetricsUnavailable", "SafeTerminationWebhookFailOpen"]);
     let readme = read(&chart().join("README.md"));
     let anchors: BTreeSet<String> = readme.lines().filter_map(|l| l.strip_prefix("### ")).map(anchor).collect();
     let families = exported_families();

@@ -325,14 +325,7 @@ fn non_utf8_scrape_exits_1_naming_file_line_and_offset() {
     std::fs::write(&bad, &bytes).unwrap();
     let r = run(&["analyze", bad.to_str().unwrap()]);
     assert_eq!(r.code, 1, "{}", r.stderr);
-    assert_eq!(
-        r.stderr,
-        format!(
-            "error: {}:3: invalid UTF-8 at byte offset {} (byte 6 of line 3): the input must be UTF-8 text\n",
-            bad.display(),
-            line3 + 5
-        )
-    );
+    assert_eq!(r.stderr, format!("error: {}:3: invalid UTF-8 at byte offset {} (byte 6 of line 3): the input must be UTF-8 text\n", bad.display(), line3 + 5));
     // the same on standard input
     let mut child = bin().args(["analyze", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(&bytes).unwrap();
@@ -412,7 +405,10 @@ fn out_of_range_flag_values_exit_2_naming_flag_and_range() {
             "invalid value '-1' for '--max-body-bytes <MAX_BODY_BYTES>': expected a whole number of bytes from 1024 to 1073741824",
         ),
         (&["analyze", "--services", "NaN", V1_29], "invalid value 'NaN' for '--services <SERVICES>': expected a whole number of Services from 0 to 100000000"),
-        (&["analyze", "--endpoints", "-1", V1_29], "invalid value '-1' for '--endpoints <ENDPOINTS>': expected a whole number of endpoints from 0 to 100000000"),
+        (
+            &["analyze", "--endpoints", "-1", V1_29],
+            "invalid value '-1' for '--endpoints <ENDPOINTS>': expected a whole number of endpoints from 0 to 100000000",
+        ),
         (
             &["analyze", "--iptables-services-threshold", "0", V1_29],
             "invalid value '0' for '--iptables-services-threshold <IPTABLES_SERVICES_THRESHOLD>': expected a whole number of Services from 1 to 100000000",
@@ -441,10 +437,7 @@ fn out_of_range_flag_values_exit_2_naming_flag_and_range() {
             &["analyze", "--min-sync-period-seconds", "-0.5", V1_29],
             "invalid value '-0.5' for '--min-sync-period-seconds <MIN_SYNC_PERIOD_SECONDS>': expected a number of seconds from 0 to 300",
         ),
-        (
-            &["analyze", "--conntrack-usage", "1.5", V1_29],
-            "invalid value '1.5' for '--conntrack-usage <CONNTRACK_USAGE>': expected a ratio from 0 to 1",
-        ),
+        (&["analyze", "--conntrack-usage", "1.5", V1_29], "invalid value '1.5' for '--conntrack-usage <CONNTRACK_USAGE>': expected a ratio from 0 to 1"),
         (
             &["analyze", "--timeout-seconds", "0", V1_29],
             "invalid value '0' for '--timeout-seconds <TIMEOUT_SECONDS>': expected a whole number of seconds from 1 to 3600",
@@ -457,18 +450,12 @@ fn out_of_range_flag_values_exit_2_naming_flag_and_range() {
             &["run", "--scrape-interval-seconds", "0"],
             "invalid value '0' for '--scrape-interval-seconds <SCRAPE_INTERVAL_SECONDS>': expected a whole number of seconds from 1 to 3600",
         ),
-        (
-            &["run", "--window-seconds", "5"],
-            "invalid value '5' for '--window-seconds <WINDOW_SECONDS>': expected a whole number of seconds from 60 to 86400",
-        ),
+        (&["run", "--window-seconds", "5"], "invalid value '5' for '--window-seconds <WINDOW_SECONDS>': expected a whole number of seconds from 60 to 86400"),
         (
             &["run", "--stale-seconds", "NaN"],
             "invalid value 'NaN' for '--stale-seconds <STALE_SECONDS>': expected a number of seconds above 0 and at most 86400",
         ),
-        (
-            &["run", "--drain-seconds", "-1"],
-            "invalid value '-1' for '--drain-seconds <DRAIN_SECONDS>': expected a whole number of seconds from 0 to 3600",
-        ),
+        (&["run", "--drain-seconds", "-1"], "invalid value '-1' for '--drain-seconds <DRAIN_SECONDS>': expected a whole number of seconds from 0 to 3600"),
         (
             &["webhook", "--request-timeout-ms", "60000"],
             "invalid value '60000' for '--request-timeout-ms <REQUEST_TIMEOUT_MS>': expected a whole number of milliseconds from 1 to 30000",
@@ -492,13 +479,10 @@ fn out_of_range_flag_values_exit_2_naming_flag_and_range() {
     assert_eq!(r.code, 2);
     assert_eq!(
         r.stderr.lines().next(),
-        Some(
-            "error: invalid value 'NaN' for '--sync-slow-seconds <SYNC_SLOW_SECONDS>': expected a number of seconds above 0 and at most 3600"
-        )
+        Some("error: invalid value 'NaN' for '--sync-slow-seconds <SYNC_SLOW_SECONDS>': expected a number of seconds above 0 and at most 3600")
     );
     // the bounds themselves are accepted
-    let doc =
-        json(&["--sync-slow-seconds", "3600", "--stale-seconds", "0.5", "--min-sync-period-seconds", "0", "--conntrack-usage", "1", V1_29]);
+    let doc = json(&["--sync-slow-seconds", "3600", "--stale-seconds", "0.5", "--min-sync-period-seconds", "0", "--conntrack-usage", "1", V1_29]);
     assert_eq!(doc["minSyncPeriodSeconds"], 0.0);
 }
 
@@ -667,11 +651,7 @@ fn bad_policies_exit_1_naming_the_field() {
 fn unknown_policy_fields_exit_1_naming_the_field() {
     let dir = tmp();
     let policy = |name: &str, body: &str| {
-        let p = write(
-            dir.path(),
-            name,
-            &format!("apiVersion: safetermination.io/v1alpha1\nkind: TerminationPolicy\nmetadata:\n  name: p\n{body}"),
-        );
+        let p = write(dir.path(), name, &format!("apiVersion: safetermination.io/v1alpha1\nkind: TerminationPolicy\nmetadata:\n  name: p\n{body}"));
         p.to_str().unwrap().to_string()
     };
     let pre_stop_fields = "defaultSeconds, execImages, extraSeconds, handler, maxSeconds, minSamples, minSeconds, safetyFactor";
@@ -782,9 +762,7 @@ fn two_scrapes_of_one_node_are_analysed_over_the_interval() {
         let nodes = if sources.len() == 1 { "n1" } else { "n1, n2" };
         assert_eq!(
             r.stderr,
-            format!(
-                "error: --earlier other={V1_29}: no source is node \"other\" (the nodes are: {nodes}): name the node (NODE=FILE) it belongs to\n"
-            )
+            format!("error: --earlier other={V1_29}: no source is node \"other\" (the nodes are: {nodes}): name the node (NODE=FILE) it belongs to\n")
         );
     }
     // the matching name still pairs with one source
@@ -863,13 +841,7 @@ fn node_names_with_dots_are_node_prefixes() {
 #[test]
 fn stdin_source() {
     let text = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(V1_29)).unwrap();
-    let mut child = bin()
-        .args(["analyze", "-o", "json", "worker-1=-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = bin().args(["analyze", "-o", "json", "worker-1=-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(&text).unwrap();
     let r = finish(child.wait_with_output().unwrap());
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -1068,11 +1040,7 @@ fn timeout_hints_say_what_timed_out_and_name_the_real_port() {
     let r = run(&["analyze", "--timeout-seconds", "1", &url]);
     assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
     assert!(r.stderr.starts_with(&format!("error: {url}: ")), "{}", r.stderr);
-    assert!(
-        r.stderr.ends_with(&format!(" (timed out connecting: is a NetworkPolicy or host firewall blocking port {port}?)\n")),
-        "{}",
-        r.stderr
-    );
+    assert!(r.stderr.ends_with(&format!(" (timed out connecting: is a NetworkPolicy or host firewall blocking port {port}?)\n")), "{}", r.stderr);
     // SAFETY: closes the descriptor full_backlog opened
     unsafe { libc::close(held.0) };
 }
@@ -1092,11 +1060,7 @@ fn url_userinfo_is_redacted_in_every_message() {
     let base = serve(shared(TRUNCATED), 200, None);
     let r = run(&["analyze", &format!("{}/metrics", with_auth(&base))]);
     assert_eq!(r.code, 1);
-    assert!(
-        r.stderr.starts_with(&format!("error: {}/metrics:17: kubeproxy_sync_proxy_rules_duration_seconds", shown(&base))),
-        "{}",
-        r.stderr
-    );
+    assert!(r.stderr.starts_with(&format!("error: {}/metrics:17: kubeproxy_sync_proxy_rules_duration_seconds", shown(&base))), "{}", r.stderr);
     secret(&r);
     let base = serve(shared(V1_29), 200, None);
     let r = run(&["analyze", "--max-body-bytes", "1024", &format!("{}/metrics", with_auth(&base))]);
@@ -1146,9 +1110,7 @@ fn url_schemes_are_case_insensitive_and_others_are_named() {
         let shown = source.trim_start_matches("n1=");
         assert_eq!(
             r.stderr,
-            format!(
-                "error: {shown}: unsupported URL scheme \"{scheme}\": a source is a file, - (standard input) or an http:// or https:// URL\n"
-            )
+            format!("error: {shown}: unsupported URL scheme \"{scheme}\": a source is a file, - (standard input) or an http:// or https:// URL\n")
         );
     }
 }
@@ -1189,10 +1151,7 @@ fn a_missing_source_says_how_the_argument_was_read() {
     );
     let r = finish(bin().current_dir(dir.path()).args(["analyze", "=x.txt"]).output().unwrap());
     assert_eq!(r.code, 1);
-    assert_eq!(
-        r.stderr,
-        "error: =x.txt: No such file or directory (os error 2) (an empty node name: write NODE=x.txt, or ./=x.txt for a file of that name)\n"
-    );
+    assert_eq!(r.stderr, "error: =x.txt: No such file or directory (os error 2) (an empty node name: write NODE=x.txt, or ./=x.txt for a file of that name)\n");
     // the ./ form reads the file named with `=`
     std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt"), dir.path().join("a=b.txt")).unwrap();
     let r = finish(bin().current_dir(dir.path()).args(["analyze", "./a=b.txt"]).output().unwrap());
@@ -1211,10 +1170,7 @@ fn a_wrong_earlier_pairing_is_reported_before_any_fetch() {
     let start = std::time::Instant::now();
     let r = run(&["analyze", "--timeout-seconds", "30", &format!("n1={url}"), "--earlier", &format!("other={V1_29}")]);
     assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{}", r.stderr);
-    assert_eq!(
-        r.stderr,
-        format!("error: --earlier other={V1_29}: no source is node \"other\" (the nodes are: n1): name the node (NODE=FILE) it belongs to\n")
-    );
+    assert_eq!(r.stderr, format!("error: --earlier other={V1_29}: no source is node \"other\" (the nodes are: n1): name the node (NODE=FILE) it belongs to\n"));
     assert!(start.elapsed() < std::time::Duration::from_secs(10), "{:?}", start.elapsed());
     // a node given twice already has its earlier scrape
     let r = run(&["analyze", &format!("n1={V1_29}"), &format!("n1={V1_29}"), "--earlier", &format!("n1={V1_29}"), "--timeout-seconds", "30"]);
@@ -1236,7 +1192,10 @@ fn an_output_that_cannot_be_written_is_an_error_not_a_panic() {
 
     // the pipe's reader gone before the output (several pipe buffers of manifests) is written
     let dir = tmp();
-    let pod = std::fs::read_to_string("tests/data/pods/".to_string() + &std::fs::read_dir("tests/data/pods").unwrap().flatten().next().unwrap().file_name().to_string_lossy()).unwrap();
+    let pod = std::fs::read_to_string(
+        "tests/data/pods/".to_string() + &std::fs::read_dir("tests/data/pods").unwrap().flatten().next().unwrap().file_name().to_string_lossy(),
+    )
+    .unwrap();
     let many = write(dir.path(), "many.yaml", &vec![pod; 400].join("\n---\n"));
     let mut child = bin().args(["mutate"]).arg(&many).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     drop(child.stdout.take());
@@ -1272,9 +1231,13 @@ fn mutate_says_when_there_is_nothing_to_mutate() {
 fn mutate_prints_whole_warnings() {
     let dir = tmp();
     let name = "c".repeat(63);
-    let pod = write(dir.path(), "pod.yaml", &format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, labels: {{app: web}}}}\nspec:\n  containers:\n  - name: {name}\n    image: nginx\n    lifecycle: {{preStop: {{sleep: {{seconds: 1}}}}}}\n"
-    ));
+    let pod = write(
+        dir.path(),
+        "pod.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, labels: {{app: web}}}}\nspec:\n  containers:\n  - name: {name}\n    image: nginx\n    lifecycle: {{preStop: {{sleep: {{seconds: 1}}}}}}\n"
+        ),
+    );
     let r = run(&["mutate", "--pre-stop-seconds", "10", pod.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let whole = format!("  warning: safe-termination: container {name} keeps its preStop sleep of 1s, below the recommended 10s\n");
@@ -1303,7 +1266,10 @@ fn mutate_uses_the_termination_policies_in_its_inputs() {
     // the same Deployment in a namespace without a policy: the static default
     let dir = tmp();
     // (the Service and the Deployment move; the policy stays in demo)
-    let text = std::fs::read_to_string("config/demo/app.yaml").unwrap().replace("namespace: demo\nspec:\n  replicas", "namespace: other\nspec:\n  replicas").replace("namespace: demo\nspec:\n  selector", "namespace: other\nspec:\n  selector");
+    let text = std::fs::read_to_string("config/demo/app.yaml")
+        .unwrap()
+        .replace("namespace: demo\nspec:\n  replicas", "namespace: other\nspec:\n  replicas")
+        .replace("namespace: demo\nspec:\n  selector", "namespace: other\nspec:\n  selector");
     let moved = write(dir.path(), "moved.yaml", &text);
     let r = run(&["mutate", "--output", "json", moved.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -1435,7 +1401,11 @@ fn serve_negotiating(pb: Vec<u8>, text: String, text_only: bool) -> (String, Arc
                 ("404 Not Found", TEXT_CT, b"404 page not found\n")
             } else {
                 recorded.lock().unwrap().push(accept.clone());
-                if !text_only && accept.contains("application/vnd.google.protobuf") { ("200 OK", PROTOBUF_CT, &pb) } else { ("200 OK", TEXT_CT, text.as_bytes()) }
+                if !text_only && accept.contains("application/vnd.google.protobuf") {
+                    ("200 OK", PROTOBUF_CT, &pb)
+                } else {
+                    ("200 OK", TEXT_CT, text.as_bytes())
+                }
             };
             let head = format!("HTTP/1.1 {status}\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
             let _ = stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(body)).and_then(|_| stream.flush());

@@ -174,11 +174,7 @@ fn context(leader: bool, all: &[TerminationPolicy]) -> (Arc<Context>, ApiServerV
 
 /// Runs `scenario` as the API server while `policy` is reconciled once; then the controller
 /// lets go of its client (`ctx` is dropped) and the scenario must have seen every call.
-async fn reconcile_against(
-    policy: TerminationPolicy,
-    ctx: Arc<Context>,
-    scenario: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
+async fn reconcile_against(policy: TerminationPolicy, ctx: Arc<Context>, scenario: impl Future<Output = ()> + Send + 'static) -> Result<(), String> {
     let server: JoinHandle<()> = tokio::spawn(scenario);
     let result = reconcile(Arc::new(policy), ctx).await.map(|_| ()).map_err(|e| e.to_string());
     tokio::time::timeout(Duration::from_secs(10), server).await.expect("the scenario ends").expect("the scenario holds");

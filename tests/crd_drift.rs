@@ -73,14 +73,7 @@ fn printer_columns() {
     let cols = crd["spec"]["versions"][0]["additionalPrinterColumns"].as_array().unwrap();
     let got: Vec<(&str, &str, &str, u64)> = cols
         .iter()
-        .map(|c| {
-            (
-                c["name"].as_str().unwrap(),
-                c["type"].as_str().unwrap(),
-                c["jsonPath"].as_str().unwrap(),
-                c["priority"].as_u64().unwrap_or(0),
-            )
-        })
+        .map(|c| (c["name"].as_str().unwrap(), c["type"].as_str().unwrap(), c["jsonPath"].as_str().unwrap(), c["priority"].as_u64().unwrap_or(0)))
         .collect();
     assert_eq!(
         got,

@@ -11,8 +11,8 @@ use kube::{Api, Client};
 
 mod common;
 use safe_termination::crd::TerminationPolicySpec;
-use safe_termination::webhook::mutate_pod;
 use safe_termination::selector::AssumeServiceBacked;
+use safe_termination::webhook::mutate_pod;
 use safe_termination::webhook::plan::{Capabilities, Plan, PlanPolicy};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -20,12 +20,7 @@ use std::time::{Duration, Instant};
 fn static_plan(pre_stop: u32, native_sleep: bool) -> Plan {
     Plan {
         policies: Vec::new(),
-        default_policy: Some(PlanPolicy {
-            namespace: String::new(),
-            name: "e2e".into(),
-            spec: TerminationPolicySpec::default(),
-            pre_stop_seconds: pre_stop,
-        }),
+        default_policy: Some(PlanPolicy { namespace: String::new(), name: "e2e".into(), spec: TerminationPolicySpec::default(), pre_stop_seconds: pre_stop }),
         capabilities: Capabilities { native_sleep },
     }
 }
@@ -84,8 +79,7 @@ async fn every_pod_case_through_the_real_api_server() {
     let plan = static_plan(10, true);
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let mut checked = 0;
-    let mut files: Vec<String> =
-        std::fs::read_dir("tests/data/pods").unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut files: Vec<String> = std::fs::read_dir("tests/data/pods").unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     files.sort();
     for file in &files {
         for (name, pod) in common::creatable_pods(&client, file, ns).await {
@@ -213,7 +207,10 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     assert!(
         sized.contains(&pre_stop),
         "preStop {pre_stop} vs clamp(ceil({w} x {} + {}), {}, {}) = {sized:?}",
-        p.safety_factor, p.extra_seconds, p.min_seconds, p.max_seconds
+        p.safety_factor,
+        p.extra_seconds,
+        p.min_seconds,
+        p.max_seconds
     );
     let cond = |t: &str| status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).cloned().unwrap();
     assert_eq!(cond("Ready")["status"], "True");
@@ -258,12 +255,7 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     let after = common::policy_status(&client, ns, "web").await["recommendation"]["preStopSeconds"].as_u64().unwrap();
     for p in &list.items {
         let spec = p.spec.as_ref().unwrap();
-        let sleep = spec.containers[0]
-            .lifecycle
-            .as_ref()
-            .and_then(|l| l.pre_stop.as_ref())
-            .and_then(|h| h.sleep.as_ref())
-            .map(|s| s.seconds as u64);
+        let sleep = spec.containers[0].lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).and_then(|h| h.sleep.as_ref()).map(|s| s.seconds as u64);
         let sleep = sleep.expect("pod got a native preStop sleep");
         assert!(sleep == before || sleep == after, "sleep {sleep} is the measured recommendation ({before}/{after})");
         assert_eq!(spec.termination_grace_period_seconds, Some(((sleep + 20).max(30)) as i64));
@@ -311,7 +303,8 @@ async fn no_kube_proxy_pods_and_a_cilium_agent_is_reported_as_ebpf() {
     .unwrap();
     policies.create(&PostParams::default(), &policy).await.expect("create TerminationPolicy");
     let cond = |s: &Value, t: &str| s["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == t).cloned()).unwrap_or(Value::Null);
-    let s = common::wait_policy_status(&client, ns, "web", 90, "no eBPF dataplane reported", |s| cond(s, "MetricsUnavailable")["reason"] == "NoKubeProxy").await;
+    let s =
+        common::wait_policy_status(&client, ns, "web", 90, "no eBPF dataplane reported", |s| cond(s, "MetricsUnavailable")["reason"] == "NoKubeProxy").await;
     assert_eq!(s["proxy"]["mode"], "ebpf", "{s:#}");
     assert_eq!(s["recommendation"]["preStopSeconds"], 7, "sized from the policy default: {s:#}");
     let note = "no kube-proxy pods; 1 Cilium agent pod(s) (k8s-app=cilium in kube-system): eBPF dataplane, sized from the policy default";

@@ -105,7 +105,11 @@ fn policies() -> Vec<(&'static str, TerminationPolicySpec, u32)> {
         // the sleep (R3)
         (
             "long",
-            TerminationPolicySpec { pod_selector: labels(&[("tier", "batch")]), grace: GraceSpec { app_shutdown_seconds: 30, max_seconds: 20 }, ..base.clone() },
+            TerminationPolicySpec {
+                pod_selector: labels(&[("tier", "batch")]),
+                grace: GraceSpec { app_shutdown_seconds: 30, max_seconds: 20 },
+                ..base.clone()
+            },
             45,
         ),
         ("all", base.clone(), 10),
@@ -238,9 +242,8 @@ fn container(name: &'static str) -> impl Strategy<Value = Value> {
 }
 
 fn containers() -> impl Strategy<Value = Vec<Value>> {
-    prop::sample::subsequence(vec!["app", "web", "istio-proxy", "linkerd-proxy", "sidecar"], 1..4).prop_flat_map(|names| {
-        names.into_iter().map(container).collect::<Vec<_>>()
-    })
+    prop::sample::subsequence(vec!["app", "web", "istio-proxy", "linkerd-proxy", "sidecar"], 1..4)
+        .prop_flat_map(|names| names.into_iter().map(container).collect::<Vec<_>>())
 }
 
 fn generated_pod() -> impl Strategy<Value = Value> {
@@ -396,16 +399,13 @@ async fn the_policy_backend_equals_the_webhook_on_every_case_and_1000_generated_
         common::register_webhook(&client, &format!("{NAME}-{ns}"), ns, hook.port).await;
     }
     apply_policy_backend(&client, &plan, &[NS_POLICY, NS_DEFAULT_POLICY]).await;
-    for (ns, what) in
-        [(NS_WEBHOOK, "the webhook"), (NS_DEFAULT_WEBHOOK, "the webhook"), (NS_POLICY, "the policy"), (NS_DEFAULT_POLICY, "the policy")]
-    {
+    for (ns, what) in [(NS_WEBHOOK, "the webhook"), (NS_DEFAULT_WEBHOOK, "the webhook"), (NS_POLICY, "the policy"), (NS_DEFAULT_POLICY, "the policy")] {
         wait_until_mutated(&client, ns, what).await;
     }
 
     // the shared cases (tests/data/pods), then the generated pods
     let mut pods: Vec<(String, Value)> = Vec::new();
-    let mut files: Vec<String> =
-        std::fs::read_dir("tests/data/pods").unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut files: Vec<String> = std::fs::read_dir("tests/data/pods").unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     files.sort();
     for file in &files {
         for ns in [NS_WEBHOOK, NS_WEBHOOK_ALR, NS_POLICY, NS_DEFAULT_WEBHOOK, NS_DEFAULT_POLICY, NS_NONE] {
@@ -454,9 +454,10 @@ async fn the_policy_backend_equals_the_webhook_on_every_case_and_1000_generated_
             // the one documented difference: a ServiceBacked policy that no Service satisfies
             let resolved = plan.resolve(NS_WEBHOOK, &pod_labels(pod)).map(|r| r.policy.spec.scope);
             let unchanged = match (webhook, input) {
-                (Outcome::Created { lifecycles, init_lifecycles, annotations, .. }, Outcome::Created { lifecycles: l0, init_lifecycles: i0, annotations: a0, .. }) => {
-                    lifecycles == l0 && init_lifecycles == i0 && annotations == a0
-                }
+                (
+                    Outcome::Created { lifecycles, init_lifecycles, annotations, .. },
+                    Outcome::Created { lifecycles: l0, init_lifecycles: i0, annotations: a0, .. },
+                ) => lifecycles == l0 && init_lifecycles == i0 && annotations == a0,
                 _ => false,
             };
             if resolved == Some(Scope::ServiceBacked) && unchanged {
@@ -490,7 +491,11 @@ async fn the_policy_backend_equals_the_webhook_on_every_case_and_1000_generated_
             }
         }
     }
-    println!("differential: {} pods ({cases} from the shared cases, {GENERATED} generated), 6 dry-run creates each, in {:.1} s", results.len(), elapsed.as_secs_f64());
+    println!(
+        "differential: {} pods ({cases} from the shared cases, {GENERATED} generated), 6 dry-run creates each, in {:.1} s",
+        results.len(),
+        elapsed.as_secs_f64()
+    );
     for (k, v) in &counts {
         println!("  {k}: {v}");
     }
@@ -529,11 +534,8 @@ async fn the_operator_keeps_the_policy_at_the_measured_value_and_pods_keep_it_wh
     common::fresh_namespace(&client, system).await;
     common::fresh_namespace(&client, ns).await;
     let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": ns}}).to_string();
-    let op = common::Operator::start(
-        system,
-        &["--admission-backend", "auto", "--admission-policy-name", name, "--admission-namespace-selector", &selector],
-    )
-    .await;
+    let op =
+        common::Operator::start(system, &["--admission-backend", "auto", "--admission-policy-name", name, "--admission-namespace-selector", &selector]).await;
     let metrics = op.metrics().await;
     assert_eq!(common::metric_sum(&metrics, "safe_termination_admission_backend", &["backend=\"policy\""]), Some(1.0), "auto on 1.37 is the policy");
 
@@ -575,11 +577,15 @@ async fn the_operator_keeps_the_policy_at_the_measured_value_and_pods_keep_it_wh
     // parameters, then pods
     let changed_at = Instant::now();
     policies
-        .patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(json!({
-            "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
-            "metadata": {"name": "web", "namespace": ns},
-            "spec": {"scope": "AllLongRunning", "preStop": {"minSeconds": 15, "defaultSeconds": 15}}
-        })))
+        .patch(
+            "web",
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
+                "metadata": {"name": "web", "namespace": ns},
+                "spec": {"scope": "AllLongRunning", "preStop": {"minSeconds": 15, "defaultSeconds": 15}}
+            })),
+        )
         .await
         .expect("patch the policy");
     let status = common::wait_policy_status(&client, ns, "web", 60, "the new recommendation", |s| {

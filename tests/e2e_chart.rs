@@ -90,9 +90,9 @@ fn helm_template(release: &str, ns: &str, values: Option<&Path>, sets: &[&str]) 
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} {name} in the rendering: {:?}", docs.iter().map(|d| format!("{}/{}", d["kind"], d["metadata"]["name"])).collect::<Vec<_>>()))
+    docs.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name).unwrap_or_else(|| {
+        panic!("no {kind} {name} in the rendering: {:?}", docs.iter().map(|d| format!("{}/{}", d["kind"], d["metadata"]["name"])).collect::<Vec<_>>())
+    })
 }
 
 fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -161,7 +161,12 @@ fn check_webhook(docs: &[Value], release_ns: &str, fullname: &str, mode: &str, f
     let excluded = strs(&names["values"]);
     assert!(excluded.contains(&"kube-system".to_string()) && excluded.contains(&release_ns.to_string()), "{excluded:?}");
     assert!(exprs.contains(&json!({"key": "safetermination.io/ignore", "operator": "NotIn", "values": ["true"]})), "opt-out label");
-    assert!(w["objectSelector"]["matchExpressions"].as_array().unwrap().contains(&json!({"key": "safetermination.io/ignore", "operator": "NotIn", "values": ["true"]})));
+    assert!(
+        w["objectSelector"]["matchExpressions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"key": "safetermination.io/ignore", "operator": "NotIn", "values": ["true"]}))
+    );
     let conds = w["matchConditions"].as_array().unwrap();
     let all: Vec<&str> = conds.iter().map(|c| c["expression"].as_str().unwrap()).collect();
     assert!(all.iter().any(|e| e.contains("'kubernetes.io/config.mirror' in object.metadata.annotations")), "R8 mirror pods: {all:?}");
@@ -288,7 +293,11 @@ fn check_rbac(docs: &[Value], release_ns: &str, fullname: &str, mode: &str) {
         assert!(!allows(docs, sa, Some(agent_ns), "", "secrets", "get", Some("someone-elses")));
     }
     for verb in ["get", "patch"] {
-        assert_eq!(allows(docs, sa, None, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", verb, Some(fullname)), operator, "{verb} the webhook configuration in mode {mode}");
+        assert_eq!(
+            allows(docs, sa, None, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", verb, Some(fullname)),
+            operator,
+            "{verb} the webhook configuration in mode {mode}"
+        );
         assert!(!allows(docs, sa, None, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", verb, Some("istio-sidecar-injector")));
     }
 }
@@ -319,9 +328,7 @@ fn check_deployment(docs: &[Value], release_ns: &str, fullname: &str, replicas: 
     assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
     assert!(c["resources"]["requests"]["cpu"].is_string() && c["resources"]["requests"]["memory"].is_string(), "resource requests");
     let port = |name: &str| {
-        c["ports"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("container port {name}"))["containerPort"]
-            .as_u64()
-            .unwrap()
+        c["ports"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("container port {name}"))["containerPort"].as_u64().unwrap()
     };
     assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "admin"}));
     assert_eq!(c["livenessProbe"]["httpGet"], json!({"path": "/livez", "port": "admin"}));
@@ -347,7 +354,10 @@ fn check_deployment(docs: &[Value], release_ns: &str, fullname: &str, replicas: 
     if !of_kind(docs, "DaemonSet").is_empty() {
         // the node agents' mutual TLS: the CA certificate and the operator's client pair
         items.extend(["ca.crt", "client.crt", "client.key"].map(|k| json!({"key": k, "path": k})));
-        assert_eq!((args.agent_ca_file.clone(), args.agent_client_cert_file.clone(), args.agent_client_key_file.clone()), (dir.join("ca.crt"), dir.join("client.crt"), dir.join("client.key")));
+        assert_eq!(
+            (args.agent_ca_file.clone(), args.agent_client_cert_file.clone(), args.agent_client_key_file.clone()),
+            (dir.join("ca.crt"), dir.join("client.crt"), dir.join("client.key"))
+        );
     }
     assert_eq!(vol["secret"]["items"], json!(items), "never the CA key");
     assert_eq!(args.lease_name, format!("{fullname}-leader"));
@@ -442,7 +452,10 @@ fn check_agent(docs: &[Value], release_ns: &str, fullname: &str, agent_ns: &str,
     let mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "tls").expect("tls mount");
     assert_eq!(mount["readOnly"], true);
     let dir = Path::new(mount["mountPath"].as_str().unwrap());
-    assert_eq!((a.tls_ca_file.as_path(), a.tls_cert_file.as_path(), a.tls_key_file.as_path()), (dir.join("ca.crt").as_path(), dir.join("tls.crt").as_path(), dir.join("tls.key").as_path()));
+    assert_eq!(
+        (a.tls_ca_file.as_path(), a.tls_cert_file.as_path(), a.tls_key_file.as_path()),
+        (dir.join("ca.crt").as_path(), dir.join("tls.crt").as_path(), dir.join("tls.key").as_path())
+    );
     let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "tls").unwrap();
     assert_eq!(vol["secret"]["optional"], true, "written by the operator after it starts");
     // the operator finds these pods and writes this Secret
@@ -634,10 +647,9 @@ fn every_value_set_renders_r10_least_privilege_and_restricted_pods() {
             let rule = find(&docs, "PrometheusRule", fullname);
             let plain = std::fs::read_to_string(chart().join("files/alerts.yaml")).unwrap();
             let base = values["prometheusRule"]["runbookBaseUrl"].as_str().unwrap().trim_end_matches('/');
-            let expected: Value = serde_saphyr::from_str(&plain.replace(
-                "https://github.com/safe-termination/safe-termination/blob/main/charts/safe-termination/README.md",
-                base,
-            ))
+            let expected: Value = serde_saphyr::from_str(
+                &plain.replace("https://github.com/safe-termination/safe-termination/blob/main/charts/safe-termination/README.md", base),
+            )
             .unwrap();
             assert_eq!(rule["spec"]["groups"], expected["groups"]);
             assert!(rule["spec"].to_string().contains("https://runbooks.example.com/safe-termination#kubeproxysyncslow"));
@@ -685,7 +697,6 @@ fn promtool_checks_and_unit_tests_the_alert_rules() {
 
 // ---------------------------------------------------------------------------------------------
 // tests on the control plane
-
 
 async fn delete_namespace(client: &Client, name: &str) {
     let _ = Api::<Namespace>::all(client.clone()).delete(name, &DeleteParams::default()).await;
@@ -749,10 +760,7 @@ async fn every_rendering_passes_a_server_side_dry_run() {
     for f in ci_files() {
         let rendered = helm_template("st", ns, Some(&f), &[]);
         let n = docs(&rendered).len();
-        let out = run(
-            tool("kubectl").args(["apply", "--server-side", "--dry-run=server", "--field-manager=e2e-chart", "-f", "-"]),
-            Some(&rendered),
-        );
+        let out = run(tool("kubectl").args(["apply", "--server-side", "--dry-run=server", "--field-manager=e2e-chart", "-f", "-"]), Some(&rendered));
         let applied = out.lines().filter(|l| l.contains("(server dry run)")).count();
         assert_eq!(applied, n, "{}: every object validated by the API server:\n{out}", f.display());
         eprintln!("{}: {applied} objects accepted by the API server (dry run)", stem(&f));
@@ -891,7 +899,12 @@ async fn helm_install_upgrade_and_uninstall_on_the_real_control_plane() {
     let _ = try_run(tool("helm").args(["uninstall", release, "-n", ns, "--wait"]), None);
     // the release namespace enforces the restricted Pod Security profile: the ReplicaSet's pods
     // are only created if the chart's pod template complies
-    common::fresh_namespace_with_labels(&client, ns, &[("pod-security.kubernetes.io/enforce", "restricted"), ("pod-security.kubernetes.io/enforce-version", "latest")]).await;
+    common::fresh_namespace_with_labels(
+        &client,
+        ns,
+        &[("pod-security.kubernetes.io/enforce", "restricted"), ("pod-security.kubernetes.io/enforce-version", "latest")],
+    )
+    .await;
     common::fresh_namespace(&client, app).await;
     // Service IPs are virtual here: no namespace selects this release's webhook, so the API
     // server never tries to reach it
@@ -1007,10 +1020,7 @@ async fn helm_install_upgrade_and_uninstall_on_the_real_control_plane() {
     }
     wait_for("the caBundle patch", 30, async || (ca_bundles(&client, fullname).await == vec![Some(secret["ca.crt"].clone())]).then_some(())).await;
     let st = wait_for("a measured policy status", 90, async || {
-        let p: Value = serde_json::to_value(
-            Api::<safe_termination::crd::TerminationPolicy>::namespaced(client.clone(), app).get("web").await.ok()?,
-        )
-        .ok()?;
+        let p: Value = serde_json::to_value(Api::<safe_termination::crd::TerminationPolicy>::namespaced(client.clone(), app).get("web").await.ok()?).ok()?;
         (p["status"]["recommendation"]["reason"] == "Measured" && p["status"]["pods"].is_object()).then_some(p)
     })
     .await;
@@ -1191,7 +1201,11 @@ async fn the_charts_webhook_routes_pods_through_the_real_api_server_with_operato
     }
     wait_for("the caBundle patch", 30, async || (ca_bundles(&client, fullname).await == vec![Some(secret["ca.crt"].clone())]).then_some(())).await;
     assert_eq!(std::fs::read(&op.tls.0).unwrap(), secret["tls.crt"], "--write-cert-files");
-    assert_eq!(served_leaf(op.webhook, &secret["ca.crt"]).await.unwrap(), first_der(&secret["tls.crt"]), "the webhook serves the Secret's certificate, trusted by its CA for 127.0.0.1");
+    assert_eq!(
+        served_leaf(op.webhook, &secret["ca.crt"]).await.unwrap(),
+        first_der(&secret["tls.crt"]),
+        "the webhook serves the Secret's certificate, trusted by its CA for 127.0.0.1"
+    );
 
     // a long-running pod in a namespace with a policy is mutated (once the capability probe
     // has found the native sleep and the plan has the policy)
@@ -1241,7 +1255,8 @@ async fn the_charts_webhook_routes_pods_through_the_real_api_server_with_operato
     let (foreign_ca, foreign_key) = certs::generate_ca(now, Duration::from_secs(86_400)).unwrap();
     let names = certs::subject_alt_names(fullname, sys, &["127.0.0.1".to_string()]);
     let (c, k) = certs::generate_serving(&foreign_ca, &foreign_key, &names, now, Duration::from_secs(3600), i64::MAX).unwrap();
-    let patch = json!([{"op": "replace", "path": "/data/tls.crt", "value": b64(c.as_bytes())}, {"op": "replace", "path": "/data/tls.key", "value": b64(k.as_bytes())}]);
+    let patch =
+        json!([{"op": "replace", "path": "/data/tls.crt", "value": b64(c.as_bytes())}, {"op": "replace", "path": "/data/tls.key", "value": b64(k.as_bytes())}]);
     run(tool("kubectl").args(["patch", "secret", &secret_name, "-n", sys, "--type=json", "-p", &patch.to_string()]), None);
     let renewed = wait_for("a renewed serving certificate", 30, async || {
         secret_data(&client, sys, &secret_name).await.filter(|d| d.get("tls.crt").is_some_and(|x| *x != old_leaf && *x != c.as_bytes()))

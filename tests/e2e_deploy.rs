@@ -325,7 +325,10 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     let svc = Api::<Service>::namespaced(client.clone(), &ns).create(&PostParams::default(), &service(&ns)).await.expect("create Service");
     let cluster_ip = svc.spec.and_then(|s| s.cluster_ip).expect("ClusterIP");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    deployments.patch("web", &PatchParams::apply("experiment").force(), &Patch::Apply(&deployment(&ns, s.replicas, spec.graceful))).await.expect("apply Deployment");
+    deployments
+        .patch("web", &PatchParams::apply("experiment").force(), &Patch::Apply(&deployment(&ns, s.replicas, spec.graceful)))
+        .await
+        .expect("apply Deployment");
     wait_rolled_out(client, &ns, s.replicas, 180).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     if spec.protected {
@@ -595,12 +598,17 @@ async fn deploy_experiment() {
         // operator's window forgets such a storm after --window-seconds; so does this one's
         // before a protected run at scale (BENCHMARKS.md "Deploy errors" shows W with the storm
         // in the window, too).
-        if spec.protected && spec.extra_services > 0
+        if spec.protected
+            && spec.extra_services > 0
             && let Some(t) = storm_ended
         {
             let forget = Duration::from_secs(OPERATOR_WINDOW_SECONDS + 10);
             if let Some(left) = forget.checked_sub(t.elapsed()) {
-                println!("== waiting {:.0} s until the operator's {} s window no longer holds the Services' creation", left.as_secs_f64(), OPERATOR_WINDOW_SECONDS);
+                println!(
+                    "== waiting {:.0} s until the operator's {} s window no longer holds the Services' creation",
+                    left.as_secs_f64(),
+                    OPERATOR_WINDOW_SECONDS
+                );
                 tokio::time::sleep(left).await;
             }
         }
@@ -635,19 +643,21 @@ async fn deploy_experiment() {
         // its deletion to the first successful read without its IP), `maxWindowSeconds` the
         // slowest node, null when some node's rules were never seen without the IP
         let pods = run["pods"].as_array().expect("results.json: pods");
-        let missing: Vec<String> = pods
-            .iter()
-            .filter(|p| p["maxWindowSeconds"].is_null())
-            .map(|p| format!("{} (never seen removed on {})", p["name"], p["missingNodes"]))
-            .collect();
+        let missing: Vec<String> =
+            pods.iter().filter(|p| p["maxWindowSeconds"].is_null()).map(|p| format!("{} (never seen removed on {})", p["name"], p["missingNodes"])).collect();
         if !missing.is_empty() {
             // no successful read without the IP: the ground truth is missing, not fine
             broken.push(format!("{name}: failed measurements: {missing:?}; failed reads per node {}", run["failedReads"]));
         }
         println!(
             "{name}: {} pods, windows min {} s, p99 {} s, max {} s; W {} s ({} histograms); failed reads per node {}",
-            pods.len(), run["podWindowMinSeconds"], run["podWindowP99Seconds"], run["podWindowMaxSeconds"], run["measuredWindowSeconds"],
-            run["histogramKind"], run["failedReads"]
+            pods.len(),
+            run["podWindowMinSeconds"],
+            run["podWindowP99Seconds"],
+            run["podWindowMaxSeconds"],
+            run["measuredWindowSeconds"],
+            run["histogramKind"],
+            run["failedReads"]
         );
         let ws = &run["windowFromScrapes"];
         println!(
@@ -679,13 +689,8 @@ async fn deploy_experiment() {
             // (unmeasuredNodes: nftables at 12,000 Services) cannot be shown either way: they
             // are reported, not held against the run; on a measured node they are
             let unmeasured = run["unmeasuredNodes"].as_object().cloned().unwrap_or_default();
-            let unattributed_measured: u64 = run["unattributedByNode"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter(|(n, _)| !unmeasured.contains_key(*n))
-                .filter_map(|(_, v)| v.as_u64())
-                .sum();
+            let unattributed_measured: u64 =
+                run["unattributedByNode"].as_object().into_iter().flatten().filter(|(n, _)| !unmeasured.contains_key(*n)).filter_map(|(_, v)| v.as_u64()).sum();
             if cause("race") > 0 || unattributed_measured > 0 {
                 broken.push(format!(
                     "{name}: a protected run failed {failures} requests, {} of them the race and {unattributed_measured} unattributed on nodes with a ground truth: {} ({}; unattributed per node {})",
@@ -719,14 +724,18 @@ async fn deploy_experiment() {
             let own = f64::max(3.0, 2.0 * largest);
             println!(
                 "{name}: sleep {sleep} s = {:.2} x the largest window {largest} s ({} histograms; 2 x own window {}: {own:.3} s)",
-                sleep / largest, kind.unwrap_or("unreported"), if sleep <= own + 1e-9 { "within" } else { "EXCEEDED" }
+                sleep / largest,
+                kind.unwrap_or("unreported"),
+                if sleep <= own + 1e-9 { "within" } else { "EXCEEDED" }
             );
             if kind == Some("native") {
                 // the experiment's policy has an empty spec: the default safety factor
                 let factor = safe_termination::crd::PreStopSpec::default().safety_factor;
                 let limit = f64::max(3.0, (factor * 2.0 * truth - 1e-6).ceil());
                 if sleep > limit {
-                    broken.push(format!("{name}: sleep {sleep} s > max(3 s, ceil({factor} x 2 x the largest window at this scale {truth} s)) = {limit} s (native histograms)"));
+                    broken.push(format!(
+                        "{name}: sleep {sleep} s > max(3 s, ceil({factor} x 2 x the largest window at this scale {truth} s)) = {limit} s (native histograms)"
+                    ));
                 }
             } else if sleep > f64::max(3.0, (3.0 * truth - 1e-6).ceil()) {
                 // classic sync buckets double (0.001 x 2^k s): a p99 inside one can read up to
@@ -759,7 +768,8 @@ async fn deploy_experiment() {
             let race = run["failuresByCause"]["race"].as_u64().unwrap_or(0);
             println!("{name}: {failures} failed requests by cause {}", run["failuresByCause"]);
             if failures > 0 && race == 0 {
-                broken.push(format!("{name}: no failure of the baseline was the race ({}): the attribution or the experiment is broken", run["failuresByCause"]));
+                broken
+                    .push(format!("{name}: no failure of the baseline was the race ({}): the attribution or the experiment is broken", run["failuresByCause"]));
             }
         }
         if name.contains("slow-sync") {
@@ -799,9 +809,11 @@ fn slow_sync_regime(run: &Value, broken: &mut Vec<String>) {
         }
         other => broken.push(format!("{name}: the ProxySyncSlow condition is not True for {slow}: {other:?}")),
     }
-    let advice = detail["advice"].as_array().into_iter().flatten().find(|a| {
-        a["reason"] == "ProxySyncSlow" && a["message"].as_str().is_some_and(|m| m.starts_with(&format!("node {slow}:")))
-    });
+    let advice = detail["advice"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["reason"] == "ProxySyncSlow" && a["message"].as_str().is_some_and(|m| m.starts_with(&format!("node {slow}:"))));
     match advice.and_then(|a| a["message"].as_str()) {
         Some(m) if m.contains(&format!("Node {fast} runs nftables mode")) => println!("{name}: advice: {m}"),
         other => broken.push(format!("{name}: no ProxySyncSlow advice for {slow} naming nftables on {fast}: {other:?}")),

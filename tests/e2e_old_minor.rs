@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
 use safe_termination::cli::mutate::{documents, pod_of};
-use safe_termination::crd::TerminationPolicy;
 use safe_termination::controller::probe::{ProbeResult, probe_native_sleep};
+use safe_termination::crd::TerminationPolicy;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

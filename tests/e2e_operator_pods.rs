@@ -38,8 +38,8 @@
 mod common;
 
 use common::rules::RealNode;
-use common::{first_der, metric_sum};
 use common::tools::{root, run, tool, try_run};
+use common::{first_der, metric_sum};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -350,7 +350,10 @@ async fn t1b_readme_quick_start_lines_run_verbatim() {
         }
         if line.contains("get tpol") {
             // the policy's first status (the leader reconciles within seconds)
-            common::wait_policy_status(&client, "my-app", "default", 60, "the README policy's status", |s| s["recommendation"]["preStopSeconds"].as_u64().is_some()).await;
+            common::wait_policy_status(&client, "my-app", "default", 60, "the README policy's status", |s| {
+                s["recommendation"]["preStopSeconds"].as_u64().is_some()
+            })
+            .await;
         }
         last = run_readme_line(line);
         eprintln!("$ {line}\n{last}");
@@ -464,7 +467,14 @@ fn assert_no_overlapping_writers(sampler: &WriterSampler, t0: Instant) {
     let v: Vec<_> = periods.iter().collect();
     for (i, (pa, (a0, a1, _))) in v.iter().enumerate() {
         for (pb, (b0, b1, _)) in v.iter().skip(i + 1) {
-            assert!(a1 < b0 || b1 < a0, "{pa} and {pb} wrote status in overlapping periods ({:+.1}..{:+.1} s vs {:+.1}..{:+.1} s)", rel(*a0), rel(*a1), rel(*b0), rel(*b1));
+            assert!(
+                a1 < b0 || b1 < a0,
+                "{pa} and {pb} wrote status in overlapping periods ({:+.1}..{:+.1} s vs {:+.1}..{:+.1} s)",
+                rel(*a0),
+                rel(*a1),
+                rel(*b0),
+                rel(*b1)
+            );
         }
     }
     assert_eq!(by_non_leader, 0, "a replica wrote status while reporting that it did not lead");
@@ -522,15 +532,12 @@ async fn leader_handover(what: &str, same_identity: bool, remove: impl AsyncFnOn
     let (new, seen) = wait_new_leader(&client, &old, since, same_identity, (duration as u64) * 3 + 30).await;
     let handover = seen.duration_since(t0).as_secs_f64();
     // status writes resume under the new leader
-    let resumed = common::wait_for("status writes by the new leader", 60, async || {
-        sampler.first_write_after(&new, seen).map(|t| t.duration_since(t0).as_secs_f64())
-    })
-    .await;
+    let resumed =
+        common::wait_for("status writes by the new leader", 60, async || sampler.first_write_after(&new, seen).map(|t| t.duration_since(t0).as_secs_f64()))
+            .await;
     wait_serving(&client, 2, 180).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    eprintln!(
-        "{what}: leader {old} -> {new}: new leader after {handover:.1} s (lease duration {duration} s), status writes resumed after {resumed:.1} s"
-    );
+    eprintln!("{what}: leader {old} -> {new}: new leader after {handover:.1} s (lease duration {duration} s), status writes resumed after {resumed:.1} s");
     assert_no_overlapping_writers(&sampler, t0);
     // a follower checks the lease when it would expire (kube-lease-manager), then waits 0-1 s
     // against collisions: a lease renewed just before the fault is taken a lease duration later
@@ -650,7 +657,12 @@ impl Storm {
     fn assert_every_pod_mutated(&self, what: &str, total: usize) {
         assert!(self.failed.is_empty(), "pod creations failed during {what}: {:?}", &self.failed[..self.failed.len().min(10)]);
         assert_eq!(self.created, total);
-        assert!(self.unmutated.is_empty(), "{} pods admitted unmutated during {what}: {:?}", self.unmutated.len(), &self.unmutated[..self.unmutated.len().min(10)]);
+        assert!(
+            self.unmutated.is_empty(),
+            "{} pods admitted unmutated during {what}: {:?}",
+            self.unmutated.len(),
+            &self.unmutated[..self.unmutated.len().min(10)]
+        );
         assert_eq!(self.fail_open_calls, 0.0, "the API server failed open during {what}");
     }
 
@@ -717,10 +729,9 @@ async fn t4_pod_storm_while_the_webhook_pods_are_deleted_fails_open_and_is_count
     // reconciled, equals the test's
     wait_serving(&client, 2, 180).await;
     let want = s.unmutated.len() as f64;
-    let got = common::wait_for("the operator's unprotected count to match", 120, async || {
-        leader_unprotected(&client, &namespaces).await.filter(|g| *g == want)
-    })
-    .await;
+    let got =
+        common::wait_for("the operator's unprotected count to match", 120, async || leader_unprotected(&client, &namespaces).await.filter(|g| *g == want))
+            .await;
     eprintln!("  the operator counts {got} unprotected pods; the test counted {want} unmutated");
     assert!(want > 0.0, "no pod was admitted unmutated although both webhook pods were deleted twice: the fault did not bite");
     delete_namespaces(&client, &namespaces).await;
@@ -742,7 +753,16 @@ async fn t5_pod_storm_during_helm_upgrade_admits_every_pod_mutated() {
         let chart = root().join("charts/safe-termination");
         let stamp = format!("podAnnotations.e2e/upgraded={}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
         let out = tokio::task::spawn_blocking(move || {
-            run(tool("helm").args(["upgrade", RELEASE]).arg(chart).args(["-n", NS, "-f"]).arg(values.path()).args(["--set-string", &stamp, "--wait", "--timeout", "180s"]), None)
+            run(
+                tool("helm").args(["upgrade", RELEASE]).arg(chart).args(["-n", NS, "-f"]).arg(values.path()).args([
+                    "--set-string",
+                    &stamp,
+                    "--wait",
+                    "--timeout",
+                    "180s",
+                ]),
+                None,
+            )
         })
         .await
         .unwrap();
@@ -799,7 +819,10 @@ async fn t5b_pod_storm_during_a_ca_rotation_admits_every_pod_mutated() {
         let t0 = Instant::now();
         tokio::time::sleep(Duration::from_secs(5)).await;
         let token = format!("{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
-        run(tool("kubectl").args(["-n", NS, "annotate", "secret", &format!("{RELEASE}-tls"), &format!("safetermination.io/rotate-ca={token}"), "--overwrite"]), None);
+        run(
+            tool("kubectl").args(["-n", NS, "annotate", "secret", &format!("{RELEASE}-tls"), &format!("safetermination.io/rotate-ca={token}"), "--overwrite"]),
+            None,
+        );
         eprintln!("  CA rotation requested at +5 s");
         let new_ca = common::wait_for("the rotated CA in the Secret", 60, async || {
             let ca = tls_secret(&client).await.get("ca.crt").cloned()?;
@@ -835,7 +858,6 @@ async fn t5b_pod_storm_during_a_ca_rotation_admits_every_pod_mutated() {
     s.assert_every_pod_mutated("the rotation", 830);
     delete_namespaces(&client, &namespaces).await;
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // t6, t7: the control plane and a kube-proxy restarted
@@ -889,7 +911,8 @@ async fn t6_kube_apiserver_restarted_the_operator_rewatches_without_restarting()
     let sleep = common::wait_for("the webhook mutating after the restart", 60, async || dry_run_sleep(&client, ns).await).await;
     let webhook_back = t0.elapsed().as_secs_f64();
     let leader = common::wait_for("a lease holder", 60, async || lease(&client).await.as_ref().and_then(holder)).await;
-    let resumed = common::wait_for("status writes after the restart", 60, async || sampler.first_write_after(&leader, t0 + Duration::from_secs_f64(api_back))).await;
+    let resumed =
+        common::wait_for("status writes after the restart", 60, async || sampler.first_write_after(&leader, t0 + Duration::from_secs_f64(api_back))).await;
     let after = containers(&client).await;
     eprintln!(
         "kube-apiserver restarted ({}): serving again after {api_back:.1} s; the leader's status writes resumed at +{:.1} s, a new policy got its status at +{status_back:.1} s, the webhook mutated (sleep {sleep} s) at +{webhook_back:.1} s; operator containers before {before:?}, after {after:?}",
@@ -957,12 +980,13 @@ async fn t8b_policy_backend_mutates_every_pod_while_every_operator_pod_is_delete
     // the chart's default: auto, which on 1.37 is the policy (and no webhook configuration)
     let t = Instant::now();
     run(
-        tool("helm")
-            .args(["upgrade", RELEASE])
-            .arg(root().join("charts/safe-termination"))
-            .args(["-n", NS, "-f"])
-            .arg(values.path())
-            .args(["--set", "admission.backend=auto", "--wait", "--timeout", "180s"]),
+        tool("helm").args(["upgrade", RELEASE]).arg(root().join("charts/safe-termination")).args(["-n", NS, "-f"]).arg(values.path()).args([
+            "--set",
+            "admission.backend=auto",
+            "--wait",
+            "--timeout",
+            "180s",
+        ]),
         None,
     );
     wait_serving(&client, 2, 180).await;
@@ -998,7 +1022,11 @@ impl LoopbackKubeProxies {
         for RealNode { name: node, ip, .. } in nodes {
             let path = format!("{dir}/kube-proxy-{node}.yaml");
             let cfg = std::fs::read_to_string(&path).unwrap();
-            let (from, to) = if loopback { (format!("metricsBindAddress: {ip}:10249"), "metricsBindAddress: 127.0.0.1:10249".to_string()) } else { ("metricsBindAddress: 127.0.0.1:10249".to_string(), format!("metricsBindAddress: {ip}:10249")) };
+            let (from, to) = if loopback {
+                (format!("metricsBindAddress: {ip}:10249"), "metricsBindAddress: 127.0.0.1:10249".to_string())
+            } else {
+                ("metricsBindAddress: 127.0.0.1:10249".to_string(), format!("metricsBindAddress: {ip}:10249"))
+            };
             if cfg.contains(&from) {
                 std::fs::write(&path, cfg.replace(&from, &to)).unwrap();
                 // kube-proxy exits by itself on a changed configuration file
@@ -1069,9 +1097,13 @@ async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
     // kubeadm's default: kube-proxy's metrics on the node's loopback only
     let _restore = LoopbackKubeProxies::to_loopback(&real);
     for RealNode { name: node, netns, ip, .. } in &real {
-        let direct = reqwest::Client::builder().timeout(Duration::from_secs(3)).no_proxy().build().unwrap().get(format!("http://{ip}:10249/metrics")).send().await;
+        let direct =
+            reqwest::Client::builder().timeout(Duration::from_secs(3)).no_proxy().build().unwrap().get(format!("http://{ip}:10249/metrics")).send().await;
         assert!(direct.is_err(), "kube-proxy on {node} still answers on {ip}:10249 after the rebind");
-        let mode = common::wait_for(&format!("kube-proxy on {node} serving on 127.0.0.1 in its netns"), 30, async || curl_in_netns(netns, "http://127.0.0.1:10249/proxyMode").ok()).await;
+        let mode = common::wait_for(&format!("kube-proxy on {node} serving on 127.0.0.1 in its netns"), 30, async || {
+            curl_in_netns(netns, "http://127.0.0.1:10249/proxyMode").ok()
+        })
+        .await;
         eprintln!("kube-proxy on {node}: {ip}:10249 refused, 127.0.0.1:10249 in {netns} answers /proxyMode {}", mode.trim());
     }
     // the direct scrape fails on both nodes
@@ -1086,7 +1118,14 @@ async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
     let values = values_file();
     let upgrade = |extra: &std::path::Path| {
         run(
-            tool("helm").args(["upgrade", RELEASE]).arg(root().join("charts/safe-termination")).args(["-n", NS, "-f"]).arg(values.path()).arg("-f").arg(extra).args(["--wait", "--timeout", "180s"]),
+            tool("helm")
+                .args(["upgrade", RELEASE])
+                .arg(root().join("charts/safe-termination"))
+                .args(["-n", NS, "-f"])
+                .arg(values.path())
+                .arg("-f")
+                .arg(extra)
+                .args(["--wait", "--timeout", "180s"]),
             None,
         )
     };
@@ -1217,7 +1256,13 @@ async fn t8_existing_secret_mode_serves_the_users_certificate() {
     let (ca, _crt, _key) = openssl_certs(dir.path());
     let secret = "st-user-tls";
     let _ = try_run(tool("kubectl").args(["-n", NS, "delete", "secret", secret]), None);
-    run(tool("kubectl").args(["-n", NS, "create", "secret", "tls", secret]).arg(format!("--cert={}", dir.path().join("tls.crt").display())).arg(format!("--key={}", dir.path().join("tls.key").display())), None);
+    run(
+        tool("kubectl")
+            .args(["-n", NS, "create", "secret", "tls", secret])
+            .arg(format!("--cert={}", dir.path().join("tls.crt").display()))
+            .arg(format!("--key={}", dir.path().join("tls.key").display())),
+        None,
+    );
     let values = values_file();
     let upgrade = |extra: &[&str]| {
         let mut c = tool("helm");

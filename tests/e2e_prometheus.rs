@@ -69,18 +69,14 @@ const NP_FAMILY: &str = "kubeproxy_network_programming_duration_seconds";
 /// `$ST_KP_METRICS_URLS`.
 fn kube_proxies() -> Vec<(String, String)> {
     let nodes = std::env::var("ST_KP_NODES").unwrap_or_else(|_| "node-a node-b".into());
-    let urls = std::env::var("ST_KP_METRICS_URLS")
-        .unwrap_or_else(|_| "http://10.213.0.2:10249/metrics http://10.213.1.2:10249/metrics".into());
+    let urls = std::env::var("ST_KP_METRICS_URLS").unwrap_or_else(|_| "http://10.213.0.2:10249/metrics http://10.213.1.2:10249/metrics".into());
     nodes.split_whitespace().map(String::from).zip(urls.split_whitespace().map(String::from)).collect()
 }
 
 /// The chart's alert rule groups, as rendered into its PrometheusRule (`spec`: `{groups: [...]}`).
 fn chart_rule_groups() -> Value {
     let chart = common::tools::root().join("charts/safe-termination");
-    let out = run(
-        tool("helm").args(["template", "st"]).arg(chart).args(["--namespace", "e2e-prom-system", "--set", "prometheusRule.enabled=true"]),
-        None,
-    );
+    let out = run(tool("helm").args(["template", "st"]).arg(chart).args(["--namespace", "e2e-prom-system", "--set", "prometheusRule.enabled=true"]), None);
     let mut cur = String::new();
     for line in out.lines().chain(std::iter::once("---")) {
         if line == "---" {
@@ -155,10 +151,8 @@ impl Prometheus {
                 json!({"targets": [target], "labels": {"node": node}})
             })
             .collect();
-        let metrics_path = kube_proxies
-            .first()
-            .and_then(|(_, url)| reqwest::Url::parse(url).ok())
-            .map_or_else(|| "/metrics".to_string(), |u| u.path().to_string());
+        let metrics_path =
+            kube_proxies.first().and_then(|(_, url)| reqwest::Url::parse(url).ok()).map_or_else(|| "/metrics".to_string(), |u| u.path().to_string());
         // native histograms (kube-proxy 1.37 serves them over protobuf, which this setting also
         // makes Prometheus ask for first) and the classic buckets beside them: Prometheus 3.16
         // config/config.go, GlobalConfig ScrapeNativeHistograms and AlwaysScrapeClassicHistograms
@@ -463,12 +457,8 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     let backend = ["--admission-backend", "webhook"];
     let direct = common::Operator::start_windowed("e2e-prom-direct", window, &backend).await;
     let url = prom.url();
-    let via_prom = common::Operator::start_windowed(
-        "e2e-prom-query",
-        window,
-        &[&backend[..], &["--source", "prometheus", "--prometheus-url", &url]].concat(),
-    )
-    .await;
+    let via_prom =
+        common::Operator::start_windowed("e2e-prom-query", window, &[&backend[..], &["--source", "prometheus", "--prometheus-url", &url]].concat()).await;
     let started = Instant::now();
     let policies: Api<safe_termination::crd::TerminationPolicy> = Api::namespaced(client.clone(), "e2e-prom-app");
     let policy = serde_json::from_value(json!({"apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
@@ -511,7 +501,10 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
         let ((d_nodes, d_w), (p_nodes, p_w)) = (d, p);
         let mut ok = true;
         last = format!("attempt {attempt}, {:.0} s after the operators started:\n", started.elapsed().as_secs_f64());
-        last += &format!("{:<8} {:>12} {:>12} {:>18} {:>12} {:>12} {:>18}\n", "node", "sync direct", "sync prom", "sync bucket", "np direct", "np prom", "np bucket");
+        last += &format!(
+            "{:<8} {:>12} {:>12} {:>18} {:>12} {:>12} {:>18}\n",
+            "node", "sync direct", "sync prom", "sync bucket", "np direct", "np prom", "np bucket"
+        );
         for ((node, d), p) in nodes.iter().zip(&d_nodes).zip(&p_nodes) {
             let (ds, ps) = (d.sync_p99.unwrap(), p.sync_p99.unwrap());
             let sb = bucket_of(&sync_bounds, ds);
@@ -717,12 +710,9 @@ async fn z_sync_slow_alert_fires_through_prometheus() {
     }
     let url = prom.url();
     let window = hold + 300;
-    let op = common::Operator::start_windowed(
-        "e2e-prom-alert",
-        window,
-        &["--admission-backend", "webhook", "--source", "prometheus", "--prometheus-url", &url],
-    )
-    .await;
+    let op =
+        common::Operator::start_windowed("e2e-prom-alert", window, &["--admission-backend", "webhook", "--source", "prometheus", "--prometheus-url", &url])
+            .await;
     prom.scrape_operator(&op);
     // (its per-node p99 series appear only with syncs in the window: this Prometheus is new)
     common::wait_for("Prometheus scraping the operator", 60, async || {

@@ -11,9 +11,9 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::Api;
 
 mod common;
 use common::rules::{RuleReader, RuleTrace, now_unix};
@@ -84,12 +84,8 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     let sleep_of: HashMap<String, f64> = old
         .iter()
         .map(|p| {
-            let s = p.spec.as_ref().unwrap().containers[0]
-                .lifecycle
-                .as_ref()
-                .and_then(|l| l.pre_stop.as_ref())
-                .and_then(|h| h.sleep.as_ref())
-                .map(|s| s.seconds);
+            let s =
+                p.spec.as_ref().unwrap().containers[0].lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).and_then(|h| h.sleep.as_ref()).map(|s| s.seconds);
             (p.status.as_ref().unwrap().pod_ip.clone().unwrap(), s.expect("pods got a preStop sleep") as f64)
         })
         .collect();
@@ -198,7 +194,10 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     let p99 = percentile(&windows, 0.99);
     let status = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap();
     let w = status["measurement"]["propagationWindowSeconds"].as_f64().expect("W in the status");
-    println!("operator's measured propagation window W = {w:.3} s, recommended preStop {} s; per-pod windows p99 {p99:.3} s", status["recommendation"]["preStopSeconds"]);
+    println!(
+        "operator's measured propagation window W = {w:.3} s, recommended preStop {} s; per-pod windows p99 {p99:.3} s",
+        status["recommendation"]["preStopSeconds"]
+    );
     assert!(w >= p99, "W {w:.3} s does not cover the p99 {p99:.3} s of the per-pod windows {windows:?}");
     drop(op);
     common::cleanup(&client, hook, ns).await;
@@ -260,7 +259,10 @@ async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables(
     assert!(
         sized.contains(&after),
         "sleep {after} s (before: {before} s) vs clamp(ceil({w} x {} + {}), {}, {}) = {sized:?} ({reason})",
-        p.safety_factor, p.extra_seconds, p.min_seconds, p.max_seconds
+        p.safety_factor,
+        p.extra_seconds,
+        p.min_seconds,
+        p.max_seconds
     );
     assert!(status["advice"].to_string().contains("nftables"), "{}", status["advice"]);
     let metrics = op.metrics().await;

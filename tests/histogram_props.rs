@@ -153,14 +153,12 @@ fn quantile() -> impl Strategy<Value = f64> {
 /// Buckets in any order, possibly with duplicate bounds and non-monotonic counts, always with a
 /// `+Inf` bucket somewhere.
 fn raw_buckets() -> impl Strategy<Value = Vec<(f64, f64)>> {
-    (prop::collection::vec((bound(), 0u32..1000), 0..20), 0u32..2000, any::<prop::sample::Index>()).prop_map(
-        |(finite, inf_count, at)| {
-            let mut v: Vec<(f64, f64)> = finite.into_iter().map(|(b, c)| (b, f64::from(c))).collect();
-            let pos = at.index(v.len() + 1);
-            v.insert(pos, (f64::INFINITY, f64::from(inf_count)));
-            v
-        },
-    )
+    (prop::collection::vec((bound(), 0u32..1000), 0..20), 0u32..2000, any::<prop::sample::Index>()).prop_map(|(finite, inf_count, at)| {
+        let mut v: Vec<(f64, f64)> = finite.into_iter().map(|(b, c)| (b, f64::from(c))).collect();
+        let pos = at.index(v.len() + 1);
+        v.insert(pos, (f64::INFINITY, f64::from(inf_count)));
+        v
+    })
 }
 
 /// A well-formed kube-proxy-like histogram: sorted distinct bounds, cumulative counts.
@@ -294,19 +292,8 @@ enum Mutation {
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
-    let interesting = prop_oneof![
-        any::<u8>(),
-        Just(b'\n'),
-        Just(b'"'),
-        Just(b'\\'),
-        Just(b'{'),
-        Just(b'}'),
-        Just(b'='),
-        Just(b','),
-        Just(b' '),
-        Just(0xC3),
-        Just(0xFF)
-    ];
+    let interesting =
+        prop_oneof![any::<u8>(), Just(b'\n'), Just(b'"'), Just(b'\\'), Just(b'{'), Just(b'}'), Just(b'='), Just(b','), Just(b' '), Just(0xC3), Just(0xFF)];
     prop_oneof![
         (any::<prop::sample::Index>(), 1u8..=255).prop_map(|(i, m)| Mutation::Flip(i, m)),
         any::<prop::sample::Index>().prop_map(Mutation::Delete),
@@ -429,11 +416,7 @@ fn a_cut_scrape_never_yields_a_different_histogram() {
             ];
             for (family, got, want) in pairs {
                 if let Some(got) = got {
-                    assert_eq!(
-                        Some(got.buckets()),
-                        want.as_ref().map(|h| h.buckets()),
-                        "{name} cut at byte {n}: {family} differs from the complete scrape"
-                    );
+                    assert_eq!(Some(got.buckets()), want.as_ref().map(|h| h.buckets()), "{name} cut at byte {n}: {family} differs from the complete scrape");
                 }
             }
             // a cut inside a sample line of a family we read is always an error

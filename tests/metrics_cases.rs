@@ -78,10 +78,8 @@ fn hist_text(family: &str, buckets: &[(&str, u64)], sum: f64) -> String {
 /// kube-proxy's sync bucket layout (`0.001 * 2^k`, k = 0..14, then `+Inf`) filled from a
 /// function giving the cumulative count at each bound.
 fn sync_layout(count_at: impl Fn(f64) -> u64, inf: u64) -> Vec<(String, u64)> {
-    const BOUNDS: [&str; 15] = [
-        "0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256", "0.512", "1.024",
-        "2.048", "4.096", "8.192", "16.384",
-    ];
+    const BOUNDS: [&str; 15] =
+        ["0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "0.064", "0.128", "0.256", "0.512", "1.024", "2.048", "4.096", "8.192", "16.384"];
     let mut v: Vec<(String, u64)> = BOUNDS.iter().map(|le| (le.to_string(), count_at(le.parse().unwrap()))).collect();
     v.push(("+Inf".into(), inf));
     v
@@ -290,13 +288,9 @@ fn v1_13_cut_inside_an_unrelated_family_is_an_error_naming_line_and_family() {
     let e = parse_kube_proxy_metrics(&V1_13[..at]).unwrap_err();
     assert_eq!(e.line, 10);
     assert_eq!(e.family, "go_gc_duration_seconds");
-    assert_eq!(
-        e.message,
-        "label quantile value is cut off (no closing quote), and the last line has no terminating line feed: the scrape was cut off"
-    );
+    assert_eq!(e.message, "label quantile value is cut off (no closing quote), and the last line has no terminating line feed: the scrape was cut off");
     // a garbled line there is an error too, not a skipped line
-    let garbled =
-        V1_13.replacen("go_gc_duration_seconds{quantile=\"0.25\"} 5.9037e-05", "go_gc_duration_seconds{quantile=\"0.25\"} 5.9037e-05 )", 1);
+    let garbled = V1_13.replacen("go_gc_duration_seconds{quantile=\"0.25\"} 5.9037e-05", "go_gc_duration_seconds{quantile=\"0.25\"} 5.9037e-05 )", 1);
     let e = parse_kube_proxy_metrics(&garbled).unwrap_err();
     assert_eq!(
         (e.line, e.family.as_str(), e.message.as_str()),
@@ -309,8 +303,7 @@ fn v1_13_cut_inside_an_unrelated_family_is_an_error_naming_line_and_family() {
 #[test]
 fn shared_scrapes_indented_parse_the_same() {
     for text in [V1_29, V1_13, V1_8] {
-        let indented: String =
-            text.split_inclusive('\n').enumerate().map(|(i, l)| format!("{}{l}", ["  ", "\t", " \t ", ""][i % 4])).collect();
+        let indented: String = text.split_inclusive('\n').enumerate().map(|(i, l)| format!("{}{l}", ["  ", "\t", " \t ", ""][i % 4])).collect();
         let indented = indented.replace("\n#", "\n\t\n#");
         assert_eq!(parse(&indented), parse(text));
     }
@@ -715,7 +708,8 @@ fn proxy_stale_threshold() {
         sync_p99_text("0.01", "0.02")
     );
     let later = KubeProxyScrape { scraped_at_unix_seconds: Some(1040.0), ..parse(&text) };
-    let r = analyze(&[NodeInput { node: "n1".into(), later, earlier: None, proxy_mode: None }], &opts(ClusterFacts::default()), &TerminationPolicySpec::default());
+    let r =
+        analyze(&[NodeInput { node: "n1".into(), later, earlier: None, proxy_mode: None }], &opts(ClusterFacts::default()), &TerminationPolicySpec::default());
     assert_eq!(r.nodes[0].stale_seconds, Some(41.0));
 }
 
@@ -768,11 +762,8 @@ kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv6\",le=\"+Inf\
 
 #[test]
 fn estimated_rules_sit_beside_the_actual_count() {
-    let r = analyze(
-        &[node("n1", V1_29)],
-        &opts(ClusterFacts { services: Some(10), endpoints: Some(12), ..Default::default() }),
-        &TerminationPolicySpec::default(),
-    );
+    let r =
+        analyze(&[node("n1", V1_29)], &opts(ClusterFacts { services: Some(10), endpoints: Some(12), ..Default::default() }), &TerminationPolicySpec::default());
     assert_eq!(r.proxy.estimated_rules, Some(2 * 10 + 2 * 12));
     assert_eq!(r.proxy.actual_rules, Some(38));
     assert_eq!(r.proxy.services, Some(10));

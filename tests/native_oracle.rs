@@ -69,7 +69,10 @@ fn quantiles_are_prometheus_bit_for_bit() {
         for (q, want) in &c.quantiles {
             let q: f64 = q.parse().unwrap();
             let got = a.quantile(q).seconds;
-            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "case {n}: histogram_quantile({q}) = {want:?} in Prometheus, {got:?} here");
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "case {n}: histogram_quantile({q}) = {want:?} in Prometheus, {got:?} here"
+            );
             compared += 1;
         }
     }

@@ -8,11 +8,11 @@
 //! `NativeHistogram::add`, which the native-maths work provides: until it is merged they fail
 //! with `unimplemented`.
 
-use prost::Message;
 use proptest::prelude::*;
+use prost::Message;
 use safe_termination::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, Format, PROTOBUF_CONTENT_TYPE, accepts_protobuf};
 use safe_termination::exposition::protobuf::wire::{self, Bucket, BucketSpan, LabelPair, Metric, MetricFamily, MetricType, Value};
-use safe_termination::exposition::protobuf::{decode_kube_proxy_protobuf, decode_kube_proxy_protobuf_full, filter_kube_proxy_protobuf, family_name, messages};
+use safe_termination::exposition::protobuf::{decode_kube_proxy_protobuf, decode_kube_proxy_protobuf_full, family_name, filter_kube_proxy_protobuf, messages};
 use safe_termination::exposition::{
     HistogramFamily, KubeProxyScrape, ScrapeError, parse_kube_proxy_metrics, parse_kube_proxy_protobuf, parse_scrape, parse_scrape_as, read_families,
 };
@@ -28,7 +28,12 @@ const KUBE_PROXY_CONTENT_TYPE: &str = "application/vnd.google.protobuf; proto=io
 const SYNC: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
 
 fn classic_families(s: &KubeProxyScrape) -> [(&'static str, Option<&safe_termination::exposition::Histogram>); 4] {
-    [("sync", s.sync.as_ref()), ("sync_full", s.sync_full.as_ref()), ("sync_partial", s.sync_partial.as_ref()), ("network_programming", s.network_programming.as_ref())]
+    [
+        ("sync", s.sync.as_ref()),
+        ("sync_full", s.sync_full.as_ref()),
+        ("sync_partial", s.sync_partial.as_ref()),
+        ("network_programming", s.network_programming.as_ref()),
+    ]
 }
 
 #[test]
@@ -149,7 +154,8 @@ fn the_fast_path_decodes_the_captures_as_the_full_decode() {
 fn a_garbled_family_not_read_is_rejected_as_the_full_decode_rejects_it() {
     let good = sync_body(classic(&[(0.5, 1)], 2, 1.0));
     let unread = |tail: &[u8]| {
-        let mut m = MetricFamily { name: Some("rest_client_requests_total".into()), r#type: Some(MetricType::Counter as i32), ..Default::default() }.encode_to_vec();
+        let mut m =
+            MetricFamily { name: Some("rest_client_requests_total".into()), r#type: Some(MetricType::Counter as i32), ..Default::default() }.encode_to_vec();
         m.extend_from_slice(tail);
         let mut b = good.clone();
         prost::encoding::encode_varint(m.len() as u64, &mut b);
@@ -173,7 +179,10 @@ fn a_garbled_family_not_read_is_rejected_as_the_full_decode_rejects_it() {
         let (fast, full) = (decode_kube_proxy_protobuf(&b).unwrap_err(), decode_kube_proxy_protobuf_full(&b).unwrap_err());
         assert_eq!(fast, full, "{what}");
         assert_eq!((fast.message_index, fast.family.as_str()), (2, "rest_client_requests_total"), "{what}");
-        assert!(fast.message.starts_with("not a valid MetricFamily message: failed to decode Protobuf message: ") && fast.message.contains(why), "{what}: {fast}");
+        assert!(
+            fast.message.starts_with("not a valid MetricFamily message: failed to decode Protobuf message: ") && fast.message.contains(why),
+            "{what}: {fast}"
+        );
     }
     let accepted: [(&str, Vec<u8>); 5] = [
         ("an exemplar (counter field 2, not in the wire structs)", metric(&[0x1a, 0x0b, 0x09, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0x12, 0x00])),
@@ -213,7 +222,10 @@ fn the_filter_keeps_the_read_families_byte_for_byte_and_decodes_the_same() {
 fn content_types_accept_headers_and_saved_files_choose_the_format() {
     assert_eq!(Format::from_content_type(Some(KUBE_PROXY_CONTENT_TYPE)).unwrap(), Format::Protobuf);
     assert_eq!(Format::from_content_type(Some(PROTOBUF_CONTENT_TYPE)).unwrap(), Format::Protobuf);
-    assert_eq!(Format::from_content_type(Some("Application/Vnd.Google.Protobuf;proto=\"io.prometheus.client.MetricFamily\";ENCODING=delimited")).unwrap(), Format::Protobuf);
+    assert_eq!(
+        Format::from_content_type(Some("Application/Vnd.Google.Protobuf;proto=\"io.prometheus.client.MetricFamily\";ENCODING=delimited")).unwrap(),
+        Format::Protobuf
+    );
     for text in [None, Some("text/plain; version=0.0.4; charset=utf-8"), Some("application/openmetrics-text; version=1.0.0"), Some("")] {
         assert_eq!(Format::from_content_type(text).unwrap(), Format::Text, "{text:?}");
     }
@@ -236,7 +248,9 @@ fn content_types_accept_headers_and_saved_files_choose_the_format() {
     let name_end = 1 + first.raw.len() - first.message.len() + 1 + family_name(first.message).unwrap().len();
     assert_eq!(Format::detect(&A_PB[..name_end]), Format::Protobuf);
     assert_eq!(Format::detect(&A_PB[..name_end - 1]), Format::Text, "the name cut: nothing to tell it by");
-    assert!(matches!(parse_scrape_as(&A_PB[..first.raw.len() - 1], Format::detect(&A_PB[..first.raw.len() - 1])), Err(ScrapeError::Protobuf(e)) if e.message.contains("cut off")));
+    assert!(
+        matches!(parse_scrape_as(&A_PB[..first.raw.len() - 1], Format::detect(&A_PB[..first.raw.len() - 1])), Err(ScrapeError::Protobuf(e)) if e.message.contains("cut off"))
+    );
     for dir in std::fs::read_dir("tests/data/metrics").unwrap() {
         let path = dir.unwrap().path();
         if path.extension().is_some_and(|e| e == "txt") {
@@ -316,7 +330,11 @@ fn framing_errors_name_the_message_and_offset() {
     let e = decode_kube_proxy_protobuf(&huge).unwrap_err();
     assert_eq!((e.message_index, e.offset), (2, good.len()));
     assert!(e.message.contains(&format!("declares {} bytes", u64::MAX)), "{e}");
-    for (bad, why) in [(&[0xff; 11][..], "longer than 10 bytes"), (&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02][..], "beyond 64 bits"), (&[0x80][..], "ends inside a length prefix")] {
+    for (bad, why) in [
+        (&[0xff; 11][..], "longer than 10 bytes"),
+        (&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02][..], "beyond 64 bits"),
+        (&[0x80][..], "ends inside a length prefix"),
+    ] {
         assert!(err(bad).2.contains(why), "{bad:?}: {:?}", err(bad));
     }
     // garbage inside a well-framed message, and a family without a name
@@ -360,7 +378,8 @@ fn a_capture_cut_at_every_byte_is_an_error_unless_cut_between_messages() {
 #[test]
 fn every_message_cut_inside_with_a_fitting_prefix_never_panics() {
     let mut tried = 0;
-    for m in messages(A_PB).map(Result::unwrap).filter(|m| family_name(m.message).is_some_and(|n| n.starts_with("kubeproxy_") || n == "kubernetes_build_info")) {
+    for m in messages(A_PB).map(Result::unwrap).filter(|m| family_name(m.message).is_some_and(|n| n.starts_with("kubeproxy_") || n == "kubernetes_build_info"))
+    {
         for n in 0..m.message.len() {
             let mut cut = Vec::new();
             prost::encoding::encode_varint(n as u64, &mut cut);
@@ -386,12 +405,18 @@ fn impossible_classic_buckets_are_errors_naming_the_family() {
             "bucket 1 has no upper_bound",
         ),
         (
-            wire::Histogram { bucket: vec![Bucket { cumulative_count: None, cumulative_count_float: Some(f64::NAN), upper_bound: Some(1.0) }], ..classic(&[], 1, 1.0) },
+            wire::Histogram {
+                bucket: vec![Bucket { cumulative_count: None, cumulative_count_float: Some(f64::NAN), upper_bound: Some(1.0) }],
+                ..classic(&[], 1, 1.0)
+            },
             "cumulative_count_float is NaN",
         ),
         (wire::Histogram { sample_count_float: Some(-2.0), ..classic(&[], 1, 1.0) }, "sample_count_float is -2"),
         // with an explicit +Inf bucket the sample count is not used, and is still checked
-        (wire::Histogram { sample_count_float: Some(f64::NAN), ..classic(&[(0.5, 1), (f64::INFINITY, 1)], 1, 1.0) }, "sample_count_float is NaN: a count is a finite number >= 0"),
+        (
+            wire::Histogram { sample_count_float: Some(f64::NAN), ..classic(&[(0.5, 1), (f64::INFINITY, 1)], 1, 1.0) },
+            "sample_count_float is NaN: a count is a finite number >= 0",
+        ),
         (wire::Histogram { sample_count_float: Some(f64::NEG_INFINITY), ..classic(&[(f64::INFINITY, 1)], 1, 1.0) }, "sample_count_float is -inf"),
         (wire::Histogram { zero_count_float: Some(f64::NAN), ..classic(&[(0.5, 1)], 1, 1.0) }, "zero_count_float is NaN"),
     ];
@@ -401,7 +426,8 @@ fn impossible_classic_buckets_are_errors_naming_the_family() {
         assert!(message.contains(want) && message.contains("(series {ip_family=\"IPv4\"})"), "want {want:?} in {message:?}");
     }
     // the same histograms in a family we do not read: decoded, not interpreted (R12)
-    let unrelated = body(&[family("rest_client_request_duration_seconds", MetricType::Histogram, vec![series(&[], classic(&[(f64::NAN, 3), (-1.0, 9)], 1, 1.0))])]);
+    let unrelated =
+        body(&[family("rest_client_request_duration_seconds", MetricType::Histogram, vec![series(&[], classic(&[(f64::NAN, 3), (-1.0, 9)], 1, 1.0))])]);
     assert_eq!(decode_kube_proxy_protobuf(&unrelated).unwrap().scrape, KubeProxyScrape::default());
 }
 
@@ -523,11 +549,20 @@ fn series_families_and_scalars_follow_the_text_readers_rules() {
     assert_eq!(s.sync.unwrap().sum_seconds, Some(500.0 * 1e-6));
     // scalars: the oldest last sync, the newest last queued, sums, the build's version
     let gauge = |name: &str, values: &[(&str, f64)]| {
-        let metric = values.iter().map(|(fam, v)| Metric { label: vec![label("ip_family", fam)], gauge: Some(Value { value: Some(*v) }), ..Default::default() }).collect();
+        let metric = values
+            .iter()
+            .map(|(fam, v)| Metric { label: vec![label("ip_family", fam)], gauge: Some(Value { value: Some(*v) }), ..Default::default() })
+            .collect();
         family(name, MetricType::Gauge, metric)
     };
-    let counter = |name: &str, v: f64| family(name, MetricType::Counter, vec![Metric { label: vec![label("table", "nat")], counter: Some(Value { value: Some(v) }), ..Default::default() }]);
-    let build = family("kubernetes_build_info", MetricType::Gauge, vec![Metric { label: vec![label("git_version", "v1.37.2")], gauge: Some(Value { value: Some(1.0) }), ..Default::default() }]);
+    let counter = |name: &str, v: f64| {
+        family(name, MetricType::Counter, vec![Metric { label: vec![label("table", "nat")], counter: Some(Value { value: Some(v) }), ..Default::default() }])
+    };
+    let build = family(
+        "kubernetes_build_info",
+        MetricType::Gauge,
+        vec![Metric { label: vec![label("git_version", "v1.37.2")], gauge: Some(Value { value: Some(1.0) }), ..Default::default() }],
+    );
     let s = decode_kube_proxy_protobuf(&body(&[
         gauge("kubeproxy_sync_proxy_rules_last_timestamp_seconds", &[("IPv4", 20.0), ("IPv6", 10.0)]),
         gauge("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", &[("IPv4", 30.0), ("IPv6", 40.0)]),
@@ -541,7 +576,11 @@ fn series_families_and_scalars_follow_the_text_readers_rules() {
     assert!(s.endpoint_changes_total.unwrap().is_nan(), "NaN values are accepted, as in text");
     assert_eq!(s.kubernetes_version.as_deref(), Some("v1.37.2"));
     // a scalar family without its type's value, or of a histogram type, is an error naming it
-    let no_value = family("kubeproxy_sync_proxy_rules_endpoint_changes_total", MetricType::Counter, vec![Metric { gauge: Some(Value { value: Some(1.0) }), ..Default::default() }]);
+    let no_value = family(
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+        MetricType::Counter,
+        vec![Metric { gauge: Some(Value { value: Some(1.0) }), ..Default::default() }],
+    );
     assert_eq!(err(&body(&[no_value])).2, "series 1 of a counter family has no counter value");
     let histogram_typed = family("kubeproxy_sync_proxy_rules_endpoint_changes_total", MetricType::Histogram, vec![]);
     assert!(err(&body(&[histogram_typed])).2.contains("is a histogram where a counter or gauge is read"));
@@ -588,7 +627,9 @@ fn text_of(name: &str, series: &[(&str, &Series)]) -> String {
         for (le, c) in buckets {
             t.push_str(&format!("{name}_bucket{{ip_family=\"{fam}\",le=\"{le:?}\"}} {c}\n"));
         }
-        t.push_str(&format!("{name}_bucket{{ip_family=\"{fam}\",le=\"+Inf\"}} {count}\n{name}_sum{{ip_family=\"{fam}\"}} {sum:?}\n{name}_count{{ip_family=\"{fam}\"}} {count}\n"));
+        t.push_str(&format!(
+            "{name}_bucket{{ip_family=\"{fam}\",le=\"+Inf\"}} {count}\n{name}_sum{{ip_family=\"{fam}\"}} {sum:?}\n{name}_count{{ip_family=\"{fam}\"}} {count}\n"
+        ));
     }
     t
 }

@@ -16,14 +16,14 @@ use axum::routing::get;
 use safe_termination::advisor::{AdviceReason, ClusterFacts, Thresholds};
 use safe_termination::analysis::{AnalysisOptions, AnalysisReport, analyze};
 use safe_termination::crd::TerminationPolicySpec;
-use safe_termination::model::{Basis, Interval, ProxyMode};
 use safe_termination::measure::MeasurementStore;
-use safe_termination::sources::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
-use safe_termination::sources::fetch::http_client;
+use safe_termination::model::{Basis, Interval, ProxyMode};
 use safe_termination::proxyconfig::ResolvedProxyConfig;
+use safe_termination::sources::fetch::http_client;
+use safe_termination::sources::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
 use safe_termination::sources::scrape::{
-    Discovery, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, discover, fetch_configz,
-    read_proxy_configmap, record_outcomes, resolve_proxy_config, scrape_all, scrape_once,
+    Discovery, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, discover, fetch_configz, read_proxy_configmap, record_outcomes,
+    resolve_proxy_config, scrape_all, scrape_once,
 };
 use safe_termination::sources::scrape_loop::ScrapeLoop;
 use std::collections::HashMap;
@@ -54,13 +54,7 @@ struct Fake {
 
 impl Fake {
     fn new(body: &str) -> Self {
-        Self {
-            body: Arc::new(Mutex::new(body.to_string())),
-            status: Arc::new(AtomicU16::new(200)),
-            mode: "iptables",
-            configz: None,
-            hits: Arc::default(),
-        }
+        Self { body: Arc::new(Mutex::new(body.to_string())), status: Arc::new(AtomicU16::new(200)), mode: "iptables", configz: None, hits: Arc::default() }
     }
 
     fn set_body(&self, body: &str) {
@@ -94,11 +88,7 @@ async fn serve(router: Router) -> SocketAddr {
 
 /// Starts a fake kube-proxy and returns its target, named `node`, on 127.0.0.1.
 async fn kube_proxy(node: &str, fake: &Fake) -> Target {
-    let router = Router::new()
-        .route("/metrics", get(metrics))
-        .route("/proxyMode", get(proxy_mode))
-        .route("/configz", get(configz))
-        .with_state(fake.clone());
+    let router = Router::new().route("/metrics", get(metrics)).route("/proxyMode", get(proxy_mode)).route("/configz", get(configz)).with_state(fake.clone());
     let addr = serve(router).await;
     Target::new(node, &format!("http://{addr}"))
 }
@@ -458,11 +448,7 @@ async fn prom_query(State(p): State<FakeProm>, uri: Uri) -> Response {
     p.seen.lock().unwrap().push(query.clone());
     match p.answers.get(&query) {
         Some((status, body)) => (StatusCode::from_u16(*status).unwrap(), [("content-type", "application/json")], body.clone()).into_response(),
-        None => (
-            StatusCode::BAD_REQUEST,
-            format!(r#"{{"status":"error","errorType":"bad_data","error":"unexpected query {query:?}"}}"#),
-        )
-            .into_response(),
+        None => (StatusCode::BAD_REQUEST, format!(r#"{{"status":"error","errorType":"bad_data","error":"unexpected query {query:?}"}}"#)).into_response(),
     }
 }
 
@@ -494,10 +480,7 @@ fn prometheus_answers(window_seconds: f64) -> HashMap<String, (u16, String)> {
         sync.push((vec![("instance", b), ("node", "node-b"), ("le", le)], v));
     }
     let sync: Vec<(&[(&str, &str)], f64)> = sync.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
-    let np: Vec<(Vec<(&str, &str)>, f64)> = [("4", 1.0), ("5", 2.0), ("+Inf", 2.0)]
-        .into_iter()
-        .map(|(le, v)| (vec![("instance", a), ("le", le)], v))
-        .collect();
+    let np: Vec<(Vec<(&str, &str)>, f64)> = [("4", 1.0), ("5", 2.0), ("+Inf", 2.0)].into_iter().map(|(le, v)| (vec![("instance", a), ("le", le)], v)).collect();
     let np: Vec<(&[(&str, &str)], f64)> = np.iter().map(|(l, v)| (l.as_slice(), *v)).collect();
     let mut m = HashMap::new();
     m.insert(q.sync_buckets, (200, vector(&sync)));
@@ -642,11 +625,14 @@ fn fake_api() -> (kube::Client, Arc<Mutex<Vec<String>>>) {
                     "status": {"phase": phase, "podIP": ip, "hostIP": ip}})
             };
             let (status, body) = match path.as_str() {
-                "/api/v1/namespaces/kube-system/pods" => (200, serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": [
-                    pod("kube-proxy-x1", "node-b", "Running", "10.0.0.2"),
-                    pod("kube-proxy-x2", "node-a", "Running", "10.0.0.1"),
-                    pod("kube-proxy-x3", "node-c", "Pending", ""),
-                ]})),
+                "/api/v1/namespaces/kube-system/pods" => (
+                    200,
+                    serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": [
+                        pod("kube-proxy-x1", "node-b", "Running", "10.0.0.2"),
+                        pod("kube-proxy-x2", "node-a", "Running", "10.0.0.1"),
+                        pod("kube-proxy-x3", "node-c", "Pending", ""),
+                    ]}),
+                ),
                 // Cilium agents, all namespaces: one running, one being deleted; none for other selectors
                 "/api/v1/pods" if req.uri().query().unwrap_or("").contains("labelSelector=k8s-app%3Dcilium") => {
                     let agent = |name: &str, deleting: bool| {
@@ -658,14 +644,23 @@ fn fake_api() -> (kube::Client, Arc<Mutex<Vec<String>>>) {
                         }
                         p
                     };
-                    (200, serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"},
-                        "items": [agent("cilium-abcde", false), agent("cilium-old", true)]}))
+                    (
+                        200,
+                        serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"},
+                        "items": [agent("cilium-abcde", false), agent("cilium-old", true)]}),
+                    )
                 }
                 "/api/v1/pods" => (200, serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": []})),
-                "/api/v1/namespaces/kube-system/configmaps/kube-proxy-config" => (200, serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": "kube-proxy-config", "namespace": "kube-system"}, "data": {"config": EKS_CONFIG}})),
-                _ => (404, serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                    "message": format!("{path} not found"), "reason": "NotFound", "code": 404})),
+                "/api/v1/namespaces/kube-system/configmaps/kube-proxy-config" => (
+                    200,
+                    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "kube-proxy-config", "namespace": "kube-system"}, "data": {"config": EKS_CONFIG}}),
+                ),
+                _ => (
+                    404,
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": format!("{path} not found"), "reason": "NotFound", "code": 404}),
+                ),
             };
             send.send_response(Response::builder().status(status).body(Body::from(serde_json::to_vec(&body).unwrap())).unwrap());
         }

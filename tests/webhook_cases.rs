@@ -5,9 +5,9 @@
 use base64::Engine as _;
 use json_patch::Patch;
 use proptest::prelude::*;
+use safe_termination::annotations::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
 use safe_termination::cli::mutate::{documents, pod_of};
 use safe_termination::crd::{EnforcementMode, PreStopHandler, Scope, TerminationPolicySpec};
-use safe_termination::annotations::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
 use safe_termination::selector::{AssumeServiceBacked, Labels, StaticServiceIndex};
 use safe_termination::webhook::{Capabilities, ContainerReason, Decision, Plan, PlanPolicy, PodReason, mutate_pod, review, short_warning};
 use serde_json::{Value, json};
@@ -26,11 +26,7 @@ fn plan(native_sleep: bool) -> Plan {
 
 /// The pods (workload templates) of a case file, skipping kinds without a pod template.
 fn pods(file: &str) -> Vec<Value> {
-    documents(&format!("tests/data/pods/{file}"))
-        .unwrap()
-        .iter()
-        .filter_map(|d| pod_of(d, "default").ok().map(|(p, _)| p))
-        .collect()
+    documents(&format!("tests/data/pods/{file}")).unwrap().iter().filter_map(|d| pod_of(d, "default").ok().map(|(p, _)| p)).collect()
 }
 
 fn one_pod(file: &str) -> Value {
@@ -210,10 +206,7 @@ fn hostnetwork_deployment_is_mutated_like_any_pod() {
     let (d, patched) = run(&one_pod("hostnetwork-deployment.yaml"), &plan(true));
     assert_eq!(d.reason, PodReason::Mutated);
     assert_eq!(sleep_of(&patched, 0), Some(10));
-    assert_eq!(
-        patched.pointer(&format!("/metadata/annotations/{}", ANNOTATION_POLICY.replace('/', "~1"))),
-        Some(&json!("default"))
-    );
+    assert_eq!(patched.pointer(&format!("/metadata/annotations/{}", ANNOTATION_POLICY.replace('/', "~1"))), Some(&json!("default")));
 }
 
 #[test]
@@ -359,7 +352,11 @@ fn admission_non_create_and_subresources_are_allowed_unpatched_r9() {
         assert_eq!(v["response"]["allowed"], true);
         assert!(v["response"].get("patch").is_none(), "{field}");
     }
-    for bad in [&b"not json"[..], br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{"uid":"x"}}"#, br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}"#] {
+    for bad in [
+        &b"not json"[..],
+        br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{"uid":"x"}}"#,
+        br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}"#,
+    ] {
         let out = review(bad, &plan(true), &AssumeServiceBacked);
         assert_eq!(out.status, 400);
         assert!(String::from_utf8_lossy(&out.body).starts_with("bad AdmissionReview: "));
@@ -405,15 +402,13 @@ fn arb_lifecycle() -> impl Strategy<Value = Option<Value>> {
 }
 
 fn arb_container() -> impl Strategy<Value = Value> {
-    ("[a-z~/]{1,8}", prop::sample::select(vec!["nginx", "gcr.io/distroless/static", "busybox:1.36"]), arb_lifecycle()).prop_map(
-        |(name, image, lc)| {
-            let mut c = json!({"name": name, "image": image});
-            if let Some(lc) = lc {
-                c["lifecycle"] = lc;
-            }
-            c
-        },
-    )
+    ("[a-z~/]{1,8}", prop::sample::select(vec!["nginx", "gcr.io/distroless/static", "busybox:1.36"]), arb_lifecycle()).prop_map(|(name, image, lc)| {
+        let mut c = json!({"name": name, "image": image});
+        if let Some(lc) = lc {
+            c["lifecycle"] = lc;
+        }
+        c
+    })
 }
 
 fn arb_pod() -> impl Strategy<Value = Value> {
@@ -426,10 +421,13 @@ fn arb_pod() -> impl Strategy<Value = Value> {
     )
         .prop_map(|(containers, inits, grace, restart, annotations)| {
             let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"containers": containers}});
-            let inits: Vec<Value> = inits.into_iter().map(|mut c| {
-                c["restartPolicy"] = json!("Always");
-                c
-            }).collect();
+            let inits: Vec<Value> = inits
+                .into_iter()
+                .map(|mut c| {
+                    c["restartPolicy"] = json!("Always");
+                    c
+                })
+                .collect();
             if !inits.is_empty() {
                 pod["spec"]["initContainers"] = Value::Array(inits);
             }

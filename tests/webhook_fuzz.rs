@@ -28,11 +28,7 @@ use std::sync::OnceLock;
 const CASE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/admission/admissionreview-pod-create.json");
 
 fn config(cases: u32) -> Config {
-    Config {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..Config::default()
-    }
+    Config { cases, failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))), ..Config::default() }
 }
 
 fn case() -> &'static Value {
@@ -130,8 +126,12 @@ fn check(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> Result<Option
             // the decision on the pruned parse (parse_review) is the decision on the whole pod
             let request: Value = serde_json::from_slice(body).unwrap();
             let q = &request["request"];
-            let whole = (q["resource"]["group"] == "" && q["resource"]["version"] == "v1" && q["resource"]["resource"] == "pods"
-                && q["operation"] == "CREATE" && q["subResource"].as_str().unwrap_or("").is_empty() && q["object"].is_object())
+            let whole = (q["resource"]["group"] == ""
+                && q["resource"]["version"] == "v1"
+                && q["resource"]["resource"] == "pods"
+                && q["operation"] == "CREATE"
+                && q["subResource"].as_str().unwrap_or("").is_empty()
+                && q["object"].is_object())
             .then(|| mutate_pod(&q["object"], q["namespace"].as_str().unwrap_or(""), plan, services));
             let sent: Vec<json_patch::PatchOperation> = match r.get("patch").and_then(Value::as_str) {
                 Some(p) => serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(p).unwrap_or_default()).unwrap_or_default(),
@@ -154,7 +154,8 @@ fn check(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> Result<Option
             prop_assert_eq!(ops.0.len(), out.patch_ops);
             let request: Value = serde_json::from_slice(body).unwrap();
             let mut pod = request["request"]["object"].clone();
-            json_patch::patch(&mut pod, &ops.0).map_err(|e| TestCaseError::fail(format!("patch does not apply: {e}\npatch {ops:?}\nobject {}", request["request"]["object"])))?;
+            json_patch::patch(&mut pod, &ops.0)
+                .map_err(|e| TestCaseError::fail(format!("patch does not apply: {e}\npatch {ops:?}\nobject {}", request["request"]["object"])))?;
             Ok(Some(pod))
         }
     }
@@ -288,7 +289,12 @@ fn container() -> impl Strategy<Value = Value> {
     (
         prop::sample::select(vec!["app", "web", "istio-proxy", "linkerd-proxy", "sidecar", "a~b/c", "x"]),
         prop::sample::select(vec![
-            "nginx", "busybox:1.36", "docker.io/library/busybox", "gcr.io/distroless/static", "mcr.microsoft.com/windows/servercore:ltsc2022", "",
+            "nginx",
+            "busybox:1.36",
+            "docker.io/library/busybox",
+            "gcr.io/distroless/static",
+            "mcr.microsoft.com/windows/servercore:ltsc2022",
+            "",
         ]),
         lifecycle(),
         maybe(prop_oneof![Just(json!("Always")), Just(json!("Never")), json_value()]),
@@ -456,7 +462,10 @@ fn a_resource_array_of_four_strings_is_a_bad_request() {
     doc["request"]["resource"] = json!(["CREATE", "CREATE", "CREATE", "CREATE"]);
     let body = serde_json::to_vec(&doc).unwrap();
     let kube: Result<AdmissionReview<DynamicObject>, _> = serde_json::from_value(doc.clone());
-    assert!(kube.is_ok_and(|r| TryInto::<AdmissionRequest<DynamicObject>>::try_into(r).is_ok()), "kube-core no longer takes it: drop the arity rule in kube_decodable");
+    assert!(
+        kube.is_ok_and(|r| TryInto::<AdmissionRequest<DynamicObject>>::try_into(r).is_ok()),
+        "kube-core no longer takes it: drop the arity rule in kube_decodable"
+    );
     assert_eq!(kube_decodable(&body), None);
     assert_eq!(decodable(&body), None);
     let out = review(&body, &plans()[0], &AssumeServiceBacked);

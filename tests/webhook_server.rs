@@ -9,8 +9,8 @@ use base64::Engine as _;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use reqwest::StatusCode;
 use rustls::pki_types::{CertificateDer, ServerName};
-use safe_termination::cli::mutate::{NativeSleep, PlanArgs};
 use safe_termination::cli::Error as CliError;
+use safe_termination::cli::mutate::{NativeSleep, PlanArgs};
 use safe_termination::cli::webhook::{Listeners, ServingArgs, WebhookArgs, serve};
 use safe_termination::shutdown::Shutdown;
 use serde_json::Value;
@@ -123,17 +123,17 @@ impl Harness {
         }
         let args = WebhookArgs {
             serving: ServingArgs {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            admin_listen: "127.0.0.1:0".parse().unwrap(),
-            tls_cert_file: dir.path().join("tls.crt"),
-            tls_key_file: dir.path().join("tls.key"),
-            cert_reload_interval_seconds: 1,
-            max_body_bytes: safe_termination::webhook::server::DEFAULT_MAX_BODY_BYTES,
-            max_buffered_body_bytes: safe_termination::webhook::server::DEFAULT_MAX_BUFFERED_BODY_BYTES,
-            request_timeout_ms: o.request_timeout_ms,
-            body_timeout_ms: 1000,
-            drain_seconds: o.drain_seconds,
-            idle_timeout_seconds: o.idle_timeout_seconds,
+                listen: "127.0.0.1:0".parse().unwrap(),
+                admin_listen: "127.0.0.1:0".parse().unwrap(),
+                tls_cert_file: dir.path().join("tls.crt"),
+                tls_key_file: dir.path().join("tls.key"),
+                cert_reload_interval_seconds: 1,
+                max_body_bytes: safe_termination::webhook::server::DEFAULT_MAX_BODY_BYTES,
+                max_buffered_body_bytes: safe_termination::webhook::server::DEFAULT_MAX_BUFFERED_BODY_BYTES,
+                request_timeout_ms: o.request_timeout_ms,
+                body_timeout_ms: 1000,
+                drain_seconds: o.drain_seconds,
+                idle_timeout_seconds: o.idle_timeout_seconds,
             },
             plan: PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto },
         };
@@ -258,7 +258,8 @@ async fn bad_requests_get_clear_errors() {
         let msg = r.text().await.unwrap();
         assert!(msg.contains("bad AdmissionReview: body is not JSON"), "{msg}");
 
-        let r = post(&c, &h.url(), br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{"uid":"x"}}"#.to_vec(), "application/json").await;
+        let r = post(&c, &h.url(), br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{"uid":"x"}}"#.to_vec(), "application/json")
+            .await;
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
         assert!(r.text().await.unwrap().contains("admission.k8s.io/v1"));
 
@@ -434,11 +435,7 @@ async fn graceful_shutdown_finishes_the_in_flight_request() {
 /// Reads until the peer closes the connection (EOF or a reset) or `limit` passes; returns how
 /// long that took, or None when the connection was still open at `limit`. Writes `dribble` one
 /// byte every 100 ms meanwhile (a slowloris sending a request head).
-async fn closed_within(
-    s: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
-    dribble: &[u8],
-    limit: Duration,
-) -> Option<Duration> {
+async fn closed_within(s: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>, dribble: &[u8], limit: Duration) -> Option<Duration> {
     let start = Instant::now();
     let mut bytes = dribble.iter();
     let mut buf = [0u8; 4096];
@@ -465,10 +462,7 @@ async fn slow_header_or_idle_connection_after_a_first_request_is_closed() {
     let h = Harness::start(Options { idle_timeout_seconds: 1, ..Options::default() }).await;
     let body = case();
     let request = |s: &mut Vec<u8>| {
-        s.extend_from_slice(
-            format!("POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len())
-                .as_bytes(),
-        );
+        s.extend_from_slice(format!("POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len()).as_bytes());
         s.extend_from_slice(&body);
     };
     let slow_head = b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -483,11 +477,7 @@ async fn slow_header_or_idle_connection_after_a_first_request_is_closed() {
         assert!(!response.to_ascii_lowercase().contains("connection: close"), "kept alive: {response}");
         let took = closed_within(&mut s, dribble, Duration::from_secs(8)).await;
         let took = took.unwrap_or_else(|| panic!("connection still open 8 s after its first request (dribbling {} bytes)", dribble.len()));
-        assert!(
-            took >= Duration::from_millis(500) && took <= Duration::from_secs(3),
-            "closed after {took:?} (dribbling {} bytes)",
-            dribble.len()
-        );
+        assert!(took >= Duration::from_millis(500) && took <= Duration::from_secs(3), "closed after {took:?} (dribbling {} bytes)", dribble.len());
     }
     // a client that keeps sending whole requests within the timeout keeps its connection
     let mut s = h.raw().await;
@@ -686,7 +676,8 @@ impl Direct {
             settings,
         };
         let stop = tokio_util::sync::CancellationToken::new();
-        let task = tokio::spawn(server::serve(listener, server::router(state), server_config(store).unwrap(), stop.clone(), Duration::from_secs(2), connections));
+        let task =
+            tokio::spawn(server::serve(listener, server::router(state), server_config(store).unwrap(), stop.clone(), Duration::from_secs(2), connections));
         Self { addr, pki, stop, task }
     }
 
@@ -766,7 +757,12 @@ async fn admin_port_closes_slow_headers_and_a_stalled_request_does_not_hold_shut
 
 /// An HTTP/1.1 request over TLS to `addr` that declares a 64,000-byte body and sends only `sent`
 /// bytes of it, once the server has reserved the declared length in `budget` (asserted).
-async fn stalled_body(pki: &Pki, addr: SocketAddr, budget: &safe_termination::webhook::server::BodyBudget, sent: usize) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+async fn stalled_body(
+    pki: &Pki,
+    addr: SocketAddr,
+    budget: &safe_termination::webhook::server::BodyBudget,
+    sent: usize,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let connector = tokio_rustls::TlsConnector::from(Arc::new(pki.client_config(&[b"http/1.1"])));
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut a = connector.connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap();
@@ -793,7 +789,12 @@ async fn request_bodies_held_at_once_are_bounded() {
     use safe_termination::webhook::server::{BodyBudget, Settings};
     let budget = BodyBudget::new(64 * 1024);
     // (a body timeout beyond the request timeout: here A holds its budget until the latter)
-    let settings = Settings { max_body_bytes: 64 * 1024, request_timeout: Duration::from_millis(1500), body_timeout: Duration::from_secs(10), body_budget: budget.clone() };
+    let settings = Settings {
+        max_body_bytes: 64 * 1024,
+        request_timeout: Duration::from_millis(1500),
+        body_timeout: Duration::from_secs(10),
+        body_budget: budget.clone(),
+    };
     let server = Direct::start(settings, Default::default());
     let (pki, addr) = (&server.pki, server.addr);
 
@@ -846,7 +847,8 @@ async fn request_bodies_held_at_once_are_bounded() {
 async fn a_body_that_does_not_arrive_gives_its_budget_back_at_the_body_timeout() {
     use safe_termination::webhook::server::{BodyBudget, Settings};
     let budget = BodyBudget::new(64 * 1024);
-    let settings = Settings { max_body_bytes: 64 * 1024, request_timeout: Duration::from_secs(10), body_timeout: Duration::from_millis(500), body_budget: budget.clone() };
+    let settings =
+        Settings { max_body_bytes: 64 * 1024, request_timeout: Duration::from_secs(10), body_timeout: Duration::from_millis(500), body_budget: budget.clone() };
     let server = Direct::start(settings, Default::default());
     let (pki, addr) = (&server.pki, server.addr);
 
@@ -952,7 +954,12 @@ async fn h2_post_streaming(pki: &Pki, addr: SocketAddr, declared: Option<usize>,
 async fn oversized_body_over_http2_is_413_not_a_reset() {
     use safe_termination::webhook::server::{BodyBudget, Settings};
     let limit = 64 * 1024;
-    let settings = Settings { max_body_bytes: limit, request_timeout: Duration::from_secs(5), body_timeout: Duration::from_secs(5), body_budget: BodyBudget::new(1 << 20) };
+    let settings = Settings {
+        max_body_bytes: limit,
+        request_timeout: Duration::from_secs(5),
+        body_timeout: Duration::from_secs(5),
+        body_budget: BodyBudget::new(1 << 20),
+    };
     let server = Direct::start(settings, Default::default());
     let (pki, addr) = (&server.pki, server.addr);
     let message = format!("request body exceeds the limit of {limit} bytes\n");

@@ -123,17 +123,12 @@ pub fn parameters(plan: &Plan) -> TerminationParametersSpec {
     let namespaces = by_namespace
         .into_iter()
         .map(|(ns, mut policies)| {
-            policies.sort_by(|a, b| {
-                specificity(b.spec.pod_selector.as_ref()).cmp(&specificity(a.spec.pod_selector.as_ref())).then_with(|| a.name.cmp(&b.name))
-            });
+            policies
+                .sort_by(|a, b| specificity(b.spec.pod_selector.as_ref()).cmp(&specificity(a.spec.pod_selector.as_ref())).then_with(|| a.name.cmp(&b.name)));
             (ns, policies.into_iter().map(entry).collect())
         })
         .collect();
-    TerminationParametersSpec {
-        native_sleep: plan.capabilities.native_sleep,
-        namespaces,
-        default_policies: plan.default_policy.iter().map(entry).collect(),
-    }
+    TerminationParametersSpec { native_sleep: plan.capabilities.native_sleep, namespaces, default_policies: plan.default_policy.iter().map(entry).collect() }
 }
 
 #[cfg(test)]
@@ -147,9 +142,7 @@ mod tests {
     fn policy(ns: &str, name: &str, labels: &[(&str, &str)], exprs: usize, pre_stop: u32) -> PlanPolicy {
         let selector = LabelSelector {
             match_labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
-            match_expressions: Some(
-                (0..exprs).map(|i| LabelSelectorRequirement { key: format!("k{i}"), operator: "Exists".into(), values: None }).collect(),
-            ),
+            match_expressions: Some((0..exprs).map(|i| LabelSelectorRequirement { key: format!("k{i}"), operator: "Exists".into(), values: None }).collect()),
         };
         PlanPolicy {
             namespace: ns.into(),

@@ -43,10 +43,7 @@ pub const VARIABLES: [(&str, &str); 17] = [
     ("ann", "object.metadata.?annotations.orValue({})"),
     ("labels", "object.metadata.?labels.orValue({})"),
     // the request's namespace, as the webhook uses it (a pod's own metadata.namespace may be empty)
-    (
-        "candidates",
-        "request.namespace in params.spec.namespaces ? params.spec.namespaces[request.namespace] : params.spec.defaultPolicies",
-    ),
+    ("candidates", "request.namespace in params.spec.namespaces ? params.spec.namespaces[request.namespace] : params.spec.defaultPolicies"),
     // Kubernetes label-selector semantics (selector::selector_matches): all matchLabels equal and every
     // expression holds; an unknown operator never matches
     (
@@ -71,10 +68,7 @@ pub const VARIABLES: [(&str, &str); 17] = [
          variables.grace != 0 && variables.policy.preStopSeconds > 0",
     ),
     ("skipContainers", "variables.ann[?'safetermination.io/skip-containers'].orValue('').split(',').map(s, s.trim())"),
-    (
-        "windows",
-        "object.spec.?os.?name.orValue('') == 'windows' || object.spec.?nodeSelector[?'kubernetes.io/os'].orValue('') == 'windows'",
-    ),
+    ("windows", "object.spec.?os.?name.orValue('') == 'windows' || object.spec.?nodeSelector[?'kubernetes.io/os'].orValue('') == 'windows'"),
     ("names", "object.spec.containers.map(c, c.name)"),
     ("kept", "object.spec.containers.filter(c, !(c.name in variables.skipContainers) && c.?lifecycle.?preStop.hasValue())"),
     ("sleepOK", "params.spec.nativeSleep && variables.policy.handler in ['Auto', 'Sleep']"),
@@ -228,12 +222,7 @@ mod tests {
     use super::*;
 
     fn objects() -> PolicyObjects {
-        PolicyObjects {
-            name: DEFAULT_NAME.into(),
-            params_namespace: "st".into(),
-            namespace_selector: default_namespace_selector("st"),
-            owner: None,
-        }
+        PolicyObjects { name: DEFAULT_NAME.into(), params_namespace: "st".into(), namespace_selector: default_namespace_selector("st"), owner: None }
     }
 
     /// The `NAME`s of every `variables.NAME` in `expr`.

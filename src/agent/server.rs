@@ -67,7 +67,14 @@ fn answer(answer: Answer) -> Response {
         Err(e) => {
             tracing::warn!(reason = e.reason, error = %e.message, "kube-proxy could not be read");
             let status = if e.reason == reason::TIMEOUT { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY };
-            (status, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8")), (header::HeaderName::from_static(REASON_HEADER), HeaderValue::from_static(e.reason))], e.message + "\n")
+            (
+                status,
+                [
+                    (header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8")),
+                    (header::HeaderName::from_static(REASON_HEADER), HeaderValue::from_static(e.reason)),
+                ],
+                e.message + "\n",
+            )
                 .into_response()
         }
     }

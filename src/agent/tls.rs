@@ -53,9 +53,8 @@ pub fn roots(ca_pem: &[u8]) -> Result<Arc<RootCertStore>, TlsError> {
 ///
 /// Errors: an unusable bundle, chain or key ([`TlsError`]).
 pub fn client_config(ca_pem: &[u8], cert_pem: &[u8], key_pem: &[u8]) -> Result<rustls::ClientConfig, TlsError> {
-    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(roots(ca_pem)?, provider())
-        .build()
-        .map_err(|e| TlsError::BadCertificate(e.to_string()))?;
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(roots(ca_pem)?, provider()).build().map_err(|e| TlsError::BadCertificate(e.to_string()))?;
     let chain = CertificateDer::pem_slice_iter(cert_pem).collect::<Result<Vec<_>, _>>().map_err(|e| TlsError::BadCertificate(e.to_string()))?;
     if chain.is_empty() {
         return Err(TlsError::NoCertificate);
@@ -152,9 +151,8 @@ impl std::fmt::Debug for AgentTls {
 /// The serving pair and client verifier of three PEM texts: CA bundle, chain, key.
 fn load(ca: &[u8], cert: &[u8], key: &[u8]) -> Result<Loaded, TlsError> {
     let key = Arc::new(load_certified_key(cert, key)?);
-    let verifier = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider())
-        .build()
-        .map_err(|e| TlsError::BadCertificate(format!("CA bundle: {e}")))?;
+    let verifier =
+        WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider()).build().map_err(|e| TlsError::BadCertificate(format!("CA bundle: {e}")))?;
     Ok(Loaded { key, verifier })
 }
 
@@ -255,7 +253,12 @@ impl ClientCertVerifier for AgentTls {
 
     /// The chain must verify against the CA bundle (WebPKI, client authentication usage) and
     /// the leaf must name [`OPERATOR_CLIENT_NAME`].
-    fn verify_client_cert(&self, end_entity: &CertificateDer<'_>, intermediates: &[CertificateDer<'_>], now: UnixTime) -> Result<ClientCertVerified, rustls::Error> {
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
         let verified = self.verifier()?.verify_client_cert(end_entity, intermediates, now)?;
         let names = cert_info(end_entity).map_err(|e| rustls::Error::General(format!("client certificate: {e}")))?.sans;
         if !names.iter().any(|n| n == OPERATOR_CLIENT_NAME) {

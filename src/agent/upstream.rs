@@ -14,10 +14,10 @@
 //! `/proxyMode`: 64 KiB, `/configz`: 1 MiB), as the operator's own sources have.
 
 use crate::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, Format, check_scrape, filter_scrape};
+use crate::measure::reason;
 use crate::model::ProxyMode;
 use crate::proxyconfig::reduce_configz;
 use crate::sources::fetch::{FetchError, MAX_PROXY_MODE_BYTES, ScrapeBody, error_chain, get_scrape};
-use crate::measure::reason;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -157,7 +157,14 @@ impl KubeProxy {
     /// `path` read within `flight` (at most `limit` bytes of UTF-8 text, within the timeout),
     /// then `check`ed and reduced to the answer, served as `content_type` (`check` gets the URL,
     /// for its errors, and the text).
-    async fn read(&self, flight: &Flight, path: &str, limit: usize, content_type: &'static str, check: fn(&str, String) -> Result<String, UpstreamError>) -> Answer {
+    async fn read(
+        &self,
+        flight: &Flight,
+        path: &str,
+        limit: usize,
+        content_type: &'static str,
+        check: fn(&str, String) -> Result<String, UpstreamError>,
+    ) -> Answer {
         let url = format!("{}{path}", self.base);
         let (http, timeout) = (self.http.clone(), self.timeout);
         flight

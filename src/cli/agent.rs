@@ -72,9 +72,7 @@ pub async fn run(args: &AgentArgs) -> Result<(), Error> {
     let shutdown = Shutdown::new();
     shutdown.listen_for_signals().map_err(|e| Error::Io(format!("cannot install signal handlers: {e}")))?;
     let listener = std::net::TcpListener::bind(args.listen).map_err(|e| Error::Io(format!("cannot listen on {}: {e}", args.listen)))?;
-    let health = tokio::net::TcpListener::bind(args.health_listen)
-        .await
-        .map_err(|e| Error::Io(format!("cannot listen on {}: {e}", args.health_listen)))?;
+    let health = tokio::net::TcpListener::bind(args.health_listen).await.map_err(|e| Error::Io(format!("cannot listen on {}: {e}", args.health_listen)))?;
     serve(args, listener, health, shutdown).await
 }
 

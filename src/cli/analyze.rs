@@ -1,7 +1,6 @@
 //! `safe-termination analyze [NODE=]SOURCE...`: measure the propagation window from kube-proxy
 //! scrapes and print the recommendation and advice.
 
-use std::io::Write;
 use crate::advisor::{ClusterFacts, Thresholds, parse_version};
 use crate::analysis::{AnalysisOptions, AnalysisReport, DEFAULT_MIN_SYNC_PERIOD_SECONDS, analyze};
 use crate::cli::{Error, OutputFormat, load_policy_spec, number_in, whole_in};
@@ -9,6 +8,7 @@ use crate::exposition::{Format, accept_header};
 use crate::model::{Basis, NodeInput, ProxyMode};
 use crate::sources;
 use std::fmt::Write as _;
+use std::io::Write;
 use std::time::Duration;
 
 /// Arguments of `analyze`.
@@ -173,10 +173,12 @@ fn split_node(arg: &str) -> (String, String, bool) {
         return (node.to_string(), src.to_string(), true);
     }
     let name = if sources::is_url(arg) {
-        reqwest::Url::parse(arg).ok().and_then(|u| u.host_str().map(|h| match u.port() {
-            Some(p) => format!("{h}:{p}"),
-            None => h.to_string(),
-        }))
+        reqwest::Url::parse(arg).ok().and_then(|u| {
+            u.host_str().map(|h| match u.port() {
+                Some(p) => format!("{h}:{p}"),
+                None => h.to_string(),
+            })
+        })
     } else {
         std::path::Path::new(arg).file_stem().map(|s| s.to_string_lossy().into_owned())
     };
@@ -356,7 +358,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
         histograms: match args.histograms {
             Histograms::Native => crate::model::HistogramPreference::NativeFirst,
             Histograms::Classic => crate::model::HistogramPreference::ClassicOnly,
-        }
+        },
     };
     let report = analyze(&inputs, &opts, &spec);
     Ok(match args.output {
@@ -440,7 +442,8 @@ pub fn render_text(r: &AnalysisReport) -> String {
     );
     let _ = writeln!(s, "  {}", rec.arithmetic);
     if let Some(c) = &r.coverage {
-        let lowest = if c.nodes > 1 { format!("; lowest {} on {}", crate::analysis::coverage_percent(c.lowest_node_ratio), c.lowest_node) } else { String::new() };
+        let lowest =
+            if c.nodes > 1 { format!("; lowest {} on {}", crate::analysis::coverage_percent(c.lowest_node_ratio), c.lowest_node) } else { String::new() };
         let _ = writeln!(
             s,
             "  coverage {} of removal windows within {} s ({} node{}{lowest})",

@@ -102,12 +102,7 @@ pub fn policy_spec_of(value: &serde_json::Value, path: &str) -> Result<Terminati
 /// when `min_exclusive`) and at most `max`. NaN, infinities, negative and absurd values are
 /// refused with a message giving `what` is expected and the accepted range; clap prefixes it
 /// with the flag and the value (`invalid value 'NaN' for '--stale-seconds <STALE_SECONDS>': ...`).
-pub fn number_in(
-    min: f64,
-    max: f64,
-    min_exclusive: bool,
-    what: &'static str,
-) -> impl Fn(&str) -> Result<f64, Error> + Clone + Send + Sync {
+pub fn number_in(min: f64, max: f64, min_exclusive: bool, what: &'static str) -> impl Fn(&str) -> Result<f64, Error> + Clone + Send + Sync {
     move |s: &str| {
         let v = s.trim().parse::<f64>().ok().filter(|v| v.is_finite());
         match v {

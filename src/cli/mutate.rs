@@ -3,8 +3,8 @@
 
 use crate::cli::{Error, OutputFormat, load_policy_spec, policy_spec_of, whole_in};
 use crate::crd::TerminationPolicySpec;
-use crate::sizing;
 use crate::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
+use crate::sizing;
 use crate::webhook::plan::{Capabilities, Plan, PlanPolicy};
 use crate::webhook::{Decision, mutate_pod, review};
 use serde::Serialize;
@@ -46,9 +46,7 @@ impl PlanArgs {
             None => TerminationPolicySpec::default(),
         };
         let pre_stop_seconds = self.pre_stop_for(&spec);
-        let name = self.policy.as_deref().map_or("static", |p| {
-            std::path::Path::new(p).file_stem().and_then(|s| s.to_str()).unwrap_or("static")
-        });
+        let name = self.policy.as_deref().map_or("static", |p| std::path::Path::new(p).file_stem().and_then(|s| s.to_str()).unwrap_or("static"));
         Ok(Plan {
             policies: Vec::new(),
             default_policy: Some(PlanPolicy { namespace: String::new(), name: name.to_string(), spec, pre_stop_seconds }),
@@ -164,8 +162,7 @@ pub fn documents(path: &str) -> Result<Vec<Value>, Error> {
 ///
 /// Errors: text that is not YAML or JSON, naming `path`.
 pub fn documents_of(text: &str, path: &str) -> Result<Vec<Value>, Error> {
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| Error::Input(format!("{path}: not valid YAML or JSON: {e}")))?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| Error::Input(format!("{path}: not valid YAML or JSON: {e}")))?;
     let mut out = Vec::new();
     for d in docs {
         flatten(d, &mut out);

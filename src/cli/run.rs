@@ -7,11 +7,12 @@
 //! any task dies (a dead lease task included) and drains gracefully on SIGTERM (a second
 //! signal aborts).
 
-use crate::admission::{ActiveBackend, BackendSetting};
 use crate::admission::policy::{PolicyObjects, default_namespace_selector};
+use crate::admission::{ActiveBackend, BackendSetting};
 use crate::advisor::Thresholds;
 use crate::cli::webhook::{Listeners, Served, ServingArgs, serve_with};
 use crate::cli::{Error, number_in, parse_proxy_mode, whole_in};
+use crate::controller::admission::{AdmissionMetrics, cluster_role_owner, serves_policy_v1};
 use crate::controller::{
     self,
     metrics::{ControllerMetrics, KubeProxyMetrics},
@@ -28,7 +29,6 @@ use crate::sources::spawn::Auto;
 use crate::sources::{self, Measurement, SourceError, store_from_files};
 use crate::telemetry::{Readiness, Telemetry};
 use crate::webhook::certs::{self, CertConfig};
-use crate::controller::admission::{AdmissionMetrics, cluster_role_owner, serves_policy_v1};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Client;
 use std::time::Duration;
@@ -219,19 +219,21 @@ impl RunArgs {
         };
         let static_targets = parse_static_targets(&self.kube_proxy_targets).map_err(usage)?;
         let agent_targets = parse_static_targets(&self.agent_targets).map_err(usage)?;
-        let auto = (self.source == SourceKind::Auto).then(|| Box::new(Auto {
-            agent_targets,
-            agent_namespace: self.agent_namespace.clone().unwrap_or_else(|| self.namespace.clone()),
-            agent_selector: self.agent_selector.clone(),
-            agent_port: self.agent_port,
-            client_files: AgentClientFiles {
-                ca: self.agent_ca_file.clone(),
-                cert: self.agent_client_cert_file.clone(),
-                key: self.agent_client_key_file.clone(),
-            },
-            prometheus_url: self.prometheus_url.clone(),
-            window: Duration::from_secs(self.window_seconds),
-        }));
+        let auto = (self.source == SourceKind::Auto).then(|| {
+            Box::new(Auto {
+                agent_targets,
+                agent_namespace: self.agent_namespace.clone().unwrap_or_else(|| self.namespace.clone()),
+                agent_selector: self.agent_selector.clone(),
+                agent_port: self.agent_port,
+                client_files: AgentClientFiles {
+                    ca: self.agent_ca_file.clone(),
+                    cert: self.agent_client_cert_file.clone(),
+                    key: self.agent_client_key_file.clone(),
+                },
+                prometheus_url: self.prometheus_url.clone(),
+                window: Duration::from_secs(self.window_seconds),
+            })
+        });
         let measurement = match self.source {
             SourceKind::Files => return Ok((Measurement::Files, files.unwrap_or_else(|| MeasurementStore::new(window)))),
             SourceKind::Prometheus => Measurement::Prometheus {
@@ -265,8 +267,7 @@ impl RunArgs {
     /// The controller's configuration. Errors (usage): a `--default-policy` that is not
     /// `NAMESPACE/NAME`.
     fn controller(&self, metrics: &ControllerMetrics, kube_proxy_metrics: &KubeProxyMetrics) -> Result<controller::Config, Error> {
-        let default_policy =
-            self.default_policy.as_deref().map(DefaultPolicyRef::parse).transpose().map_err(|e| Error::Usage(e.to_string()))?;
+        let default_policy = self.default_policy.as_deref().map(DefaultPolicyRef::parse).transpose().map_err(|e| Error::Usage(e.to_string()))?;
         let settings = Settings {
             thresholds: Thresholds {
                 sync_slow_seconds: self.sync_slow_seconds,
@@ -278,8 +279,7 @@ impl RunArgs {
             status_refresh_seconds: self.status_refresh_seconds as f64,
             mode_override: self.proxy_mode,
             min_sync_period_override: self.min_sync_period_seconds,
-            no_kube_proxy_note: (self.proxy_mode == Some(ProxyMode::Ebpf))
-                .then(|| "no kube-proxy (eBPF dataplane): sized from the policy default".to_string()),
+            no_kube_proxy_note: (self.proxy_mode == Some(ProxyMode::Ebpf)).then(|| "no kube-proxy (eBPF dataplane): sized from the policy default".to_string()),
             ..Settings::default()
         };
         Ok(controller::Config {
@@ -318,11 +318,9 @@ impl RunArgs {
         };
         let active = crate::admission::backend::resolve(self.admission_backend, serves == Some(true)).map_err(|e| Error::Usage(e.to_string()))?;
         let owner = match (&self.admission_owner_cluster_role, active) {
-            (Some(role), ActiveBackend::Policy) => Some(
-                cluster_role_owner(client, role)
-                    .await
-                    .map_err(|e| Error::Io(format!("--admission-owner-cluster-role {role}: cannot read it: {e}")))?,
-            ),
+            (Some(role), ActiveBackend::Policy) => {
+                Some(cluster_role_owner(client, role).await.map_err(|e| Error::Io(format!("--admission-owner-cluster-role {role}: cannot read it: {e}")))?)
+            }
             _ => None,
         };
         tracing::info!(
@@ -331,12 +329,7 @@ impl RunArgs {
             mutating_admission_policy_v1 = crate::admission::backend::discovery_note(serves),
             "admission backend"
         );
-        let objects = PolicyObjects {
-            name: self.admission_policy_name.clone(),
-            params_namespace: self.namespace.clone(),
-            namespace_selector,
-            owner,
-        };
+        let objects = PolicyObjects { name: self.admission_policy_name.clone(), params_namespace: self.namespace.clone(), namespace_selector, owner };
         Ok(controller::AdmissionConfig { active, objects: std::sync::Arc::new(objects), metrics })
     }
 
@@ -372,8 +365,7 @@ pub async fn run(args: &RunArgs) -> Result<(), Error> {
 /// task set, and the webhook served until shutdown or until any task ends.
 pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), Error> {
     let telemetry = Telemetry::new();
-    let (kube_proxy_metrics, controller_metrics, scrape_metrics) =
-        (KubeProxyMetrics::default(), ControllerMetrics::default(), ScrapeMetrics::default());
+    let (kube_proxy_metrics, controller_metrics, scrape_metrics) = (KubeProxyMetrics::default(), ControllerMetrics::default(), ScrapeMetrics::default());
     let _ = telemetry.register("kube_proxy", |r| kube_proxy_metrics.register(r));
     let _ = telemetry.register("controller", |r| controller_metrics.register(r));
     let _ = telemetry.register("scrape", |r| scrape_metrics.register(r));

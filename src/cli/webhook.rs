@@ -8,9 +8,9 @@
 
 use crate::cli::mutate::PlanArgs;
 use crate::cli::{Error, whole_in};
+use crate::selector::{AssumeServiceBacked, ServiceIndex};
 use crate::shutdown::Shutdown;
 use crate::telemetry::{self, Readiness, Telemetry};
-use crate::selector::{AssumeServiceBacked, ServiceIndex};
 use crate::webhook::server::{self, PlanHandle, Settings, WebhookState};
 use crate::webhook::tls::{CertReloader, CertificateStore};
 use std::net::SocketAddr;
@@ -90,11 +90,8 @@ pub struct Listeners {
 impl Listeners {
     /// Binds `--listen` and `--admin-listen`.
     pub async fn bind(args: &ServingArgs) -> Result<Self, Error> {
-        let webhook =
-            std::net::TcpListener::bind(args.listen).map_err(|e| Error::Io(format!("cannot listen on {}: {e}", args.listen)))?;
-        let admin = tokio::net::TcpListener::bind(args.admin_listen)
-            .await
-            .map_err(|e| Error::Io(format!("cannot listen on {}: {e}", args.admin_listen)))?;
+        let webhook = std::net::TcpListener::bind(args.listen).map_err(|e| Error::Io(format!("cannot listen on {}: {e}", args.listen)))?;
+        let admin = tokio::net::TcpListener::bind(args.admin_listen).await.map_err(|e| Error::Io(format!("cannot listen on {}: {e}", args.admin_listen)))?;
         Ok(Self { webhook, admin })
     }
 }
@@ -106,12 +103,7 @@ impl Listeners {
 pub async fn serve(args: &WebhookArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), Error> {
     let plan = args.plan.plan().map_err(|e| Error::Usage(e.to_string()))?;
     let telemetry = Telemetry::new();
-    let parts = Served {
-        plan: PlanHandle::with_plan(plan),
-        services: Arc::new(AssumeServiceBacked),
-        readiness: Readiness::new(),
-        telemetry,
-    };
+    let parts = Served { plan: PlanHandle::with_plan(plan), services: Arc::new(AssumeServiceBacked), readiness: Readiness::new(), telemetry };
     serve_with(&args.serving, listeners, parts, shutdown).await
 }
 

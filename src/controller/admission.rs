@@ -120,11 +120,7 @@ pub fn policy_resource() -> ApiResource {
 
 /// The API resource of MutatingAdmissionPolicyBinding v1.
 pub fn binding_resource() -> ApiResource {
-    ApiResource {
-        kind: "MutatingAdmissionPolicyBinding".into(),
-        plural: "mutatingadmissionpolicybindings".into(),
-        ..policy_resource()
-    }
+    ApiResource { kind: "MutatingAdmissionPolicyBinding".into(), plural: "mutatingadmissionpolicybindings".into(), ..policy_resource() }
 }
 
 /// Whether the API server serves `admissionregistration.k8s.io/v1` `mutatingadmissionpolicies`

@@ -20,8 +20,8 @@
 //! | `safe_termination_controller_reconcile_duration_seconds` | histogram | | reconcile time |
 //! | `safe_termination_controller_status_writes_total` | counter | | status patches sent |
 
-use crate::analysis::AnalysisReport;
 use crate::advisor::AdviceReason;
+use crate::analysis::AnalysisReport;
 use crate::model::NodeWindow;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

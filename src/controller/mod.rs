@@ -74,14 +74,8 @@ pub fn spawn(shared: &Shared, tasks: &mut Tasks, config: Config) -> Published {
     let (native_tx, native_rx) = watch::channel(None);
     let client = &shared.client;
     tasks.spawn("service index", cluster.clone().run(client.clone(), shared.stop.clone()));
-    tasks.spawn(
-        "plan publisher",
-        tasks::publish_plans(client.clone(), plans.clone(), native_rx, config.default_policy, shared.stop.clone()),
-    );
-    tasks.spawn(
-        "capability probe",
-        tasks::probe_capabilities(client.clone(), config.namespace, native_tx, config.probe_interval, shared.stop.clone()),
-    );
+    tasks.spawn("plan publisher", tasks::publish_plans(client.clone(), plans.clone(), native_rx, config.default_policy, shared.stop.clone()));
+    tasks.spawn("capability probe", tasks::probe_capabilities(client.clone(), config.namespace, native_tx, config.probe_interval, shared.stop.clone()));
     match config.admission {
         Some(AdmissionConfig { active: crate::admission::ActiveBackend::Policy, objects, metrics }) => tasks.spawn(
             "admission policy writer",

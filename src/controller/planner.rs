@@ -23,9 +23,7 @@ impl DefaultPolicyRef {
     /// Parses `namespace/name`.
     pub fn parse(s: &str) -> Result<Self, super::Error> {
         match s.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-                Ok(Self { namespace: ns.into(), name: name.into() })
-            }
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok(Self { namespace: ns.into(), name: name.into() }),
             _ => Err(super::Error::DefaultPolicyRef(s.to_string())),
         }
     }

@@ -67,10 +67,7 @@ const NO_HANDLER: &str = "must specify a handler type";
 /// message `Pod "..." is invalid: spec.containers[0].lifecycle.preStop: Required value: must
 /// specify a handler type`.
 fn rejected_for_missing_handler(status: &kube::core::Status) -> bool {
-    let by_cause = status
-        .details
-        .as_ref()
-        .is_some_and(|d| d.causes.iter().any(|c| c.field == PRESTOP_FIELD && c.message.contains(NO_HANDLER)));
+    let by_cause = status.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.field == PRESTOP_FIELD && c.message.contains(NO_HANDLER)));
     by_cause || status.message.contains(&format!("{PRESTOP_FIELD}: Required value: {NO_HANDLER}"))
 }
 
@@ -88,13 +85,11 @@ pub fn interpret(answer: Result<Pod, kube::Error>) -> Result<ProbeResult, kube::
                 .and_then(|l| l.pre_stop.as_ref())
                 .and_then(|h| h.sleep.as_ref())
                 .is_some();
-            Ok(if kept {
-                ProbeResult::NativeSleep
-            } else {
-                ProbeResult::NoNativeSleep("the API server dropped lifecycle.preStop.sleep".into())
-            })
+            Ok(if kept { ProbeResult::NativeSleep } else { ProbeResult::NoNativeSleep("the API server dropped lifecycle.preStop.sleep".into()) })
         }
-        Err(kube::Error::Api(s)) if s.code == 422 && rejected_for_missing_handler(&s) => Ok(ProbeResult::NoNativeSleep(format!("dry-run rejected: {}", s.message))),
+        Err(kube::Error::Api(s)) if s.code == 422 && rejected_for_missing_handler(&s) => {
+            Ok(ProbeResult::NoNativeSleep(format!("dry-run rejected: {}", s.message)))
+        }
         Err(e) => Err(e),
     }
 }
@@ -170,7 +165,9 @@ mod tests {
         );
         assert!(interpret(Err(other_field)).is_err());
         // A 422 without details or message about the handler is unknown too.
-        let bare: kube::core::Status = serde_json::from_value(json!({"status": "Failure", "code": 422, "reason": "Invalid", "message": "admission webhook \"x\" denied the request"})).unwrap();
+        let bare: kube::core::Status =
+            serde_json::from_value(json!({"status": "Failure", "code": 422, "reason": "Invalid", "message": "admission webhook \"x\" denied the request"}))
+                .unwrap();
         assert!(interpret(Err(kube::Error::Api(Box::new(bare)))).is_err());
     }
 }

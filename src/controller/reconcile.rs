@@ -3,17 +3,17 @@
 //! apply only when it changed, and emits Events on condition transitions. Replicas without the
 //! lease write nothing (they serve the plan from the status the leader wrote).
 
-use super::cluster::ClusterIndex;
-use crate::measure::MeasurementStore;
-use crate::proxyconfig::ResolvedProxyConfig;
-use super::metrics::{ControllerMetrics, KubeProxyMetrics, PolicyLabel, PolicyStateLabel, ResultLabel};
 use super::Error;
+use super::cluster::ClusterIndex;
+use super::metrics::{ControllerMetrics, KubeProxyMetrics, PolicyLabel, PolicyStateLabel, ResultLabel};
 use super::status::{self, MeasurementMeta};
 use crate::advisor::{ClusterFacts, Thresholds};
 use crate::analysis::{AnalysisOptions, WindowCache};
-use crate::crd::{PodCounts, TerminationPolicy};
-use crate::model::ProxyMode;
 use crate::annotations::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
+use crate::crd::{PodCounts, TerminationPolicy};
+use crate::measure::MeasurementStore;
+use crate::model::ProxyMode;
+use crate::proxyconfig::ResolvedProxyConfig;
 use crate::selector::{ServiceIndex, selector_matches, specificity};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -140,8 +140,7 @@ async fn count_pods(ctx: &Context, policy: &TerminationPolicy, recommended: u32)
                     }
                 }
             }
-            let has_pre_stop =
-                spec.is_some_and(|s| s.containers.iter().any(|c| c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).is_some()));
+            let has_pre_stop = spec.is_some_and(|s| s.containers.iter().any(|c| c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).is_some()));
             if !has_pre_stop && ctx.cluster.selects(&ns, &labels) {
                 counts.unprotected += 1;
             }
@@ -241,13 +240,8 @@ fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Me
     let (failures, nodes_with_data, last_scrape, window, analysis, sources) = {
         let store = ctx.store.lock().map_err(|_| Error::Store)?;
         let failures: Vec<String> = store.failures().iter().map(|(n, f)| format!("{n}: {}", f.message)).collect();
-        let sources = store
-            .node_sources()
-            .filter(|(n, _)| !store.failures().contains_key(*n))
-            .map(|(n, s)| (n.to_string(), s.as_str()))
-            .collect();
-        let analysis =
-            ctx.analyses.lock().map_err(|_| Error::Store)?.get(store.revision(), &opts, spec.pre_stop.min_samples, || store.inputs_iter());
+        let sources = store.node_sources().filter(|(n, _)| !store.failures().contains_key(*n)).map(|(n, s)| (n.to_string(), s.as_str())).collect();
+        let analysis = ctx.analyses.lock().map_err(|_| Error::Store)?.get(store.revision(), &opts, spec.pre_stop.min_samples, || store.inputs_iter());
         (failures, store.nodes_with_data(), store.last_scrape_unix_seconds(), store.window_seconds(), analysis, sources)
     };
     let report = crate::analysis::size_summary(&analysis, spec, status::NODES_PER_ADVICE);
@@ -394,10 +388,7 @@ pub async fn run(
     let controller = Controller::new(api, watcher::Config::default());
     let ctx = Arc::new(make_context(controller.store()));
     let exporter = tokio::spawn(export_measurement_metrics(ctx.clone(), measured.clone(), leader.clone(), stop.clone()));
-    let trigger = futures::stream::select(
-        tokio_stream_from_watch(measured),
-        tokio_stream_from_watch(leader),
-    );
+    let trigger = futures::stream::select(tokio_stream_from_watch(measured), tokio_stream_from_watch(leader));
     controller
         .reconcile_all_on(trigger)
         .graceful_shutdown_on(async move { stop.cancelled().await })

@@ -16,15 +16,14 @@
 //! [`NODES_PER_ADVICE`] per reason, the rest counted: the status of a 5,000-node cluster stays
 //! a few KB (it was ~1.2 MB with one advice item per node, near etcd's object limit).
 
-use crate::advisor::{self, AdviceReason};
-use crate::analysis::{AnalysisReport, coverage_percent};
-use crate::crd::{
-    AdviceStatus, CoverageStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec,
-    TerminationPolicyStatus,
-};
 use crate::admission::ActiveBackend;
 use crate::admission::policy::DIFFERENCES;
+use crate::advisor::{self, AdviceReason};
+use crate::analysis::{AnalysisReport, coverage_percent};
 use crate::crd::{AdmissionStatus, Scope};
+use crate::crd::{
+    AdviceStatus, CoverageStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus,
+};
 use crate::model::Basis;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -172,7 +171,10 @@ pub fn desired_status(
             "PodsUnderprotected",
             true,
             "StaleOrUnprotectedPods",
-            format!("{} running pod(s) have a sleep below {} s; {} service-backed pod(s) have no preStop (new pods are sized at creation)", under.0, rec.pre_stop_seconds, under.1),
+            format!(
+                "{} running pod(s) have a sleep below {} s; {} service-backed pod(s) have no preStop (new pods are sized at creation)",
+                under.0, rec.pre_stop_seconds, under.1
+            ),
             generation,
             now,
         )
@@ -221,10 +223,7 @@ pub fn desired_status(
             estimated_rules: report.proxy.estimated_rules,
             actual_rules: report.proxy.actual_rules,
         }),
-        advice: advice
-            .iter()
-            .map(|a| AdviceStatus { reason: format!("{:?}", a.reason), message: a.message.clone(), threshold: a.threshold.clone() })
-            .collect(),
+        advice: advice.iter().map(|a| AdviceStatus { reason: format!("{:?}", a.reason), message: a.message.clone(), threshold: a.threshold.clone() }).collect(),
         pods,
         conditions,
         admission: None,
@@ -269,9 +268,7 @@ pub fn needs_write(old: Option<&TerminationPolicyStatus>, new: &TerminationPolic
     match (old_time, new_time) {
         (None, Some(_)) => true,
         (Some(o), Some(n)) if o != n => {
-            let parse = |t: &str| {
-                serde_json::from_value::<Time>(serde_json::Value::String(t.to_string())).ok().map(|t| t.0.as_millisecond() as f64 / 1000.0)
-            };
+            let parse = |t: &str| serde_json::from_value::<Time>(serde_json::Value::String(t.to_string())).ok().map(|t| t.0.as_millisecond() as f64 / 1000.0);
             parse(o).is_none_or(|o| now_unix - o >= refresh_seconds)
         }
         _ => false,

@@ -35,8 +35,7 @@ pub async fn publish_plans(
 ) {
     let writer: Writer<TerminationPolicy> = Writer::default();
     let store = writer.as_reader();
-    let stream = reflector::reflector(writer, watcher(Api::<TerminationPolicy>::all(client), watcher::Config::default()))
-        .default_backoff();
+    let stream = reflector::reflector(writer, watcher(Api::<TerminationPolicy>::all(client), watcher::Config::default())).default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut listed = false;
     let probe_deadline = tokio::time::sleep(FIRST_PROBE_WAIT);

@@ -56,10 +56,7 @@ pub fn accept_header(only: Option<Format>) -> &'static str {
 fn media_type(s: &str) -> (String, Vec<(String, String)>) {
     let mut parts = s.split(';');
     let ty = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-    let params = parts
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"').to_string()))
-        .collect();
+    let params = parts.filter_map(|p| p.split_once('=')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"').to_string())).collect();
     (ty, params)
 }
 
@@ -123,7 +120,8 @@ impl Format {
             }
             let name = rest.get(m..name_end)?;
             let (first, tail) = name.split_first()?;
-            let ok = (first.is_ascii_alphabetic() || matches!(first, b'_' | b':')) && tail.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':'));
+            let ok =
+                (first.is_ascii_alphabetic() || matches!(first, b'_' | b':')) && tail.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':'));
             ok.then_some(())
         };
         if looks_protobuf().is_some() { Self::Protobuf } else { Self::Text }

@@ -197,21 +197,13 @@ impl Histogram {
     /// `self` holds was observed since the restart.
     pub fn delta_since(&self, earlier: &Histogram) -> Delta {
         let same_layout = self.buckets.len() == earlier.buckets.len()
-            && self
-                .buckets
-                .iter()
-                .zip(&earlier.buckets)
-                .all(|(a, b)| a.upper_bound_seconds == b.upper_bound_seconds);
+            && self.buckets.iter().zip(&earlier.buckets).all(|(a, b)| a.upper_bound_seconds == b.upper_bound_seconds);
         let went_down = self.buckets.iter().zip(&earlier.buckets).any(|(a, b)| a.count < b.count);
         if !same_layout || went_down {
             return Delta::Reset(self.clone());
         }
-        let buckets = self
-            .buckets
-            .iter()
-            .zip(&earlier.buckets)
-            .map(|(a, b)| Bucket { upper_bound_seconds: a.upper_bound_seconds, count: a.count - b.count })
-            .collect();
+        let buckets =
+            self.buckets.iter().zip(&earlier.buckets).map(|(a, b)| Bucket { upper_bound_seconds: a.upper_bound_seconds, count: a.count - b.count }).collect();
         let sum_seconds = match (self.sum_seconds, earlier.sum_seconds) {
             (Some(a), Some(b)) => Some(a - b),
             _ => None,
@@ -248,11 +240,7 @@ mod tests {
     use super::*;
 
     fn h(pairs: &[(f64, f64)]) -> Histogram {
-        Histogram::new(
-            pairs.iter().map(|&(le, c)| Bucket { upper_bound_seconds: le, count: c }).collect(),
-            None,
-        )
-        .unwrap()
+        Histogram::new(pairs.iter().map(|&(le, c)| Bucket { upper_bound_seconds: le, count: c }).collect(), None).unwrap()
     }
 
     const INF: f64 = f64::INFINITY;
@@ -260,8 +248,7 @@ mod tests {
     #[test]
     fn counts_that_are_not_observations_are_refused_naming_the_bucket_and_value() {
         let new = |pairs: &[(f64, f64)]| {
-            Histogram::new(pairs.iter().map(|&(le, c)| Bucket { upper_bound_seconds: le, count: c }).collect(), None)
-                .map_err(|e| e.to_string())
+            Histogram::new(pairs.iter().map(|&(le, c)| Bucket { upper_bound_seconds: le, count: c }).collect(), None).map_err(|e| e.to_string())
         };
         let msg = |le: &str, c: &str| format!("bucket le=\"{le}\" has the count {c}: a bucket counts observations (a finite number >= 0)");
         assert_eq!(new(&[(0.5, f64::NAN), (INF, 3.0)]), Err(msg("0.5", "NaN")));

@@ -119,8 +119,7 @@ impl HistogramFamily {
         }
     }
 
-    pub(super) const ALL: [HistogramFamily; 5] =
-        [Self::Sync, Self::SyncFull, Self::SyncPartial, Self::NetworkProgramming, Self::SyncLegacyMicroseconds];
+    pub(super) const ALL: [HistogramFamily; 5] = [Self::Sync, Self::SyncFull, Self::SyncPartial, Self::NetworkProgramming, Self::SyncLegacyMicroseconds];
 
     pub(super) fn index(self) -> usize {
         self as usize
@@ -452,7 +451,9 @@ fn parse(text: &str, fast: bool) -> Result<KubeProxyScrape, ParseError> {
                         return Err(ParseError {
                             line: line_no,
                             family: family.to_string(),
-                            message: "the last line is a # HELP or # TYPE line without its terminating line feed: the scrape was cut off before the family's samples".into(),
+                            message:
+                                "the last line is a # HELP or # TYPE line without its terminating line feed: the scrape was cut off before the family's samples"
+                                    .into(),
                         });
                     }
                 }
@@ -565,11 +566,7 @@ fn bucket_bound(le: &str) -> Result<f64, String> {
 
 /// Checks each series of one of our histograms (a `+Inf` bucket, no `le` twice, cumulative
 /// counts) and returns all their buckets, in seconds, for [`Histogram::new`] to sum per `le`.
-fn check_series(
-    fam: HistogramFamily,
-    series: std::collections::HashMap<String, Vec<BucketLine>>,
-    last_line: usize,
-) -> Result<Vec<Bucket>, ParseError> {
+fn check_series(fam: HistogramFamily, series: std::collections::HashMap<String, Vec<BucketLine>>, last_line: usize) -> Result<Vec<Bucket>, ParseError> {
     let fail = |line: usize, message: String| ParseError { line, family: fam.name().to_string(), message };
     let which = |key: &str| if key.is_empty() { String::new() } else { format!(" (series {{{key}}})") };
     let mut series: Vec<(String, Vec<BucketLine>)> = series.into_iter().collect();
@@ -583,10 +580,7 @@ fn check_series(
         for w in lines.windows(2) {
             let (lo, hi) = (w[0], w[1]);
             if lo.le == hi.le {
-                return Err(fail(
-                    hi.line,
-                    format!("bucket le=\"{}\" appears twice{} (also on line {})", fmt_le(hi.le), which(&key), lo.line),
-                ));
+                return Err(fail(hi.line, format!("bucket le=\"{}\" appears twice{} (also on line {})", fmt_le(hi.le), which(&key), lo.line)));
             }
             if hi.count < lo.count {
                 return Err(fail(
@@ -622,7 +616,9 @@ pub const MAX_DURATION_SECONDS: f64 = 1e6;
 /// names the bound as the input wrote it.
 pub(super) fn check_duration_bound(what: &str, seconds: f64) -> Result<(), String> {
     if seconds.is_finite() && seconds > MAX_DURATION_SECONDS {
-        Err(format!("{what} is {seconds:e} s, above {MAX_DURATION_SECONDS:e} s (11.6 days): no kube-proxy duration is that long; the scrape is corrupt or not kube-proxy's"))
+        Err(format!(
+            "{what} is {seconds:e} s, above {MAX_DURATION_SECONDS:e} s (11.6 days): no kube-proxy duration is that long; the scrape is corrupt or not kube-proxy's"
+        ))
     } else {
         Ok(())
     }
@@ -757,18 +753,13 @@ fn not_a_float(what: &str, tok: &str) -> String {
 }
 
 fn cut_line_error(line: usize, partial: &str, block: &str) -> ParseError {
-    let candidates: Vec<&str> =
-        HistogramFamily::ALL.iter().map(|f| f.name()).filter(|n| n.starts_with(partial) || partial.starts_with(n)).collect();
+    let candidates: Vec<&str> = HistogramFamily::ALL.iter().map(|f| f.name()).filter(|n| n.starts_with(partial) || partial.starts_with(n)).collect();
     let family = match candidates.as_slice() {
         [one] => (*one).to_string(),
         _ if !block.is_empty() && (block.starts_with(partial) || partial.starts_with(block)) => block.to_string(),
         _ => partial.to_string(),
     };
-    ParseError {
-        line,
-        family,
-        message: format!("sample line {partial:?} is cut off before its value: the scrape is incomplete"),
-    }
+    ParseError { line, family, message: format!("sample line {partial:?} is cut off before its value: the scrape is incomplete") }
 }
 
 /// Byte classes for [`plain_unrelated_sample`], one bit each.
@@ -1002,19 +993,13 @@ fn first_char(s: &str) -> char {
 /// ends) against the grammar in the module docs, passes each label to `each` (see
 /// [`scan_labels`]) and returns the value. Byte-wise: every delimiter is ASCII, and this runs on
 /// every line of the scrape.
-fn split_sample<'a>(
-    body: &'a str,
-    name_end: usize,
-    each: impl FnMut(&'a str, &'a str, bool) -> Result<(), String>,
-) -> Result<f64, SyntaxError> {
+fn split_sample<'a>(body: &'a str, name_end: usize, each: impl FnMut(&'a str, &'a str, bool) -> Result<(), String>) -> Result<f64, SyntaxError> {
     let name = &body[..name_end];
     let mut rest = &body[name_end..];
     if name.is_empty() {
         let c = first_char(rest);
         return Err(if c == '{' {
-            "a sample must start with its metric name (a name inside the braces, Prometheus 3's quoted UTF-8 form, is not accepted)"
-                .to_string()
-                .into()
+            "a sample must start with its metric name (a name inside the braces, Prometheus 3's quoted UTF-8 form, is not accepted)".to_string().into()
         } else if c == '\u{feff}' {
             // an editor's UTF-8 byte order mark: the exposition format has none
             "the text starts with a UTF-8 byte order mark (BOM, bytes EF BB BF), which the exposition format does not allow: save the file without it"
@@ -1170,8 +1155,7 @@ mod tests {
     #[test]
     fn ip_family_series_are_summed_per_le() {
         let family = "kubeproxy_sync_proxy_rules_duration_seconds";
-        let text = dual_stack_buckets(family).concat()
-            + &format!("{family}_sum{{ip_family=\"IPv4\"}} 1.5\n{family}_sum{{ip_family=\"IPv6\"}} 2.5\n");
+        let text = dual_stack_buckets(family).concat() + &format!("{family}_sum{{ip_family=\"IPv4\"}} 1.5\n{family}_sum{{ip_family=\"IPv6\"}} 2.5\n");
         let s = parse_kube_proxy_metrics(&text).unwrap();
         let h = s.sync.unwrap();
         assert_eq!(h.count(), 10.0);
@@ -1308,8 +1292,7 @@ kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 7
     /// so).
     #[test]
     fn a_scrape_cut_inside_an_unrelated_family_is_an_error() {
-        let head =
-            "# HELP go_gc_duration_seconds x\n# TYPE go_gc_duration_seconds summary\ngo_gc_duration_seconds{quantile=\"0\"} 2.2652e-05\n";
+        let head = "# HELP go_gc_duration_seconds x\n# TYPE go_gc_duration_seconds summary\ngo_gc_duration_seconds{quantile=\"0\"} 2.2652e-05\n";
         let cut = format!("{head}go_gc_duration_seconds{{quantile=\"0.2");
         assert_eq!(
             err(&cut),
@@ -1325,11 +1308,7 @@ kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 7
         );
         assert_eq!(
             err(&format!("{head}go_gc_duration_seconds{{quantile=\"0.25\"}} ")),
-            (
-                4,
-                "go_gc_duration_seconds".into(),
-                "sample has no value, and the last line has no terminating line feed: the scrape was cut off".into()
-            )
+            (4, "go_gc_duration_seconds".into(), "sample has no value, and the last line has no terminating line feed: the scrape was cut off".into())
         );
         assert_eq!(
             err(&format!("{head}# HELP go_goroutines Number of gorout")),
@@ -1363,11 +1342,7 @@ kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 7
             (&[("1", "1"), ("+Inf", "+Inf")], 2, "bucket le=\"+Inf\" has the count inf: a bucket counts observations (a finite number)"),
             (&[("-Inf", "0"), ("1", "1"), ("+Inf", "1")], 1, "bucket bound le=\"-Inf\" is -Inf: no bucket can be below every value"),
             (&[("0.5", "0"), ("NaN", "1"), ("+Inf", "1")], 2, "bucket bound le=\"NaN\" is NaN"),
-            (
-                &[("-0.5", "0"), ("1", "1"), ("+Inf", "1")],
-                1,
-                "bucket bound le=\"-0.5\" is negative: a duration histogram has no bucket below 0",
-            ),
+            (&[("-0.5", "0"), ("1", "1"), ("+Inf", "1")], 1, "bucket bound le=\"-0.5\" is negative: a duration histogram has no bucket below 0"),
             (&[("1", "2"), ("2", "3"), ("1.0", "2"), ("+Inf", "3")], 3, "bucket le=\"1\" appears twice (also on line 1)"),
             (&[("1", "-2"), ("+Inf", "3")], 1, "bucket le=\"1\" has a negative count -2"),
             (
@@ -1386,7 +1361,11 @@ kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 7
                 2,
                 "bucket le=\"1e308\" is 1e308 s, above 1e6 s (11.6 days): no kube-proxy duration is that long; the scrape is corrupt or not kube-proxy's",
             ),
-            (&[("1000000", "0"), ("1000001", "1"), ("+Inf", "1")], 2, "bucket le=\"1000001\" is 1.000001e6 s, above 1e6 s (11.6 days): no kube-proxy duration is that long; the scrape is corrupt or not kube-proxy's"),
+            (
+                &[("1000000", "0"), ("1000001", "1"), ("+Inf", "1")],
+                2,
+                "bucket le=\"1000001\" is 1.000001e6 s, above 1e6 s (11.6 days): no kube-proxy duration is that long; the scrape is corrupt or not kube-proxy's",
+            ),
         ];
         for (buckets, line, message) in cases {
             assert_eq!(err(&sync_text(buckets)), (line, SYNC.into(), message.into()), "{buckets:?}");
@@ -1496,7 +1475,14 @@ kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 2
         assert_eq!(resume_after("a_sum{host=\"h\"} 2.5"), (true, Some((prev.len(), 6, 6))));
         assert_eq!(resume_after("a_count 2"), (true, Some((prev.len(), 0, 0))));
         // broken after the repeated part, and shorter than it
-        for next in ["a_bucket{host=\"h\",le=\"2} 2", "a_bucket{host=\"h\",le=\"2\"}", "a_bucket{host=\"h\",", "a_bucket{host=\"h\",9=\"\"} 1", "a_bucket{host=\"h\",le=\"2\"} 1 2 3", "a_bu"] {
+        for next in [
+            "a_bucket{host=\"h\",le=\"2} 2",
+            "a_bucket{host=\"h\",le=\"2\"}",
+            "a_bucket{host=\"h\",",
+            "a_bucket{host=\"h\",9=\"\"} 1",
+            "a_bucket{host=\"h\",le=\"2\"} 1 2 3",
+            "a_bu",
+        ] {
             assert_eq!(resume_after(next), (false, None), "{next:?}");
             assert!(parse_kube_proxy_metrics(&format!("{prev}{next}\n")).is_err(), "{next:?}");
         }
@@ -1675,7 +1661,9 @@ kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 2
 
     #[test]
     fn garbage_never_panics() {
-        for input in ["", "\n", "{", "kubeproxy_", "kubeproxy_x{", "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"\\", "kubernetes_build_info{a=\"é\\"] {
+        for input in
+            ["", "\n", "{", "kubeproxy_", "kubeproxy_x{", "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"\\", "kubernetes_build_info{a=\"é\\"]
+        {
             let _ = parse_kube_proxy_metrics(input);
         }
     }

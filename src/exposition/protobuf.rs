@@ -647,7 +647,8 @@ fn decode(body: &[u8], fast: bool) -> Result<Decoded, ProtobufError> {
         if fast && let Some(name) = name_field(framed.message).filter(|n| !n.is_empty() && read_family(n).is_none()) {
             // checked as the decode below would check it, not built; an error names the family
             // as the decode below names it (the first name field)
-            check_unread(framed.message).map_err(|e| at(&family_name(framed.message).unwrap_or_else(|| name.to_string()), format!("not a valid MetricFamily message: {e}")))?;
+            check_unread(framed.message)
+                .map_err(|e| at(&family_name(framed.message).unwrap_or_else(|| name.to_string()), format!("not a valid MetricFamily message: {e}")))?;
             continue;
         }
         let family = wire::MetricFamily::decode(framed.message).map_err(|e| {
@@ -846,7 +847,8 @@ fn classic_buckets(h: &wire::Histogram) -> Result<Vec<(f64, f64)>, String> {
             return Err(format!("bucket {} has the negative upper bound {le}: a duration histogram has no bucket below 0", i + 1));
         }
         // the field's name in the error, formatted only for an error
-        let count = count_of("cumulative_count_float", b.cumulative_count, b.cumulative_count_float).map_err(|e| format!("bucket le=\"{}\" {e}", fmt_le(le)))?;
+        let count =
+            count_of("cumulative_count_float", b.cumulative_count, b.cumulative_count_float).map_err(|e| format!("bucket le=\"{}\" {e}", fmt_le(le)))?;
         out.push((le, count));
     }
     if !out.iter().any(|(le, _)| *le == f64::INFINITY) {

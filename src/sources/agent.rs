@@ -130,10 +130,7 @@ impl AgentSource {
                     .list(&ListParams::default().labels(selector))
                     .await
                     .map_err(|source| SourceError::Kube { what: format!("listing agent pods {selector:?} in namespace {namespace}"), source })?;
-                targets_from_pods(&pods.items, *port)
-                    .into_iter()
-                    .map(|t| Target::new(t.node, &t.base_url.replacen("http://", "https://", 1)))
-                    .collect()
+                targets_from_pods(&pods.items, *port).into_iter().map(|t| Target::new(t.node, &t.base_url.replacen("http://", "https://", 1))).collect()
             }
         };
         Ok(list.into_iter().map(|t| (t.node.clone(), t)).collect())
@@ -176,7 +173,12 @@ async fn agent_get(client: &reqwest::Client, url: &str, limit: usize) -> Result<
 /// [`agent_get`] with `Accept: accept` when given, also giving the answer's content type and the
 /// proxy mode of its [`PROXY_MODE_HEADER`] (agents send it with `/metrics`; `None` when absent
 /// or not a mode).
-async fn agent_get_with_mode(client: &reqwest::Client, url: &str, limit: usize, accept: Option<&str>) -> Result<(ScrapeBody, Option<ProxyMode>), (String, String)> {
+async fn agent_get_with_mode(
+    client: &reqwest::Client,
+    url: &str,
+    limit: usize,
+    accept: Option<&str>,
+) -> Result<(ScrapeBody, Option<ProxyMode>), (String, String)> {
     let what = url.to_string();
     let request = client.get(url);
     let request = match accept {

@@ -64,14 +64,14 @@
 //! [`PrometheusSnapshot::into_store`] builds a fresh store per query, which [`PrometheusLoop`]
 //! swaps in.
 
-use crate::exposition::native::{SCHEMA_MAX, SCHEMA_MIN};
-use crate::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape, NativeHistogram};
-use crate::model::NodeInput;
-use crate::measure::{MeasurementStore, NodeFailure, Sample, reason};
 use super::fetch::{DEFAULT_MAX_BODY_BYTES, FetchError, read_limited};
 use super::oneshot::unix_now;
-use crate::proxyconfig::ResolvedProxyConfig;
 use super::scrape::{Jitter, read_proxy_configmap};
+use crate::exposition::native::{SCHEMA_MAX, SCHEMA_MIN};
+use crate::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape, NativeHistogram};
+use crate::measure::{MeasurementStore, NodeFailure, Sample, reason};
+use crate::model::NodeInput;
+use crate::proxyconfig::ResolvedProxyConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -390,9 +390,7 @@ impl ApiHistogram {
                 negative.push((-b.upper, -b.lower, b.count));
             }
         }
-        let layout = (SCHEMA_MIN..=SCHEMA_MAX)
-            .rev()
-            .find_map(|schema| Some((schema, side_in_schema(&positive, schema)?, side_in_schema(&negative, schema)?)));
+        let layout = (SCHEMA_MIN..=SCHEMA_MAX).rev().find_map(|schema| Some((schema, side_in_schema(&positive, schema)?, side_in_schema(&negative, schema)?)));
         let Some((schema, (positive, moved_p), (negative, moved_n))) = layout else {
             // name a bucket that is on no schema's boundaries even alone, if there is one
             let lone = positive.iter().chain(&negative).find(|&&m| !(SCHEMA_MIN..=SCHEMA_MAX).any(|s| side_in_schema(&[m], s).is_some()));
@@ -410,8 +408,7 @@ impl ApiHistogram {
             }
         }
         let threshold = threshold.unwrap_or(0.0);
-        NativeHistogram::from_buckets(schema, (threshold, zero.map_or(0.0, |z| z.1)), (self.count, self.sum), &positive, &negative)
-        .map_err(|e| e.to_string())
+        NativeHistogram::from_buckets(schema, (threshold, zero.map_or(0.0, |z| z.1)), (self.count, self.sum), &positive, &negative).map_err(|e| e.to_string())
     }
 }
 
@@ -440,8 +437,7 @@ pub fn decode_query_response(query: &str, http_status: u16, body: &str) -> Resul
     if data.result_type != "vector" {
         return Err(decode(format!("resultType {:?}, expected \"vector\"", data.result_type)));
     }
-    let elements: Vec<ApiVectorElement> =
-        serde_json::from_value(data.result).map_err(|e| decode(format!("vector result: {e}")))?;
+    let elements: Vec<ApiVectorElement> = serde_json::from_value(data.result).map_err(|e| decode(format!("vector result: {e}")))?;
     elements
         .into_iter()
         .enumerate()
@@ -534,7 +530,11 @@ impl PrometheusSnapshot {
     pub fn into_store(self, window_seconds: f64) -> MeasurementStore {
         let mut store = MeasurementStore::new(window_seconds);
         for input in self.inputs {
-            store.record_via(&input.node, Sample { at_unix_seconds: self.at_unix_seconds, scrape: input.later, proxy_mode: input.proxy_mode }, crate::measure::NodeSource::Prometheus);
+            store.record_via(
+                &input.node,
+                Sample { at_unix_seconds: self.at_unix_seconds, scrape: input.later, proxy_mode: input.proxy_mode },
+                crate::measure::NodeSource::Prometheus,
+            );
         }
         for (node, f) in self.failures {
             store.record_failure(&node, f);
@@ -572,9 +572,7 @@ pub struct Vectors {
 pub fn build_snapshot(v: &Vectors, at_unix_seconds: f64) -> PrometheusSnapshot {
     let mut scrapes: BTreeMap<String, KubeProxyScrape> = BTreeMap::new();
     let mut failures = BTreeMap::new();
-    for (family, samples) in
-        [(HistogramFamily::Sync, &v.sync_buckets), (HistogramFamily::NetworkProgramming, &v.network_programming_buckets)]
-    {
+    for (family, samples) in [(HistogramFamily::Sync, &v.sync_buckets), (HistogramFamily::NetworkProgramming, &v.network_programming_buckets)] {
         let mut per_key: BTreeMap<String, Vec<Bucket>> = BTreeMap::new();
         for s in samples.iter().filter(|s| s.histogram.is_none()) {
             let (Some(key), Some(le)) = (instance_key(&s.labels), s.labels.get("le").and_then(|l| parse_sample_value(l))) else {
@@ -594,19 +592,13 @@ pub fn build_snapshot(v: &Vectors, at_unix_seconds: f64) -> PrometheusSnapshot {
                 Err(e) => {
                     failures.insert(
                         key,
-                        NodeFailure {
-                            reason: reason::PARSE.into(),
-                            message: format!("Prometheus series of {}: {e}", family.name()),
-                            at_unix_seconds,
-                        },
+                        NodeFailure { reason: reason::PARSE.into(), message: format!("Prometheus series of {}: {e}", family.name()), at_unix_seconds },
                     );
                 }
             }
         }
     }
-    for (family, samples) in
-        [(HistogramFamily::Sync, &v.sync_native), (HistogramFamily::NetworkProgramming, &v.network_programming_native)]
-    {
+    for (family, samples) in [(HistogramFamily::Sync, &v.sync_native), (HistogramFamily::NetworkProgramming, &v.network_programming_native)] {
         let mut per_key: BTreeMap<String, Result<NativeHistogram, String>> = BTreeMap::new();
         for s in samples {
             let (Some(key), Some(h)) = (instance_key(&s.labels), s.histogram.as_ref()) else {
@@ -783,15 +775,7 @@ struct ConfigRefresh {
 impl PrometheusLoop {
     /// A loop with the default 30 s interval.
     pub fn new(source: PrometheusSource, store: Arc<Mutex<MeasurementStore>>, generation: watch::Sender<u64>) -> Self {
-        Self {
-            source,
-            store,
-            generation,
-            interval: super::scrape::DEFAULT_INTERVAL,
-            last_error: Arc::default(),
-            config: None,
-            rounds: AtomicU64::new(0),
-        }
+        Self { source, store, generation, interval: super::scrape::DEFAULT_INTERVAL, last_error: Arc::default(), config: None, rounds: AtomicU64::new(0) }
     }
 
     /// Also reads kube-proxy's configuration from its ConfigMap in `namespace`
@@ -890,10 +874,7 @@ mod tests {
     #[test]
     fn queries_name_the_window_and_families() {
         let q = Queries::new(600.0);
-        assert_eq!(
-            q.sync_buckets,
-            "sum by (node, instance, le) (increase(kubeproxy_sync_proxy_rules_duration_seconds_bucket[600s]))"
-        );
+        assert_eq!(q.sync_buckets, "sum by (node, instance, le) (increase(kubeproxy_sync_proxy_rules_duration_seconds_bucket[600s]))");
         assert!(q.network_programming_buckets.contains("kubeproxy_network_programming_duration_seconds_bucket[600s]"));
         assert_eq!(Queries::new(0.2).sync_buckets, Queries::new(1.0).sync_buckets);
     }
@@ -953,10 +934,7 @@ mod tests {
 
         let err = r#"{"status":"error","errorType":"bad_data","error":"1:10: parse error: unexpected identifier"}"#;
         let e = decode_query_response("sum(", 400, err).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "Prometheus rejected the query \"sum(\": bad_data: 1:10: parse error: unexpected identifier (HTTP 400)"
-        );
+        assert_eq!(e.to_string(), "Prometheus rejected the query \"sum(\": bad_data: 1:10: parse error: unexpected identifier (HTTP 400)");
         let e = decode_query_response("q", 502, "<html>Bad Gateway</html>").unwrap_err();
         assert!(matches!(e, PrometheusError::Http { http_status: 502, .. }), "{e}");
         let e = decode_query_response("q", 200, "{\"status\":\"success\"").unwrap_err();
@@ -973,10 +951,7 @@ mod tests {
         assert_eq!(s.query_url(), "http://prom:9090/api/v1/query");
         let s = PrometheusSource::new("https://x/prometheus", Duration::from_secs(600), Duration::from_secs(5)).unwrap();
         assert_eq!(s.query_url(), "https://x/prometheus/api/v1/query");
-        assert!(matches!(
-            PrometheusSource::new("prom:9090", Duration::from_secs(1), Duration::from_secs(1)),
-            Err(PrometheusError::Url { .. })
-        ));
+        assert!(matches!(PrometheusSource::new("prom:9090", Duration::from_secs(1), Duration::from_secs(1)), Err(PrometheusError::Url { .. })));
     }
 
     // --- native histograms
@@ -1055,7 +1030,11 @@ mod tests {
             let h = s.histogram.as_ref().unwrap().to_native().unwrap();
             let family = &s.labels["ip_family"];
             let (_, pb) = series.iter().find(|(l, _)| l.contains(&format!("\"{family}\""))).unwrap_or_else(|| panic!("{family} in {series:?}"));
-            assert_eq!((h.schema(), h.count(), h.sum(), h.positive(), h.negative()), (pb.schema(), pb.count(), pb.sum(), pb.positive(), pb.negative()), "{family}");
+            assert_eq!(
+                (h.schema(), h.count(), h.sum(), h.positive(), h.negative()),
+                (pb.schema(), pb.count(), pb.sum(), pb.positive(), pb.negative()),
+                "{family}"
+            );
             assert_eq!(pb.zero_threshold(), 2f64.powi(-128));
             assert_eq!(pb.zero_count(), 0.0);
             // the API does not write an empty zero bucket: its threshold is not in the answer
@@ -1075,8 +1054,8 @@ mod tests {
         assert!(answer("sum by (node, instance) (increase(kubeproxy_network_programming_duration_seconds[60s]))").is_empty());
         // Prometheus' own request durations: 25 buckets, and increase()'s float counts
         let self_query = "prometheus_http_request_duration_seconds{handler=\"/api/v1/query\"}";
-        let written = captured()["answers"].as_array().unwrap().iter().find(|a| a["query"] == self_query).unwrap()["answer"]["data"]["result"][0]
-            ["histogram"][1]["buckets"]
+        let written = captured()["answers"].as_array().unwrap().iter().find(|a| a["query"] == self_query).unwrap()["answer"]["data"]["result"][0]["histogram"]
+            [1]["buckets"]
             .as_array()
             .unwrap()
             .len();
@@ -1117,10 +1096,8 @@ mod tests {
     #[test]
     fn the_documented_example_with_a_zero_bucket() {
         // util/jsonutil MarshalHistogram's own example: schema 0, zero bucket [-0.25, 0.25]
-        let h = api_histogram(
-            r#"{"count":"42","sum":"34593.34","buckets":[[3,"-0.25","0.25","3"],[0,"0.25","0.5","12"],[0,"0.5","1","21"],[0,"2","4","6"]]}"#,
-        )
-        .unwrap();
+        let h = api_histogram(r#"{"count":"42","sum":"34593.34","buckets":[[3,"-0.25","0.25","3"],[0,"0.25","0.5","12"],[0,"0.5","1","21"],[0,"2","4","6"]]}"#)
+            .unwrap();
         assert_eq!((h.schema(), h.zero_threshold(), h.zero_count(), h.count(), h.sum()), (0, 0.25, 3.0, 42.0, 34593.34));
         assert_eq!(h.positive(), &[(-1, 12.0), (0, 21.0), (2, 6.0)]);
         assert!(h.negative().is_empty());
@@ -1138,10 +1115,8 @@ mod tests {
         assert_eq!(h.positive(), &[(1, 1.0)]);
         // zero threshold 0.3 inside (0.25, 0.5] of schema 0: that bucket's lower bound is written
         // as 0.3, and the mirrored one's upper as -0.3
-        let h = api_histogram(
-            r#"{"count":"6","sum":"0","buckets":[[1,"-0.5","-0.3","1"],[3,"-0.3","0.3","2"],[0,"0.3","0.5","2"],[0,"0.5","1","1"]]}"#,
-        )
-        .unwrap();
+        let h =
+            api_histogram(r#"{"count":"6","sum":"0","buckets":[[1,"-0.5","-0.3","1"],[3,"-0.3","0.3","2"],[0,"0.3","0.5","2"],[0,"0.5","1","1"]]}"#).unwrap();
         assert_eq!((h.schema(), h.zero_threshold(), h.zero_count()), (0, 0.3, 2.0));
         assert_eq!((h.positive(), h.negative()), (&[(-1, 2.0), (0, 1.0)][..], &[(-1, 1.0)][..]));
         // the same without the zero bucket (empty, so not written): the raised bound gives it

@@ -20,12 +20,12 @@
 //! - [`ScrapeMetrics`]: `scrape_errors_total{reason}`, `scrape_duration_seconds`,
 //!   `scrape_targets` for the process registry.
 
-use crate::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, ScrapeError, parse_scrape};
-use crate::model::ProxyMode;
-use crate::measure::{MeasurementStore, NodeFailure, NodeSource, Sample, reason};
 use super::error::SourceError;
 use super::fetch::{FetchError, ScrapeBody, connect_hint, fetch_scrape, get_limited};
 use super::oneshot::{decode_utf8, unix_now};
+use crate::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, ScrapeError, parse_scrape};
+use crate::measure::{MeasurementStore, NodeFailure, NodeSource, Sample, reason};
+use crate::model::ProxyMode;
 use crate::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -153,12 +153,7 @@ pub struct Discovery {
 
 impl Default for Discovery {
     fn default() -> Self {
-        Self {
-            namespace: DEFAULT_NAMESPACE.into(),
-            selector: DEFAULT_SELECTOR.into(),
-            port: DEFAULT_PORT,
-            cilium_selector: DEFAULT_CILIUM_SELECTOR.into(),
-        }
+        Self { namespace: DEFAULT_NAMESPACE.into(), selector: DEFAULT_SELECTOR.into(), port: DEFAULT_PORT, cilium_selector: DEFAULT_CILIUM_SELECTOR.into() }
     }
 }
 
@@ -183,10 +178,7 @@ pub fn cilium_dataplane(agents: &[Pod], selector: &str) -> Option<Dataplane> {
     let ns = if namespaces.is_empty() { first.metadata.namespace.as_deref().unwrap_or("?").to_string() } else { namespaces.join(",") };
     Some(Dataplane {
         mode: ProxyMode::Ebpf,
-        note: format!(
-            "no kube-proxy pods; {} Cilium agent pod(s) ({selector} in {ns}): eBPF dataplane, sized from the policy default",
-            live.len()
-        ),
+        note: format!("no kube-proxy pods; {} Cilium agent pod(s) ({selector} in {ns}): eBPF dataplane, sized from the policy default", live.len()),
     })
 }
 
@@ -222,12 +214,7 @@ pub fn targets_from_pods(pods: &[Pod], port: u16) -> Vec<Target> {
             continue;
         }
         let Some(ip) = status.pod_ip.as_deref().and_then(|ip| ip.parse::<IpAddr>().ok()) else { continue };
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .or_else(|| pod.metadata.name.clone())
-            .unwrap_or_default();
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).or_else(|| pod.metadata.name.clone()).unwrap_or_default();
         if node.is_empty() {
             continue;
         }
@@ -280,10 +267,9 @@ impl TargetSource {
     pub async fn targets(&self) -> Result<Vec<Target>, SourceError> {
         match self {
             Self::Static(t) => Ok(t.clone()),
-            Self::Kube { client, discovery } => discover(client, discovery).await.map_err(|source| SourceError::Kube {
-                what: format!("listing pods {:?} in namespace {}", discovery.selector, discovery.namespace),
-                source,
-            }),
+            Self::Kube { client, discovery } => discover(client, discovery)
+                .await
+                .map_err(|source| SourceError::Kube { what: format!("listing pods {:?} in namespace {}", discovery.selector, discovery.namespace), source }),
         }
     }
 
@@ -312,12 +298,7 @@ pub struct ScrapeOptions {
 
 impl Default for ScrapeOptions {
     fn default() -> Self {
-        Self {
-            timeout: DEFAULT_TIMEOUT,
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            max_body_bytes: super::fetch::DEFAULT_MAX_BODY_BYTES,
-            fetch_proxy_mode: true,
-        }
+        Self { timeout: DEFAULT_TIMEOUT, max_in_flight: DEFAULT_MAX_IN_FLIGHT, max_body_bytes: super::fetch::DEFAULT_MAX_BODY_BYTES, fetch_proxy_mode: true }
     }
 }
 
@@ -341,7 +322,6 @@ impl ScrapeOutcome {
         self.result.as_ref().err().map(|f| f.reason.as_str())
     }
 }
-
 
 struct Failure {
     reason: &'static str,
@@ -381,7 +361,9 @@ fn text(url: &str, bytes: Vec<u8>) -> Result<String, Failure> {
 fn read_scrape(url: &str, body: ScrapeBody) -> Result<KubeProxyScrape, Failure> {
     match parse_scrape(&body.bytes, body.content_type.as_deref()) {
         Ok(scrape) => Ok(scrape),
-        Err(ScrapeError::NotUtf8(e)) => Err(text(url, body.bytes).err().unwrap_or_else(|| Failure { reason: reason::PARSE, message: format!("{url}: not UTF-8 text: {e}") })),
+        Err(ScrapeError::NotUtf8(e)) => {
+            Err(text(url, body.bytes).err().unwrap_or_else(|| Failure { reason: reason::PARSE, message: format!("{url}: not UTF-8 text: {e}") }))
+        }
         Err(e) => Err(Failure { reason: reason::PARSE, message: format!("{url}: {e}") }),
     }
 }
@@ -429,10 +411,7 @@ pub async fn scrape_all(client: &reqwest::Client, targets: &[Target], opts: &Scr
     // by index, lazily: a closure over `&Target` would be higher-ranked over the reference's
     // lifetime, which makes a caller's `tokio::spawn` fail the `Send` check (rustc limitation);
     // collecting the futures first would allocate all of them at once
-    futures::stream::iter((0..targets.len()).map(move |i| scrape_once(client, &targets[i], opts)))
-        .buffer_unordered(opts.max_in_flight.max(1))
-        .collect()
-        .await
+    futures::stream::iter((0..targets.len()).map(move |i| scrape_once(client, &targets[i], opts))).buffer_unordered(opts.max_in_flight.max(1)).collect().await
 }
 
 /// Counts of one [`record_outcomes`] call.
@@ -524,12 +503,7 @@ pub async fn resolve_proxy_config(
         if let Some((client, discovery)) = kube {
             match detect_dataplane(client, discovery).await {
                 Ok(Some(dataplane)) => {
-                    return ResolvedProxyConfig {
-                        source: "Cilium agent pods".into(),
-                        notes,
-                        dataplane: Some(dataplane),
-                        ..ResolvedProxyConfig::default()
-                    };
+                    return ResolvedProxyConfig { source: "Cilium agent pods".into(), notes, dataplane: Some(dataplane), ..ResolvedProxyConfig::default() };
                 }
                 Ok(None) => {}
                 Err(e) => notes.push(e.to_string()),
@@ -580,12 +554,7 @@ impl ScrapeMetrics {
     /// Registers the three metrics in `registry` (names relative to the registry's prefix).
     pub fn register(&self, registry: &mut Registry) {
         registry.register("errors", "Failed kube-proxy scrapes, by reason", self.errors.clone());
-        registry.register_with_unit(
-            "duration",
-            "Time to scrape and parse one kube-proxy",
-            Unit::Seconds,
-            self.duration.clone(),
-        );
+        registry.register_with_unit("duration", "Time to scrape and parse one kube-proxy", Unit::Seconds, self.duration.clone());
         registry.register("targets", "kube-proxy targets in the last scrape cycle", self.targets.clone());
     }
 
@@ -704,8 +673,7 @@ mod tests {
 
     #[test]
     fn static_targets() {
-        let t = parse_static_targets(&["node-a=http://127.0.0.1:10249", "http://127.0.0.1:9000/metrics", "b=http://[::1]:1/"])
-            .unwrap();
+        let t = parse_static_targets(&["node-a=http://127.0.0.1:10249", "http://127.0.0.1:9000/metrics", "b=http://[::1]:1/"]).unwrap();
         assert_eq!(t[0], Target::new("node-a", "http://127.0.0.1:10249"));
         assert_eq!(t[1], Target::new("127.0.0.1:9000", "http://127.0.0.1:9000"));
         assert_eq!(t[2].base_url, "http://[::1]:1");

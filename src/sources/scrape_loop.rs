@@ -17,8 +17,8 @@ use super::fetch::http_client;
 use super::oneshot::unix_now;
 use super::prometheus::PrometheusSource;
 use super::scrape::{
-    DEFAULT_INTERVAL, Jitter, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, fetch_configz, record_outcomes,
-    resolve_proxy_config, scrape_all,
+    DEFAULT_INTERVAL, Jitter, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, fetch_configz, record_outcomes, resolve_proxy_config,
+    scrape_all,
 };
 use super::select::{Attempts, Decision, Tried, decide};
 use crate::measure::{MeasurementStore, NodeFailure, NodeSource, Sample, reason};
@@ -182,8 +182,7 @@ impl ScrapeLoop {
         }
         if self.config_every > 0 && self.cycles.is_multiple_of(self.config_every) {
             // prefer targets that just answered
-            let mut ordered: Vec<Target> =
-                targets.iter().filter(|t| outcomes.iter().any(|o| o.node == t.node && o.result.is_ok())).cloned().collect();
+            let mut ordered: Vec<Target> = targets.iter().filter(|t| outcomes.iter().any(|o| o.node == t.node && o.result.is_ok())).cloned().collect();
             if ordered.is_empty() {
                 ordered = targets.clone();
             }

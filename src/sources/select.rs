@@ -197,7 +197,9 @@ mod tests {
         assert_eq!(f.at_unix_seconds, 5.0);
         assert_eq!(
             f.message,
-            format!("kube-proxy: http://10.0.0.1:10249/metrics: connection refused (set metricsBindAddress ...); agent: no agent pod on this node; prometheus: not configured (--prometheus-url); {NO_AGENT_FIX}")
+            format!(
+                "kube-proxy: http://10.0.0.1:10249/metrics: connection refused (set metricsBindAddress ...); agent: no agent pod on this node; prometheus: not configured (--prometheus-url); {NO_AGENT_FIX}"
+            )
         );
     }
 

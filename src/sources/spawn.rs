@@ -74,12 +74,7 @@ impl Auto {
     /// The fallbacks for one run of the loop; requests bounded by `timeout`.
     fn fallbacks(&self, client: &kube::Client, timeout: Duration) -> Fallbacks {
         let targets = if self.agent_targets.is_empty() {
-            AgentTargets::Kube {
-                client: client.clone(),
-                namespace: self.agent_namespace.clone(),
-                selector: self.agent_selector.clone(),
-                port: self.agent_port,
-            }
+            AgentTargets::Kube { client: client.clone(), namespace: self.agent_namespace.clone(), selector: self.agent_selector.clone(), port: self.agent_port }
         } else {
             AgentTargets::Static(self.agent_targets.clone())
         };

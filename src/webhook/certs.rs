@@ -182,12 +182,7 @@ pub enum CertError {
 /// The DNS names the API server may use for the Service: `<service>`, `<service>.<namespace>`,
 /// `<service>.<namespace>.svc` (the one it uses) and `<service>.<namespace>.svc.cluster.local`.
 pub fn dns_names(service: &str, namespace: &str) -> Vec<String> {
-    vec![
-        service.to_string(),
-        format!("{service}.{namespace}"),
-        format!("{service}.{namespace}.svc"),
-        format!("{service}.{namespace}.svc.cluster.local"),
-    ]
+    vec![service.to_string(), format!("{service}.{namespace}"), format!("{service}.{namespace}.svc"), format!("{service}.{namespace}.svc.cluster.local")]
 }
 
 /// The serving certificate's subject alternative names: [`dns_names`], then `extra` (names
@@ -350,10 +345,7 @@ pub struct Observed {
 pub fn observe(data: &BTreeMap<String, Vec<u8>>) -> Observed {
     let get = |k: &str| data.get(k).filter(|v| !v.is_empty()).ok_or_else(|| Unusable::Missing(k.to_string()));
     let ca_ders = get(CA_CERT).and_then(|pem| pem_certs(pem));
-    let ca_bundle: Vec<CertInfo> = ca_ders
-        .as_ref()
-        .map(|ders| ders.iter().filter_map(|d| parse_der(d).ok().map(|c| info(&c))).collect())
-        .unwrap_or_default();
+    let ca_bundle: Vec<CertInfo> = ca_ders.as_ref().map(|ders| ders.iter().filter_map(|d| parse_der(d).ok().map(|c| info(&c))).collect()).unwrap_or_default();
     let ca = ca_ders.clone().and_then(|ders| {
         let c = info(&parse_der(&ders[0])?);
         if !c.is_ca {
@@ -508,7 +500,14 @@ pub fn generate_leaf(
 /// Adds a new agent serving certificate ([`AGENT_SERVER_NAME`], server authentication) and
 /// operator client certificate ([`OPERATOR_CLIENT_NAME`], client authentication) signed by the
 /// CA to `data`, with the serving certificates' lifetime.
-fn add_agent_pair(data: &mut BTreeMap<String, Vec<u8>>, ca_cert: &str, ca_key: &str, now: i64, validity: Duration, ca_not_after: i64) -> Result<(), rcgen::Error> {
+fn add_agent_pair(
+    data: &mut BTreeMap<String, Vec<u8>>,
+    ca_cert: &str,
+    ca_key: &str,
+    now: i64,
+    validity: Duration,
+    ca_not_after: i64,
+) -> Result<(), rcgen::Error> {
     for (name, usage, cert_key, key_key) in [
         (AGENT_SERVER_NAME, ExtendedKeyUsagePurpose::ServerAuth, AGENT_CERT, AGENT_KEY),
         (OPERATOR_CLIENT_NAME, ExtendedKeyUsagePurpose::ClientAuth, CLIENT_CERT, CLIENT_KEY),
@@ -951,10 +950,7 @@ mod tests {
 
     #[test]
     fn names_cover_the_service_dns_forms_and_extras_once() {
-        assert_eq!(
-            names(),
-            ["safe-termination", "safe-termination.ops", "safe-termination.ops.svc", "safe-termination.ops.svc.cluster.local"]
-        );
+        assert_eq!(names(), ["safe-termination", "safe-termination.ops", "safe-termination.ops.svc", "safe-termination.ops.svc.cluster.local"]);
         let extra = ["127.0.0.1".to_string(), " ".into(), "safe-termination.ops.svc".into(), "localhost".into()];
         let all = subject_alt_names("safe-termination", "ops", &extra);
         assert_eq!(all.len(), 6);
@@ -1122,7 +1118,10 @@ mod tests {
         assert_eq!(eku(&data[CLIENT_CERT]), (false, true));
         assert_eq!(eku(&data[TLS_CERT]), (true, false));
         match decide(Some(&o), &names(), now) {
-            Action::Keep { renew_at: at } => assert_eq!(at, renew_at(agent.not_before, agent.not_after).min(renew_at(o.serving.as_ref().unwrap().not_before, o.serving.as_ref().unwrap().not_after))),
+            Action::Keep { renew_at: at } => assert_eq!(
+                at,
+                renew_at(agent.not_before, agent.not_after).min(renew_at(o.serving.as_ref().unwrap().not_before, o.serving.as_ref().unwrap().not_after))
+            ),
             other => panic!("{other:?}"),
         }
     }
@@ -1148,7 +1147,10 @@ mod tests {
         both.insert(TLS_KEY.into(), other[TLS_KEY].clone());
         both.insert(CLIENT_KEY.into(), other[CLIENT_KEY].clone());
         let (actions, renewed) = renew_all(&both, true, None, &names(), now, CA_VALIDITY, SERVING_VALIDITY).unwrap();
-        assert!(matches!(actions.as_slice(), [Action::RenewServing(_), Action::RenewAgent(m), Action::Keep { .. }] if m.contains("client.key does not match client.crt")), "{actions:?}");
+        assert!(
+            matches!(actions.as_slice(), [Action::RenewServing(_), Action::RenewAgent(m), Action::Keep { .. }] if m.contains("client.key does not match client.crt")),
+            "{actions:?}"
+        );
         assert_eq!(renewed[CA_CERT], data[CA_CERT]);
         // a new Secret: one CA rotation makes everything
         let (actions, _) = renew_all(&BTreeMap::new(), false, None, &names(), now, CA_VALIDITY, SERVING_VALIDITY).unwrap();

@@ -20,11 +20,10 @@
 
 use super::plan::{Capabilities, Plan, PlanPolicy};
 use crate::annotations::{
-    ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_MIRROR, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP,
-    ANNOTATION_SKIP_CONTAINERS,
+    ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_MIRROR, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP, ANNOTATION_SKIP_CONTAINERS,
 };
-use crate::selector::{Labels, ServiceIndex};
 use crate::crd::{EnforcementMode, PreStopHandler, Scope};
+use crate::selector::{Labels, ServiceIndex};
 use crate::sizing::{KUBERNETES_DEFAULT_GRACE_SECONDS, grace_seconds};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
@@ -136,9 +135,7 @@ fn add(tokens: &[&str], value: Value) -> PatchOperation {
 }
 
 fn str_map(v: Option<&Value>) -> Labels {
-    v.and_then(Value::as_object)
-        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
-        .unwrap_or_default()
+    v.and_then(Value::as_object).map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect()).unwrap_or_default()
 }
 
 /// True when the image matches an allow-list entry: exact, or a prefix for entries ending in `*`.
@@ -164,11 +161,7 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
     let meta = pod.get("metadata");
     let annotations = str_map(meta.and_then(|m| m.get("annotations")));
     let labels = str_map(meta.and_then(|m| m.get("labels")));
-    let namespace = if namespace.is_empty() {
-        meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).unwrap_or("")
-    } else {
-        namespace
-    };
+    let namespace = if namespace.is_empty() { meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).unwrap_or("") } else { namespace };
     let empty = json!({});
     let spec = pod.get("spec").filter(|s| s.is_object()).unwrap_or(&empty);
 
@@ -214,10 +207,8 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         return Decision::skip(PodReason::ZeroSleep, warnings, Some(policy_ref));
     }
     let audit = policy.spec.mode == EnforcementMode::Audit;
-    let skip_containers: Vec<&str> = annotations
-        .get(ANNOTATION_SKIP_CONTAINERS)
-        .map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).collect())
-        .unwrap_or_default();
+    let skip_containers: Vec<&str> =
+        annotations.get(ANNOTATION_SKIP_CONTAINERS).map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()).unwrap_or_default();
     let windows = is_windows(spec);
     let Capabilities { native_sleep } = plan.capabilities;
     let handler = policy.spec.pre_stop.handler;
@@ -252,9 +243,7 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
             let action = match handler {
                 PreStopHandler::Auto if native_sleep => Some(("sleep", json!({"sleep": {"seconds": pre_stop}}))),
                 PreStopHandler::Sleep if native_sleep => Some(("sleep", json!({"sleep": {"seconds": pre_stop}}))),
-                PreStopHandler::Auto | PreStopHandler::Exec if exec_ok => {
-                    Some(("exec", json!({"exec": {"command": ["sleep", pre_stop.to_string()]}})))
-                }
+                PreStopHandler::Auto | PreStopHandler::Exec if exec_ok => Some(("exec", json!({"exec": {"command": ["sleep", pre_stop.to_string()]}}))),
                 _ => None,
             };
             match action {

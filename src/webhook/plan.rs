@@ -3,8 +3,8 @@
 //! stand-alone webhook and the `mutate` command) and read from memory on every admission.
 
 use crate::crd::TerminationPolicySpec;
-use crate::selector::{selector_matches, specificity};
 use crate::selector::Labels;
+use crate::selector::{selector_matches, specificity};
 use serde::Serialize;
 
 /// One policy as the webhook applies it.
@@ -73,13 +73,8 @@ impl Plan {
                 .filter(|p| p.spec.pod_selector.as_ref().is_none_or(|s| selector_matches(s, labels)))
                 .map(|policy| Resolved { policy, also_matched: Vec::new() });
         }
-        let mut matching: Vec<&PlanPolicy> =
-            in_ns.into_iter().filter(|p| p.spec.pod_selector.as_ref().is_none_or(|s| selector_matches(s, labels))).collect();
-        matching.sort_by(|a, b| {
-            specificity(b.spec.pod_selector.as_ref())
-                .cmp(&specificity(a.spec.pod_selector.as_ref()))
-                .then_with(|| a.name.cmp(&b.name))
-        });
+        let mut matching: Vec<&PlanPolicy> = in_ns.into_iter().filter(|p| p.spec.pod_selector.as_ref().is_none_or(|s| selector_matches(s, labels))).collect();
+        matching.sort_by(|a, b| specificity(b.spec.pod_selector.as_ref()).cmp(&specificity(a.spec.pod_selector.as_ref())).then_with(|| a.name.cmp(&b.name)));
         let (first, rest) = matching.split_first()?;
         Some(Resolved { policy: first, also_matched: rest.iter().map(|p| p.name.as_str()).collect() })
     }

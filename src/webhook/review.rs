@@ -18,8 +18,7 @@
 use super::mutate::{Decision, PodReason, mutate_pod, short_warning};
 use super::plan::Plan;
 use crate::annotations::{
-    ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_MIRROR, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP,
-    ANNOTATION_SKIP_CONTAINERS,
+    ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_MIRROR, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP, ANNOTATION_SKIP_CONTAINERS,
 };
 use crate::selector::ServiceIndex;
 use base64::Engine as _;
@@ -197,9 +196,7 @@ pub fn review(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> ReviewOu
     let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
     if kind != "AdmissionReview" || api_version != "admission.k8s.io/v1" {
-        return bad_request(format!(
-            "expected kind AdmissionReview, apiVersion admission.k8s.io/v1; got kind {kind:?}, apiVersion {api_version:?}"
-        ));
+        return bad_request(format!("expected kind AdmissionReview, apiVersion admission.k8s.io/v1; got kind {kind:?}, apiVersion {api_version:?}"));
     }
     let Some(req_value) = value.get_mut("request").filter(|r| r.is_object()) else {
         return bad_request("no request object".into());
@@ -213,11 +210,7 @@ pub fn review(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> ReviewOu
     if !matches!(object, Value::Null | Value::Object(_)) {
         return bad_request(format!("request {}: request.object is not an object", req.uid));
     }
-    let name = if req.name.is_empty() {
-        object.pointer("/metadata/generateName").and_then(Value::as_str).unwrap_or("")
-    } else {
-        req.name
-    };
+    let name = if req.name.is_empty() { object.pointer("/metadata/generateName").and_then(Value::as_str).unwrap_or("") } else { req.name };
     let mut out = ReviewOutcome {
         status: 200,
         body: Vec::new(),
@@ -327,14 +320,8 @@ impl Place {
 }
 
 /// The pod annotations [`mutate_pod`] reads; [`parse_review`] keeps no other.
-const READ_ANNOTATIONS: [&str; 6] = [
-    ANNOTATION_MIRROR,
-    ANNOTATION_SKIP,
-    ANNOTATION_SKIP_CONTAINERS,
-    ANNOTATION_PRESTOP_SECONDS,
-    ANNOTATION_POLICY,
-    ANNOTATION_AUDIT_PRESTOP_SECONDS,
-];
+const READ_ANNOTATIONS: [&str; 6] =
+    [ANNOTATION_MIRROR, ANNOTATION_SKIP, ANNOTATION_SKIP_CONTAINERS, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_POLICY, ANNOTATION_AUDIT_PRESTOP_SECONDS];
 
 /// Parses an AdmissionReview body into a `serde_json::Value` that holds only what [`review`]
 /// and [`mutate_pod`] read (see [`Place`]): the envelope, the request's identifying fields, and
@@ -531,8 +518,14 @@ mod tests {
         // the map is kept, without kubectl's last-applied-configuration (not read)
         assert!(whole["request"]["object"]["metadata"]["annotations"].as_object().unwrap().contains_key("kubectl.kubernetes.io/last-applied-configuration"));
         assert_eq!(r["object"]["metadata"]["annotations"], serde_json::json!({}));
-        let ours = parse_review(br#"{"request": {"object": {"metadata": {"annotations": {"a": "1", "safetermination.io/skip": "true", "kubernetes.io/config.mirror": "x"}}}}}"#).unwrap();
-        assert_eq!(ours["request"]["object"]["metadata"]["annotations"], serde_json::json!({"safetermination.io/skip": "true", "kubernetes.io/config.mirror": "x"}));
+        let ours = parse_review(
+            br#"{"request": {"object": {"metadata": {"annotations": {"a": "1", "safetermination.io/skip": "true", "kubernetes.io/config.mirror": "x"}}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ours["request"]["object"]["metadata"]["annotations"],
+            serde_json::json!({"safetermination.io/skip": "true", "kubernetes.io/config.mirror": "x"})
+        );
         assert_eq!(r["object"]["spec"].as_object().unwrap().keys().collect::<Vec<_>>(), ["containers", "restartPolicy", "terminationGracePeriodSeconds"]);
         assert_eq!(r["object"]["spec"]["containers"], serde_json::json!([{"image": "jmalloc/echo-server", "name": "echo-server"}]));
         assert_eq!(r["uid"], whole["request"]["uid"]);

@@ -28,8 +28,8 @@
 //! request and fail that review open.
 
 use super::plan::Plan;
-use crate::selector::ServiceIndex;
 use super::review::{ReviewOutcome, review};
+use crate::selector::ServiceIndex;
 use crate::telemetry::WebhookMetrics;
 use arc_swap::ArcSwap;
 use axum::Router;
@@ -248,11 +248,7 @@ fn is_json(headers: &HeaderMap) -> Result<(), String> {
     };
     let s = v.to_str().unwrap_or("");
     let essence = s.split(';').next().unwrap_or("").trim();
-    if essence.eq_ignore_ascii_case("application/json") {
-        Ok(())
-    } else {
-        Err(format!("unsupported Content-Type {s:?}; expected application/json"))
-    }
+    if essence.eq_ignore_ascii_case("application/json") { Ok(()) } else { Err(format!("unsupported Content-Type {s:?}; expected application/json")) }
 }
 
 /// A request that was answered before `review` ran.
@@ -328,11 +324,7 @@ async fn read_body(
             Err(too_large())
         }
         // usually the client went away mid-body (a reset stream or connection)
-        Err(e) => Err(Rejected {
-            status: StatusCode::BAD_REQUEST,
-            decision: "body_read_error",
-            message: format!("cannot read the request body: {e}"),
-        }),
+        Err(e) => Err(Rejected { status: StatusCode::BAD_REQUEST, decision: "body_read_error", message: format!("cannot read the request body: {e}") }),
     }
 }
 
@@ -366,9 +358,8 @@ const LOG_FIELD_MAX_BYTES: usize = 256;
 /// [`LOG_FIELD_MAX_BYTES`] with `…`. Clean, short values (all real uids and names) are borrowed
 /// unchanged.
 fn loggable(s: &str) -> std::borrow::Cow<'_, str> {
-    let escaped = |c: char| {
-        c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
+    let escaped =
+        |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
     let quoted = |c: char| escaped(c) || matches!(c, ' ' | '=' | '"' | '\\');
     if s.len() <= LOG_FIELD_MAX_BYTES && !s.chars().any(quoted) {
         return std::borrow::Cow::Borrowed(s);
@@ -461,11 +452,7 @@ pub async fn serve(
     // axum-server installs a timer but turns the header timeout off; with it, hyper also closes
     // a keep-alive connection that stays idle, or dribbles its next head, for this long
     builder.http1().keep_alive(true).header_read_timeout(idle_timeout);
-    builder
-        .http2()
-        .keep_alive_interval(h2_keep_alive_interval)
-        .keep_alive_timeout(h2_keep_alive_timeout)
-        .max_concurrent_streams(h2_max_concurrent_streams);
+    builder.http2().keep_alive_interval(h2_keep_alive_interval).keep_alive_timeout(h2_keep_alive_timeout).max_concurrent_streams(h2_max_concurrent_streams);
     let result = server.serve(app.into_make_service()).await;
     trigger.abort();
     result

@@ -53,9 +53,7 @@ pub fn provider() -> Arc<CryptoProvider> {
 /// Parses a PEM certificate chain (leaf first) and a PEM private key, and checks that the key
 /// matches the leaf certificate.
 pub fn load_certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, TlsError> {
-    let chain = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::BadCertificate(e.to_string()))?;
+    let chain = CertificateDer::pem_slice_iter(cert_pem).collect::<Result<Vec<_>, _>>().map_err(|e| TlsError::BadCertificate(e.to_string()))?;
     if chain.is_empty() {
         return Err(TlsError::NoCertificate);
     }
@@ -101,10 +99,8 @@ impl ResolvesServerCert for CertificateStore {
 /// (the API server authenticates the webhook, not the reverse), ALPN `h2` then `http/1.1`,
 /// certificates from `store`.
 pub fn server_config(store: Arc<CertificateStore>) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_cert_resolver(store);
+    let mut config =
+        rustls::ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?.with_no_client_auth().with_cert_resolver(store);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -140,13 +136,7 @@ struct Last {
 impl CertReloader {
     /// A reloader for `cert_path`/`key_path` (PEM) feeding `store`; counts loads in `metrics`.
     pub fn new(cert_path: impl AsRef<Path>, key_path: impl AsRef<Path>, store: Arc<CertificateStore>, metrics: Option<WebhookMetrics>) -> Self {
-        Self {
-            cert_path: cert_path.as_ref().to_path_buf(),
-            key_path: key_path.as_ref().to_path_buf(),
-            store,
-            metrics,
-            last: Mutex::new(Last::default()),
-        }
+        Self { cert_path: cert_path.as_ref().to_path_buf(), key_path: key_path.as_ref().to_path_buf(), store, metrics, last: Mutex::new(Last::default()) }
     }
 
     /// The store this reloader feeds.

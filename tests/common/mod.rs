@@ -82,8 +82,7 @@ pub async fn apply_crd(client: &Client) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let c = api.get(name).await.unwrap();
-            let established =
-                c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+            let established = c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
             if established {
                 break;
             }
@@ -186,13 +185,9 @@ impl Operator {
     /// [`Operator::start`] with a rolling analysis window of `window_seconds`.
     pub async fn start_windowed(namespace: &str, window_seconds: u64, extra: &[&str]) -> Operator {
         let nodes = std::env::var("ST_KP_NODES").unwrap_or_else(|_| "node-a node-b".into());
-        let urls = std::env::var("ST_KP_METRICS_URLS")
-            .unwrap_or_else(|_| "http://10.213.0.2:10249/metrics http://10.213.1.2:10249/metrics".into());
-        let targets: Vec<String> = urls
-            .split_whitespace()
-            .zip(nodes.split_whitespace())
-            .map(|(url, node)| format!("{node}={}", url.trim_end_matches("/metrics")))
-            .collect();
+        let urls = std::env::var("ST_KP_METRICS_URLS").unwrap_or_else(|_| "http://10.213.0.2:10249/metrics http://10.213.1.2:10249/metrics".into());
+        let targets: Vec<String> =
+            urls.split_whitespace().zip(nodes.split_whitespace()).map(|(url, node)| format!("{node}={}", url.trim_end_matches("/metrics"))).collect();
         Self::spawn(namespace, Some(targets.join(",")), window_seconds, extra).await
     }
 
@@ -281,7 +276,8 @@ pub async fn create_services(client: &Client, ns: &str, range: std::ops::Range<u
             async move {
                 let name = format!("s{i}");
                 let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-                    "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}})).unwrap();
+                    "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}}))
+                .unwrap();
                 let _ = svcs.create(&PostParams::default(), &svc).await;
                 // two endpoints each: the rule count (and so iptables-nft's restore time, which
                 // grows about quadratically) is what makes syncs slow, not the object count
@@ -290,7 +286,8 @@ pub async fn create_services(client: &Client, ns: &str, range: std::ops::Range<u
                 let slice: EndpointSlice = serde_json::from_value(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                     "metadata": {"name": format!("{name}-1"), "labels": {"kubernetes.io/service-name": name, "endpointslice.kubernetes.io/managed-by": "e2e"}},
                     "addressType": "IPv4", "ports": [{"port": 8080, "protocol": "TCP"}],
-                    "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}, {"addresses": [ip2], "conditions": {"ready": true}}]})).unwrap();
+                    "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}, {"addresses": [ip2], "conditions": {"ready": true}}]}))
+                .unwrap();
                 let _ = slices.create(&PostParams::default(), &slice).await;
             }
         })
@@ -390,9 +387,7 @@ pub fn start_webhook_with(plan: safe_termination::webhook::plan::Plan, services:
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let token = stop.clone();
-    tokio::spawn(async move {
-        server::serve(listener, server::router(state), tls, token, Duration::from_secs(2), server::Connections::default()).await
-    });
+    tokio::spawn(async move { server::serve(listener, server::router(state), tls, token, Duration::from_secs(2), server::Connections::default()).await });
     Webhook { port, stop }
 }
 

@@ -35,8 +35,8 @@ pub struct RealNode {
 /// The real nodes of `$ST_CLUSTER_JSON` (at least two).
 pub fn real_nodes() -> Vec<RealNode> {
     let path = std::env::var("ST_CLUSTER_JSON").unwrap_or_else(|_| format!("{}/cluster.json", super::state_dir()));
-    let cluster: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}: run make cluster-up")))
-        .expect("cluster.json");
+    let cluster: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}: run make cluster-up"))).expect("cluster.json");
     let nodes: Vec<RealNode> = cluster["nodes"]
         .as_array()
         .unwrap()
@@ -140,11 +140,7 @@ impl RuleReader {
 
     /// Runs `args`; its stdout when it started, exited 0 and printed UTF-8.
     fn run(&self, args: &[&str]) -> Result<String, ReadError> {
-        let out = self
-            .command(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| self.error(args, format!("cannot start: {e}")))?;
+        let out = self.command(args).stdin(Stdio::null()).output().map_err(|e| self.error(args, format!("cannot start: {e}")))?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             let stderr: String = stderr.trim().chars().take(300).collect();

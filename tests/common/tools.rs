@@ -20,9 +20,9 @@ pub fn kubeconfig() -> String {
 pub fn bin_dir() -> PathBuf {
     let dir = std::env::var("ST_K8S_BIN").map(PathBuf::from).unwrap_or_else(|_| {
         let version = std::fs::read_to_string(root().join("e2e/k8s-version")).unwrap().trim().to_string();
-        let cache = std::env::var("ST_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/safe-termination")
-        });
+        let cache = std::env::var("ST_CACHE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/safe-termination"));
         cache.join(format!("k8s-v{version}/bin"))
     });
     for tool in ["helm", "kubectl", "promtool"] {
@@ -54,4 +54,3 @@ pub fn try_run(c: &mut Command, stdin: Option<&str>) -> Result<String, String> {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
     if out.status.success() { Ok(stdout) } else { Err(format!("{c:?} failed ({}):\n{stdout}\n{stderr}", out.status)) }
 }
-

@@ -48,10 +48,7 @@ impl Parser {
         }
         match found {
             None => Ok(None),
-            Some(raw) => raw
-                .parse::<T>()
-                .map(Some)
-                .map_err(|e| format!("{name} {raw:?}: {e}")),
+            Some(raw) => raw.parse::<T>().map(Some).map_err(|e| format!("{name} {raw:?}: {e}")),
         }
     }
 

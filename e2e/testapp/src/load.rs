@@ -114,11 +114,8 @@ impl Options {
         if workers == 0 || workers > 10_000 {
             return Err("--workers must be in 1..=10000".to_string());
         }
-        let addr = target
-            .to_socket_addrs()
-            .map_err(|e| format!("--target {target:?}: {e}"))?
-            .next()
-            .ok_or_else(|| format!("--target {target:?}: no address"))?;
+        let addr =
+            target.to_socket_addrs().map_err(|e| format!("--target {target:?}: {e}"))?.next().ok_or_else(|| format!("--target {target:?}: no address"))?;
         Ok(Options { target, addr, rate_per_second, timeout_ms, duration_seconds, out, expect_prefix, workers, keep_alive })
     }
 }
@@ -136,15 +133,7 @@ enum Outcome {
 }
 
 /// Every outcome, in summary order.
-const OUTCOMES: [Outcome; 7] = [
-    Outcome::Ok,
-    Outcome::Refused,
-    Outcome::Reset,
-    Outcome::Timeout,
-    Outcome::Unreachable,
-    Outcome::Empty,
-    Outcome::BadAnswer,
-];
+const OUTCOMES: [Outcome; 7] = [Outcome::Ok, Outcome::Refused, Outcome::Reset, Outcome::Timeout, Outcome::Unreachable, Outcome::Empty, Outcome::BadAnswer];
 
 impl Outcome {
     /// The CSV spelling.
@@ -392,11 +381,7 @@ fn write_csv(file: File, rx: mpsc::Receiver<Record>) -> std::io::Result<[u64; OU
 
 /// Quotes a CSV field when it holds a comma, quote, CR or LF.
 fn csv_escape(field: &str) -> String {
-    if field.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", field.replace('"', "\"\""))
-    } else {
-        field.to_string()
-    }
+    if field.contains([',', '"', '\n', '\r']) { format!("\"{}\"", field.replace('"', "\"\"")) } else { field.to_string() }
 }
 
 /// A worker's persistent connection and its source port.
@@ -529,14 +514,7 @@ fn connect(addr: SocketAddr, timeout: Duration) -> (std::io::Result<TcpStream>, 
 /// `timeout` of `start` (before the connect): to EOF, or with `framed` up to
 /// the end of the first complete response. Returns (outcome, pod, detail,
 /// whether the connection can carry another request).
-fn exchange(
-    stream: &mut TcpStream,
-    request: &[u8],
-    start: Instant,
-    timeout: Duration,
-    prefix: Option<&str>,
-    framed: bool,
-) -> (Outcome, String, String, bool) {
+fn exchange(stream: &mut TcpStream, request: &[u8], start: Instant, timeout: Duration, prefix: Option<&str>, framed: bool) -> (Outcome, String, String, bool) {
     let fail = |(o, p, d): (Outcome, String, String)| (o, p, d, false);
     let remaining = |start: Instant| timeout.checked_sub(start.elapsed()).filter(|d| !d.is_zero());
     let _ = stream.set_nodelay(true);

@@ -90,15 +90,8 @@ pub fn run(opts: Options) -> u8 {
     };
     let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let pod = pod_name();
-    let shared = Arc::new(Shared {
-        draining: AtomicBool::new(false),
-        active: AtomicUsize::new(0),
-        pod_body: format!("{pod}\n"),
-    });
-    clock::log(
-        "serve",
-        &format!("listening addr={local} pod={pod} graceful={} drain_timeout_ms={}", opts.graceful, opts.drain_timeout_ms),
-    );
+    let shared = Arc::new(Shared { draining: AtomicBool::new(false), active: AtomicUsize::new(0), pod_body: format!("{pod}\n") });
+    clock::log("serve", &format!("listening addr={local} pod={pod} graceful={} drain_timeout_ms={}", opts.graceful, opts.drain_timeout_ms));
 
     let listen_fd = listener.as_raw_fd();
     {
@@ -111,9 +104,7 @@ pub fn run(opts: Options) -> u8 {
             Ok(stream) => {
                 shared.active.fetch_add(1, Ordering::SeqCst);
                 let guard = ActiveGuard(Arc::clone(&shared));
-                let spawned = std::thread::Builder::new()
-                    .stack_size(CONN_STACK_BYTES)
-                    .spawn(move || handle(stream, &guard.0));
+                let spawned = std::thread::Builder::new().stack_size(CONN_STACK_BYTES).spawn(move || handle(stream, &guard.0));
                 if let Err(e) = spawned {
                     clock::log("serve", &format!("cannot start connection thread: {e}"));
                 }
@@ -167,10 +158,7 @@ fn on_signal(set: &signals::Set, listen_fd: i32, shared: &Shared, graceful: bool
     } else {
         "drain timeout"
     };
-    clock::log(
-        "serve",
-        &format!("exit ({how}) open_connections={open} after_ms={}", received.elapsed().as_millis()),
-    );
+    clock::log("serve", &format!("exit ({how}) open_connections={open} after_ms={}", received.elapsed().as_millis()));
     std::process::exit(0);
 }
 
@@ -182,11 +170,7 @@ fn pod_name() -> String {
     {
         return name.trim().to_string();
     }
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown".to_string())
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "unknown".to_string())
 }
 
 /// What reading a request head produced.
@@ -266,9 +250,7 @@ fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>) -> ReadResult {
             buf.extend_from_slice(&chunk[..n]);
             ReadResult::Data
         }
-        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
-            ReadResult::Idle
-        }
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => ReadResult::Idle,
         Err(_) => ReadResult::Closed,
     }
 }
@@ -327,8 +309,7 @@ fn parse_request(head: &[u8]) -> Result<Request, String> {
     let mut lines = text.split("\r\n");
     let request_line = lines.next().unwrap_or("");
     let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err("malformed request line".to_string());
     };
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
@@ -370,13 +351,7 @@ fn parse_request(head: &[u8]) -> Result<Request, String> {
         }
     }
     let path = target.split('?').next().unwrap_or(target).to_string();
-    Ok(Request {
-        path,
-        head_only: method == "HEAD",
-        method_ok: method == "GET" || method == "HEAD",
-        keep_alive,
-        content_length,
-    })
+    Ok(Request { path, head_only: method == "HEAD", method_ok: method == "GET" || method == "HEAD", keep_alive, content_length })
 }
 
 /// Status and body for a request.

@@ -22,9 +22,7 @@ fn assert_all(rows: &[common::Row], outcome: &str) {
 fn against_serve_all_ok_with_rate_times_duration_requests() {
     let server = Server::start("web-load-1", &[]);
     let target = server.addr.to_string();
-    let (header, mut rows, summary) = run_load(&[
-        "--target", &target, "--rate-per-second", "200", "--duration-seconds", "1.5", "--expect-prefix", "web-",
-    ]);
+    let (header, mut rows, summary) = run_load(&["--target", &target, "--rate-per-second", "200", "--duration-seconds", "1.5", "--expect-prefix", "web-"]);
     assert_eq!(header, HEADER);
     assert!((299..=301).contains(&rows.len()), "{} rows", rows.len());
     assert_all(&rows, "ok");
@@ -65,9 +63,7 @@ fn listener_that_never_answers_gives_timeout() {
     // nobody ever answers.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let target = listener.local_addr().unwrap().to_string();
-    let (_, rows, _) = run_load(&[
-        "--target", &target, "--rate-per-second", "20", "--duration-seconds", "0.5", "--timeout-ms", "200",
-    ]);
+    let (_, rows, _) = run_load(&["--target", &target, "--rate-per-second", "20", "--duration-seconds", "0.5", "--timeout-ms", "200"]);
     assert_eq!(rows.len(), 10);
     assert_all(&rows, "timeout");
     for r in &rows {
@@ -141,9 +137,7 @@ fn answer_from_no_pod_gives_bad_answer() {
         read_request(&mut s);
         let _ = std::io::Write::write_all(&mut s, b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nother\n");
     });
-    let (_, rows, summary) = run_load(&[
-        "--target", &addr.to_string(), "--rate-per-second", "20", "--duration-seconds", "0.5", "--expect-prefix", "web-",
-    ]);
+    let (_, rows, summary) = run_load(&["--target", &addr.to_string(), "--rate-per-second", "20", "--duration-seconds", "0.5", "--expect-prefix", "web-"]);
     assert_eq!(rows.len(), 10);
     assert_all(&rows, "bad_answer");
     assert!(rows.iter().all(|r| r.pod == "other" && r.detail.contains("prefix")), "{:?}", rows[0]);
@@ -197,9 +191,7 @@ fn overloaded_generator_records_unsent_requests_as_timeout_and_stays_bounded() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let target = listener.local_addr().unwrap().to_string();
     let started = std::time::Instant::now();
-    let (_, rows, summary) = run_load(&[
-        "--target", &target, "--rate-per-second", "20", "--duration-seconds", "0.5", "--timeout-ms", "200", "--workers", "1",
-    ]);
+    let (_, rows, summary) = run_load(&["--target", &target, "--rate-per-second", "20", "--duration-seconds", "0.5", "--timeout-ms", "200", "--workers", "1"]);
     let took = started.elapsed();
     assert_eq!(rows.len(), 10);
     assert_all(&rows, "timeout");
@@ -218,9 +210,8 @@ fn overloaded_generator_records_unsent_requests_as_timeout_and_stays_bounded() {
 fn keep_alive_reuses_each_workers_connection() {
     let server = Server::start("web-keep-1", &[]);
     let target = server.addr.to_string();
-    let (_, rows, _) = run_load(&[
-        "--target", &target, "--rate-per-second", "100", "--duration-seconds", "1", "--workers", "3", "--keep-alive", "--expect-prefix", "web-",
-    ]);
+    let (_, rows, _) =
+        run_load(&["--target", &target, "--rate-per-second", "100", "--duration-seconds", "1", "--workers", "3", "--keep-alive", "--expect-prefix", "web-"]);
     assert_eq!(rows.len(), 100);
     assert_all(&rows, "ok");
     // at most one connection per worker, each reused after its first request
@@ -238,9 +229,7 @@ fn keep_alive_does_not_reuse_what_the_server_closed() {
         let _ = std::io::Write::write_all(&mut s, b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nweb-9\n");
         std::thread::sleep(Duration::from_millis(20));
     });
-    let (_, rows, _) = run_load(&[
-        "--target", &addr.to_string(), "--rate-per-second", "5", "--duration-seconds", "1", "--workers", "1", "--keep-alive",
-    ]);
+    let (_, rows, _) = run_load(&["--target", &addr.to_string(), "--rate-per-second", "5", "--duration-seconds", "1", "--workers", "1", "--keep-alive"]);
     assert_eq!(rows.len(), 5);
     assert_all(&rows, "ok");
     assert!(rows.iter().all(|r| !r.reused && r.local_port > 0), "{rows:?}");
@@ -253,9 +242,7 @@ fn keep_alive_drops_a_connection_the_answer_closes() {
         let _ = std::io::Write::write_all(&mut s, b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 6\r\n\r\nweb-8\n");
         std::thread::sleep(Duration::from_millis(500));
     });
-    let (_, rows, _) = run_load(&[
-        "--target", &addr.to_string(), "--rate-per-second", "10", "--duration-seconds", "0.5", "--workers", "1", "--keep-alive",
-    ]);
+    let (_, rows, _) = run_load(&["--target", &addr.to_string(), "--rate-per-second", "10", "--duration-seconds", "0.5", "--workers", "1", "--keep-alive"]);
     assert_eq!(rows.len(), 5);
     assert_all(&rows, "ok");
     assert!(rows.iter().all(|r| !r.reused), "{rows:?}");

@@ -33,12 +33,7 @@ impl Server {
             .expect("spawn serve");
         let lines = forward_lines(child.stderr.take().expect("stderr"));
         let first = lines.recv_timeout(Duration::from_secs(10)).expect("listening line");
-        let addr = first
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("addr="))
-            .unwrap_or_else(|| panic!("no addr= in {first:?}"))
-            .parse()
-            .expect("addr");
+        let addr = first.split_whitespace().find_map(|w| w.strip_prefix("addr=")).unwrap_or_else(|| panic!("no addr= in {first:?}")).parse().expect("addr");
         Server { child, addr, lines }
     }
 
@@ -139,13 +134,7 @@ pub fn run_load(args: &[&str]) -> (String, Vec<Row>, String) {
     let dir = std::env::temp_dir().join(format!("st-testapp-{}-{}", std::process::id(), unique()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let out = dir.join("load.csv");
-    let output = Command::new(BIN)
-        .arg("load")
-        .args(args)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run load");
+    let output = Command::new(BIN).arg("load").args(args).arg("--out").arg(&out).output().expect("run load");
     let stderr = String::from_utf8_lossy(&output.stderr).to_string();
     eprintln!("{stderr}");
     assert!(output.status.success(), "load failed: {stderr}");
