@@ -94,7 +94,7 @@ pub fn crd_yaml() -> String {
 fn entry(p: &PlanPolicy) -> PolicyParameters {
     let selector = p.spec.pod_selector.as_ref();
     PolicyParameters {
-        policy: if p.namespace.is_empty() { p.name.clone() } else { format!("{}/{}", p.namespace, p.name) },
+        policy: p.reference(),
         match_labels: selector.and_then(|s| s.match_labels.clone()).unwrap_or_default(),
         match_expressions: selector
             .and_then(|s| s.match_expressions.as_ref())

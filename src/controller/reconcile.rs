@@ -14,10 +14,10 @@ use crate::crd::{PodCounts, TerminationPolicy};
 use crate::measure::MeasurementStore;
 use crate::model::ProxyMode;
 use crate::proxyconfig::ResolvedProxyConfig;
-use crate::selector::{ServiceIndex, selector_matches, specificity};
+use crate::selector::{ServiceIndex, selector_matches};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -153,40 +153,6 @@ async fn count_pods(ctx: &Context, policy: &TerminationPolicy, recommended: u32)
     Ok((counts, min_injected))
 }
 
-/// A condition reporting other policies of the namespace with the same selector (their
-/// precedence is decided by name only).
-fn conflict_condition(policy: &TerminationPolicy, all: &[Arc<TerminationPolicy>], now: &Time) -> Condition {
-    let ns = policy.namespace();
-    let mine = policy.spec.pod_selector.as_ref();
-    let mut same: Vec<String> = all
-        .iter()
-        .filter(|p| p.namespace() == ns && p.name_any() != policy.name_any())
-        .filter(|p| p.spec.pod_selector.as_ref() == mine || (specificity(mine) == 0 && specificity(p.spec.pod_selector.as_ref()) == 0))
-        .map(|p| p.name_any())
-        .collect();
-    same.sort();
-    let (status, reason, message) = if same.is_empty() {
-        ("False", "NoConflict", "no other policy in this namespace has the same selector".to_string())
-    } else {
-        let mut names = same.clone();
-        names.push(policy.name_any());
-        names.sort();
-        (
-            "True",
-            "SameSelector",
-            format!("policies {} select the same pods; precedence is most specific selector, then name: {} wins", names.join(", "), names[0]),
-        )
-    };
-    Condition {
-        type_: "Conflict".into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        observed_generation: policy.metadata.generation,
-        last_transition_time: now.clone(),
-    }
-}
-
 /// The rolling window analysed under one policy spec, with what the status reports about it.
 struct Measured {
     /// The policy's sizing, without per-node windows and with per-node advice bounded
@@ -318,11 +284,7 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
     let previous = policy.status.as_ref();
     let mut desired = status::desired_status(&policy.spec, policy.metadata.generation, &report, &meta, pods, previous, &now);
     desired.admission = ctx.settings.admission_backend.map(|b| status::admission_status(b, &policy.spec));
-    let mut conflict = conflict_condition(&policy, &ctx.policies.state(), &now);
-    if let Some(old) = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == "Conflict" && c.status == conflict.status)) {
-        conflict.last_transition_time = old.last_transition_time.clone();
-    }
-    desired.conditions.push(conflict);
+    status::push_condition(&mut desired, status::conflict_condition(&policy, &ctx.policies.state(), &now), previous);
 
     ctx.metrics
         .recommended_prestop

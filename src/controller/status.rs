@@ -20,12 +20,16 @@ use crate::admission::ActiveBackend;
 use crate::admission::policy::DIFFERENCES;
 use crate::advisor::{self, AdviceReason};
 use crate::analysis::{AnalysisReport, coverage_percent};
+use crate::crd::TerminationPolicy;
 use crate::crd::{AdmissionStatus, Scope};
 use crate::crd::{
     AdviceStatus, CoverageStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus,
 };
 use crate::model::Basis;
+use crate::selector::specificity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+use std::sync::Arc;
 
 /// Per-node advice items of each reason, and failed nodes, a status names; the rest are counted
 /// ([`advisor::bounded`]).
@@ -181,12 +185,8 @@ pub fn desired_status(
     } else {
         cond("PodsUnderprotected", false, "AllPodsProtected", "no stale or unprotected pods".into(), generation, now)
     });
-    if let Some(prev) = previous {
-        for c in &mut conditions {
-            if let Some(old) = prev.conditions.iter().find(|o| o.type_ == c.type_ && o.status == c.status) {
-                c.last_transition_time = old.last_transition_time.clone();
-            }
-        }
+    for c in &mut conditions {
+        carry_transition_time(c, previous);
     }
     TerminationPolicyStatus {
         observed_generation: generation,
@@ -300,9 +300,73 @@ pub fn transitions(old: &[Condition], new: &[Condition]) -> Vec<TransitionEvent>
         .collect()
 }
 
+/// Keeps the previous `lastTransitionTime` of a condition whose type and status are unchanged
+/// (a condition's transition time moves only when its status does; the one rule for every
+/// condition, `Conflict` included).
+fn carry_transition_time(c: &mut Condition, previous: Option<&TerminationPolicyStatus>) {
+    if let Some(old) = previous.and_then(|p| p.conditions.iter().find(|o| o.type_ == c.type_ && o.status == c.status)) {
+        c.last_transition_time = old.last_transition_time.clone();
+    }
+}
+
+/// Adds condition `c` to `status`, with the transition-time rule of [`desired_status`].
+pub fn push_condition(status: &mut TerminationPolicyStatus, mut c: Condition, previous: Option<&TerminationPolicyStatus>) {
+    carry_transition_time(&mut c, previous);
+    status.conditions.push(c);
+}
+
+/// A condition reporting other policies of the namespace with the same selector (their
+/// precedence is decided by name only).
+pub fn conflict_condition(policy: &TerminationPolicy, all: &[Arc<TerminationPolicy>], now: &Time) -> Condition {
+    let ns = policy.namespace();
+    let mine = policy.spec.pod_selector.as_ref();
+    let mut same: Vec<String> = all
+        .iter()
+        .filter(|p| p.namespace() == ns && p.name_any() != policy.name_any())
+        .filter(|p| p.spec.pod_selector.as_ref() == mine || (specificity(mine) == 0 && specificity(p.spec.pod_selector.as_ref()) == 0))
+        .map(|p| p.name_any())
+        .collect();
+    same.sort();
+    let (status, reason, message) = if same.is_empty() {
+        ("False", "NoConflict", "no other policy in this namespace has the same selector".to_string())
+    } else {
+        let mut names = same.clone();
+        names.push(policy.name_any());
+        names.sort();
+        (
+            "True",
+            "SameSelector",
+            format!("policies {} select the same pods; precedence is most specific selector, then name: {} wins", names.join(", "), names[0]),
+        )
+    };
+    Condition {
+        type_: "Conflict".into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: policy.metadata.generation,
+        last_transition_time: now.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A condition pushed after desired_status follows the same transition-time rule: its time
+    /// stays while its status does, and moves when the status changes.
+    #[test]
+    fn pushed_conditions_keep_their_transition_time_while_their_status_holds() {
+        let t = |s: i64| Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap());
+        let previous = TerminationPolicyStatus { conditions: vec![cond("Conflict", true, "SameSelector", "m".into(), Some(1), &t(100))], ..Default::default() };
+        let mut now = TerminationPolicyStatus::default();
+        push_condition(&mut now, cond("Conflict", true, "SameSelector", "m".into(), Some(2), &t(200)), Some(&previous));
+        push_condition(&mut now, cond("Ready", true, "Measured", "m".into(), Some(2), &t(200)), Some(&previous));
+        assert_eq!(now.conditions.iter().map(|c| c.last_transition_time.clone()).collect::<Vec<_>>(), [t(100), t(200)]);
+        let mut resolved = TerminationPolicyStatus::default();
+        push_condition(&mut resolved, cond("Conflict", false, "NoConflict", "m".into(), Some(2), &t(300)), Some(&previous));
+        assert_eq!(resolved.conditions[0].last_transition_time, t(300));
+    }
     use crate::analysis::{AnalysisOptions, analyze};
     use crate::exposition::parse_kube_proxy_metrics;
     use crate::model::NodeInput;

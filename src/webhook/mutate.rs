@@ -178,7 +178,7 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         return Decision::skip(PodReason::NoPolicy, Vec::new(), None);
     };
     let policy: &PlanPolicy = resolved.policy;
-    let policy_ref = if policy.namespace.is_empty() { policy.name.clone() } else { format!("{}/{}", policy.namespace, policy.name) };
+    let policy_ref = policy.reference();
     let mut warnings = Vec::new();
     if !resolved.also_matched.is_empty() {
         warnings.push(format!("safe-termination: policy {} chosen over {}", policy.name, resolved.also_matched.join(",")));

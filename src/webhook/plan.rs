@@ -23,6 +23,14 @@ pub struct PlanPolicy {
     pub pre_stop_seconds: u32,
 }
 
+impl PlanPolicy {
+    /// `namespace/name`, or `name` for the cluster default policy (no namespace): the form of the
+    /// `safetermination.io/policy` annotation, which both admission backends write.
+    pub fn reference(&self) -> String {
+        if self.namespace.is_empty() { self.name.clone() } else { format!("{}/{}", self.namespace, self.name) }
+    }
+}
+
 /// What the API server keeps (rule R4: probed by a server-side dry run, never guessed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
