@@ -40,13 +40,13 @@
 //! original benchmark, unchanged.
 
 use safe_termination::analysis::{AnalysisOptions, analyze};
+use safe_termination::certs;
 use safe_termination::crd::TerminationPolicySpec;
 use safe_termination::measure::MeasurementStore;
 use safe_termination::sources::agent::{AgentClientFiles, AgentSource, AgentTargets};
 use safe_termination::sources::fetch::http_client;
 use safe_termination::sources::scrape::{ScrapeOptions, Target, TargetSource, parse_static_targets, record_outcomes, scrape_all};
 use safe_termination::sources::scrape_loop::{Fallbacks, ScrapeLoop};
-use safe_termination::webhook::certs;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};

@@ -14,6 +14,7 @@ pub mod advisor;
 pub mod agent;
 pub mod analysis;
 pub mod annotations;
+pub mod certs;
 pub mod cli;
 pub mod controller;
 pub mod crd;

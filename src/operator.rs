@@ -1,6 +1,6 @@
 //! What the operator's long-running tasks share, and the set they run in. `cli::run` builds one
 //! [`Shared`] and hands it to `sources::spawn`, `controller::spawn` and
-//! `webhook::certs::spawn`; each adds its tasks to the one [`Tasks`] set, whose first task to
+//! `certs::spawn`; each adds its tasks to the one [`Tasks`] set, whose first task to
 //! end stops the process.
 
 use crate::measure::MeasurementStore;

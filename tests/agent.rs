@@ -1,11 +1,12 @@
 //! The node agent on loopback, no cluster: a fake kube-proxy (axum on 127.0.0.1:0 serving the
 //! real v1.13 scrape of tests/data/metrics, `/proxyMode` and a `/configz`), the real agent
 //! (`cli::agent::serve`) with real mutual TLS from certificates made by the operator's own
-//! certificate code (`webhook::certs`), and the operator's agent client (`sources::agent`) and
+//! certificate code (`certs`), and the operator's agent client (`sources::agent`) and
 //! `--source auto` scrape loop.
 
 use axum::Router;
 use axum::routing::get;
+use safe_termination::certs::{self, AGENT_CERT, AGENT_KEY, Action, CA_CERT, CLIENT_CERT, CLIENT_KEY, TLS_CERT, TLS_KEY};
 use safe_termination::cli::agent::{AgentArgs, serve};
 use safe_termination::exposition::{parse_kube_proxy_metrics, read_families};
 use safe_termination::measure::{MeasurementStore, NodeSource, reason};
@@ -16,7 +17,6 @@ use safe_termination::sources::agent::{AgentClientFiles, AgentSource, AgentTarge
 use safe_termination::sources::scrape::{ScrapeOptions, Target, TargetSource, fetch_configz};
 use safe_termination::sources::scrape_loop::{Fallbacks, ScrapeLoop};
 use safe_termination::sources::select::NO_AGENT_FIX;
-use safe_termination::webhook::certs::{self, AGENT_CERT, AGENT_KEY, Action, CA_CERT, CLIENT_CERT, CLIENT_KEY, TLS_CERT, TLS_KEY};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

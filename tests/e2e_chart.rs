@@ -28,9 +28,9 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 mod common;
+use safe_termination::certs::{self, Action, CertConfig};
 use safe_termination::cli::agent::AgentArgs;
 use safe_termination::cli::run::{RunArgs, SourceKind};
-use safe_termination::webhook::certs::{self, Action, CertConfig};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -263,7 +263,7 @@ fn check_rbac(docs: &[Value], release_ns: &str, fullname: &str, mode: &str) {
             assert!(allows(docs, sa, ns, group, resource, v, name), "the operator needs {v} {group}/{resource} {name:?} in {ns:?}");
         }
     };
-    // every API call of src/controller, src/sources, src/webhook/certs.rs and src/cli/run.rs
+    // every API call of src/controller, src/sources, src/certs/leader.rs and src/cli/run.rs
     need(None, "safetermination.io", "terminationpolicies", &["list", "watch"], None);
     need(None, "safetermination.io", "terminationpolicies/status", &["patch"], None);
     need(None, "events.k8s.io", "events", &["create", "patch"], None);
@@ -286,7 +286,7 @@ fn check_rbac(docs: &[Value], release_ns: &str, fullname: &str, mode: &str) {
     }
     assert!(!allows(docs, sa, Some(release_ns), "", "secrets", "get", Some("someone-elses")));
     if let Some(agent_ns) = &agent {
-        // the agents' certificate Secret, written by the operator (src/webhook/certs.rs)
+        // the agents' certificate Secret, written by the operator (src/certs/leader.rs)
         let name = format!("{fullname}-agent-tls");
         need(Some(agent_ns), "", "secrets", &["create"], None);
         need(Some(agent_ns), "", "secrets", &["get", "update"], Some(&name));

@@ -830,7 +830,7 @@ async fn t5b_pod_storm_during_a_ca_rotation_admits_every_pod_mutated() {
         })
         .await;
         eprintln!("  new CA in the Secret at +{:.1} s", t0.elapsed().as_secs_f64());
-        let new_ca_pem = safe_termination::webhook::certs::pem_encode(&new_ca);
+        let new_ca_pem = safe_termination::certs::pem_encode(&new_ca);
         common::wait_for("both replicas serving a leaf of the new CA", 90, async || {
             let pods = ready_pods(&client).await;
             let mut all = pods.len() == 2;

@@ -1,5 +1,5 @@
 //! Mutual TLS between the operator and the node agents, from the CA the operator keeps in its
-//! certificate Secret ([`crate::webhook::certs`]).
+//! certificate Secret ([`crate::certs`]).
 //!
 //! - **The agent** ([`AgentTls`]) serves the leaf for [`AGENT_SERVER_NAME`] and requires, during
 //!   the handshake, a client certificate that chains to `ca.crt` (client authentication usage)
@@ -19,7 +19,7 @@
 //! agent does nothing. A changed pair or CA is parsed and checked before it replaces the
 //! current one; a bad one keeps the previous material and logs an error.
 
-use crate::webhook::certs::{AGENT_SERVER_NAME, OPERATOR_CLIENT_NAME, cert_info};
+use crate::certs::{AGENT_SERVER_NAME, OPERATOR_CLIENT_NAME, cert_info};
 use crate::webhook::tls::{TlsError, load_certified_key, provider};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
@@ -284,7 +284,7 @@ impl ClientCertVerifier for AgentTls {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::webhook::certs::{self, AGENT_CERT, AGENT_KEY, CA_CERT, CLIENT_CERT, CLIENT_KEY};
+    use crate::certs::{self, AGENT_CERT, AGENT_KEY, CA_CERT, CLIENT_CERT, CLIENT_KEY};
 
     #[test]
     fn material_reloads_on_use_after_the_interval_and_bad_content_keeps_the_old() {

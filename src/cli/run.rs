@@ -10,6 +10,7 @@
 use crate::admission::policy::{PolicyObjects, default_namespace_selector};
 use crate::admission::{ActiveBackend, BackendSetting};
 use crate::advisor::Thresholds;
+use crate::certs::{self, CertConfig};
 use crate::cli::webhook::{Listeners, Served, ServingArgs, serve_with};
 use crate::cli::{Error, number_in, parse_proxy_mode, whole_in};
 use crate::controller::admission::{AdmissionMetrics, cluster_role_owner, serves_policy_v1};
@@ -28,7 +29,6 @@ use crate::sources::scrape::{Discovery, ScrapeMetrics, ScrapeOptions, parse_stat
 use crate::sources::spawn::Auto;
 use crate::sources::{self, Measurement, SourceError, store_from_files};
 use crate::telemetry::{Readiness, Telemetry};
-use crate::webhook::certs::{self, CertConfig};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Client;
 use std::time::Duration;

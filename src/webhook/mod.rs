@@ -2,7 +2,6 @@
 //! ([`mutate`]), AdmissionReview handling ([`review`]), the HTTPS server ([`server`]) and its
 //! certificate handling ([`tls`]).
 
-pub mod certs;
 pub mod mutate;
 pub mod plan;
 pub mod review;
