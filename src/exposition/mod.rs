@@ -4,6 +4,7 @@
 //! ([`native`]) and the node agent's filter ([`filter`] for text; [`protobuf`] has its own).
 //! Pure, no I/O.
 
+mod fast_path;
 pub mod filter;
 pub mod format;
 pub mod histogram;
