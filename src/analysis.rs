@@ -212,7 +212,12 @@ fn measure(input: &NodeInput, opts: &AnalysisOptions, min_samples: u32) -> NodeW
 fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {
     let window: ClusterWindow = model::cluster_window(&nodes);
     let mut facts = opts.facts.clone();
-    facts.mode = opts.mode.unwrap_or_else(|| majority_mode(&nodes));
+    // the flag; else the mode most nodes report; else the configured one (configz, the
+    // ConfigMap, or a detected eBPF dataplane with no kube-proxy to report any)
+    facts.mode = opts.mode.unwrap_or_else(|| match (majority_mode(&nodes), opts.configured_mode) {
+        (ProxyMode::Unknown, Some(configured)) => configured,
+        (majority, _) => majority,
+    });
     if opts.mode.is_none() {
         for n in &nodes {
             if n.mode != ProxyMode::Unknown && n.mode != facts.mode && !facts.other_modes.contains(&n.mode) {
@@ -466,6 +471,17 @@ mod low_sample_tests {
         );
         let m = slow_message(&[mode(slow("a", 100), ProxyMode::Nftables), mode(fast("b", 104), ProxyMode::Nftables)]);
         assert!(m.ends_with("unless their preStop sleep covers it."), "{m}");
+    }
+
+    /// With no node at all (an eBPF dataplane: no kube-proxy), the configured mode is the
+    /// cluster's (tests/e2e.rs reports a Cilium cluster as `ebpf` so).
+    #[test]
+    fn the_configured_mode_is_the_clusters_when_no_node_reports_one() {
+        let opts = AnalysisOptions { configured_mode: Some(ProxyMode::Ebpf), ..Default::default() };
+        assert_eq!(analyze(&[], &opts, &TerminationPolicySpec::default()).proxy.mode, ProxyMode::Ebpf);
+        let mut b = fast("b", 104);
+        b.proxy_mode = Some(ProxyMode::Nftables);
+        assert_eq!(analyze(&[b], &opts, &TerminationPolicySpec::default()).proxy.mode, ProxyMode::Nftables);
     }
 
     /// The configured mode (one node's configz) only fills in a node that reports none: the
