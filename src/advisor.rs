@@ -140,18 +140,14 @@ fn fmt_s(x: f64) -> String {
     format!("{x:.3} s")
 }
 
-/// Produces the advice items for a cluster, most important first.
-pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_samples: u32) -> Vec<Advice> {
+/// The migration target named in advice.
+const NFTABLES: &str = "nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node)";
+
+/// [`AdviceReason::ProxySyncSlow`] per node whose trusted sync p99 is above the threshold; on
+/// an iptables or IPVS node it names the remedy (`nft`): the fastest nftables node measured
+/// over the same window when there is one.
+fn sync_slow(nodes: &[NodeWindow], t: &Thresholds, nft: &str) -> Vec<Advice> {
     let mut out = Vec::new();
-    let nft = "nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node)";
-    let item = |reason, severity, message: String, threshold: String, node: Option<&str>, to| Advice {
-        reason,
-        severity,
-        message,
-        threshold,
-        node: node.map(str::to_string),
-        to,
-    };
     // the fastest node in nftables mode with a trusted sync p99: the comparison a slow
     // iptables or IPVS node's advice names (one pass, not one per slow node)
     let fastest_nftables = nodes
@@ -172,19 +168,35 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
                 (ProxyMode::Iptables | ProxyMode::Ipvs, _) => format!(" The lasting fix is {nft}, which syncs only what changed."),
                 _ => String::new(),
             };
-            out.push(item(
-                AdviceReason::ProxySyncSlow,
-                Severity::Warning,
-                format!(
+            out.push(Advice {
+                reason: AdviceReason::ProxySyncSlow,
+                severity: Severity::Warning,
+                message: format!(
                     "node {}: kube-proxy sync p99 is {value}: every endpoint change can take that long, plus minSyncPeriod, to leave this node's rules, so deploys send new connections to terminating pods unless their preStop sleep covers it.{fix}",
                     n.node
                 ),
-                format!("sync p99 > {} s", t.sync_slow_seconds),
-                Some(&n.node),
-                None,
-            ));
+                threshold: format!("sync p99 > {} s", t.sync_slow_seconds),
+                node: Some(n.node.clone()),
+                to: None,
+            });
         }
     }
+    out
+}
+
+/// Produces the advice items for a cluster, most important first.
+pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_samples: u32) -> Vec<Advice> {
+    let mut out = Vec::new();
+    let nft = NFTABLES;
+    let item = |reason, severity, message: String, threshold: String, node: Option<&str>, to| Advice {
+        reason,
+        severity,
+        message,
+        threshold,
+        node: node.map(str::to_string),
+        to,
+    };
+    out.extend(sync_slow(nodes, t, NFTABLES));
     let services = facts.services;
     let version_note = match facts.kubernetes_version {
         Some((1, minor)) if minor < 31 => format!(" This cluster runs 1.{minor}, where nftables is alpha: upgrade to 1.33+ first."),
