@@ -737,35 +737,30 @@ def table(runs):
                          f"{r['extraServices']} extra Services) = {fmt_num(at_scale['limitSeconds'])} s "
                          f"({whole} it in whole seconds: {at_scale['wholeSecondLimitSeconds']} s)")
         lines.append(f"- {r['name']}: {text}")
-    covered = [r for r in runs if r.get("coverage")]
-    if covered:
-        lines.append("")
-        lines.append("Coverage, predicted by the operator (status.recommendation.coverage over the run: the share of "
-                     "(pod, node) windows its sleep covers) and observed (windows within each pod's own sleep):")
-        lines.append("")
-        for r in covered:
-            c = r["coverage"]
-            lines.append(f"- {r['name']}: predicted {percent(c['predictedRatioMin'])} at least (mean "
-                         f"{percent(c['predictedRatioMean'])}, lowest node {percent(c['predictedLowestNodeRatioMin'])}); "
-                         f"observed {percent(c['observedPairRatio'])} of {c['pairs']} (pod, node) windows, "
-                         f"{percent(c['observedPodRatio'])} of {c['pods']} pods")
-    slow = [r for r in runs if r.get("operatorSyncP99Seconds")]
-    if slow:
-        lines.append("")
-        lines.append("The operator's kube-proxy sync p99 per node at the end of each run "
-                     "(`safe_termination_kube_proxy_sync_p99_seconds`), and in protected runs its ProxySyncSlow advice:")
-        lines.append("")
-        for r in slow:
-            modes = r.get("nodeModes") or {}
-            p99 = ", ".join(f"{n} ({modes.get(n, '?')}) {fmt_num(v)} s" for n, v in sorted(r["operatorSyncP99Seconds"].items()))
-            lines.append(f"- {r['name']} ({r['extraServices']} extra Services): {p99}")
-            for a in ((r.get("operatorWindowDetail") or {}).get("advice") or []):
-                if isinstance(a, dict) and a.get("reason") == "ProxySyncSlow":
-                    lines.append(f"  - ProxySyncSlow: {a.get('message')}")
+    coverage = []
     for r in runs:
-        for n, why in sorted((r.get("unmeasuredNodes") or {}).items()):
-            lines.append("")
-            lines.append(f"- {r['name']}: no ground truth on {n} ({why}); its per-pod windows are the other nodes'")
+        c = r.get("coverage")
+        if c:
+            coverage.append(f"- {r['name']}: predicted {percent(c['predictedRatioMin'])} at least (mean "
+                            f"{percent(c['predictedRatioMean'])}, lowest node {percent(c['predictedLowestNodeRatioMin'])}); "
+                            f"observed {percent(c['observedPairRatio'])} of {c['pairs']} (pod, node) windows, "
+                            f"{percent(c['observedPodRatio'])} of {c['pods']} pods")
+    section(lines, "Coverage, predicted by the operator (status.recommendation.coverage over the run: the share of "
+                   "(pod, node) windows its sleep covers) and observed (windows within each pod's own sleep):", coverage)
+    sync = []
+    for r in runs:
+        if not r.get("operatorSyncP99Seconds"):
+            continue
+        modes = r.get("nodeModes") or {}
+        p99 = ", ".join(f"{n} ({modes.get(n, '?')}) {fmt_num(v)} s" for n, v in sorted(r["operatorSyncP99Seconds"].items()))
+        sync.append(f"- {r['name']} ({r['extraServices']} extra Services): {p99}")
+        sync.extend(f"  - ProxySyncSlow: {a.get('message')}" for a in ((r.get("operatorWindowDetail") or {}).get("advice") or [])
+                    if isinstance(a, dict) and a.get("reason") == "ProxySyncSlow")
+    section(lines, "The operator's kube-proxy sync p99 per node at the end of each run "
+                   "(`safe_termination_kube_proxy_sync_p99_seconds`), and in protected runs its ProxySyncSlow advice:", sync)
+    unmeasured = [f"- {r['name']}: no ground truth on {n} ({why}); its per-pod windows are the other nodes'"
+                  for r in runs for n, why in sorted((r.get("unmeasuredNodes") or {}).items())]
+    section(lines, "Nodes without a ground truth:", unmeasured)
     lines.append("")
     lines.append("Per-pod windows: seconds from the pod's deletion to its IP gone from each node's rules, by the "
                  "first successful read without it, in brackets the bound from the last successful read with "
@@ -774,6 +769,13 @@ def table(runs):
         lines.append("")
         lines.extend(pod_table(r))
     return "\n".join(lines) + "\n"
+
+
+def section(lines, title, items):
+    """Appends a titled list to `lines` (a blank line, the title, a blank line, the items);
+    nothing when there are no items."""
+    if items:
+        lines.extend(["", title, ""] + items)
 
 
 def pod_table(r):
