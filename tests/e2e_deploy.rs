@@ -451,7 +451,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
             "advice": status["advice"], "conditions": status["conditions"]},
         // the operator's per-node sync p99 at the end of the run, from its own /metrics
         // (`safe_termination_kube_proxy_sync_p99_seconds`), in every run: it measures throughout
-        "operatorSyncP99Seconds": operator_sync_p99().await,
+        "operatorSyncP99Seconds": operator_sync_p99(nodes).await,
         // protected runs: the policy's W, its terms on the worst node and the recommended sleep,
         // every 2 s from before the Deployment was applied to the end of the run
         "operatorTimeline": operator_timeline,
@@ -477,19 +477,19 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     meta
 }
 
-/// The operator's `safe_termination_kube_proxy_sync_p99_seconds` per node, from its /metrics:
-/// `{node: seconds}`; empty when it cannot be read.
-async fn operator_sync_p99() -> Value {
-    const METRIC: &str = "safe_termination_kube_proxy_sync_p99_seconds{node=\"";
+/// The operator's `safe_termination_kube_proxy_sync_p99_seconds` per node of `nodes`, from its
+/// /metrics: `{node: seconds}`; a node it has no value for (or /metrics unread) is left out.
+async fn operator_sync_p99(nodes: &[RealNode]) -> Value {
     let url = format!("http://127.0.0.1:{}/metrics", OPERATOR_ADMIN.get().expect("operator started"));
     let text = match reqwest::get(&url).await {
         Ok(r) => r.text().await.unwrap_or_default(),
         Err(_) => String::new(),
     };
-    text.lines()
-        .filter_map(|l| {
-            let (node, value) = l.strip_prefix(METRIC)?.split_once("\"} ")?;
-            Some((node.to_string(), json!(value.trim().parse::<f64>().ok()?)))
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let p99 = common::metric_sum(&text, "safe_termination_kube_proxy_sync_p99_seconds", &[&format!("node=\"{}\"", n.name)])?;
+            Some((n.name.clone(), json!(p99)))
         })
         .collect::<serde_json::Map<_, _>>()
         .into()
