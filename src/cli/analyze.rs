@@ -188,13 +188,17 @@ fn split_node(arg: &str) -> (String, String, bool) {
 /// The node each `--earlier` argument pairs with, from the arguments alone (`source_nodes`: the
 /// node of each source, in order). `NODE=` must name a source's node, even when there is only
 /// one source; an unnamed `--earlier` pairs with the only node. Errors: no such node (listing
-/// the nodes), an unnamed `--earlier` with several nodes, or a node that already has an earlier
-/// scrape (given twice as a source, or by a previous `--earlier`). Each is a usage error (exit
+/// the nodes), an unnamed `--earlier` with several nodes, a node that already has an earlier
+/// scrape (given twice as a source, or by a previous `--earlier`), or a node given more than
+/// twice as a source (at most an earlier and a later scrape). Each is a usage error (exit
 /// 2, docs/analyze.md): the flag's value does not fit the other arguments, and no file is read.
 fn earlier_nodes(source_nodes: &[String], earlier: &[String]) -> Result<Vec<String>, Error> {
     let mut nodes: Vec<&str> = Vec::new();
     let mut twice: Vec<&str> = Vec::new();
     for n in source_nodes {
+        if twice.contains(&n.as_str()) {
+            return Err(Error::Usage(format!("node {n} is given more than twice (at most an earlier and a later scrape)")));
+        }
         if nodes.contains(&n.as_str()) {
             twice.push(n);
         } else {
@@ -312,18 +316,15 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
                 how(&src, explicit)
             )));
         }
-        if named.iter().filter(|(n, _, _)| *n == node).count() == 2 {
-            return Err(Error::Usage(format!("node {node} is given more than twice (at most an earlier and a later scrape)")));
-        }
         named.push((node.clone(), src.clone(), explicit));
         let (scrape, proxy_mode) = load(&src, &client, args.max_body_bytes, args.format).await.map_err(|e| source_hint(e, arg, &node, &src, explicit))?;
         match inputs.iter_mut().find(|i| i.node == node) {
-            Some(existing) if existing.earlier.is_none() => {
+            // a third scrape of a node was refused by earlier_nodes
+            Some(existing) => {
                 let earlier = std::mem::replace(&mut existing.later, scrape);
                 existing.earlier = Some(earlier);
                 existing.proxy_mode = proxy_mode.or(existing.proxy_mode);
             }
-            Some(_) => return Err(Error::Usage(format!("node {node} is given more than twice (at most an earlier and a later scrape)"))),
             None => inputs.push(NodeInput { node, later: scrape, earlier: None, proxy_mode }),
         }
     }
