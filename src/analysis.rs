@@ -201,12 +201,8 @@ pub fn analyze_window_of(inputs: impl IntoIterator<Item = NodeInput>, opts: &Ana
 }
 
 fn measure(input: &NodeInput, opts: &AnalysisOptions, min_samples: u32) -> NodeWindow {
-    let mut node = model::measure_node_with(input, opts.min_sync_period_seconds, min_samples, opts.mode, opts.histograms);
-    if let (ProxyMode::Unknown, Some(m)) = (node.mode, opts.configured_mode) {
-        node.mode = m;
-        node.mode_source = "kube-proxy configuration";
-    }
-    node
+    let modes = model::ModeHints { flag: opts.mode, configured: opts.configured_mode };
+    model::measure_node_with(input, opts.min_sync_period_seconds, min_samples, modes, opts.histograms)
 }
 
 fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {

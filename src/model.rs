@@ -320,17 +320,24 @@ fn over(
 /// `min_samples` is the policy's `preStop.minSamples`. Native histograms first
 /// ([`HistogramPreference::NativeFirst`]).
 pub fn measure_node(input: &NodeInput, min_sync_period_seconds: f64, min_samples: u32, mode_flag: Option<ProxyMode>) -> NodeWindow {
-    measure_node_with(input, min_sync_period_seconds, min_samples, mode_flag, HistogramPreference::NativeFirst)
+    measure_node_with(input, min_sync_period_seconds, min_samples, ModeHints { flag: mode_flag, configured: None }, HistogramPreference::NativeFirst)
 }
 
-/// [`measure_node`] with a choice of histogram kind.
-pub fn measure_node_with(
-    input: &NodeInput,
-    min_sync_period_seconds: f64,
-    min_samples: u32,
-    mode_flag: Option<ProxyMode>,
-    prefer: HistogramPreference,
-) -> NodeWindow {
+/// What is known of a node's proxy mode besides what the node itself reports, by precedence:
+/// the user's flag overrides everything; the node's `/proxyMode` endpoint
+/// ([`NodeInput::proxy_mode`]) comes next, then its metric families; `configured` (kube-proxy's
+/// configz or ConfigMap, read from one node) only names the mode of a node that reports none:
+/// a cluster mid-migration runs two modes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ModeHints {
+    /// `--proxy-mode`.
+    pub flag: Option<ProxyMode>,
+    /// kube-proxy's configured mode.
+    pub configured: Option<ProxyMode>,
+}
+
+/// [`measure_node`] with a choice of histogram kind and the configured mode.
+pub fn measure_node_with(input: &NodeInput, min_sync_period_seconds: f64, min_samples: u32, modes: ModeHints, prefer: HistogramPreference) -> NodeWindow {
     let mut interval = if input.earlier.is_some() { Interval::BetweenScrapes } else { Interval::Lifetime };
     let (earlier, has_earlier) = (input.earlier.as_ref(), input.earlier.is_some());
     let mut reset = false;
@@ -394,10 +401,11 @@ pub fn measure_node_with(
     } else {
         Basis::Measured
     };
-    let (mode, mode_source) = match (mode_flag, input.proxy_mode, ProxyMode::infer(&input.later)) {
-        (Some(m), _, _) => (m, "flag"),
-        (None, Some(m), _) => (m, "proxyMode endpoint"),
-        (None, None, Some(m)) => (m, "metric families"),
+    let (mode, mode_source) = match (modes.flag, input.proxy_mode, ProxyMode::infer(&input.later), modes.configured) {
+        (Some(m), _, _, _) => (m, "flag"),
+        (None, Some(m), _, _) => (m, "proxyMode endpoint"),
+        (None, None, Some(m), _) => (m, "metric families"),
+        (None, None, None, Some(m)) => (m, "kube-proxy configuration"),
         _ => (ProxyMode::Unknown, "unknown"),
     };
     let stale_seconds = pending_seconds(&input.later);
@@ -631,7 +639,7 @@ mod tests {
         assert!(q.seconds > 0.917 && q.seconds <= 1.0, "{}", q.seconds);
         assert_eq!(native.interval, Interval::BetweenScrapes);
         // the same scrapes, classic only
-        let classic = measure_node_with(&input, 1.0, 5, None, HistogramPreference::ClassicOnly);
+        let classic = measure_node_with(&input, 1.0, 5, ModeHints::default(), HistogramPreference::ClassicOnly);
         assert_eq!((classic.sync_p99.unwrap().kind, classic.histogram_kind), (HistogramKind::Classic, Some(HistogramKind::Classic)));
         assert!((classic.sync_p99.unwrap().seconds - 0.099).abs() < 1e-12);
         // an earlier scrape without a native histogram (read as text): no native delta, classic

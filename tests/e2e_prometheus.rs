@@ -369,8 +369,8 @@ async fn compare_kinds(
         assert!(via.later.sync.is_some(), "Prometheus holds no classic sync buckets for {node} (always_scrape_classic_histograms)");
         let direct = NodeInput { node: node.clone(), later: later.clone(), earlier: Some(earlier.clone()), proxy_mode: None };
         for (kind, prefer) in [(HistogramKind::Native, HistogramPreference::NativeFirst), (HistogramKind::Classic, HistogramPreference::ClassicOnly)] {
-            let d = measure_node_with(&direct, 1.0, 1, None, prefer);
-            let p = measure_node_with(via, 1.0, 1, None, prefer);
+            let d = measure_node_with(&direct, 1.0, 1, Default::default(), prefer);
+            let p = measure_node_with(via, 1.0, 1, Default::default(), prefer);
             let schemas = [later.sync_native.as_ref(), later.network_programming_native.as_ref()].map(|h| h.map_or(3, |h| h.schema()));
             for (what, dq, pq, bounds, schema) in
                 [("sync", d.sync_p99, p.sync_p99, sync_bounds, schemas[0]), ("np", d.network_programming_p99, p.network_programming_p99, np_bounds, schemas[1])]

@@ -36,7 +36,7 @@ pub fn windows_both_kinds(earlier: &[(String, KubeProxyScrape)], later: &[(Strin
             .map(|(node, l)| {
                 let input =
                     NodeInput { node: node.clone(), later: l.clone(), earlier: earlier.iter().find(|(n, _)| n == node).map(|e| e.1.clone()), proxy_mode: None };
-                model::measure_node_with(&input, min_sync_period_seconds, 1, None, prefer)
+                model::measure_node_with(&input, min_sync_period_seconds, 1, Default::default(), prefer)
             })
             .collect()
     };
