@@ -123,12 +123,12 @@ pub fn estimated_rules(facts: &ClusterFacts) -> Option<u64> {
 }
 
 /// "3 syncs", "1 sync", or for a count that is not a whole number (text counts are floats; a
-/// hand-written or extrapolated histogram) "a count of 0.5 syncs"; NaN (no sync histogram: the
+/// hand-written or extrapolated histogram) "a count of 0.5 syncs"; None (no sync histogram: the
 /// network-programming histogram stood in) says so.
-fn samples_phrase(count: f64, what: &str) -> String {
-    if count.is_nan() {
+fn samples_phrase(count: Option<f64>, what: &str) -> String {
+    let Some(count) = count else {
         return "a few network programming samples (no sync histogram)".to_string();
-    }
+    };
     match (count.fract() == 0.0, count == 1.0) {
         (true, true) => format!("1 {what}"),
         (true, false) => format!("{count:.0} {what}s"),
@@ -274,7 +274,7 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
                 format!(
                     "node {}: only {} in the analysed interval: its p99 is not trusted for sizing",
                     n.node,
-                    samples_phrase(if n.sync_p99.is_some() { n.sync_samples } else { f64::NAN }, "sync")
+                    samples_phrase(n.sync_p99.map(|_| n.sync_samples), "sync")
                 ),
                 format!("samples < {min_samples}"),
                 Some(&n.node),
@@ -379,12 +379,12 @@ fn the_ebpf_threshold_names_conntrack_only_when_it_is_known() {
 
 #[test]
 fn sample_counts_read_as_counts() {
-    assert_eq!(samples_phrase(3.0, "sync"), "3 syncs");
-    assert_eq!(samples_phrase(1.0, "sync"), "1 sync");
-    assert_eq!(samples_phrase(0.0, "sync"), "0 syncs");
+    assert_eq!(samples_phrase(Some(3.0), "sync"), "3 syncs");
+    assert_eq!(samples_phrase(Some(1.0), "sync"), "1 sync");
+    assert_eq!(samples_phrase(Some(0.0), "sync"), "0 syncs");
     // it printed "only 0.5 sync samples"
-    assert_eq!(samples_phrase(0.5, "sync"), "a count of 0.5 syncs (not a whole number)");
-    assert_eq!(samples_phrase(f64::NAN, "sync"), "a few network programming samples (no sync histogram)");
+    assert_eq!(samples_phrase(Some(0.5), "sync"), "a count of 0.5 syncs (not a whole number)");
+    assert_eq!(samples_phrase(None, "sync"), "a few network programming samples (no sync histogram)");
 }
 
 #[test]
