@@ -144,9 +144,9 @@ fn fmt_s(x: f64) -> String {
 const NFTABLES: &str = "nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node)";
 
 /// [`AdviceReason::ProxySyncSlow`] per node whose trusted sync p99 is above the threshold; on
-/// an iptables or IPVS node it names the remedy (`nft`): the fastest nftables node measured
+/// an iptables or IPVS node it names the remedy: the fastest nftables node measured
 /// over the same window when there is one.
-fn sync_slow(nodes: &[NodeWindow], t: &Thresholds, nft: &str) -> Vec<Advice> {
+fn sync_slow(nodes: &[NodeWindow], t: &Thresholds) -> Vec<Advice> {
     let mut out = Vec::new();
     // the fastest node in nftables mode with a trusted sync p99: the comparison a slow
     // iptables or IPVS node's advice names (one pass, not one per slow node)
@@ -165,7 +165,7 @@ fn sync_slow(nodes: &[NodeWindow], t: &Thresholds, nft: &str) -> Vec<Advice> {
                     " Node {other} runs nftables mode and syncs at p99 {} over the same window: moving this node to nftables mode is the lasting fix, the sleep only covers for it.",
                     fmt_s(p99)
                 ),
-                (ProxyMode::Iptables | ProxyMode::Ipvs, _) => format!(" The lasting fix is {nft}, which syncs only what changed."),
+                (ProxyMode::Iptables | ProxyMode::Ipvs, _) => format!(" The lasting fix is {NFTABLES}, which syncs only what changed."),
                 _ => String::new(),
             };
             out.push(Advice {
@@ -187,7 +187,6 @@ fn sync_slow(nodes: &[NodeWindow], t: &Thresholds, nft: &str) -> Vec<Advice> {
 /// Produces the advice items for a cluster, most important first.
 pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_samples: u32) -> Vec<Advice> {
     let mut out = Vec::new();
-    let nft = NFTABLES;
     let item = |reason, severity, message: String, threshold: String, node: Option<&str>, to| Advice {
         reason,
         severity,
@@ -196,7 +195,7 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
         node: node.map(str::to_string),
         to,
     };
-    out.extend(sync_slow(nodes, t, NFTABLES));
+    out.extend(sync_slow(nodes, t));
     let services = facts.services;
     let version_note = match facts.kubernetes_version {
         Some((1, minor)) if minor < 31 => format!(" This cluster runs 1.{minor}, where nftables is alpha: upgrade to 1.33+ first."),
@@ -212,7 +211,7 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
         ProxyMode::Ipvs => out.push(item(
             AdviceReason::MigrateProxyMode,
             Severity::Warning,
-            format!("kube-proxy runs in IPVS mode, deprecated since Kubernetes 1.35 (to be removed): migrate to {nft}, or to an eBPF dataplane at large scale.{version_note}"),
+            format!("kube-proxy runs in IPVS mode, deprecated since Kubernetes 1.35 (to be removed): migrate to {NFTABLES}, or to an eBPF dataplane at large scale.{version_note}"),
             "mode = ipvs (any size)".into(),
             None,
             Some(ProxyMode::Nftables),
@@ -221,7 +220,7 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
             AdviceReason::MigrateProxyMode,
             Severity::Warning,
             format!(
-                "kube-proxy runs in iptables mode{} with {} Services: rule restores and the per-packet walk of KUBE-SERVICES grow with every Service; migrate to {nft}.{version_note}",
+                "kube-proxy runs in iptables mode{} with {} Services: rule restores and the per-packet walk of KUBE-SERVICES grow with every Service; migrate to {NFTABLES}.{version_note}",
                 if facts.other_modes.is_empty() { "" } else { " on some nodes" },
                 services.unwrap_or(0)
             ),
