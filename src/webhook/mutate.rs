@@ -114,7 +114,8 @@ impl Decision {
     }
 }
 
-/// Limits an admission warning to 119 characters (the API server truncates longer ones): what
+/// Limits an admission warning to 119 characters (Kubernetes' admission webhook docs ask for
+/// 120 or fewer; kubectl prints each on one line): what
 /// [`super::review`] sends. [`Decision::warnings`] are whole; `mutate` prints them so.
 pub fn short_warning(s: String) -> String {
     const MAX: usize = 119;
@@ -234,7 +235,8 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         } else if let Some(existing) = lifecycle.and_then(|l| l.get("preStop")).filter(|p| !p.is_null()) {
             kept += 1;
             if let Some(s) = existing.pointer("/sleep/seconds").and_then(Value::as_i64).filter(|s| *s < i64::from(pre_stop)) {
-                warnings.push(format!("safe-termination: container {name} keeps its preStop sleep of {s}s, below the recommended {pre_stop}s"));
+                // the figures first: a cut warning (short_warning) loses the container name, not them
+                warnings.push(format!("safe-termination: preStop sleep {s}s kept, below the recommended {pre_stop}s, in container {name}"));
             }
             ContainerReason::ExistingPreStop
         } else {
