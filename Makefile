@@ -22,11 +22,12 @@ e2e-smoke: ## check a running cluster end to end (pods, EndpointSlices, kube-pro
 
 check: test test-image e2e ## everything .ci/run runs: make test, make test-image (builds the image), then make e2e
 
-test: ## style (rustfmt, clippy -D warnings), then unit, property, integration and CLI tests; benches and examples built, each bench run once (no cluster needed)
+test: ## style (rustfmt, clippy -D warnings, shellcheck), then unit, property, integration and CLI tests; benches and examples built, each bench run once (no cluster needed)
 	cargo fmt --all -- --check
 	cd e2e/testapp && cargo fmt -- --check
 	cd fuzz && cargo fmt -- --check
 	cargo clippy --all-targets -- -D warnings
+	tools/shellcheck.sh
 	cargo test --all-targets
 	cargo test --doc
 	cd e2e/testapp && cargo test --quiet

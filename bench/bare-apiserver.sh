@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the benchmarks that need only an API server (bench/pod-create-latency.sh,
 # bench/operator-memory.sh BARE_API=1): etcd and kube-apiserver on 127.0.0.1, no
 # controller-manager, scheduler or nodes, RBAC with one system:masters token.

@@ -103,7 +103,8 @@ cpu_per_request() { # cpu_per_request NAME PROTO CPU_US REQUESTS
 }
 
 run_suite() { # run_suite NAME PORT PID [max-only]
-    local name=$1 port=$2 pid=$3 url="https://127.0.0.1:$2/mutate" c0 c1 n rates=$RATES
+    local name=$1 port=$2 pid=$3 c0 c1 n rates=$RATES
+    local url="https://127.0.0.1:$port/mutate"
     [ "${4:-}" = max-only ] && rates=""
     echo "== $name: max throughput, HTTP/2 (h2load -c 4 -m 16)"
     c0=$(server_cpu_us "$pid")

@@ -24,7 +24,11 @@ PIDS="$STATE/pids"
 # reverse start order (kube-proxy ... apiserver, etcd last), so the API server
 # still has its etcd while it shuts down.
 if [[ -d "$PIDS" ]]; then
-  for f in $(ls -1 "$PIDS"/*.pid 2>/dev/null | sort -r); do
+  shopt -s nullglob
+  pidfiles=("$PIDS"/*.pid)
+  shopt -u nullglob
+  for ((i = ${#pidfiles[@]} - 1; i >= 0; i--)); do
+    f=${pidfiles[i]}
     read -r pid start < "$f" || continue
     [[ -n "$pid" ]] || continue
     name="$(basename "$f" .pid)"; name="${name#*-}"

@@ -107,7 +107,8 @@ if ip -4 addr show | grep "inet $ST_NET_PREFIX\." >/dev/null; then
   e2e_log "addresses in $ST_NET_PREFIX.0.0/16 already exist on the host; set ST_NET_PREFIX"; exit 1
 fi
 mkdir -p "$STATE" "$PKI" "$LOGS" "$KC" "$STATE/pids"
-mkdir -m 700 -p "$STATE/etcd"
+mkdir -p "$STATE/etcd"
+chmod 700 "$STATE/etcd"
 : > "$STATE/netns.list"
 printf '%s\n' "$ST_E2E_DIR" > "$ST_E2E_OWNER_FILE"
 : > "$STATE/cgroups.list"

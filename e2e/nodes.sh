@@ -53,6 +53,7 @@ real_node_cgroups() {
       path="$path/$p"
       if [[ ! -d "$path" ]]; then
         mkdir "$path"
+        # shellcheck disable=SC2153 # STATE is cluster-up.sh's, which sources this file
         echo "$path" >> "$STATE/cgroups.list"
         if [[ -f "$path/cpuset.cpus" ]]; then   # v1 cpuset: a child starts empty
           cat "$(dirname "$path")/cpuset.cpus" > "$path/cpuset.cpus"
@@ -297,14 +298,14 @@ real_nodes_down() {
       done < "$state/cgroups.list"
     fi
     if [[ -d "$state/nodes" ]]; then
-      for p in $(grep -lsaF -- "$state/nodes/" /proc/[0-9]*/cmdline 2>/dev/null); do
+      while read -r p; do
         p="${p#/proc/}"; p="${p%/cmdline}"
         # shims (containerd-shim-runc-v2 ... -address <our socket>) and the image imports of a
         # cluster-up killed half-way (ctr --address <our socket> ... images import: a child of
         # cluster-up, not recorded, and it outlives its parent)
         tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null \
           | grep -E -- "(containerd-shim.* -address|/ctr --address) $state/nodes/" >/dev/null && pids+=" $p"
-      done
+      done < <(grep -lsaF -- "$state/nodes/" /proc/[0-9]*/cmdline 2>/dev/null)
     fi
     pids="$(tr ' ' '\n' <<<"$pids" | grep -E '^[0-9]+$' | sort -u | grep -vx "$$" | tr '\n' ' ')"
     [[ -n "${pids// /}" ]] || break
@@ -321,8 +322,10 @@ real_nodes_down() {
   done
   # cgroups we created, deepest first (a cgroup goes once its tasks are gone)
   if [[ -f "$state/cgroups.list" ]]; then
-    local dirs
-    dirs="$( { find $(cat "$state/cgroups.list") -mindepth 1 -type d 2>/dev/null; cat "$state/cgroups.list"; } \
+    local dirs cg_roots
+    mapfile -t cg_roots < "$state/cgroups.list"
+    # (no root recorded: find must not fall back to searching the working directory)
+    dirs="$( { ((${#cg_roots[@]} == 0)) || find "${cg_roots[@]}" -mindepth 1 -type d 2>/dev/null; cat "$state/cgroups.list"; } \
       | awk '{print length, $0}' | sort -rn | cut -d' ' -f2- | uniq)"
     for _ in 1 2 3 4 5; do
       local left=0

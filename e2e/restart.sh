@@ -30,7 +30,7 @@ esac
 
 shopt -s nullglob
 files=("$STATE"/pids/[0-9][0-9]-"$name".pid)
-(( ${#files[@]} == 1 )) || { e2e_log "no single pid file for '$name' in $STATE/pids (running: $(cd "$STATE/pids" && ls -- *.pid 2>/dev/null | sed 's/^[0-9]*-//; s/\.pid$//' | tr '\n' ' '))"; exit 2; }
+(( ${#files[@]} == 1 )) || { e2e_log "no single pid file for '$name' in $STATE/pids (running: $(cd "$STATE/pids" && printf '%s\n' *.pid | sed 's/^[0-9]*-//; s/\.pid$//' | tr '\n' ' '))"; exit 2; }
 pidfile="${files[0]}"
 cmdfile="$STATE/pids/$name.cmd"
 [[ -f "$cmdfile" ]] || { e2e_log "$cmdfile is missing (the cluster predates e2e/restart.sh: restart it)"; exit 2; }
@@ -65,5 +65,5 @@ for _ in 1 2 3 4 5 6 7 8 9 10; do st="$(awk '{print $22}' "/proc/$new/stat" 2>/d
 printf '%s %s\n' "$new" "$st" > "$pidfile"
 # the new process must still run a second later (a bad flag or a taken port ends it at once)
 sleep 1
-[[ -n "$st" ]] && alive "$new" "$st" || { e2e_log "$name exited right after the restart: see $STATE/logs/$name.log"; exit 1; }
+if [[ -z "$st" ]] || ! alive "$new" "$st"; then e2e_log "$name exited right after the restart: see $STATE/logs/$name.log"; exit 1; fi
 printf 'stopped_after_s=%.2f started=%s\n' "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$new"

@@ -46,9 +46,9 @@ grep 'another e2e cluster runs on this machine' "${TMPDIR:-/tmp}/st-cluster-up-s
   || { echo "the second cluster-up failed for another reason:" >&2; cat "${TMPDIR:-/tmp}/st-cluster-up-second.log" >&2; exit 1; }
 env -u ST_REAL_NODES ST_E2E_DIR="$other_dir" e2e/cluster-down.sh >/dev/null
 rm -rf "$(dirname "$other_dir")"
-for n in $ST_KP_NODES; do
+for kp_node in $ST_KP_NODES; do
   # shellcheck disable=SC1091
-  [[ -e "/run/netns/$(source e2e/lib.sh; node_netns "$n")" ]] || { echo "the second cluster-down deleted $n's network namespace" >&2; exit 1; }
+  [[ -e "/run/netns/$(source e2e/lib.sh; node_netns "$kp_node")" ]] || { echo "the second cluster-down deleted $kp_node's network namespace" >&2; exit 1; }
 done
 kubectl get --raw /readyz >/dev/null
 cargo test --test e2e -- --ignored --test-threads=1
@@ -95,7 +95,8 @@ if [ "${ST_E2E_OLD_MINOR:-1}" != 0 ]; then
   ST_K8S_VERSION="$OLD_MINOR" e2e/build-k8s.sh "$OLD_MINOR"
   # kwok nodes only: the real nodes' kubelet is built for the pinned current minor
   ST_REAL_NODES=0 ST_K8S_VERSION="$OLD_MINOR" e2e/cluster-up.sh
-  # shellcheck disable=SC1091
+  # (SC2031: lib.sh's own ST_E2E_DIR default, set in the netns check's subshell above, stays there)
+  # shellcheck disable=SC1091,SC2031
   source "$ST_E2E_DIR/env"
   cargo test --test e2e_old_minor -- --ignored --test-threads=1
 fi

@@ -12,7 +12,7 @@ source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 [[ -f "$ST_E2E_DIR/env" ]] || { e2e_log "no cluster: run e2e/cluster-up.sh first"; exit 1; }
 # shellcheck disable=SC1091
 source "$ST_E2E_DIR/env"
-NS=st-smoke
+NS="st-smoke"
 WEBHOOK_PORT="${ST_SMOKE_WEBHOOK_PORT:-18443}"
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   - $*"; }
@@ -44,7 +44,8 @@ rules_of() {  # NODE -> dump of the proxy rules inside its netns
 }
 
 check "server version is v$ST_K8S_VERSION" test "$(kubectl version -o json | jq -r .serverVersion.gitVersion)" == "v$ST_K8S_VERSION"
-check "all nodes Ready ($ST_NODES)" kubectl wait --for=condition=Ready --timeout=20s $(printf 'node/%s ' $ST_NODES)
+read -r -a node_names <<<"$ST_NODES"
+check "all nodes Ready ($ST_NODES)" kubectl wait --for=condition=Ready --timeout=20s "${node_names[@]/#/node/}"
 
 declare -A before=()
 for n in $ST_KP_NODES; do before[$n]="$(sync_count "$(jq -r --arg n "$n" '.nodes[] | select(.name == $n) | .kube_proxy.ip' "$ST_CLUSTER_JSON")")"; done
