@@ -49,6 +49,12 @@ use safe_termination::sources::scrape::{ScrapeOptions, Target, TargetSource, par
 use safe_termination::sources::scrape_loop::{Fallbacks, ScrapeLoop};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+
+/// The operator binary's allocator (src/main.rs: mimalloc, or glibc's with `--features
+/// system-allocator`), so that the client CPU measured here is what the shipped operator spends.
+#[cfg(not(feature = "system-allocator"))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
