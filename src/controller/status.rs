@@ -18,7 +18,7 @@
 
 use crate::admission::ActiveBackend;
 use crate::admission::policy::DIFFERENCES;
-use crate::advisor::{self, AdviceReason};
+use crate::advisor::{self, Advice, AdviceReason};
 use crate::analysis::{AnalysisReport, coverage_percent};
 use crate::crd::TerminationPolicy;
 use crate::crd::{AdmissionStatus, Scope};
@@ -97,6 +97,20 @@ fn cond(type_: &str, on: bool, reason: &str, message: String, generation: Option
     }
 }
 
+/// A condition's type, status, reason and message, before its generation and time are set.
+struct Verdict {
+    type_: &'static str,
+    on: bool,
+    reason: String,
+    message: String,
+}
+
+impl Verdict {
+    fn new(type_: &'static str, on: bool, reason: &str, message: String) -> Self {
+        Self { type_, on, reason: reason.to_string(), message }
+    }
+}
+
 /// Computes the desired status. `previous` supplies `lastTransitionTime` of conditions whose
 /// status did not change. `pods` is None when pod counts were not computed this time (the
 /// previous counts are kept).
@@ -109,112 +123,27 @@ pub fn desired_status(
     previous: Option<&TerminationPolicyStatus>,
     now: &Time,
 ) -> TerminationPolicyStatus {
-    let rec = &report.recommendation;
-    let basis = format!("{:?}", rec.reason);
     let advice = advisor::bounded(&report.advice, NODES_PER_ADVICE);
-    let has = |r: AdviceReason| advice.iter().any(|a| a.reason == r);
-    let messages = |r: AdviceReason| advice.iter().filter(|a| a.reason == r).map(|a| a.message.as_str()).collect::<Vec<_>>().join(" | ");
     let pods = pods.or_else(|| previous.and_then(|p| p.pods.clone()));
-    let mut conditions = Vec::new();
-    let valid = spec.validate();
-    conditions.push(match &valid {
-        Ok(()) => cond(
-            "Ready",
-            true,
-            &basis,
-            format!(
-                "preStop {} s, grace {} s{} ({}){}",
-                rec.pre_stop_seconds,
-                rec.termination_grace_period_seconds,
-                report.coverage.as_ref().map(|c| format!(", coverage {}", coverage_percent(c.ratio))).unwrap_or_default(),
-                rec.arithmetic,
-                meta.no_kube_proxy_note.as_deref().map(|n| format!("; {n}")).unwrap_or_default()
-            ),
-            generation,
-            now,
-        ),
-        Err(errs) => cond("Ready", false, "InvalidSpec", errs.join("; "), generation, now),
-    });
-    conditions.push(if has(AdviceReason::ProxySyncSlow) {
-        cond("ProxySyncSlow", true, "SyncP99AboveThreshold", messages(AdviceReason::ProxySyncSlow), generation, now)
-    } else {
-        cond("ProxySyncSlow", false, "SyncP99WithinThreshold", "every measured node syncs within the threshold".into(), generation, now)
-    });
-    conditions.push(if has(AdviceReason::MigrateProxyMode) {
-        cond("MigrationRecommended", true, "MigrateProxyMode", messages(AdviceReason::MigrateProxyMode), generation, now)
-    } else {
-        cond("MigrationRecommended", false, "ProxyModeAdequate", format!("proxy mode {} is adequate", report.proxy.mode.as_str()), generation, now)
-    });
-    let unavailable = meta.nodes_scraped == 0 || !meta.failed.is_empty() || rec.reason == Basis::NoData;
-    conditions.push(if unavailable {
-        let (reason, msg) = match (&meta.no_kube_proxy_note, meta.failed.is_empty()) {
-            (Some(note), true) if meta.nodes_scraped == 0 => ("NoKubeProxy", note.clone()),
-            (_, true) => ("NoNodesScraped", "no kube-proxy metrics could be read; sizing uses the policy default".to_string()),
-            (_, false) => (
-                if meta.nodes_scraped == 0 { "NoNodesScraped" } else { "SomeNodesFailed" },
-                format!(
-                    "{} node(s) failed: {}{}",
-                    meta.failed.len(),
-                    meta.failed.iter().take(NODES_PER_ADVICE).map(String::as_str).collect::<Vec<_>>().join("; "),
-                    match meta.failed.len().saturating_sub(NODES_PER_ADVICE) {
-                        0 => String::new(),
-                        more => format!("; and {more} more"),
-                    }
-                ),
-            ),
-        };
-        cond("MetricsUnavailable", true, reason, msg, generation, now)
-    } else {
-        let by_source = meta.source_counts().iter().map(|(s, n)| format!("{n} through {s}")).collect::<Vec<_>>();
-        let how = if by_source.is_empty() { String::new() } else { format!(" ({})", by_source.join(", ")) };
-        cond("MetricsUnavailable", false, "AllNodesScraped", format!("{} node(s) scraped{how}", meta.nodes_scraped), generation, now)
-    });
-    let under = pods.as_ref().map(|p| (p.stale, p.unprotected)).unwrap_or((0, 0));
-    conditions.push(if under.0 + under.1 > 0 {
-        cond(
-            "PodsUnderprotected",
-            true,
-            "StaleOrUnprotectedPods",
-            format!(
-                "{} running pod(s) have a sleep below {} s; {} service-backed pod(s) have no preStop (new pods are sized at creation)",
-                under.0, rec.pre_stop_seconds, under.1
-            ),
-            generation,
-            now,
-        )
-    } else {
-        cond("PodsUnderprotected", false, "AllPodsProtected", "no stale or unprotected pods".into(), generation, now)
-    });
-    for c in &mut conditions {
-        carry_transition_time(c, previous);
-    }
+    let verdicts = [
+        ready_condition(spec, report, meta),
+        proxy_sync_slow_condition(&advice),
+        migration_condition(&advice, report),
+        metrics_unavailable_condition(report, meta),
+        pods_underprotected_condition(pods.as_ref(), report.recommendation.pre_stop_seconds),
+    ];
+    let conditions = verdicts
+        .into_iter()
+        .map(|v| {
+            let mut c = cond(v.type_, v.on, &v.reason, v.message, generation, now);
+            carry_transition_time(&mut c, previous);
+            c
+        })
+        .collect();
     TerminationPolicyStatus {
         observed_generation: generation,
-        measurement: Some(MeasurementStatus {
-            sync_p99_seconds: report.sync_p99_seconds.map(round_ms),
-            network_programming_p99_seconds: report.network_programming_p99_seconds.map(round_ms),
-            propagation_window_seconds: report.propagation_window_seconds.map(round_ms),
-            worst_node: report.worst_node.clone(),
-            histogram_kind: report.histogram_kind.map(|k| k.as_str().to_string()),
-            nodes_scraped: meta.nodes_scraped,
-            nodes_failed: meta.failed.len() as u32,
-            sources: meta.source_counts(),
-            worst_node_source: report.worst_node.as_ref().and_then(|n| meta.sources.get(n)).map(|s| s.to_string()),
-            window_seconds: Some(meta.window_seconds),
-            last_scrape_time: meta.last_scrape_time.clone(),
-        }),
-        recommendation: Some(RecommendationStatus {
-            pre_stop_seconds: rec.pre_stop_seconds,
-            termination_grace_period_seconds: u32::try_from(rec.termination_grace_period_seconds).unwrap_or(u32::MAX),
-            reason: basis,
-            arithmetic: rec.arithmetic.clone(),
-            coverage: report.coverage.as_ref().map(|c| CoverageStatus {
-                ratio: round_to(c.ratio, 1e4),
-                lowest_node: c.lowest_node.clone(),
-                lowest_node_ratio: round_to(c.lowest_node_ratio, 1e4),
-                nodes: u32::try_from(c.nodes).unwrap_or(u32::MAX),
-            }),
-        }),
+        measurement: Some(measurement_status(report, meta)),
+        recommendation: Some(recommendation_status(report)),
         proxy: Some(ProxyStatus {
             mode: report.proxy.mode.as_str().to_string(),
             mode_source: meta.mode_source.clone(),
@@ -227,6 +156,131 @@ pub fn desired_status(
         pods,
         conditions,
         admission: None,
+    }
+}
+
+/// `Ready`: the recommendation (sleep, grace, coverage, arithmetic) for a valid spec, else the
+/// spec's errors.
+fn ready_condition(spec: &TerminationPolicySpec, report: &AnalysisReport, meta: &MeasurementMeta) -> Verdict {
+    let rec = &report.recommendation;
+    match spec.validate() {
+        Ok(()) => Verdict::new(
+            "Ready",
+            true,
+            &format!("{:?}", rec.reason),
+            format!(
+                "preStop {} s, grace {} s{} ({}){}",
+                rec.pre_stop_seconds,
+                rec.termination_grace_period_seconds,
+                report.coverage.as_ref().map(|c| format!(", coverage {}", coverage_percent(c.ratio))).unwrap_or_default(),
+                rec.arithmetic,
+                meta.no_kube_proxy_note.as_deref().map(|n| format!("; {n}")).unwrap_or_default()
+            ),
+        ),
+        Err(errs) => Verdict::new("Ready", false, "InvalidSpec", errs.join("; ")),
+    }
+}
+
+/// The messages of the advice items of `reason`, joined; `None` when there is none.
+fn advice_messages(advice: &[Advice], reason: AdviceReason) -> Option<String> {
+    let messages: Vec<&str> = advice.iter().filter(|a| a.reason == reason).map(|a| a.message.as_str()).collect();
+    (!messages.is_empty()).then(|| messages.join(" | "))
+}
+
+/// `ProxySyncSlow`: the advisor's ProxySyncSlow items (a node's sync p99 above the threshold).
+fn proxy_sync_slow_condition(advice: &[Advice]) -> Verdict {
+    match advice_messages(advice, AdviceReason::ProxySyncSlow) {
+        Some(m) => Verdict::new("ProxySyncSlow", true, "SyncP99AboveThreshold", m),
+        None => Verdict::new("ProxySyncSlow", false, "SyncP99WithinThreshold", "every measured node syncs within the threshold".into()),
+    }
+}
+
+/// `MigrationRecommended`: the advisor's MigrateProxyMode items.
+fn migration_condition(advice: &[Advice], report: &AnalysisReport) -> Verdict {
+    match advice_messages(advice, AdviceReason::MigrateProxyMode) {
+        Some(m) => Verdict::new("MigrationRecommended", true, "MigrateProxyMode", m),
+        None => Verdict::new("MigrationRecommended", false, "ProxyModeAdequate", format!("proxy mode {} is adequate", report.proxy.mode.as_str())),
+    }
+}
+
+/// `MetricsUnavailable`: True when no node was scraped, some failed (named, bounded to
+/// [`NODES_PER_ADVICE`]) or there was no data; False names how many nodes were read through
+/// which source.
+fn metrics_unavailable_condition(report: &AnalysisReport, meta: &MeasurementMeta) -> Verdict {
+    let unavailable = meta.nodes_scraped == 0 || !meta.failed.is_empty() || report.recommendation.reason == Basis::NoData;
+    if !unavailable {
+        let by_source = meta.source_counts().iter().map(|(s, n)| format!("{n} through {s}")).collect::<Vec<_>>();
+        let how = if by_source.is_empty() { String::new() } else { format!(" ({})", by_source.join(", ")) };
+        return Verdict::new("MetricsUnavailable", false, "AllNodesScraped", format!("{} node(s) scraped{how}", meta.nodes_scraped));
+    }
+    let (reason, msg) = match (&meta.no_kube_proxy_note, meta.failed.is_empty()) {
+        (Some(note), true) if meta.nodes_scraped == 0 => ("NoKubeProxy", note.clone()),
+        (_, true) => ("NoNodesScraped", "no kube-proxy metrics could be read; sizing uses the policy default".to_string()),
+        (_, false) => (
+            if meta.nodes_scraped == 0 { "NoNodesScraped" } else { "SomeNodesFailed" },
+            format!(
+                "{} node(s) failed: {}{}",
+                meta.failed.len(),
+                meta.failed.iter().take(NODES_PER_ADVICE).map(String::as_str).collect::<Vec<_>>().join("; "),
+                match meta.failed.len().saturating_sub(NODES_PER_ADVICE) {
+                    0 => String::new(),
+                    more => format!("; and {more} more"),
+                }
+            ),
+        ),
+    };
+    Verdict::new("MetricsUnavailable", true, reason, msg)
+}
+
+/// `PodsUnderprotected`: running pods with a sleep below `pre_stop_seconds` (stale) or
+/// service-backed pods without a preStop (unprotected).
+fn pods_underprotected_condition(pods: Option<&PodCounts>, pre_stop_seconds: u32) -> Verdict {
+    let (stale, unprotected) = pods.map(|p| (p.stale, p.unprotected)).unwrap_or((0, 0));
+    if stale == 0 && unprotected == 0 {
+        return Verdict::new("PodsUnderprotected", false, "AllPodsProtected", "no stale or unprotected pods".into());
+    }
+    Verdict::new(
+        "PodsUnderprotected",
+        true,
+        "StaleOrUnprotectedPods",
+        format!(
+            "{stale} running pod(s) have a sleep below {pre_stop_seconds} s; {unprotected} service-backed pod(s) have no preStop (new pods are sized at creation)"
+        ),
+    )
+}
+
+/// `status.measurement`: the report's p99s and W rounded to the millisecond, and how the nodes
+/// were read.
+fn measurement_status(report: &AnalysisReport, meta: &MeasurementMeta) -> MeasurementStatus {
+    MeasurementStatus {
+        sync_p99_seconds: report.sync_p99_seconds.map(round_ms),
+        network_programming_p99_seconds: report.network_programming_p99_seconds.map(round_ms),
+        propagation_window_seconds: report.propagation_window_seconds.map(round_ms),
+        worst_node: report.worst_node.clone(),
+        histogram_kind: report.histogram_kind.map(|k| k.as_str().to_string()),
+        nodes_scraped: meta.nodes_scraped,
+        nodes_failed: meta.failed.len() as u32,
+        sources: meta.source_counts(),
+        worst_node_source: report.worst_node.as_ref().and_then(|n| meta.sources.get(n)).map(|s| s.to_string()),
+        window_seconds: Some(meta.window_seconds),
+        last_scrape_time: meta.last_scrape_time.clone(),
+    }
+}
+
+/// `status.recommendation`: the sleep, the grace, the basis and the coverage (ratios to 1e-4).
+fn recommendation_status(report: &AnalysisReport) -> RecommendationStatus {
+    let rec = &report.recommendation;
+    RecommendationStatus {
+        pre_stop_seconds: rec.pre_stop_seconds,
+        termination_grace_period_seconds: u32::try_from(rec.termination_grace_period_seconds).unwrap_or(u32::MAX),
+        reason: format!("{:?}", rec.reason),
+        arithmetic: rec.arithmetic.clone(),
+        coverage: report.coverage.as_ref().map(|c| CoverageStatus {
+            ratio: round_to(c.ratio, 1e4),
+            lowest_node: c.lowest_node.clone(),
+            lowest_node_ratio: round_to(c.lowest_node_ratio, 1e4),
+            nodes: u32::try_from(c.nodes).unwrap_or(u32::MAX),
+        }),
     }
 }
 

@@ -165,18 +165,49 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
     let namespace = if namespace.is_empty() { meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).unwrap_or("") } else { namespace };
     let empty = json!({});
     let spec = pod.get("spec").filter(|s| s.is_object()).unwrap_or(&empty);
+    let scope = match in_scope(spec, &annotations, &labels, namespace, plan, services) {
+        Ok(scope) => scope,
+        Err(skipped) => return skipped,
+    };
+    let hooks = container_hooks(spec, &annotations, scope.policy, scope.pre_stop, plan.capabilities);
+    finish(meta, &annotations, scope, hooks)
+}
 
+/// A pod the policy applies to, as the pod-level rules of [`in_scope`] left it.
+struct InScope<'p> {
+    policy: &'p PlanPolicy,
+    /// `namespace/name` of `policy`.
+    policy_ref: String,
+    /// The warnings so far (a policy chosen over others).
+    warnings: Vec<String>,
+    /// The pod's own terminationGracePeriodSeconds, when it set one (never 0 here).
+    current_grace: Option<i64>,
+    /// The plan's sleep, seconds (> 0 here).
+    pre_stop: u32,
+}
+
+/// The pod-level rules, in order: R8 mirror pods, R7 run-to-completion pods, the opt-out
+/// annotation, the policy (none, Disabled, ServiceBacked without a Service), a grace that is not
+/// an integer or is 0 (R3), a 0 s sleep. `Err` is the skip decision.
+fn in_scope<'p>(
+    spec: &Value,
+    annotations: &Labels,
+    labels: &Labels,
+    namespace: &str,
+    plan: &'p Plan,
+    services: &dyn ServiceIndex,
+) -> Result<InScope<'p>, Decision> {
     if annotations.contains_key(ANNOTATION_MIRROR) {
-        return Decision::skip(PodReason::MirrorPod, Vec::new(), None);
+        return Err(Decision::skip(PodReason::MirrorPod, Vec::new(), None));
     }
     if matches!(spec.get("restartPolicy").and_then(Value::as_str), Some("Never" | "OnFailure")) {
-        return Decision::skip(PodReason::RunToCompletion, Vec::new(), None);
+        return Err(Decision::skip(PodReason::RunToCompletion, Vec::new(), None));
     }
     if annotations.get(ANNOTATION_SKIP).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
-        return Decision::skip(PodReason::OptedOut, Vec::new(), None);
+        return Err(Decision::skip(PodReason::OptedOut, Vec::new(), None));
     }
-    let Some(resolved) = plan.resolve(namespace, &labels) else {
-        return Decision::skip(PodReason::NoPolicy, Vec::new(), None);
+    let Some(resolved) = plan.resolve(namespace, labels) else {
+        return Err(Decision::skip(PodReason::NoPolicy, Vec::new(), None));
     };
     let policy: &PlanPolicy = resolved.policy;
     let policy_ref = policy.reference();
@@ -185,40 +216,58 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         warnings.push(format!("safe-termination: policy {} chosen over {}", policy.name, resolved.also_matched.join(",")));
     }
     match policy.spec.mode {
-        EnforcementMode::Disabled => return Decision::skip(PodReason::PolicyDisabled, warnings, Some(policy_ref)),
+        EnforcementMode::Disabled => return Err(Decision::skip(PodReason::PolicyDisabled, warnings, Some(policy_ref))),
         EnforcementMode::Enforce | EnforcementMode::Audit => {}
     }
-    if policy.spec.scope == Scope::ServiceBacked && !services.selects(namespace, &labels) {
-        return Decision::skip(PodReason::NotServiceBacked, warnings, Some(policy_ref));
+    if policy.spec.scope == Scope::ServiceBacked && !services.selects(namespace, labels) {
+        return Err(Decision::skip(PodReason::NotServiceBacked, warnings, Some(policy_ref)));
     }
     let grace_value = spec.get("terminationGracePeriodSeconds").filter(|v| !v.is_null());
     if grace_value.is_some_and(|v| v.as_i64().is_none()) {
         // not an integer (the API server would reject it): never overwrite what the user wrote
         warnings.push("safe-termination: terminationGracePeriodSeconds is not an integer; pod left unchanged".into());
-        return Decision::skip(PodReason::NoChange, warnings, Some(policy_ref));
+        return Err(Decision::skip(PodReason::NoChange, warnings, Some(policy_ref)));
     }
     let current_grace = grace_value.and_then(Value::as_i64);
     if current_grace == Some(0) {
         warnings.push("safe-termination: terminationGracePeriodSeconds is 0, so no preStop sleep was added".into());
-        return Decision::skip(PodReason::GraceZero, warnings, Some(policy_ref));
+        return Err(Decision::skip(PodReason::GraceZero, warnings, Some(policy_ref)));
     }
     // sized and bounded when the plan was built (sizing::clamp_pre_stop): served as it is
     let pre_stop = policy.pre_stop_seconds;
     if pre_stop == 0 {
-        return Decision::skip(PodReason::ZeroSleep, warnings, Some(policy_ref));
+        return Err(Decision::skip(PodReason::ZeroSleep, warnings, Some(policy_ref)));
     }
+    Ok(InScope { policy, policy_ref, warnings, current_grace, pre_stop })
+}
+
+/// What [`container_hooks`] decided for `spec.containers`.
+struct Hooks {
+    /// The hooks to add (none in audit mode).
+    ops: Vec<PatchOperation>,
+    /// One per container object, in order.
+    containers: Vec<ContainerDecision>,
+    /// Containers given (or, in audit mode, that would be given) a hook.
+    injected: usize,
+    /// Containers that kept their own preStop (R1).
+    kept: usize,
+    /// Whether some container could be given no handler (R4/R5).
+    any_without_handler: bool,
+    /// Kept sleeps below the plan's, then the containers left without a handler.
+    warnings: Vec<String>,
+}
+
+/// The preStop hook of each container of `spec.containers` (R1, R4-R6): kept, opted out,
+/// injected (native sleep or `exec sleep N`), or none usable.
+fn container_hooks(spec: &Value, annotations: &Labels, policy: &PlanPolicy, pre_stop: u32, capabilities: Capabilities) -> Hooks {
     let audit = policy.spec.mode == EnforcementMode::Audit;
     let skip_containers: Vec<&str> =
         annotations.get(ANNOTATION_SKIP_CONTAINERS).map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()).unwrap_or_default();
     let windows = is_windows(spec);
-    let Capabilities { native_sleep } = plan.capabilities;
+    let Capabilities { native_sleep } = capabilities;
     let handler = policy.spec.pre_stop.handler;
     let exec_images = &policy.spec.pre_stop.exec_images;
-
-    let mut ops: Vec<PatchOperation> = Vec::new();
-    let mut containers = Vec::new();
-    let mut injected = 0usize;
-    let mut kept = 0usize;
+    let mut hooks = Hooks { ops: Vec::new(), containers: Vec::new(), injected: 0, kept: 0, any_without_handler: false, warnings: Vec::new() };
     let mut no_handler: Vec<String> = Vec::new();
     let list = spec.get("containers").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
     for (i, c) in list.iter().enumerate() {
@@ -233,10 +282,10 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         let reason = if skip_containers.contains(&name.as_str()) {
             ContainerReason::OptedOut
         } else if let Some(existing) = lifecycle.and_then(|l| l.get("preStop")).filter(|p| !p.is_null()) {
-            kept += 1;
+            hooks.kept += 1;
             if let Some(s) = existing.pointer("/sleep/seconds").and_then(Value::as_i64).filter(|s| *s < i64::from(pre_stop)) {
                 // the figures first: a cut warning (short_warning) loses the container name, not them
-                warnings.push(format!("safe-termination: preStop sleep {s}s kept, below the recommended {pre_stop}s, in container {name}"));
+                hooks.warnings.push(format!("safe-termination: preStop sleep {s}s kept, below the recommended {pre_stop}s, in container {name}"));
             }
             ContainerReason::ExistingPreStop
         } else {
@@ -254,28 +303,38 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
                     ContainerReason::NoUsableHandler
                 }
                 Some(_) if audit => {
-                    injected += 1;
+                    hooks.injected += 1;
                     ContainerReason::WouldInject
                 }
                 Some((kind, hook)) => {
-                    injected += 1;
+                    hooks.injected += 1;
                     if lifecycle.is_some() {
-                        ops.push(add(&["spec", "containers", &idx, "lifecycle", "preStop"], hook));
+                        hooks.ops.push(add(&["spec", "containers", &idx, "lifecycle", "preStop"], hook));
                     } else {
-                        ops.push(add(&["spec", "containers", &idx, "lifecycle"], json!({ "preStop": hook })));
+                        hooks.ops.push(add(&["spec", "containers", &idx, "lifecycle"], json!({ "preStop": hook })));
                     }
                     if kind == "sleep" { ContainerReason::InjectedSleep } else { ContainerReason::InjectedExec }
                 }
             }
         };
-        containers.push(ContainerDecision { name, reason });
+        hooks.containers.push(ContainerDecision { name, reason });
     }
     if !no_handler.is_empty() {
         let why = if windows { "no native sleep, no exec on Windows" } else { "no native sleep, image not in execImages" };
-        warnings.push(format!("safe-termination: {why}: no preStop for {}", no_handler.join(",")));
+        hooks.warnings.push(format!("safe-termination: {why}: no preStop for {}", no_handler.join(",")));
+        hooks.any_without_handler = true;
     }
+    hooks
+}
+
+/// The decision from the container hooks: the grace raised to hold the sleep (R2, R3) and the
+/// annotations, or in audit mode the audit annotation and a warning only.
+fn finish(meta: Option<&Value>, annotations: &Labels, scope: InScope<'_>, hooks: Hooks) -> Decision {
+    let InScope { policy, policy_ref, mut warnings, current_grace, pre_stop } = scope;
+    let Hooks { mut ops, containers, injected, kept, any_without_handler, warnings: hook_warnings } = hooks;
+    warnings.extend(hook_warnings);
     if injected == 0 && kept == 0 {
-        let reason = if no_handler.is_empty() { PodReason::NoChange } else { PodReason::NoUsableHandler };
+        let reason = if any_without_handler { PodReason::NoUsableHandler } else { PodReason::NoChange };
         return Decision { patch: Patch(Vec::new()), warnings, reason, containers, policy: Some(policy_ref) };
     }
     let target_grace = grace_seconds(current_grace, pre_stop, &policy.spec.grace);
@@ -283,14 +342,14 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         Some(g) => target_grace > g,
         None => target_grace != KUBERNETES_DEFAULT_GRACE_SECONDS,
     };
-    if audit {
+    if policy.spec.mode == EnforcementMode::Audit {
         warnings.push(format!("safe-termination (audit): would add a {pre_stop}s preStop sleep to {injected} container(s), grace {}s", target_grace));
         let mut annotate = Vec::new();
         if annotations.get(ANNOTATION_AUDIT_PRESTOP_SECONDS) != Some(&pre_stop.to_string()) && injected > 0 {
             annotate.push((ANNOTATION_AUDIT_PRESTOP_SECONDS, pre_stop.to_string()));
             annotate.push((ANNOTATION_POLICY, policy_ref.clone()));
         }
-        let patch = annotation_ops(meta, &annotations, &annotate);
+        let patch = annotation_ops(meta, annotations, &annotate);
         let reason = if patch.is_empty() { PodReason::NoChange } else { PodReason::Audited };
         return Decision { patch: Patch(patch), warnings, reason, containers, policy: Some(policy_ref) };
     }
@@ -303,7 +362,7 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
     }
     if injected > 0 {
         let annotate = [(ANNOTATION_PRESTOP_SECONDS, pre_stop.to_string()), (ANNOTATION_POLICY, policy_ref.clone())];
-        ops.extend(annotation_ops(meta, &annotations, &annotate));
+        ops.extend(annotation_ops(meta, annotations, &annotate));
     }
     let reason = if ops.is_empty() { PodReason::NoChange } else { PodReason::Mutated };
     Decision { patch: Patch(ops), warnings, reason, containers, policy: Some(policy_ref) }
