@@ -184,111 +184,143 @@ fn sync_slow(nodes: &[NodeWindow], t: &Thresholds) -> Vec<Advice> {
     out
 }
 
-/// Produces the advice items for a cluster, most important first.
+/// Produces the advice items for a cluster, most important first: slow syncs, then proxy-mode
+/// migrations, then each node's health (stuck, too few samples, beyond the top bucket).
 pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_samples: u32) -> Vec<Advice> {
-    let mut out = Vec::new();
-    let item = |reason, severity, message: String, threshold: String, node: Option<&str>, to| Advice {
-        reason,
-        severity,
-        message,
-        threshold,
-        node: node.map(str::to_string),
-        to,
-    };
-    out.extend(sync_slow(nodes, t));
+    let mut out = sync_slow(nodes, t);
+    out.extend(mode_migration(facts, t));
+    out.extend(ebpf_migration(facts, t));
+    for n in nodes {
+        out.extend(node_health(n, t, min_samples));
+    }
+    out
+}
+
+fn item(reason: AdviceReason, severity: Severity, message: String, threshold: String, node: Option<&str>, to: Option<ProxyMode>) -> Advice {
+    Advice { reason, severity, message, threshold, node: node.map(str::to_string), to }
+}
+
+/// [`AdviceReason::MigrateProxyMode`] to nftables for each mode in use (the cluster's, then any
+/// other a node reports) that is IPVS (deprecated since Kubernetes 1.35), or iptables with at
+/// least `t.iptables_services` Services; with a note on nftables' maturity in older minors.
+fn mode_migration(facts: &ClusterFacts, t: &Thresholds) -> Vec<Advice> {
     let services = facts.services;
     let version_note = match facts.kubernetes_version {
         Some((1, minor)) if minor < 31 => format!(" This cluster runs 1.{minor}, where nftables is alpha: upgrade to 1.33+ first."),
-        Some((1, minor)) if minor < 33 => {
-            format!(" This cluster runs 1.{minor}, where nftables is beta: 1.33+ is recommended.")
-        }
+        Some((1, minor)) if minor < 33 => format!(" This cluster runs 1.{minor}, where nftables is beta: 1.33+ is recommended."),
         _ => String::new(),
     };
     let mut modes = vec![facts.mode];
     modes.extend(facts.other_modes.iter().copied().filter(|m| *m != facts.mode));
+    let mut out = Vec::new();
     for mode in modes {
         match mode {
-        ProxyMode::Ipvs => out.push(item(
-            AdviceReason::MigrateProxyMode,
-            Severity::Warning,
-            format!("kube-proxy runs in IPVS mode, deprecated since Kubernetes 1.35 (to be removed): migrate to {NFTABLES}, or to an eBPF dataplane at large scale.{version_note}"),
-            "mode = ipvs (any size)".into(),
-            None,
-            Some(ProxyMode::Nftables),
-        )),
-        ProxyMode::Iptables if services.is_some_and(|s| s >= t.iptables_services) => out.push(item(
-            AdviceReason::MigrateProxyMode,
-            Severity::Warning,
-            format!(
-                "kube-proxy runs in iptables mode{} with {} Services: rule restores and the per-packet walk of KUBE-SERVICES grow with every Service; migrate to {NFTABLES}.{version_note}",
-                if facts.other_modes.is_empty() { "" } else { " on some nodes" },
-                services.unwrap_or(0)
-            ),
-            format!("iptables with >= {} Services", t.iptables_services),
-            None,
-            Some(ProxyMode::Nftables),
-        )),
-        _ => {}
-    }
-    }
-    if facts.mode != ProxyMode::Ebpf {
-        let big = services.is_some_and(|s| s >= t.ebpf_services);
-        let conntrack = facts.conntrack_usage_ratio.is_some_and(|r| r >= t.conntrack_usage_ratio);
-        if big || conntrack {
-            let why = if big {
-                format!("{} Services", services.unwrap_or(0))
-            } else {
-                format!("conntrack table {:.0}% full", facts.conntrack_usage_ratio.unwrap_or(0.0) * 100.0)
-            };
-            out.push(item(
+            ProxyMode::Ipvs => out.push(item(
                 AdviceReason::MigrateProxyMode,
                 Severity::Warning,
-                format!("{why}: consider an eBPF dataplane (Cilium or Calico eBPF kube-proxy replacement); it replaces kube-proxy and, in practice, the CNI, so plan it as a network migration"),
-                // the conntrack rule only where conntrack usage is known (`analyze
-                // --conntrack-usage`; the operator does not measure it)
-                match facts.conntrack_usage_ratio {
-                    Some(_) => format!(">= {} Services or conntrack usage >= {:.0}%", t.ebpf_services, t.conntrack_usage_ratio * 100.0),
-                    None => format!(">= {} Services", t.ebpf_services),
-                },
-                None,
-                Some(ProxyMode::Ebpf),
-            ));
-        }
-    }
-    for n in nodes {
-        if let Some(stale) = n.stale_seconds.filter(|s| *s > t.stale_seconds) {
-            out.push(item(
-                AdviceReason::ProxyStale,
-                Severity::Warning,
-                format!("node {}: kube-proxy has had changes queued for {} without a completed sync: it is stuck or far behind; check its logs and restore failures", n.node, fmt_s(stale)),
-                format!("changes queued without a sync for > {} s", t.stale_seconds),
-                Some(&n.node),
-                None,
-            ));
-        }
-        match n.basis {
-            Basis::LowSampleCount => out.push(item(
-                AdviceReason::LowSampleCount,
-                Severity::Info,
                 format!(
-                    "node {}: only {} in the analysed interval: its p99 is not trusted for sizing",
-                    n.node,
-                    samples_phrase(n.sync_p99.map(|_| n.sync_samples), "sync")
+                    "kube-proxy runs in IPVS mode, deprecated since Kubernetes 1.35 (to be removed): migrate to {NFTABLES}, or to an eBPF dataplane at large scale.{version_note}"
                 ),
-                format!("samples < {min_samples}"),
-                Some(&n.node),
+                "mode = ipvs (any size)".into(),
                 None,
+                Some(ProxyMode::Nftables),
             )),
-            Basis::BeyondTopBucket => out.push(item(
-                AdviceReason::BeyondTopBucket,
+            ProxyMode::Iptables if services.is_some_and(|s| s >= t.iptables_services) => out.push(item(
+                AdviceReason::MigrateProxyMode,
                 Severity::Warning,
-                format!("node {}: the p99 lies beyond the top histogram bucket: the real value is unknown and larger; the preStop sleep is set to the policy maximum", n.node),
-                "p99 rank in the +Inf bucket".into(),
-                Some(&n.node),
+                format!(
+                    "kube-proxy runs in iptables mode{} with {} Services: rule restores and the per-packet walk of KUBE-SERVICES grow with every Service; migrate to {NFTABLES}.{version_note}",
+                    if facts.other_modes.is_empty() { "" } else { " on some nodes" },
+                    services.unwrap_or(0)
+                ),
+                format!("iptables with >= {} Services", t.iptables_services),
                 None,
+                Some(ProxyMode::Nftables),
             )),
             _ => {}
         }
+    }
+    out
+}
+
+/// [`AdviceReason::MigrateProxyMode`] to an eBPF dataplane, unless the cluster runs one: at
+/// least `t.ebpf_services` Services, or a conntrack table fuller than
+/// `t.conntrack_usage_ratio` where its usage is known (`analyze --conntrack-usage`; the
+/// operator does not measure it, so its threshold names conntrack only then).
+fn ebpf_migration(facts: &ClusterFacts, t: &Thresholds) -> Option<Advice> {
+    if facts.mode == ProxyMode::Ebpf {
+        return None;
+    }
+    let services = facts.services;
+    let big = services.is_some_and(|s| s >= t.ebpf_services);
+    let conntrack = facts.conntrack_usage_ratio.is_some_and(|r| r >= t.conntrack_usage_ratio);
+    if !(big || conntrack) {
+        return None;
+    }
+    let why = if big {
+        format!("{} Services", services.unwrap_or(0))
+    } else {
+        format!("conntrack table {:.0}% full", facts.conntrack_usage_ratio.unwrap_or(0.0) * 100.0)
+    };
+    Some(item(
+        AdviceReason::MigrateProxyMode,
+        Severity::Warning,
+        format!(
+            "{why}: consider an eBPF dataplane (Cilium or Calico eBPF kube-proxy replacement); it replaces kube-proxy and, in practice, the CNI, so plan it as a network migration"
+        ),
+        match facts.conntrack_usage_ratio {
+            Some(_) => format!(">= {} Services or conntrack usage >= {:.0}%", t.ebpf_services, t.conntrack_usage_ratio * 100.0),
+            None => format!(">= {} Services", t.ebpf_services),
+        },
+        None,
+        Some(ProxyMode::Ebpf),
+    ))
+}
+
+/// A node's own findings: [`AdviceReason::ProxyStale`] (changes queued longer than
+/// `t.stale_seconds` without a completed sync), then [`AdviceReason::LowSampleCount`] (fewer
+/// than `min_samples`) or [`AdviceReason::BeyondTopBucket`] (the p99 in the `+Inf` bucket).
+fn node_health(n: &NodeWindow, t: &Thresholds, min_samples: u32) -> Vec<Advice> {
+    let mut out = Vec::new();
+    if let Some(stale) = n.stale_seconds.filter(|s| *s > t.stale_seconds) {
+        out.push(item(
+            AdviceReason::ProxyStale,
+            Severity::Warning,
+            format!(
+                "node {}: kube-proxy has had changes queued for {} without a completed sync: it is stuck or far behind; check its logs and restore failures",
+                n.node,
+                fmt_s(stale)
+            ),
+            format!("changes queued without a sync for > {} s", t.stale_seconds),
+            Some(&n.node),
+            None,
+        ));
+    }
+    match n.basis {
+        Basis::LowSampleCount => out.push(item(
+            AdviceReason::LowSampleCount,
+            Severity::Info,
+            format!(
+                "node {}: only {} in the analysed interval: its p99 is not trusted for sizing",
+                n.node,
+                samples_phrase(n.sync_p99.map(|_| n.sync_samples), "sync")
+            ),
+            format!("samples < {min_samples}"),
+            Some(&n.node),
+            None,
+        )),
+        Basis::BeyondTopBucket => out.push(item(
+            AdviceReason::BeyondTopBucket,
+            Severity::Warning,
+            format!(
+                "node {}: the p99 lies beyond the top histogram bucket: the real value is unknown and larger; the preStop sleep is set to the policy maximum",
+                n.node
+            ),
+            "p99 rank in the +Inf bucket".into(),
+            Some(&n.node),
+            None,
+        )),
+        _ => {}
     }
     out
 }
