@@ -10,7 +10,7 @@ use super::status::{self, MeasurementMeta};
 use crate::advisor::{ClusterFacts, Thresholds};
 use crate::analysis::{AnalysisOptions, WindowCache};
 use crate::annotations::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
-use crate::crd::{PodCounts, TerminationPolicy};
+use crate::crd::{PodCounts, TerminationPolicy, TerminationPolicyStatus};
 use crate::measure::MeasurementStore;
 use crate::model::ProxyMode;
 use crate::proxyconfig::ResolvedProxyConfig;
@@ -248,29 +248,7 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
     let mode_source = mode_source.or_else(|| analysis.nodes.first().map(|n| n.mode_source.to_string()));
     drop(analysis);
     let rec = report.recommendation.pre_stop_seconds;
-    let pods = if ctx.settings.count_pods {
-        match count_pods(&ctx, &policy, rec).await {
-            Ok((c, min)) => {
-                let l = PolicyLabel { namespace: policy.namespace().unwrap_or_default(), policy: policy.name_any() };
-                if let Some(min) = min {
-                    ctx.metrics.running_min_prestop.get_or_create(&l).set(i64::from(min));
-                }
-                for (state, v) in [("mutated", c.mutated), ("stale", c.stale), ("unprotected", c.unprotected)] {
-                    ctx.metrics
-                        .pods
-                        .get_or_create(&PolicyStateLabel { namespace: l.namespace.clone(), policy: l.policy.clone(), state: state.into() })
-                        .set(i64::from(v));
-                }
-                Some(c)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, policy = %policy.name_any(), "cannot count pods");
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let pods = if ctx.settings.count_pods { pod_counts(&ctx, &policy, rec).await } else { None };
     let meta = MeasurementMeta {
         nodes_scraped: u32::try_from(nodes_with_data.saturating_sub(failures.len())).unwrap_or(0),
         failed: failures.clone(),
@@ -297,37 +275,64 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
         if !*ctx.leader.borrow() {
             return Ok(Action::requeue(ctx.settings.requeue));
         }
-        let api: Api<TerminationPolicy> = Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
-        let body = json!({
-            "apiVersion": "safetermination.io/v1alpha1",
-            "kind": "TerminationPolicy",
-            "status": desired,
-        });
-        api.patch_status(&policy.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
-        ctx.metrics.status_writes.inc();
-        let old_conditions = previous.map(|p| p.conditions.as_slice()).unwrap_or(&[]);
-        let reference = policy.object_ref(&());
-        for t in status::transitions(old_conditions, &desired.conditions) {
-            let ev = Event {
-                type_: if t.type_ == "Warning" { EventType::Warning } else { EventType::Normal },
-                reason: t.reason,
-                note: Some(t.note),
-                action: "Reconcile".into(),
-                secondary: None,
-            };
-            match ctx.recorder.publish(&ev, &reference).await {
-                Ok(()) => {}
-                // a namespace being deleted takes no new objects: nothing to report
-                Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("being terminated") => {
-                    tracing::debug!(policy = %policy.name_any(), "namespace terminating: transition event not recorded");
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot publish event"),
-            }
-        }
+        write_status(&ctx, &policy, &desired).await?;
     }
     ctx.metrics.reconciles.get_or_create(&ResultLabel { result: "ok".into() }).inc();
     ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
     Ok(Action::requeue(ctx.settings.requeue))
+}
+
+/// The pods of `policy` counted against the recommended sleep `rec` (seconds), also set as the
+/// policy's pod gauges; `None` (logged) when the pods cannot be listed.
+async fn pod_counts(ctx: &Context, policy: &TerminationPolicy, rec: u32) -> Option<PodCounts> {
+    let (c, min) = match count_pods(ctx, policy, rec).await {
+        Ok(counted) => counted,
+        Err(e) => {
+            tracing::warn!(error = %e, policy = %policy.name_any(), "cannot count pods");
+            return None;
+        }
+    };
+    let l = PolicyLabel { namespace: policy.namespace().unwrap_or_default(), policy: policy.name_any() };
+    if let Some(min) = min {
+        ctx.metrics.running_min_prestop.get_or_create(&l).set(i64::from(min));
+    }
+    for (state, v) in [("mutated", c.mutated), ("stale", c.stale), ("unprotected", c.unprotected)] {
+        ctx.metrics.pods.get_or_create(&PolicyStateLabel { namespace: l.namespace.clone(), policy: l.policy.clone(), state: state.into() }).set(i64::from(v));
+    }
+    Some(c)
+}
+
+/// Applies `desired` as the policy's status (server-side apply, this controller's field
+/// manager, forced) and publishes an Event per condition transition from the status it had.
+async fn write_status(ctx: &Context, policy: &TerminationPolicy, desired: &TerminationPolicyStatus) -> Result<(), Error> {
+    let api: Api<TerminationPolicy> = Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
+    let body = json!({
+        "apiVersion": "safetermination.io/v1alpha1",
+        "kind": "TerminationPolicy",
+        "status": desired,
+    });
+    api.patch_status(&policy.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
+    ctx.metrics.status_writes.inc();
+    let old_conditions = policy.status.as_ref().map(|p| p.conditions.as_slice()).unwrap_or(&[]);
+    let reference = policy.object_ref(&());
+    for t in status::transitions(old_conditions, &desired.conditions) {
+        let ev = Event {
+            type_: if t.type_ == "Warning" { EventType::Warning } else { EventType::Normal },
+            reason: t.reason,
+            note: Some(t.note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        match ctx.recorder.publish(&ev, &reference).await {
+            Ok(()) => {}
+            // a namespace being deleted takes no new objects: nothing to report
+            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("being terminated") => {
+                tracing::debug!(policy = %policy.name_any(), "namespace terminating: transition event not recorded");
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot publish event"),
+        }
+    }
+    Ok(())
 }
 
 /// Retry policy: count, log, retry in 30 s.
