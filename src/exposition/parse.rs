@@ -406,33 +406,8 @@ fn parse(text: &str, fast: bool) -> Result<KubeProxyScrape, ParseError> {
             continue;
         }
         if let Some(comment) = body.strip_prefix('#') {
-            match check_comment(comment) {
-                // OpenMetrics' `# EOF` may end the text without a line feed; any other comment
-                // cut there may be a `# HELP` cut inside its keyword
-                Ok(None) if is_last_unterminated && body.trim_end_matches(BLANKS) != "# EOF" => {
-                    return Err(ParseError {
-                        line: line_no,
-                        family: String::new(),
-                        message: "the last line is a comment without its terminating line feed: the scrape was cut off".into(),
-                    });
-                }
-                Ok(None) => {}
-                Ok(Some(family)) => {
-                    block = family;
-                    if is_last_unterminated {
-                        return Err(ParseError {
-                            line: line_no,
-                            family: family.to_string(),
-                            message:
-                                "the last line is a # HELP or # TYPE line without its terminating line feed: the scrape was cut off before the family's samples"
-                                    .into(),
-                        });
-                    }
-                }
-                Err((family, message)) => {
-                    let message = if is_last_unterminated { cut_off(&message) } else { message };
-                    return Err(ParseError { line: line_no, family: family.to_string(), message });
-                }
+            if let Some(family) = comment_line(comment, body, line_no, is_last_unterminated)? {
+                block = family;
             }
             continue;
         }
@@ -464,36 +439,84 @@ fn parse(text: &str, fast: bool) -> Result<KubeProxyScrape, ParseError> {
         };
         let Some(k) = &kind else { continue }; // a family we do not read: checked, not interpreted
         match *k {
-            Name::Hist(fam, part) => {
-                let acc = hists[fam.index()].get_or_insert_with(HistAcc::default);
-                acc.last_line = line_no;
-                match part {
-                    Part::Bucket => {
-                        let le = labels.le.ok_or_else(|| err("bucket sample without an `le` label".into()))?;
-                        let le = bucket_bound(le).map_err(&err)?;
-                        if value < 0.0 {
-                            return Err(err(format!("bucket le=\"{}\" has a negative count {value}", labels.le.unwrap_or_default())));
-                        }
-                        if !value.is_finite() {
-                            return Err(err(format!(
-                                "bucket le=\"{}\" has the count {value}: a bucket counts observations (a finite number)",
-                                labels.le.unwrap_or_default()
-                            )));
-                        }
-                        acc.series.entry(labels.others).or_default().push(BucketLine { le, count: value, line: line_no });
-                    }
-                    Part::Sum => acc.sum = Some(acc.sum.unwrap_or(0.0) + value * fam.to_seconds()),
-                    // `_count` is not read (the `+Inf` bucket holds the same number), but a
-                    // count that no histogram can have is refused like a bucket's
-                    Part::Count if !(value.is_finite() && value >= 0.0) => {
-                        return Err(err(format!("{}_count has the value {value}: it counts observations (a finite number >= 0)", fam.name())));
-                    }
-                    Part::Count => {}
-                }
-            }
+            Name::Hist(fam, part) => hists[fam.index()].get_or_insert_with(HistAcc::default).add(fam, part, labels, value, line_no, &err)?,
             Name::Scalar(s) => apply_scalar(&mut out, s, value, labels.git_version.as_deref(), labels.ip_family),
         }
     }
+    finish_histograms(hists, &mut out)?;
+    Ok(out)
+}
+
+/// A comment line (`comment`: what follows the `#` of `body`): `Some(family)` for a `# HELP` or
+/// `# TYPE` line, whose family names the lines after it. Errors: a malformed comment
+/// ([`check_comment`]), or any comment but OpenMetrics' `# EOF` without its terminating line
+/// feed (`is_last_unterminated`): a cut scrape, perhaps cut inside a `# HELP` keyword.
+fn comment_line<'t>(comment: &'t str, body: &str, line_no: usize, is_last_unterminated: bool) -> Result<Option<&'t str>, ParseError> {
+    match check_comment(comment) {
+        Ok(None) if is_last_unterminated && body.trim_end_matches(BLANKS) != "# EOF" => Err(ParseError {
+            line: line_no,
+            family: String::new(),
+            message: "the last line is a comment without its terminating line feed: the scrape was cut off".into(),
+        }),
+        Ok(None) => Ok(None),
+        Ok(Some(family)) if is_last_unterminated => Err(ParseError {
+            line: line_no,
+            family: family.to_string(),
+            message: "the last line is a # HELP or # TYPE line without its terminating line feed: the scrape was cut off before the family's samples".into(),
+        }),
+        Ok(Some(family)) => Ok(Some(family)),
+        Err((family, message)) => {
+            let message = if is_last_unterminated { cut_off(&message) } else { message };
+            Err(ParseError { line: line_no, family: family.to_string(), message })
+        }
+    }
+}
+
+impl HistAcc {
+    /// Records one sample line (`line_no`) of histogram family `fam`: a bucket (its `le` and a
+    /// finite count >= 0, kept per series of the other labels), the sum (in seconds, summed
+    /// over series), or the count (checked, not kept: the `+Inf` bucket holds the same number).
+    /// `err` makes the line's error.
+    fn add(
+        &mut self,
+        fam: HistogramFamily,
+        part: Part,
+        labels: Labels<'_>,
+        value: f64,
+        line_no: usize,
+        err: &dyn Fn(String) -> ParseError,
+    ) -> Result<(), ParseError> {
+        self.last_line = line_no;
+        match part {
+            Part::Bucket => {
+                let le = labels.le.ok_or_else(|| err("bucket sample without an `le` label".into()))?;
+                let le = bucket_bound(le).map_err(err)?;
+                if value < 0.0 {
+                    return Err(err(format!("bucket le=\"{}\" has a negative count {value}", labels.le.unwrap_or_default())));
+                }
+                if !value.is_finite() {
+                    return Err(err(format!(
+                        "bucket le=\"{}\" has the count {value}: a bucket counts observations (a finite number)",
+                        labels.le.unwrap_or_default()
+                    )));
+                }
+                self.series.entry(labels.others).or_default().push(BucketLine { le, count: value, line: line_no });
+            }
+            Part::Sum => self.sum = Some(self.sum.unwrap_or(0.0) + value * fam.to_seconds()),
+            // a count that no histogram can have is refused like a bucket's
+            Part::Count if !(value.is_finite() && value >= 0.0) => {
+                return Err(err(format!("{}_count has the value {value}: it counts observations (a finite number >= 0)", fam.name())));
+            }
+            Part::Count => {}
+        }
+        Ok(())
+    }
+}
+
+/// Each histogram family's series checked ([`check_series`]) and summed into `out`; a family
+/// with only `_sum`/`_count` lines is left out. The legacy microseconds sync histogram (before
+/// Kubernetes 1.13's seconds) stands in for the sync histogram only when that is absent.
+fn finish_histograms(mut hists: [Option<HistAcc>; 5], out: &mut KubeProxyScrape) -> Result<(), ParseError> {
     for fam in HistogramFamily::ALL {
         let Some(acc) = hists[fam.index()].take() else { continue };
         let buckets = check_series(fam, acc.series, acc.last_line)?;
@@ -515,7 +538,7 @@ fn parse(text: &str, fast: bool) -> Result<KubeProxyScrape, ParseError> {
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn cut_off(message: &str) -> String {
