@@ -26,7 +26,7 @@ test: ## style (rustfmt, clippy -D warnings, shellcheck), then unit, property, i
 	cargo fmt --all -- --check
 	cd e2e/testapp && cargo fmt -- --check
 	cd fuzz && cargo fmt -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets --features cluster-tests -- -D warnings
 	tools/shellcheck.sh
 	cargo test --all-targets
 	cargo test --doc

@@ -37,7 +37,7 @@ source "$ST_E2E_DIR/env"
 mkdir -p "$ST_EXP_OUT"
 t0=$SECONDS
 say "runs ${ST_EXP_RUNS:-a,b,c,d,e,f,g,h} -> $ST_EXP_OUT"
-cargo test --quiet --test e2e_deploy -- --ignored --nocapture --test-threads=1 deploy_experiment
+cargo test --quiet --features cluster-tests --test e2e_deploy -- --nocapture --test-threads=1 deploy_experiment
 say "experiment took $((SECONDS - t0)) s"
 echo
 cat "$ST_EXP_OUT/results.md"

@@ -17,7 +17,7 @@ trap 'ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh >/dev/null 2>&1 || true' EXIT
 
 # nothing is left behind by a cluster-up that dies half-way (here: killed once the real nodes'
 # containerds run), once cluster-down has run
-cargo test --quiet --no-run --tests
+cargo test --quiet --features cluster-tests --no-run --tests
 e2e/cluster-up.sh > "${TMPDIR:-/tmp}/st-cluster-up-killed.log" 2>&1 &
 up_pid=$!
 for _ in $(seq 1 600); do
@@ -51,27 +51,27 @@ for kp_node in $ST_KP_NODES; do
   [[ -e "/run/netns/$(source e2e/lib.sh; node_netns "$kp_node")" ]] || { echo "the second cluster-down deleted $kp_node's network namespace" >&2; exit 1; }
 done
 kubectl get --raw /readyz >/dev/null
-cargo test --test e2e -- --ignored --test-threads=1
+cargo test --features cluster-tests --test e2e -- --test-threads=1
 # the Helm chart (lint, renderings, server-side dry runs, install/upgrade/uninstall, webhook
 # routing with operator-generated certificates) and the alert rules (promtool)
 if [ -f tests/e2e_chart.rs ]; then
-  cargo test --test e2e_chart -- --ignored --test-threads=1
+  cargo test --features cluster-tests --test e2e_chart -- --test-threads=1
 fi
 # the native-histogram maths against the real Prometheus (promtool test rules): the reference of
 # tests/native_props.rs and src/exposition/native.rs, histogram_quantile, +, -, resets(), increase
-cargo test --test native_props -- --ignored --nocapture
+cargo test --features cluster-tests --test native_props -- --ignored --nocapture
 # the webhook-free backend: the MutatingAdmissionPolicy against the webhook on every shared case
 # and 1,000 generated pods, and the operator keeping its parameters (1.36+ only)
-cargo test --test e2e_admission_policy -- --ignored --test-threads=1 --nocapture
+cargo test --features cluster-tests --test e2e_admission_policy -- --test-threads=1 --nocapture
 # a real Prometheus (make k8s-bins builds it) scraping the real kube-proxies with the chart's alert
 # rules: the Prometheus source agrees with the direct scrape per node. (The KubeProxySyncSlow alert
 # firing needs 4,000+ Services and the rule's own for: 10m, about 15 minutes: after e2e_window
 # below, with ST_E2E_SLOW_ALERT=1, so CI stays within its 90 minutes.)
-cargo test --test e2e_prometheus -- --ignored --test-threads=1 --nocapture --skip z_sync_slow_alert_fires_through_prometheus
+cargo test --features cluster-tests --test e2e_prometheus -- --test-threads=1 --nocapture
 # the operator as real pods: the README's helm install on the real nodes, then the faults
 # (leader lost, pod-create storms during deletions, an upgrade and a CA rotation, the API
 # server and a kube-proxy restarted), each printing its numbers; t9 uninstalls the release
-cargo test --test e2e_operator_pods -- --ignored --test-threads=1 --nocapture
+cargo test --features cluster-tests --test e2e_operator_pods -- --test-threads=1 --nocapture
 # the deploy-error experiment: all four runs (baseline/protected, small/4,000 Services) with one
 # rolling restart per strategy, asserting what the product promises (make experiment: three per
 # strategy). After the tests above: its thousands of Services stay in kube-proxy's lifetime
@@ -80,11 +80,11 @@ if [ "${ST_E2E_EXPERIMENT:-1}" != 0 ]; then
   ST_EXP_RUNS="${ST_EXP_RUNS:-a,b,c,d}" ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}" ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/e2e-experiment}" e2e/experiment.sh
 fi
 # the ground truth of the propagation window, then scale (thousands of Services: slow syncs)
-cargo test --test e2e_window -- --ignored --test-threads=1 --nocapture
+cargo test --features cluster-tests --test e2e_window -- --test-threads=1 --nocapture
 # the chart's KubeProxySyncSlow alert firing through the real Prometheus' /api/v1/alerts at scale
 # (after the scale run: its slow syncs stay in kube-proxy's lifetime histograms)
 if [ "${ST_E2E_SLOW_ALERT:-0}" = 1 ]; then
-  cargo test --test e2e_prometheus -- --ignored --nocapture --exact z_sync_slow_alert_fires_through_prometheus
+  cargo test --features cluster-tests --test e2e_prometheus -- --ignored --nocapture --exact z_sync_slow_alert_fires_through_prometheus
 fi
 e2e/cluster-down.sh
 e2e/leftovers.sh || { echo "cluster-down left the above behind" >&2; exit 1; }
@@ -98,5 +98,5 @@ if [ "${ST_E2E_OLD_MINOR:-1}" != 0 ]; then
   # (SC2031: lib.sh's own ST_E2E_DIR default, set in the netns check's subshell above, stays there)
   # shellcheck disable=SC1091,SC2031
   source "$ST_E2E_DIR/env"
-  cargo test --test e2e_old_minor -- --ignored --test-threads=1
+  cargo test --features cluster-tests --test e2e_old_minor -- --test-threads=1
 fi

@@ -1,8 +1,8 @@
 //! End-to-end tests against the real local control plane (e2e/README.md): a real
 //! kube-apiserver calls our webhook over TLS and applies (or rejects) what it answers.
 //!
-//! They need a running cluster (`make cluster-up`), so they are `#[ignore]`d in the plain
-//! `cargo test` and run by `make e2e` with `--ignored`. Without a cluster they fail loudly: they
+//! They need a running cluster (`make cluster-up`), so they are built only with `--features cluster-tests` (a plain
+//! `cargo test` skips them) and run by `make e2e`. Without a cluster they fail loudly: they
 //! never pass by skipping.
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -66,7 +66,6 @@ fn strip_defaults(mut inits: Value) -> Value {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn every_pod_case_through_the_real_api_server() {
     let client = common::client().await;
     let ns = "e2e-pod-cases";
@@ -110,7 +109,6 @@ async fn every_pod_case_through_the_real_api_server() {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn pods_are_created_unmutated_when_the_webhook_is_down() {
     let client = common::client().await;
     let ns = "e2e-webhook-down";
@@ -159,7 +157,6 @@ use kube::api::{Patch, PatchParams};
 use safe_termination::crd::TerminationPolicy;
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     let client = common::client().await;
     common::apply_crd(&client).await;
@@ -271,7 +268,6 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn no_kube_proxy_pods_and_a_cilium_agent_is_reported_as_ebpf() {
     let client = common::client().await;
     common::apply_crd(&client).await;
@@ -328,7 +324,6 @@ async fn no_kube_proxy_pods_and_a_cilium_agent_is_reported_as_ebpf() {
 /// field manager shared by every replica, two followers that woke together both took the
 /// released lease (tests/e2e_operator_pods.rs t3 saw two status writers for 14 s).
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn lease_hand_overs_never_have_two_leaders() {
     use safe_termination::operator::{Leadership, Tasks, elect};
     use tokio_util::sync::CancellationToken;

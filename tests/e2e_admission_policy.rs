@@ -15,7 +15,7 @@
 //! that (the webhook left the pod unchanged). Admission warnings (the other documented
 //! difference) are not part of a created pod. Any other difference fails.
 //!
-//! Needs a running cluster (`make cluster-up`); `#[ignore]`d in the plain `cargo test`.
+//! Needs a running cluster (`make cluster-up`); built only with `--features cluster-tests`.
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -385,7 +385,6 @@ async fn remove_policy_backend(client: &Client) {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn the_policy_backend_equals_the_webhook_on_every_case_and_1000_generated_pods() {
     let client = common::client().await;
     common::apply_crd(&client).await;
@@ -526,7 +525,6 @@ async fn the_policy_backend_equals_the_webhook_on_every_case_and_1000_generated_
 /// `policy` in the status and the metric, the parameters follow a recommendation change within
 /// one reconcile, and with the operator stopped new pods still get the last sized values.
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn the_operator_keeps_the_policy_at_the_measured_value_and_pods_keep_it_while_it_is_down() {
     let client = common::client().await;
     common::apply_crd(&client).await;

@@ -8,8 +8,8 @@
 //! module against the API server, and `promtool check rules` / `promtool test rules`.
 //!
 //! They need the tools of `make k8s-bins` (helm, kubectl, promtool in `$ST_K8S_BIN`) and, for
-//! most, the local control plane (`make cluster-up`), so they are `#[ignore]`d in the plain
-//! `cargo test` and run by `make e2e` (e2e/run-e2e.sh: `--ignored --test-threads=1`). Without
+//! most, the local control plane (`make cluster-up`), so they are built only with `--features cluster-tests` (a plain
+//! `cargo test` skips them) and run by `make e2e` (e2e/run-e2e.sh: `--test-threads=1`). Without
 //! them they fail loudly: they never pass by skipping.
 //!
 //! Here the release's pods land on kwok nodes, where nothing executes (tests/e2e_operator_pods.rs
@@ -485,7 +485,6 @@ fn check_agent(docs: &[Value], release_ns: &str, fullname: &str, agent_ns: &str,
 // tests that need helm only
 
 #[test]
-#[ignore = "needs the local control plane: make e2e"]
 fn helm_lint_strict_with_every_value_set() {
     run(tool("helm").args(["lint", "--strict"]).arg(chart()), None);
     for f in ci_files() {
@@ -502,7 +501,6 @@ fn helm_lint_strict_with_every_value_set() {
 }
 
 #[test]
-#[ignore = "needs the local control plane: make e2e"]
 fn the_node_agent_renders_for_true_and_auto_and_not_for_false() {
     let (release, ns, fullname) = ("st", "st-system", "st-safe-termination");
     let run_args = |docs: &[Value]| parse_args(&strs(&find(docs, "Deployment", fullname)["spec"]["template"]["spec"]["containers"][0]["args"]));
@@ -549,7 +547,6 @@ fn the_node_agent_renders_for_true_and_auto_and_not_for_false() {
 }
 
 #[test]
-#[ignore = "needs the local control plane: make e2e"]
 fn agent_auto_reads_kube_proxys_metrics_bind_address() {
     // the chart's own helper, rendered by helm on each config.conf (the lookup itself needs a
     // cluster: README.md "Node agent")
@@ -586,7 +583,6 @@ fn agent_auto_reads_kube_proxys_metrics_bind_address() {
 }
 
 #[test]
-#[ignore = "needs the local control plane: make e2e"]
 fn every_value_set_renders_r10_least_privilege_and_restricted_pods() {
     let (release, ns, fullname) = ("st", "st-system", "st-safe-termination");
     for f in ci_files() {
@@ -679,7 +675,6 @@ fn every_value_set_renders_r10_least_privilege_and_restricted_pods() {
 }
 
 #[test]
-#[ignore = "needs the local control plane: make e2e"]
 fn promtool_checks_and_unit_tests_the_alert_rules() {
     let out = run(tool("promtool").args(["check", "rules"]).arg(chart().join("files/alerts.yaml")), None);
     assert!(out.contains("SUCCESS: 5 rules found"), "{out}");
@@ -750,7 +745,6 @@ fn install_stand_in_crds() -> Vec<String> {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn every_rendering_passes_a_server_side_dry_run() {
     let client = common::client().await;
     apply_chart_crd();
@@ -891,7 +885,6 @@ fn can_i(sa: &str, args: &[&str]) -> bool {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn helm_install_upgrade_and_uninstall_on_the_real_control_plane() {
     let client = common::client().await;
     let (ns, release, fullname) = ("st-helm", "st", "st-safe-termination");
@@ -1150,7 +1143,6 @@ async fn served_leaf(port: u16, ca_pem: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn the_charts_webhook_routes_pods_through_the_real_api_server_with_operator_certificates() {
     let client = common::client().await;
     apply_chart_crd();
@@ -1298,7 +1290,6 @@ async fn the_charts_webhook_routes_pods_through_the_real_api_server_with_operato
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn certificate_module_on_the_real_api_server() {
     let client = common::client().await;
     let ns = "st-certs";

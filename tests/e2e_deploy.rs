@@ -1,5 +1,5 @@
 //! The deploy-error experiment (issue 11): does safe-termination remove the connection errors of
-//! rolling deploys, on real traffic? `#[ignore]`d in `cargo test`; run by `make e2e` (full size)
+//! rolling deploys, on real traffic? built only with `--features cluster-tests`; run by `make e2e` (full size)
 //! and `make demo` (small), both through `e2e/experiment.sh`, on the real nodes of the local
 //! cluster (e2e/nodes.sh: kubelet + containerd + runc, pods on a CNI bridge).
 //!
@@ -530,7 +530,6 @@ fn run_specs(list: &str, services: usize, slow_services: usize) -> Vec<RunSpec> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the local cluster with real nodes: e2e/experiment.sh (make e2e, make demo)"]
 async fn deploy_experiment() {
     let client = common::client().await;
     let nodes = real_nodes();

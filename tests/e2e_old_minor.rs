@@ -2,7 +2,7 @@
 //! alpha, off), the capability probe finds that the API server drops `lifecycle.preStop.sleep`,
 //! and the webhook falls back to `exec sleep N` for allow-listed images and skips the rest:
 //! no pod is rejected. Run by `make e2e` on a second cluster started with
-//! `ST_K8S_VERSION=1.29.15` (`#[ignore]`d in `cargo test`).
+//! `ST_K8S_VERSION=1.29.15` (built only with `--features cluster-tests`).
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 mod common;
 
 #[tokio::test]
-#[ignore = "needs the 1.29 local control plane: make e2e"]
 async fn gate_off_probe_picks_the_exec_fallback_and_no_pod_is_rejected() {
     let client = common::client().await;
     let version = client.apiserver_version().await.unwrap();

@@ -31,8 +31,8 @@
 //! pods get its toleration. Those three settings are the only values added to the README's
 //! install line (`environment_values`).
 //!
-//! `#[ignore]`d in the plain `cargo test`; `make e2e` runs them in name order (t1 ... t7) with
-//! `--ignored --test-threads=1`. t1 installs the release; later tests install it if t1 did not
+//! built only with `--features cluster-tests`; `make e2e` runs them in name order (t1 ... t7) with
+//! `--test-threads=1`. t1 installs the release; later tests install it if t1 did not
 //! run (a single test run alone); t9 uninstalls it.
 
 mod common;
@@ -235,7 +235,6 @@ async fn dry_run_sleep(client: &Client, ns: &str) -> Option<i64> {
 // t1: install
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t1_readme_install_runs_the_image_on_real_nodes() {
     let client = common::client().await;
     let _ = try_run(tool("helm").args(["uninstall", RELEASE, "-n", NS, "--wait"]), None);
@@ -318,7 +317,6 @@ fn run_readme_line(line: &str) -> String {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t1b_readme_quick_start_lines_run_verbatim() {
     let client = common::client().await;
     ensure_installed(&client).await;
@@ -545,7 +543,6 @@ async fn leader_handover(what: &str, same_identity: bool, remove: impl AsyncFnOn
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t2_leader_pod_deleted_hands_over_within_the_lease_duration() {
     leader_handover("leader pod deleted", false, async |client, pod| {
         Api::<Pod>::namespaced(client.clone(), NS).delete(&pod.name_any(), &DeleteParams::default()).await.expect("delete the leader");
@@ -554,7 +551,6 @@ async fn t2_leader_pod_deleted_hands_over_within_the_lease_duration() {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t3_leader_container_killed_by_the_runtime_hands_over_within_the_lease_duration() {
     leader_handover("leader container SIGKILLed through containerd", true, async |_client, pod| {
         let cs = &pod.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
@@ -716,7 +712,6 @@ async fn delete_operator_pods_twice(client: &Client) {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t4_pod_storm_while_the_webhook_pods_are_deleted_fails_open_and_is_counted() {
     let client = common::client().await;
     ensure_installed(&client).await;
@@ -738,7 +733,6 @@ async fn t4_pod_storm_while_the_webhook_pods_are_deleted_fails_open_and_is_count
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t5_pod_storm_during_helm_upgrade_admits_every_pod_mutated() {
     let client = common::client().await;
     ensure_installed(&client).await;
@@ -803,7 +797,6 @@ async fn serves_leaf_of(ip: &str, ca_pem: &[u8]) -> bool {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t5b_pod_storm_during_a_ca_rotation_admits_every_pod_mutated() {
     let client = common::client().await;
     ensure_installed(&client).await;
@@ -881,7 +874,6 @@ async fn containers(client: &Client) -> Vec<(String, i32, String)> {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t6_kube_apiserver_restarted_the_operator_rewatches_without_restarting() {
     let client = common::client().await;
     ensure_installed(&client).await;
@@ -925,7 +917,6 @@ async fn t6_kube_apiserver_restarted_the_operator_rewatches_without_restarting()
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t7_kube_proxy_restarted_mid_measurement_the_recommendation_holds() {
     let client = common::client().await;
     ensure_installed(&client).await;
@@ -972,7 +963,6 @@ async fn admission_policy_exists(client: &Client) -> bool {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t8b_policy_backend_mutates_every_pod_while_every_operator_pod_is_deleted() {
     let client = common::client().await;
     ensure_installed(&client).await;
@@ -1086,7 +1076,6 @@ fn curl_in_netns(netns: &str, url: &str) -> Result<String, String> {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
     let client = common::client().await;
     ensure_installed(&client).await;
@@ -1215,7 +1204,6 @@ async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
 // t9: uninstall (the chart's cluster-wide webhook must not outlive this file)
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t9_uninstall_leaves_no_webhook() {
     let client = common::client().await;
     if installed() {
@@ -1248,7 +1236,6 @@ openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out tls.
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane with real nodes and the operator image: make e2e"]
 async fn t8_existing_secret_mode_serves_the_users_certificate() {
     let client = common::client().await;
     ensure_installed(&client).await;

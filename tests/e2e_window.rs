@@ -1,5 +1,5 @@
 //! The ground truth of the propagation window, and kube-proxy at scale, on the real local
-//! control plane (e2e/README.md). `#[ignore]`d in `cargo test`; run by `make e2e`.
+//! control plane (e2e/README.md). built only with `--features cluster-tests`; run by `make e2e`.
 //!
 //! Ground truth: during a rolling update of a Deployment of real pods (the test app on the real
 //! nodes: kubelet + containerd) behind a Service, the real kube-proxies' rules are sampled inside
@@ -39,7 +39,6 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends() {
     let client = common::client().await;
     let (system, ns, hook) = ("e2e-window-system", "e2e-window", "safe-termination-e2e-window");
@@ -204,7 +203,6 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
 }
 
 #[tokio::test]
-#[ignore = "needs the local control plane: make e2e"]
 async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables() {
     let client = common::client().await;
     let (system, ns, hook) = ("e2e-scale-system", "e2e-scale", "safe-termination-e2e-scale");
