@@ -22,7 +22,7 @@ e2e-smoke: ## check a running cluster end to end (pods, EndpointSlices, kube-pro
 
 check: test test-image e2e ## everything .ci/run runs: make test, make test-image (builds the image), then make e2e
 
-test: ## style (rustfmt, clippy -D warnings, shellcheck), then unit, property, integration and CLI tests; benches and examples built, each bench run once (no cluster needed)
+test: ## style (rustfmt, clippy -D warnings, shellcheck), then unit, property, integration and CLI tests; benches and examples built, each bench run once; each fuzz target for FUZZ_TEST_SECONDS (5) (no cluster needed)
 	cargo fmt --all -- --check
 	cd e2e/testapp && cargo fmt -- --check
 	cd fuzz && cargo fmt -- --check
@@ -32,12 +32,15 @@ test: ## style (rustfmt, clippy -D warnings, shellcheck), then unit, property, i
 	cargo test --doc
 	cd e2e/testapp && cargo test --quiet
 	python3 -m unittest e2e/test_oci_image.py e2e/experiment/test_report.py
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS)
 
 # Coverage-guided fuzzing (fuzz/README.md): cargo-fuzz and libFuzzer on the stable toolchain,
 # no sanitizer. Each target for FUZZ_SECONDS, one at a time, at the lowest priority; new inputs
 # go to target/fuzz-corpus/<target>, the committed corpus fuzz/corpus/<target> is only read.
 # One process per run (libFuzzer without -jobs; -jobs=1 would fork one child that logs to a file).
 FUZZ_SECONDS ?= 60
+# what `make test` gives each target: a short run on top of the corpus replay (tests/fuzz_corpora.rs)
+FUZZ_TEST_SECONDS ?= 5
 FUZZ_TARGETS := text_parser protobuf native review mutate_yaml configz configmap go_duration policy_spec agent_answer
 # the dictionary of each target (fuzz/dict/)
 FUZZ_DICT_text_parser := metrics
