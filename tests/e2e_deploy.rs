@@ -96,6 +96,13 @@ fn spawn_samplers(nodes: &[RealNode], ns: &str, extra_services: usize, stop: Arc
         .collect()
 }
 
+/// How long the rule samplers run after the last rollout has ended (the load stops 4 s after
+/// it). Longer than any window seen at 4,000 Services (10.1 s, on a machine at load 15-19,
+/// BENCHMARKS.md "The window distribution model"). With a 4 s tail, the nftables node's sampler
+/// (`nft monitor`) had not seen the removal of the last two pods deleted in a protected run at
+/// 4,000 Services, and the run failed as "never seen removed".
+const SAMPLER_TAIL: Duration = Duration::from_secs(15);
+
 /// Above this many extra Services an nftables node's rules are not sampled: nft loads the whole
 /// table for any read. At 12,000 Services `nft list chain` of the one Service chain took 7 s,
 /// 6 s of it kernel time, per read on an idle machine, and `nft monitor rules` printed none of
@@ -391,6 +398,10 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     for m in &mut monitors {
         stop(m);
     }
+    // the last rollout deletes its last old pods as it ends: the samplers follow the rules for
+    // SAMPLER_TAIL after that, so that a node's removal that lands after the load stopped is
+    // still seen (a removal later than that is "never seen removed" and fails the run)
+    tokio::time::sleep(SAMPLER_TAIL.saturating_sub(Duration::from_secs(4))).await;
     stop_flag.store(true, Ordering::Relaxed);
     let traces: Vec<RuleTrace> = samplers.into_iter().map(|h| h.join().unwrap()).collect();
     watch.abort();
