@@ -8,7 +8,7 @@ use crate::proxyconfig::ResolvedProxyConfig;
 use kube::Client;
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -72,8 +72,55 @@ impl Leadership {
     }
 }
 
-/// How often a follower reads the Lease to see whether it was released.
+/// How often a follower reads the Lease to see whether it was released, and a leader to see
+/// that it is still renewed.
 pub const RELEASED_LEASE_CHECK: Duration = Duration::from_secs(2);
+
+/// The Lease's duration (`spec.leaseDurationSeconds`): another replica may take it this long
+/// after its last renewal.
+pub const LEASE_DURATION_SECONDS: u64 = 30;
+
+/// kube-lease-manager renews the lease this long before it expires: every 20 s.
+pub const LEASE_GRACE_SECONDS: u64 = 10;
+
+/// A leader stops leading this long after it last saw its lease renewed (by its own clock), if
+/// it has seen no renewal since: before the lease expires for the others
+/// ([`LEASE_DURATION_SECONDS`]), with room for the [`RELEASED_LEASE_CHECK`] period it sees
+/// renewals with. kube-lease-manager keeps its last state when a renewal fails (an API server
+/// restart), so without this a leader whose lease expired kept writing status beside the
+/// replica that took it (tests/e2e_operator_pods.rs t6: 3 s of overlapping status writers).
+pub const LEADER_STEP_DOWN: Duration = Duration::from_secs(25);
+
+/// When this replica last saw its own lease renewed, by its own clock: when its lease manager
+/// took the lease, or when a read of the Lease showed it as the holder with a `renewTime` not
+/// seen before. Pure: the lease task feeds it.
+#[derive(Debug, Default)]
+struct RenewalSeen {
+    renew_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>,
+    at: Option<Instant>,
+}
+
+impl RenewalSeen {
+    /// The lease manager took (or still holds) the lease at `now`.
+    fn acquired(&mut self, now: Instant) {
+        self.at = Some(now);
+    }
+
+    /// A read of the Lease at `now`: a renewal when this replica holds it and its `renewTime`
+    /// changed.
+    fn observe(&mut self, lease: &k8s_openapi::api::coordination::v1::Lease, identity: &str, now: Instant) {
+        let Some(spec) = lease.spec.as_ref() else { return };
+        if spec.holder_identity.as_deref() == Some(identity) && spec.renew_time.is_some() && spec.renew_time != self.renew_time {
+            self.renew_time = spec.renew_time.clone();
+            self.at = Some(now);
+        }
+    }
+
+    /// Whether a renewal was seen within [`LEADER_STEP_DOWN`] before `now`.
+    fn fresh(&self, now: Instant) -> bool {
+        self.at.is_some_and(|t| now.saturating_duration_since(t) < LEADER_STEP_DOWN)
+    }
+}
 
 /// Joins the lease `lease_name` in `namespace` as `identity` and spawns the lease task into
 /// `tasks`. Errors: the lease manager could not be built.
@@ -83,6 +130,10 @@ pub const RELEASED_LEASE_CHECK: Duration = Duration::from_secs(2);
 /// process stops, and also as soon as `own_pod` (this replica's Pod in `namespace`, from the
 /// chart's `POD_NAME`) is being deleted: the replica keeps serving the webhook through its
 /// preStop sleep.
+///
+/// This replica leads while its lease manager says so and it has seen the lease renewed within
+/// [`LEADER_STEP_DOWN`] ([`RenewalSeen`]): a leader that cannot renew (the API server is away)
+/// stops leading before another replica can take the lease.
 ///
 /// A kube-lease-manager follower checks the lease only when the lease it last read would
 /// expire, so a release alone is seen 0-30 s later. A follower therefore also reads the Lease
@@ -98,6 +149,7 @@ pub async fn elect(
     own_pod: Option<String>,
     tasks: &mut Tasks,
 ) -> Result<Leadership, kube_lease_manager::LeaseManagerError> {
+    let me = identity.clone();
     let builder = {
         let (client, lease_name, namespace) = (client.clone(), lease_name.to_string(), namespace.to_string());
         move || {
@@ -105,6 +157,8 @@ pub async fn elect(
                 .with_namespace(&namespace)
                 .with_field_manager(lease_field_manager(&identity))
                 .with_identity(&identity)
+                .with_duration(LEASE_DURATION_SECONDS)
+                .with_grace(LEASE_GRACE_SECONDS)
                 .build()
         }
     };
@@ -118,7 +172,17 @@ pub async fn elect(
         tokio::pin!(deleted);
         let mut check = tokio::time::interval(RELEASED_LEASE_CHECK);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // what the lease manager says, and what this replica publishes
+        let mut manager_leads = false;
         let mut leading = false;
+        let mut renewal = RenewalSeen::default();
+        let publish = |leading: &mut bool, now: bool| {
+            if *leading != now {
+                tracing::info!(leading = now, "leadership changed");
+                *leading = now;
+                tx.send_replace(now);
+            }
+        };
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
@@ -135,8 +199,11 @@ pub async fn elect(
                 r = manager.changed() => match r {
                     Ok(now) => {
                         tracing::info!(leading = now, "lease state changed");
-                        leading = now;
-                        tx.send_replace(now);
+                        manager_leads = now;
+                        if now {
+                            renewal.acquired(Instant::now());
+                        }
+                        publish(&mut leading, manager_leads && renewal.fresh(Instant::now()));
                     }
                     Err(e) => {
                         // keeps the last state, as kube-lease-manager's own watch loop does
@@ -144,8 +211,20 @@ pub async fn elect(
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 },
-                _ = check.tick(), if !leading => {
-                    let released = leases.get_opt(&lease_name).await.ok().flatten().is_some_and(|l| released(&l));
+                _ = check.tick() => {
+                    if manager_leads {
+                        // bounded: a read that hangs must not hold off the step-down below
+                        if let Ok(Ok(Some(lease))) = tokio::time::timeout(RELEASED_LEASE_CHECK, leases.get_opt(&lease_name)).await {
+                            renewal.observe(&lease, &me, Instant::now());
+                        }
+                        if !renewal.fresh(Instant::now()) && leading {
+                            tracing::warn!("no renewal of this replica's lease seen for {} s: not leading until one is", LEADER_STEP_DOWN.as_secs());
+                        }
+                        publish(&mut leading, renewal.fresh(Instant::now()));
+                        continue;
+                    }
+                    let read = tokio::time::timeout(RELEASED_LEASE_CHECK, leases.get_opt(&lease_name)).await;
+                    let released = read.ok().and_then(Result::ok).flatten().is_some_and(|l| released(&l));
                     if released {
                         match builder().await {
                             Ok(m) => {
@@ -158,7 +237,7 @@ pub async fn elect(
                 }
             }
         }
-        tx.send_replace(false);
+        publish(&mut leading, false);
         if let Err(e) = manager.release().await {
             tracing::warn!(error = %e, "cannot release the lease on shutdown; it expires on its own");
         }
@@ -253,5 +332,54 @@ mod tests {
         let long = lease_field_manager(&"é".repeat(100));
         assert!(long.len() <= 128 && long.len() >= 127, "{}", long.len());
         assert!(long.starts_with("safe-termination-lease-éé"));
+    }
+}
+
+#[cfg(test)]
+mod renewal_tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    fn lease(holder: &str, renewed_at_second: i64) -> Lease {
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                renew_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::from_second(renewed_at_second).unwrap())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_leader_that_sees_no_renewal_steps_down_before_the_lease_expires_for_others() {
+        let t0 = Instant::now();
+        let mut seen = RenewalSeen::default();
+        assert!(!seen.fresh(t0), "no renewal seen yet");
+        seen.acquired(t0);
+        assert!(seen.fresh(t0 + Duration::from_secs(24)));
+        assert!(!seen.fresh(t0 + LEADER_STEP_DOWN), "stepped down at {} s", LEADER_STEP_DOWN.as_secs());
+        assert!(LEADER_STEP_DOWN + RELEASED_LEASE_CHECK < Duration::from_secs(LEASE_DURATION_SECONDS), "room for the read period");
+        assert!(
+            Duration::from_secs(LEASE_DURATION_SECONDS - LEASE_GRACE_SECONDS) + RELEASED_LEASE_CHECK < LEADER_STEP_DOWN,
+            "a normal renewal is seen in time"
+        );
+    }
+
+    #[test]
+    fn only_a_new_renew_time_of_its_own_lease_counts() {
+        let t0 = Instant::now();
+        let mut seen = RenewalSeen::default();
+        seen.observe(&lease("me", 100), "me", t0);
+        assert!(seen.fresh(t0 + Duration::from_secs(20)));
+        // the same renewTime read again 20 s later is no renewal
+        seen.observe(&lease("me", 100), "me", t0 + Duration::from_secs(20));
+        assert!(!seen.fresh(t0 + Duration::from_secs(26)));
+        // another holder's renewal is not ours
+        seen.observe(&lease("other", 130), "me", t0 + Duration::from_secs(30));
+        assert!(!seen.fresh(t0 + Duration::from_secs(31)));
+        seen.observe(&lease("me", 140), "me", t0 + Duration::from_secs(40));
+        assert!(seen.fresh(t0 + Duration::from_secs(41)));
     }
 }
