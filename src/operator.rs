@@ -125,8 +125,8 @@ impl RenewalSeen {
 /// Joins the lease `lease_name` in `namespace` as `identity` and spawns the lease task into
 /// `tasks`. Errors: the lease manager could not be built.
 ///
-/// The task keeps competing for the lease (kube-lease-manager: 30 s lease, renewed 5 s before
-/// it expires) and publishes whether this replica leads. It releases the lease when the
+/// The task keeps competing for the lease (kube-lease-manager: [`LEASE_DURATION_SECONDS`] lease, renewed
+/// [`LEASE_GRACE_SECONDS`] before it expires) and publishes whether this replica leads. It releases the lease when the
 /// process stops, and also as soon as `own_pod` (this replica's Pod in `namespace`, from the
 /// chart's `POD_NAME`) is being deleted: the replica keeps serving the webhook through its
 /// preStop sleep.
@@ -258,7 +258,7 @@ fn released(lease: &k8s_openapi::api::coordination::v1::Lease) -> bool {
 /// apply of `holderIdentity` and relies on the API server's 409 conflict, which only a
 /// different manager's apply gets: with one manager shared by all replicas, two followers that
 /// woke together both "took" the lease, and both wrote status until the loser's next renewal
-/// (up to 25 s; seen in tests/e2e_operator_pods.rs t3 as overlapping status writers).
+/// (up to a renewal period; seen in tests/e2e_operator_pods.rs t3 as overlapping status writers).
 pub fn lease_field_manager(identity: &str) -> String {
     let mut m = format!("safe-termination-lease-{identity}");
     let mut end = m.len().min(128);
