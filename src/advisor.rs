@@ -168,17 +168,17 @@ fn sync_slow(nodes: &[NodeWindow], t: &Thresholds) -> Vec<Advice> {
                 (ProxyMode::Iptables | ProxyMode::Ipvs, _) => format!(" The lasting fix is {NFTABLES}, which syncs only what changed."),
                 _ => String::new(),
             };
-            out.push(Advice {
-                reason: AdviceReason::ProxySyncSlow,
-                severity: Severity::Warning,
-                message: format!(
+            out.push(item(
+                AdviceReason::ProxySyncSlow,
+                Severity::Warning,
+                format!(
                     "node {}: kube-proxy sync p99 is {value}: every endpoint change can take that long, plus minSyncPeriod, to leave this node's rules, so deploys send new connections to terminating pods unless their preStop sleep covers it.{fix}",
                     n.node
                 ),
-                threshold: format!("sync p99 > {} s", t.sync_slow_seconds),
-                node: Some(n.node.clone()),
-                to: None,
-            });
+                format!("sync p99 > {} s", t.sync_slow_seconds),
+                Some(&n.node),
+                None,
+            ));
         }
     }
     out

@@ -188,7 +188,7 @@ pub async fn elect(
                 () = stop.cancelled() => break,
                 () = &mut deleted => {
                     tracing::info!("this replica's pod is being deleted: releasing the lease");
-                    tx.send_replace(false);
+                    publish(&mut leading, false);
                     if let Err(e) = manager.release().await {
                         tracing::warn!(error = %e, "cannot release the lease; it expires on its own");
                     }
