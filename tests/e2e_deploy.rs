@@ -100,9 +100,9 @@ fn spawn_samplers(nodes: &[RealNode], ns: &str, extra_services: usize, stop: Arc
 /// it). Longer than any window seen at 4,000 Services (10.1 s, on a machine at load 15-19,
 /// BENCHMARKS.md "The window distribution model"). With a 4 s tail, the nftables node's sampler
 /// (`nft monitor`) had not seen the removal of the last two pods deleted in a protected run at
-/// 4,000 Services, and the run failed as "never seen removed". The tail covers only that end of
-/// the run: under load at 4,000 Services `nft monitor` can also miss a change altogether (a pod
-/// deleted 18 s before the samplers stopped was never seen removed), which this does not fix.
+/// 4,000 Services, and the run failed as "never seen removed". (A pod deleted 18 s before the
+/// end was also never seen removed once: that was `nft monitor` losing netlink events, which
+/// common::rules now follows with a full read.)
 const SAMPLER_TAIL: Duration = Duration::from_secs(15);
 
 /// Above this many extra Services an nftables node's rules are not sampled: nft loads the whole
@@ -473,6 +473,8 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         "ruleSamples": traces.iter().map(|t| t.reads).collect::<Vec<_>>(),
         "ruleReads": per_node(&|t| json!(t.reads)),
         "failedReads": per_node(&|t| json!(t.failed_reads)),
+        // `nft monitor`'s reports of lost netlink events, each followed by a full read
+        "lostMonitorEvents": per_node(&|t| json!(t.lost_events)),
         // nodes without a ground truth in this run, and why (reader_kind)
         "unmeasuredNodes": nodes.iter().filter(|n| reader_kind(n, spec.extra_services) == "none")
             .map(|n| (n.name.clone(), json!(format!("nftables at {} extra Services: each nft read loads the whole table (7 s at 12,000)", spec.extra_services))))
@@ -480,7 +482,13 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         "readErrors": per_node(&|t| json!(t.errors)),
     });
     std::fs::write(dir.join("meta.json"), serde_json::to_string_pretty(&meta).unwrap()).unwrap();
-    println!("   {} pods deleted; rule reads per node {}, failed {}", deletions.len(), meta["ruleReads"], meta["failedReads"]);
+    println!(
+        "   {} pods deleted; rule reads per node {}, failed {}, nft monitor lost events {}",
+        deletions.len(),
+        meta["ruleReads"],
+        meta["failedReads"],
+        meta["lostMonitorEvents"]
+    );
     for (n, t) in nodes.iter().zip(&traces) {
         for e in &t.errors {
             println!("   {}: failed read: {e}", n.name);

@@ -321,6 +321,9 @@ pub struct RuleTrace {
     pub reads: u64,
     /// Reads that were no sample (each a [`ReadError`]).
     pub failed_reads: u64,
+    /// `nft monitor` reports of lost netlink events (its socket buffer overflowed): each one is
+    /// followed by a full read, since a change of the Service's chain may be among them.
+    pub lost_events: u64,
     /// The first few failures, for the log.
     pub errors: Vec<String>,
 }
@@ -385,6 +388,10 @@ pub fn poll(reader: &mut RuleReader, stop: &AtomicBool, every: Duration) -> Rule
 /// started again after a full read. Polling `nft list chain` instead costs 0.5 s per read at
 /// 4,000 Services (nft loads the whole table first).
 ///
+/// `nft monitor` loses events when its netlink socket overflows (a full sync of kube-proxy's
+/// table at 4,000 Services under load): it then prints `# ERROR: We lost some netlink events!`
+/// and goes on, so that line is followed by a full read of the chain ([`RuleTrace::lost_events`]).
+///
 /// The bound of a monitored removal is wide by nature: its lower end is the previous sample
 /// (the previous monitored change of the chain, or the full read), since the monitor reports
 /// changes, not the state between them; its upper end is when the line was read.
@@ -428,6 +435,15 @@ pub fn follow_nft_monitor(reader: &mut RuleReader, stop: &AtomicBool) -> RuleTra
                         break;
                     }
                 };
+                // nft prints this on stdout when its netlink socket overflowed (ENOBUFS) and goes
+                // on: the lost events may hold a change of the chain, so the state is read again
+                if line.starts_with("# ERROR: We lost some netlink events") {
+                    trace.lost_events += 1;
+                    let started = now_unix();
+                    let read = reader.endpoint_ips();
+                    trace.observe(read, started, now_unix());
+                    continue;
+                }
                 // add rule ip kube-proxy <chain> meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.244.1.10 . 8080, ... }
                 let mut words = line.split_whitespace();
                 if words.by_ref().take(4).collect::<Vec<_>>() != ["add", "rule", "ip", "kube-proxy"] {
