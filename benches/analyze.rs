@@ -15,11 +15,11 @@
 //! Run: `cargo bench --bench analyze -- --warm-up-time 1 --measurement-time 3`.
 
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
-use safe_termination::analysis::{AnalysisOptions, analyze};
-use safe_termination::crd::TerminationPolicySpec;
-use safe_termination::exposition::parse::parse_kube_proxy_metrics_strict;
-use safe_termination::exposition::parse_kube_proxy_metrics;
-use safe_termination::model::{Basis, NodeInput};
+use safe_termination::core::analysis::{AnalysisOptions, analyze};
+use safe_termination::core::crd::TerminationPolicySpec;
+use safe_termination::core::exposition::parse::parse_kube_proxy_metrics_strict;
+use safe_termination::core::exposition::parse_kube_proxy_metrics;
+use safe_termination::core::model::{Basis, NodeInput};
 use std::fmt::Write as _;
 
 const V1_29: &str = include_str!("../tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt");
@@ -311,7 +311,7 @@ fn feature_gates(out: &mut String, n: usize) {
     }
 }
 
-fn analyse(text: &str) -> safe_termination::analysis::AnalysisReport {
+fn analyse(text: &str) -> safe_termination::core::analysis::AnalysisReport {
     let scrape = parse_kube_proxy_metrics(text).expect("benchmark scrape parses");
     let input = NodeInput { node: "node-1".into(), later: scrape, earlier: None, proxy_mode: None };
     analyze(std::slice::from_ref(&input), &AnalysisOptions::default(), &TerminationPolicySpec::default())

@@ -15,13 +15,14 @@ use criterion::{Criterion, black_box, criterion_group, criterion_main};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use safe_termination::cli::mutate::{NativeSleep, PlanArgs, documents, pod_of};
-use safe_termination::selector::AssumeServiceBacked;
-use safe_termination::webhook::{mutate_pod, review};
+use safe_termination::core::mutate::mutate_pod;
+use safe_termination::core::selector::AssumeServiceBacked;
+use safe_termination::webhook::review;
 
 const KSM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pods/kube-state-metrics-distroless-multicontainer.yaml");
 const REVIEW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/admission/admissionreview-pod-create.json");
 
-fn static_plan() -> safe_termination::webhook::Plan {
+fn static_plan() -> safe_termination::core::plan::Plan {
     PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto }.plan().expect("static plan")
 }
 

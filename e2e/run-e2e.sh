@@ -58,7 +58,7 @@ if [ -f tests/e2e_chart.rs ]; then
   cargo test --features cluster-tests --test e2e_chart -- --test-threads=1
 fi
 # the native-histogram maths against the real Prometheus (promtool test rules): the reference of
-# tests/native_props.rs and src/exposition/native.rs, histogram_quantile, +, -, resets(), increase
+# tests/native_props.rs and src/core/exposition/native.rs, histogram_quantile, +, -, resets(), increase
 cargo test --features cluster-tests --test native_props -- --ignored --nocapture
 # the webhook-free backend: the MutatingAdmissionPolicy against the webhook on every shared case
 # and 1,000 generated pods, and the operator keeping its parameters (1.36+ only)

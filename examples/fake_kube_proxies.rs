@@ -34,7 +34,7 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use safe_termination::exposition::accepts_protobuf;
+use safe_termination::core::exposition::accepts_protobuf;
 use std::io::{BufRead, Write};
 
 mod common;

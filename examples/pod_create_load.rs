@@ -24,11 +24,11 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use safe_termination::admission::params::parameters;
-use safe_termination::admission::policy::PolicyObjects;
 use safe_termination::controller::admission::{AdmissionMetrics, apply_parameters, apply_policy, remove_policy};
-use safe_termination::crd::TerminationPolicy;
-use safe_termination::webhook::plan::{Capabilities, Plan, PlanPolicy};
+use safe_termination::core::admission::params::parameters;
+use safe_termination::core::admission::policy::PolicyObjects;
+use safe_termination::core::crd::TerminationPolicy;
+use safe_termination::core::plan::{Capabilities, Plan, PlanPolicy};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

@@ -13,8 +13,8 @@
 //! target/release/examples/protobuf_decode_cpu [N (2000)]      # ONLY="protobuf fast": one reader
 //! ```
 
-use safe_termination::exposition::parse_kube_proxy_metrics;
-use safe_termination::exposition::protobuf::{decode_kube_proxy_protobuf, decode_kube_proxy_protobuf_full};
+use safe_termination::core::exposition::parse_kube_proxy_metrics;
+use safe_termination::core::exposition::protobuf::{decode_kube_proxy_protobuf, decode_kube_proxy_protobuf_full};
 use std::hint::black_box;
 use std::time::Instant;
 

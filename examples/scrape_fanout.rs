@@ -39,10 +39,10 @@
 //! processes per cycle is read from /proc/PID/stat. `--mode direct` (the default) is the
 //! original benchmark, unchanged.
 
-use safe_termination::analysis::{AnalysisOptions, analyze};
 use safe_termination::certs;
-use safe_termination::crd::TerminationPolicySpec;
-use safe_termination::measure::MeasurementStore;
+use safe_termination::core::analysis::{AnalysisOptions, analyze};
+use safe_termination::core::crd::TerminationPolicySpec;
+use safe_termination::core::measure::MeasurementStore;
 use safe_termination::sources::agent::{AgentClientFiles, AgentSource, AgentTargets};
 use safe_termination::sources::fetch::http_client;
 use safe_termination::sources::scrape::{ScrapeOptions, Target, TargetSource, parse_static_targets, record_outcomes, scrape_all};

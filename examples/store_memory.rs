@@ -23,11 +23,11 @@
 //! per node and per sample, and the process's VmRSS before and after filling (which does include
 //! the allocator's overhead and retained pages).
 
-use safe_termination::exposition::{
+use safe_termination::core::exposition::{
     Bucket, Histogram, KubeProxyScrape, NativeHistogram, NativeParts, parse_kube_proxy_metrics, parse_kube_proxy_protobuf, spans_of,
 };
-use safe_termination::measure::{MeasurementStore, Sample};
-use safe_termination::model::ProxyMode;
+use safe_termination::core::measure::{MeasurementStore, Sample};
+use safe_termination::core::model::ProxyMode;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicIsize, Ordering};
 

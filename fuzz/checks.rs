@@ -9,19 +9,21 @@
 #![allow(dead_code)]
 
 use base64::Engine as _;
-use safe_termination::crd::{EnforcementMode, GraceSpec, PreStopHandler, PreStopSpec, Scope, TerminationPolicySpec};
-use safe_termination::exposition::native::SCHEMA_MIN;
-use safe_termination::exposition::parse::parse_kube_proxy_metrics_strict;
-use safe_termination::exposition::protobuf::decode_kube_proxy_protobuf;
-use safe_termination::exposition::{
+use safe_termination::core::crd::{EnforcementMode, GraceSpec, PreStopHandler, PreStopSpec, Scope, TerminationPolicySpec};
+use safe_termination::core::exposition::native::SCHEMA_MIN;
+use safe_termination::core::exposition::parse::parse_kube_proxy_metrics_strict;
+use safe_termination::core::exposition::protobuf::decode_kube_proxy_protobuf;
+use safe_termination::core::exposition::{
     HistogramFamily, KubeProxyScrape, NativeHistogram, filter_kube_proxy_metrics, filter_kube_proxy_protobuf, parse_kube_proxy_metrics,
     parse_kube_proxy_protobuf, parse_scrape,
 };
-use safe_termination::model::{Basis, ClusterWindow, ProxyMode};
-use safe_termination::proxyconfig::{ProxyConfig, parse_configz, parse_go_duration, parse_kube_proxy_config, reduce_configz};
-use safe_termination::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
-use safe_termination::sizing::{KUBERNETES_DEFAULT_GRACE_SECONDS, grace_seconds, recommend};
-use safe_termination::webhook::{Capabilities, Plan, PlanPolicy, mutate_pod, review};
+use safe_termination::core::model::{Basis, ClusterWindow, ProxyMode};
+use safe_termination::core::mutate::mutate_pod;
+use safe_termination::core::plan::{Capabilities, Plan, PlanPolicy};
+use safe_termination::core::proxyconfig::{ProxyConfig, parse_configz, parse_go_duration, parse_kube_proxy_config, reduce_configz};
+use safe_termination::core::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
+use safe_termination::core::sizing::{KUBERNETES_DEFAULT_GRACE_SECONDS, grace_seconds, recommend};
+use safe_termination::webhook::review;
 use serde_json::Value;
 use std::sync::OnceLock;
 
@@ -459,7 +461,7 @@ pub fn mutate_yaml(data: &[u8]) {
 /// What every accepted configuration holds: periods >= 0 and within Go's `time.Duration`
 /// (int64 nanoseconds, about 292 years; beyond is refused, never read as infinity).
 fn check_config(c: &ProxyConfig) {
-    let max = safe_termination::proxyconfig::GO_DURATION_MAX_NANOS * 1e-9;
+    let max = safe_termination::core::proxyconfig::GO_DURATION_MAX_NANOS * 1e-9;
     assert!((0.0..=max).contains(&c.min_sync_period_seconds), "minSyncPeriod {}", c.min_sync_period_seconds);
     assert!((0.0..=max).contains(&c.sync_period_seconds), "syncPeriod {}", c.sync_period_seconds);
 }
@@ -492,11 +494,11 @@ pub fn configmap(data: &[u8]) {
 pub fn go_duration(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let Ok(v) = parse_go_duration(text) else { return };
-    assert!(v.is_finite() && v.abs() <= safe_termination::proxyconfig::GO_DURATION_MAX_NANOS * 1e-9, "{text:?} read as {v}");
+    assert!(v.is_finite() && v.abs() <= safe_termination::core::proxyconfig::GO_DURATION_MAX_NANOS * 1e-9, "{text:?} read as {v}");
     assert!(if text.starts_with('-') { v <= 0.0 } else { v >= 0.0 }, "{text:?} read as {v}");
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
     if (1..=9).contains(&digits) {
-        let Some(scale) = safe_termination::proxyconfig::go_duration_unit_seconds(&text[digits..]) else { return };
+        let Some(scale) = safe_termination::core::proxyconfig::go_duration_unit_seconds(&text[digits..]) else { return };
         let n: f64 = text[..digits].parse().unwrap_or(f64::NAN);
         assert_eq!(v, n * scale, "{text:?}");
     }

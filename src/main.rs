@@ -79,7 +79,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => finish(runtime.block_on(analyze::run(&args))),
         Command::Mutate(args) => finish(mutate_cmd::run_mutate(&args)),
         Command::Review(args) => finish(mutate_cmd::run_review(&args)),
-        Command::Crd => write_out(&safe_termination::crd::crd_yaml()),
+        Command::Crd => write_out(&safe_termination::core::crd::crd_yaml()),
         Command::Webhook(args) => served(runtime, log, |rt| rt.block_on(webhook_cmd::run(&args))),
         Command::Run(args) => served(runtime, log, |rt| rt.block_on(run_cmd::run(&args))),
         Command::Agent(args) => served(runtime, log, |rt| rt.block_on(agent_cmd::run(&args))),

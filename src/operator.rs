@@ -3,8 +3,8 @@
 //! `certs::spawn`; each adds its tasks to the one [`Tasks`] set, whose first task to
 //! end stops the process.
 
-use crate::measure::MeasurementStore;
-use crate::proxyconfig::ResolvedProxyConfig;
+use crate::core::measure::MeasurementStore;
+use crate::core::proxyconfig::ResolvedProxyConfig;
 use kube::Client;
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};

@@ -8,10 +8,10 @@ use axum::Router;
 use axum::routing::get;
 use safe_termination::certs::{self, AGENT_CERT, AGENT_KEY, Action, CA_CERT, CLIENT_CERT, CLIENT_KEY, TLS_CERT, TLS_KEY};
 use safe_termination::cli::agent::{AgentArgs, serve};
-use safe_termination::exposition::{parse_kube_proxy_metrics, read_families};
-use safe_termination::measure::{MeasurementStore, NodeSource, reason};
-use safe_termination::model::ProxyMode;
-use safe_termination::proxyconfig::parse_configz;
+use safe_termination::core::exposition::{parse_kube_proxy_metrics, read_families};
+use safe_termination::core::measure::{MeasurementStore, NodeSource, reason};
+use safe_termination::core::model::ProxyMode;
+use safe_termination::core::proxyconfig::parse_configz;
 use safe_termination::shutdown::Shutdown;
 use safe_termination::sources::agent::{AgentClientFiles, AgentSource, AgentTargets, scrape_agent};
 use safe_termination::sources::scrape::{ScrapeOptions, Target, TargetSource, fetch_configz};
@@ -330,8 +330,8 @@ async fn the_only_agent_of_a_refused_node_through_auto_without_a_client_certific
 
 mod fake_protobuf;
 use fake_protobuf::{A_PB, A_TXT, Answer, ipv4_only};
-use safe_termination::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, PROTOBUF_CONTENT_TYPE};
-use safe_termination::exposition::{filter_kube_proxy_metrics, filter_kube_proxy_protobuf};
+use safe_termination::core::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, PROTOBUF_CONTENT_TYPE};
+use safe_termination::core::exposition::{filter_kube_proxy_metrics, filter_kube_proxy_protobuf};
 
 /// An agent in front of a fake kube-proxy answering `answer`, and the operator's client for it.
 async fn agent_before(dir: &Path, answer: Answer) -> (Agent, fake_protobuf::Seen, reqwest::Client) {

@@ -57,7 +57,7 @@ fn approx(actual: f64, expected: f64) {
     assert!((actual - expected).abs() < 1e-9, "expected {expected}, got {actual}");
 }
 
-/// W, the p99 of the window distribution (src/window_distribution.rs), found by bisection to
+/// W, the p99 of the window distribution (src/core/window_distribution.rs), found by bisection to
 /// 1e-6 s; the expected values come from an independent implementation of the same model,
 /// e2e/tools/window_distribution_reference.py.
 fn approx_window(actual: f64, expected: f64) {
@@ -544,7 +544,7 @@ fn example_policies_size_the_recommendation() {
 /// and every example passes the spec validation.
 #[test]
 fn example_policies_only_use_schema_fields() {
-    let crd: Value = serde_saphyr::from_str(&safe_termination::crd::crd_yaml()).unwrap();
+    let crd: Value = serde_saphyr::from_str(&safe_termination::core::crd::crd_yaml()).unwrap();
     let spec_schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
     fn check(path: &str, value: &Value, schema: &Value) {
         let Some(obj) = value.as_object() else { return };
@@ -579,8 +579,8 @@ fn example_policies_only_use_schema_fields() {
 fn the_default_example_spells_out_every_field_with_a_comment() {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/terminationpolicy-default.yaml")).unwrap();
     let doc: Value = serde_saphyr::from_str(&text).unwrap();
-    let spec: safe_termination::crd::TerminationPolicySpec = serde_json::from_value(doc["spec"].clone()).unwrap();
-    let defaults = safe_termination::crd::TerminationPolicySpec::default();
+    let spec: safe_termination::core::crd::TerminationPolicySpec = serde_json::from_value(doc["spec"].clone()).unwrap();
+    let defaults = safe_termination::core::crd::TerminationPolicySpec::default();
     assert_eq!(spec.pre_stop, defaults.pre_stop);
     assert_eq!(spec.grace, defaults.grace);
     assert_eq!(spec.mode, defaults.mode);
@@ -1324,7 +1324,7 @@ fn a_pre_stop_above_the_policy_maximum_is_capped_with_a_warning() {
 
 mod fake_protobuf;
 use fake_protobuf::{A_PB, A_TXT, PROTOBUF_CT, TEXT_CT, ipv4_only, ipv4_only_text};
-use safe_termination::exposition::format::{ACCEPT_PROTOBUF, ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT};
+use safe_termination::core::exposition::format::{ACCEPT_PROTOBUF, ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT};
 use std::sync::{Arc, Mutex};
 
 fn write_bytes(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {

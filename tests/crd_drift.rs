@@ -1,4 +1,4 @@
-//! The committed CRD (crds/terminationpolicy.yaml) is generated from src/crd.rs: this test fails
+//! The committed CRD (crds/terminationpolicy.yaml) is generated from src/core/crd.rs: this test fails
 //! when it is stale, and checks what `kubectl` users rely on (short name, status subresource,
 //! printer columns, a description on every spec field for `kubectl explain`).
 
@@ -8,14 +8,14 @@ use std::path::Path;
 const REGENERATE: &str = "run `cargo run --bin crdgen > crds/terminationpolicy.yaml` and commit the result";
 
 fn generated() -> Value {
-    serde_saphyr::from_str(&safe_termination::crd::crd_yaml()).expect("generated CRD is YAML")
+    serde_saphyr::from_str(&safe_termination::core::crd::crd_yaml()).expect("generated CRD is YAML")
 }
 
 #[test]
 fn committed_crd_matches_the_rust_types() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/terminationpolicy.yaml");
     let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}; {REGENERATE}", path.display()));
-    let generated = safe_termination::crd::crd_yaml();
+    let generated = safe_termination::core::crd::crd_yaml();
     if committed != generated {
         let first_diff = committed
             .lines()
@@ -33,7 +33,7 @@ fn committed_parameters_crd_matches_the_rust_types() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/terminationparameters.yaml");
     let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(
-        committed == safe_termination::admission::params::crd_yaml(),
+        committed == safe_termination::core::admission::params::crd_yaml(),
         "crds/terminationparameters.yaml is stale: run `cargo run --bin crdgen terminationparameters > crds/terminationparameters.yaml` and commit the result"
     );
     let crd: Value = serde_saphyr::from_str(&committed).unwrap();

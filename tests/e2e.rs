@@ -10,10 +10,10 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 
 mod common;
-use safe_termination::crd::TerminationPolicySpec;
-use safe_termination::selector::AssumeServiceBacked;
-use safe_termination::webhook::mutate_pod;
-use safe_termination::webhook::plan::{Capabilities, Plan, PlanPolicy};
+use safe_termination::core::crd::TerminationPolicySpec;
+use safe_termination::core::mutate::mutate_pod;
+use safe_termination::core::plan::{Capabilities, Plan, PlanPolicy};
+use safe_termination::core::selector::AssumeServiceBacked;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -154,7 +154,7 @@ async fn pods_are_created_unmutated_when_the_webhook_is_down() {
 // ---------- the operator (`safe-termination run`) against the real cluster ----------
 
 use kube::api::{Patch, PatchParams};
-use safe_termination::crd::TerminationPolicy;
+use safe_termination::core::crd::TerminationPolicy;
 
 #[tokio::test]
 async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
@@ -187,7 +187,7 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     assert!(sync > 0.0 && sync < 1.0, "a small cluster syncs in well under a second: {sync}");
     let w = status["measurement"]["propagationWindowSeconds"].as_f64().unwrap();
     // W = max(the p99 of a removal's window in kube-proxy, network programming p99 - 1 s)
-    // (src/model.rs): the first is more than minSyncPeriod (1 s here: a removal that lands in
+    // (src/core/model.rs): the first is more than minSyncPeriod (1 s here: a removal that lands in
     // the gap after a sync waits for the rest of it, then its own sync) and at most
     // minSyncPeriod + 2 syncs, which on this small cluster take well under a second (the sync
     // p99 above); the status rounds each figure to milliseconds

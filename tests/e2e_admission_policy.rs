@@ -1,6 +1,6 @@
 //! The webhook-free admission backend on the real API server (Kubernetes 1.36+: the pinned
 //! current minor of `make e2e`): the MutatingAdmissionPolicy, binding and parameters the operator
-//! writes ([`safe_termination::admission`]) against the webhook ([`safe_termination::webhook`]),
+//! writes ([`safe_termination::core::admission`]) against the webhook ([`safe_termination::webhook`]),
 //! pod by pod, through server-side dry-run creates.
 //!
 //! Namespaces, each with the same TerminationPolicies:
@@ -11,7 +11,7 @@
 //! and `e2e-adm-default-webhook` / `e2e-adm-default-policy` without policies (the cluster
 //! default policy). The policy's result must equal the webhook's with ServiceBacked read as
 //! AllLongRunning on every pod, and may differ from the plain webhook's only on pods whose
-//! policy is ServiceBacked: the documented difference (`safe_termination::admission::policy::DIFFERENCES`), asserted as exactly
+//! policy is ServiceBacked: the documented difference (`safe_termination::core::admission::policy::DIFFERENCES`), asserted as exactly
 //! that (the webhook left the pod unchanged). Admission warnings (the other documented
 //! difference) are not part of a created pod. Any other difference fails.
 //!
@@ -25,11 +25,11 @@ use kube::{Api, Client};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
-use safe_termination::admission::params::{TerminationParameters, parameters};
-use safe_termination::admission::policy::PolicyObjects;
-use safe_termination::crd::{EnforcementMode, GraceSpec, PreStopHandler, PreStopSpec, Scope, TerminationPolicySpec};
-use safe_termination::selector::{Labels, StaticServiceIndex};
-use safe_termination::webhook::plan::{Capabilities, Plan, PlanPolicy};
+use safe_termination::core::admission::params::{TerminationParameters, parameters};
+use safe_termination::core::admission::policy::PolicyObjects;
+use safe_termination::core::crd::{EnforcementMode, GraceSpec, PreStopHandler, PreStopSpec, Scope, TerminationPolicySpec};
+use safe_termination::core::plan::{Capabilities, Plan, PlanPolicy};
+use safe_termination::core::selector::{Labels, StaticServiceIndex};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -537,8 +537,8 @@ async fn the_operator_keeps_the_policy_at_the_measured_value_and_pods_keep_it_wh
     let metrics = op.metrics().await;
     assert_eq!(common::metric_sum(&metrics, "safe_termination_admission_backend", &["backend=\"policy\""]), Some(1.0), "auto on 1.37 is the policy");
 
-    let policies: Api<safe_termination::crd::TerminationPolicy> = Api::namespaced(client.clone(), ns);
-    let policy: safe_termination::crd::TerminationPolicy = serde_json::from_value(json!({
+    let policies: Api<safe_termination::core::crd::TerminationPolicy> = Api::namespaced(client.clone(), ns);
+    let policy: safe_termination::core::crd::TerminationPolicy = serde_json::from_value(json!({
         "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
         "metadata": {"name": "web", "namespace": ns},
         "spec": {"scope": "AllLongRunning"}

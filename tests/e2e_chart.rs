@@ -1013,7 +1013,8 @@ async fn helm_install_upgrade_and_uninstall_on_the_real_control_plane() {
     }
     wait_for("the caBundle patch", 30, async || (ca_bundles(&client, fullname).await == vec![Some(secret["ca.crt"].clone())]).then_some(())).await;
     let st = wait_for("a measured policy status", 90, async || {
-        let p: Value = serde_json::to_value(Api::<safe_termination::crd::TerminationPolicy>::namespaced(client.clone(), app).get("web").await.ok()?).ok()?;
+        let p: Value =
+            serde_json::to_value(Api::<safe_termination::core::crd::TerminationPolicy>::namespaced(client.clone(), app).get("web").await.ok()?).ok()?;
         (p["status"]["recommendation"]["reason"] == "Measured" && p["status"]["pods"].is_object()).then_some(p)
     })
     .await;
@@ -1053,7 +1054,7 @@ async fn helm_install_upgrade_and_uninstall_on_the_real_control_plane() {
     let args = deploy.spec.unwrap().template.spec.unwrap().containers[0].args.clone().unwrap();
     assert!(args.contains(&format!("--default-policy={ns}/cluster-default")), "{args:?}");
     assert!(args.contains(&"--request-timeout-ms=3500".to_string()), "{args:?}");
-    Api::<safe_termination::crd::TerminationPolicy>::namespaced(client.clone(), ns).get("cluster-default").await.expect("the default policy");
+    Api::<safe_termination::core::crd::TerminationPolicy>::namespaced(client.clone(), ns).get("cluster-default").await.expect("the default policy");
     let hook = Api::<MutatingWebhookConfiguration>::all(client.clone()).get(fullname).await.unwrap();
     let w = &hook.webhooks.unwrap()[0];
     assert_eq!(w.timeout_seconds, Some(4));

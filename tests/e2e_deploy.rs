@@ -200,7 +200,7 @@ async fn wait_proxies_idle(nodes: &[RealNode]) {
         for url in &urls {
             let text = reqwest::get(url).await.ok()?.text().await.ok()?;
             // the operator's own parser reads both gauges
-            let scrape = safe_termination::exposition::parse_kube_proxy_metrics(&text).ok()?;
+            let scrape = safe_termination::core::exposition::parse_kube_proxy_metrics(&text).ok()?;
             let pending = scrape.endpoint_changes_pending.unwrap_or(0.0) + scrape.service_changes_pending.unwrap_or(0.0);
             if pending > 0.0 {
                 return None;
@@ -302,7 +302,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     if spec.protected {
         common::register_webhook(client, &format!("{HOOK}-{}", spec.name), &ns, operator_webhook_port()).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let policy: safe_termination::crd::TerminationPolicy = serde_json::from_value(json!({
+        let policy: safe_termination::core::crd::TerminationPolicy = serde_json::from_value(json!({
             "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
             "metadata": {"name": "web", "namespace": ns}, "spec": {}}))
         .unwrap();
@@ -750,7 +750,7 @@ async fn deploy_experiment() {
             );
             if kind == Some("native") {
                 // the experiment's policy has an empty spec: the default safety factor
-                let factor = safe_termination::crd::PreStopSpec::default().safety_factor;
+                let factor = safe_termination::core::crd::PreStopSpec::default().safety_factor;
                 let limit = f64::max(3.0, (factor * 2.0 * truth - 1e-6).ceil());
                 if sleep > limit {
                     broken.push(format!(

@@ -9,7 +9,7 @@ use kube::Api;
 use kube::api::PostParams;
 use safe_termination::cli::mutate::{documents, pod_of};
 use safe_termination::controller::probe::{ProbeResult, probe_native_sleep};
-use safe_termination::crd::TerminationPolicy;
+use safe_termination::core::crd::TerminationPolicy;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

@@ -216,7 +216,7 @@ async fn web_service(client: &Client, ns: &str) {
 
 /// A TerminationPolicy `default` with every default (scope ServiceBacked) in `ns`.
 async fn policy(client: &Client, ns: &str) {
-    let api: Api<safe_termination::crd::TerminationPolicy> = Api::namespaced(client.clone(), ns);
+    let api: Api<safe_termination::core::crd::TerminationPolicy> = Api::namespaced(client.clone(), ns);
     let p = serde_json::from_value(json!({"apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
         "metadata": {"name": "default"}, "spec": {}}))
     .unwrap();
@@ -496,7 +496,7 @@ async fn wait_new_leader(client: &Client, old: &str, since: k8s_openapi::jiff::T
 const FAULT_NS: &str = "st-op-faults";
 
 async fn ensure_fault_namespace(client: &Client) {
-    let api: Api<safe_termination::crd::TerminationPolicy> = Api::namespaced(client.clone(), FAULT_NS);
+    let api: Api<safe_termination::core::crd::TerminationPolicy> = Api::namespaced(client.clone(), FAULT_NS);
     if api.get_opt("default").await.ok().flatten().is_none() {
         common::fresh_namespace(client, FAULT_NS).await;
         web_service(client, FAULT_NS).await;

@@ -43,8 +43,8 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use safe_termination::exposition::{HistogramKind, KubeProxyScrape, Quantile, parse_kube_proxy_protobuf};
-use safe_termination::model::{HistogramPreference, NodeInput, measure_node_with};
+use safe_termination::core::exposition::{HistogramKind, KubeProxyScrape, Quantile, parse_kube_proxy_protobuf};
+use safe_termination::core::model::{HistogramPreference, NodeInput, measure_node_with};
 use safe_termination::sources::prometheus::PrometheusSource;
 use safe_termination::sources::scrape::{ScrapeOptions, Target, scrape_once};
 use safe_termination::sources::unix_now;
@@ -459,7 +459,7 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     let via_prom =
         common::Operator::start_windowed("e2e-prom-query", window, &[&backend[..], &["--source", "prometheus", "--prometheus-url", &url]].concat()).await;
     let started = Instant::now();
-    let policies: Api<safe_termination::crd::TerminationPolicy> = Api::namespaced(client.clone(), "e2e-prom-app");
+    let policies: Api<safe_termination::core::crd::TerminationPolicy> = Api::namespaced(client.clone(), "e2e-prom-app");
     let policy = serde_json::from_value(json!({"apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
         "metadata": {"name": "web", "namespace": "e2e-prom-app"}, "spec": {}}))
     .unwrap();

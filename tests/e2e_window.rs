@@ -244,7 +244,7 @@ async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables(
     // (the status rounds to milliseconds)
     assert!(if slow { sync >= 1.0 } else { sync <= 1.0005 }, "ProxySyncSlow {slow} must match the sync p99 {sync} s vs 1 s");
     let after = status["recommendation"]["preStopSeconds"].as_u64().unwrap();
-    // W comes from the sync histogram (the p99 of a removal's window, src/window_distribution.rs):
+    // W comes from the sync histogram (the p99 of a removal's window, src/core/window_distribution.rs):
     // more than the e2e cluster's minSyncPeriod of 1 s, which a removal landing in the gap after
     // a sync waits for
     let w = status["measurement"]["propagationWindowSeconds"].as_f64().unwrap();

@@ -9,8 +9,8 @@
 //! - a scrape rendered from a random histogram parses back to the same histogram.
 
 use proptest::prelude::*;
-use safe_termination::exposition::parse::parse_kube_proxy_metrics_strict;
-use safe_termination::exposition::{Bucket, Histogram, HistogramError, parse_kube_proxy_metrics};
+use safe_termination::core::exposition::parse::parse_kube_proxy_metrics_strict;
+use safe_termination::core::exposition::{Bucket, Histogram, HistogramError, parse_kube_proxy_metrics};
 
 const SCRAPES: [(&str, &str); 4] = [
     ("v1.29", include_str!("data/metrics/kube-proxy-v1.29-iptables-excerpt.txt")),

@@ -6,12 +6,12 @@
 //! counters of one scrape, i.e. over the kube-proxy process lifetime. The interval tests say so
 //! when they use the delta between two scrapes.
 
-use safe_termination::advisor::{AdviceReason, ClusterFacts, Thresholds};
-use safe_termination::analysis::{AnalysisOptions, AnalysisReport, analyze};
-use safe_termination::crd::{GraceSpec, TerminationPolicySpec};
-use safe_termination::exposition::{KubeProxyScrape, parse_kube_proxy_metrics};
-use safe_termination::model::{Basis, ClusterWindow, Interval, NodeInput, ProxyMode};
-use safe_termination::sizing::{grace_seconds, recommend};
+use safe_termination::core::advisor::{AdviceReason, ClusterFacts, Thresholds};
+use safe_termination::core::analysis::{AnalysisOptions, AnalysisReport, analyze};
+use safe_termination::core::crd::{GraceSpec, TerminationPolicySpec};
+use safe_termination::core::exposition::{KubeProxyScrape, parse_kube_proxy_metrics};
+use safe_termination::core::model::{Basis, ClusterWindow, Interval, NodeInput, ProxyMode};
+use safe_termination::core::sizing::{grace_seconds, recommend};
 
 const V1_29: &str = include_str!("data/metrics/kube-proxy-v1.29-iptables-excerpt.txt");
 const V1_13: &str = include_str!("data/metrics/kube-proxy-v1.13-legacy-microseconds.txt");
@@ -28,7 +28,7 @@ fn parse(text: &str) -> KubeProxyScrape {
     parse_kube_proxy_metrics(text).unwrap_or_else(|e| panic!("scrape should parse: {e}"))
 }
 
-/// Tolerance of W, the p99 of the window distribution (src/window_distribution.rs, found by
+/// Tolerance of W, the p99 of the window distribution (src/core/window_distribution.rs, found by
 /// bisection to 1e-6 s), against the expected values, which come from an independent
 /// implementation of the same model, e2e/tools/window_distribution_reference.py.
 const W_TOL: f64 = 1e-5;

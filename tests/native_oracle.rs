@@ -1,10 +1,10 @@
-//! The native-histogram maths (`src/exposition/native.rs`) against Prometheus 3.16 itself: the
+//! The native-histogram maths (`src/core/exposition/native.rs`) against Prometheus 3.16 itself: the
 //! answers in `tests/data/native-oracle.json` were computed by Prometheus' own Go code
 //! (`promql.HistogramQuantile`, `FloatHistogram.Add`, `DetectReset`, `Sub`, `CopyToSchema`) on
 //! random native histograms, by `e2e/tools/native-oracle` (its `main.go` says how to run it).
 //! Quantiles are compared bit for bit; the sum, the delta and the reduction by bucket.
 
-use safe_termination::exposition::NativeHistogram;
+use safe_termination::core::exposition::NativeHistogram;
 use serde::Deserialize;
 
 #[derive(Deserialize)]

@@ -1,4 +1,4 @@
-//! Property tests of the native-histogram maths of `src/exposition/native.rs` (`quantile`,
+//! Property tests of the native-histogram maths of `src/core/exposition/native.rs` (`quantile`,
 //! `reduce_to_schema`, `add`, `delta_since`) against
 //!
 //! - an independent reference written in this file from the Prometheus 3.16 source
@@ -28,7 +28,7 @@
 #![allow(clippy::float_cmp, clippy::approx_constant)]
 
 use proptest::prelude::*;
-use safe_termination::exposition::{HistogramKind, NativeDelta, NativeHistogram, NativeParts, Span};
+use safe_termination::core::exposition::{HistogramKind, NativeDelta, NativeHistogram, NativeParts, Span};
 
 mod common;
 

@@ -4,8 +4,8 @@
 //! family, which used to pass as "no data", and indented lines, which used to be dropped.
 //! `parse_kube_proxy_metrics_strict` is the same parser with every line through the full check.
 
-use safe_termination::exposition::parse::parse_kube_proxy_metrics_strict;
-use safe_termination::exposition::{KubeProxyScrape, ParseError, parse_kube_proxy_metrics};
+use safe_termination::core::exposition::parse::parse_kube_proxy_metrics_strict;
+use safe_termination::core::exposition::{KubeProxyScrape, ParseError, parse_kube_proxy_metrics};
 
 /// Unrelated families as kube-proxy serves them before its own (client_golang sorts by name).
 const BEFORE: &str = "\

@@ -10,10 +10,12 @@
 
 use proptest::prelude::*;
 use prost::Message;
-use safe_termination::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, Format, PROTOBUF_CONTENT_TYPE, accepts_protobuf};
-use safe_termination::exposition::protobuf::wire::{self, Bucket, BucketSpan, LabelPair, Metric, MetricFamily, MetricType, Value};
-use safe_termination::exposition::protobuf::{decode_kube_proxy_protobuf, decode_kube_proxy_protobuf_full, family_name, filter_kube_proxy_protobuf, messages};
-use safe_termination::exposition::{
+use safe_termination::core::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, Format, PROTOBUF_CONTENT_TYPE, accepts_protobuf};
+use safe_termination::core::exposition::protobuf::wire::{self, Bucket, BucketSpan, LabelPair, Metric, MetricFamily, MetricType, Value};
+use safe_termination::core::exposition::protobuf::{
+    decode_kube_proxy_protobuf, decode_kube_proxy_protobuf_full, family_name, filter_kube_proxy_protobuf, messages,
+};
+use safe_termination::core::exposition::{
     HistogramFamily, KubeProxyScrape, ScrapeError, parse_kube_proxy_metrics, parse_kube_proxy_protobuf, parse_scrape, parse_scrape_as, read_families,
 };
 
@@ -27,7 +29,7 @@ const KUBE_PROXY_CONTENT_TYPE: &str = "application/vnd.google.protobuf; proto=io
 
 const SYNC: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
 
-fn classic_families(s: &KubeProxyScrape) -> [(&'static str, Option<&safe_termination::exposition::Histogram>); 4] {
+fn classic_families(s: &KubeProxyScrape) -> [(&'static str, Option<&safe_termination::core::exposition::Histogram>); 4] {
     [
         ("sync", s.sync.as_ref()),
         ("sync_full", s.sync_full.as_ref()),

@@ -13,12 +13,12 @@ use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use safe_termination::advisor::{AdviceReason, ClusterFacts, Thresholds};
-use safe_termination::analysis::{AnalysisOptions, AnalysisReport, analyze};
-use safe_termination::crd::TerminationPolicySpec;
-use safe_termination::measure::MeasurementStore;
-use safe_termination::model::{Basis, Interval, ProxyMode};
-use safe_termination::proxyconfig::ResolvedProxyConfig;
+use safe_termination::core::advisor::{AdviceReason, ClusterFacts, Thresholds};
+use safe_termination::core::analysis::{AnalysisOptions, AnalysisReport, analyze};
+use safe_termination::core::crd::TerminationPolicySpec;
+use safe_termination::core::measure::MeasurementStore;
+use safe_termination::core::model::{Basis, Interval, ProxyMode};
+use safe_termination::core::proxyconfig::ResolvedProxyConfig;
 use safe_termination::sources::fetch::http_client;
 use safe_termination::sources::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
 use safe_termination::sources::scrape::{
@@ -142,7 +142,7 @@ fn approx(actual: f64, expected: f64, tol: f64) {
     assert!((actual - expected).abs() <= tol, "expected {expected} ± {tol}, got {actual}");
 }
 
-fn failure(o: &ScrapeOutcome) -> &safe_termination::measure::NodeFailure {
+fn failure(o: &ScrapeOutcome) -> &safe_termination::core::measure::NodeFailure {
     o.result.as_ref().err().unwrap_or_else(|| panic!("{}: expected a failure", o.node))
 }
 
@@ -217,7 +217,7 @@ async fn real_scrapes_are_scraped_parsed_and_analysed() {
 
     // node-b is the only trusted node: it sets the window, the p99 of a removal's window with
     // these syncs and minSyncPeriod 1 s (1.041006 s from an independent implementation of
-    // src/window_distribution.rs; found by bisection to 1e-6 s)
+    // src/core/window_distribution.rs; found by bisection to 1e-6 s)
     assert_eq!(r.worst_node.as_deref(), Some("node-b"));
     approx(r.propagation_window_seconds.unwrap(), 1.041006, 1e-5);
 }
@@ -334,7 +334,7 @@ async fn of_two_nodes_the_slow_one_is_the_worst_node() {
     let p99 = 4.096 + 4.096 * 0.99;
     approx(r.sync_p99_seconds.unwrap(), p99, 1e-9);
     // the window p99 of 100 syncs in (4.096, 8.192] with minSyncPeriod 1 s (an independent
-    // implementation of src/window_distribution.rs)
+    // implementation of src/core/window_distribution.rs)
     approx(r.propagation_window_seconds.unwrap(), 15.441965, 1e-5);
     assert!(r.advice.iter().any(|a| a.reason == AdviceReason::ProxySyncSlow && a.node.as_deref() == Some("node-slow")));
 }
@@ -729,7 +729,7 @@ fn endless_body() -> axum::body::Body {
 /// until the timeout (gigabytes of memory), and so did an endless `/proxyMode`.
 #[tokio::test]
 async fn cli_url_fetch_stops_at_the_body_limit() {
-    use safe_termination::exposition::ACCEPT_PROTOBUF_FIRST as ACCEPT;
+    use safe_termination::core::exposition::ACCEPT_PROTOBUF_FIRST as ACCEPT;
     use safe_termination::sources::{MAX_PROXY_MODE_BYTES, fetch_url};
     let endless = serve(Router::new().route("/metrics", get(|| async { endless_body() }))).await;
     let url = format!("http://{endless}/metrics");
@@ -764,7 +764,7 @@ async fn cli_url_fetch_stops_at_the_body_limit() {
 
 mod fake_protobuf;
 use fake_protobuf::{A_PB, A_TXT, Answer, ipv4_only, ipv4_only_text};
-use safe_termination::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, parse_kube_proxy_metrics};
+use safe_termination::core::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, parse_kube_proxy_metrics};
 
 #[tokio::test]
 async fn the_scrape_asks_for_protobuf_first_and_reads_the_native_histogram() {

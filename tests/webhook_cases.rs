@@ -5,11 +5,13 @@
 use base64::Engine as _;
 use json_patch::Patch;
 use proptest::prelude::*;
-use safe_termination::annotations::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
 use safe_termination::cli::mutate::{documents, pod_of};
-use safe_termination::crd::{EnforcementMode, PreStopHandler, Scope, TerminationPolicySpec};
-use safe_termination::selector::{AssumeServiceBacked, Labels, StaticServiceIndex};
-use safe_termination::webhook::{Capabilities, ContainerReason, Decision, Plan, PlanPolicy, PodReason, mutate_pod, review, short_warning};
+use safe_termination::core::annotations::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
+use safe_termination::core::crd::{EnforcementMode, PreStopHandler, Scope, TerminationPolicySpec};
+use safe_termination::core::mutate::{ContainerReason, Decision, PodReason, mutate_pod, short_warning};
+use safe_termination::core::plan::{Capabilities, Plan, PlanPolicy};
+use safe_termination::core::selector::{AssumeServiceBacked, Labels, StaticServiceIndex};
+use safe_termination::webhook::review;
 use serde_json::{Value, json};
 
 fn plan_with(spec: TerminationPolicySpec, pre_stop: u32, native_sleep: bool) -> Plan {

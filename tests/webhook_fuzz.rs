@@ -20,8 +20,10 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
-use safe_termination::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
-use safe_termination::webhook::{Plan, mutate_pod, review};
+use safe_termination::core::mutate::mutate_pod;
+use safe_termination::core::plan::Plan;
+use safe_termination::core::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
+use safe_termination::webhook::review;
 use serde_json::{Map, Value, json};
 use std::sync::OnceLock;
 

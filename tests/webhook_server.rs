@@ -671,7 +671,7 @@ impl Direct {
         let plan = PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto }.plan().unwrap();
         let state = WebhookState {
             plan: safe_termination::webhook::PlanHandle::with_plan(plan),
-            services: Arc::new(safe_termination::selector::AssumeServiceBacked),
+            services: Arc::new(safe_termination::core::selector::AssumeServiceBacked),
             metrics: safe_termination::telemetry::Telemetry::new().webhook().clone(),
             settings,
         };

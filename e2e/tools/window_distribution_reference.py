@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""An independent implementation of src/window_distribution.rs, written apart from it, for the
+"""An independent implementation of src/core/window_distribution.rs, written apart from it, for the
 expected W values in the Rust tests (tests/cli_analyze.rs, tests/metrics_cases.rs,
-tests/scrape_sources.rs, tests/controller_spec.rs, src/analysis.rs). A removal's window under
+tests/scrape_sources.rs, tests/controller_spec.rs, src/core/analysis.rs). A removal's window under
 kube-proxy's busy runner: in a gap (probability m / (E[S] + m)) the rest of the gap, uniform on
 [0, m], then its own sync S'; in a sync, the length-biased residual R of that sync (CDF
 G(r) / E[S], G(r) = integral_0^r (1 - F)), then m, then S'. Buckets are piecewise uniform; S' is

@@ -5,8 +5,8 @@
 //!
 //! - [`upstream`]: reads kube-proxy's `/metrics`, `/proxyMode` and `/configz` on each request
 //!   (one fetch in flight per path, shared), checks them with the operator's readers, and reduces
-//!   them to what the operator reads ([`crate::exposition::filter`],
-//!   [`crate::proxyconfig::reduce_configz`]);
+//!   them to what the operator reads ([`crate::core::exposition::filter`],
+//!   [`crate::core::proxyconfig::reduce_configz`]);
 //! - [`server`]: serves exactly those three paths over mutual TLS, and `/healthz` (no data) on a
 //!   separate plain-HTTP port for the kubelet's probes;
 //! - [`protocol`]: what both sides read from one place: the agent's port and its two response

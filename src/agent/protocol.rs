@@ -3,7 +3,7 @@
 //! ([`super::server`]); the operator's client reads it ([`crate::sources::agent`]).
 //!
 //! The paths are kube-proxy's own (`/metrics`, `/proxyMode`, `/configz`); a failure's reason in
-//! [`REASON_HEADER`] is one of [`crate::measure::reason`]'s labels.
+//! [`REASON_HEADER`] is one of [`crate::core::measure::reason`]'s labels.
 
 /// Default mutual-TLS port of the agent (on the node's addresses: the agent runs with
 /// `hostNetwork`; kube-proxy has 10249 and 10256, the kubelet 10248 and 10250).

@@ -3,7 +3,7 @@
 //!
 //! | path | answer |
 //! |---|---|
-//! | `GET /metrics` | kube-proxy's scrape, only the families the operator reads, in the exposition kube-proxy answered: protobuf ([`PROTOBUF_CONTENT_TYPE`](crate::exposition::format::PROTOBUF_CONTENT_TYPE), native histograms) when the request's `Accept` admits it, else text (`text/plain; version=0.0.4`); with the proxy mode in the [`PROXY_MODE_HEADER`] header when `/proxyMode` answered |
+//! | `GET /metrics` | kube-proxy's scrape, only the families the operator reads, in the exposition kube-proxy answered: protobuf ([`PROTOBUF_CONTENT_TYPE`](crate::core::exposition::format::PROTOBUF_CONTENT_TYPE), native histograms) when the request's `Accept` admits it, else text (`text/plain; version=0.0.4`); with the proxy mode in the [`PROXY_MODE_HEADER`] header when `/proxyMode` answered |
 //! | `GET /proxyMode` | the proxy mode (`text/plain`) |
 //! | `GET /configz` | kube-proxy's configuration, only the fields the operator reads (`application/json`) |
 //! | anything else | 404 |
@@ -16,8 +16,8 @@
 use super::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
 use super::tls::AgentTls;
 use super::upstream::{Answer, KubeProxy};
-use crate::exposition::accepts_protobuf;
-use crate::measure::reason;
+use crate::core::exposition::accepts_protobuf;
+use crate::core::measure::reason;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -31,8 +31,8 @@ pub const DEFAULT_HEALTH_PORT: u16 = 10350;
 
 /// Content type of the filtered scrape in the text format (Prometheus text format 0.0.4, as
 /// kube-proxy serves it); a protobuf scrape is served as
-/// [`crate::exposition::format::PROTOBUF_CONTENT_TYPE`].
-pub const METRICS_CONTENT_TYPE: &str = crate::exposition::format::TEXT_CONTENT_TYPE;
+/// [`crate::core::exposition::format::PROTOBUF_CONTENT_TYPE`].
+pub const METRICS_CONTENT_TYPE: &str = crate::core::exposition::format::TEXT_CONTENT_TYPE;
 
 /// The mutual-TLS router: `/metrics`, `/proxyMode`, `/configz` from `kube_proxy`; 404 for the
 /// rest.

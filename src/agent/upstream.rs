@@ -13,10 +13,10 @@
 //! Bounds: each fetch has a timeout and a body cap (`/metrics`: the operator's 32 MiB default,
 //! `/proxyMode`: 64 KiB, `/configz`: 1 MiB), as the operator's own sources have.
 
-use crate::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, Format, check_scrape, filter_scrape};
-use crate::measure::reason;
-use crate::model::ProxyMode;
-use crate::proxyconfig::reduce_configz;
+use crate::core::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, Format, check_scrape, filter_scrape};
+use crate::core::measure::reason;
+use crate::core::model::ProxyMode;
+use crate::core::proxyconfig::reduce_configz;
 use crate::sources::fetch::{FetchError, MAX_PROXY_MODE_BYTES, ScrapeBody, error_chain, get_scrape};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};

@@ -1,11 +1,11 @@
 //! `safe-termination analyze [NODE=]SOURCE...`: measure the propagation window from kube-proxy
 //! scrapes and print the recommendation and advice.
 
-use crate::advisor::{ClusterFacts, Thresholds, parse_version};
-use crate::analysis::{AnalysisOptions, AnalysisReport, DEFAULT_MIN_SYNC_PERIOD_SECONDS, analyze};
 use crate::cli::{Error, OutputFormat, load_policy_spec, number_in, whole_in};
-use crate::exposition::{Format, accept_header};
-use crate::model::{Basis, NodeInput, ProxyMode};
+use crate::core::advisor::{ClusterFacts, Thresholds, parse_version};
+use crate::core::analysis::{AnalysisOptions, AnalysisReport, DEFAULT_MIN_SYNC_PERIOD_SECONDS, analyze};
+use crate::core::exposition::{Format, accept_header};
+use crate::core::model::{Basis, NodeInput, ProxyMode};
 use crate::sources;
 use std::fmt::Write as _;
 use std::io::Write;
@@ -251,7 +251,7 @@ async fn load(
     client: &reqwest::Client,
     max_body_bytes: usize,
     format: ScrapeFormat,
-) -> Result<(crate::exposition::KubeProxyScrape, Option<ProxyMode>), Error> {
+) -> Result<(crate::core::exposition::KubeProxyScrape, Option<ProxyMode>), Error> {
     let name = if source == "-" { "<stdin>".into() } else { sources::redact(source) };
     let input = |e: sources::SourceError| Error::Input(e.to_string());
     let (bytes, read_as, proxy_mode) = if let Some(scheme) = sources::url_scheme(source)
@@ -357,8 +357,8 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
             stale_seconds: args.stale_seconds,
         },
         histograms: match args.histograms {
-            Histograms::Native => crate::model::HistogramPreference::NativeFirst,
-            Histograms::Classic => crate::model::HistogramPreference::ClassicOnly,
+            Histograms::Native => crate::core::model::HistogramPreference::NativeFirst,
+            Histograms::Classic => crate::core::model::HistogramPreference::ClassicOnly,
         },
     };
     let report = analyze(&inputs, &opts, &spec);
@@ -390,7 +390,7 @@ pub fn render_text(r: &AnalysisReport) -> String {
         "NODE", "MODE", "VERSION", "SAMPLES", "SYNC_P99", "NP_P99", "WINDOW", "STALE", "BASIS", "HISTOGRAM"
     );
     for n in &r.nodes {
-        let q = |q: Option<crate::exposition::Quantile>| match q {
+        let q = |q: Option<crate::core::exposition::Quantile>| match q {
             Some(q) if q.beyond_top_bucket => format!(">{:.3}s", q.seconds),
             Some(q) => format!("{:.3}s", q.seconds),
             None => "-".into(),
@@ -444,11 +444,11 @@ pub fn render_text(r: &AnalysisReport) -> String {
     let _ = writeln!(s, "  {}", rec.arithmetic);
     if let Some(c) = &r.coverage {
         let lowest =
-            if c.nodes > 1 { format!("; lowest {} on {}", crate::analysis::coverage_percent(c.lowest_node_ratio), c.lowest_node) } else { String::new() };
+            if c.nodes > 1 { format!("; lowest {} on {}", crate::core::analysis::coverage_percent(c.lowest_node_ratio), c.lowest_node) } else { String::new() };
         let _ = writeln!(
             s,
             "  coverage {} of removal windows within {} s ({} node{}{lowest})",
-            crate::analysis::coverage_percent(c.ratio),
+            crate::core::analysis::coverage_percent(c.ratio),
             c.pre_stop_seconds,
             c.nodes,
             if c.nodes == 1 { "" } else { "s" }

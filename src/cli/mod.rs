@@ -7,8 +7,8 @@ pub mod mutate;
 pub mod run;
 pub mod webhook;
 
-use crate::crd::TerminationPolicySpec;
-use crate::model::ProxyMode;
+use crate::core::crd::TerminationPolicySpec;
+use crate::core::model::ProxyMode;
 
 /// How a command failed; [`Error::exit_code`] tells the shell which kind.
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +59,7 @@ pub enum OutputFormat {
 ///
 /// Errors name the file and what is wrong (unreadable, not YAML, wrong kind, an invalid field, a
 /// field the TerminationPolicy schema does not have: a typo is refused rather than ignored, see
-/// [`crate::crd::unknown_fields`]).
+/// [`crate::core::crd::unknown_fields`]).
 pub fn load_policy_spec(path: &str) -> Result<TerminationPolicySpec, Error> {
     let text = crate::sources::read_file(path).map_err(|e| Error::Input(e.to_string()))?;
     let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
@@ -82,7 +82,7 @@ pub fn policy_spec_of(value: &serde_json::Value, path: &str) -> Result<Terminati
     if kind != "TerminationPolicy" {
         return Err(Error::Input(format!("{path}: expected kind TerminationPolicy, found {kind:?}")));
     }
-    let unknown = crate::crd::unknown_fields(value);
+    let unknown = crate::core::crd::unknown_fields(value);
     if !unknown.is_empty() {
         return Err(Error::Input(format!("{path}: {}", unknown.join("; "))));
     }

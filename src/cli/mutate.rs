@@ -2,11 +2,12 @@
 //! manifests (Pods and workloads' pod templates) or on an AdmissionReview request.
 
 use crate::cli::{Error, OutputFormat, load_policy_spec, policy_spec_of, whole_in};
-use crate::crd::TerminationPolicySpec;
-use crate::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
-use crate::sizing;
-use crate::webhook::plan::{Capabilities, Plan, PlanPolicy};
-use crate::webhook::{Decision, mutate_pod, review};
+use crate::core::crd::TerminationPolicySpec;
+use crate::core::mutate::{Decision, mutate_pod};
+use crate::core::plan::{Capabilities, Plan, PlanPolicy};
+use crate::core::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
+use crate::core::sizing;
+use crate::webhook::review;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
@@ -119,9 +120,9 @@ pub struct MutateResult {
     /// Warnings the webhook would return.
     pub warnings: Vec<String>,
     /// Pod-level reason.
-    pub reason: Option<crate::webhook::PodReason>,
+    pub reason: Option<crate::core::mutate::PodReason>,
     /// Per-container reasons.
-    pub containers: Vec<crate::webhook::mutate::ContainerDecision>,
+    pub containers: Vec<crate::core::mutate::ContainerDecision>,
     /// The Pod after the patch (absent for unsupported kinds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<Value>,

@@ -7,9 +7,6 @@
 //! any task dies (a dead lease task included) and drains gracefully on SIGTERM (a second
 //! signal aborts).
 
-use crate::admission::policy::{PolicyObjects, default_namespace_selector};
-use crate::admission::{ActiveBackend, BackendSetting};
-use crate::advisor::Thresholds;
 use crate::certs::{self, CertConfig};
 use crate::cli::webhook::{Listeners, Served, ServingArgs, serve_with};
 use crate::cli::{Error, number_in, parse_proxy_mode, whole_in};
@@ -20,8 +17,11 @@ use crate::controller::{
     planner::DefaultPolicyRef,
     reconcile::Settings,
 };
-use crate::measure::MeasurementStore;
-use crate::model::ProxyMode;
+use crate::core::admission::policy::{PolicyObjects, default_namespace_selector};
+use crate::core::admission::{ActiveBackend, BackendSetting};
+use crate::core::advisor::Thresholds;
+use crate::core::measure::MeasurementStore;
+use crate::core::model::ProxyMode;
 use crate::operator::{self, Leadership, Shared, Tasks};
 use crate::shutdown::Shutdown;
 use crate::sources::agent::AgentClientFiles;
@@ -190,7 +190,7 @@ pub struct RunArgs {
     pub admission_backend: BackendSetting,
     /// Name of the MutatingAdmissionPolicy, its binding and its TerminationParameters object
     /// (in --namespace).
-    #[arg(long, env = "SAFE_TERMINATION_ADMISSION_POLICY_NAME", default_value = crate::admission::policy::DEFAULT_NAME)]
+    #[arg(long, env = "SAFE_TERMINATION_ADMISSION_POLICY_NAME", default_value = crate::core::admission::policy::DEFAULT_NAME)]
     pub admission_policy_name: String,
     /// The policy binding's namespaceSelector, a LabelSelector as JSON (default: every namespace
     /// but kube-system, --namespace and those labelled safetermination.io/ignore=true, as the
@@ -316,7 +316,7 @@ impl RunArgs {
                     .map_err(|e| Error::Io(format!("cannot discover whether the API server serves MutatingAdmissionPolicy v1: {e}")))?,
             ),
         };
-        let active = crate::admission::backend::resolve(self.admission_backend, serves == Some(true)).map_err(|e| Error::Usage(e.to_string()))?;
+        let active = crate::core::admission::backend::resolve(self.admission_backend, serves == Some(true)).map_err(|e| Error::Usage(e.to_string()))?;
         let owner = match (&self.admission_owner_cluster_role, active) {
             (Some(role), ActiveBackend::Policy) => {
                 Some(cluster_role_owner(client, role).await.map_err(|e| Error::Io(format!("--admission-owner-cluster-role {role}: cannot read it: {e}")))?)
@@ -326,7 +326,7 @@ impl RunArgs {
         tracing::info!(
             backend = active.as_str(),
             setting = ?self.admission_backend,
-            mutating_admission_policy_v1 = crate::admission::backend::discovery_note(serves),
+            mutating_admission_policy_v1 = crate::core::admission::backend::discovery_note(serves),
             "admission backend"
         );
         let objects = PolicyObjects { name: self.admission_policy_name.clone(), params_namespace: self.namespace.clone(), namespace_selector, owner };

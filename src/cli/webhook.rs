@@ -8,7 +8,7 @@
 
 use crate::cli::mutate::PlanArgs;
 use crate::cli::{Error, whole_in};
-use crate::selector::{AssumeServiceBacked, ServiceIndex};
+use crate::core::selector::{AssumeServiceBacked, ServiceIndex};
 use crate::shutdown::Shutdown;
 use crate::telemetry::{self, Readiness, Telemetry};
 use crate::webhook::server::{self, PlanHandle, Settings, WebhookState};

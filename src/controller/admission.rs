@@ -1,6 +1,6 @@
 //! The policy backend's writer (`--admission-backend policy`, or `auto` on Kubernetes 1.36+):
 //! the leader keeps the MutatingAdmissionPolicy, its binding and the `TerminationParameters`
-//! object ([`crate::admission`]) equal to what this replica's plan says, by server-side apply.
+//! object ([`crate::core::admission`]) equal to what this replica's plan says, by server-side apply.
 //! With the webhook backend the leader deletes a policy and binding it wrote before (a switch
 //! back must not leave a policy mutating with frozen parameters).
 //!
@@ -15,9 +15,9 @@
 //! | `safe_termination_admission_writes_total` | counter | object, result | server-side applies of the policy, binding and parameters |
 //! | `safe_termination_admission_parameters_prestop_seconds` | gauge | namespace, policy | the preStop seconds in the last written parameters |
 
-use crate::admission::params::{TerminationParameters, parameters};
-use crate::admission::policy::{MANAGED_BY, PolicyObjects};
-use crate::admission::{ActiveBackend, params::TerminationParametersSpec};
+use crate::core::admission::params::{TerminationParameters, parameters};
+use crate::core::admission::policy::{MANAGED_BY, PolicyObjects};
+use crate::core::admission::{ActiveBackend, params::TerminationParametersSpec};
 use crate::webhook::server::PlanHandle;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
@@ -231,7 +231,7 @@ pub async fn keep_policy_current(
         let mut policy_applied: Option<tokio::time::Instant> = None;
         let mut written: Option<TerminationParametersSpec> = None;
         // the plan last turned into parameters: they are rebuilt only when a new plan is published
-        let mut seen: Option<Arc<crate::webhook::plan::Plan>> = None;
+        let mut seen: Option<Arc<crate::core::plan::Plan>> = None;
         let mut backoff = PARAMETERS_CHECK;
         while *leader.borrow() {
             let due = policy_applied.is_none_or(|t| t.elapsed() >= POLICY_REAPPLY);

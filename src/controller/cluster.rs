@@ -4,7 +4,7 @@
 //! Memory stays small: a Service is kept as its selector and port count, an EndpointSlice as its
 //! endpoint count; nothing else of either object is retained.
 
-use crate::selector::{Labels, ServiceIndex};
+use crate::core::selector::{Labels, ServiceIndex};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -178,7 +178,7 @@ impl ServiceIndex for ClusterIndex {
         if !g.services_synced {
             return true;
         }
-        g.services.get(namespace).is_some_and(|m| m.values().any(|e| crate::selector::service_selects(&e.selector, labels)))
+        g.services.get(namespace).is_some_and(|m| m.values().any(|e| crate::core::selector::service_selects(&e.selector, labels)))
     }
 }
 

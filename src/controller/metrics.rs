@@ -20,9 +20,9 @@
 //! | `safe_termination_controller_reconcile_duration_seconds` | histogram | | reconcile time |
 //! | `safe_termination_controller_status_writes_total` | counter | | status patches sent |
 
-use crate::advisor::AdviceReason;
-use crate::analysis::AnalysisReport;
-use crate::model::NodeWindow;
+use crate::core::advisor::AdviceReason;
+use crate::core::analysis::AnalysisReport;
+use crate::core::model::NodeWindow;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

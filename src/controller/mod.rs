@@ -50,9 +50,9 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct AdmissionConfig {
     /// The backend in use.
-    pub active: crate::admission::ActiveBackend,
+    pub active: crate::core::admission::ActiveBackend,
     /// The policy, binding and parameters names and selectors.
-    pub objects: Arc<crate::admission::policy::PolicyObjects>,
+    pub objects: Arc<crate::core::admission::policy::PolicyObjects>,
     /// The admission instruments.
     pub metrics: admission::AdmissionMetrics,
 }
@@ -77,11 +77,11 @@ pub fn spawn(shared: &Shared, tasks: &mut Tasks, config: Config) -> Published {
     tasks.spawn("plan publisher", tasks::publish_plans(client.clone(), plans.clone(), native_rx, config.default_policy, shared.stop.clone()));
     tasks.spawn("capability probe", tasks::probe_capabilities(client.clone(), config.namespace, native_tx, config.probe_interval, shared.stop.clone()));
     match config.admission {
-        Some(AdmissionConfig { active: crate::admission::ActiveBackend::Policy, objects, metrics }) => tasks.spawn(
+        Some(AdmissionConfig { active: crate::core::admission::ActiveBackend::Policy, objects, metrics }) => tasks.spawn(
             "admission policy writer",
             admission::keep_policy_current(client.clone(), objects, plans.clone(), shared.leader.clone(), metrics, shared.stop.clone()),
         ),
-        Some(AdmissionConfig { active: crate::admission::ActiveBackend::Webhook, objects, metrics }) => tasks.spawn(
+        Some(AdmissionConfig { active: crate::core::admission::ActiveBackend::Webhook, objects, metrics }) => tasks.spawn(
             "admission policy cleanup",
             admission::remove_stale_policy(client.clone(), objects.name.clone(), shared.leader.clone(), metrics, shared.stop.clone()),
         ),

@@ -5,9 +5,9 @@
 //! status says, so all replicas agree. A policy the leader has not sized yet (new, or written
 //! before any measurement) gets its spec's `defaultSeconds`, clamped: never 0, never unbounded.
 
-use crate::crd::TerminationPolicy;
-use crate::sizing;
-use crate::webhook::plan::{Capabilities, Plan, PlanPolicy};
+use crate::core::crd::TerminationPolicy;
+use crate::core::plan::{Capabilities, Plan, PlanPolicy};
+use crate::core::sizing;
 
 /// `namespace/name` of the TerminationPolicy that applies to namespaces without one (the Helm
 /// chart's cluster default policy, off by default).
@@ -63,7 +63,7 @@ pub fn build_plan(policies: &[TerminationPolicy], native_sleep: bool, default_re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus};
+    use crate::core::crd::{RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus};
 
     fn policy(ns: &str, name: &str, rec: Option<u32>) -> TerminationPolicy {
         let mut p = TerminationPolicy::new(name, TerminationPolicySpec::default());

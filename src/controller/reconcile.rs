@@ -7,14 +7,14 @@ use super::Error;
 use super::cluster::ClusterIndex;
 use super::metrics::{ControllerMetrics, KubeProxyMetrics, PolicyLabel, PolicyStateLabel, ResultLabel};
 use super::status::{self, MeasurementMeta};
-use crate::advisor::{ClusterFacts, Thresholds};
-use crate::analysis::{AnalysisOptions, WindowCache};
-use crate::annotations::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
-use crate::crd::{PodCounts, TerminationPolicy, TerminationPolicyStatus};
-use crate::measure::MeasurementStore;
-use crate::model::ProxyMode;
-use crate::proxyconfig::ResolvedProxyConfig;
-use crate::selector::{ServiceIndex, selector_matches};
+use crate::core::advisor::{ClusterFacts, Thresholds};
+use crate::core::analysis::{AnalysisOptions, WindowCache};
+use crate::core::annotations::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
+use crate::core::crd::{PodCounts, TerminationPolicy, TerminationPolicyStatus};
+use crate::core::measure::MeasurementStore;
+use crate::core::model::ProxyMode;
+use crate::core::proxyconfig::ResolvedProxyConfig;
+use crate::core::selector::{ServiceIndex, selector_matches};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -52,7 +52,7 @@ pub struct Settings {
     /// uses the policy default.
     pub no_kube_proxy_note: Option<String>,
     /// The active admission backend, said in every status (`None`: not said).
-    pub admission_backend: Option<crate::admission::ActiveBackend>,
+    pub admission_backend: Option<crate::core::admission::ActiveBackend>,
 }
 
 impl Default for Settings {
@@ -156,10 +156,10 @@ async fn count_pods(ctx: &Context, policy: &TerminationPolicy, recommended: u32)
 /// The rolling window analysed under one policy spec, with what the status reports about it.
 struct Measured {
     /// The policy's sizing, without per-node windows and with per-node advice bounded
-    /// ([`crate::analysis::size_summary`]).
-    report: crate::analysis::AnalysisReport,
+    /// ([`crate::core::analysis::size_summary`]).
+    report: crate::core::analysis::AnalysisReport,
     /// The generation's window analysis, shared by every policy (the per-node windows).
-    analysis: Arc<crate::analysis::WindowAnalysis>,
+    analysis: Arc<crate::core::analysis::WindowAnalysis>,
     failures: Vec<String>,
     nodes_with_data: usize,
     last_scrape: Option<f64>,
@@ -171,7 +171,7 @@ struct Measured {
     sources: std::collections::BTreeMap<String, &'static str>,
 }
 
-fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Measured, Error> {
+fn measure(ctx: &Context, spec: &crate::core::crd::TerminationPolicySpec) -> Result<Measured, Error> {
     let proxy = ctx.proxy.read().map(|p| p.clone()).unwrap_or_default();
     let (min_sync_period_seconds, min_sync_period_source) = match ctx.settings.min_sync_period_override {
         Some(v) => (v, "flag".to_string()),
@@ -210,7 +210,7 @@ fn measure(ctx: &Context, spec: &crate::crd::TerminationPolicySpec) -> Result<Me
         let analysis = ctx.analyses.lock().map_err(|_| Error::Store)?.get(store.revision(), &opts, spec.pre_stop.min_samples, || store.inputs_iter());
         (failures, store.nodes_with_data(), store.last_scrape_unix_seconds(), store.window_seconds(), analysis, sources)
     };
-    let report = crate::analysis::size_summary(&analysis, spec, status::NODES_PER_ADVICE);
+    let report = crate::core::analysis::size_summary(&analysis, spec, status::NODES_PER_ADVICE);
     Ok(Measured { report, analysis, failures, nodes_with_data, last_scrape, window, mode_source, no_kube_proxy_note, sources })
 }
 
@@ -223,7 +223,7 @@ async fn export_measurement_metrics(ctx: Arc<Context>, mut measured: watch::Rece
         let leading = *leader.borrow_and_update();
         ctx.metrics.leader.set(i64::from(leading));
         if leading {
-            if let Ok(m) = measure(&ctx, &crate::crd::TerminationPolicySpec::default()) {
+            if let Ok(m) = measure(&ctx, &crate::core::crd::TerminationPolicySpec::default()) {
                 ctx.kube_proxy_metrics.update(&m.analysis.nodes, m.failures.len(), ctx.settings.thresholds.sync_slow_seconds, &m.sources);
                 ctx.metrics.update_cluster(&m.report);
             }

@@ -16,17 +16,17 @@
 //! [`NODES_PER_ADVICE`] per reason, the rest counted: the status of a 5,000-node cluster stays
 //! a few KB (it was ~1.2 MB with one advice item per node, near etcd's object limit).
 
-use crate::admission::ActiveBackend;
-use crate::admission::policy::DIFFERENCES;
-use crate::advisor::{self, Advice, AdviceReason};
-use crate::analysis::{AnalysisReport, coverage_percent};
-use crate::crd::TerminationPolicy;
-use crate::crd::{AdmissionStatus, Scope};
-use crate::crd::{
+use crate::core::admission::ActiveBackend;
+use crate::core::admission::policy::DIFFERENCES;
+use crate::core::advisor::{self, Advice, AdviceReason};
+use crate::core::analysis::{AnalysisReport, coverage_percent};
+use crate::core::crd::TerminationPolicy;
+use crate::core::crd::{AdmissionStatus, Scope};
+use crate::core::crd::{
     AdviceStatus, CoverageStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus,
 };
-use crate::model::Basis;
-use crate::selector::specificity;
+use crate::core::model::Basis;
+use crate::core::selector::specificity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use std::sync::Arc;
@@ -51,7 +51,7 @@ pub struct MeasurementMeta {
     /// Set when there is no kube-proxy at all (e.g. an eBPF dataplane): said in Ready's message.
     pub no_kube_proxy_note: Option<String>,
     /// How each measured node (not failing) was read, by node name: `kube-proxy`, `agent`,
-    /// `prometheus`, `file` ([`crate::measure::NodeSource::as_str`]).
+    /// `prometheus`, `file` ([`crate::core::measure::NodeSource::as_str`]).
     pub sources: std::collections::BTreeMap<String, &'static str>,
 }
 
@@ -285,7 +285,7 @@ fn recommendation_status(report: &AnalysisReport) -> RecommendationStatus {
 }
 
 /// The status's `admission` for `backend`: under the policy backend, the documented differences
-/// from the webhook that apply to a policy with `spec` ([`crate::admission::policy::DIFFERENCES`]).
+/// from the webhook that apply to a policy with `spec` ([`crate::core::admission::policy::DIFFERENCES`]).
 pub fn admission_status(backend: ActiveBackend, spec: &TerminationPolicySpec) -> AdmissionStatus {
     let [service_backed, warnings] = DIFFERENCES;
     let differences = match backend {
@@ -421,9 +421,9 @@ mod tests {
         push_condition(&mut resolved, cond("Conflict", false, "NoConflict", "m".into(), Some(2), &t(300)), Some(&previous));
         assert_eq!(resolved.conditions[0].last_transition_time, t(300));
     }
-    use crate::analysis::{AnalysisOptions, analyze};
-    use crate::exposition::parse_kube_proxy_metrics;
-    use crate::model::NodeInput;
+    use crate::core::analysis::{AnalysisOptions, analyze};
+    use crate::core::exposition::parse_kube_proxy_metrics;
+    use crate::core::model::NodeInput;
 
     fn time(s: &str) -> Time {
         serde_json::from_value(serde_json::Value::String(s.into())).unwrap()
@@ -512,8 +512,8 @@ mod tests {
         let bytes = serde_json::to_vec(&s).unwrap().len();
         assert!(bytes < 8 * 1024, "status of {bytes} bytes");
         // the summary report the controller sizes with gives the same status
-        let w = crate::analysis::analyze_window(&inputs, &opts, spec.pre_stop.min_samples);
-        let summary = crate::analysis::size_summary(&w, &spec, NODES_PER_ADVICE);
+        let w = crate::core::analysis::analyze_window(&inputs, &opts, spec.pre_stop.min_samples);
+        let summary = crate::core::analysis::size_summary(&w, &spec, NODES_PER_ADVICE);
         assert!(summary.nodes.is_empty());
         assert_eq!(desired_status(&spec, Some(1), &summary, &m, None, None, &time("2026-01-01T00:00:00Z")), s);
     }
@@ -521,7 +521,7 @@ mod tests {
     #[test]
     fn no_kube_proxy_sizes_from_the_default_and_says_why() {
         let spec = TerminationPolicySpec::default();
-        let opts = AnalysisOptions { mode: Some(crate::model::ProxyMode::Ebpf), ..Default::default() };
+        let opts = AnalysisOptions { mode: Some(crate::core::model::ProxyMode::Ebpf), ..Default::default() };
         let report = analyze(&[], &opts, &spec);
         let note = "no kube-proxy pods; 3 Cilium agent pod(s) (k8s-app=cilium in kube-system): eBPF dataplane, sized from the policy default";
         let meta = MeasurementMeta { nodes_scraped: 0, no_kube_proxy_note: Some(note.into()), ..Default::default() };

@@ -4,7 +4,7 @@
 
 use super::planner::{DefaultPolicyRef, build_plan};
 use super::probe::{ProbeResult, probe_native_sleep};
-use crate::crd::TerminationPolicy;
+use crate::core::crd::TerminationPolicy;
 use crate::webhook::server::PlanHandle;
 use futures::StreamExt;
 use kube::runtime::reflector::{self, store::Writer};
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 /// (an admission policy refusing the dry run) still serves, with the exec fallback or a skip.
 pub const FIRST_PROBE_WAIT: Duration = Duration::from_secs(30);
 
-/// Watches every TerminationPolicy and publishes a new [`crate::webhook::Plan`] on each change
+/// Watches every TerminationPolicy and publishes a new [`crate::core::plan::Plan`] on each change
 /// and each capability change. The first plan is published once the initial list is complete
 /// and the capability probe has answered (`native_sleep` is `Some`; at most
 /// [`FIRST_PROBE_WAIT`] after the publisher starts), so `/readyz` (which waits for a published plan) never

@@ -15,9 +15,9 @@ use super::fetch::{ScrapeBody, client_builder, content_type, error_chain, read_l
 use super::oneshot::unix_now;
 use super::scrape::{ScrapeOptions, ScrapeOutcome, Target, targets_from_pods};
 use crate::agent::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
-use crate::exposition::{ACCEPT_PROTOBUF_FIRST, parse_scrape};
-use crate::measure::{NodeFailure, NodeSource, Sample, reason};
-use crate::model::ProxyMode;
+use crate::core::exposition::{ACCEPT_PROTOBUF_FIRST, parse_scrape};
+use crate::core::measure::{NodeFailure, NodeSource, Sample, reason};
+use crate::core::model::ProxyMode;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use std::collections::BTreeMap;

@@ -5,10 +5,10 @@
 //! ([`super::scrape::scrape_once`]) differ only in how they word a failure.
 //!
 //! A `/metrics` GET ([`get_scrape`]) sends an `Accept` header (protobuf first, text as the
-//! fallback: [`crate::exposition::ACCEPT_PROTOBUF_FIRST`]) and returns the body with the
-//! answer's `Content-Type`, which says how to read it ([`crate::exposition::parse_scrape`]).
+//! fallback: [`crate::core::exposition::ACCEPT_PROTOBUF_FIRST`]) and returns the body with the
+//! answer's `Content-Type`, which says how to read it ([`crate::core::exposition::parse_scrape`]).
 
-use crate::model::ProxyMode;
+use crate::core::model::ProxyMode;
 use std::time::Duration;
 
 /// Default cap on a `/metrics` body, bytes (the scraper's and `analyze --max-body-bytes`'s): a

@@ -3,7 +3,7 @@
 //! - Read once ([`oneshot`]): a saved scrape file, standard input, or one kube-proxy's metrics
 //!   URL for the command line, and `--source files` for the operator.
 //! - For the operator: every kube-proxy scraped directly ([`scrape`], which also reads
-//!   kube-proxy's configuration from `/configz` or its ConfigMap for [`crate::proxyconfig`]),
+//!   kube-proxy's configuration from `/configz` or its ConfigMap for [`crate::core::proxyconfig`]),
 //!   the node agents ([`agent`]) and a Prometheus server ([`prometheus`]); `--source auto`
 //!   chooses among them per node ([`select`], pure); the loop that runs a cycle of them and
 //!   records it ([`scrape_loop`]: the direct scrape, then the fallbacks) is the one file that

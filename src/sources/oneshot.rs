@@ -6,9 +6,9 @@
 
 use super::error::SourceError;
 use super::fetch;
-use crate::exposition::{Format, KubeProxyScrape, ScrapeError, parse_scrape_as};
-use crate::measure::{MeasurementStore, Sample};
-use crate::model::ProxyMode;
+use crate::core::exposition::{Format, KubeProxyScrape, ScrapeError, parse_scrape_as};
+use crate::core::measure::{MeasurementStore, Sample};
+use crate::core::model::ProxyMode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The body of a scrape URL, its content type, and the mode `/proxyMode` reported.
@@ -117,12 +117,12 @@ pub fn store_from_files(specs: &[String], window_seconds: f64) -> Result<Measure
         let bytes = std::fs::read(path).map_err(|source| SourceError::File { path: path.to_string(), source })?;
         let format = Format::detect(&bytes);
         let scrape = read_scrape_as(path, bytes, format)?;
-        store.record_via(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None }, crate::measure::NodeSource::File);
+        store.record_via(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None }, crate::core::measure::NodeSource::File);
     }
     Ok(store)
 }
 
-/// Fetches `url` with `Accept: accept` ([`crate::exposition::accept_header`]), reading at most
+/// Fetches `url` with `Accept: accept` ([`crate::core::exposition::accept_header`]), reading at most
 /// `max_body_bytes` of its body (more is an error naming the URL and the limit), and, from the
 /// same server, `/proxyMode` ([`fetch::proxy_mode`]: best effort, a failing `/proxyMode` leaves
 /// the mode to inference).

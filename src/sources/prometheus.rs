@@ -67,11 +67,11 @@
 use super::fetch::{DEFAULT_MAX_BODY_BYTES, FetchError, read_limited};
 use super::oneshot::unix_now;
 use super::scrape::{Jitter, read_proxy_configmap};
-use crate::exposition::native::{SCHEMA_MAX, SCHEMA_MIN};
-use crate::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape, NativeHistogram};
-use crate::measure::{MeasurementStore, NodeFailure, Sample, reason};
-use crate::model::NodeInput;
-use crate::proxyconfig::ResolvedProxyConfig;
+use crate::core::exposition::native::{SCHEMA_MAX, SCHEMA_MIN};
+use crate::core::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape, NativeHistogram};
+use crate::core::measure::{MeasurementStore, NodeFailure, Sample, reason};
+use crate::core::model::NodeInput;
+use crate::core::proxyconfig::ResolvedProxyConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -533,7 +533,7 @@ impl PrometheusSnapshot {
             store.record_via(
                 &input.node,
                 Sample { at_unix_seconds: self.at_unix_seconds, scrape: input.later, proxy_mode: input.proxy_mode },
-                crate::measure::NodeSource::Prometheus,
+                crate::core::measure::NodeSource::Prometheus,
             );
         }
         for (node, f) in self.failures {
@@ -1021,7 +1021,7 @@ mod tests {
     fn real_answer_decodes_to_the_captures_native_buckets() {
         // per series: the capture's IPv4 and IPv6 histograms
         let body = include_bytes!("../../tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.pb");
-        let decoded = crate::exposition::protobuf::decode_kube_proxy_protobuf(body).unwrap();
+        let decoded = crate::core::exposition::protobuf::decode_kube_proxy_protobuf(body).unwrap();
         let series = decoded.native_series(HistogramFamily::Sync);
         assert_eq!(series.len(), 2, "{series:?}");
         let per_family = answer(KP);
@@ -1042,7 +1042,7 @@ mod tests {
         }
         // summed over ip_family by the query: the capture's buckets added
         let sum = native_of(&answer(&format!("sum by (node, instance) ({KP})")));
-        let pb = crate::exposition::parse_kube_proxy_protobuf(body).unwrap().sync_native.unwrap();
+        let pb = crate::core::exposition::parse_kube_proxy_protobuf(body).unwrap().sync_native.unwrap();
         assert_eq!(sum.schema(), 3);
         assert_eq!(sum.positive(), &[(-37, 1.0), (-21, 2.0)]);
         assert_eq!((sum.positive(), sum.count()), (pb.positive(), pb.count()));
@@ -1080,7 +1080,7 @@ mod tests {
                 let prom = answer(&format!("histogram_quantile({q}, {inner})"));
                 assert_eq!(prom.len(), 1);
                 let ours = h.quantile(q);
-                assert_eq!(ours.kind, crate::exposition::HistogramKind::Native);
+                assert_eq!(ours.kind, crate::core::exposition::HistogramKind::Native);
                 assert_eq!(ours.seconds.to_bits(), prom[0].value.to_bits(), "q {q} of {inner}: ours {} Prometheus {}", ours.seconds, prom[0].value);
                 checked += 1;
             }

@@ -23,10 +23,10 @@
 use super::error::SourceError;
 use super::fetch::{FetchError, ScrapeBody, connect_hint, fetch_scrape, get_limited};
 use super::oneshot::{decode_utf8, unix_now};
-use crate::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, ScrapeError, parse_scrape};
-use crate::measure::{MeasurementStore, NodeFailure, NodeSource, Sample, reason};
-use crate::model::ProxyMode;
-use crate::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
+use crate::core::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, ScrapeError, parse_scrape};
+use crate::core::measure::{MeasurementStore, NodeFailure, NodeSource, Sample, reason};
+use crate::core::model::ProxyMode;
+use crate::core::proxyconfig::{self, Dataplane, ProxyConfig, ResolvedProxyConfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams};

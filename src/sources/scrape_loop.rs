@@ -21,8 +21,8 @@ use super::scrape::{
     scrape_all,
 };
 use super::select::{Attempts, Decision, Tried, decide};
-use crate::measure::{MeasurementStore, NodeFailure, NodeSource, Sample, reason};
-use crate::proxyconfig::ResolvedProxyConfig;
+use crate::core::measure::{MeasurementStore, NodeFailure, NodeSource, Sample, reason};
+use crate::core::proxyconfig::ResolvedProxyConfig;
 use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -53,7 +53,7 @@ pub struct CycleSummary {
 /// the generation counter. The store's mutex is only held for the (synchronous) recording.
 ///
 /// ```no_run
-/// # use safe_termination::{measure::MeasurementStore, sources::scrape::*, sources::scrape_loop::ScrapeLoop};
+/// # use safe_termination::{core::measure::MeasurementStore, sources::scrape::*, sources::scrape_loop::ScrapeLoop};
 /// # use std::sync::{Arc, Mutex};
 /// # async fn f() -> Result<(), safe_termination::sources::SourceError> {
 /// let store = Arc::new(Mutex::new(MeasurementStore::new(600.0)));

@@ -15,7 +15,7 @@
 //! source failed or was unavailable is reported with each source's story and, when kube-proxy
 //! refused and no agent runs there, the fixes.
 
-use crate::measure::{NodeFailure, NodeSource};
+use crate::core::measure::{NodeFailure, NodeSource};
 
 /// The order in which `--source auto` tries the sources of a node.
 pub const ORDER: [NodeSource; 3] = [NodeSource::KubeProxy, NodeSource::Agent, NodeSource::Prometheus];
@@ -128,7 +128,7 @@ pub fn decide<T>(attempts: &Attempts<T>) -> Decision {
             }
         }
     }
-    let refused = matches!(&attempts.kube_proxy, Tried::Failed(f) if f.reason == crate::measure::reason::CONNECTION_REFUSED);
+    let refused = matches!(&attempts.kube_proxy, Tried::Failed(f) if f.reason == crate::core::measure::reason::CONNECTION_REFUSED);
     if refused && matches!(attempts.agent, Tried::Unavailable(_)) {
         story.push(NO_AGENT_FIX.to_string());
     }
@@ -140,7 +140,7 @@ pub fn decide<T>(attempts: &Attempts<T>) -> Decision {
         })
         .fold(0.0, f64::max);
     Decision::Failed(NodeFailure {
-        reason: last_failure.map_or_else(|| crate::measure::reason::OTHER.to_string(), |f| f.reason.clone()),
+        reason: last_failure.map_or_else(|| crate::core::measure::reason::OTHER.to_string(), |f| f.reason.clone()),
         message: story.join("; "),
         at_unix_seconds: at,
     })
@@ -149,7 +149,7 @@ pub fn decide<T>(attempts: &Attempts<T>) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::reason;
+    use crate::core::measure::reason;
 
     fn failed(reason: &str, message: &str, at: f64) -> Tried<u8> {
         Tried::Failed(NodeFailure { reason: reason.into(), message: message.into(), at_unix_seconds: at })

@@ -1,14 +1,10 @@
-//! The mutating admission webhook: the plan it serves ([`plan`]), the pure mutation engine
-//! ([`mutate`]), AdmissionReview handling ([`review`]), the HTTPS server ([`server`]) and its
-//! certificate handling ([`tls`]).
+//! The mutating admission webhook: AdmissionReview handling ([`review`]), the HTTPS server
+//! ([`server`]) and its certificate files ([`tls`]). The plan it serves and the mutation it
+//! applies are pure and live in the core ([`crate::core::plan`], [`crate::core::mutate`]).
 
-pub mod mutate;
-pub mod plan;
 pub mod review;
 pub mod server;
 pub mod tls;
 
-pub use mutate::{ContainerReason, Decision, PodReason, mutate_pod, short_warning};
-pub use plan::{Capabilities, Plan, PlanPolicy};
 pub use review::{ReviewOutcome, review};
 pub use server::PlanHandle;

@@ -15,12 +15,12 @@
 //! Cost: the body is parsed once into a `serde_json::Value`; the request's fields are read from
 //! it by reference and the pod is patched in place to check the patch (BENCHMARKS.md "Webhook").
 
-use super::mutate::{Decision, PodReason, mutate_pod, short_warning};
-use super::plan::Plan;
-use crate::annotations::{
+use crate::core::annotations::{
     ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_MIRROR, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP, ANNOTATION_SKIP_CONTAINERS,
 };
-use crate::selector::ServiceIndex;
+use crate::core::mutate::{Decision, PodReason, mutate_pod, short_warning};
+use crate::core::plan::Plan;
+use crate::core::selector::ServiceIndex;
 use base64::Engine as _;
 use serde_json::Value;
 

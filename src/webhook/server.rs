@@ -27,9 +27,9 @@
 //! its connection for every review, and closing it without a GOAWAY would race with its next
 //! request and fail that review open.
 
-use super::plan::Plan;
 use super::review::{ReviewOutcome, review};
-use crate::selector::ServiceIndex;
+use crate::core::plan::Plan;
+use crate::core::selector::ServiceIndex;
 use crate::telemetry::WebhookMetrics;
 use arc_swap::ArcSwap;
 use axum::Router;

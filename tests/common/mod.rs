@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use safe_termination::crd::TerminationPolicy;
+use safe_termination::core::crd::TerminationPolicy;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -368,7 +368,7 @@ pub struct Webhook {
 }
 
 /// Starts a [`Webhook`] serving `plan`, with scope ServiceBacked answered by `services`.
-pub fn start_webhook_with(plan: safe_termination::webhook::plan::Plan, services: std::sync::Arc<dyn safe_termination::selector::ServiceIndex>) -> Webhook {
+pub fn start_webhook_with(plan: safe_termination::core::plan::Plan, services: std::sync::Arc<dyn safe_termination::core::selector::ServiceIndex>) -> Webhook {
     use safe_termination::webhook::server::{self, PlanHandle, Settings, WebhookState};
     use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -392,8 +392,8 @@ pub fn start_webhook_with(plan: safe_termination::webhook::plan::Plan, services:
 }
 
 /// [`start_webhook_with`], every pod counted as selected by a Service.
-pub fn start_webhook(plan: safe_termination::webhook::plan::Plan) -> Webhook {
-    start_webhook_with(plan, std::sync::Arc::new(safe_termination::selector::AssumeServiceBacked))
+pub fn start_webhook(plan: safe_termination::core::plan::Plan) -> Webhook {
+    start_webhook_with(plan, std::sync::Arc::new(safe_termination::core::selector::AssumeServiceBacked))
 }
 
 /// A case file's (tests/data/pods/FILE) pod templates, made creatable in `ns`: each its own
@@ -425,10 +425,10 @@ pub async fn creatable_pods(client: &Client, file: &str, ns: &str) -> Vec<(Strin
 /// to milliseconds as the status writes it) with `reason`, under the policy's `p`:
 /// `clamp(ceil(W x safetyFactor + extraSeconds), minSeconds, maxSeconds)` for `Measured`,
 /// `clamp(max(defaultSeconds, ceil(W x safetyFactor + extraSeconds)), min, max)` for
-/// `LowSampleCount` (src/sizing.rs). The W the operator sized from lies within half a
+/// `LowSampleCount` (src/core/sizing.rs). The W the operator sized from lies within half a
 /// millisecond of `w`: the range holds one value unless W x safetyFactor + extraSeconds sits
 /// within that rounding of a whole second. None for another reason.
-pub fn sized_pre_stop(reason: &str, w: f64, p: &safe_termination::crd::PreStopSpec) -> Option<std::ops::RangeInclusive<u64>> {
+pub fn sized_pre_stop(reason: &str, w: f64, p: &safe_termination::core::crd::PreStopSpec) -> Option<std::ops::RangeInclusive<u64>> {
     let (lo, hi) = (f64::from(p.min_seconds), f64::from(p.max_seconds.max(p.min_seconds)));
     let size = |w: f64| {
         // the operator's ceil ignores float noise below a nanosecond

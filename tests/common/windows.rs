@@ -4,8 +4,8 @@
 //! kube-proxy answers with both kinds in one body.
 
 use super::rules::RealNode;
-use safe_termination::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, parse_scrape};
-use safe_termination::model::{self, HistogramPreference, NodeInput, NodeWindow};
+use safe_termination::core::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, parse_scrape};
+use safe_termination::core::model::{self, HistogramPreference, NodeInput, NodeWindow};
 use serde_json::{Value, json};
 
 /// One scrape of every real node's kube-proxy: (node, scrape). Panics when a node's network
@@ -52,15 +52,15 @@ pub fn windows_both_kinds(earlier: &[(String, KubeProxyScrape)], later: &[(Strin
                     "histogramKind": n.histogram_kind,
                     "syncSamples": n.sync_samples,
                     "interval": n.interval,
-                    "nativeSyncP99Seconds": n.sync_p99.filter(|q| q.kind == safe_termination::exposition::HistogramKind::Native).map(|q| q.seconds),
+                    "nativeSyncP99Seconds": n.sync_p99.filter(|q| q.kind == safe_termination::core::exposition::HistogramKind::Native).map(|q| q.seconds),
                     "classicSyncP99Seconds": c.sync_p99.map(|q| q.seconds),
-                    "nativeNetworkProgrammingP99Seconds": n.network_programming_p99.filter(|q| q.kind == safe_termination::exposition::HistogramKind::Native).map(|q| q.seconds),
+                    "nativeNetworkProgrammingP99Seconds": n.network_programming_p99.filter(|q| q.kind == safe_termination::core::exposition::HistogramKind::Native).map(|q| q.seconds),
                     "classicNetworkProgrammingP99Seconds": c.network_programming_p99.map(|q| q.seconds),
-                    "nativeWindowSeconds": n.propagation_window_seconds.filter(|_| n.histogram_kind == Some(safe_termination::exposition::HistogramKind::Native)),
+                    "nativeWindowSeconds": n.propagation_window_seconds.filter(|_| n.histogram_kind == Some(safe_termination::core::exposition::HistogramKind::Native)),
                     "classicWindowSeconds": c.propagation_window_seconds,
                     // the model before minSyncPeriod + 2 x p99(sync), from the same native
                     // p99s: max(p99(network programming) - 1 s, minSyncPeriod + p99(sync))
-                    "nativeWindowBeforeSeconds": n.sync_p99.filter(|q| q.kind == safe_termination::exposition::HistogramKind::Native).map(|s| {
+                    "nativeWindowBeforeSeconds": n.sync_p99.filter(|q| q.kind == safe_termination::core::exposition::HistogramKind::Native).map(|s| {
                         let np = n.network_programming_p99.map_or(0.0, |q| q.seconds - model::TRIGGER_TIME_RESOLUTION_SECONDS);
                         np.max(min_sync_period_seconds + s.seconds)
                     }),
@@ -68,7 +68,7 @@ pub fn windows_both_kinds(earlier: &[(String, KubeProxyScrape)], later: &[(Strin
             )
         })
         .collect();
-    let all_native = native.iter().all(|n| n.histogram_kind == Some(safe_termination::exposition::HistogramKind::Native));
+    let all_native = native.iter().all(|n| n.histogram_kind == Some(safe_termination::core::exposition::HistogramKind::Native));
     json!({
         "minSyncPeriodSeconds": min_sync_period_seconds,
         "nativeWindowSeconds": if all_native { json!(cluster(&native)) } else { Value::Null },

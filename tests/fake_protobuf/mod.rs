@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prost::Message;
-use safe_termination::exposition::protobuf::{messages, wire};
+use safe_termination::core::exposition::protobuf::{messages, wire};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 

@@ -1,11 +1,11 @@
 //! One analysis of a cluster: node windows -> cluster window -> recommendation -> advice.
 //! Pure; shared by `safe-termination analyze` and the controller so both size the same way.
 
-use crate::advisor::{self, Advice, ClusterFacts, Thresholds};
-use crate::crd::TerminationPolicySpec;
-use crate::exposition::HistogramKind;
-use crate::model::{self, Basis, ClusterWindow, HistogramPreference, Interval, NodeInput, NodeWindow, ProxyMode};
-use crate::sizing::{self, Recommendation};
+use crate::core::advisor::{self, Advice, ClusterFacts, Thresholds};
+use crate::core::crd::TerminationPolicySpec;
+use crate::core::exposition::HistogramKind;
+use crate::core::model::{self, Basis, ClusterWindow, HistogramPreference, Interval, NodeInput, NodeWindow, ProxyMode};
+use crate::core::sizing::{self, Recommendation};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -365,8 +365,8 @@ mod tests {
 #[cfg(test)]
 mod mixed_mode_tests {
     use super::*;
-    use crate::advisor::AdviceReason;
-    use crate::exposition::parse_kube_proxy_metrics;
+    use crate::core::advisor::AdviceReason;
+    use crate::core::exposition::parse_kube_proxy_metrics;
 
     #[test]
     fn mixed_modes_each_get_their_migration_advice() {
@@ -389,8 +389,8 @@ mod mixed_mode_tests {
 #[cfg(test)]
 mod low_sample_tests {
     use super::*;
-    use crate::advisor::AdviceReason;
-    use crate::exposition::parse_kube_proxy_metrics;
+    use crate::core::advisor::AdviceReason;
+    use crate::core::exposition::parse_kube_proxy_metrics;
 
     /// A node whose `n` syncs all took at most 0.1 s.
     fn fast(name: &str, n: u32) -> NodeInput {
@@ -513,7 +513,7 @@ mod low_sample_tests {
         assert_eq!(r.worst_node.as_deref(), Some("a"));
         let p99 = 0.1 * (0.99 * 104.0) / 104.0;
         // the window p99 of 104 syncs in (0, 0.1] with minSyncPeriod 1 s (1.114119 s from an
-        // independent implementation of src/window_distribution.rs)
+        // independent implementation of src/core/window_distribution.rs)
         assert!((r.propagation_window_seconds.unwrap() - 1.114119).abs() < 1e-5, "{:?}", r.propagation_window_seconds);
         assert!((r.sync_p99_seconds.unwrap() - p99).abs() < 1e-12, "{:?}", r.sync_p99_seconds);
         assert_eq!(r.recommendation.reason, Basis::Measured);
@@ -550,7 +550,7 @@ mod low_sample_tests {
 #[cfg(test)]
 mod cache_tests {
     use super::*;
-    use crate::exposition::parse_kube_proxy_metrics;
+    use crate::core::exposition::parse_kube_proxy_metrics;
 
     fn inputs() -> Vec<NodeInput> {
         let sync = "kubeproxy_sync_proxy_rules_duration_seconds_bucket";

@@ -7,8 +7,8 @@
 //! grace period the user set is never lowered (R2). Kubernetes applies 30 s when a pod sets no
 //! grace period.
 
-use crate::crd::{GraceSpec, PreStopSpec, TerminationPolicySpec};
-use crate::model::{Basis, ClusterWindow};
+use crate::core::crd::{GraceSpec, PreStopSpec, TerminationPolicySpec};
+use crate::core::model::{Basis, ClusterWindow};
 use serde::Serialize;
 
 /// Kubernetes' default `terminationGracePeriodSeconds` when a pod sets none.

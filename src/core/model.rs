@@ -3,7 +3,7 @@
 //!
 //! Per node: `W = max(p99 of a removal's window in kube-proxy, p99(network_programming) - 1 s)`.
 //! The first term comes from the node's sync duration histogram and minSyncPeriod
-//! ([`crate::window_distribution`]); without a sync histogram, W is
+//! ([`crate::core::window_distribution`]); without a sync histogram, W is
 //! `max(p99(network_programming) - 1 s, minSyncPeriod)`.
 //!
 //! The path of a deleted endpoint: the API server marks the pod terminating, the EndpointSlice
@@ -31,10 +31,10 @@
 //! the policy's `preStop.extraSeconds`. Beyond 1 s of sync p99 the advisor raises ProxySyncSlow.
 //! The cluster window is the maximum over nodes, and the node that sets it is named.
 
-use crate::exposition::histogram::{Histogram, HistogramKind, Quantile};
-use crate::exposition::native::NativeHistogram;
-use crate::exposition::parse::KubeProxyScrape;
-use crate::window_distribution::{DeletionWindow, SyncDurations};
+use crate::core::exposition::histogram::{Histogram, HistogramKind, Quantile};
+use crate::core::exposition::native::NativeHistogram;
+use crate::core::exposition::parse::KubeProxyScrape;
+use crate::core::window_distribution::{DeletionWindow, SyncDurations};
 use serde::Serialize;
 
 /// The quantile the model uses (p99).
@@ -51,7 +51,7 @@ pub const TRIGGER_TIME_RESOLUTION_SECONDS: f64 = 1.0;
 /// bounded_frequency_runner.go`, 1.37.2), and a sync reads the pending changes when it starts,
 /// so a removal that arrives just after a sync started waits for that sync, then
 /// `minSyncPeriod`, then the sync that removes it. Used for W only when the sync histogram has
-/// no usable bucket for the window distribution ([`crate::window_distribution`]).
+/// no usable bucket for the window distribution ([`crate::core::window_distribution`]).
 pub fn deletion_window_bound_seconds(min_sync_period_seconds: f64, sync_seconds: f64) -> f64 {
     min_sync_period_seconds + 2.0 * sync_seconds
 }
@@ -369,7 +369,7 @@ pub fn measure_node_with(input: &NodeInput, min_sync_period_seconds: f64, min_sa
     // shares with the Ready changes network programming measures
     let from_np = np_p99.map(|q| ((q.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0), q.kind));
     // the kube-proxy term: a removal's window under kube-proxy's runner with these sync
-    // durations ([`crate::window_distribution`])
+    // durations ([`crate::core::window_distribution`])
     let deletion_window = sync.as_ref().and_then(Distribution::durations).map(|(d, known)| (DeletionWindow::new(d, min_sync_period_seconds), known));
     let from_sync = sync_p99.map(|q| {
         let modelled = deletion_window.as_ref().map(|(w, _)| w.quantile(QUANTILE)).filter(|w| w.is_finite());
@@ -511,8 +511,8 @@ fn pending_seconds(later: &KubeProxyScrape) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::parse::SyncTimestamps;
-    use crate::exposition::parse_kube_proxy_metrics;
+    use crate::core::exposition::parse::SyncTimestamps;
+    use crate::core::exposition::parse_kube_proxy_metrics;
 
     fn scrape(count: u32) -> KubeProxyScrape {
         parse_kube_proxy_metrics(&format!(
@@ -526,7 +526,7 @@ mod tests {
     /// (0.125 s), so the native p99 (from above: rank 0.01 x count in the top bucket) lies in
     /// (0.917, 1], where the classic one interpolates inside (0, 0.1].
     fn with_native(count: u32) -> KubeProxyScrape {
-        use crate::exposition::{NativeParts, Span};
+        use crate::core::exposition::{NativeParts, Span};
         let c = f64::from(count);
         let native = NativeHistogram::new(NativeParts {
             schema: 3,
@@ -750,10 +750,10 @@ mod tests {
         // a histogram from any source (scrape, protobuf, a Prometheus answer) is built by
         // Histogram::new, which refuses a NaN count
         let buckets = vec![
-            crate::exposition::Bucket { upper_bound_seconds: 0.2, count: 1.0 },
-            crate::exposition::Bucket { upper_bound_seconds: f64::INFINITY, count: f64::NAN },
+            crate::core::exposition::Bucket { upper_bound_seconds: 0.2, count: 1.0 },
+            crate::core::exposition::Bucket { upper_bound_seconds: f64::INFINITY, count: f64::NAN },
         ];
-        let e = crate::exposition::Histogram::new(buckets, None).unwrap_err();
+        let e = crate::core::exposition::Histogram::new(buckets, None).unwrap_err();
         assert_eq!(e.to_string(), "bucket le=\"+Inf\" has the count NaN: a bucket counts observations (a finite number >= 0)");
     }
 }

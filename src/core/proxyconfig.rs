@@ -25,7 +25,7 @@
 //! Keys are matched case-insensitively, a mode section's value wins over a top-level one, and
 //! `mode: ""` means iptables (the Linux default).
 
-use crate::model::ProxyMode;
+use crate::core::model::ProxyMode;
 use serde::Serialize;
 
 /// The `/configz` top-level key under which kube-proxy publishes its configuration.

@@ -1,5 +1,5 @@
 //! The MutatingAdmissionPolicy and its binding, with the mutation rules of
-//! [`crate::webhook::mutate`] in CEL (Kubernetes CEL with optionals, the strings and lists
+//! [`crate::core::mutate`] in CEL (Kubernetes CEL with optionals, the strings and lists
 //! libraries; `admissionregistration.k8s.io/v1`, GA in 1.36:
 //! <https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/>).
 //!

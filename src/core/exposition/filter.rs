@@ -44,14 +44,14 @@ pub fn filter_kube_proxy_metrics(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::parse_kube_proxy_metrics;
+    use crate::core::exposition::parse_kube_proxy_metrics;
 
     /// The real scrapes of tests/data/metrics/ that parse (the truncated Windows one does not),
     /// the v1.13 one a whole scrape of 44 families.
     const SCRAPES: [(&str, &str); 3] = [
-        ("v1.13", include_str!("../../tests/data/metrics/kube-proxy-v1.13-legacy-microseconds.txt")),
-        ("v1.29", include_str!("../../tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt")),
-        ("v1.8", include_str!("../../tests/data/metrics/kube-proxy-v1.8-legacy-nan-excerpt.txt")),
+        ("v1.13", include_str!("../../../tests/data/metrics/kube-proxy-v1.13-legacy-microseconds.txt")),
+        ("v1.29", include_str!("../../../tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt")),
+        ("v1.8", include_str!("../../../tests/data/metrics/kube-proxy-v1.8-legacy-nan-excerpt.txt")),
     ];
 
     /// The family a kept line belongs to: the name of a `# HELP`/`# TYPE` line, or a sample's

@@ -5,15 +5,15 @@
 //! Memory (issue 16): the window of 5,000 nodes at the defaults (600 s / 30 s, 21 samples per
 //! node) is 105,000 samples. Only the newest sample of a node is analysed whole; the older ones
 //! are kept only because the oldest of them becomes the `earlier` scrape of the analysis, which
-//! reads nothing but its sync and network-programming histograms ([`crate::model::measure_node`]).
+//! reads nothing but its sync and network-programming histograms ([`crate::core::model::measure_node`]).
 //! So a node keeps its newest [`Sample`] as recorded and the older ones compact: those two
 //! histograms, exactly (bucket counts packed as varint increments, the bounds shared by every
 //! sample with the same layout), the proxy mode and the time. A whole v1.29 sample holds about
 //! 2.7 KB; a compact one about 140 bytes. `examples/store_memory.rs` measures it (BENCHMARKS.md
 //! "Operator memory"): 5,000 nodes x 21 samples, 270.6 MiB of heap before, 27.4 MiB now.
 
-use crate::exposition::{Bucket, Histogram, KubeProxyScrape, NativeHistogram};
-use crate::model::{NodeInput, ProxyMode};
+use crate::core::exposition::{Bucket, Histogram, KubeProxyScrape, NativeHistogram};
+use crate::core::model::{NodeInput, ProxyMode};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -371,7 +371,7 @@ impl CompactSample {
             sync_from_legacy_microseconds: scrape.sync_from_legacy_microseconds,
             // a family with a native histogram keeps only that one: the analysis reads the
             // classic buckets of an earlier scrape only when the later one has no native
-            // histogram ([`crate::model::measure_node`])
+            // histogram ([`crate::core::model::measure_node`])
             sync: scrape.sync.as_ref().filter(|_| scrape.sync_native.is_none()).map(|h| CompactHistogram::new(h, layouts)),
             network_programming: scrape
                 .network_programming
@@ -556,7 +556,7 @@ fn oldest_pending(previous: Option<&KubeProxyScrape>, now: &KubeProxyScrape) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::{NativeParts, parse_kube_proxy_metrics, spans_of};
+    use crate::core::exposition::{NativeParts, parse_kube_proxy_metrics, spans_of};
 
     fn s(at: f64) -> Sample {
         Sample { at_unix_seconds: at, scrape: KubeProxyScrape::default(), proxy_mode: None }
@@ -565,10 +565,10 @@ mod tests {
     /// The real scrapes of tests/data/metrics/ that parse (the truncated Windows one does not).
     fn real_scrapes() -> Vec<(&'static str, KubeProxyScrape)> {
         [
-            ("v1.29", include_str!("../tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt")),
-            ("v1.13", include_str!("../tests/data/metrics/kube-proxy-v1.13-legacy-microseconds.txt")),
-            ("v1.8", include_str!("../tests/data/metrics/kube-proxy-v1.8-legacy-nan-excerpt.txt")),
-            ("windows", include_str!("../tests/data/metrics/kube-proxy-windows-truncated.txt")),
+            ("v1.29", include_str!("../../tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt")),
+            ("v1.13", include_str!("../../tests/data/metrics/kube-proxy-v1.13-legacy-microseconds.txt")),
+            ("v1.8", include_str!("../../tests/data/metrics/kube-proxy-v1.8-legacy-nan-excerpt.txt")),
+            ("windows", include_str!("../../tests/data/metrics/kube-proxy-windows-truncated.txt")),
         ]
         .into_iter()
         .filter_map(|(name, text)| Some((name, parse_kube_proxy_metrics(text).ok()?)))
@@ -618,7 +618,7 @@ mod tests {
     /// A scrape with only kube-proxy's two timestamps.
     fn timestamps(last_synced: f64, last_queued: f64) -> KubeProxyScrape {
         let mut s = KubeProxyScrape::default();
-        *s.sync_timestamps_of("IPv4") = crate::exposition::parse::SyncTimestamps {
+        *s.sync_timestamps_of("IPv4") = crate::core::exposition::parse::SyncTimestamps {
             ip_family: "IPv4".into(),
             last_queued_seconds: Some(last_queued),
             last_synced_seconds: Some(last_synced),
@@ -690,7 +690,7 @@ mod tests {
                 let floats = n.older.iter().filter_map(|c| c.sync.as_ref()).filter(|h| matches!(h.counts, Counts::Floats(_))).count();
                 assert_eq!(floats > 0, fraction > 0.0 && i > 31, "{name} {fraction}, scrape {i}");
                 // and the same analysis
-                let measured = |i: &NodeInput| format!("{:?}", crate::model::measure_node(i, 1.0, 5, None));
+                let measured = |i: &NodeInput| format!("{:?}", crate::core::model::measure_node(i, 1.0, 5, None));
                 assert_eq!(measured(&inputs[0]), measured(&reference), "{name}, scrape {i}");
             }
         }

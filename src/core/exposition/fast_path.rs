@@ -210,7 +210,7 @@ fn plain_float_len(v: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::parse::{KubeProxyScrape, parse_kube_proxy_metrics, parse_kube_proxy_metrics_strict};
+    use crate::core::exposition::parse::{KubeProxyScrape, parse_kube_proxy_metrics, parse_kube_proxy_metrics_strict};
 
     /// Whether the fast path takes `line` (a line feed added), with no previous line.
     fn fast(line: &str) -> bool {

@@ -379,7 +379,7 @@ pub struct PodCounts {
 /// The CustomResourceDefinition as YAML, exactly as committed in `crds/terminationpolicy.yaml`.
 pub fn crd_yaml() -> String {
     use kube::CustomResourceExt;
-    generated_yaml(&TerminationPolicy::crd(), "cargo run --bin crdgen", "src/crd.rs")
+    generated_yaml(&TerminationPolicy::crd(), "cargo run --bin crdgen", "src/core/crd.rs")
 }
 
 /// A generated CustomResourceDefinition as committed YAML: a header naming `command` and

@@ -15,9 +15,9 @@
 //! is cluster-wide) is one write, the default policy needs no object in every namespace, and
 //! the paramRef names one object, so no namespace can be left with a stale copy.
 
-use crate::crd::{EnforcementMode, PreStopHandler};
-use crate::selector::specificity;
-use crate::webhook::plan::{Plan, PlanPolicy};
+use crate::core::crd::{EnforcementMode, PreStopHandler};
+use crate::core::plan::{Plan, PlanPolicy};
+use crate::core::selector::specificity;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -88,7 +88,7 @@ pub struct RequirementParameters {
 /// `crds/terminationparameters.yaml`.
 pub fn crd_yaml() -> String {
     use kube::CustomResourceExt;
-    crate::crd::generated_yaml(&TerminationParameters::crd(), "cargo run --bin crdgen terminationparameters", "src/admission/params.rs")
+    crate::core::crd::generated_yaml(&TerminationParameters::crd(), "cargo run --bin crdgen terminationparameters", "src/core/admission/params.rs")
 }
 
 fn entry(p: &PlanPolicy) -> PolicyParameters {
@@ -134,9 +134,9 @@ pub fn parameters(plan: &Plan) -> TerminationParametersSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::TerminationPolicySpec;
-    use crate::selector::Labels;
-    use crate::webhook::plan::Capabilities;
+    use crate::core::crd::TerminationPolicySpec;
+    use crate::core::plan::Capabilities;
+    use crate::core::selector::Labels;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
     fn policy(ns: &str, name: &str, labels: &[(&str, &str)], exprs: usize, pre_stop: u32) -> PlanPolicy {

@@ -19,12 +19,12 @@
 //! `safetermination.io/prestop-seconds` and `safetermination.io/policy`.
 
 use super::plan::{Capabilities, Plan, PlanPolicy};
-use crate::annotations::{
+use crate::core::annotations::{
     ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_MIRROR, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP, ANNOTATION_SKIP_CONTAINERS,
 };
-use crate::crd::{EnforcementMode, PreStopHandler, Scope};
-use crate::selector::{Labels, ServiceIndex};
-use crate::sizing::{KUBERNETES_DEFAULT_GRACE_SECONDS, grace_seconds};
+use crate::core::crd::{EnforcementMode, PreStopHandler, Scope};
+use crate::core::selector::{Labels, ServiceIndex};
+use crate::core::sizing::{KUBERNETES_DEFAULT_GRACE_SECONDS, grace_seconds};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use serde::Serialize;
@@ -97,7 +97,7 @@ pub struct ContainerDecision {
 pub struct Decision {
     /// RFC 6902 operations (empty when nothing changes); they apply cleanly to the input.
     pub patch: Patch,
-    /// Human-readable warnings, whole: [`super::review`] cuts each to 119 characters for the
+    /// Human-readable warnings, whole: [`crate::webhook::review`] cuts each to 119 characters for the
     /// API server ([`short_warning`]).
     pub warnings: Vec<String>,
     /// Why the pod was or was not mutated.
@@ -116,7 +116,7 @@ impl Decision {
 
 /// Limits an admission warning to 119 characters (Kubernetes' admission webhook docs ask for
 /// 120 or fewer; kubectl prints each on one line): what
-/// [`super::review`] sends. [`Decision::warnings`] are whole; `mutate` prints them so.
+/// [`crate::webhook::review`] sends. [`Decision::warnings`] are whole; `mutate` prints them so.
 pub fn short_warning(s: String) -> String {
     const MAX: usize = 119;
     if s.chars().count() <= MAX {

@@ -22,8 +22,8 @@
 //! every removal and, on real nodes at 4,000 Services, stood 1.6 to 1.9 x above every window
 //! (BENCHMARKS.md "Native histograms and the per-pod truth").
 
-use crate::exposition::histogram::Histogram;
-use crate::exposition::native::NativeHistogram;
+use crate::core::exposition::histogram::Histogram;
+use crate::core::exposition::native::NativeHistogram;
 
 /// Points taken inside each bucket of S' when the window's CDF is evaluated (midpoint rule).
 const POINTS_PER_BUCKET: usize = 8;
@@ -224,7 +224,7 @@ impl DeletionWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::Bucket;
+    use crate::core::exposition::Bucket;
 
     fn close(a: f64, b: f64, tol: f64) {
         assert!((a - b).abs() <= tol, "{a} vs {b}");

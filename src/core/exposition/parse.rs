@@ -185,7 +185,7 @@ fn classify(name: &str) -> Option<Name> {
 
 /// The names of every metric family [`parse_kube_proxy_metrics`] reads (the five histograms of
 /// [`HistogramFamily`], then the gauges and counters), as they appear in `# HELP`/`# TYPE`
-/// lines. The node agent serves only these ([`crate::exposition::filter`]): this list is the
+/// lines. The node agent serves only these ([`crate::core::exposition::filter`]): this list is the
 /// one place that says what the operator needs from a scrape.
 pub fn read_families() -> impl Iterator<Item = &'static str> {
     HistogramFamily::ALL.into_iter().map(HistogramFamily::name).chain(SCALARS.iter().map(|(n, _)| *n))

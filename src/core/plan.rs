@@ -2,9 +2,9 @@
 //! injects, and what the API server supports. Built by the controller (or from flags for the
 //! stand-alone webhook and the `mutate` command) and read from memory on every admission.
 
-use crate::crd::TerminationPolicySpec;
-use crate::selector::Labels;
-use crate::selector::{selector_matches, specificity};
+use crate::core::crd::TerminationPolicySpec;
+use crate::core::selector::Labels;
+use crate::core::selector::{selector_matches, specificity};
 use serde::Serialize;
 
 /// One policy as the webhook applies it.
@@ -18,7 +18,7 @@ pub struct PlanPolicy {
     /// Its spec.
     pub spec: TerminationPolicySpec,
     /// The sized preStop sleep for new pods, seconds (the policy's status recommendation),
-    /// already within the policy's bounds ([`crate::sizing::clamp_pre_stop`]): the webhook serves
+    /// already within the policy's bounds ([`crate::core::sizing::clamp_pre_stop`]): the webhook serves
     /// it as it is.
     pub pre_stop_seconds: u32,
 }

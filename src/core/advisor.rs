@@ -13,9 +13,9 @@
 //!   usage is an input of `analyze --conntrack-usage` only: the operator does not measure it
 //!   (neither kube-proxy nor the agent reports it), so its advice is by Services alone;
 //! - stale proxy: changes queued and not synced for over 30 s (kube-proxy's own healthz rule,
-//!   [`crate::model::NodeWindow::stale_seconds`]; OpenShift's network operator alerts at 30 s too).
+//!   [`crate::core::model::NodeWindow::stale_seconds`]; OpenShift's network operator alerts at 30 s too).
 
-use crate::model::{Basis, NodeWindow, ProxyMode};
+use crate::core::model::{Basis, NodeWindow, ProxyMode};
 use serde::Serialize;
 
 /// Advice reason codes.
