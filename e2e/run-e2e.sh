@@ -51,7 +51,7 @@ for kp_node in $ST_KP_NODES; do
   [[ -e "/run/netns/$(source e2e/lib.sh; node_netns "$kp_node")" ]] || { echo "the second cluster-down deleted $kp_node's network namespace" >&2; exit 1; }
 done
 kubectl get --raw /readyz >/dev/null
-cargo test --features cluster-tests --test e2e -- --test-threads=1
+cargo test --features cluster-tests --test e2e_in_process -- --test-threads=1
 # the Helm chart (lint, renderings, server-side dry runs, install/upgrade/uninstall, webhook
 # routing with operator-generated certificates) and the alert rules (promtool)
 if [ -f tests/e2e_chart.rs ]; then

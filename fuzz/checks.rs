@@ -568,7 +568,7 @@ pub fn agent_answer(data: &[u8]) {
     }
     let what = "https://10.0.0.7:10349/metrics";
     let read = if unreadable { Err("the body is over the limit of 16 bytes".to_string()) } else { Ok(body.to_vec()) };
-    let answer = safe_termination::sources::agent::agent_answer(what, status, &headers, read);
+    let answer = safe_termination::sources::agent_client::agent_answer(what, status, &headers, read);
     let known = ["connection_refused", "timeout", "http_status", "parse", "other"];
     match answer {
         Ok((scrape, mode)) => {

@@ -13,7 +13,7 @@ pub mod certs;
 pub mod cli;
 pub mod controller;
 pub mod core;
-pub mod operator;
+pub mod runtime;
 pub mod shutdown;
 pub mod sources;
 pub mod telemetry;

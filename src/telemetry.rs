@@ -128,7 +128,7 @@ pub struct DecisionLabel {
 
 /// Label of `safe_termination_webhook_certificate_reloads_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
+pub struct ReloadResultLabel {
     /// `success` or `error`.
     pub result: &'static str,
 }
@@ -145,7 +145,7 @@ pub struct WebhookMetrics {
     /// an internal error.
     pub fail_open: Counter,
     /// `safe_termination_webhook_certificate_reloads_total{result}`: certificate (re)loads.
-    pub certificate_reloads: Family<ResultLabel, Counter>,
+    pub certificate_reloads: Family<ReloadResultLabel, Counter>,
 }
 
 impl Default for WebhookMetrics {
@@ -173,7 +173,7 @@ impl WebhookMetrics {
 
     /// Records one certificate load attempt.
     pub fn certificate_reload(&self, ok: bool) {
-        self.certificate_reloads.get_or_create(&ResultLabel { result: if ok { "success" } else { "error" } }).inc();
+        self.certificate_reloads.get_or_create(&ReloadResultLabel { result: if ok { "success" } else { "error" } }).inc();
     }
 }
 

@@ -1,7 +1,7 @@
 //! The node agent on loopback, no cluster: a fake kube-proxy (axum on 127.0.0.1:0 serving the
 //! real v1.13 scrape of tests/data/metrics, `/proxyMode` and a `/configz`), the real agent
 //! (`cli::agent::serve`) with real mutual TLS from certificates made by the operator's own
-//! certificate code (`certs`), and the operator's agent client (`sources::agent`) and
+//! certificate code (`certs`), and the operator's agent client (`sources::agent_client`) and
 //! `--source auto` scrape loop.
 
 use axum::Router;
@@ -13,10 +13,10 @@ use safe_termination::core::measure::{MeasurementStore, NodeSource, reason};
 use safe_termination::core::model::ProxyMode;
 use safe_termination::core::proxyconfig::parse_configz;
 use safe_termination::shutdown::Shutdown;
-use safe_termination::sources::agent::{AgentClientFiles, AgentSource, AgentTargets, scrape_agent};
+use safe_termination::sources::agent_client::{AgentClientFiles, AgentSource, AgentTargets, scrape_agent};
+use safe_termination::sources::auto::NO_AGENT_FIX;
 use safe_termination::sources::scrape::{ScrapeOptions, Target, TargetSource, fetch_configz};
 use safe_termination::sources::scrape_loop::{Fallbacks, ScrapeLoop};
-use safe_termination::sources::select::NO_AGENT_FIX;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

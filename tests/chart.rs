@@ -227,7 +227,7 @@ fn exported_families() -> Vec<(String, String)> {
     c.running_min_prestop.get_or_create(&policy).set(1);
     c.pods.get_or_create(&PolicyStateLabel { namespace: "ns".into(), policy: "p".into(), state: "stale".into() }).set(1);
     c.migration.get_or_create(&MigrationLabel { from: "iptables".into(), to: "nftables".into() }).set(1);
-    c.reconciles.get_or_create(&ResultLabel { result: "ok".into() }).inc();
+    c.reconciles.get_or_create(&ReconcileResultLabel { result: "ok".into() }).inc();
     s.errors.get_or_create(&ReasonLabel { reason: "refused".into() }).inc();
     t.webhook().observe("mutated", std::time::Duration::from_millis(1), false);
     t.webhook().certificate_reload(true);

@@ -15,9 +15,9 @@ use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
-use safe_termination::controller::cluster::ClusterIndex;
 use safe_termination::controller::metrics::{ControllerMetrics, KubeProxyMetrics};
-use safe_termination::controller::reconcile::{Context, Settings, reconcile};
+use safe_termination::controller::reconcile::{Context, ControllerSettings, reconcile};
+use safe_termination::controller::service_index::ClusterIndex;
 use safe_termination::core::crd::{TerminationPolicy, TerminationPolicySpec};
 use safe_termination::core::exposition::parse_kube_proxy_metrics;
 use safe_termination::core::measure::{MeasurementStore, Sample};
@@ -163,7 +163,7 @@ fn context(leader: bool, all: &[TerminationPolicy]) -> (Arc<Context>, ApiServerV
         proxy: Arc::new(RwLock::new(ResolvedProxyConfig::default())),
         leader: rx,
         recorder: Recorder::new(client, Reporter { controller: "safe-termination".into(), instance: Some("test".into()) }),
-        settings: Settings::default(),
+        settings: ControllerSettings::default(),
         metrics: ControllerMetrics::default(),
         kube_proxy_metrics: KubeProxyMetrics::default(),
         policies: writer.as_reader(),

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use safe_termination::cli::mutate::{documents, pod_of};
 use safe_termination::core::annotations::{ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS};
 use safe_termination::core::crd::{EnforcementMode, PreStopHandler, Scope, TerminationPolicySpec};
-use safe_termination::core::mutate::{ContainerReason, Decision, PodReason, mutate_pod, short_warning};
+use safe_termination::core::mutate::{ContainerReason, PodMutation, PodReason, mutate_pod, short_warning};
 use safe_termination::core::plan::{Capabilities, Plan, PlanPolicy};
 use safe_termination::core::selector::{AssumeServiceBacked, Labels, StaticServiceIndex};
 use safe_termination::webhook::review;
@@ -38,7 +38,7 @@ fn one_pod(file: &str) -> Value {
 }
 
 /// Runs the engine, checks the patch applies and is idempotent, and returns the patched pod.
-fn run(pod: &Value, plan: &Plan) -> (Decision, Value) {
+fn run(pod: &Value, plan: &Plan) -> (PodMutation, Value) {
     let d = mutate_pod(pod, "default", plan, &AssumeServiceBacked);
     let mut patched = pod.clone();
     json_patch::patch(&mut patched, &d.patch.0).expect("patch applies to its input");

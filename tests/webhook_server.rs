@@ -657,7 +657,7 @@ struct Direct {
 }
 
 impl Direct {
-    fn start(settings: safe_termination::webhook::server::Settings, connections: safe_termination::webhook::server::Connections) -> Self {
+    fn start(settings: safe_termination::webhook::server::RequestLimits, connections: safe_termination::webhook::server::Connections) -> Self {
         use safe_termination::webhook::server::{self, WebhookState};
         use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -786,10 +786,10 @@ async fn stalled_body(
 /// waits past its own timeout gets the usual 503: `request_timeout_answers_instead_of_hanging`.)
 #[tokio::test]
 async fn request_bodies_held_at_once_are_bounded() {
-    use safe_termination::webhook::server::{BodyBudget, Settings};
+    use safe_termination::webhook::server::{BodyBudget, RequestLimits};
     let budget = BodyBudget::new(64 * 1024);
     // (a body timeout beyond the request timeout: here A holds its budget until the latter)
-    let settings = Settings {
+    let settings = RequestLimits {
         max_body_bytes: 64 * 1024,
         request_timeout: Duration::from_millis(1500),
         body_timeout: Duration::from_secs(10),
@@ -845,10 +845,14 @@ async fn request_bodies_held_at_once_are_bounded() {
 /// timeout.)
 #[tokio::test]
 async fn a_body_that_does_not_arrive_gives_its_budget_back_at_the_body_timeout() {
-    use safe_termination::webhook::server::{BodyBudget, Settings};
+    use safe_termination::webhook::server::{BodyBudget, RequestLimits};
     let budget = BodyBudget::new(64 * 1024);
-    let settings =
-        Settings { max_body_bytes: 64 * 1024, request_timeout: Duration::from_secs(10), body_timeout: Duration::from_millis(500), body_budget: budget.clone() };
+    let settings = RequestLimits {
+        max_body_bytes: 64 * 1024,
+        request_timeout: Duration::from_secs(10),
+        body_timeout: Duration::from_millis(500),
+        body_budget: budget.clone(),
+    };
     let server = Direct::start(settings, Default::default());
     let (pki, addr) = (&server.pki, server.addr);
 
@@ -952,9 +956,9 @@ async fn h2_post_streaming(pki: &Pki, addr: SocketAddr, declared: Option<usize>,
 /// complete response, not a reset stream.
 #[tokio::test]
 async fn oversized_body_over_http2_is_413_not_a_reset() {
-    use safe_termination::webhook::server::{BodyBudget, Settings};
+    use safe_termination::webhook::server::{BodyBudget, RequestLimits};
     let limit = 64 * 1024;
-    let settings = Settings {
+    let settings = RequestLimits {
         max_body_bytes: limit,
         request_timeout: Duration::from_secs(5),
         body_timeout: Duration::from_secs(5),

@@ -14,8 +14,8 @@
 //! - [`tls`]: the mutual TLS of both sides, from the operator's CA.
 //!
 //! The operator's side (finding the agents, scraping through them, choosing the source per
-//! node) is in [`crate::sources::agent`], [`crate::sources::scrape_loop`] and
-//! [`crate::sources::select`]; the command and its flags in [`crate::cli::agent`].
+//! node) is in [`crate::sources::agent_client`], [`crate::sources::scrape_loop`] and
+//! [`crate::sources::auto`]; the command and its flags in [`crate::cli::agent`].
 
 pub mod protocol;
 pub mod server;

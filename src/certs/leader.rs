@@ -283,7 +283,7 @@ pub async fn sync_files(client: &Client, cfg: &CertConfig) -> Result<bool, CertE
 
 /// Starts the certificate task in `tasks`: the lease holder writes the Secret; with
 /// [`CertConfig::files`], every replica copies it to the files.
-pub fn spawn(shared: &crate::operator::Shared, tasks: &mut crate::operator::Tasks, cfg: CertConfig) {
+pub fn spawn(shared: &crate::runtime::Shared, tasks: &mut crate::runtime::Tasks, cfg: CertConfig) {
     tasks.spawn("certificates", run(shared.client.clone(), cfg, shared.leader.clone(), shared.stop.clone()));
 }
 

@@ -3,7 +3,7 @@
 
 use crate::cli::{Error, OutputFormat, load_policy_spec, policy_spec_of, whole_in};
 use crate::core::crd::TerminationPolicySpec;
-use crate::core::mutate::{Decision, mutate_pod};
+use crate::core::mutate::{PodMutation, mutate_pod};
 use crate::core::plan::{Capabilities, Plan, PlanPolicy};
 use crate::core::selector::{AssumeServiceBacked, Labels, ServiceIndex, StaticServiceIndex};
 use crate::core::sizing;
@@ -122,7 +122,7 @@ pub struct MutateResult {
     /// Pod-level reason.
     pub reason: Option<crate::core::mutate::PodReason>,
     /// Per-container reasons.
-    pub containers: Vec<crate::core::mutate::ContainerDecision>,
+    pub containers: Vec<crate::core::mutate::ContainerMutation>,
     /// The Pod after the patch (absent for unsupported kinds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<Value>,
@@ -239,7 +239,7 @@ pub fn run_mutate(args: &MutateArgs) -> Result<String, Error> {
                     skipped: Some(why.to_string()),
                 }),
                 Ok((pod, ns)) => {
-                    let d: Decision = mutate_pod(&pod, &ns, &plan, services);
+                    let d: PodMutation = mutate_pod(&pod, &ns, &plan, services);
                     let mut patched = pod.clone();
                     json_patch::patch(&mut patched, &d.patch.0)
                         .map_err(|e| Error::Input(format!("{source}: internal error, the patch does not apply: {e}")))?;

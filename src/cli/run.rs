@@ -15,16 +15,16 @@ use crate::controller::{
     self,
     metrics::{ControllerMetrics, KubeProxyMetrics},
     planner::DefaultPolicyRef,
-    reconcile::Settings,
+    reconcile::ControllerSettings,
 };
 use crate::core::admission::policy::{PolicyObjects, default_namespace_selector};
 use crate::core::admission::{ActiveBackend, BackendSetting};
 use crate::core::advisor::Thresholds;
 use crate::core::measure::MeasurementStore;
 use crate::core::model::ProxyMode;
-use crate::operator::{self, Leadership, Shared, Tasks};
+use crate::runtime::{self, Leadership, Shared, Tasks};
 use crate::shutdown::Shutdown;
-use crate::sources::agent::AgentClientFiles;
+use crate::sources::agent_client::AgentClientFiles;
 use crate::sources::scrape::{Discovery, ScrapeMetrics, ScrapeOptions, parse_static_targets};
 use crate::sources::spawn::Auto;
 use crate::sources::{self, Measurement, SourceError, store_from_files};
@@ -37,7 +37,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SourceKind {
     /// Per node: kube-proxy's `/metrics` directly, else through the node's agent, else
-    /// Prometheus when `--prometheus-url` is set (`sources::select`).
+    /// Prometheus when `--prometheus-url` is set (`sources::auto`).
     Auto,
     /// Scrape every kube-proxy's `/metrics` (discovered by selector, or `--kube-proxy-target`).
     KubeProxy,
@@ -91,7 +91,7 @@ pub struct RunArgs {
     #[arg(long, env = "SAFE_TERMINATION_AGENT_NAMESPACE")]
     pub agent_namespace: Option<String>,
     /// Label selector of the node agent pods (in --agent-namespace), for `--source auto`.
-    #[arg(long, env = "SAFE_TERMINATION_AGENT_SELECTOR", default_value = crate::sources::agent::DEFAULT_AGENT_SELECTOR)]
+    #[arg(long, env = "SAFE_TERMINATION_AGENT_SELECTOR", default_value = crate::sources::agent_client::DEFAULT_AGENT_SELECTOR)]
     pub agent_selector: String,
     /// The node agents' mutual-TLS port.
     #[arg(long, env = "SAFE_TERMINATION_AGENT_PORT", default_value_t = crate::agent::protocol::DEFAULT_PORT)]
@@ -268,7 +268,7 @@ impl RunArgs {
     /// `NAMESPACE/NAME`.
     fn controller(&self, metrics: &ControllerMetrics, kube_proxy_metrics: &KubeProxyMetrics) -> Result<controller::Config, Error> {
         let default_policy = self.default_policy.as_deref().map(DefaultPolicyRef::parse).transpose().map_err(|e| Error::Usage(e.to_string()))?;
-        let settings = Settings {
+        let settings = ControllerSettings {
             thresholds: Thresholds {
                 sync_slow_seconds: self.sync_slow_seconds,
                 iptables_services: self.iptables_services_threshold,
@@ -280,7 +280,7 @@ impl RunArgs {
             mode_override: self.proxy_mode,
             min_sync_period_override: self.min_sync_period_seconds,
             no_kube_proxy_note: (self.proxy_mode == Some(ProxyMode::Ebpf)).then(|| "no kube-proxy (eBPF dataplane): sized from the policy default".to_string()),
-            ..Settings::default()
+            ..ControllerSettings::default()
         };
         Ok(controller::Config {
             settings,
@@ -385,7 +385,7 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
     } else {
         // in a pod (the chart sets POD_NAME), the lease is released as soon as the pod is deleted
         let own_pod = std::env::var("POD_NAME").ok().filter(|p| !p.is_empty());
-        operator::elect(client.clone(), &args.namespace, &args.lease_name, args.lease_identity(), own_pod, &mut tasks)
+        runtime::elect(client.clone(), &args.namespace, &args.lease_name, args.lease_identity(), own_pod, &mut tasks)
             .await
             .map_err(|e| Error::Io(format!("leader election: {e}")))?
     };

@@ -11,7 +11,7 @@ use crate::cli::{Error, whole_in};
 use crate::core::selector::{AssumeServiceBacked, ServiceIndex};
 use crate::shutdown::Shutdown;
 use crate::telemetry::{self, Readiness, Telemetry};
-use crate::webhook::server::{self, PlanHandle, Settings, WebhookState};
+use crate::webhook::server::{self, PlanHandle, RequestLimits, WebhookState};
 use crate::webhook::tls::{CertReloader, CertificateStore};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -162,7 +162,7 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
         plan: plan_handle,
         services,
         metrics,
-        settings: Settings {
+        settings: RequestLimits {
             max_body_bytes: serving.max_body_bytes,
             request_timeout: Duration::from_millis(serving.request_timeout_ms),
             body_timeout: Duration::from_millis(serving.body_timeout_ms),

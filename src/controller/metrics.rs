@@ -96,7 +96,7 @@ pub struct MigrationLabel {
 
 /// `result` label.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
+pub struct ReconcileResultLabel {
     /// ok or error.
     pub result: String,
 }
@@ -188,7 +188,7 @@ pub struct ControllerMetrics {
     /// Migration advice.
     pub migration: Family<MigrationLabel, Gauge>,
     /// Reconciliations by result.
-    pub reconciles: Family<ResultLabel, Counter>,
+    pub reconciles: Family<ReconcileResultLabel, Counter>,
     /// Reconcile duration.
     pub reconcile_duration: Histogram,
     /// Status patches.

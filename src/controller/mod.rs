@@ -1,25 +1,25 @@
 //! The TerminationPolicy controller (`safe-termination run`): reconciliation ([`reconcile`]),
 //! the desired status and its condition transitions ([`status`]), the webhook's plan built from
 //! the policies' status ([`planner`]) and published to the server ([`tasks`]), the capability
-//! probe ([`probe`]), the Service index ([`cluster`]) and the controller's own instruments
+//! probe ([`probe`]), the Service index ([`service_index`]) and the controller's own instruments
 //! ([`metrics`]).
 
 pub mod admission;
-pub mod cluster;
 pub mod metrics;
 pub mod planner;
 pub mod probe;
 pub mod reconcile;
+pub mod service_index;
 pub mod status;
 pub mod tasks;
 
-use crate::operator::{Shared, Tasks};
+use crate::runtime::{Shared, Tasks};
 use crate::webhook::server::PlanHandle;
-use cluster::ClusterIndex;
 use kube::runtime::events::{Recorder, Reporter};
 use metrics::{ControllerMetrics, KubeProxyMetrics};
 use planner::DefaultPolicyRef;
-use reconcile::{Context, Settings};
+use reconcile::{Context, ControllerSettings};
+use service_index::ClusterIndex;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -28,7 +28,7 @@ use tokio::sync::watch;
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Reconcile settings (thresholds, overrides, refresh).
-    pub settings: Settings,
+    pub settings: ControllerSettings,
     /// The operator's namespace: the capability probe creates its dry-run pod there.
     pub namespace: String,
     /// This replica's name in Events (`reportingInstance`).

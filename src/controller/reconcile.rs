@@ -4,8 +4,8 @@
 //! lease write nothing (they serve the plan from the status the leader wrote).
 
 use super::Error;
-use super::cluster::ClusterIndex;
-use super::metrics::{ControllerMetrics, KubeProxyMetrics, PolicyLabel, PolicyStateLabel, ResultLabel};
+use super::metrics::{ControllerMetrics, KubeProxyMetrics, PolicyLabel, PolicyStateLabel, ReconcileResultLabel};
+use super::service_index::ClusterIndex;
 use super::status::{self, MeasurementMeta};
 use crate::core::advisor::{ClusterFacts, Thresholds};
 use crate::core::analysis::{AnalysisOptions, WindowCache};
@@ -34,7 +34,7 @@ pub const FIELD_MANAGER: &str = "safe-termination";
 
 /// Controller settings.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub struct ControllerSettings {
     /// Advisor thresholds.
     pub thresholds: Thresholds,
     /// Re-reconcile at least this often.
@@ -55,7 +55,7 @@ pub struct Settings {
     pub admission_backend: Option<crate::core::admission::ActiveBackend>,
 }
 
-impl Default for Settings {
+impl Default for ControllerSettings {
     fn default() -> Self {
         Self {
             thresholds: Thresholds::default(),
@@ -85,8 +85,8 @@ pub struct Context {
     pub leader: watch::Receiver<bool>,
     /// Event recorder.
     pub recorder: Recorder,
-    /// Settings.
-    pub settings: Settings,
+    /// ControllerSettings.
+    pub settings: ControllerSettings,
     /// Controller metrics.
     pub metrics: ControllerMetrics,
     /// Per-node metrics.
@@ -277,7 +277,7 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
         }
         write_status(&ctx, &policy, &desired).await?;
     }
-    ctx.metrics.reconciles.get_or_create(&ResultLabel { result: "ok".into() }).inc();
+    ctx.metrics.reconciles.get_or_create(&ReconcileResultLabel { result: "ok".into() }).inc();
     ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
     Ok(Action::requeue(ctx.settings.requeue))
 }
@@ -338,7 +338,7 @@ async fn write_status(ctx: &Context, policy: &TerminationPolicy, desired: &Termi
 /// Retry policy: count, log, retry in 30 s.
 pub fn error_policy(policy: Arc<TerminationPolicy>, err: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(policy = %policy.name_any(), error = %err, "reconcile failed");
-    ctx.metrics.reconciles.get_or_create(&ResultLabel { result: "error".into() }).inc();
+    ctx.metrics.reconciles.get_or_create(&ReconcileResultLabel { result: "error".into() }).inc();
     Action::requeue(Duration::from_secs(30))
 }
 

@@ -470,7 +470,7 @@ mod low_sample_tests {
     }
 
     /// With no node at all (an eBPF dataplane: no kube-proxy), the configured mode is the
-    /// cluster's (tests/e2e.rs reports a Cilium cluster as `ebpf` so).
+    /// cluster's (tests/e2e_in_process.rs reports a Cilium cluster as `ebpf` so).
     #[test]
     fn the_configured_mode_is_the_clusters_when_no_node_reports_one() {
         let opts = AnalysisOptions { configured_mode: Some(ProxyMode::Ebpf), ..Default::default() };

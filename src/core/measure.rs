@@ -30,7 +30,7 @@ pub struct Sample {
 }
 
 /// Which way a node's sample reached the operator (`--source auto` tries the first three in
-/// this order, per node; see [`crate::sources::select`]).
+/// this order, per node; see [`crate::sources::auto`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NodeSource {

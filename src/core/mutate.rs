@@ -84,7 +84,7 @@ pub enum ContainerReason {
 /// The decision for one container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ContainerDecision {
+pub struct ContainerMutation {
     /// Container name.
     pub name: String,
     /// What happened.
@@ -94,7 +94,7 @@ pub struct ContainerDecision {
 /// The engine's answer for one pod.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Decision {
+pub struct PodMutation {
     /// RFC 6902 operations (empty when nothing changes); they apply cleanly to the input.
     pub patch: Patch,
     /// Human-readable warnings, whole: [`crate::webhook::review`] cuts each to 119 characters for the
@@ -103,12 +103,12 @@ pub struct Decision {
     /// Why the pod was or was not mutated.
     pub reason: PodReason,
     /// Per-container decisions, in `spec.containers` order.
-    pub containers: Vec<ContainerDecision>,
+    pub containers: Vec<ContainerMutation>,
     /// `namespace/name` of the policy applied, if any.
     pub policy: Option<String>,
 }
 
-impl Decision {
+impl PodMutation {
     fn skip(reason: PodReason, warnings: Vec<String>, policy: Option<String>) -> Self {
         Self { patch: Patch(Vec::new()), warnings, reason, containers: Vec::new(), policy }
     }
@@ -116,7 +116,7 @@ impl Decision {
 
 /// Limits an admission warning to 119 characters (Kubernetes' admission webhook docs ask for
 /// 120 or fewer; kubectl prints each on one line): what
-/// [`crate::webhook::review`] sends. [`Decision::warnings`] are whole; `mutate` prints them so.
+/// [`crate::webhook::review`] sends. [`PodMutation::warnings`] are whole; `mutate` prints them so.
 pub fn short_warning(s: String) -> String {
     const MAX: usize = 119;
     if s.chars().count() <= MAX {
@@ -155,9 +155,9 @@ fn is_windows(spec: &Value) -> bool {
 
 /// Decides the mutation of `pod` (a Pod as JSON) created in `namespace` (the admission request's
 /// namespace; the pod's own `metadata.namespace` is used when that is empty).
-pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn ServiceIndex) -> Decision {
+pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn ServiceIndex) -> PodMutation {
     if pod.get("kind").and_then(Value::as_str).is_some_and(|k| k != "Pod") || !pod.is_object() {
-        return Decision::skip(PodReason::NotAPod, Vec::new(), None);
+        return PodMutation::skip(PodReason::NotAPod, Vec::new(), None);
     }
     let meta = pod.get("metadata");
     let annotations = str_map(meta.and_then(|m| m.get("annotations")));
@@ -196,18 +196,18 @@ fn in_scope<'p>(
     namespace: &str,
     plan: &'p Plan,
     services: &dyn ServiceIndex,
-) -> Result<InScope<'p>, Decision> {
+) -> Result<InScope<'p>, PodMutation> {
     if annotations.contains_key(ANNOTATION_MIRROR) {
-        return Err(Decision::skip(PodReason::MirrorPod, Vec::new(), None));
+        return Err(PodMutation::skip(PodReason::MirrorPod, Vec::new(), None));
     }
     if matches!(spec.get("restartPolicy").and_then(Value::as_str), Some("Never" | "OnFailure")) {
-        return Err(Decision::skip(PodReason::RunToCompletion, Vec::new(), None));
+        return Err(PodMutation::skip(PodReason::RunToCompletion, Vec::new(), None));
     }
     if annotations.get(ANNOTATION_SKIP).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
-        return Err(Decision::skip(PodReason::OptedOut, Vec::new(), None));
+        return Err(PodMutation::skip(PodReason::OptedOut, Vec::new(), None));
     }
     let Some(resolved) = plan.resolve(namespace, labels) else {
-        return Err(Decision::skip(PodReason::NoPolicy, Vec::new(), None));
+        return Err(PodMutation::skip(PodReason::NoPolicy, Vec::new(), None));
     };
     let policy: &PlanPolicy = resolved.policy;
     let policy_ref = policy.reference();
@@ -216,27 +216,27 @@ fn in_scope<'p>(
         warnings.push(format!("safe-termination: policy {} chosen over {}", policy.name, resolved.also_matched.join(",")));
     }
     match policy.spec.mode {
-        EnforcementMode::Disabled => return Err(Decision::skip(PodReason::PolicyDisabled, warnings, Some(policy_ref))),
+        EnforcementMode::Disabled => return Err(PodMutation::skip(PodReason::PolicyDisabled, warnings, Some(policy_ref))),
         EnforcementMode::Enforce | EnforcementMode::Audit => {}
     }
     if policy.spec.scope == Scope::ServiceBacked && !services.selects(namespace, labels) {
-        return Err(Decision::skip(PodReason::NotServiceBacked, warnings, Some(policy_ref)));
+        return Err(PodMutation::skip(PodReason::NotServiceBacked, warnings, Some(policy_ref)));
     }
     let grace_value = spec.get("terminationGracePeriodSeconds").filter(|v| !v.is_null());
     if grace_value.is_some_and(|v| v.as_i64().is_none()) {
         // not an integer (the API server would reject it): never overwrite what the user wrote
         warnings.push("safe-termination: terminationGracePeriodSeconds is not an integer; pod left unchanged".into());
-        return Err(Decision::skip(PodReason::NoChange, warnings, Some(policy_ref)));
+        return Err(PodMutation::skip(PodReason::NoChange, warnings, Some(policy_ref)));
     }
     let current_grace = grace_value.and_then(Value::as_i64);
     if current_grace == Some(0) {
         warnings.push("safe-termination: terminationGracePeriodSeconds is 0, so no preStop sleep was added".into());
-        return Err(Decision::skip(PodReason::GraceZero, warnings, Some(policy_ref)));
+        return Err(PodMutation::skip(PodReason::GraceZero, warnings, Some(policy_ref)));
     }
     // sized and bounded when the plan was built (sizing::clamp_pre_stop): served as it is
     let pre_stop = policy.pre_stop_seconds;
     if pre_stop == 0 {
-        return Err(Decision::skip(PodReason::ZeroSleep, warnings, Some(policy_ref)));
+        return Err(PodMutation::skip(PodReason::ZeroSleep, warnings, Some(policy_ref)));
     }
     Ok(InScope { policy, policy_ref, warnings, current_grace, pre_stop })
 }
@@ -246,7 +246,7 @@ struct Hooks {
     /// The hooks to add (none in audit mode).
     ops: Vec<PatchOperation>,
     /// One per container object, in order.
-    containers: Vec<ContainerDecision>,
+    containers: Vec<ContainerMutation>,
     /// Containers given (or, in audit mode, that would be given) a hook.
     injected: usize,
     /// Containers that kept their own preStop (R1).
@@ -317,7 +317,7 @@ fn container_hooks(spec: &Value, annotations: &Labels, policy: &PlanPolicy, pre_
                 }
             }
         };
-        hooks.containers.push(ContainerDecision { name, reason });
+        hooks.containers.push(ContainerMutation { name, reason });
     }
     if !no_handler.is_empty() {
         let why = if windows { "no native sleep, no exec on Windows" } else { "no native sleep, image not in execImages" };
@@ -329,13 +329,13 @@ fn container_hooks(spec: &Value, annotations: &Labels, policy: &PlanPolicy, pre_
 
 /// The decision from the container hooks: the grace raised to hold the sleep (R2, R3) and the
 /// annotations, or in audit mode the audit annotation and a warning only.
-fn finish(meta: Option<&Value>, annotations: &Labels, scope: InScope<'_>, hooks: Hooks) -> Decision {
+fn finish(meta: Option<&Value>, annotations: &Labels, scope: InScope<'_>, hooks: Hooks) -> PodMutation {
     let InScope { policy, policy_ref, mut warnings, current_grace, pre_stop } = scope;
     let Hooks { mut ops, containers, injected, kept, any_without_handler, warnings: hook_warnings } = hooks;
     warnings.extend(hook_warnings);
     if injected == 0 && kept == 0 {
         let reason = if any_without_handler { PodReason::NoUsableHandler } else { PodReason::NoChange };
-        return Decision { patch: Patch(Vec::new()), warnings, reason, containers, policy: Some(policy_ref) };
+        return PodMutation { patch: Patch(Vec::new()), warnings, reason, containers, policy: Some(policy_ref) };
     }
     let target_grace = grace_seconds(current_grace, pre_stop, &policy.spec.grace);
     let grace_changes = match current_grace {
@@ -351,7 +351,7 @@ fn finish(meta: Option<&Value>, annotations: &Labels, scope: InScope<'_>, hooks:
         }
         let patch = annotation_ops(meta, annotations, &annotate);
         let reason = if patch.is_empty() { PodReason::NoChange } else { PodReason::Audited };
-        return Decision { patch: Patch(patch), warnings, reason, containers, policy: Some(policy_ref) };
+        return PodMutation { patch: Patch(patch), warnings, reason, containers, policy: Some(policy_ref) };
     }
     if grace_changes {
         let value = json!(target_grace);
@@ -365,7 +365,7 @@ fn finish(meta: Option<&Value>, annotations: &Labels, scope: InScope<'_>, hooks:
         ops.extend(annotation_ops(meta, annotations, &annotate));
     }
     let reason = if ops.is_empty() { PodReason::NoChange } else { PodReason::Mutated };
-    Decision { patch: Patch(ops), warnings, reason, containers, policy: Some(policy_ref) }
+    PodMutation { patch: Patch(ops), warnings, reason, containers, policy: Some(policy_ref) }
 }
 
 /// Operations that set `annotate` on the pod: one `add` of the whole map when the pod has no

@@ -4,8 +4,8 @@
 //!   URL for the command line, and `--source files` for the operator.
 //! - For the operator: every kube-proxy scraped directly ([`scrape`], which also reads
 //!   kube-proxy's configuration from `/configz` or its ConfigMap for [`crate::core::proxyconfig`]),
-//!   the node agents ([`agent`]) and a Prometheus server ([`prometheus`]); `--source auto`
-//!   chooses among them per node ([`select`], pure); the loop that runs a cycle of them and
+//!   the node agents ([`agent_client`]) and a Prometheus server ([`prometheus`]); `--source auto`
+//!   chooses among them per node ([`auto`], pure); the loop that runs a cycle of them and
 //!   records it ([`scrape_loop`]: the direct scrape, then the fallbacks) is the one file that
 //!   uses all of them.
 //! - The one size-limited HTTP fetcher all of them use ([`fetch`]), the measurement task of
@@ -13,14 +13,14 @@
 //!
 //! This file only declares and re-exports: the submodules import each other, never this file.
 
-pub mod agent;
+pub mod agent_client;
+pub mod auto;
 pub mod error;
 pub mod fetch;
 pub mod oneshot;
 pub mod prometheus;
 pub mod scrape;
 pub mod scrape_loop;
-pub mod select;
 pub mod spawn;
 
 pub use error::SourceError;

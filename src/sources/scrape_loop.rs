@@ -1,7 +1,7 @@
 //! The operator's measurement loop (adapter): every interval it scrapes each kube-proxy directly
 //! ([`super::scrape`]), completes the nodes that failed through `--source auto`'s fallbacks (the
 //! node agents, [`super::agent`], then Prometheus, [`super::prometheus`], each node's choice made
-//! by [`super::select`]), records the outcomes into the store and refreshes kube-proxy's
+//! by [`super::auto`]), records the outcomes into the store and refreshes kube-proxy's
 //! configuration.
 //!
 //! - [`ScrapeLoop`]: all of the above every interval (default 30 s, plus up to 10% jitter),
@@ -12,7 +12,8 @@
 //!
 //! This file composes the sources; none of them imports it.
 
-use super::agent::{AgentSource, scrape_agent};
+use super::agent_client::{AgentSource, scrape_agent};
+use super::auto::{Attempts, NextStep, Tried, next_step};
 use super::fetch::http_client;
 use super::oneshot::unix_now;
 use super::prometheus::PrometheusSource;
@@ -20,7 +21,6 @@ use super::scrape::{
     DEFAULT_INTERVAL, Jitter, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, fetch_configz, record_outcomes, resolve_proxy_config,
     scrape_all,
 };
-use super::select::{Attempts, Decision, Tried, decide};
 use crate::core::measure::{MeasurementStore, NodeFailure, NodeSource, Sample, reason};
 use crate::core::proxyconfig::ResolvedProxyConfig;
 use futures::StreamExt;
@@ -284,7 +284,7 @@ impl Fallbacks {
     /// Completes `direct` (the direct scrape of each of `targets`): the nodes that failed are
     /// tried through their agent (at most `opts.max_in_flight` at once, each within
     /// `opts.timeout`), then those still unmeasured through one Prometheus query, each node's
-    /// choice and failure message made by [`decide`].
+    /// choice and failure message made by [`next_step`].
     pub async fn apply(&self, targets: &[Target], direct: Vec<ScrapeOutcome>, opts: &ScrapeOptions) -> Applied {
         let prometheus_unavailable = self.prometheus.is_none().then(|| "not configured (--prometheus-url)".to_string());
         let mut nodes: BTreeMap<String, (Attempts<Sample>, Duration)> = BTreeMap::new();
@@ -297,7 +297,7 @@ impl Fallbacks {
             nodes.insert(o.node, (a, o.elapsed));
         }
         let wants = |nodes: &BTreeMap<String, (Attempts<Sample>, Duration)>, s: NodeSource| -> Vec<String> {
-            nodes.iter().filter(|(_, (a, _))| decide(a) == Decision::Try(s)).map(|(n, _)| n.clone()).collect()
+            nodes.iter().filter(|(_, (a, _))| next_step(a) == NextStep::Try(s)).map(|(n, _)| n.clone()).collect()
         };
         let mut agents_answered = Vec::new();
         let need_agent = wants(&nodes, NodeSource::Agent);
@@ -347,8 +347,8 @@ impl Fallbacks {
         let outcomes = nodes
             .into_iter()
             .map(|(node, (mut a, elapsed))| {
-                let (result, source) = match decide(&a) {
-                    Decision::Chosen { source, passed_over } => {
+                let (result, source) = match next_step(&a) {
+                    NextStep::Chosen { source, passed_over } => {
                         if !passed_over.is_empty() {
                             tracing::debug!(node = %node, source = source.as_str(), passed_over = %passed_over.join("; "), "node measured through a fallback source");
                         }
@@ -357,8 +357,8 @@ impl Fallbacks {
                             None => (Err(NodeFailure { reason: reason::OTHER.into(), message: "internal error: chosen source without a sample".into(), at_unix_seconds: unix_now() }), source),
                         }
                     }
-                    Decision::Failed(f) => (Err(f), last_tried(&a)),
-                    Decision::Try(s) => (Err(NodeFailure { reason: reason::OTHER.into(), message: format!("internal error: {} not tried", s.as_str()), at_unix_seconds: unix_now() }), s),
+                    NextStep::Failed(f) => (Err(f), last_tried(&a)),
+                    NextStep::Try(s) => (Err(NodeFailure { reason: reason::OTHER.into(), message: format!("internal error: {} not tried", s.as_str()), at_unix_seconds: unix_now() }), s),
                 };
                 ScrapeOutcome { node, result, elapsed, source }
             })
@@ -410,5 +410,5 @@ impl Fallbacks {
 
 /// The last source of a node's attempts that was tried (its failure is the one reported).
 fn last_tried<T>(a: &Attempts<T>) -> NodeSource {
-    super::select::ORDER.into_iter().rev().find(|s| matches!(a.get(*s), Tried::Failed(_) | Tried::Got(_))).unwrap_or(NodeSource::KubeProxy)
+    super::auto::ORDER.into_iter().rev().find(|s| matches!(a.get(*s), Tried::Failed(_) | Tried::Got(_))).unwrap_or(NodeSource::KubeProxy)
 }

@@ -2,11 +2,11 @@
 //! replica leads, recording into the shared store and bumping the measurement generation.
 //! `--source auto` is the kube-proxy scrape loop with fallbacks ([`Auto`]).
 
-use super::agent::{AgentClientFiles, AgentSource, AgentTargets};
+use super::agent_client::{AgentClientFiles, AgentSource, AgentTargets};
 use super::prometheus::{PrometheusLoop, PrometheusSource};
 use super::scrape::{Discovery, ScrapeMetrics, ScrapeOptions, Target, TargetSource};
 use super::scrape_loop::{Fallbacks, ScrapeLoop};
-use crate::operator::{Shared, Tasks};
+use crate::runtime::{Shared, Tasks};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::time::Duration;

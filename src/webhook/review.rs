@@ -10,7 +10,7 @@
 //! Wire format: kube-core 5 serialises `AdmissionResponse.patch` (`Vec<u8>`) as a JSON array of
 //! numbers. Kubernetes documents `patch` as base64 (Go `[]byte`); the response is written here
 //! directly, in kube-core's field order, with `patch` as base64, so that it matches the
-//! documented form whatever the decoder accepts (tests/e2e.rs: a real kube-apiserver applies it).
+//! documented form whatever the decoder accepts (tests/e2e_in_process.rs: a real kube-apiserver applies it).
 //!
 //! Cost: the body is parsed once into a `serde_json::Value`; the request's fields are read from
 //! it by reference and the pod is patched in place to check the patch (BENCHMARKS.md "Webhook").
@@ -18,7 +18,7 @@
 use crate::core::annotations::{
     ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_MIRROR, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP, ANNOTATION_SKIP_CONTAINERS,
 };
-use crate::core::mutate::{Decision, PodReason, mutate_pod, short_warning};
+use crate::core::mutate::{PodMutation, PodReason, mutate_pod, short_warning};
 use crate::core::plan::Plan;
 use crate::core::selector::ServiceIndex;
 use base64::Engine as _;
@@ -37,7 +37,7 @@ pub struct ReviewOutcome {
     pub namespace: String,
     /// `request.name` or the pod's generateName.
     pub name: String,
-    /// Decision label for logs and metrics (`mutated`, `no_change`, `skipped_*`, `ignored`,
+    /// PodMutation label for logs and metrics (`mutated`, `no_change`, `skipped_*`, `ignored`,
     /// `fail_open`, `bad_request`).
     pub decision: &'static str,
     /// Number of patch operations sent.
@@ -59,7 +59,7 @@ fn bad_request(message: String) -> ReviewOutcome {
     }
 }
 
-/// Decision label of a pod reason.
+/// PodMutation label of a pod reason.
 pub fn decision_label(reason: PodReason) -> &'static str {
     match reason {
         PodReason::Mutated => "mutated",
@@ -241,7 +241,7 @@ pub fn review(body: &[u8], plan: &Plan, services: &dyn ServiceIndex) -> ReviewOu
     out
 }
 
-fn apply(response: &mut Response<'_>, d: Decision, out: &mut ReviewOutcome) {
+fn apply(response: &mut Response<'_>, d: PodMutation, out: &mut ReviewOutcome) {
     out.decision = decision_label(d.reason);
     if !d.patch.0.is_empty() {
         match serde_json::to_vec(&d.patch) {

@@ -1,9 +1,9 @@
 //! The admission webhook's HTTPS server: axum over rustls (see [`super::tls`]), HTTP/1.1 and
 //! HTTP/2, `POST /mutate` with AdmissionReview v1 in and out through [`super::review`].
 //!
-//! Every request is bounded: the body by [`Settings::max_body_bytes`] (413 beyond, with a
+//! Every request is bounded: the body by [`RequestLimits::max_body_bytes`] (413 beyond, with a
 //! message, on HTTP/1.1 and HTTP/2 alike: see [`H2_DRAIN_FACTOR`]), the whole answer by
-//! [`Settings::request_timeout`] (503 with a message, below the webhook configuration's
+//! [`RequestLimits::request_timeout`] (503 with a message, below the webhook configuration's
 //! `timeoutSeconds`, so the API server applies its `failurePolicy` rather than wait). A wrong
 //! `Content-Type` is 415. Every answer is logged once with the uid, namespace, pod name,
 //! decision, patch size and duration, and counted in [`WebhookMetrics`]. The handler reads the
@@ -50,11 +50,11 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// Default per-request timeout: 4 s, below the webhook's `timeoutSeconds` of 5.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
-/// Default [`Settings::body_timeout`]: an API server sends its whole AdmissionReview at once (a
+/// Default [`RequestLimits::body_timeout`]: an API server sends its whole AdmissionReview at once (a
 /// few KB, at most a few MB inside the cluster), so a second is ample.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(1);
 /// HTTP/2: a body over the limit is read on and discarded, at most this many times the limit
-/// more (and within [`Settings::body_timeout`]), before the 413 is sent. The stream then ends
+/// more (and within [`RequestLimits::body_timeout`]), before the 413 is sent. The stream then ends
 /// with both sides' END_STREAM and the client reads a plain 413. Answering without reading the
 /// rest makes hyper close the stream with RST_STREAM(NO_ERROR) after the answer (RFC 9113
 /// section 8.1), which some clients (the h2 crate's) report as a stream reset instead of the
@@ -150,7 +150,7 @@ impl PlanHandle {
 
 /// Request limits.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub struct RequestLimits {
     /// Largest accepted body, bytes.
     pub max_body_bytes: usize,
     /// Time allowed to read the body and answer.
@@ -164,7 +164,7 @@ pub struct Settings {
     pub body_budget: BodyBudget,
 }
 
-impl Default for Settings {
+impl Default for RequestLimits {
     fn default() -> Self {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -223,7 +223,7 @@ pub struct WebhookState {
     /// Metrics.
     pub metrics: WebhookMetrics,
     /// Limits.
-    pub settings: Settings,
+    pub settings: RequestLimits,
 }
 
 impl std::fmt::Debug for WebhookState {

@@ -272,8 +272,8 @@ mod tests {
         std::fs::write(&k, &key2).unwrap();
         assert_eq!(r.poll_once().await, PollOutcome::Loaded);
         assert_ne!(store.current_leaf().unwrap(), leaf);
-        let ok = metrics.certificate_reloads.get_or_create(&crate::telemetry::ResultLabel { result: "success" }).get();
-        let err = metrics.certificate_reloads.get_or_create(&crate::telemetry::ResultLabel { result: "error" }).get();
+        let ok = metrics.certificate_reloads.get_or_create(&crate::telemetry::ReloadResultLabel { result: "success" }).get();
+        let err = metrics.certificate_reloads.get_or_create(&crate::telemetry::ReloadResultLabel { result: "error" }).get();
         assert_eq!((ok, err), (2, 3));
     }
 }

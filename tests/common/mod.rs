@@ -369,7 +369,7 @@ pub struct Webhook {
 
 /// Starts a [`Webhook`] serving `plan`, with scope ServiceBacked answered by `services`.
 pub fn start_webhook_with(plan: safe_termination::core::plan::Plan, services: std::sync::Arc<dyn safe_termination::core::selector::ServiceIndex>) -> Webhook {
-    use safe_termination::webhook::server::{self, PlanHandle, Settings, WebhookState};
+    use safe_termination::webhook::server::{self, PlanHandle, RequestLimits, WebhookState};
     use safe_termination::webhook::tls::{CertificateStore, load_certified_key, server_config};
     let _ = rustls::crypto::ring::default_provider().install_default();
     let store = std::sync::Arc::new(CertificateStore::new());
@@ -383,7 +383,7 @@ pub fn start_webhook_with(plan: safe_termination::core::plan::Plan, services: st
         plan: PlanHandle::with_plan(plan),
         services,
         metrics: safe_termination::telemetry::Telemetry::new().webhook().clone(),
-        settings: Settings::default(),
+        settings: RequestLimits::default(),
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let token = stop.clone();

@@ -90,10 +90,10 @@ impl<T> Attempts<T> {
     }
 }
 
-/// The decision for one node.
+/// The next step for one node under `--source auto`.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
-    /// Fetch this source next, then decide again.
+pub enum NextStep {
+    /// Fetch this source next, then ask for the next step again.
     Try(NodeSource),
     /// Measured through `source`; `passed_over` says why the sources before it were not used
     /// (`kube-proxy: <failure>`), for the logs.
@@ -114,13 +114,13 @@ pub const NO_AGENT_FIX: &str = "to measure this node without reconfiguring kube-
 
 /// The next step for a node: the first source of [`ORDER`] not tried yet (sources before it
 /// all failed or unavailable), the first that measured, or the failure when none is left.
-pub fn decide<T>(attempts: &Attempts<T>) -> Decision {
+pub fn next_step<T>(attempts: &Attempts<T>) -> NextStep {
     let mut story = Vec::new();
     let mut last_failure: Option<&NodeFailure> = None;
     for source in ORDER {
         match attempts.get(source) {
-            Tried::Pending => return Decision::Try(source),
-            Tried::Got(_) => return Decision::Chosen { source, passed_over: story },
+            Tried::Pending => return NextStep::Try(source),
+            Tried::Got(_) => return NextStep::Chosen { source, passed_over: story },
             Tried::Unavailable(why) => story.push(format!("{}: {why}", source.as_str())),
             Tried::Failed(f) => {
                 story.push(format!("{}: {}", source.as_str(), f.message));
@@ -139,7 +139,7 @@ pub fn decide<T>(attempts: &Attempts<T>) -> Decision {
             _ => None,
         })
         .fold(0.0, f64::max);
-    Decision::Failed(NodeFailure {
+    NextStep::Failed(NodeFailure {
         reason: last_failure.map_or_else(|| crate::core::measure::reason::OTHER.to_string(), |f| f.reason.clone()),
         message: story.join("; "),
         at_unix_seconds: at,
@@ -158,19 +158,19 @@ mod tests {
     #[test]
     fn kube_proxy_first_then_the_agent_then_prometheus() {
         let mut a: Attempts<u8> = Attempts::new(None, None);
-        assert_eq!(decide(&a), Decision::Try(NodeSource::KubeProxy));
+        assert_eq!(next_step(&a), NextStep::Try(NodeSource::KubeProxy));
         a.kube_proxy = Tried::Got(1);
-        assert_eq!(decide(&a), Decision::Chosen { source: NodeSource::KubeProxy, passed_over: vec![] }, "the agent is not asked");
+        assert_eq!(next_step(&a), NextStep::Chosen { source: NodeSource::KubeProxy, passed_over: vec![] }, "the agent is not asked");
         a.kube_proxy = failed(reason::CONNECTION_REFUSED, "refused", 1.0);
-        assert_eq!(decide(&a), Decision::Try(NodeSource::Agent));
+        assert_eq!(next_step(&a), NextStep::Try(NodeSource::Agent));
         a.agent = Tried::Got(2);
-        assert_eq!(decide(&a), Decision::Chosen { source: NodeSource::Agent, passed_over: vec!["kube-proxy: refused".into()] });
+        assert_eq!(next_step(&a), NextStep::Chosen { source: NodeSource::Agent, passed_over: vec!["kube-proxy: refused".into()] });
         a.agent = failed(reason::TIMEOUT, "agent timed out", 2.0);
-        assert_eq!(decide(&a), Decision::Try(NodeSource::Prometheus));
+        assert_eq!(next_step(&a), NextStep::Try(NodeSource::Prometheus));
         a.prometheus = Tried::Got(3);
         assert_eq!(
-            decide(&a),
-            Decision::Chosen { source: NodeSource::Prometheus, passed_over: vec!["kube-proxy: refused".into(), "agent: agent timed out".into()] }
+            next_step(&a),
+            NextStep::Chosen { source: NodeSource::Prometheus, passed_over: vec!["kube-proxy: refused".into(), "agent: agent timed out".into()] }
         );
         assert_eq!(a.take(NodeSource::Prometheus), Some(3));
         assert_eq!(a.take(NodeSource::Agent), None);
@@ -181,18 +181,18 @@ mod tests {
     fn unavailable_sources_are_skipped() {
         let mut a: Attempts<u8> = Attempts::new(Some("no agent pod on this node".into()), None);
         a.kube_proxy = failed(reason::TIMEOUT, "t", 1.0);
-        assert_eq!(decide(&a), Decision::Try(NodeSource::Prometheus));
+        assert_eq!(next_step(&a), NextStep::Try(NodeSource::Prometheus));
         let mut b: Attempts<u8> = Attempts::new(None, Some("not configured (--prometheus-url)".into()));
         b.kube_proxy = failed(reason::TIMEOUT, "t", 1.0);
         b.agent = Tried::Got(1);
-        assert_eq!(decide(&b), Decision::Chosen { source: NodeSource::Agent, passed_over: vec!["kube-proxy: t".into()] });
+        assert_eq!(next_step(&b), NextStep::Chosen { source: NodeSource::Agent, passed_over: vec!["kube-proxy: t".into()] });
     }
 
     #[test]
     fn a_refused_node_without_an_agent_is_reported_with_the_fixes() {
         let mut a: Attempts<u8> = Attempts::new(Some("no agent pod on this node".into()), Some("not configured (--prometheus-url)".into()));
         a.kube_proxy = failed(reason::CONNECTION_REFUSED, "http://10.0.0.1:10249/metrics: connection refused (set metricsBindAddress ...)", 5.0);
-        let Decision::Failed(f) = decide(&a) else { panic!() };
+        let NextStep::Failed(f) = next_step(&a) else { panic!() };
         assert_eq!(f.reason, reason::CONNECTION_REFUSED);
         assert_eq!(f.at_unix_seconds, 5.0);
         assert_eq!(
@@ -208,7 +208,7 @@ mod tests {
         let mut a: Attempts<u8> = Attempts::new(None, Some("not configured".into()));
         a.kube_proxy = failed(reason::CONNECTION_REFUSED, "refused", 5.0);
         a.agent = failed(reason::OTHER, "agent https://10.0.0.1:10349: refused", 6.0);
-        let Decision::Failed(f) = decide(&a) else { panic!() };
+        let NextStep::Failed(f) = next_step(&a) else { panic!() };
         assert_eq!((f.reason.as_str(), f.at_unix_seconds), (reason::OTHER, 6.0));
         assert_eq!(f.message, "kube-proxy: refused; agent: agent https://10.0.0.1:10349: refused; prometheus: not configured");
     }

@@ -1,76 +1,14 @@
-//! What the operator's long-running tasks share, and the set they run in. `cli::run` builds one
-//! [`Shared`] and hands it to `sources::spawn`, `controller::spawn` and
-//! `certs::spawn`; each adds its tasks to the one [`Tasks`] set, whose first task to
-//! end stops the process.
+//! Leader election: one replica at a time measures and writes status. A Lease held through
+//! kube-lease-manager, with two rules of this crate's own on top: a leader that sees no renewal
+//! of its lease steps down before the lease can expire for the others ([`LEADER_STEP_DOWN`]),
+//! and a follower reads the Lease often enough to take a released one at once
+//! ([`RELEASED_LEASE_CHECK`]).
 
-use crate::core::measure::MeasurementStore;
-use crate::core::proxyconfig::ResolvedProxyConfig;
+use super::shared::Leadership;
+use super::tasks::Tasks;
 use kube::Client;
-use std::future::Future;
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
-
-/// The shared context of the operator's tasks. Cloning is cheap (handles only).
-#[derive(Clone)]
-pub struct Shared {
-    /// The Kubernetes API client.
-    pub client: Client,
-    /// Cancelled when the process shuts down.
-    pub stop: CancellationToken,
-    /// True while this replica holds the lease (always true without leader election).
-    pub leader: watch::Receiver<bool>,
-    /// The rolling measurement: sources record into it, the controller reads it.
-    pub store: Arc<Mutex<MeasurementStore>>,
-    /// The measurement generation: bumped by a source after each recorded round.
-    pub generation: watch::Sender<u64>,
-    /// A receiver of [`Shared::generation`] made with it, so that a bump before a consumer
-    /// starts still counts as a change for that consumer.
-    pub measured: watch::Receiver<u64>,
-    /// kube-proxy's configuration (minSyncPeriod, mode) as a source last resolved it.
-    pub proxy: Arc<RwLock<ResolvedProxyConfig>>,
-    /// Keeps the leadership channel open when there is no election (the lease task keeps it
-    /// open otherwise).
-    _always_leader: Option<Arc<watch::Sender<bool>>>,
-}
-
-impl Shared {
-    /// A context around `store`; `leader` from [`elect`] (or [`Leadership::always`]).
-    pub fn new(client: Client, stop: CancellationToken, leader: Leadership, store: MeasurementStore) -> Self {
-        let (generation, measured) = watch::channel(0u64);
-        Self {
-            client,
-            stop,
-            leader: leader.rx,
-            store: Arc::new(Mutex::new(store)),
-            generation,
-            measured,
-            proxy: Arc::new(RwLock::new(ResolvedProxyConfig::default())),
-            _always_leader: leader.always,
-        }
-    }
-}
-
-/// This replica's leadership: a receiver that is true while it leads.
-pub struct Leadership {
-    rx: watch::Receiver<bool>,
-    always: Option<Arc<watch::Sender<bool>>>,
-}
-
-impl Leadership {
-    /// True while this replica leads (the lease task's last published state).
-    pub fn leading(&self) -> bool {
-        *self.rx.borrow()
-    }
-
-    /// Leads for the process's life (`--no-leader-election`: one replica only).
-    pub fn always() -> Self {
-        let (tx, rx) = watch::channel(true);
-        Self { rx, always: Some(Arc::new(tx)) }
-    }
-}
 
 /// How often a follower reads the Lease to see whether it was released, and a leader to see
 /// that it is still renewed.
@@ -166,7 +104,7 @@ pub async fn elect(
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(client.clone(), namespace);
     let lease_name = lease_name.to_string();
     let (tx, rx) = watch::channel(false);
-    let stop = tasks.stop.clone();
+    let stop = tasks.stop_token();
     let deleted = own_pod_deleted(client, namespace.to_string(), own_pod);
     tasks.spawn("lease", async move {
         tokio::pin!(deleted);
@@ -242,7 +180,7 @@ pub async fn elect(
             tracing::warn!(error = %e, "cannot release the lease on shutdown; it expires on its own");
         }
     });
-    Ok(Leadership { rx, always: None })
+    Ok(Leadership::elected(rx))
 }
 
 /// True when `lease` has no holder (released: kube-lease-manager clears `holderIdentity`).
@@ -283,41 +221,6 @@ async fn own_pod_deleted(client: Client, namespace: String, pod: Option<String>)
             return;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-/// The operator's tasks, each named for the log line when it ends.
-pub struct Tasks {
-    set: JoinSet<&'static str>,
-    stop: CancellationToken,
-}
-
-impl Tasks {
-    /// An empty set whose tasks stop on `stop`.
-    pub fn new(stop: CancellationToken) -> Self {
-        Self { set: JoinSet::new(), stop }
-    }
-
-    /// Runs `task` as `name`.
-    pub fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
-        self.set.spawn(async move {
-            task.await;
-            name
-        });
-    }
-
-    /// The name of the next task to end (`None` when there is none).
-    pub async fn next_ended(&mut self) -> Option<&'static str> {
-        self.set.join_next().await.map(|r| r.unwrap_or("a task"))
-    }
-
-    /// Cancels every task and waits up to `timeout` for them, then aborts the rest.
-    pub async fn stop(mut self, timeout: Duration) {
-        self.stop.cancel();
-        let drain = tokio::time::timeout(timeout, async { while self.set.join_next().await.is_some() {} });
-        if drain.await.is_err() {
-            self.set.abort_all();
-        }
     }
 }
 

@@ -1,9 +1,13 @@
-//! End-to-end tests against the real local control plane (e2e/README.md): a real
-//! kube-apiserver calls our webhook over TLS and applies (or rejects) what it answers.
+//! The operator's parts run inside this test process against the real local control plane
+//! (e2e/README.md); tests/e2e_operator_pods.rs runs the same operator as real pods. Here: a real
+//! kube-apiserver calls our webhook over TLS and applies (or rejects) what it answers, for every
+//! shared pod case; pods are created unmutated when the webhook is down; the operator's
+//! measurement of the real kube-proxies sizes new pods; a Cilium agent without kube-proxy is
+//! reported as `ebpf`; four replicas' lease tasks hand the Lease over with never two leaders.
 //!
-//! They need a running cluster (`make cluster-up`), so they are built only with `--features cluster-tests` (a plain
-//! `cargo test` skips them) and run by `make e2e`. Without a cluster they fail loudly: they
-//! never pass by skipping.
+//! They need a running cluster (`make cluster-up`), so they are built only with `--features
+//! cluster-tests` (a plain `cargo test` skips them) and run by `make e2e`. Without a cluster
+//! they fail loudly: they never pass by skipping.
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{DeleteParams, PostParams};
@@ -318,14 +322,14 @@ async fn no_kube_proxy_pods_and_a_cilium_agent_is_reported_as_ebpf() {
     let _ = Api::<Namespace>::all(client.clone()).delete(system, &DeleteParams::default()).await;
 }
 
-/// Four replicas' lease tasks ([`safe_termination::operator::elect`], kube-lease-manager)
+/// Four replicas' lease tasks ([`safe_termination::runtime::elect`], kube-lease-manager)
 /// against the real API server: the leader stops (releasing the lease) three times, and every
 /// 5 ms at most one replica reports leading, and a new one leads after each release. With one
 /// field manager shared by every replica, two followers that woke together both took the
 /// released lease (tests/e2e_operator_pods.rs t3 saw two status writers for 14 s).
 #[tokio::test]
 async fn lease_hand_overs_never_have_two_leaders() {
-    use safe_termination::operator::{Leadership, Tasks, elect};
+    use safe_termination::runtime::{Leadership, Tasks, elect};
     use tokio_util::sync::CancellationToken;
     let client = common::client().await;
     let ns = "st-e2e-lease";
