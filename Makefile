@@ -1,22 +1,22 @@
 # Top-level tasks. e2e control plane: see e2e/README.md.
 SHELL := /bin/bash
-# Kubernetes release for the local control plane (default: e2e/k8s-version).
-K8S_VERSION ?= $(or $(ST_K8S_VERSION),$(shell cat e2e/k8s-version))
+# Kubernetes release for the local control plane (default: e2e/toolchain/k8s-version).
+K8S_VERSION ?= $(or $(ST_K8S_VERSION),$(shell cat e2e/toolchain/k8s-version))
 export ST_K8S_VERSION := $(K8S_VERSION)
 
-.PHONY: k8s-bins cluster-up cluster-down e2e-smoke
+.PHONY: k8s-bins cluster-bins cluster-up cluster-down e2e-smoke
 
 k8s-bins: ## build etcd, kube-*, kubectl, kwok, helm, promtool, prometheus into ~/.cache/safe-termination/k8s-v$(K8S_VERSION)/bin
-	e2e/build-k8s.sh $(K8S_VERSION)
+	e2e/toolchain/build-k8s.sh $(K8S_VERSION)
 
 cluster-up: k8s-bins ## start the local control plane (state in $${ST_E2E_DIR:-/tmp/safe-termination-e2e})
-	e2e/cluster-up.sh
+	e2e/cluster/cluster-up.sh
 
 cluster-down: ## stop it and remove its processes, netns, veths and state
-	e2e/cluster-down.sh
+	e2e/cluster/cluster-down.sh
 
 e2e-smoke: ## check a running cluster end to end (pods, EndpointSlices, kube-proxy rules/metrics, webhook)
-	e2e/smoke-test.sh
+	e2e/cluster/smoke-test.sh
 
 .PHONY: test e2e demo check fuzz fuzz-build
 
@@ -31,7 +31,7 @@ test: ## style (rustfmt, clippy -D warnings, shellcheck), then unit, property, i
 	cargo test --all-targets
 	cargo test --doc
 	cd e2e/testapp && cargo test --quiet
-	python3 -m unittest e2e/test_oci_image.py e2e/experiment/test_report.py
+	python3 -m unittest image/test_oci_image.py e2e/experiment/test_report.py
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS)
 
 # Coverage-guided fuzzing (fuzz/README.md): cargo-fuzz and libFuzzer on the stable toolchain,
@@ -67,16 +67,19 @@ fuzz: fuzz-build ## run every fuzz target for FUZZ_SECONDS each (default 60), on
 e2e: k8s-bins image ## start the local control plane (the operator image imported into its real nodes), run the end-to-end tests, stop it
 	e2e/run-e2e.sh
 
-demo: k8s-bins ## the main job: the deploy-error experiment at a small size (one baseline, one protected rollout): table, picture, results.json
-	e2e/demo.sh
+cluster-bins: ## only what a cluster runs (etcd, kube-*, kubectl, kwok, kubelet, containerd): make k8s-bins without helm, promtool and prometheus
+	ST_CLUSTER_ONLY=1 e2e/toolchain/build-k8s.sh $(K8S_VERSION)
+
+demo: cluster-bins ## the main job: the deploy-error experiment at a small size (one baseline, one protected rollout): table, picture, results.json
+	e2e/experiment/demo.sh
 
 .PHONY: experiment
 experiment: k8s-bins ## the full deploy-error experiment (runs a-h: new-connection and keep-alive clients, 4,000 extra Services for c and d); results in target/experiment
-	e2e/experiment.sh
+	e2e/experiment/experiment.sh
 
 .PHONY: experiment-slow-sync
 experiment-slow-sync: k8s-bins ## the slow-sync regime (runs i, j: 12,000 extra Services, node-a's sync p99 above 1 s); results in target/experiment-slow-sync
-	ST_EXP_RUNS=i,j ST_EXP_ROLLOUTS=1 ST_EXP_OUT=$(CURDIR)/target/experiment-slow-sync e2e/experiment.sh
+	ST_EXP_RUNS=i,j ST_EXP_ROLLOUTS=1 ST_EXP_OUT=$(CURDIR)/target/experiment-slow-sync e2e/experiment/experiment.sh
 
 .PHONY: image static docker-image test-image
 
@@ -95,7 +98,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 IMAGE ?= ghcr.io/safe-termination/safe-termination:$(VERSION)
 
 # Without Docker: the static binary plus what distroless/static:nonroot gives it, packed by
-# e2e/oci-image.py into an OCI image-layout tar (image/README.md). With a Docker engine, the
+# image/oci_image.py into an OCI image-layout tar (image/README.md). With a Docker engine, the
 # Dockerfile builds the same image: make docker-image (docker build -t $(IMAGE) .).
 image: static ## build the operator image without Docker: OCI archive ~/.cache/safe-termination/images/safe-termination-$(VERSION).tar (prints its path)
 	image/build.sh

@@ -3,7 +3,7 @@
 # (issue 4, Performance; issue 16 part 3; BENCHMARKS.md "Operator memory"). Target: under
 # 150 MiB with 5,000 nodes' rolling windows, 10,000 Services and 150,000 endpoints.
 #
-# 1. Starts the local control plane (e2e/cluster-up.sh) WITHOUT kube-proxies (KP_MODES=none: no
+# 1. Starts the local control plane (e2e/cluster/cluster-up.sh) WITHOUT kube-proxies (KP_MODES=none: no
 #    kube-proxy has to program 100,000 endpoints; the operator's watches and index are what is
 #    measured). This replaces any running e2e cluster.
 # 2. examples/populate_services.rs: SERVICES Services with a selector in NAMESPACES namespaces,
@@ -100,13 +100,13 @@ cleanup() {
     done
     [[ -n "$BARE_DIR" ]] && rm -rf "$BARE_DIR"
   else
-    ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh >/dev/null 2>&1 || true
+    ST_E2E_KEEP_LOGS=1 e2e/cluster/cluster-down.sh >/dev/null 2>&1 || true
   fi
 }
 trap cleanup EXIT
 
 if [[ "$BARE_API" == 1 ]]; then
-  K8S_BIN="${ST_CACHE_DIR:-$HOME/.cache/safe-termination}/k8s-v${ST_K8S_VERSION:-$(tr -d '[:space:]' < e2e/k8s-version)}/bin"
+  K8S_BIN="${ST_CACHE_DIR:-$HOME/.cache/safe-termination}/k8s-v${ST_K8S_VERSION:-$(tr -d '[:space:]' < e2e/toolchain/k8s-version)}/bin"
   [[ -x "$K8S_BIN/kube-apiserver" ]] || { log "no $K8S_BIN/kube-apiserver: run make k8s-bins"; exit 2; }
   export PATH="$K8S_BIN:$PATH"
   BARE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/st-operator-memory.XXXXXX")
@@ -120,7 +120,7 @@ if [[ "$BARE_API" == 1 ]]; then
   export KUBECONFIG="$BARE_DIR/kubeconfig" ST_WEBHOOK_CERT="$BARE_DIR/webhook.crt" ST_WEBHOOK_KEY="$BARE_DIR/webhook.key"
   log "bare API server on 127.0.0.1:$API_PORT (etcd $ETCD_PORT)"
 else
-  KP_MODES=none e2e/cluster-up.sh
+  KP_MODES=none e2e/cluster/cluster-up.sh
   # shellcheck disable=SC1091
   source "$ST_E2E_DIR/env"
 fi

@@ -13,7 +13,7 @@
 # Env: DURATION (s per run, default 30), CREATORS (default 1,10,50), CONFIGS (default
 # none,webhook,policy,policy-floor), OUT (default
 # target/pod-create-latency), CARGO_TARGET_DIR (honoured), ST_K8S_VERSION / ST_CACHE_DIR (the
-# binaries' location, as e2e/build-k8s.sh). Ports 22379-22380 (etcd), 26443 (API server),
+# binaries' location, as e2e/toolchain/build-k8s.sh). Ports 22379-22380 (etcd), 26443 (API server),
 # 28443/28080 (webhook). Takes about 6 minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ CREATORS=${CREATORS:-1,10,50}
 CONFIGS=${CONFIGS:-none,webhook,policy,policy-floor}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 OUT=${OUT:-$TARGET_DIR/pod-create-latency}
-VERSION=${ST_K8S_VERSION:-$(tr -d '[:space:]' < e2e/k8s-version)}
+VERSION=${ST_K8S_VERSION:-$(tr -d '[:space:]' < e2e/toolchain/k8s-version)}
 BIN="${ST_CACHE_DIR:-$HOME/.cache/safe-termination}/k8s-v$VERSION/bin"
 [ -x "$BIN/kube-apiserver" ] || { echo "no $BIN/kube-apiserver: run make k8s-bins" >&2; exit 2; }
 command -v openssl >/dev/null || { echo "missing openssl: apt-get install -y openssl" >&2; exit 2; }

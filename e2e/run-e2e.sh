@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # make e2e: start the local control plane, run the Rust end-to-end tests against it, and stop it
 # again whatever happens (no process, netns, veth, mount or cgroup is left behind: checked by
-# e2e/leftovers.sh, also after a cluster-up killed half-way). Two clusters in turn:
-#   1. the pinned current minor (e2e/k8s-version), with two real nodes: the deploy-error
-#      experiment (e2e/experiment.sh), webhook, operator, chart, the operator's image as real
+# e2e/cluster/leftovers.sh, also after a cluster-up killed half-way). Two clusters in turn:
+#   1. the pinned current minor (e2e/toolchain/k8s-version), with two real nodes: the deploy-error
+#      experiment (e2e/experiment/experiment.sh), webhook, operator, chart, the operator's image as real
 #      pods with fault tests, ground truth, scale;
 #   2. Kubernetes 1.29 (native sleep gate off, kwok nodes only): the capability probe and the exec
 #      fallback.
@@ -13,43 +13,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
 OLD_MINOR="${ST_E2E_OLD_VERSION:-1.29.15}"
-trap 'ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh >/dev/null 2>&1 || true' EXIT
+trap 'ST_E2E_KEEP_LOGS=1 e2e/cluster/cluster-down.sh >/dev/null 2>&1 || true' EXIT
 
-# nothing is left behind by a cluster-up that dies half-way (here: killed once the real nodes'
-# containerds run), once cluster-down has run
+# the harness's own checks: a cluster-up killed half-way leaves nothing behind
 cargo test --quiet --features cluster-tests --no-run --tests
-e2e/cluster-up.sh > "${TMPDIR:-/tmp}/st-cluster-up-killed.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 1 600); do
-  compgen -G "$ST_E2E_DIR/pids/*-kubelet-*.pid" >/dev/null && break
-  kill -0 "$up_pid" 2>/dev/null || break
-  sleep 0.2
-done
-kill -KILL "$up_pid" 2>/dev/null || true
-wait "$up_pid" 2>/dev/null || true
-e2e/cluster-down.sh
-e2e/leftovers.sh || { echo "cluster-down left the above behind after a killed cluster-up" >&2; exit 1; }
+e2e/cluster/self-test.sh killed-cluster-up
 
 # the operator's image (make image: image/build.sh reuses the archive it wrote), imported into
 # the real nodes' containerd for tests/e2e_operator_pods.rs
-ST_EXTRA_IMAGE_TARS="${ST_OPERATOR_IMAGE:-$(image/build.sh | tail -n 1)}" e2e/cluster-up.sh
+ST_EXTRA_IMAGE_TARS="${ST_OPERATOR_IMAGE:-$(image/build.sh | tail -n 1)}" e2e/cluster/cluster-up.sh
 # shellcheck disable=SC1091
 source "$ST_E2E_DIR/env"
-# a second cluster with its own state directory refuses to start, and its cluster-down leaves
-# this cluster's network namespaces alone (they are machine-wide names; the env file's
-# ST_REAL_NODES lists node names, cluster-up's own setting of that name is 0 or 1)
-other_dir="$(mktemp -d)/other"
-if env -u ST_REAL_NODES ST_E2E_DIR="$other_dir" e2e/cluster-up.sh > "${TMPDIR:-/tmp}/st-cluster-up-second.log" 2>&1; then
-  echo "a second cluster-up with ST_E2E_DIR=$other_dir started beside the running cluster" >&2; exit 1
-fi
-grep 'another e2e cluster runs on this machine' "${TMPDIR:-/tmp}/st-cluster-up-second.log" >/dev/null \
-  || { echo "the second cluster-up failed for another reason:" >&2; cat "${TMPDIR:-/tmp}/st-cluster-up-second.log" >&2; exit 1; }
-env -u ST_REAL_NODES ST_E2E_DIR="$other_dir" e2e/cluster-down.sh >/dev/null
-rm -rf "$(dirname "$other_dir")"
-for kp_node in $ST_KP_NODES; do
-  # shellcheck disable=SC1091
-  [[ -e "/run/netns/$(source e2e/lib.sh; node_netns "$kp_node")" ]] || { echo "the second cluster-down deleted $kp_node's network namespace" >&2; exit 1; }
-done
+# a second cluster beside this one refuses to start and its cluster-down leaves this one alone
+e2e/cluster/self-test.sh second-cluster
 kubectl get --raw /readyz >/dev/null
 cargo test --features cluster-tests --test e2e_in_process -- --test-threads=1
 # the Helm chart (lint, renderings, server-side dry runs, install/upgrade/uninstall, webhook
@@ -77,7 +53,7 @@ cargo test --features cluster-tests --test e2e_operator_pods -- --test-threads=1
 # strategy). After the tests above: its thousands of Services stay in kube-proxy's lifetime
 # histograms, which an operator falls back to while its window holds no sync
 if [ "${ST_E2E_EXPERIMENT:-1}" != 0 ]; then
-  ST_EXP_RUNS="${ST_EXP_RUNS:-a,b,c,d}" ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}" ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/e2e-experiment}" e2e/experiment.sh
+  ST_EXP_RUNS="${ST_EXP_RUNS:-a,b,c,d}" ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}" ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/e2e-experiment}" e2e/experiment/experiment.sh
 fi
 # the ground truth of the propagation window, then scale (thousands of Services: slow syncs)
 cargo test --features cluster-tests --test e2e_window -- --test-threads=1 --nocapture
@@ -86,15 +62,15 @@ cargo test --features cluster-tests --test e2e_window -- --test-threads=1 --noca
 if [ "${ST_E2E_SLOW_ALERT:-0}" = 1 ]; then
   cargo test --features cluster-tests --test e2e_prometheus -- --ignored --nocapture --exact z_sync_slow_alert_fires_through_prometheus
 fi
-e2e/cluster-down.sh
-e2e/leftovers.sh || { echo "cluster-down left the above behind" >&2; exit 1; }
+e2e/cluster/cluster-down.sh
+e2e/cluster/leftovers.sh || { echo "cluster-down left the above behind" >&2; exit 1; }
 
 if [ "${ST_E2E_OLD_MINOR:-1}" != 0 ]; then
   # the first cluster's env set ST_K8S_BIN (and PATH) to its own binaries: start clean
   unset ST_K8S_BIN
-  ST_K8S_VERSION="$OLD_MINOR" e2e/build-k8s.sh "$OLD_MINOR"
+  ST_K8S_VERSION="$OLD_MINOR" e2e/toolchain/build-k8s.sh "$OLD_MINOR"
   # kwok nodes only: the real nodes' kubelet is built for the pinned current minor
-  ST_REAL_NODES=0 ST_K8S_VERSION="$OLD_MINOR" e2e/cluster-up.sh
+  ST_REAL_NODES=0 ST_K8S_VERSION="$OLD_MINOR" e2e/cluster/cluster-up.sh
   # (SC2031: lib.sh's own ST_E2E_DIR default, set in the netns check's subshell above, stays there)
   # shellcheck disable=SC1091,SC2031
   source "$ST_E2E_DIR/env"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the operator image without Docker and without a registry: the static musl binary
 # (`make static`) and what it needs from distroless/static-debian12:nonroot, packed by
-# e2e/oci-image.py (through image/pack.py, for the one directory not owned by root) into an
+# image/oci_image.py (`--chown` for the one directory not owned by root) into an
 # OCI image-layout tarball. `make image` runs `make static`, then this.
 #
 #   image/build.sh     # logs on stderr; the last line on stdout is the archive's absolute path
@@ -29,8 +29,7 @@ ROOT="$(cd "$HERE/.." && pwd)"
 CACHE_ROOT="${ST_CACHE_DIR:-$HOME/.cache/safe-termination}"
 IMAGES="$CACHE_ROOT/images"
 REPOSITORY=ghcr.io/safe-termination/safe-termination
-WRITER="$ROOT/e2e/oci-image.py"
-PACK="$HERE/pack.py"
+WRITER="$HERE/oci_image.py"
 CA_SOURCES=/usr/share/ca-certificates/mozilla
 CA_COPYRIGHT=/usr/share/doc/ca-certificates/copyright
 
@@ -147,7 +146,7 @@ bin_sha="$(sha256sum "$BIN" | cut -d' ' -f1)"
 stamp="$(
   {
     printf 'bin %s\n' "$bin_sha"
-    sha256sum "$CA_BUNDLE" "$WRITER" "$PACK" | cut -d' ' -f1
+    sha256sum "$CA_BUNDLE" "$WRITER" | cut -d' ' -f1
     [[ ! -f "$CA_COPYRIGHT" ]] || sha256sum "$CA_COPYRIGHT" | cut -d' ' -f1
     printf 'args %s\n' "${args[*]}"
   } | sha256sum | cut -d' ' -f1
@@ -157,7 +156,7 @@ if [[ -s "$OUT" && "$(cat "$STAMP" 2>/dev/null)" == "$stamp" ]]; then
 else
   rm -f "$STAMP"
   log "packing $IMAGE_NAME ($PLATFORM, safe-termination sha256 $bin_sha)"
-  python3 "$PACK" --out "$OUT" "${args[@]}" >&2 || die "packing $IMAGE_NAME failed"
+  python3 "$WRITER" --out "$OUT" "${args[@]}" >&2 || die "packing $IMAGE_NAME failed"
   printf '%s\n' "$stamp" >"$STAMP"
 fi
 digest="$(tar -xOf "$OUT" index.json | python3 -c 'import json, sys; print(json.load(sys.stdin)["manifests"][0]["digest"])')"

@@ -59,7 +59,7 @@ fn approx(actual: f64, expected: f64) {
 
 /// W, the p99 of the window distribution (src/core/window_distribution.rs), found by bisection to
 /// 1e-6 s; the expected values come from an independent implementation of the same model,
-/// e2e/tools/window_distribution_reference.py.
+/// tests/reference/window_distribution_reference.py.
 fn approx_window(actual: f64, expected: f64) {
     assert!((actual - expected).abs() < 1e-5, "expected W {expected}, got {actual}");
 }

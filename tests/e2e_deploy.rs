@@ -1,7 +1,7 @@
 //! The deploy-error experiment (issue 11): does safe-termination remove the connection errors of
 //! rolling deploys, on real traffic? built only with `--features cluster-tests`; run by `make e2e` (full size)
-//! and `make demo` (small), both through `e2e/experiment.sh`, on the real nodes of the local
-//! cluster (e2e/nodes.sh: kubelet + containerd + runc, pods on a CNI bridge).
+//! and `make demo` (small), both through `e2e/experiment/experiment.sh`, on the real nodes of the local
+//! cluster (e2e/cluster/nodes.sh: kubelet + containerd + runc, pods on a CNI bridge).
 //!
 //! Per run: a Deployment `web` of `replicas` pods of the project's test app (e2e/testapp: no
 //! graceful shutdown, it exits ~100 ms after SIGTERM) spread over both real nodes behind a
@@ -63,14 +63,14 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     }
 }
 
-/// The test app's static binary (also the load generator), written by e2e/build-images.sh.
+/// The test app's static binary (also the load generator), written by e2e/cluster/build-images.sh.
 fn testapp_bin() -> PathBuf {
     if let Ok(p) = std::env::var("ST_TESTAPP_BIN") {
         return p.into();
     }
     let cache = std::env::var("ST_CACHE_DIR").unwrap_or_else(|_| format!("{}/.cache/safe-termination", std::env::var("HOME").unwrap()));
     let p = PathBuf::from(format!("{cache}/images/st-testapp"));
-    assert!(p.exists(), "{}: run e2e/build-images.sh", p.display());
+    assert!(p.exists(), "{}: run e2e/cluster/build-images.sh", p.display());
     p
 }
 
@@ -270,7 +270,7 @@ fn conntrack_monitor(node: &RealNode, cluster_ip: &str, out: &Path) -> Child {
         .stdout(std::fs::File::create(out).unwrap())
         .stderr(std::fs::File::create(out.with_extension("log")).unwrap())
         .spawn()
-        .expect("start conntrack -E (the conntrack package: e2e/build-k8s.sh installs it)");
+        .expect("start conntrack -E (the conntrack package: e2e/toolchain/build-k8s.sh installs it)");
     // ahead of kube-proxy's rule restores for the CPU: starved at 12,000 Services, it lost
     // events (ENOBUFS in conntrack-NODE.log), leaving failures unattributed. Best effort: an
     // unprivileged run keeps the default priority

@@ -1,7 +1,7 @@
 //! Issue 12: the operator as real pods. The image `make image` writes (image/build.sh, imported
 //! into every real node's containerd by cluster-up through `ST_EXTRA_IMAGE_TARS`) is installed
 //! with the README's own `helm install` line onto the cluster's two real nodes (kubelet +
-//! containerd + runc, e2e/nodes.sh), in a namespace that enforces the `restricted` Pod Security
+//! containerd + runc, e2e/cluster/nodes.sh), in a namespace that enforces the `restricted` Pod Security
 //! Standard. Then the faults, each printing its number:
 //!
 //! - the leader's pod deleted, and separately its container killed through the node's runtime:
@@ -855,9 +855,9 @@ async fn t5b_pod_storm_during_a_ca_rotation_admits_every_pod_mutated() {
 // ---------------------------------------------------------------------------------------------
 // t6, t7: the control plane and a kube-proxy restarted
 
-/// `e2e/restart.sh NAME`: its `key=value` output.
+/// `e2e/cluster/restart.sh NAME`: its `key=value` output.
 fn restart(name: &str) -> String {
-    run(std::process::Command::new(root().join("e2e/restart.sh")).arg(name), None)
+    run(std::process::Command::new(root().join("e2e/cluster/restart.sh")).arg(name), None)
 }
 
 /// (pod, container restarts, container start time) of every ready replica.
@@ -1002,7 +1002,7 @@ const AGENT_NS: &str = "st-agents";
 /// Rewrites `metricsBindAddress` in each real node's kube-proxy configuration (cluster-up's
 /// `$ST_E2E_DIR/kube-proxy-NODE.yaml`) to `127.0.0.1:10249` (`loopback`) or back to the node
 /// IP, and starts that kube-proxy again (it exits by itself when its configuration file
-/// changes; e2e/restart.sh --config-changed). Dropped, it puts the node IP back: the tests after
+/// changes; e2e/cluster/restart.sh --config-changed). Dropped, it puts the node IP back: the tests after
 /// this one scrape kube-proxy directly.
 struct LoopbackKubeProxies(Vec<RealNode>);
 
@@ -1020,7 +1020,7 @@ impl LoopbackKubeProxies {
             if cfg.contains(&from) {
                 std::fs::write(&path, cfg.replace(&from, &to)).unwrap();
                 // kube-proxy exits by itself on a changed configuration file
-                run(std::process::Command::new(root().join("e2e/restart.sh")).args([&format!("kube-proxy-{node}"), "--config-changed"]), None);
+                run(std::process::Command::new(root().join("e2e/cluster/restart.sh")).args([&format!("kube-proxy-{node}"), "--config-changed"]), None);
             }
         }
     }

@@ -1,6 +1,6 @@
 //! The Prometheus source and the chart's alert rules against a real Prometheus server (issue 13).
 //!
-//! A Prometheus server (built from its Go module by e2e/build-k8s.sh, the same release as
+//! A Prometheus server (built from its Go module by e2e/toolchain/build-k8s.sh, the same release as
 //! promtool) runs as a child process on 127.0.0.1, scraping the e2e cluster's two real
 //! kube-proxies every 2 s (each target labelled with its `node`, as kube-prometheus relabels it)
 //! with native histograms on and the classic buckets kept (`scrape_native_histograms: true`,
@@ -136,7 +136,7 @@ impl Prometheus {
     /// waits until it is ready. Logs to `$ST_E2E_DIR/logs/prometheus-<name>.log`.
     async fn start(name: &str, kube_proxies: &[(String, String)], rule_groups: &Value) -> Prometheus {
         let bin = bin_dir().join("prometheus");
-        assert!(bin.is_file(), "{} is missing: run `make k8s-bins` (e2e/build-k8s.sh builds it)", bin.display());
+        assert!(bin.is_file(), "{} is missing: run `make k8s-bins` (e2e/toolchain/build-k8s.sh builds it)", bin.display());
         let dir = tempfile::Builder::new().prefix("st-e2e-prometheus-").tempdir().unwrap();
         let rules = dir.path().join("alerts.yaml");
         // JSON is YAML

@@ -30,7 +30,7 @@ fn parse(text: &str) -> KubeProxyScrape {
 
 /// Tolerance of W, the p99 of the window distribution (src/core/window_distribution.rs, found by
 /// bisection to 1e-6 s), against the expected values, which come from an independent
-/// implementation of the same model, e2e/tools/window_distribution_reference.py.
+/// implementation of the same model, tests/reference/window_distribution_reference.py.
 const W_TOL: f64 = 1e-5;
 
 fn approx(actual: f64, expected: f64, tol: f64) {

@@ -1,7 +1,7 @@
 //! The native-histogram maths (`src/core/exposition/native.rs`) against Prometheus 3.16 itself: the
 //! answers in `tests/data/native-oracle.json` were computed by Prometheus' own Go code
 //! (`promql.HistogramQuantile`, `FloatHistogram.Add`, `DetectReset`, `Sub`, `CopyToSchema`) on
-//! random native histograms, by `e2e/tools/native-oracle` (its `main.go` says how to run it).
+//! random native histograms, by `e2e/toolchain/native-oracle` (its `main.go` says how to run it).
 //! Quantiles are compared bit for bit; the sum, the delta and the reduction by bucket.
 
 use safe_termination::core::exposition::NativeHistogram;

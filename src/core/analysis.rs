@@ -423,7 +423,7 @@ mod low_sample_tests {
     fn coverage_is_the_mean_share_over_the_counted_nodes() {
         let spec: TerminationPolicySpec = serde_json::from_value(serde_json::json!({"preStop": {"safetyFactor": 1.0, "minSeconds": 1}})).unwrap();
         let r = analyze(&[fast("a", 104), slow("b", 100), beyond("c", 1)], &AnalysisOptions::default(), &spec);
-        // W from b (4.295744 s, e2e/tools/window_distribution_reference.py): ceil = 5 s, which
+        // W from b (4.295744 s, tests/reference/window_distribution_reference.py): ceil = 5 s, which
         // covers all of a's windows (at most 1.2 s) and 0.995... of b's
         assert_eq!(r.recommendation.pre_stop_seconds, 5);
         let c = r.coverage.clone().unwrap();

@@ -561,7 +561,7 @@ mod tests {
 
     #[test]
     fn coverage_is_the_window_cdf_at_the_sleep() {
-        // expected values: e2e/tools/window_distribution_reference.py, COVERAGE_CASES
+        // expected values: tests/reference/window_distribution_reference.py, COVERAGE_CASES
         let n = classic_node(&[("2", 98), ("2.2", 100)], &[]);
         assert!((n.coverage_at(3).unwrap() - 0.820532734).abs() < 1e-6, "{:?}", n.coverage_at(3));
         assert!((n.coverage_at(4).unwrap() - 0.974415956).abs() < 1e-6, "{:?}", n.coverage_at(4));

@@ -296,12 +296,12 @@ pub async fn create_services(client: &Client, ns: &str, range: std::ops::Range<u
         .await;
 }
 
-/// The project's test app image (e2e/build-images.sh), imported into every real node's
+/// The project's test app image (e2e/cluster/build-images.sh), imported into every real node's
 /// containerd: a pod running it must use `imagePullPolicy: Never` (there is no registry).
 pub const TESTAPP_IMAGE: &str = "st.local/testapp:1";
 
 /// A pod spec (`spec` of a Pod or a pod template) that runs on the cluster's real nodes
-/// (e2e/nodes.sh): their node label as nodeSelector and a toleration of their NoSchedule taint,
+/// (e2e/cluster/nodes.sh): their node label as nodeSelector and a toleration of their NoSchedule taint,
 /// which keeps every other pod on the kwok nodes.
 pub fn on_real_nodes(mut spec: Value) -> Value {
     let taint = std::env::var("ST_REAL_NODE_TAINT").unwrap_or_else(|_| "safe-termination.e2e/real-node".into());

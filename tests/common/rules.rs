@@ -49,7 +49,7 @@ pub fn real_nodes() -> Vec<RealNode> {
             ip: n["kube_proxy"]["ip"].as_str().unwrap().into(),
         })
         .collect();
-    assert!(nodes.len() >= 2, "the experiment needs two real nodes (ST_REAL_NODES=1 e2e/cluster-up.sh): {path}");
+    assert!(nodes.len() >= 2, "the experiment needs two real nodes (ST_REAL_NODES=1 e2e/cluster/cluster-up.sh): {path}");
     nodes
 }
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Tests of e2e/oci-image.py (stdlib unittest):
+"""Tests of image/oci_image.py (stdlib unittest):
 
-    python3 -m unittest e2e/test_oci_image.py     (from the repository root)
-    python3 e2e/test_oci_image.py
+    python3 -m unittest image/test_oci_image.py     (from the repository root)
+    python3 image/test_oci_image.py
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tarfile
 import tempfile
 import unittest
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oci-image.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oci_image.py")
 
 
 def load_module():
@@ -184,6 +184,20 @@ class OciImageTest(unittest.TestCase):
         self.assertEqual(by_name["data/sub/f.txt"].mode, 0o640)
         self.assertTrue(all((m.uid, m.gid) == (65532, 65532) for m in by_name.values()))
 
+    def test_chown_gives_one_entry_its_own_owner(self) -> None:
+        out = os.path.join(self.dir, "c.tar")
+        r = run("--out", out, "--name", "st.local/c:1", "--add", f"{self.binary}:/bin/app",
+                "--add-dir-empty", "/home/nonroot:0700", "--chown", "/home/nonroot:65532:65532")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out, "rb") as f:
+            files = self.open_layout(f.read())
+        index = json.loads(files["index.json"])
+        manifest = json.loads(files["blobs/sha256/" + index["manifests"][0]["digest"].split(":")[1]])
+        layer = gzip.decompress(files["blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1]])
+        with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+            owners = {m.name: (m.uid, m.gid) for m in tar.getmembers()}
+        self.assertEqual(owners, {"bin": (0, 0), "bin/app": (0, 0), "home": (0, 0), "home/nonroot": (65532, 65532)})
+
     def test_name_normalisation(self) -> None:
         m = load_module()
         self.assertEqual(m.normalize_name("st.local/pause:1"), ("st.local/pause:1", "1"))
@@ -208,6 +222,8 @@ class OciImageTest(unittest.TestCase):
             (["--name", "Upper/Case:1", "--add-text", "/a:b"], "invalid repository path"),
             (["--name", "st.local/x:1"], "nothing to put in the image"),
             (["--name", "st.local/x:1", "--add-text", "/a:b", "--bogus"], "unrecognized arguments"),
+            (["--name", "st.local/x:1", "--add-text", "/a:b", "--chown", "/a:root:0"], "expected /DEST:UID:GID"),
+            (["--name", "st.local/x:1", "--add-text", "/a:b", "--chown", "/nope:1:1"], "/nope is not in the layer"),
         ]
         for args, expected in cases:
             with self.subTest(args=args):

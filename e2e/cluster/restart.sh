@@ -4,7 +4,7 @@
 # file (appended). For the fault tests: the API server restarted under a running operator, a
 # kube-proxy restarted mid-measurement.
 #
-#   e2e/restart.sh NAME [--kill | --config-changed]      NAME as cluster-up started it: kube-apiserver, kube-proxy-node-a, ...
+#   e2e/cluster/restart.sh NAME [--kill | --config-changed]      NAME as cluster-up started it: kube-apiserver, kube-proxy-node-a, ...
 #
 # --kill sends SIGKILL at once (a crash, not a shutdown). --config-changed is for a process whose
 # configuration file was just rewritten: kube-proxy exits by itself when it sees that ("content of
@@ -15,10 +15,10 @@
 # signalled; its pid file is rewritten with the new PID, so cluster-down stops the new one.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=e2e/lib.sh
+# shellcheck source=e2e/cluster/lib.sh
 source "$HERE/lib.sh"
 STATE="$ST_E2E_DIR"
-name="${1:?usage: e2e/restart.sh NAME [--kill | --config-changed]}"
+name="${1:?usage: e2e/cluster/restart.sh NAME [--kill | --config-changed]}"
 sig=TERM
 config_changed=0
 case "${2:-}" in
@@ -33,7 +33,7 @@ files=("$STATE"/pids/[0-9][0-9]-"$name".pid)
 (( ${#files[@]} == 1 )) || { e2e_log "no single pid file for '$name' in $STATE/pids (running: $(cd "$STATE/pids" && printf '%s\n' *.pid | sed 's/^[0-9]*-//; s/\.pid$//' | tr '\n' ' '))"; exit 2; }
 pidfile="${files[0]}"
 cmdfile="$STATE/pids/$name.cmd"
-[[ -f "$cmdfile" ]] || { e2e_log "$cmdfile is missing (the cluster predates e2e/restart.sh: restart it)"; exit 2; }
+[[ -f "$cmdfile" ]] || { e2e_log "$cmdfile is missing (the cluster predates e2e/cluster/restart.sh: restart it)"; exit 2; }
 read -r pid start < "$pidfile"
 t0=$(date +%s.%N)
 if (( config_changed )); then
@@ -57,7 +57,7 @@ t1=$(date +%s.%N)
 
 # the recorded command, word for word (printf %q), in a new session like cluster-up's start
 eval "set -- $(cat "$cmdfile")"
-printf '\n--- restarted by e2e/restart.sh at %s ---\n' "$(date -u +%FT%TZ)" >> "$STATE/logs/$name.log"
+printf '\n--- restarted by e2e/cluster/restart.sh at %s ---\n' "$(date -u +%FT%TZ)" >> "$STATE/logs/$name.log"
 setsid "$@" >>"$STATE/logs/$name.log" 2>&1 </dev/null &
 new=$!
 st=""

@@ -32,12 +32,13 @@ with `imagePullPolicy: Never` (nothing can be pulled; with `IfNotPresent`, the
 default for a non-`latest` tag, a missing image also fails only after a pull
 attempt).
 
-Deterministic: entries sorted, mtime 0, uid/gid from --owner (default 0:0),
+Deterministic: entries sorted, mtime 0, uid/gid from --owner (default 0:0) or
+--chown (one entry's own, e.g. a non-root home directory),
 no user/group names, gzip mtime 0, JSON with sorted keys: the same inputs give
 byte-identical tarballs and digests.
 
 Usage errors (missing file, bad --add syntax, duplicate destination...) print
-one line `oci-image.py: error: ...` and exit with code 2.
+one line `oci_image.py: error: ...` and exit with code 2.
 """
 
 from __future__ import annotations
@@ -332,12 +333,26 @@ def tar_info(name: str, kind: str, mode: int, size: int, uid: int, gid: int) -> 
     return info
 
 
-def build_layer(entries: list[Entry], uid: int, gid: int) -> bytes:
-    """The uncompressed layer tar."""
+def parse_chown(spec: str) -> tuple[str, tuple[int, int]]:
+    """/DEST:UID:GID -> (the layer path, (uid, gid))."""
+    m = re.fullmatch(r"(/[^:]*):(\d+):(\d+)", spec)
+    if not m:
+        raise UsageError(f"--chown {spec!r}: expected /DEST:UID:GID with a numeric UID and GID")
+    return norm_dest(m.group(1), f"--chown {spec!r}"), (int(m.group(2)), int(m.group(3)))
+
+
+def build_layer(entries: list[Entry], uid: int, gid: int, owners: dict[str, tuple[int, int]] | None = None) -> bytes:
+    """The uncompressed layer tar: every entry owned by uid:gid, but those named in `owners`
+    (layer path -> (uid, gid)), each of which must be in the layer."""
+    owners = owners or {}
+    missing = sorted(set(owners) - {e.path for e in entries})
+    if missing:
+        raise UsageError(f"--chown: /{missing[0]} is not in the layer")
     members = []
     for e in entries:
         name = e.path + "/" if e.kind == "dir" else e.path
-        members.append((tar_info(name, e.kind, e.mode, len(e.data), uid, gid), e.data if e.kind == "file" else None))
+        e_uid, e_gid = owners.get(e.path, (uid, gid))
+        members.append((tar_info(name, e.kind, e.mode, len(e.data), e_uid, e_gid), e.data if e.kind == "file" else None))
     return tar_bytes(members)
 
 
@@ -370,7 +385,8 @@ def build_image(args: argparse.Namespace) -> tuple[bytes, dict]:
         raise UsageError(f"--workdir {args.workdir!r}: must be an absolute path")
 
     entries = collect_entries(args)
-    layer = build_layer(entries, uid, gid)
+    owners = dict(parse_chown(c) for c in args.chown)
+    layer = build_layer(entries, uid, gid, owners)
     layer_gz = gzip.compress(layer, compresslevel=GZIP_LEVEL, mtime=0)
 
     exec_config: dict = {"Env": env}
@@ -391,7 +407,7 @@ def build_image(args: argparse.Namespace) -> tuple[bytes, dict]:
         "created": "1970-01-01T00:00:00Z",
         "config": exec_config,
         "rootfs": {"type": "layers", "diff_ids": [sha256(layer)]},
-        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "e2e/oci-image.py"}],
+        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": "image/oci_image.py"}],
     }
     config_bytes = canonical_json(config)
     manifest = {
@@ -448,7 +464,7 @@ class Parser(argparse.ArgumentParser):
 
 def make_parser() -> argparse.ArgumentParser:
     p = Parser(
-        prog="oci-image.py",
+        prog="oci_image.py",
         description="Write a single-layer OCI image layout tarball for `ctr images import` (deterministic).",
     )
     p.add_argument("--out", required=True, help="output tarball (written atomically)")
@@ -468,6 +484,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--expose", action="append", default=[], metavar="PORT[/PROTO]", help="exposed port, e.g. 8080/tcp")
     p.add_argument("--workdir", help="working directory (absolute)")
     p.add_argument("--owner", default="0:0", help="UID:GID of every layer entry (default 0:0)")
+    p.add_argument("--chown", action="append", default=[], metavar="/DEST:UID:GID",
+                   help="this entry's own owner instead of --owner (repeatable), e.g. /home/nonroot:65532:65532")
     p.add_argument("--platform", default="linux/amd64", help="OS/ARCH[/VARIANT] (default linux/amd64)")
     return p
 
@@ -489,13 +507,13 @@ def main(argv: list[str]) -> int:
                 os.unlink(tmp)
             except OSError:
                 pass
-            print(f"oci-image.py: cannot write {args.out!r}: {e.strerror}", file=sys.stderr)
+            print(f"oci_image.py: cannot write {args.out!r}: {e.strerror}", file=sys.stderr)
             return 1
     except UsageError as e:
-        print(f"oci-image.py: error: {e}", file=sys.stderr)
+        print(f"oci_image.py: error: {e}", file=sys.stderr)
         return 2
     print(
-        f"oci-image.py: wrote {args.out} name={summary['name']} manifest={summary['manifest']} "
+        f"oci_image.py: wrote {args.out} name={summary['name']} manifest={summary['manifest']} "
         f"layer={summary['layer']} entries={summary['entries']} bytes={len(data)}",
         file=sys.stderr,
     )

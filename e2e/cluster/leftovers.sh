@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Lists what a local cluster left behind on this machine after e2e/cluster-down.sh: processes
+# Lists what a local cluster left behind on this machine after e2e/cluster/cluster-down.sh: processes
 # naming its state directory (cluster-up's, our containerds' shims), network namespaces and veths
 # named st-*, mounts under $ST_E2E_DIR, the real nodes' cgroups (…/st-e2e), host routes to the
 # pod CIDRs, the kubelets' device-plugin socket and CNI results, kernel tunables a kubelet set,
 # the owner file of the machine-wide names (lib.sh), and the state directory. Prints one line per leftover; exits 1 if there is any.
 # (make e2e runs it after cluster-down, also after a cluster-up killed half-way.)
 set -uo pipefail
-# shellcheck source=e2e/lib.sh
+# shellcheck source=e2e/cluster/lib.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 found=0
 left() { printf 'leftover: %s\n' "$*"; found=1; }
@@ -33,7 +33,7 @@ done
 while read -r r; do
   left "route $r"
 done < <(ip route show 2>/dev/null | grep -E "^$(cut -d. -f1-2 <<<"$ST_CLUSTER_CIDR" | sed 's/\./\\./g')\.")
-# outside the state dir, what a kubelet writes whatever its flags (e2e/nodes.sh "host state")
+# outside the state dir, what a kubelet writes whatever its flags (e2e/cluster/nodes.sh "host state")
 [[ -S /var/lib/kubelet/device-plugins/kubelet.sock ]] && left "socket /var/lib/kubelet/device-plugins/kubelet.sock"
 compgen -G '/var/lib/cni/results/st-pods-*' >/dev/null && left "CNI results /var/lib/cni/results/st-pods-*"
 # the kernel tunables a kubelet sets (kernel.panic 10, panic_on_oops 1, overcommit_memory 1) all

@@ -8,7 +8,7 @@
 #
 # DEMO_KEEP=1 leaves the cluster running (stop it with: make cluster-down).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
 export ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/demo}"
 export ST_EXP_RUNS="${ST_EXP_RUNS:-a,b}"
@@ -17,4 +17,4 @@ export ST_EXP_STRATEGIES="${ST_EXP_STRATEGIES:-25%/0}"
 export ST_EXP_KEEP="${DEMO_KEEP:-0}"
 # build first, so the cluster is not kept waiting on the compiler
 cargo test --quiet --features cluster-tests --test e2e_deploy --no-run
-exec e2e/experiment.sh
+exec e2e/experiment/experiment.sh

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build the e2e test workload images (no registry, no Docker): the static
-# st-testapp binary (e2e/testapp, musl) packed by e2e/oci-image.py into two OCI
+# st-testapp binary (e2e/testapp, musl) packed by image/oci_image.py into two OCI
 # image-layout tarballs for `ctr -n k8s.io images import`.
 #
-#   e2e/build-images.sh        # prints the two tarball paths on stdout, logs on stderr
+#   e2e/cluster/build-images.sh        # prints the two tarball paths on stdout, logs on stderr
 #
 # Output, in ${ST_CACHE_DIR:-~/.cache/safe-termination}/images/:
 #   st-pause.tar    image st.local/pause:1    entrypoint /st-testapp pause, user 65535
@@ -14,9 +14,9 @@
 # Pod specs (and containerd's sandbox image setting) use the names verbatim:
 # `image: st.local/testapp:1` with `imagePullPolicy: Never`; they are already
 # normalised (st.local is a registry host), so the name ctr import stores is the
-# name the kubelet asks for (see e2e/oci-image.py).
+# name the kubelet asks for (see image/oci_image.py).
 #
-# A rerun reuses the tarballs when the binary's sha256, e2e/oci-image.py and the
+# A rerun reuses the tarballs when the binary's sha256, image/oci_image.py and the
 # image parameters are unchanged (the .stamp file); cargo itself rebuilds only
 # when e2e/testapp changed.
 set -euo pipefail
@@ -25,7 +25,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE_ROOT="${ST_CACHE_DIR:-$HOME/.cache/safe-termination}"
 IMAGES="$CACHE_ROOT/images"
 TARGET=x86_64-unknown-linux-musl
-CRATE="$HERE/testapp"
+CRATE="$HERE/../testapp"
 # cargo writes to $CARGO_TARGET_DIR when it is set (a relative one from the current directory,
 # where cargo runs below), else to the crate's own target/
 case "${CARGO_TARGET_DIR:-}" in
@@ -93,7 +93,7 @@ testapp_args=(--name "$TESTAPP_NAME" "${common[@]}" --entrypoint '["/st-testapp"
 stamp="$(
   {
     printf 'bin %s\n' "$bin_sha"
-    printf 'writer %s\n' "$(sha256sum "$HERE/oci-image.py" | cut -d' ' -f1)"
+    printf 'writer %s\n' "$(sha256sum "$HERE/../../image/oci_image.py" | cut -d' ' -f1)"
     printf 'pause %s\n' "${pause_args[*]}"
     printf 'testapp %s\n' "${testapp_args[*]}"
   } | sha256sum | cut -d' ' -f1
@@ -102,8 +102,8 @@ if [[ -s "$IMAGES/st-pause.tar" && -s "$IMAGES/st-testapp.tar" && "$(cat "$IMAGE
   log "images up to date (st-testapp sha256 $bin_sha)"
 else
   rm -f "$IMAGES/.stamp"
-  python3 "$HERE/oci-image.py" --out "$IMAGES/st-pause.tar" "${pause_args[@]}" >&2
-  python3 "$HERE/oci-image.py" --out "$IMAGES/st-testapp.tar" "${testapp_args[@]}" >&2
+  python3 "$HERE/../../image/oci_image.py" --out "$IMAGES/st-pause.tar" "${pause_args[@]}" >&2
+  python3 "$HERE/../../image/oci_image.py" --out "$IMAGES/st-testapp.tar" "${testapp_args[@]}" >&2
   printf '%s\n' "$stamp" >"$IMAGES/.stamp"
   log "wrote $PAUSE_NAME and $TESTAPP_NAME (st-testapp sha256 $bin_sha)"
 fi

@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # Real nodes for the e2e cluster: containerd + runc + a real kubelet in a node's network namespace,
 # pods on a CNI bridge with one pod CIDR per node, routes between nodes over a veth "fabric".
-# Sourced by e2e/cluster-up.sh (which defines start, wait_for, K, $STATE, $BIN, $PKI, $LOGS) and by
-# e2e/cluster-down.sh (real_nodes_down). Facts this follows: ../shared/docs/real-nodes.md.
+# Sourced by e2e/cluster/cluster-up.sh (which defines start, wait_for, K, $STATE, $BIN, $PKI, $LOGS) and by
+# e2e/cluster/cluster-down.sh (real_nodes_down). Facts this follows: ../shared/docs/real-nodes.md.
 #
 # Layout of node NAME (index i) with netns NS:
 #   $STATE/nodes/NAME/{containerd,kubelet,cni,pod-logs}   all state, sockets and mounts

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Tear down everything e2e/cluster-up.sh started: its processes (by recorded
+# Tear down everything e2e/cluster/cluster-up.sh started: its processes (by recorded
 # process group, checked against the recorded start time so a stale pid file
 # never hits someone else's process), the real nodes' containers, shims, mounts
-# and cgroups (e2e/nodes.sh), the network namespaces and veth pairs, and the
+# and cgroups (e2e/cluster/nodes.sh), the network namespaces and veth pairs, and the
 # state directory. Idempotent: safe after a failed or partial
 # cluster-up, and safe to call twice.
 #
-#   ST_E2E_KEEP_LOGS=1 e2e/cluster-down.sh   # keep $ST_E2E_DIR/logs for debugging
+#   ST_E2E_KEEP_LOGS=1 e2e/cluster/cluster-down.sh   # keep $ST_E2E_DIR/logs for debugging
 set -uo pipefail
 E2E_SELF=cluster-down
-# shellcheck source=e2e/lib.sh
+# shellcheck source=e2e/cluster/lib.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
-# shellcheck source=e2e/nodes.sh
+# shellcheck source=e2e/cluster/nodes.sh
 source "$E2E_HERE/nodes.sh"
 
 STATE="$ST_E2E_DIR"

@@ -2,11 +2,13 @@
 # Build the local e2e control plane from published Go modules (no prebuilt
 # downloads): etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kube-proxy, kubectl (from k8s.io/kubernetes + go.etcd.io/etcd/server/v3),
-# kwok, helm, promtool and the Prometheus server; for the real nodes (e2e/node-up.sh) kubelet (same
+# kwok, helm, promtool and the Prometheus server; for the real nodes (e2e/cluster/nodes.sh) kubelet (same
 # module as the control plane) and containerd 2.x (containerd, its runc shim, ctr).
 #
-#   e2e/build-k8s.sh            # version from e2e/k8s-version (or $ST_K8S_VERSION)
-#   e2e/build-k8s.sh 1.29.15    # needs a module under e2e/tools/ pinning that version
+#   e2e/toolchain/build-k8s.sh            # version from e2e/toolchain/k8s-version (or $ST_K8S_VERSION)
+#   e2e/toolchain/build-k8s.sh 1.29.15    # needs a module under e2e/toolchain/ pinning that version
+#   ST_CLUSTER_ONLY=1 e2e/toolchain/build-k8s.sh   # only what a cluster runs (make demo): no helm,
+#                                         # promtool or Prometheus server (the tests' tools)
 #
 # Output: ${ST_CACHE_DIR:-~/.cache/safe-termination}/k8s-v<VERSION>/bin
 # A rerun with every binary present and up to date exits in seconds.
@@ -63,14 +65,14 @@ export GOFLAGS="-mod=readonly -buildvcs=false"
 
 # ---------------------------------------------------------------- module for this version
 K8S_MOD=""
-for d in "$HERE"/tools/k8s "$HERE"/tools/k8s-*; do
+for d in "$HERE"/k8s "$HERE"/k8s-*; do
   [[ -f "$d/go.mod" ]] || continue
   if grep -Eq "^[[:space:]]*(require[[:space:]]+)?k8s\.io/kubernetes v${VERSION//./\\.}\$" "$d/go.mod"; then
     K8S_MOD="$d"; break
   fi
 done
-[[ -n "$K8S_MOD" ]] || die "no module under $HERE/tools pins k8s.io/kubernetes v$VERSION.
-  Create one:  e2e/tools/gen-k8s-mod.sh $VERSION e2e/tools/k8s-${VERSION%.*}"
+[[ -n "$K8S_MOD" ]] || die "no module under $HERE pins k8s.io/kubernetes v$VERSION.
+  Create one:  e2e/toolchain/gen-k8s-mod.sh $VERSION e2e/toolchain/k8s-${VERSION%.*}"
 
 MAJOR="${VERSION%%.*}"; MINOR="${VERSION#*.}"; MINOR="${MINOR%%.*}"
 # Release time of the tag, from the module proxy's .info (stable across rebuilds).
@@ -99,30 +101,34 @@ add kube-controller-manager "$K8S_MOD" k8s.io/kubernetes/cmd/kube-controller-man
 add kube-scheduler          "$K8S_MOD" k8s.io/kubernetes/cmd/kube-scheduler "$K8S_LDFLAGS"
 add kube-proxy              "$K8S_MOD" k8s.io/kubernetes/cmd/kube-proxy "$K8S_LDFLAGS"
 add kubectl                 "$K8S_MOD" k8s.io/kubernetes/cmd/kubectl "$K8S_LDFLAGS"
-# real nodes (e2e/nodes.sh): only for a version whose module records the kubelet (tools.go)
-CTRD_VER="$(modver "$HERE/tools/containerd" github.com/containerd/containerd/v2)"
+# real nodes (e2e/cluster/nodes.sh): only for a version whose module records the kubelet (tools.go)
+CTRD_VER="$(modver "$HERE/containerd" github.com/containerd/containerd/v2)"
 if grep -q '"k8s.io/kubernetes/cmd/kubelet"' "$K8S_MOD/tools.go"; then
   add kubelet               "$K8S_MOD" k8s.io/kubernetes/cmd/kubelet "$K8S_LDFLAGS"
   CTRD_LDFLAGS="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD_VER -X github.com/containerd/containerd/v2/version.Revision="
   for c in containerd containerd-shim-runc-v2 ctr; do
-    add "$c"                "$HERE/tools/containerd" "github.com/containerd/containerd/v2/cmd/$c" "$CTRD_LDFLAGS"
+    add "$c"                "$HERE/containerd" "github.com/containerd/containerd/v2/cmd/$c" "$CTRD_LDFLAGS"
   done
 fi
-add kwok                    "$HERE/tools/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
-HELM_VER="$(modver "$HERE/tools/helm" helm.sh/helm/v4)"
-add helm                    "$HERE/tools/helm" helm.sh/helm/v4/cmd/helm "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VER"
-PROM_MODVER="$(modver "$HERE/tools/promtool" github.com/prometheus/prometheus)"   # v0.3XX.Y == Prometheus 3.XX.Y
+add kwok                    "$HERE/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
+# the tests' tools: the chart (helm), the alert rules and native-histogram maths (promtool), the
+# Prometheus source (the server); a cluster runs without them
+tools=1
+[[ "${ST_CLUSTER_ONLY:-0}" == 1 ]] && tools=0
+HELM_VER="$(modver "$HERE/helm" helm.sh/helm/v4)"
+((tools)) && add helm       "$HERE/helm" helm.sh/helm/v4/cmd/helm "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VER"
+PROM_MODVER="$(modver "$HERE/promtool" github.com/prometheus/prometheus)"   # v0.3XX.Y == Prometheus 3.XX.Y
 PROM_VER="$(sed -E 's/^v0\.3([0-9]{2})\.([0-9]+)$/3.\1.\2/; s/^3\.0([0-9])/3.\1/' <<<"$PROM_MODVER")"
 PROM_LDFLAGS="-s -w -X github.com/prometheus/common/version.Version=$PROM_VER -X github.com/prometheus/common/version.Branch=$PROM_MODVER"
-add promtool                "$HERE/tools/promtool" github.com/prometheus/prometheus/cmd/promtool "$PROM_LDFLAGS"
+((tools)) && add promtool   "$HERE/promtool" github.com/prometheus/prometheus/cmd/promtool "$PROM_LDFLAGS"
 # The Prometheus server (tests/e2e_prometheus.rs), its own module (the server imports far more than
 # promtool: OTLP, the web API) pinned to the same release. Built without the `builtinassets` tag
 # (upstream's default for `go build`): the React UI is not in the module zip and is not needed;
 # the HTTP API (/api/v1/query, /api/v1/rules, /api/v1/alerts) is all the tests use.
-SERVER_MODVER="$(modver "$HERE/tools/prometheus" github.com/prometheus/prometheus)"
+SERVER_MODVER="$(modver "$HERE/prometheus" github.com/prometheus/prometheus)"
 [[ "$SERVER_MODVER" == "$PROM_MODVER" ]] \
-  || die "e2e/tools/prometheus pins prometheus $SERVER_MODVER but e2e/tools/promtool $PROM_MODVER: keep them equal"
-add prometheus              "$HERE/tools/prometheus" github.com/prometheus/prometheus/cmd/prometheus "$PROM_LDFLAGS"
+  || die "e2e/toolchain/prometheus pins prometheus $SERVER_MODVER but e2e/toolchain/promtool $PROM_MODVER: keep them equal"
+((tools)) && add prometheus "$HERE/prometheus" github.com/prometheus/prometheus/cmd/prometheus "$PROM_LDFLAGS"
 
 mkdir -p "$BIN"
 GOV="$(go env GOVERSION)"
@@ -145,7 +151,7 @@ done
 
 # kwok ships its default Stages only inside kwokctl; the kwok controller
 # needs them as config. Copy the pinned release's own files next to the binaries.
-KWOK_DIR="$(cd "$HERE/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+KWOK_DIR="$(cd "$HERE/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
 STAGES="$CACHE_ROOT/k8s-v$VERSION/kwok-stages"
 mkdir -p "$STAGES"
 for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
@@ -167,4 +173,4 @@ done
 
 if ((built)); then log "built $built binaries in $((SECONDS - start_all))s into $BIN"; fi
 "$BIN/kube-apiserver" --version >/dev/null
-log "ready: $BIN ($("$BIN/kubectl" version --client -o json | jq -r .clientVersion.gitVersion), etcd $(modver "$K8S_MOD" go.etcd.io/etcd/server/v3), kwok $(modver "$HERE/tools/kwok" sigs.k8s.io/kwok), ${CTRD_LDFLAGS:+containerd $CTRD_VER, }helm $HELM_VER, promtool and prometheus $PROM_VER)"
+log "ready: $BIN ($("$BIN/kubectl" version --client -o json | jq -r .clientVersion.gitVersion), etcd $(modver "$K8S_MOD" go.etcd.io/etcd/server/v3), kwok $(modver "$HERE/kwok" sigs.k8s.io/kwok), ${CTRD_LDFLAGS:+containerd $CTRD_VER}$( ((tools)) && echo ", helm $HELM_VER, promtool and prometheus $PROM_VER"))"

@@ -7,7 +7,7 @@ kube-proxy's busy runner: in a gap (probability m / (E[S] + m)) the rest of the 
 G(r) / E[S], G(r) = integral_0^r (1 - F)), then m, then S'. Buckets are piecewise uniform; S' is
 averaged at K midpoints per bucket; the quantile by bisection (50 steps).
 
-    python3 e2e/tools/window_distribution_reference.py    # prints each case's W, seconds
+    python3 tests/reference/window_distribution_reference.py    # prints each case's W, seconds
 """
 import bisect
 

@@ -5,22 +5,22 @@
 #   and a REAL kube-proxy for the first ${#KP_MODES} nodes, each in its own
 #   network namespace joined to the host by a veth pair. With ST_REAL_NODES=1 (the
 #   default) each of those nodes is a real node: containerd + runc + kubelet in the
-#   same netns, pods on a CNI bridge (e2e/nodes.sh). Real nodes carry the taint
+#   same netns, pods on a CNI bridge (e2e/cluster/nodes.sh). Real nodes carry the taint
 #   safe-termination.e2e/real-node=true:NoSchedule, so only pods that tolerate it
 #   run containers; everything else lands on the kwok nodes as before.
-# Binaries come from e2e/build-k8s.sh (built first if missing).
+# Binaries come from e2e/toolchain/build-k8s.sh (built first if missing).
 # On any failure it prints the log tails and calls cluster-down.sh.
 #
-#   e2e/cluster-up.sh
-#   KP_MODES="iptables-legacy iptables-nft nftables" e2e/cluster-up.sh
-#   ST_K8S_VERSION=1.29.15 ST_APISERVER_FEATURE_GATES=PodLifecycleSleepAction=true e2e/cluster-up.sh
+#   e2e/cluster/cluster-up.sh
+#   KP_MODES="iptables-legacy iptables-nft nftables" e2e/cluster/cluster-up.sh
+#   ST_K8S_VERSION=1.29.15 ST_APISERVER_FEATURE_GATES=PodLifecycleSleepAction=true e2e/cluster/cluster-up.sh
 #
 # Afterwards: source $ST_E2E_DIR/env  (KUBECONFIG etc.), or read $ST_E2E_DIR/cluster.json.
 set -euo pipefail
 E2E_SELF=cluster-up
-# shellcheck source=e2e/lib.sh
+# shellcheck source=e2e/cluster/lib.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
-# shellcheck source=e2e/nodes.sh
+# shellcheck source=e2e/cluster/nodes.sh
 source "$E2E_HERE/nodes.sh"
 
 [[ $EUID -eq 0 ]] || { e2e_log "must run as root (network namespaces, iptables inside them)"; exit 1; }
@@ -61,32 +61,32 @@ need_bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy
 for b in "${need_bins[@]}"; do
   if [[ ! -x "$BIN/$b" ]]; then
     e2e_log "missing $BIN/$b: running build-k8s.sh $ST_K8S_VERSION"
-    ST_CACHE_DIR="$ST_CACHE_DIR" "$E2E_HERE/build-k8s.sh" "$ST_K8S_VERSION"
+    ST_CACHE_DIR="$ST_CACHE_DIR" "$E2E_HERE/../toolchain/build-k8s.sh" "$ST_K8S_VERSION"
     break
   fi
 done
 for c in ip socat openssl curl jq setsid nft xtables-nft-multi xtables-legacy-multi; do
-  command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/build-k8s.sh (installs it)"; exit 1; }
+  command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/toolchain/build-k8s.sh (installs it)"; exit 1; }
 done
 if ((${#REAL_NODES[@]})); then
   if ! awk -F: '$2 == "memory" {found = 1} END {exit !found}' /proc/self/cgroup; then
     e2e_log "real nodes need the cgroup v1 (hybrid) layout of this machine kind (no v1 memory hierarchy here); use ST_REAL_NODES=0 for kwok nodes only"; exit 1
   fi
   for c in runc nsenter python3; do
-    command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/build-k8s.sh (installs it)"; exit 1; }
+    command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/toolchain/build-k8s.sh (installs it)"; exit 1; }
   done
-  [[ -x /usr/lib/cni/bridge ]] || { e2e_log "missing /usr/lib/cni/bridge: run e2e/build-k8s.sh (installs containernetworking-plugins)"; exit 1; }
+  [[ -x /usr/lib/cni/bridge ]] || { e2e_log "missing /usr/lib/cni/bridge: run e2e/toolchain/build-k8s.sh (installs containernetworking-plugins)"; exit 1; }
   # the pause (sandbox) and test-app images: OCI tarballs built from the project's static binary
   # (through a file: a failed build must stop cluster-up, which a process substitution hides)
   images_list="$(mktemp)"
-  "$E2E_HERE/build-images.sh" > "$images_list" || { rm -f "$images_list"; e2e_log "e2e/build-images.sh failed"; exit 1; }
+  "$E2E_HERE/build-images.sh" > "$images_list" || { rm -f "$images_list"; e2e_log "e2e/cluster/build-images.sh failed"; exit 1; }
   mapfile -t ST_IMAGE_TARS < "$images_list"
   rm -f "$images_list"
   # more OCI archives to import, e.g. the operator's (make image; run-e2e.sh passes it)
   # shellcheck disable=SC2206
   ST_IMAGE_TARS+=(${ST_EXTRA_IMAGE_TARS:-})
   for t in "${ST_IMAGE_TARS[@]}"; do [[ -f "$t" ]] || { e2e_log "image archive $t does not exist"; exit 1; }; done
-  ((${#ST_IMAGE_TARS[@]})) || { e2e_log "e2e/build-images.sh wrote no image"; exit 1; }
+  ((${#ST_IMAGE_TARS[@]})) || { e2e_log "e2e/cluster/build-images.sh wrote no image"; exit 1; }
   ST_PAUSE_IMAGE="${ST_PAUSE_IMAGE:-st.local/pause:1}"
 fi
 
@@ -95,12 +95,12 @@ fi
 # ST_E2E_DIR, owns the machine-wide network names and is left alone)
 other="$(other_running_owner)"
 if [[ -n "$other" ]]; then
-  e2e_log "another e2e cluster runs on this machine (state in $other) and owns the network namespaces and veths: stop it first (ST_E2E_DIR=$other e2e/cluster-down.sh)"; exit 1
+  e2e_log "another e2e cluster runs on this machine (state in $other) and owns the network namespaces and veths: stop it first (ST_E2E_DIR=$other e2e/cluster/cluster-down.sh)"; exit 1
 fi
 "$E2E_HERE/cluster-down.sh" >/dev/null 2>&1 || true
 for p in "$ST_ETCD_PORT" "$((ST_ETCD_PORT + 10))" "$ST_APISERVER_PORT" "$ST_KCM_PORT" "$ST_SCHED_PORT" "$ST_KWOK_PORT"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    e2e_log "127.0.0.1:$p is already in use (another cluster? run e2e/cluster-down.sh, or set ST_*_PORT)"; exit 1
+    e2e_log "127.0.0.1:$p is already in use (another cluster? run e2e/cluster/cluster-down.sh, or set ST_*_PORT)"; exit 1
   fi
 done
 if ip -4 addr show | grep "inet $ST_NET_PREFIX\." >/dev/null; then
@@ -140,7 +140,7 @@ start() {
   local st=""
   for _ in 1 2 3 4 5 6 7 8 9 10; do st="$(awk '{print $22}' "/proc/$pid/stat" 2>/dev/null)" && [[ -n "$st" ]] && break; sleep 0.05; done
   printf '%s %s\n' "$pid" "$st" > "$STATE/pids/$(printf '%02d' "$seq_n")-$name.pid"
-  # the command, for e2e/restart.sh (fault tests restart the API server or a kube-proxy)
+  # the command, for e2e/cluster/restart.sh (fault tests restart the API server or a kube-proxy)
   printf '%q ' "$@" > "$STATE/pids/$name.cmd"
   PIDOF[$name]=$pid
 }
@@ -286,7 +286,7 @@ start kube-scheduler "$BIN/kube-scheduler" \
 
 # ------------------------------------------------------------------ kwok + fake nodes
 # Stages: the pinned kwok release's own defaults (copied by build-k8s.sh), with
-# pod-delete = graceful (e2e/kwok/pod-delete-graceful.yaml) unless ST_KWOK_POD_DELETE=fast.
+# pod-delete = graceful (e2e/cluster/kwok/pod-delete-graceful.yaml) unless ST_KWOK_POD_DELETE=fast.
 STAGES="$(dirname "$BIN")/kwok-stages"
 stage_files=("$STAGES/node-initialize.yaml" "$STAGES/node-heartbeat-with-lease.yaml" "$STAGES/pod-ready.yaml" "$STAGES/pod-complete.yaml")
 case "${ST_KWOK_POD_DELETE:-graceful}" in
@@ -295,7 +295,7 @@ case "${ST_KWOK_POD_DELETE:-graceful}" in
   *) e2e_log "ST_KWOK_POD_DELETE must be graceful or fast"; exit 1 ;;
 esac
 for f in "${stage_files[@]}"; do
-  [[ -f "$f" ]] || { e2e_log "missing kwok stage $f: run e2e/build-k8s.sh $ST_K8S_VERSION"; exit 1; }
+  [[ -f "$f" ]] || { e2e_log "missing kwok stage $f: run e2e/toolchain/build-k8s.sh $ST_K8S_VERSION"; exit 1; }
   cat "$f"; printf '\n---\n'
 done > "$STATE/kwok.yaml"
 start kwok "$BIN/kwok" --kubeconfig="$KC/kwok.kubeconfig" --config="$STATE/kwok.yaml" \
@@ -502,7 +502,7 @@ jq -n --arg state "$STATE" --arg kubeconfig "$STATE/kubeconfig" --arg api "$API"
 kp_urls="$(jq -r '[.nodes[] | select(.kube_proxy) | .kube_proxy.metrics_url] | join(" ")' "$STATE/cluster.json")"
 kp_nodes="$(jq -r '[.nodes[] | select(.kube_proxy) | .name] | join(" ")' "$STATE/cluster.json")"
 cat > "$STATE/env" <<EOF
-# source this file: settings of the running e2e cluster (written by e2e/cluster-up.sh)
+# source this file: settings of the running e2e cluster (written by e2e/cluster/cluster-up.sh)
 export ST_E2E_DIR='$STATE'
 export KUBECONFIG='$STATE/kubeconfig'
 export ST_K8S_VERSION='$ST_K8S_VERSION'

@@ -5,14 +5,14 @@
 # results.json, results.md and results.svg (e2e/experiment/report.py) into $ST_EXP_OUT, prints the
 # table, and prints the path of results.json on its last line.
 #
-#   e2e/experiment.sh                      # the full experiment: runs a to h (make experiment)
-#   ST_EXP_RUNS=a,b ST_EXP_ROLLOUTS=1 ST_EXP_STRATEGIES=25%/0 e2e/experiment.sh    # make demo
-#   ST_EXP_RUNS=i,j ST_EXP_ROLLOUTS=1 e2e/experiment.sh    # the slow-sync regime (make experiment-slow-sync)
+#   e2e/experiment/experiment.sh                      # the full experiment: runs a to h (make experiment)
+#   ST_EXP_RUNS=a,b ST_EXP_ROLLOUTS=1 ST_EXP_STRATEGIES=25%/0 e2e/experiment/experiment.sh    # make demo
+#   ST_EXP_RUNS=i,j ST_EXP_ROLLOUTS=1 e2e/experiment/experiment.sh    # the slow-sync regime (make experiment-slow-sync)
 #
-# Uses the running cluster when $ST_E2E_DIR/env answers; otherwise starts one (e2e/cluster-up.sh)
+# Uses the running cluster when $ST_E2E_DIR/env answers; otherwise starts one (e2e/cluster/cluster-up.sh)
 # and stops it afterwards. Settings: see tests/e2e_deploy.rs (ST_EXP_*).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
 export ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/experiment}"
 say() { printf '[experiment %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
@@ -25,11 +25,11 @@ cluster_answers() {
 own_cluster=0
 if ! cluster_answers; then
   say "no running cluster with real nodes: starting one"
-  e2e/cluster-up.sh
+  e2e/cluster/cluster-up.sh
   own_cluster=1
 fi
 cleanup() {
-  if ((own_cluster)) && [[ "${ST_EXP_KEEP:-0}" != 1 ]]; then e2e/cluster-down.sh >/dev/null 2>&1 || true; fi
+  if ((own_cluster)) && [[ "${ST_EXP_KEEP:-0}" != 1 ]]; then e2e/cluster/cluster-down.sh >/dev/null 2>&1 || true; fi
 }
 trap cleanup EXIT
 # shellcheck disable=SC1091

@@ -1,8 +1,8 @@
 # shellcheck shell=bash
-# Shared settings for e2e/cluster-up.sh and e2e/cluster-down.sh. Sourced, not run.
+# Shared settings for e2e/cluster/cluster-up.sh and e2e/cluster/cluster-down.sh. Sourced, not run.
 
 E2E_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ST_K8S_VERSION="${ST_K8S_VERSION:-$(tr -d '[:space:]' < "$E2E_HERE/k8s-version")}"
+ST_K8S_VERSION="${ST_K8S_VERSION:-$(tr -d '[:space:]' < "$E2E_HERE/../toolchain/k8s-version")}"
 ST_K8S_VERSION="${ST_K8S_VERSION#v}"
 ST_CACHE_DIR="${ST_CACHE_DIR:-$HOME/.cache/safe-termination}"
 ST_K8S_BIN="${ST_K8S_BIN:-$ST_CACHE_DIR/k8s-v$ST_K8S_VERSION/bin}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks a running e2e cluster (after e2e/cluster-up.sh) end to end:
+# Checks a running e2e cluster (after e2e/cluster/cluster-up.sh) end to end:
 #   nodes Ready; a 3-replica Deployment + Service gets Running pods with IPs on
 #   kwok nodes and an EndpointSlice; every kube-proxy programs the Service into
 #   its netns (iptables-save / nft list ruleset) and its sync counter grows;
@@ -7,9 +7,9 @@
 # Prints "N passed, N failed" and exits non-zero on any failure.
 set -uo pipefail
 E2E_SELF=smoke
-# shellcheck source=e2e/lib.sh
+# shellcheck source=e2e/cluster/lib.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
-[[ -f "$ST_E2E_DIR/env" ]] || { e2e_log "no cluster: run e2e/cluster-up.sh first"; exit 1; }
+[[ -f "$ST_E2E_DIR/env" ]] || { e2e_log "no cluster: run e2e/cluster/cluster-up.sh first"; exit 1; }
 # shellcheck disable=SC1091
 source "$ST_E2E_DIR/env"
 NS="st-smoke"
