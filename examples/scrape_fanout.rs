@@ -45,8 +45,9 @@ use safe_termination::core::crd::TerminationPolicySpec;
 use safe_termination::core::measure::MeasurementStore;
 use safe_termination::sources::agent_client::{AgentClientFiles, AgentSource, AgentTargets};
 use safe_termination::sources::fetch::http_client;
-use safe_termination::sources::scrape::{ScrapeOptions, Target, TargetSource, parse_static_targets, record_outcomes, scrape_all};
+use safe_termination::sources::scrape::{ScrapeOptions, record_outcomes, scrape_all};
 use safe_termination::sources::scrape_loop::{Fallbacks, ScrapeLoop};
+use safe_termination::sources::targets::{Target, TargetSource, parse_static_targets};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 

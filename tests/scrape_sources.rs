@@ -21,11 +21,10 @@ use safe_termination::core::model::{Basis, Interval, ProxyMode};
 use safe_termination::core::proxyconfig::ResolvedProxyConfig;
 use safe_termination::sources::fetch::http_client;
 use safe_termination::sources::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
-use safe_termination::sources::scrape::{
-    Discovery, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, discover, fetch_configz, read_proxy_configmap, record_outcomes,
-    resolve_proxy_config, scrape_all, scrape_once,
-};
+use safe_termination::sources::proxy_config::{fetch_configz, read_proxy_configmap, resolve_proxy_config};
+use safe_termination::sources::scrape::{ScrapeMetrics, ScrapeOptions, ScrapeOutcome, record_outcomes, scrape_all, scrape_once};
 use safe_termination::sources::scrape_loop::ScrapeLoop;
+use safe_termination::sources::targets::{Discovery, Target, TargetSource, discover};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};

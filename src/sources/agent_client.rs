@@ -13,7 +13,8 @@
 use super::error::SourceError;
 use super::fetch::{ScrapeBody, client_builder, content_type, error_chain, read_limited};
 use super::oneshot::unix_now;
-use super::scrape::{ScrapeOptions, ScrapeOutcome, Target, targets_from_pods};
+use super::scrape::{ScrapeOptions, ScrapeOutcome};
+use super::targets::{Target, targets_from_pods};
 use crate::agent::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
 use crate::core::exposition::{ACCEPT_PROTOBUF_FIRST, parse_scrape};
 use crate::core::measure::{NodeFailure, NodeSource, Sample, reason};

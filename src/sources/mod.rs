@@ -19,9 +19,11 @@ pub mod error;
 pub mod fetch;
 pub mod oneshot;
 pub mod prometheus;
+pub mod proxy_config;
 pub mod scrape;
 pub mod scrape_loop;
 pub mod spawn;
+pub mod targets;
 
 pub use error::SourceError;
 pub use fetch::{DEFAULT_MAX_BODY_BYTES, MAX_PROXY_MODE_BYTES, connect_hint, http_client};

@@ -66,7 +66,8 @@
 
 use super::fetch::{DEFAULT_MAX_BODY_BYTES, FetchError, read_limited};
 use super::oneshot::unix_now;
-use super::scrape::{Jitter, read_proxy_configmap};
+use super::proxy_config::read_proxy_configmap;
+use super::scrape::Jitter;
 use crate::core::exposition::native::{SCHEMA_MAX, SCHEMA_MIN};
 use crate::core::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape, NativeHistogram};
 use crate::core::measure::{MeasurementStore, NodeFailure, Sample, reason};

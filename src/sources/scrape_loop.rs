@@ -17,10 +17,9 @@ use super::auto::{Attempts, NextStep, Tried, next_step};
 use super::fetch::http_client;
 use super::oneshot::unix_now;
 use super::prometheus::PrometheusSource;
-use super::scrape::{
-    DEFAULT_INTERVAL, Jitter, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, Target, TargetSource, fetch_configz, record_outcomes, resolve_proxy_config,
-    scrape_all,
-};
+use super::proxy_config::{fetch_configz, resolve_proxy_config};
+use super::scrape::{DEFAULT_INTERVAL, Jitter, ScrapeMetrics, ScrapeOptions, ScrapeOutcome, record_outcomes, scrape_all};
+use super::targets::{Target, TargetSource};
 use crate::core::measure::{MeasurementStore, NodeFailure, NodeSource, Sample, reason};
 use crate::core::proxyconfig::ResolvedProxyConfig;
 use futures::StreamExt;

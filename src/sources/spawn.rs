@@ -4,8 +4,9 @@
 
 use super::agent_client::{AgentClientFiles, AgentSource, AgentTargets};
 use super::prometheus::{PrometheusLoop, PrometheusSource};
-use super::scrape::{Discovery, ScrapeMetrics, ScrapeOptions, Target, TargetSource};
+use super::scrape::{ScrapeMetrics, ScrapeOptions};
 use super::scrape_loop::{Fallbacks, ScrapeLoop};
+use super::targets::{Discovery, Target, TargetSource};
 use crate::runtime::{Shared, Tasks};
 use futures::FutureExt;
 use futures::future::BoxFuture;
