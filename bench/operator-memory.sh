@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Resident memory of `safe-termination run` in a cluster with many Services and endpoints
-# (issue 4, Performance; issue 16 part 3; BENCHMARKS.md "Operator memory"). Target: under
+# (BENCHMARKS.md "Operator memory"). Target: under
 # 150 MiB with 5,000 nodes' rolling windows, 10,000 Services and 150,000 endpoints.
 #
 # 1. Starts the local control plane (e2e/cluster/cluster-up.sh) WITHOUT kube-proxies (KP_MODES=none: no
@@ -14,7 +14,7 @@
 # 4. NODES fake kube-proxies on 127.0.0.1 (examples/fake_kube_proxies.rs: a real v1.29 scrape
 #    padded to SIZE_KB with the unrelated families a kube-proxy exposes), given to the operator
 #    as static `--kube-proxy-target NODE=URL` targets (NODES=0: default discovery, which finds
-#    none, as before issue 16).
+#    none: the store and the Services alone).
 # 5. `safe-termination run` (release build, leader election on) until its metrics show every
 #    Service and endpoint (safe_termination_controller_cluster_services / _cluster_endpoints)
 #    and every node scraped; then it waits until every node's rolling window is full

@@ -13,7 +13,7 @@
 # printed with its figures; the raw output goes to OUT/run-N-BODY.txt.
 #
 # Env: COUNT (5000), ROUNDS (3), CYCLES (4), BODIES ("text-v1.37 protobuf text-v1.29"),
-# SIZE_KB (78), CPU_TARGET (2.5, issue 16's per-cycle CPU-s at 5,000 nodes), MODE (direct; both:
+# SIZE_KB (78), CPU_TARGET (2.5, the per-cycle CPU-s target at 5,000 nodes), MODE (direct; both:
 # also through the node agents), OUT (target/scrape-formats), CARGO_TARGET_DIR (honoured).
 set -euo pipefail
 cd "$(dirname "$0")/.."

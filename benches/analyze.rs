@@ -1,4 +1,4 @@
-//! Criterion benchmarks of `safe-termination analyze`'s core (issue 2, BENCHMARKS.md "analyze"):
+//! Criterion benchmarks of `safe-termination analyze`'s core (BENCHMARKS.md "analyze"):
 //! parsing a kube-proxy `/metrics` body and analysing it (quantiles, window, sizing, advice).
 //!
 //! Inputs:
@@ -9,8 +9,8 @@
 //! - a synthetic ~1 MB scrape: the same plus many unrelated labelled histograms, the worst case
 //!   for a parser that must skip what it does not read.
 //!
-//! Targets: parse throughput >= 200 MB/s; parse + analyse of the 75 KB scrape < 1 ms (issue 2);
-//! the 1 MB scrape parsed at >= 2 GiB/s (issue 16). `parse-strict/` is the same parser without
+//! Targets: parse throughput >= 200 MB/s; parse + analyse of the 75 KB scrape < 1 ms;
+//! the 1 MB scrape parsed at >= 2 GiB/s. `parse-strict/` is the same parser without
 //! its fast path for unrelated families, so the two can be compared within one run.
 //! Run: `cargo bench --bench analyze -- --warm-up-time 1 --measurement-time 3`.
 
@@ -339,7 +339,7 @@ fn bench(c: &mut Criterion) {
     parse.finish();
 
     // the same parser with every line through the full check (no fast path for the families it
-    // does not read): the "before" of issue 16, measured side by side with `parse/`
+    // does not read): the skip-only "before" of the fast path, measured side by side with `parse/`
     let mut strict = c.benchmark_group("parse-strict");
     for (name, text) in inputs {
         assert_eq!(parse_kube_proxy_metrics_strict(text), parse_kube_proxy_metrics(text), "{name}");

@@ -1,4 +1,4 @@
-//! Scrape fan-out benchmark (issue 4, Performance; results in BENCHMARKS.md "Scrape fan-out"):
+//! Scrape fan-out benchmark (results in BENCHMARKS.md "Scrape fan-out"):
 //! one full cycle of the kube-proxy source over N simulated kube-proxies on loopback, each
 //! serving a real ~75 KB scrape: `scrape::scrape_all` (GET `/metrics` and `/proxyMode`, parse)
 //! plus recording into the `MeasurementStore` (and `retain_nodes`). Targets: within 5 s wall
@@ -18,14 +18,14 @@
 //! the padded v1.29 text scrape by default; `--format text --capture v1.37` the real v1.37.2
 //! text scrape (105 KB), `--format protobuf` the same scrape in the protobuf exposition (67 KB,
 //! native histograms) to the operator's protobuf-first `Accept`. `bench/scrape-formats.sh` runs
-//! them alternately. `--cpu-target`: the worst cycle's CPU-s the PASS line allows (issue 4's
-//! 1 CPU-s at 1,000 nodes by default; issue 16's is 2.5 CPU-s at 5,000).
+//! them alternately. `--cpu-target`: the worst cycle's CPU-s the PASS line allows (1 CPU-s
+//! at 1,000 nodes by default; the target at 5,000 is 2.5 CPU-s: BENCHMARKS.md).
 //!
 //! Every cycle opens every connection, as the operator does: its scrape client keeps no idle
-//! connection between cycles (`sources::fetch::http_client`, issue 16). Cycle 1 is "cold"
+//! connection between cycles (`sources::fetch::http_client`). Cycle 1 is "cold"
 //! (the first parse, caches and pages), later ones "warm".
 //!
-//! `--mode both` (issue 13): the same fake kube-proxies, also fronted by one real node agent each
+//! `--mode both`: the same fake kube-proxies, also fronted by one real node agent each
 //! (`examples/fake_agents.rs`, a third process: the real `agent` code path with mutual TLS from
 //! a CA made by the operator's certificate code), and cycles alternate between the two ways the
 //! operator reads a node, each a real `ScrapeLoop::run_cycle` (no `/configz` refresh):

@@ -45,7 +45,7 @@ pub const TARGETS: &[(&str, Check)] = &[
 ];
 
 /// `a == b`, or, for values holding NaN (a NaN `_sum` is legal; NaN bucket counts are accepted
-/// too, one of issue 22's known defects), equal `Debug` forms.
+/// too, a known defect once), equal `Debug` forms.
 fn same<T: PartialEq + std::fmt::Debug>(a: &T, b: &T) -> bool {
     a == b || format!("{a:?}") == format!("{b:?}")
 }
@@ -103,7 +103,7 @@ pub fn protobuf(data: &[u8]) {
 }
 
 /// True when every number of `h` is finite, its buckets hold at least one observation, and the
-/// bounds of its populated buckets are finite floats above 0: the "finite input" of issue 22's
+/// bounds of its populated buckets are finite floats above 0: the "finite input" of the fuzzing target's
 /// rule "never a NaN quantile from finite input". A count above what the buckets hold is NaN
 /// observations (`NativeHistogram::new`); with nothing but those, Prometheus'
 /// `histogram_quantile` is NaN too (`promql/quantile.go`: rank / bucket count 0). Bucket `i` of

@@ -384,7 +384,7 @@ mod tests {
     }
 
     /// `/readyz` says what is wrong, not the name of the condition that holds when all is well
-    /// (it used to answer "not ready: not shutting down" during the drain).
+    /// (never "not ready: not shutting down" during the drain).
     #[tokio::test]
     async fn readyz_bodies() {
         use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,4 +1,4 @@
-//! The deploy-error experiment (issue 11): does safe-termination remove the connection errors of
+//! The deploy-error experiment: does safe-termination remove the connection errors of
 //! rolling deploys, on real traffic? built only with `--features cluster-tests`; run by `make e2e` (full size)
 //! and `make demo` (small), both through `e2e/experiment/experiment.sh`, on the real nodes of the local
 //! cluster (e2e/cluster/nodes.sh: kubelet + containerd + runc, pods on a CNI bridge).
@@ -728,7 +728,7 @@ async fn deploy_experiment() {
                 }
             }
             let sleep = pods.iter().filter_map(|p| p["sleepSeconds"].as_f64()).fold(0.0, f64::max);
-            // not wasteful. Issue 20 asked for sleep <= max(3 s, 2 x this run's largest window).
+            // not wasteful. The target was sleep <= max(3 s, 2 x this run's largest window).
             // That is out of reach for a sleep sized from the window measured before the pod was
             // admitted: on this machine the true window changed by up to 2 x between two
             // consecutive runs at the same number of Services (4.07 s in a baseline, 1.96 s in

@@ -1,4 +1,4 @@
-//! Issue 12: the operator as real pods. The image `make image` writes (image/build.sh, imported
+//! The operator as real pods. The image `make image` writes (image/build.sh, imported
 //! into every real node's containerd by cluster-up through `ST_EXTRA_IMAGE_TARS`) is installed
 //! with the README's own `helm install` line onto the cluster's two real nodes (kubelet +
 //! containerd + runc, e2e/cluster/nodes.sh), in a namespace that enforces the `restricted` Pod Security
@@ -16,7 +16,7 @@
 //!   `apiserver_admission_webhook_fail_open_count` and `_request_total` codes;
 //! - kube-apiserver restarted under the running operator; a kube-proxy restarted
 //!   mid-measurement;
-//! - (t8c, issue 13) both kube-proxies rebound to `127.0.0.1` in their nodes' network
+//! - (t8c) both kube-proxies rebound to `127.0.0.1` in their nodes' network
 //!   namespaces (kubeadm's default): the chart's node agents (hostNetwork DaemonSet, mutual TLS)
 //!   measure both nodes, an agent refuses a request without the operator's client certificate,
 //!   and with one agent gone its node is reported failed while sizing continues from the other.

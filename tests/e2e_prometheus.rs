@@ -1,4 +1,4 @@
-//! The Prometheus source and the chart's alert rules against a real Prometheus server (issue 13).
+//! The Prometheus source and the chart's alert rules against a real Prometheus server.
 //!
 //! A Prometheus server (built from its Go module by e2e/toolchain/build-k8s.sh, the same release as
 //! promtool) runs as a child process on 127.0.0.1, scraping the e2e cluster's two real

@@ -5,7 +5,7 @@
 //! - `delta(later, earlier) + earlier == later` when counters only grow, and a reset otherwise;
 //! - the parser never panics on arbitrary input or on mutated real scrapes, and a scrape cut at
 //!   any byte never yields a histogram different from the complete scrape's; on all of these the
-//!   parser gives the result of `parse_kube_proxy_metrics_strict` (no fast path, issue 16);
+//!   parser gives the result of `parse_kube_proxy_metrics_strict` (no fast path);
 //! - a scrape rendered from a random histogram parses back to the same histogram.
 
 use proptest::prelude::*;
@@ -357,7 +357,7 @@ proptest! {
 
     #[test]
     fn parser_never_panics_on_arbitrary_strings(s in any::<String>()) {
-        // and the fast path for unrelated families gives the full check's result (issue 16)
+        // and the fast path for unrelated families gives the full check's result
         prop_assert_eq!(parse_kube_proxy_metrics(&s), parse_kube_proxy_metrics_strict(&s));
     }
 

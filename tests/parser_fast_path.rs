@@ -1,4 +1,4 @@
-//! The parser's fast path for families it does not read (issue 16): it must not lose an error
+//! The parser's fast path for families it does not read: it must not lose an error
 //! the full check reports. Here on a scrape that is mostly such families, with the two cases
 //! that made the parser check them at all (commit a607ad6): a body cut inside an unrelated
 //! family, which used to pass as "no data", and indented lines, which used to be dropped.

@@ -1368,7 +1368,7 @@ def add_scale_bounds(runs):
     The ground truth (deletion -> IP gone from a node's rules) is a property of the cluster at a
     given number of Services, whether or not the pods were protected; the largest window observed
     at the same `extraServices` over all runs is the one the injected sleep is held to:
-    sleep <= max(3 s, 2 x that window) (issue 11). The per-run `sleepBound` stays alongside.
+    sleep <= max(3 s, 2 x that window). The per-run `sleepBound` stays alongside.
     """
     by_scale = {}
     for r in runs:

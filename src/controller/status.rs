@@ -487,7 +487,7 @@ mod tests {
     #[test]
     fn five_thousand_slow_nodes_make_a_small_status() {
         // 5,000 nodes with a slow sync, 5,000 more failing: one advice item per node made each
-        // status ~1.2 MB (issue 16); the status names NODES_PER_ADVICE of each and counts the rest
+        // status ~1.2 MB; the status names NODES_PER_ADVICE of each and counts the rest
         let text = "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"2\"} 100\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 100\n";
         let scrape = parse_kube_proxy_metrics(text).unwrap();
         let inputs: Vec<NodeInput> =

@@ -150,9 +150,8 @@ pub fn error_chain(err: &reqwest::Error) -> String {
 /// thousands of open sockets to be worth their memory, and reqwest's defaults (up to
 /// `usize::MAX` idle connections per host, closed after 90 s idle, more than the interval) kept
 /// one connection per kube-proxy forever, each holding hyper's read buffer grown to the last
-/// body (a scrape is ~80 KB): 5,000 nodes' idle connections could hold several hundred MB
-/// (issue 16). With
-/// `pool_max_idle_per_host(0)` hyper-util disables its pool altogether (no per-host map of idle
+/// body (a scrape is ~80 KB): 5,000 nodes' idle connections could hold several hundred MB.
+/// With `pool_max_idle_per_host(0)` hyper-util disables its pool altogether (no per-host map of idle
 /// connections, waiters or connecting keys), so a connection and its buffers are freed as soon as
 /// its response is read; the price is one TCP handshake per request (and a socket in TIME_WAIT,
 /// kernel memory, for a minute). Nothing else in the client

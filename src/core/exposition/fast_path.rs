@@ -1,11 +1,12 @@
 //! The text parser's fast path for the families it does not read ([`plain_unrelated_sample`]).
 //!
 //! Most of a scrape is families this reader does not interpret (Go runtime, `rest_client_*`,
-//! `kubernetes_feature_enabled`): 5,000 nodes x 78 KB is 390 MB a cycle. Before `parse.rs` checked
-//! the syntax of every line, such lines were skipped with one prefix test (2.5 GiB/s on a mostly unrelated
-//! 1 MB scrape); checking them through the full check ([`parse_kube_proxy_metrics_strict`](super::parse::parse_kube_proxy_metrics_strict)) ran
-//! at about 0.5 GiB/s. [`parse_kube_proxy_metrics`](super::parse::parse_kube_proxy_metrics) keeps **every check on every line** and
-//! makes the common case cheap instead (BENCHMARKS.md "analyze"):
+//! `kubernetes_feature_enabled`): 5,000 nodes x 78 KB is 390 MB a cycle. Skipping such lines with
+//! a prefix test would be fast and blind; putting them through the full check
+//! ([`parse_kube_proxy_metrics_strict`](super::parse::parse_kube_proxy_metrics_strict)) is
+//! several times slower. [`parse_kube_proxy_metrics`](super::parse::parse_kube_proxy_metrics)
+//! keeps **every check on every line** and makes the common case cheap instead (the figures:
+//! BENCHMARKS.md "analyze"):
 //!
 //! * **What the fast path checks.** A line written in the plain form servers use (no blanks but
 //!   one space before the value and one before a timestamp; see `plain_unrelated_sample`) is
@@ -25,11 +26,10 @@
 //!   lines, and the last line of a body without its final line feed always take the full check:
 //!   a cut body shows in that last line, whatever the family.
 //! * **Why every check stays.** Checking only the last line of unrelated families would see a
-//!   cut (the minimum) at the old skip speed, but a garbled line inside them (an error
-//!   page or a second writer spliced into the body, a wrong port) would read as "no data"
-//!   and `analyze` would exit 0 on it; the strict parser reports those
-//!   and the fast path meets the speed target without dropping them: on the 1 MB scrape,
-//!   3.7-4.1 GiB/s against the full check's 0.75-0.95 GiB/s in the same runs (BENCHMARKS.md "analyze").
+//!   cut body at the skip speed, but a garbled line inside them (an error page or a second
+//!   writer spliced into the body, a wrong port) would read as "no data" and `analyze` would
+//!   exit 0 on it; the strict parser reports those, and the fast path keeps them reported at
+//!   several times the full check's throughput (BENCHMARKS.md "analyze").
 //!
 
 /// Byte classes for [`plain_unrelated_sample`], one bit each.
