@@ -4,8 +4,7 @@
 //! certificate code (`certs`), and the operator's agent client (`sources::agent_client`) and
 //! `--source auto` scrape loop.
 
-use axum::Router;
-use axum::routing::get;
+mod support;
 use safe_termination::certs::{self, AGENT_CERT, AGENT_KEY, Action, CA_CERT, CLIENT_CERT, CLIENT_KEY, TLS_CERT, TLS_KEY};
 use safe_termination::cli::agent::{AgentArgs, serve};
 use safe_termination::core::exposition::{parse_kube_proxy_metrics, read_families};
@@ -24,6 +23,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::fake_kube_proxy::FakeKubeProxy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const V1_13: &str = include_str!("data/metrics/kube-proxy-v1.13-legacy-microseconds.txt");
@@ -45,17 +45,7 @@ fn write(dir: &Path, name: &str, content: &[u8]) -> PathBuf {
 
 /// A fake kube-proxy on 127.0.0.1 serving the real v1.13 scrape, `iptables` and [`CONFIGZ`].
 async fn kube_proxy() -> SocketAddr {
-    let app =
-        Router::new().route("/metrics", get(|| async { V1_13 })).route("/proxyMode", get(|| async { "iptables" })).route("/configz", get(|| async { CONFIGZ }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
-}
-
-fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    FakeKubeProxy::text(V1_13).with_configz(CONFIGZ).start().await
 }
 
 /// A running agent: its addresses, and the shutdown that stops it.
@@ -255,7 +245,7 @@ async fn auto_measures_through_the_agent_and_reports_a_stopped_agent() {
     let data = secret();
     let kp = kube_proxy().await;
     let agent = Agent::start(dir.path(), &format!("http://{kp}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
-    let refused = closed_port();
+    let refused = support::closed_port();
     // node-a: kube-proxy on loopback only (refused directly), an agent; node-b: reachable
     // directly; node-c: refused, no agent
     let targets = vec![
@@ -303,7 +293,7 @@ async fn auto_measures_through_the_agent_and_reports_a_stopped_agent() {
 async fn kube_proxy_down_behind_a_running_agent_is_reported_with_kube_proxys_failure() {
     let dir = tempfile::tempdir().unwrap();
     let data = secret();
-    let gone = closed_port();
+    let gone = support::closed_port();
     let agent = Agent::start(dir.path(), &format!("http://127.0.0.1:{gone}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
     let source = AgentSource::new(AgentTargets::Static(vec![]), client_files(dir.path(), &data), Duration::from_secs(3));
     let o = scrape_agent(&source.client().unwrap(), &Target::new("node-a", &agent.url()), &opts()).await;
@@ -317,7 +307,7 @@ async fn kube_proxy_down_behind_a_running_agent_is_reported_with_kube_proxys_fai
 #[tokio::test]
 async fn the_only_agent_of_a_refused_node_through_auto_without_a_client_certificate_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let refused = closed_port();
+    let refused = support::closed_port();
     let targets = vec![Target::new("node-a", &format!("http://127.0.0.1:{refused}"))];
     let missing = AgentClientFiles { ca: dir.path().join("none/ca.crt"), cert: dir.path().join("none/client.crt"), key: dir.path().join("none/client.key") };
     let agents = AgentSource::new(AgentTargets::Static(vec![Target::new("node-a", "https://127.0.0.1:1")]), missing, Duration::from_secs(1));
@@ -330,15 +320,14 @@ async fn the_only_agent_of_a_refused_node_through_auto_without_a_client_certific
 // ---------------------------------------------------------------------------------------------
 // kube-proxy 1.37's protobuf exposition through the agent
 
-mod fake_protobuf;
-use fake_protobuf::{A_PB, A_TXT, Answer, ipv4_only};
 use safe_termination::core::exposition::format::{ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT, PROTOBUF_CONTENT_TYPE};
 use safe_termination::core::exposition::{filter_kube_proxy_metrics, filter_kube_proxy_protobuf};
+use support::fake_kube_proxy::{A_PB, A_TXT, Answer, ipv4_only};
 
 /// An agent in front of a fake kube-proxy answering `answer`, and the operator's client for it.
-async fn agent_before(dir: &Path, answer: Answer) -> (Agent, fake_protobuf::Seen, reqwest::Client) {
+async fn agent_before(dir: &Path, answer: Answer) -> (Agent, FakeKubeProxy, reqwest::Client) {
     let data = secret();
-    let (kp, seen) = fake_protobuf::kube_proxy(answer).await;
+    let (kp, seen) = support::fake_kube_proxy::kube_proxy(answer).await;
     let agent = Agent::start(dir, &format!("http://{kp}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
     let source = AgentSource::new(AgentTargets::Static(vec![]), client_files(dir, &data), Duration::from_secs(3));
     (agent, seen, source.client().unwrap())

@@ -53,15 +53,17 @@ fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
+#[track_caller]
 fn approx(actual: f64, expected: f64) {
-    assert!((actual - expected).abs() < 1e-9, "expected {expected}, got {actual}");
+    support::approx(actual, expected, 1e-9);
 }
 
 /// W, the p99 of the window distribution (src/core/window_distribution.rs), found by bisection to
 /// 1e-6 s; the expected values come from an independent implementation of the same model,
 /// tests/reference/window_distribution_reference.py.
+#[track_caller]
 fn approx_window(actual: f64, expected: f64) {
-    assert!((actual - expected).abs() < 1e-5, "expected W {expected}, got {actual}");
+    support::approx(actual, expected, 1e-5);
 }
 
 fn reasons(doc: &Value) -> Vec<String> {
@@ -1322,10 +1324,10 @@ fn a_pre_stop_above_the_policy_maximum_is_capped_with_a_warning() {
 // ---------------------------------------------------------------------------------------------
 // the protobuf exposition (kube-proxy 1.37's native histograms): files, stdin, URLs, --format
 
-mod fake_protobuf;
-use fake_protobuf::{A_PB, A_TXT, PROTOBUF_CT, TEXT_CT, ipv4_only, ipv4_only_text};
+mod support;
 use safe_termination::core::exposition::format::{ACCEPT_PROTOBUF, ACCEPT_PROTOBUF_FIRST, ACCEPT_TEXT};
 use std::sync::{Arc, Mutex};
+use support::fake_kube_proxy::{A_PB, A_TXT, PROTOBUF_CT, TEXT_CT, ipv4_only, ipv4_only_text};
 
 fn write_bytes(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let p = dir.join(name);

@@ -812,10 +812,6 @@ impl Operator {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// A kubeconfig that acts as `system:serviceaccount:NS:NAME` (the admin may impersonate).
 fn impersonating_kubeconfig(dir: &Path, namespace: &str, sa: &str) -> PathBuf {
     let mut kc: Value = serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig()).unwrap()).unwrap();
@@ -836,7 +832,7 @@ fn start_operator(namespace: &str, sa: &str, release: &str, extra: &[&str]) -> O
         .zip(["node-a", "node-b", "node-c"])
         .map(|(url, node)| format!("{node}={}", url.trim_end_matches("/metrics")))
         .collect();
-    let (admin, webhook) = (free_port(), free_port());
+    let (admin, webhook) = (common::free_port(), common::free_port());
     let tls = (dir.path().join("tls/tls.crt"), dir.path().join("tls/tls.key"));
     let log = PathBuf::from(format!("{}/logs/operator-chart-{namespace}.log", common::state_dir()));
     let _ = std::fs::create_dir_all(log.parent().unwrap());

@@ -33,9 +33,8 @@ fn parse(text: &str) -> KubeProxyScrape {
 /// implementation of the same model, tests/reference/window_distribution_reference.py.
 const W_TOL: f64 = 1e-5;
 
-fn approx(actual: f64, expected: f64, tol: f64) {
-    assert!((actual - expected).abs() <= tol, "expected {expected} ± {tol}, got {actual}");
-}
+mod support;
+use support::approx;
 
 /// Default analysis options: minSyncPeriod 1 s (kube-proxy's iptables default), default
 /// thresholds, mode inferred.

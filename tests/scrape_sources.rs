@@ -8,6 +8,7 @@
 //! otherwise a node has one sample, so its quantiles cover the kube-proxy process lifetime; the
 //! restart test records two and uses their delta.
 
+mod support;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
@@ -27,9 +28,10 @@ use safe_termination::sources::scrape_loop::ScrapeLoop;
 use safe_termination::sources::targets::{Discovery, Target, TargetSource, discover};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
+use support::fake_kube_proxy::FakeKubeProxy;
+use support::{approx, closed_port};
 use tokio_util::sync::CancellationToken;
 
 const V1_29: &str = include_str!("data/metrics/kube-proxy-v1.29-iptables-excerpt.txt");
@@ -41,43 +43,6 @@ const SYNC: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
 // ---------------------------------------------------------------------------------------------
 // fake kube-proxy
 
-/// What a fake kube-proxy serves; tests change it between scrapes.
-#[derive(Clone)]
-struct Fake {
-    body: Arc<Mutex<String>>,
-    status: Arc<AtomicU16>,
-    mode: &'static str,
-    configz: Option<&'static str>,
-    hits: Arc<AtomicUsize>,
-}
-
-impl Fake {
-    fn new(body: &str) -> Self {
-        Self { body: Arc::new(Mutex::new(body.to_string())), status: Arc::new(AtomicU16::new(200)), mode: "iptables", configz: None, hits: Arc::default() }
-    }
-
-    fn set_body(&self, body: &str) {
-        *self.body.lock().unwrap() = body.to_string();
-    }
-}
-
-async fn metrics(State(f): State<Fake>) -> Response {
-    f.hits.fetch_add(1, Ordering::SeqCst);
-    let status = StatusCode::from_u16(f.status.load(Ordering::SeqCst)).unwrap();
-    (status, f.body.lock().unwrap().clone()).into_response()
-}
-
-async fn proxy_mode(State(f): State<Fake>) -> &'static str {
-    f.mode
-}
-
-async fn configz(State(f): State<Fake>) -> Response {
-    match f.configz {
-        Some(c) => ([("content-type", "application/json")], c).into_response(),
-        None => StatusCode::NOT_FOUND.into_response(),
-    }
-}
-
 async fn serve(router: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -86,18 +51,8 @@ async fn serve(router: Router) -> SocketAddr {
 }
 
 /// Starts a fake kube-proxy and returns its target, named `node`, on 127.0.0.1.
-async fn kube_proxy(node: &str, fake: &Fake) -> Target {
-    let router = Router::new().route("/metrics", get(metrics)).route("/proxyMode", get(proxy_mode)).route("/configz", get(configz)).with_state(fake.clone());
-    let addr = serve(router).await;
-    Target::new(node, &format!("http://{addr}"))
-}
-
-/// A 127.0.0.1 port with nothing listening (bound, then released).
-fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    drop(l);
-    port
+async fn kube_proxy(node: &str, fake: &FakeKubeProxy) -> Target {
+    Target::new(node, &format!("http://{}", fake.start().await))
 }
 
 /// A server that accepts connections and never answers.
@@ -135,10 +90,6 @@ fn analysis_options() -> AnalysisOptions {
 
 fn analyze_store(store: &MeasurementStore) -> AnalysisReport {
     analyze(&store.inputs(), &analysis_options(), &TerminationPolicySpec::default())
-}
-
-fn approx(actual: f64, expected: f64, tol: f64) {
-    assert!((actual - expected).abs() <= tol, "expected {expected} ± {tol}, got {actual}");
 }
 
 fn failure(o: &ScrapeOutcome) -> &safe_termination::core::measure::NodeFailure {
@@ -181,8 +132,8 @@ fn slow_scrape(n: u64) -> String {
 
 #[tokio::test]
 async fn real_scrapes_are_scraped_parsed_and_analysed() {
-    let a = Fake::new(V1_29);
-    let b = Fake { mode: "ipvs\n", ..Fake::new(V1_13) };
+    let a = FakeKubeProxy::text(V1_29);
+    let b = FakeKubeProxy::text(V1_13).with_mode("ipvs\n");
     let targets = vec![kube_proxy("node-a", &a).await, kube_proxy("node-b", &b).await];
     let outcomes = scrape_all(&client(), &targets, &opts(2000)).await;
     assert_eq!(outcomes.len(), 2);
@@ -248,8 +199,8 @@ async fn a_silent_server_times_out_within_the_per_target_timeout() {
 
 #[tokio::test]
 async fn http_500_is_an_http_status_failure() {
-    let fake = Fake::new("internal error");
-    fake.status.store(500, Ordering::SeqCst);
+    let fake = FakeKubeProxy::text("internal error");
+    fake.set_status(500);
     let target = kube_proxy("node-500", &fake).await;
     let o = scrape_once(&client(), &target, &opts(2000)).await;
     let f = failure(&o);
@@ -260,7 +211,7 @@ async fn http_500_is_an_http_status_failure() {
 
 #[tokio::test]
 async fn a_truncated_body_is_a_parse_failure_naming_family_and_line() {
-    let target = kube_proxy("node-windows", &Fake::new(WINDOWS_TRUNCATED)).await;
+    let target = kube_proxy("node-windows", &FakeKubeProxy::text(WINDOWS_TRUNCATED)).await;
     let o = scrape_once(&client(), &target, &opts(2000)).await;
     let f = failure(&o);
     assert_eq!(f.reason, "parse");
@@ -276,12 +227,12 @@ async fn a_truncated_body_is_a_parse_failure_naming_family_and_line() {
 
 #[tokio::test]
 async fn a_restarted_kube_proxy_is_analysed_since_its_restart() {
-    let fake = Fake::new(&scale_counts(V1_29, SYNC, 10));
+    let fake = FakeKubeProxy::text(&scale_counts(V1_29, SYNC, 10));
     let target = kube_proxy("node-restarted", &fake).await;
     let c = client();
     let mut store = MeasurementStore::new(600.0);
     record_outcomes(&mut store, [scrape_once(&c, &target, &opts(2000)).await]);
-    fake.set_body(V1_29); // lower cumulative counts: the process restarted
+    fake.set_text(V1_29); // lower cumulative counts: the process restarted
     record_outcomes(&mut store, [scrape_once(&c, &target, &opts(2000)).await]);
     let inputs = store.inputs();
     assert!(inputs[0].earlier.is_some(), "two samples: an interval analysis");
@@ -291,7 +242,7 @@ async fn a_restarted_kube_proxy_is_analysed_since_its_restart() {
     // since the restart = the later scrape on its own
     assert_eq!(n.sync_samples, 4.0);
     approx(n.sync_p99.unwrap().seconds, 0.12672, 1e-9);
-    assert_eq!(fake.hits.load(Ordering::SeqCst), 2);
+    assert_eq!(fake.hits(), 2);
 }
 
 #[tokio::test]
@@ -305,7 +256,7 @@ async fn a_stale_proxy_is_advised() {
     let stale = V1_29
         .replace(last_queued, &format!("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds {}", now - 120.0))
         .replace(last_sync, &format!("kubeproxy_sync_proxy_rules_last_timestamp_seconds {}", now - 130.0));
-    let target = kube_proxy("node-stale", &Fake::new(&stale)).await;
+    let target = kube_proxy("node-stale", &FakeKubeProxy::text(&stale)).await;
     let mut store = MeasurementStore::new(600.0);
     record_outcomes(&mut store, [scrape_once(&client(), &target, &opts(2000)).await]);
     let r = analyze_store(&store);
@@ -315,7 +266,7 @@ async fn a_stale_proxy_is_advised() {
     assert_eq!(advice.node.as_deref(), Some("node-stale"));
 
     // the unmodified scrape is not stale
-    let fresh = kube_proxy("node-fresh", &Fake::new(V1_29)).await;
+    let fresh = kube_proxy("node-fresh", &FakeKubeProxy::text(V1_29)).await;
     let mut store = MeasurementStore::new(600.0);
     record_outcomes(&mut store, [scrape_once(&client(), &fresh, &opts(2000)).await]);
     assert!(analyze_store(&store).advice.iter().all(|a| a.reason != AdviceReason::ProxyStale));
@@ -323,8 +274,8 @@ async fn a_stale_proxy_is_advised() {
 
 #[tokio::test]
 async fn of_two_nodes_the_slow_one_is_the_worst_node() {
-    let fast = kube_proxy("node-fast", &Fake::new(V1_13)).await;
-    let slow = kube_proxy("node-slow", &Fake::new(&slow_scrape(100))).await;
+    let fast = kube_proxy("node-fast", &FakeKubeProxy::text(V1_13)).await;
+    let slow = kube_proxy("node-slow", &FakeKubeProxy::text(&slow_scrape(100))).await;
     let mut store = MeasurementStore::new(600.0);
     record_outcomes(&mut store, scrape_all(&client(), &[fast, slow], &opts(2000)).await);
     let r = analyze_store(&store);
@@ -340,7 +291,7 @@ async fn of_two_nodes_the_slow_one_is_the_worst_node() {
 
 #[tokio::test]
 async fn scrape_all_bounds_requests_in_flight_and_keeps_going_past_failures() {
-    let fake = Fake::new(V1_29);
+    let fake = FakeKubeProxy::text(V1_29);
     let mut targets = Vec::new();
     for i in 0..12 {
         targets.push(kube_proxy(&format!("node-{i:02}"), &fake).await);
@@ -350,14 +301,14 @@ async fn scrape_all_bounds_requests_in_flight_and_keeps_going_past_failures() {
     assert_eq!(outcomes.len(), 13);
     assert_eq!(outcomes.iter().filter(|o| o.result.is_ok()).count(), 12);
     assert_eq!(outcomes.iter().find(|o| o.node == "node-refused").unwrap().reason(), Some("connection_refused"));
-    assert_eq!(fake.hits.load(Ordering::SeqCst), 12);
+    assert_eq!(fake.hits(), 12);
 }
 
 #[tokio::test]
 async fn configz_is_read_best_effort_and_resolution_names_its_source() {
     const CONFIGZ: &str = r#"{"kubeproxy.config.k8s.io":{"Mode":"nftables","NFTables":{"MasqueradeBit":14},"MetricsBindAddress":"0.0.0.0:10249","SyncPeriod":"30s","MinSyncPeriod":"2s","ConfigSyncPeriod":"15m0s"}}"#;
-    let with = kube_proxy("node-configz", &Fake { configz: Some(CONFIGZ), ..Fake::new(V1_29) }).await;
-    let without = kube_proxy("node-plain", &Fake::new(V1_29)).await;
+    let with = kube_proxy("node-configz", &FakeKubeProxy::text(V1_29).with_configz(CONFIGZ)).await;
+    let without = kube_proxy("node-plain", &FakeKubeProxy::text(V1_29)).await;
     let c = client();
     let cfg = fetch_configz(&c, &with, Duration::from_secs(2)).await.unwrap();
     assert_eq!((cfg.mode, cfg.min_sync_period_seconds), (ProxyMode::Nftables, 2.0));
@@ -378,8 +329,8 @@ async fn configz_is_read_best_effort_and_resolution_names_its_source() {
 #[tokio::test]
 async fn the_scrape_loop_records_retains_publishes_and_stops() {
     const CONFIGZ: &str = r#"{"kubeproxy.config.k8s.io":{"Mode":"iptables","SyncPeriod":"30s","MinSyncPeriod":"3s"}}"#;
-    let a = kube_proxy("node-a", &Fake { configz: Some(CONFIGZ), ..Fake::new(V1_29) }).await;
-    let b = kube_proxy("node-b", &Fake::new(V1_13)).await;
+    let a = kube_proxy("node-a", &FakeKubeProxy::text(V1_29).with_configz(CONFIGZ)).await;
+    let b = kube_proxy("node-b", &FakeKubeProxy::text(V1_13)).await;
     let gone = Target::new("node-gone", &format!("http://127.0.0.1:{}", closed_port()));
     let store = Arc::new(Mutex::new(MeasurementStore::new(600.0)));
     let (tx, mut rx) = tokio::sync::watch::channel(0u64);
@@ -761,13 +712,12 @@ async fn cli_url_fetch_stops_at_the_body_limit() {
 // ---------------------------------------------------------------------------------------------
 // kube-proxy 1.37's protobuf exposition: asked for first, read with its native histograms
 
-mod fake_protobuf;
-use fake_protobuf::{A_PB, A_TXT, Answer, ipv4_only, ipv4_only_text};
 use safe_termination::core::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, parse_kube_proxy_metrics};
+use support::fake_kube_proxy::{A_PB, A_TXT, Answer, ipv4_only, ipv4_only_text};
 
 #[tokio::test]
 async fn the_scrape_asks_for_protobuf_first_and_reads_the_native_histogram() {
-    let (addr, seen) = fake_protobuf::kube_proxy(Answer::Negotiate { pb: ipv4_only(A_PB), text: A_TXT.into() }).await;
+    let (addr, seen) = support::fake_kube_proxy::kube_proxy(Answer::Negotiate { pb: ipv4_only(A_PB), text: A_TXT.into() }).await;
     let o = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await;
     let scrape = o.result.unwrap().scrape;
     assert_eq!(seen.accepts(), [Some(ACCEPT_PROTOBUF_FIRST.to_string())]);
@@ -780,7 +730,7 @@ async fn the_scrape_asks_for_protobuf_first_and_reads_the_native_histogram() {
 
 #[tokio::test]
 async fn the_scrape_of_both_ip_families_sums_their_native_histograms_needs_native_add() {
-    let (addr, _) = fake_protobuf::kube_proxy(Answer::Negotiate { pb: A_PB.to_vec(), text: A_TXT.into() }).await;
+    let (addr, _) = support::fake_kube_proxy::kube_proxy(Answer::Negotiate { pb: A_PB.to_vec(), text: A_TXT.into() }).await;
     let o = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await;
     let scrape = o.result.unwrap().scrape;
     assert_eq!(scrape.sync_native.as_ref().map(|n| n.count()), Some(3.0));
@@ -788,7 +738,7 @@ async fn the_scrape_of_both_ip_families_sums_their_native_histograms_needs_nativ
 
 #[tokio::test]
 async fn a_text_answer_to_the_protobuf_first_accept_is_read_as_text() {
-    let (addr, seen) = fake_protobuf::kube_proxy(Answer::TextOnly(A_TXT.into())).await;
+    let (addr, seen) = support::fake_kube_proxy::kube_proxy(Answer::TextOnly(A_TXT.into())).await;
     let o = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await;
     let scrape = o.result.unwrap().scrape;
     assert_eq!(seen.accepts(), [Some(ACCEPT_PROTOBUF_FIRST.to_string())]);
@@ -796,7 +746,7 @@ async fn a_text_answer_to_the_protobuf_first_accept_is_read_as_text() {
     assert!(scrape.sync_native.is_none());
     // a protobuf body cut short is a parse failure naming the message and the byte
     let pb = ipv4_only(A_PB);
-    let (addr, _) = fake_protobuf::kube_proxy(Answer::Negotiate { pb: pb[..pb.len() - 10].to_vec(), text: String::new() }).await;
+    let (addr, _) = support::fake_kube_proxy::kube_proxy(Answer::Negotiate { pb: pb[..pb.len() - 10].to_vec(), text: String::new() }).await;
     let f = scrape_once(&client(), &Target::new("node-a", &format!("http://{addr}")), &opts(3000)).await.result.unwrap_err();
     assert_eq!(f.reason, "parse");
     assert!(f.message.contains("/metrics: protobuf message ") && f.message.contains("the scrape was cut off"), "{}", f.message);
