@@ -18,11 +18,14 @@ cluster-down: ## stop it and remove its processes, netns, veths and state
 e2e-smoke: ## check a running cluster end to end (pods, EndpointSlices, kube-proxy rules/metrics, webhook)
 	e2e/cluster/smoke-test.sh
 
-.PHONY: test e2e demo check fuzz fuzz-build
+.PHONY: test test-tools e2e demo check fuzz fuzz-build
 
 check: test test-image e2e ## everything .ci/run runs: make test, make test-image (builds the image), then make e2e
 
-test: ## style (rustfmt, clippy -D warnings, shellcheck), then unit, property, integration and CLI tests; benches and examples built, each bench run once; each fuzz target for FUZZ_TEST_SECONDS (5) (no cluster needed)
+test-tools: ## only what make test runs besides cargo: helm and promtool (tests/chart_render.rs), built like make k8s-bins
+	ST_BUILD_ONLY="helm promtool" e2e/toolchain/build-k8s.sh $(K8S_VERSION)
+
+test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck), then unit, property, integration and CLI tests; benches and examples built, each bench run once; each fuzz target for FUZZ_TEST_SECONDS (5) (no cluster needed)
 	cargo fmt --all -- --check
 	cd e2e/testapp && cargo fmt -- --check
 	cd fuzz && cargo fmt -- --check

@@ -28,11 +28,9 @@ source "$ST_E2E_DIR/env"
 e2e/cluster/self-test.sh second-cluster
 kubectl get --raw /readyz >/dev/null
 cargo test --features cluster-tests --test e2e_in_process -- --test-threads=1
-# the Helm chart (lint, renderings, server-side dry runs, install/upgrade/uninstall, webhook
-# routing with operator-generated certificates) and the alert rules (promtool)
-if [ -f tests/e2e_chart.rs ]; then
-  cargo test --features cluster-tests --test e2e_chart -- --test-threads=1
-fi
+# the Helm chart on the control plane (server-side dry runs, install/upgrade/uninstall, webhook
+# routing with operator-generated certificates); lint, renderings and alert rules are in make test
+cargo test --features cluster-tests --test e2e_chart -- --test-threads=1
 # the native-histogram maths against the real Prometheus (promtool test rules): the reference of
 # tests/native_props.rs and src/core/exposition/native.rs, histogram_quantile, +, -, resets(), increase
 cargo test --features cluster-tests --test native_props -- --ignored --nocapture

@@ -1,8 +1,8 @@
 //! Checks of the Helm chart (charts/safe-termination) that need no tool and no cluster: the CRD
 //! copy, the values schema against values.yaml, the values table of the chart README, the alert
 //! rules and the Grafana dashboard against the metrics the operator really exports, and the
-//! Dockerfile's essentials. The checks that need helm, kubectl, promtool or the local control
-//! plane are in tests/e2e_chart.rs (run by `make e2e`).
+//! Dockerfile's essentials. The checks that need helm or promtool are in tests/chart_render.rs,
+//! those that need the local control plane in tests/e2e_chart.rs (run by `make e2e`).
 
 use serde_json::Value;
 use std::collections::BTreeSet;

@@ -9,6 +9,8 @@
 #   e2e/toolchain/build-k8s.sh 1.29.15    # needs a module under e2e/toolchain/ pinning that version
 #   ST_CLUSTER_ONLY=1 e2e/toolchain/build-k8s.sh   # only what a cluster runs (make demo): no helm,
 #                                         # promtool or Prometheus server (the tests' tools)
+#   ST_BUILD_ONLY="helm promtool" e2e/toolchain/build-k8s.sh   # only these (make test-tools: what
+#                                         # make test needs, tests/chart_render.rs)
 #
 # Output: ${ST_CACHE_DIR:-~/.cache/safe-termination}/k8s-v<VERSION>/bin
 # A rerun with every binary present and up to date exits in seconds.
@@ -133,8 +135,10 @@ SERVER_MODVER="$(modver "$HERE/prometheus" github.com/prometheus/prometheus)"
 mkdir -p "$BIN"
 GOV="$(go env GOVERSION)"
 built=0 start_all=$SECONDS
+only="${ST_BUILD_ONLY:-}"
 for t in "${targets[@]}"; do
   IFS='|' read -r name mod pkg ldflags <<<"$t"
+  [[ -z "$only" || " $only " == *" $name "* ]] || continue
   # Stamp = inputs that change the binary: go.mod/go.sum, toolchain, flags.
   stamp="$( { cat "$mod/go.mod" "$mod/go.sum"; echo "$GOV $pkg $ldflags trimpath cgo=$CGO_ENABLED"; } | sha256sum | cut -c1-16)"
   if [[ -x "$BIN/$name" && "$(cat "$BIN/.$name.stamp" 2>/dev/null)" == "$stamp" ]]; then
@@ -148,6 +152,11 @@ for t in "${targets[@]}"; do
   log "built $name in $((SECONDS - t0))s"
   built=$((built + 1))
 done
+if [[ -n "$only" ]]; then
+  for n in $only; do [[ -x "$BIN/$n" ]] || die "ST_BUILD_ONLY names $n, which is not a target here"; done
+  log "ready: $only in $BIN"
+  exit 0
+fi
 
 # kwok ships its default Stages only inside kwokctl; the kwok controller
 # needs them as config. Copy the pinned release's own files next to the binaries.

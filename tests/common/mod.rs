@@ -12,6 +12,7 @@ use safe_termination::core::crd::TerminationPolicy;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+pub mod chart;
 pub mod rules;
 pub mod tools;
 pub mod windows;
