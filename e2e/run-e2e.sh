@@ -44,8 +44,11 @@ cargo test --features cluster-tests --test e2e_admission_policy -- --test-thread
 cargo test --features cluster-tests --test e2e_prometheus -- --test-threads=1 --nocapture
 # the operator as real pods: the README's helm install on the real nodes, then the faults
 # (leader lost, pod-create storms during deletions, an upgrade and a CA rotation, the API
-# server and a kube-proxy restarted), each printing its numbers; t9 uninstalls the release
-cargo test --features cluster-tests --test e2e_operator_pods -- --test-threads=1 --nocapture
+# server and a kube-proxy restarted), each printing its numbers; then the uninstall, last, so
+# that the chart's cluster-wide webhook does not outlive the file (each test installs what it
+# needs: the order is this script's choice, not a dependency)
+cargo test --features cluster-tests --test e2e_operator_pods -- --test-threads=1 --nocapture --skip uninstall_leaves_no_webhook
+cargo test --features cluster-tests --test e2e_operator_pods -- --nocapture --exact uninstall_leaves_no_webhook
 # the deploy-error experiment: all four runs (baseline/protected, small/4,000 Services) with one
 # rolling restart per strategy, asserting what the product promises (make experiment: three per
 # strategy). After the tests above: its thousands of Services stay in kube-proxy's lifetime
@@ -58,7 +61,7 @@ cargo test --features cluster-tests --test e2e_window -- --test-threads=1 --noca
 # the chart's KubeProxySyncSlow alert firing through the real Prometheus' /api/v1/alerts at scale
 # (after the scale run: its slow syncs stay in kube-proxy's lifetime histograms)
 if [ "${ST_E2E_SLOW_ALERT:-0}" = 1 ]; then
-  cargo test --features cluster-tests --test e2e_prometheus -- --ignored --nocapture --exact z_sync_slow_alert_fires_through_prometheus
+  cargo test --features cluster-tests --test e2e_prometheus -- --ignored --nocapture --exact sync_slow_alert_fires_through_prometheus
 fi
 e2e/cluster/cluster-down.sh
 e2e/cluster/leftovers.sh || { echo "cluster-down left the above behind" >&2; exit 1; }

@@ -169,21 +169,6 @@ async fn raw_get(addr: SocketAddr, config: rustls::ClientConfig) -> Result<Strin
     }
 }
 
-/// A client configuration trusting `ca` for the agent's name, with `identity` as its client
-/// certificate (none: no client certificate).
-fn tls_client(ca: &[u8], identity: Option<(&[u8], &[u8])>) -> rustls::ClientConfig {
-    use rustls::pki_types::pem::PemObject;
-    let roots = safe_termination::agent::tls::roots(ca).unwrap();
-    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
-    match identity {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => {
-            let chain = rustls::pki_types::CertificateDer::pem_slice_iter(cert).collect::<Result<Vec<_>, _>>().unwrap();
-            builder.with_client_auth_cert(chain, rustls::pki_types::PrivateKeyDer::from_pem_slice(key).unwrap()).unwrap()
-        }
-    }
-}
-
 #[tokio::test]
 async fn clients_without_the_operators_certificate_are_refused_during_the_handshake() {
     let dir = tempfile::tempdir().unwrap();
@@ -193,7 +178,7 @@ async fn clients_without_the_operators_certificate_are_refused_during_the_handsh
     let agent = Agent::start(dir.path(), &format!("http://{kp}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
 
     // the operator's own certificate: an HTTP answer
-    let ok = raw_get(agent.addr, tls_client(&data[CA_CERT], Some((&data[CLIENT_CERT], &data[CLIENT_KEY])))).await.unwrap();
+    let ok = raw_get(agent.addr, support::tls::client_config(&data[CA_CERT], Some((&data[CLIENT_CERT], &data[CLIENT_KEY])), &[])).await.unwrap();
     assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
 
     // a same-CA leaf for another name, made for client authentication
@@ -215,7 +200,7 @@ async fn clients_without_the_operators_certificate_are_refused_during_the_handsh
         ("the webhook's serving certificate (server authentication only)", Some((&data[TLS_CERT][..], &data[TLS_KEY][..]))),
         ("a client certificate of the CA for another name", Some((cert.as_bytes(), key.as_bytes()))),
     ] {
-        let refused = raw_get(agent.addr, tls_client(&data[CA_CERT], identity)).await;
+        let refused = raw_get(agent.addr, support::tls::client_config(&data[CA_CERT], identity, &[])).await;
         let e = refused.expect_err(what);
         assert!(!e.contains("HTTP/1.1"), "{what}: {e}");
         assert!(e.to_ascii_lowercase().contains("alert") || e.contains("closed") || e.contains("reset"), "{what}: {e}");

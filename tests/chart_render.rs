@@ -25,7 +25,20 @@ fn helm_lint_strict_with_every_value_set() {
         assert!(r.as_ref().is_err_and(|e| e.contains("schema")), "--set {bad} must be refused by values.schema.json: {r:?}");
     }
     let r = try_run(tool("helm").args(["template", "x"]).arg(chart()).args(["--set", "certificates.mode=existingSecret"]), None);
-    assert!(r.is_err(), "existingSecret needs a name and a caBundle");
+    // values.schema.json refuses both empty fields, naming each
+    assert!(
+        r.as_ref()
+            .is_err_and(|e| e.contains("/certificates/existingSecret/name': minLength") && e.contains("/certificates/existingSecret/caBundle': minLength")),
+        "existingSecret needs a name and a caBundle: {r:?}"
+    );
+    let r = try_run(
+        tool("helm").args(["template", "x"]).arg(chart()).args(["--set", "certificates.mode=existingSecret", "--set", "certificates.existingSecret.name=tls"]),
+        None,
+    );
+    assert!(
+        r.as_ref().is_err_and(|e| e.contains("/certificates/existingSecret/caBundle': minLength") && !e.contains("existingSecret/name")),
+        "existingSecret with a name still needs a caBundle: {r:?}"
+    );
 }
 
 #[test]

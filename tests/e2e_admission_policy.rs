@@ -30,12 +30,13 @@ use safe_termination::core::admission::policy::PolicyObjects;
 use safe_termination::core::crd::{EnforcementMode, GraceSpec, PreStopHandler, PreStopSpec, Scope, TerminationPolicySpec};
 use safe_termination::core::plan::{Capabilities, Plan, PlanPolicy};
 use safe_termination::core::selector::{Labels, StaticServiceIndex};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
+mod support;
 
 const SYSTEM: &str = "e2e-adm-system";
 const NS_WEBHOOK: &str = "e2e-adm-webhook";
@@ -206,136 +207,10 @@ fn pod_labels(pod: &Value) -> Labels {
         .unwrap_or_default()
 }
 
-// ---- generated pods: valid ones (the API server must be able to create them), over the rules'
-// inputs: labels that pick each policy, opt-outs, existing hooks, grace, restart policy, Windows
-
-fn lifecycle() -> impl Strategy<Value = Option<Value>> {
-    prop_oneof![
-        5 => Just(None),
-        2 => (1i64..=30).prop_map(|s| Some(json!({"preStop": {"sleep": {"seconds": s}}}))),
-        1 => Just(Some(json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 5"]}}}))),
-        1 => Just(Some(json!({"preStop": {"httpGet": {"path": "/drain", "port": 8080}}}))),
-        1 => Just(Some(json!({"postStart": {"exec": {"command": ["true"]}}}))),
-        1 => Just(Some(json!({}))),
-    ]
-}
-
-fn container(name: &'static str) -> impl Strategy<Value = Value> {
-    (
-        prop::sample::select(vec![
-            "nginx",
-            "docker.io/library/nginx:1.27",
-            "busybox:1.36",
-            "busybox:1.37",
-            "gcr.io/distroless/static",
-            "mcr.microsoft.com/windows/servercore:ltsc2022",
-        ]),
-        lifecycle(),
-    )
-        .prop_map(move |(image, lifecycle)| {
-            let mut c = json!({"name": name, "image": image});
-            if let Some(l) = lifecycle {
-                c["lifecycle"] = l;
-            }
-            c
-        })
-}
-
-fn containers() -> impl Strategy<Value = Vec<Value>> {
-    prop::sample::subsequence(vec!["app", "web", "istio-proxy", "linkerd-proxy", "sidecar"], 1..4)
-        .prop_flat_map(|names| names.into_iter().map(container).collect::<Vec<_>>())
-}
-
-fn generated_pod() -> impl Strategy<Value = Value> {
-    (
-        containers(),
-        prop::option::weighted(0.25, (container("init"), any::<bool>())),
-        prop::sample::select(vec![None, Some(0i64), Some(1), Some(2), Some(3), Some(5), Some(25), Some(30), Some(45), Some(300), Some(604_800)]),
-        prop::sample::select(vec![None, Some("Always"), Some("Never"), Some("OnFailure")]),
-        prop::sample::select(vec![None, Some("linux"), Some("windows"), Some("nodeSelector")]),
-        // label pairs that pick each policy (several at once: precedence)
-        prop::sample::subsequence(
-            vec![
-                ("app", "web"),
-                ("app", "worker"),
-                ("tier", "fe"),
-                ("tier", "batch"),
-                ("mode", "audit"),
-                ("mode", "off"),
-                ("mode", "zero"),
-                ("handler", "exec"),
-                ("scope", "svc"),
-                ("legacy", "x"),
-            ],
-            0..=3,
-        )
-        .prop_map(|pairs| pairs.into_iter().collect::<BTreeMap<_, _>>()),
-        prop::collection::btree_map(
-            prop::sample::select(vec![
-                "safetermination.io/skip",
-                "safetermination.io/skip-containers",
-                "safetermination.io/prestop-seconds",
-                "safetermination.io/audit-prestop-seconds",
-                "safetermination.io/policy",
-                "example.com/other",
-            ]),
-            prop::sample::select(vec!["true", " TRUE ", "false", "app", "web, sidecar", "app,istio-proxy", "9", "10", ""]),
-            0..3,
-        ),
-    )
-        .prop_map(|(mut containers, init, grace, restart, os, labels, annotations)| {
-            let mut spec = Map::new();
-            // an existing sleep longer than the grace period is invalid: keep the input valid
-            let g = grace.unwrap_or(30);
-            for c in &mut containers {
-                if let Some(s) = c.pointer("/lifecycle/preStop/sleep/seconds").and_then(Value::as_i64)
-                    && s > g
-                {
-                    c["lifecycle"]["preStop"]["sleep"]["seconds"] = json!(g);
-                }
-            }
-            spec.insert("containers".into(), Value::Array(containers));
-            if let Some((mut c, sidecar)) = init {
-                if let Some(l) = c.get_mut("lifecycle")
-                    && !sidecar
-                {
-                    // only native sidecars may have a lifecycle among init containers
-                    *l = Value::Null;
-                    c.as_object_mut().unwrap().remove("lifecycle");
-                }
-                if sidecar {
-                    c["restartPolicy"] = json!("Always");
-                }
-                spec.insert("initContainers".into(), json!([c]));
-            }
-            if let Some(g) = grace {
-                spec.insert("terminationGracePeriodSeconds".into(), json!(g));
-            }
-            if let Some(r) = restart {
-                spec.insert("restartPolicy".into(), json!(r));
-            }
-            match os {
-                Some("nodeSelector") => {
-                    spec.insert("nodeSelector".into(), json!({"kubernetes.io/os": "windows"}));
-                }
-                Some(os) => {
-                    spec.insert("os".into(), json!({"name": os}));
-                }
-                None => {}
-            }
-            json!({
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "gen", "labels": labels, "annotations": annotations},
-                "spec": spec,
-            })
-        })
-}
-
 fn generated_pods(n: usize) -> Vec<Value> {
     // deterministic: the same 1,000 pods every run (a failure names the pod's index)
     let mut runner = TestRunner::deterministic();
-    let strategy = generated_pod();
+    let strategy = support::pods::valid_pod();
     (0..n)
         .map(|i| {
             let mut pod = strategy.new_tree(&mut runner).expect("generate a pod").current();
@@ -353,16 +228,11 @@ async fn wait_until_mutated(client: &Client, ns: &str, what: &str) {
         "metadata": {"name": "wait-for-admission", "labels": {"app": "web"}},
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
     });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Outcome::Created { lifecycles, .. } = dry_run(client, ns, &probe).await
-            && lifecycles.first().is_some_and(|l| !l.is_null())
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what} never mutated a pod in {ns}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    common::wait_for(&format!("{what} to mutate a pod in {ns}"), 60, async || match dry_run(client, ns, &probe).await {
+        Outcome::Created { lifecycles, .. } => lifecycles.first().is_some_and(|l| !l.is_null()).then_some(()),
+        _ => None,
+    })
+    .await;
 }
 
 /// Applies the policy, binding and parameters for `plan`, bound to the `namespaces`.

@@ -22,7 +22,9 @@
 //! `service` gets a namespaceSelector that matches no namespace.
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
@@ -30,13 +32,12 @@ mod common;
 use safe_termination::certs::{self, Action, CertConfig};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::Operator;
 use common::chart::*;
 use common::first_der;
-use common::tools::{kubeconfig, run, tool, try_run};
+use common::tools::{run, tool, try_run};
 
 // ---------------------------------------------------------------------------------------------
 // tests on the control plane
@@ -113,101 +114,21 @@ async fn every_rendering_passes_a_server_side_dry_run() {
     }
 }
 
-/// The operator binary, run out of cluster as a ServiceAccount (kubeconfig impersonation);
-/// killed on drop.
-struct Operator {
-    child: std::process::Child,
-    admin: u16,
-    webhook: u16,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-    tls: (PathBuf, PathBuf),
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Operator {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn metrics(&self) -> String {
-        reqwest::get(format!("http://127.0.0.1:{}/metrics", self.admin)).await.unwrap().text().await.unwrap()
-    }
-
-    /// Admission requests answered so far (all decisions).
-    async fn requests(&self) -> u64 {
-        common::metric_sum(&self.metrics().await, "safe_termination_webhook_requests_total", &[]).unwrap_or(0.0) as u64
-    }
-
-    async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        let url = format!("http://127.0.0.1:{}/readyz", self.admin);
-        loop {
-            if let Ok(r) = reqwest::get(&url).await
-                && r.status().is_success()
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "operator never became ready ({url}):\n{}", self.log());
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    }
-}
-
-/// A kubeconfig that acts as `system:serviceaccount:NS:NAME` (the admin may impersonate).
-fn impersonating_kubeconfig(dir: &Path, namespace: &str, sa: &str) -> PathBuf {
-    let mut kc: Value = serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig()).unwrap()).unwrap();
-    for u in kc["users"].as_array_mut().unwrap() {
-        u["user"]["as"] = json!(format!("system:serviceaccount:{namespace}:{sa}"));
-    }
-    let path = dir.join("kubeconfig");
-    std::fs::write(&path, serde_json::to_string(&kc).unwrap()).unwrap();
-    path
-}
-
+/// The operator out of cluster as the chart's ServiceAccount `sa` of `namespace`, with the
+/// release's names for its lease, certificate Secret, webhook Service and configuration, and
+/// fast certificate checks; `extra` flags after these.
 fn start_operator(namespace: &str, sa: &str, release: &str, extra: &[&str]) -> Operator {
-    let dir = tempfile::tempdir().unwrap();
-    let kc = impersonating_kubeconfig(dir.path(), namespace, sa);
-    let targets: Vec<String> = std::env::var("ST_KP_METRICS_URLS")
-        .unwrap_or_else(|_| "http://10.213.0.2:10249/metrics http://10.213.1.2:10249/metrics".into())
-        .split_whitespace()
-        .zip(["node-a", "node-b", "node-c"])
-        .map(|(url, node)| format!("{node}={}", url.trim_end_matches("/metrics")))
-        .collect();
-    let (admin, webhook) = (common::free_port(), common::free_port());
-    let tls = (dir.path().join("tls/tls.crt"), dir.path().join("tls/tls.key"));
-    let log = PathBuf::from(format!("{}/logs/operator-chart-{namespace}.log", common::state_dir()));
-    let _ = std::fs::create_dir_all(log.parent().unwrap());
-    let file = std::fs::File::create(&log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_safe-termination"))
-        .args(["run", "--listen", &format!("127.0.0.1:{webhook}"), "--admin-listen", &format!("127.0.0.1:{admin}")])
-        .arg("--tls-cert-file")
-        .arg(&tls.0)
-        .arg("--tls-key-file")
-        .arg(&tls.1)
-        .args(["--namespace", namespace, "--identity", "e2e-chart", "--lease-name", &format!("{release}-safe-termination-leader")])
-        .args(["--kube-proxy-target", &targets.join(",")])
-        .args(["--scrape-interval-seconds", "2", "--window-seconds", "120", "--status-refresh-seconds", "5"])
-        .args(["--cert-secret", &format!("{release}-safe-termination-tls"), "--webhook-service", &format!("{release}-safe-termination")])
-        .args(["--webhook-configuration", &format!("{release}-safe-termination"), "--write-cert-files", "--cert-extra-san", "127.0.0.1"])
-        .args(["--cert-check-interval-seconds", "2", "--cert-reload-interval-seconds", "1"])
-        // these tests are about the webhook and its certificates; the name is the chart's, so its
-        // RBAC covers the stale-policy check
-        .args(["--admission-backend", "webhook", "--admission-policy-name", &format!("{release}-safe-termination")])
-        .args(extra)
-        .env("KUBECONFIG", &kc)
-        .env("RUST_LOG", "info,safe_termination=debug")
-        .stdout(file.try_clone().unwrap())
-        .stderr(file)
-        .spawn()
-        .expect("start the operator");
-    Operator { child, admin, webhook, log, _dir: dir, tls }
+    let lease = format!("{release}-safe-termination-leader");
+    let secret = format!("{release}-safe-termination-tls");
+    let fullname = format!("{release}-safe-termination");
+    let mut flags = vec!["--lease-name", &lease, "--cert-secret", &secret, "--webhook-service", &fullname];
+    flags.extend(["--webhook-configuration", &fullname, "--write-cert-files", "--cert-extra-san", "127.0.0.1"]);
+    flags.extend(["--cert-check-interval-seconds", "2", "--cert-reload-interval-seconds", "1"]);
+    // these tests are about the webhook and its certificates; the name is the chart's, so its
+    // RBAC covers the stale-policy check
+    flags.extend(["--admission-backend", "webhook", "--admission-policy-name", &fullname]);
+    flags.extend(extra);
+    Operator::spawn_as_service_account(namespace, sa, "e2e-chart", &format!("chart-{namespace}"), &flags)
 }
 
 use common::wait_for;
@@ -408,9 +329,11 @@ async fn helm_install_upgrade_and_uninstall_on_the_real_control_plane() {
     // helm uninstall: the release's objects go; the CRD and the operator's Secret stay
     run(tool("helm").args(["uninstall", release, "-n", ns, "--wait", "--timeout", "120s"]), None);
     assert!(Api::<MutatingWebhookConfiguration>::all(client.clone()).get_opt(fullname).await.unwrap().is_none());
-    assert!(try_run(tool("kubectl").args(["get", "clusterrole", fullname]), None).is_err());
-    assert!(try_run(tool("kubectl").args(["get", "role", "st-safe-termination-kube-proxy", "-n", "kube-system"]), None).is_err());
-    assert!(try_run(tool("kubectl").args(["get", "deployment", fullname, "-n", ns]), None).is_err());
+    // get_opt is Ok(None) exactly on 404 NotFound: any other failure fails the test
+    assert!(Api::<ClusterRole>::all(client.clone()).get_opt(fullname).await.unwrap().is_none(), "ClusterRole {fullname} left");
+    let role = "st-safe-termination-kube-proxy";
+    assert!(Api::<Role>::namespaced(client.clone(), "kube-system").get_opt(role).await.unwrap().is_none(), "Role {role} left");
+    assert!(Api::<Deployment>::namespaced(client.clone(), ns).get_opt(fullname).await.unwrap().is_none(), "Deployment {fullname} left");
     run(tool("kubectl").args(["get", "crd", "terminationpolicies.safetermination.io"]), None);
     assert!(secret_data(&client, ns, "st-safe-termination-tls").await.is_some(), "documented: uninstall leaves the generated Secret");
     delete_namespace(&client, app).await;

@@ -38,17 +38,12 @@ async fn wait_until_mutating(client: &Client, ns: &str) {
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
     }))
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    common::wait_for("the API server to call the webhook", 30, async || {
         let pp = PostParams { dry_run: true, ..Default::default() };
-        if let Ok(p) = api.create(&pp, &probe).await
-            && p.spec.as_ref().and_then(|s| s.containers[0].lifecycle.as_ref()).is_some()
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the API server never called the webhook");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+        let p = api.create(&pp, &probe).await.ok()?;
+        p.spec.as_ref().and_then(|s| s.containers[0].lifecycle.as_ref()).map(|_| ())
+    })
+    .await;
 }
 
 fn lifecycles_and_grace(pod: &Value) -> (Vec<Value>, Option<i64>, Value) {
@@ -138,17 +133,12 @@ async fn pods_are_created_unmutated_when_the_webhook_is_down() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(6), "admission took {took:?}, above the 5 s webhook timeout");
     assert!(created.spec.unwrap().containers[0].lifecycle.is_none(), "not mutated");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let ip = loop {
-        let p = api.get("unmutated").await.unwrap();
-        let st = p.status.unwrap_or_default();
+    let ip = common::wait_for("the unmutated pod Ready on its real node", 60, async || {
+        let st = api.get("unmutated").await.unwrap().status.unwrap_or_default();
         let ready = st.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Ready" && c.status == "True");
-        if ready && let Some(ip) = st.pod_ip {
-            break ip;
-        }
-        assert!(Instant::now() < deadline, "the unmutated pod never became Ready on its real node");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+        st.pod_ip.filter(|_| ready)
+    })
+    .await;
     // the host reaches the pod CIDRs over the nodes' veths: the container really runs
     let body = reqwest::get(format!("http://{ip}:8080/")).await.expect("GET the pod").text().await.unwrap();
     assert_eq!(body.trim(), "unmutated", "the pod answers with its name");
@@ -244,15 +234,8 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
                 "spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}]}}}}))
     .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let list = loop {
-        let l = pods.list(&Default::default()).await.unwrap();
-        if l.items.len() == 3 {
-            break l;
-        }
-        assert!(Instant::now() < deadline, "Deployment pods not created");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let list =
+        common::wait_for("the Deployment's 3 pods", 60, async || Some(pods.list(&Default::default()).await.unwrap()).filter(|l| l.items.len() == 3)).await;
     let after = common::policy_status(&client, ns, "web").await["recommendation"]["preStopSeconds"].as_u64().unwrap();
     for p in &list.items {
         let spec = p.spec.as_ref().unwrap();
@@ -281,11 +264,7 @@ async fn no_kube_proxy_pods_and_a_cilium_agent_is_reported_as_ebpf() {
     // a Cilium agent pod where Cilium's chart puts it; kwok makes it Running on node-c
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
     let _ = pods.delete("cilium-e2e", &DeleteParams::default().grace_period(0)).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while pods.get_opt("cilium-e2e").await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "old cilium-e2e pod not deleted");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    common::wait_for("the old cilium-e2e pod deleted", 30, async || pods.get_opt("cilium-e2e").await.unwrap().is_none().then_some(())).await;
     let agent: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "cilium-e2e", "namespace": "kube-system", "labels": {"k8s-app": "cilium"}},
         "spec": {"nodeName": "node-c", "containers": [{"name": "cilium-agent", "image": "quay.io/cilium/cilium:v1.18.0"}]}}))

@@ -11,7 +11,6 @@ use safe_termination::cli::mutate::{documents, pod_of};
 use safe_termination::controller::probe::{ProbeResult, probe_native_sleep};
 use safe_termination::core::crd::TerminationPolicy;
 use serde_json::json;
-use std::time::{Duration, Instant};
 
 mod common;
 
@@ -73,16 +72,13 @@ async fn gate_off_probe_picks_the_exec_fallback_and_no_pod_is_rejected() {
         "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}
     }))
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let created = loop {
+    common::wait_for("the webhook to inject the exec fallback", 30, async || {
         let pp = PostParams { dry_run: true, ..Default::default() };
         let p = pods.create(&pp, &busybox).await.expect("never rejected");
-        if p.spec.as_ref().unwrap().containers[0].lifecycle.is_some() {
-            break pods.create(&PostParams::default(), &busybox).await.expect("never rejected");
-        }
-        assert!(Instant::now() < deadline, "the webhook never injected the exec fallback");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+        p.spec.as_ref().unwrap().containers[0].lifecycle.as_ref().map(|_| ())
+    })
+    .await;
+    let created = pods.create(&PostParams::default(), &busybox).await.expect("never rejected");
     let handler = created.spec.as_ref().unwrap().containers[0].lifecycle.as_ref().unwrap().pre_stop.as_ref().unwrap();
     assert!(handler.sleep.is_none(), "no native sleep on 1.29 with the gate off");
     let cmd = handler.exec.as_ref().and_then(|e| e.command.clone()).unwrap();

@@ -16,7 +16,7 @@
 //!   `apiserver_admission_webhook_fail_open_count` and `_request_total` codes;
 //! - kube-apiserver restarted under the running operator; a kube-proxy restarted
 //!   mid-measurement;
-//! - (t8c) both kube-proxies rebound to `127.0.0.1` in their nodes' network
+//! - both kube-proxies rebound to `127.0.0.1` in their nodes' network
 //!   namespaces (kubeadm's default): the chart's node agents (hostNetwork DaemonSet, mutual TLS)
 //!   measure both nodes, an agent refuses a request without the operator's client certificate,
 //!   and with one agent gone its node is reported failed while sizing continues from the other.
@@ -31,9 +31,11 @@
 //! pods get its toleration. Those three settings are the only values added to the README's
 //! install line (`environment_values`).
 //!
-//! built only with `--features cluster-tests`; `make e2e` runs them in name order (t1 ... t7) with
-//! `--test-threads=1`. t1 installs the release; later tests install it if t1 did not
-//! run (a single test run alone); t9 uninstalls it.
+//! Built only with `--features cluster-tests`; `make e2e` runs them one at a time
+//! (`--test-threads=1`), `uninstall_leaves_no_webhook` last so that the chart's cluster-wide
+//! webhook does not outlive the file. Each test starts from [`ensure_installed`]: the release
+//! installed with the base values, reinstalled when a test before it changed them, so any one
+//! runs alone or in any order.
 
 mod common;
 
@@ -95,8 +97,8 @@ fn kube_proxy_targets() -> Vec<String> {
 fn environment_values() -> Value {
     let taint = std::env::var("ST_REAL_NODE_TAINT").unwrap_or_else(|_| "safe-termination.e2e/real-node".into());
     json!({
-        // t1-t8 measure the webhook path (the default `auto` picks the policy on this 1.37
-        // cluster); t8b switches to the policy and measures that
+        // the tests measure the webhook path (the default `auto` picks the policy on this 1.37
+        // cluster); the policy-backend test switches to the policy and measures that
         "admission": {"backend": "webhook"},
         "tolerations": [{"key": taint, "operator": "Exists", "effect": "NoSchedule"}],
         "nodeSelector": {"safe-termination.e2e/node-type": "real"},
@@ -121,10 +123,28 @@ fn installed() -> bool {
     try_run(tool("helm").args(["status", RELEASE, "-n", NS]), None).is_ok()
 }
 
-/// Installs the release with the README's line (plus the environment's values) unless it is
-/// installed, and waits for two ready replicas and a webhook that mutates.
+/// Whether the installed release runs with the base values, [`environment_values`]: a test that
+/// switches the admission backend or the certificates' mode leaves other values (the pod
+/// annotation a `helm upgrade` test sets to roll the pods changes nothing a test relies on).
+fn installed_with_base_values() -> bool {
+    let Ok(out) = try_run(tool("helm").args(["get", "values", RELEASE, "-n", NS, "-o", "json"]), None) else { return false };
+    let mut user: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+    if let Some(m) = user.as_object_mut() {
+        m.remove("podAnnotations");
+    }
+    user == environment_values()
+}
+
+/// The release as every test here starts from: installed with the README's line (plus the
+/// environment's values), the webhook backend, certificates in operator mode; reinstalled when
+/// an earlier test left other values. Waits for two ready replicas. Each test calls it, so none
+/// depends on another having run first.
 async fn ensure_installed(client: &Client) -> Duration {
     let t0 = Instant::now();
+    if installed() && !installed_with_base_values() {
+        eprintln!("the release runs with other values than the base: reinstalling");
+        run(tool("helm").args(["uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "180s"]), None);
+    }
     if !installed() {
         common::fresh_namespace_with_labels(
             client,
@@ -232,10 +252,10 @@ async fn dry_run_sleep(client: &Client, ns: &str) -> Option<i64> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// t1: install
+// install
 
 #[tokio::test]
-async fn t1_readme_install_runs_the_image_on_real_nodes() {
+async fn readme_install_runs_the_image_on_real_nodes() {
     let client = common::client().await;
     let _ = try_run(tool("helm").args(["uninstall", RELEASE, "-n", NS, "--wait"]), None);
     let took = ensure_installed(&client).await;
@@ -317,7 +337,7 @@ fn run_readme_line(line: &str) -> String {
 }
 
 #[tokio::test]
-async fn t1b_readme_quick_start_lines_run_verbatim() {
+async fn readme_quick_start_lines_run_verbatim() {
     let client = common::client().await;
     ensure_installed(&client).await;
     // what the README assumes the user has: a Deployment `web` behind a Service in `my-app`
@@ -509,7 +529,7 @@ fn lease_duration_seconds(l: &Lease) -> f64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// t2, t3: the leader lost
+// the leader lost
 
 /// Removes the leader with `remove` and measures the hand-over.
 async fn leader_handover(what: &str, same_identity: bool, remove: impl AsyncFnOnce(&Client, &Pod)) {
@@ -543,7 +563,7 @@ async fn leader_handover(what: &str, same_identity: bool, remove: impl AsyncFnOn
 }
 
 #[tokio::test]
-async fn t2_leader_pod_deleted_hands_over_within_the_lease_duration() {
+async fn leader_pod_deleted_hands_over_within_the_lease_duration() {
     leader_handover("leader pod deleted", false, async |client, pod| {
         Api::<Pod>::namespaced(client.clone(), NS).delete(&pod.name_any(), &DeleteParams::default()).await.expect("delete the leader");
     })
@@ -551,7 +571,7 @@ async fn t2_leader_pod_deleted_hands_over_within_the_lease_duration() {
 }
 
 #[tokio::test]
-async fn t3_leader_container_killed_by_the_runtime_hands_over_within_the_lease_duration() {
+async fn leader_container_killed_by_the_runtime_hands_over_within_the_lease_duration() {
     leader_handover("leader container SIGKILLed through containerd", true, async |_client, pod| {
         let cs = &pod.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
         let id = cs.container_id.as_deref().unwrap().trim_start_matches("containerd://").to_string();
@@ -564,7 +584,7 @@ async fn t3_leader_container_killed_by_the_runtime_hands_over_within_the_lease_d
 }
 
 // ---------------------------------------------------------------------------------------------
-// t4-t6: pod-create storms
+// pod-create storms
 
 const STORM_NAMESPACES: usize = 5;
 const ANNOTATION_PRESTOP: &str = "safetermination.io/prestop-seconds";
@@ -712,7 +732,7 @@ async fn delete_operator_pods_twice(client: &Client) {
 }
 
 #[tokio::test]
-async fn t4_pod_storm_while_the_webhook_pods_are_deleted_fails_open_and_is_counted() {
+async fn pod_storm_while_the_webhook_pods_are_deleted_fails_open_and_is_counted() {
     let client = common::client().await;
     ensure_installed(&client).await;
     let namespaces = storm_namespaces(&client, "del").await;
@@ -733,7 +753,7 @@ async fn t4_pod_storm_while_the_webhook_pods_are_deleted_fails_open_and_is_count
 }
 
 #[tokio::test]
-async fn t5_pod_storm_during_helm_upgrade_admits_every_pod_mutated() {
+async fn pod_storm_during_helm_upgrade_admits_every_pod_mutated() {
     let client = common::client().await;
     ensure_installed(&client).await;
     wait_serving(&client, 2, 180).await;
@@ -797,7 +817,7 @@ async fn serves_leaf_of(ip: &str, ca_pem: &[u8]) -> bool {
 }
 
 #[tokio::test]
-async fn t5b_pod_storm_during_a_ca_rotation_admits_every_pod_mutated() {
+async fn pod_storm_during_a_ca_rotation_admits_every_pod_mutated() {
     let client = common::client().await;
     ensure_installed(&client).await;
     wait_serving(&client, 2, 180).await;
@@ -853,7 +873,7 @@ async fn t5b_pod_storm_during_a_ca_rotation_admits_every_pod_mutated() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// t6, t7: the control plane and a kube-proxy restarted
+// the control plane and a kube-proxy restarted
 
 /// `e2e/cluster/restart.sh NAME`: its `key=value` output.
 fn restart(name: &str) -> String {
@@ -874,7 +894,7 @@ async fn containers(client: &Client) -> Vec<(String, i32, String)> {
 }
 
 #[tokio::test]
-async fn t6_kube_apiserver_restarted_the_operator_rewatches_without_restarting() {
+async fn kube_apiserver_restarted_the_operator_rewatches_without_restarting() {
     let client = common::client().await;
     ensure_installed(&client).await;
     ensure_fault_namespace(&client).await;
@@ -917,7 +937,7 @@ async fn t6_kube_apiserver_restarted_the_operator_rewatches_without_restarting()
 }
 
 #[tokio::test]
-async fn t7_kube_proxy_restarted_mid_measurement_the_recommendation_holds() {
+async fn kube_proxy_restarted_mid_measurement_the_recommendation_holds() {
     let client = common::client().await;
     ensure_installed(&client).await;
     ensure_fault_namespace(&client).await;
@@ -955,7 +975,7 @@ async fn t7_kube_proxy_restarted_mid_measurement_the_recommendation_holds() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// t8b: the policy backend (the chart's default `auto` on Kubernetes 1.36+)
+// the policy backend (the chart's default `auto` on Kubernetes 1.36+)
 
 async fn admission_policy_exists(client: &Client) -> bool {
     let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &safe_termination::controller::admission::policy_resource());
@@ -963,7 +983,7 @@ async fn admission_policy_exists(client: &Client) -> bool {
 }
 
 #[tokio::test]
-async fn t8b_policy_backend_mutates_every_pod_while_every_operator_pod_is_deleted() {
+async fn policy_backend_mutates_every_pod_while_every_operator_pod_is_deleted() {
     let client = common::client().await;
     ensure_installed(&client).await;
     let values = values_file();
@@ -993,7 +1013,7 @@ async fn t8b_policy_backend_mutates_every_pod_while_every_operator_pod_is_delete
 }
 
 // ---------------------------------------------------------------------------------------------
-// t8c: kube-proxy bound to 127.0.0.1 (kubeadm's default), measured through the node agents
+// kube-proxy bound to 127.0.0.1 (kubeadm's default), measured through the node agents
 
 /// The namespace of the agents: hostNetwork needs the `privileged` Pod Security level, which
 /// the release's `restricted` namespace refuses (README "Node agent").
@@ -1076,7 +1096,7 @@ fn curl_in_netns(netns: &str, url: &str) -> Result<String, String> {
 }
 
 #[tokio::test]
-async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
+async fn agents_measure_kube_proxy_bound_to_loopback() {
     let client = common::client().await;
     ensure_installed(&client).await;
     ensure_fault_namespace(&client).await;
@@ -1088,7 +1108,9 @@ async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
     for RealNode { name: node, netns, ip, .. } in &real {
         let direct =
             reqwest::Client::builder().timeout(Duration::from_secs(3)).no_proxy().build().unwrap().get(format!("http://{ip}:10249/metrics")).send().await;
-        assert!(direct.is_err(), "kube-proxy on {node} still answers on {ip}:10249 after the rebind");
+        // bound to 127.0.0.1 only: the node's address refuses the connection (a timeout or any
+        // other error would not show the rebind)
+        assert!(direct.as_ref().is_err_and(|e| e.is_connect()), "kube-proxy on {node} at {ip}:10249 after the rebind: {direct:?}");
         let mode = common::wait_for(&format!("kube-proxy on {node} serving on 127.0.0.1 in its netns"), 30, async || {
             curl_in_netns(netns, "http://127.0.0.1:10249/proxyMode").ok()
         })
@@ -1201,14 +1223,13 @@ async fn t8c_agents_measure_kube_proxy_bound_to_loopback() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// t9: uninstall (the chart's cluster-wide webhook must not outlive this file)
+// uninstall (run last by make e2e: the chart's cluster-wide webhook must not outlive this file)
 
 #[tokio::test]
-async fn t9_uninstall_leaves_no_webhook() {
+async fn uninstall_leaves_no_webhook() {
     let client = common::client().await;
-    if installed() {
-        run(tool("helm").args(["uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s"]), None);
-    }
+    ensure_installed(&client).await;
+    run(tool("helm").args(["uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s"]), None);
     let hooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> = Api::all(client.clone());
     assert!(hooks.get_opt(RELEASE).await.unwrap().is_none(), "the webhook configuration outlived the release");
     // the policy and its binding are owned by the chart's ClusterRole: garbage-collected
@@ -1217,7 +1238,7 @@ async fn t9_uninstall_leaves_no_webhook() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// t8: certificates from an existing Secret
+// certificates from an existing Secret
 
 /// A CA and a serving certificate for the webhook Service made with openssl, as a user would:
 /// (CA PEM, certificate PEM, key PEM).
@@ -1236,7 +1257,7 @@ openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out tls.
 }
 
 #[tokio::test]
-async fn t8_existing_secret_mode_serves_the_users_certificate() {
+async fn existing_secret_mode_serves_the_users_certificate() {
     let client = common::client().await;
     ensure_installed(&client).await;
     let dir = tempfile::tempdir().unwrap();

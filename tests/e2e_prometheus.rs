@@ -18,7 +18,7 @@
 //!   Prometheus source's queries, the native p99s in the same native bucket, the classic p99s
 //!   in the same classic bucket. Then the TerminationPolicy's status as the Prometheus-sourced
 //!   operator alone writes it.
-//! - `z_sync_slow_alert_fires_through_prometheus`: thousands of Services (the scale fixture of
+//! - `sync_slow_alert_fires_through_prometheus`: thousands of Services (the scale fixture of
 //!   tests/e2e_window.rs) make the iptables node's syncs slow; the operator, measuring through
 //!   Prometheus, exports its sync p99, Prometheus scrapes the operator, and KubeProxySyncSlow goes
 //!   pending and then firing in /api/v1/alerts, with the rule's own `for: 10m` (the chart has no
@@ -192,11 +192,10 @@ impl Prometheus {
             .expect("start prometheus");
         let p = Prometheus { child, port, dir, http: reqwest::Client::new() };
         let ready = format!("{}/-/ready", p.url());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !p.http.get(&ready).send().await.is_ok_and(|r| r.status().is_success()) {
-            assert!(Instant::now() < deadline, "Prometheus never became ready ({ready}); see {log_path}");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        common::wait_for(&format!("Prometheus ready ({ready}; see {log_path})"), 60, async || {
+            p.http.get(&ready).send().await.ok().filter(|r| r.status().is_success()).map(|_| ())
+        })
+        .await;
         p
     }
 
@@ -690,7 +689,7 @@ fn rule_for_seconds(groups: &Value, name: &str) -> u64 {
 
 #[tokio::test]
 #[ignore = "about 15 minutes (the alert's for: 10m after 4,000+ Services): ST_E2E_SLOW_ALERT=1 make e2e runs it"]
-async fn z_sync_slow_alert_fires_through_prometheus() {
+async fn sync_slow_alert_fires_through_prometheus() {
     const ALERT: &str = "KubeProxySyncSlow";
     let client = common::client().await;
     let _guard = NamespaceGuard(ALERT_NAMESPACES);

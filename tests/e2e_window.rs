@@ -142,11 +142,7 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     deployments.patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(&deploy(2))).await.unwrap();
     let traces = sampler.await.unwrap();
     // the old pods are gone only after the kubelet ran their preStop sleep (and SIGTERM)
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while seen_gone.lock().unwrap().len() < sleep_of.len() {
-        assert!(Instant::now() < deadline, "old pods not gone: {:?}", seen_gone.lock().unwrap());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    common::wait_for(&format!("the {} old pods gone", sleep_of.len()), 60, async || (seen_gone.lock().unwrap().len() >= sleep_of.len()).then_some(())).await;
     watch.abort();
     let seen = seen_terminating.lock().unwrap().clone();
     for (ip, t_gone) in seen_gone.lock().unwrap().iter() {
@@ -203,17 +199,15 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
 }
 
 #[tokio::test]
-async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables() {
+async fn scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables() {
     let client = common::client().await;
     let (system, ns, hook) = ("e2e-scale-system", "e2e-scale", "safe-termination-e2e-scale");
     let (op, policies) = common::operator_with_policy(&client, system, ns, hook, json!({})).await;
-    let before = loop {
+    let before = common::wait_for("a first recommendation", 120, async || {
         let s = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap();
-        if s["recommendation"]["preStopSeconds"].is_u64() {
-            break s["recommendation"]["preStopSeconds"].as_u64().unwrap();
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+        s["recommendation"]["preStopSeconds"].as_u64()
+    })
+    .await;
     let n: usize = std::env::var("ST_SCALE_SERVICES").ok().and_then(|v| v.parse().ok()).unwrap_or(4000);
     let t0 = Instant::now();
     common::create_services(&client, ns, 0..n).await;
@@ -269,4 +263,11 @@ async fn z_scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables(
     assert!(metrics.contains("to=\"nftables\""), "{metrics}");
     drop(op);
     common::cleanup(&client, hook, ns).await;
+    // the thousands of Services go with the namespace: wait until they are gone, so that no test
+    // after this one meets kube-proxy still syncing their removal
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    common::wait_for(&format!("namespace {ns} and its {n} Services deleted"), 600, async || {
+        namespaces.get_opt(ns).await.ok().flatten().is_none().then_some(())
+    })
+    .await;
 }

@@ -14,6 +14,8 @@ use safe_termination::core::selector::{AssumeServiceBacked, Labels, StaticServic
 use safe_termination::webhook::review;
 use serde_json::{Value, json};
 
+mod support;
+
 fn plan_with(spec: TerminationPolicySpec, pre_stop: u32, native_sleep: bool) -> Plan {
     Plan {
         policies: Vec::new(),
@@ -453,7 +455,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
     #[test]
-    fn generated_pods_obey_the_rules(pod in arb_pod(), pre_stop in 1u32..120, native in any::<bool>(), exec_all in any::<bool>()) {
+    fn generated_pods_obey_the_rules(pod in prop_oneof![arb_pod(), support::pods::valid_pod()], pre_stop in 1u32..120, native in any::<bool>(), exec_all in any::<bool>()) {
         let mut spec = TerminationPolicySpec::default();
         spec.pre_stop.max_seconds = 120;
         if exec_all { spec.pre_stop.exec_images = vec!["busybox*".into()]; }

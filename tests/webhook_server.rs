@@ -6,7 +6,6 @@
 
 use axum::body::Bytes;
 use base64::Engine as _;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use reqwest::StatusCode;
 use rustls::pki_types::{CertificateDer, ServerName};
 use safe_termination::cli::Error as CliError;
@@ -21,59 +20,14 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
+mod support;
+use support::tls::{Leaf, Pki};
+
 const CASE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/admission/admissionreview-pod-create.json");
 const CASE_UID: &str = "0c9a8d74-9cb7-44dd-b98e-09fd62def2f4";
 
 // ---------------------------------------------------------------------------------------------
 // certificates
-
-struct Pki {
-    ca: CertifiedIssuer<'static, KeyPair>,
-}
-
-struct Leaf {
-    cert_pem: String,
-    key_pem: String,
-    der: CertificateDer<'static>,
-}
-
-impl Pki {
-    fn new() -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, "safe-termination test CA");
-        Self { ca: CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap() }
-    }
-
-    fn leaf(&self, cn: &str) -> Leaf {
-        let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        Leaf { cert_pem: cert.pem(), key_pem: key.serialize_pem(), der: cert.der().clone() }
-    }
-
-    fn client_config(&self, alpn: &[&[u8]]) -> rustls::ClientConfig {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.ca.der().clone()).unwrap();
-        let mut c = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        c
-    }
-
-    /// A fresh client (no pooled connection) offering only `alpn`.
-    fn client(&self, alpn: &[&[u8]]) -> reqwest::Client {
-        let mut b = reqwest::Client::builder().use_preconfigured_tls(self.client_config(alpn)).tls_info(true).timeout(Duration::from_secs(10));
-        if alpn == [b"http/1.1"] {
-            b = b.http1_only();
-        }
-        b.build().unwrap()
-    }
-}
 
 /// Replaces `path` atomically (write a temporary file, then rename), as a Secret mount update does.
 fn write_atomically(path: &Path, content: &str) {

@@ -373,7 +373,8 @@ fn secs(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.3}s"))
 }
 
-/// Renders the human-readable report.
+/// Renders the human-readable report: the interval, the per-node table, then the cluster's W,
+/// the recommendation with its coverage, the proxy and the advice.
 pub fn render_text(r: &AnalysisReport) -> String {
     let mut s = String::new();
     let interval = match r.interval {
@@ -382,7 +383,33 @@ pub fn render_text(r: &AnalysisReport) -> String {
         _ => "mixed: see the interval column",
     };
     let _ = writeln!(s, "Interval: {interval}");
-    // the node column is as wide as the longest name (file stems and host:port are long)
+    render_node_table(&mut s, r);
+    let _ = writeln!(s);
+    render_recommendation(&mut s, r);
+    let p = &r.proxy;
+    let _ = writeln!(
+        s,
+        "Proxy: mode {}, Services {}, endpoints {}, estimated rules {}, actual rules {}",
+        p.mode.as_str(),
+        p.services.map_or("-".into(), |v| v.to_string()),
+        p.endpoints.map_or("-".into(), |v| v.to_string()),
+        p.estimated_rules.map_or("-".into(), |v| v.to_string()),
+        p.actual_rules.map_or("-".into(), |v| v.to_string()),
+    );
+    if r.advice.is_empty() {
+        let _ = writeln!(s, "Advice: none");
+    } else {
+        let _ = writeln!(s, "Advice:");
+        for a in &r.advice {
+            let _ = writeln!(s, "- {:?} [{:?}] ({}): {}", a.reason, a.severity, a.threshold, a.message);
+        }
+    }
+    s
+}
+
+/// One row per node; the node column is as wide as the longest name (file stems and host:port
+/// are long).
+fn render_node_table(s: &mut String, r: &AnalysisReport) {
     let w = r.nodes.iter().map(|n| n.node.chars().count()).max().unwrap_or(0).max(24);
     let _ = writeln!(
         s,
@@ -419,7 +446,11 @@ pub fn render_text(r: &AnalysisReport) -> String {
             if n.sync_from_legacy_microseconds { " (legacy microsecond histogram, converted)" } else { "" }
         );
     }
-    let _ = writeln!(s);
+}
+
+/// The worst node's W, the recommendation with its arithmetic, and the share of removal
+/// windows the sleep covers.
+fn render_recommendation(s: &mut String, r: &AnalysisReport) {
     let _ = writeln!(
         s,
         "Worst node: {}  window W = {}{}  (W = max(p99 of a removal's window from the sync histogram and minSyncPeriod {}s [{}], NP p99 - 1s))",
@@ -454,23 +485,4 @@ pub fn render_text(r: &AnalysisReport) -> String {
             if c.nodes == 1 { "" } else { "s" }
         );
     }
-    let p = &r.proxy;
-    let _ = writeln!(
-        s,
-        "Proxy: mode {}, Services {}, endpoints {}, estimated rules {}, actual rules {}",
-        p.mode.as_str(),
-        p.services.map_or("-".into(), |v| v.to_string()),
-        p.endpoints.map_or("-".into(), |v| v.to_string()),
-        p.estimated_rules.map_or("-".into(), |v| v.to_string()),
-        p.actual_rules.map_or("-".into(), |v| v.to_string()),
-    );
-    if r.advice.is_empty() {
-        let _ = writeln!(s, "Advice: none");
-    } else {
-        let _ = writeln!(s, "Advice:");
-        for a in &r.advice {
-            let _ = writeln!(s, "- {:?} [{:?}] ({}): {}", a.reason, a.severity, a.threshold, a.message);
-        }
-    }
-    s
 }

@@ -376,38 +376,14 @@ pub fn measure_node_with(input: &NodeInput, min_sync_period_seconds: f64, min_sa
         (modelled.unwrap_or_else(|| deletion_window_bound_seconds(min_sync_period_seconds, q.seconds)), q.kind)
     });
     let coverage_by_sleep = coverage_by_sleep(deletion_window.as_ref(), np.as_ref().and_then(Distribution::durations).as_ref());
-    let (window, histogram_kind) = match (from_sync, from_np) {
-        (Some(s), Some(n)) if n.0 > s.0 => (Some(n.0), Some(n.1)),
-        (Some(s), _) => (Some(s.0), Some(s.1)),
-        // no sync histogram: network programming stands in, and a change still waits for the
-        // next sync, at most minSyncPeriod later, so W is never below it (a network-programming
-        // p99 under 1 s gave W 0)
-        (None, Some(n)) => (Some(n.0.max(min_sync_period_seconds)), Some(n.1)),
-        (None, None) => (None, None),
+    let (window, histogram_kind) = match combine_terms(from_sync, from_np, min_sync_period_seconds) {
+        Some((w, kind)) => (Some(w), Some(kind)),
+        None => (None, None),
     };
     let samples = if sync_p99.is_some() { sync_samples } else { np_samples };
     let beyond = sync_p99.is_some_and(|q| q.beyond_top_bucket) || np_p99.is_some_and(|q| q.beyond_top_bucket);
-    // too few samples wins over beyond the top bucket (README "The sizing model"): a p99 of one to
-    // four syncs is not trusted, however slow (a restarted kube-proxy's first, full sync is
-    // often the slowest it ever does); as LowSampleCount its W still raises the sleep when no
-    // node is trusted, but it neither overrides a trusted node nor raises ProxySyncSlow
-    let basis = if window.is_none() {
-        Basis::NoData
-    } else if samples.partial_cmp(&f64::from(min_samples)).is_none_or(|o| o.is_lt()) {
-        // NaN counts (a broken exposition) are "too few", never "enough"
-        Basis::LowSampleCount
-    } else if beyond {
-        Basis::BeyondTopBucket
-    } else {
-        Basis::Measured
-    };
-    let (mode, mode_source) = match (modes.flag, input.proxy_mode, ProxyMode::infer(&input.later), modes.configured) {
-        (Some(m), _, _, _) => (m, "flag"),
-        (None, Some(m), _, _) => (m, "proxyMode endpoint"),
-        (None, None, Some(m), _) => (m, "metric families"),
-        (None, None, None, Some(m)) => (m, "kube-proxy configuration"),
-        _ => (ProxyMode::Unknown, "unknown"),
-    };
+    let basis = if window.is_none() { Basis::NoData } else { trusted_basis(samples, min_samples, beyond) };
+    let (mode, mode_source) = resolve_mode(modes, input);
     let stale_seconds = pending_seconds(&input.later);
     NodeWindow {
         node: input.node.clone(),
@@ -425,6 +401,47 @@ pub fn measure_node_with(input: &NodeInput, min_sync_period_seconds: f64, min_sa
         stale_seconds,
         iptables_rules_total: input.later.iptables_rules_total,
         coverage_by_sleep,
+    }
+}
+
+/// W from its two terms, each `(seconds, histogram kind)`: the higher of the kube-proxy term
+/// (`from_sync`) and the path before kube-proxy (`from_np`). Without a sync histogram,
+/// network programming stands in, and a change still waits for the next sync, at most
+/// minSyncPeriod later, so W is never below `min_sync_period_seconds`. `None` without either.
+fn combine_terms<K>(from_sync: Option<(f64, K)>, from_np: Option<(f64, K)>, min_sync_period_seconds: f64) -> Option<(f64, K)> {
+    match (from_sync, from_np) {
+        (Some(s), Some(n)) if n.0 > s.0 => Some(n),
+        (Some(s), _) => Some(s),
+        (None, Some(n)) => Some((n.0.max(min_sync_period_seconds), n.1)),
+        (None, None) => None,
+    }
+}
+
+/// The basis of a node's W when it has one, from the `samples` of the histogram W came from:
+/// too few samples wins over beyond the top bucket (README "The sizing model"): a p99 of one to
+/// four syncs is not trusted, however slow (a restarted kube-proxy's first, full sync is often
+/// the slowest it ever does); as LowSampleCount its W still raises the sleep when no node is
+/// trusted, but it neither overrides a trusted node nor raises ProxySyncSlow. A NaN count (a
+/// broken exposition) is "too few", never "enough".
+fn trusted_basis(samples: f64, min_samples: u32, beyond_top_bucket: bool) -> Basis {
+    if samples.partial_cmp(&f64::from(min_samples)).is_none_or(|o| o.is_lt()) {
+        Basis::LowSampleCount
+    } else if beyond_top_bucket {
+        Basis::BeyondTopBucket
+    } else {
+        Basis::Measured
+    }
+}
+
+/// A node's proxy mode and where it came from, first found wins: the `--proxy-mode` flag,
+/// kube-proxy's `/proxyMode` endpoint, the metric families it exports, its configuration.
+fn resolve_mode(modes: ModeHints, input: &NodeInput) -> (ProxyMode, &'static str) {
+    match (modes.flag, input.proxy_mode, ProxyMode::infer(&input.later), modes.configured) {
+        (Some(m), _, _, _) => (m, "flag"),
+        (None, Some(m), _, _) => (m, "proxyMode endpoint"),
+        (None, None, Some(m), _) => (m, "metric families"),
+        (None, None, None, Some(m)) => (m, "kube-proxy configuration"),
+        _ => (ProxyMode::Unknown, "unknown"),
     }
 }
 

@@ -87,100 +87,136 @@ pub async fn elect(
     own_pod: Option<String>,
     tasks: &mut Tasks,
 ) -> Result<Leadership, kube_lease_manager::LeaseManagerError> {
-    let me = identity.clone();
-    let builder = {
-        let (client, lease_name, namespace) = (client.clone(), lease_name.to_string(), namespace.to_string());
-        move || {
-            kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &lease_name)
-                .with_namespace(&namespace)
-                .with_field_manager(lease_field_manager(&identity))
-                .with_identity(&identity)
-                .with_duration(LEASE_DURATION_SECONDS)
-                .with_grace(LEASE_GRACE_SECONDS)
-                .build()
-        }
-    };
-    let mut manager = builder().await?;
-    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(client.clone(), namespace);
-    let lease_name = lease_name.to_string();
+    let spec = ManagerSpec { client: client.clone(), namespace: namespace.to_string(), lease_name: lease_name.to_string(), identity };
+    let manager = spec.build().await?;
     let (tx, rx) = watch::channel(false);
+    let task = LeaseTask { spec, manager, tx, manager_leads: false, leading: false, renewal: RenewalSeen::default() };
     let stop = tasks.stop_token();
     let deleted = own_pod_deleted(client, namespace.to_string(), own_pod);
-    tasks.spawn("lease", async move {
+    tasks.spawn("lease", task.run(stop, deleted));
+    Ok(Leadership::elected(rx))
+}
+
+/// What a lease manager is built from: a follower that sees the lease released starts over
+/// with a new one.
+struct ManagerSpec {
+    client: Client,
+    namespace: String,
+    lease_name: String,
+    identity: String,
+}
+
+impl ManagerSpec {
+    async fn build(&self) -> Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError> {
+        kube_lease_manager::LeaseManagerBuilder::new(self.client.clone(), &self.lease_name)
+            .with_namespace(&self.namespace)
+            .with_field_manager(lease_field_manager(&self.identity))
+            .with_identity(&self.identity)
+            .with_duration(LEASE_DURATION_SECONDS)
+            .with_grace(LEASE_GRACE_SECONDS)
+            .build()
+            .await
+    }
+
+    /// The Lease as it is now, within [`RELEASED_LEASE_CHECK`]: `None` when it is absent or the
+    /// read failed or hung (a read that hangs must not hold off a step-down).
+    async fn read(&self) -> Option<k8s_openapi::api::coordination::v1::Lease> {
+        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(self.client.clone(), &self.namespace);
+        tokio::time::timeout(RELEASED_LEASE_CHECK, leases.get_opt(&self.lease_name)).await.ok().and_then(Result::ok).flatten()
+    }
+}
+
+/// The lease task's state: what the lease manager says (`manager_leads`) and what this replica
+/// publishes (`leading`: the manager leads and a renewal was seen lately).
+struct LeaseTask {
+    spec: ManagerSpec,
+    manager: kube_lease_manager::LeaseManager,
+    tx: watch::Sender<bool>,
+    manager_leads: bool,
+    leading: bool,
+    renewal: RenewalSeen,
+}
+
+impl LeaseTask {
+    async fn run(mut self, stop: tokio_util::sync::CancellationToken, deleted: impl Future<Output = ()>) {
         tokio::pin!(deleted);
         let mut check = tokio::time::interval(RELEASED_LEASE_CHECK);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // what the lease manager says, and what this replica publishes
-        let mut manager_leads = false;
-        let mut leading = false;
-        let mut renewal = RenewalSeen::default();
-        let publish = |leading: &mut bool, now: bool| {
-            if *leading != now {
-                tracing::info!(leading = now, "leadership changed");
-                *leading = now;
-                tx.send_replace(now);
-            }
-        };
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = &mut deleted => {
                     tracing::info!("this replica's pod is being deleted: releasing the lease");
-                    publish(&mut leading, false);
-                    if let Err(e) = manager.release().await {
-                        tracing::warn!(error = %e, "cannot release the lease; it expires on its own");
-                    }
+                    self.release("").await;
                     // a task that ends stops the process: serve out the preStop sleep
                     stop.cancelled().await;
                     return;
                 }
-                r = manager.changed() => match r {
-                    Ok(now) => {
-                        tracing::info!(leading = now, "lease state changed");
-                        manager_leads = now;
-                        if now {
-                            renewal.acquired(Instant::now());
-                        }
-                        publish(&mut leading, manager_leads && renewal.fresh(Instant::now()));
-                    }
-                    Err(e) => {
-                        // keeps the last state, as kube-lease-manager's own watch loop does
-                        tracing::warn!(error = %e, "lease check failed; retrying");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                },
-                _ = check.tick() => {
-                    if manager_leads {
-                        // bounded: a read that hangs must not hold off the step-down below
-                        if let Ok(Ok(Some(lease))) = tokio::time::timeout(RELEASED_LEASE_CHECK, leases.get_opt(&lease_name)).await {
-                            renewal.observe(&lease, &me, Instant::now());
-                        }
-                        if !renewal.fresh(Instant::now()) && leading {
-                            tracing::warn!("no renewal of this replica's lease seen for {} s: not leading until one is", LEADER_STEP_DOWN.as_secs());
-                        }
-                        publish(&mut leading, renewal.fresh(Instant::now()));
-                        continue;
-                    }
-                    let read = tokio::time::timeout(RELEASED_LEASE_CHECK, leases.get_opt(&lease_name)).await;
-                    let released = read.ok().and_then(Result::ok).flatten().is_some_and(|l| released(&l));
-                    if released {
-                        match builder().await {
-                            Ok(m) => {
-                                tracing::info!("the lease was released: competing for it now");
-                                manager = m;
-                            }
-                            Err(e) => tracing::warn!(error = %e, "cannot rebuild the lease manager; waiting for the lease to expire"),
-                        }
-                    }
-                }
+                r = self.manager.changed() => self.manager_changed(r).await,
+                _ = check.tick() => self.check().await,
             }
         }
-        publish(&mut leading, false);
-        if let Err(e) = manager.release().await {
-            tracing::warn!(error = %e, "cannot release the lease on shutdown; it expires on its own");
+        self.release(" on shutdown").await;
+    }
+
+    fn publish(&mut self, now: bool) {
+        if self.leading != now {
+            tracing::info!(leading = now, "leadership changed");
+            self.leading = now;
+            self.tx.send_replace(now);
         }
-    });
-    Ok(Leadership::elected(rx))
+    }
+
+    /// Stops leading and gives the lease back; `when` completes the log line.
+    async fn release(&mut self, when: &str) {
+        self.publish(false);
+        if let Err(e) = self.manager.release().await {
+            tracing::warn!(error = %e, "cannot release the lease{when}; it expires on its own");
+        }
+    }
+
+    async fn manager_changed(&mut self, r: Result<bool, kube_lease_manager::LeaseManagerError>) {
+        match r {
+            Ok(now) => {
+                tracing::info!(leading = now, "lease state changed");
+                self.manager_leads = now;
+                if now {
+                    self.renewal.acquired(Instant::now());
+                }
+                self.publish(now && self.renewal.fresh(Instant::now()));
+            }
+            Err(e) => {
+                // keeps the last state, as kube-lease-manager's own watch loop does
+                tracing::warn!(error = %e, "lease check failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+
+    /// Every [`RELEASED_LEASE_CHECK`]: a leader looks for its renewals and steps down without
+    /// them; a follower starts over with a new manager when the lease was released.
+    async fn check(&mut self) {
+        if self.manager_leads {
+            if let Some(lease) = self.spec.read().await {
+                self.renewal.observe(&lease, &self.spec.identity, Instant::now());
+            }
+            let fresh = self.renewal.fresh(Instant::now());
+            if !fresh && self.leading {
+                tracing::warn!("no renewal of this replica's lease seen for {} s: not leading until one is", LEADER_STEP_DOWN.as_secs());
+            }
+            self.publish(fresh);
+            return;
+        }
+        if self.spec.read().await.is_some_and(|l| released(&l)) {
+            match self.spec.build().await {
+                Ok(m) => {
+                    tracing::info!("the lease was released: competing for it now");
+                    self.manager = m;
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot rebuild the lease manager; waiting for the lease to expire"),
+            }
+        }
+    }
 }
 
 /// True when `lease` has no holder (released: kube-lease-manager clears `holderIdentity`).

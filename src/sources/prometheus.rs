@@ -573,16 +573,10 @@ pub struct Vectors {
 pub fn build_snapshot(v: &Vectors, at_unix_seconds: f64) -> PrometheusSnapshot {
     let mut scrapes: BTreeMap<String, KubeProxyScrape> = BTreeMap::new();
     let mut failures = BTreeMap::new();
+    let parse_failure = |message: String| NodeFailure { reason: reason::PARSE.into(), message, at_unix_seconds };
     for (family, samples) in [(HistogramFamily::Sync, &v.sync_buckets), (HistogramFamily::NetworkProgramming, &v.network_programming_buckets)] {
-        let mut per_key: BTreeMap<String, Vec<Bucket>> = BTreeMap::new();
-        for s in samples.iter().filter(|s| s.histogram.is_none()) {
-            let (Some(key), Some(le)) = (instance_key(&s.labels), s.labels.get("le").and_then(|l| parse_sample_value(l))) else {
-                continue;
-            };
-            per_key.entry(key).or_default().push(Bucket { upper_bound_seconds: le, count: s.value });
-        }
-        for (key, buckets) in per_key {
-            match Histogram::new(buckets, None) {
+        for (key, h) in classic_per_instance(samples) {
+            match h {
                 Ok(h) => {
                     let scrape = scrapes.entry(key).or_default();
                     match family {
@@ -591,29 +585,13 @@ pub fn build_snapshot(v: &Vectors, at_unix_seconds: f64) -> PrometheusSnapshot {
                     }
                 }
                 Err(e) => {
-                    failures.insert(
-                        key,
-                        NodeFailure { reason: reason::PARSE.into(), message: format!("Prometheus series of {}: {e}", family.name()), at_unix_seconds },
-                    );
+                    failures.insert(key, parse_failure(format!("Prometheus series of {}: {e}", family.name())));
                 }
             }
         }
     }
     for (family, samples) in [(HistogramFamily::Sync, &v.sync_native), (HistogramFamily::NetworkProgramming, &v.network_programming_native)] {
-        let mut per_key: BTreeMap<String, Result<NativeHistogram, String>> = BTreeMap::new();
-        for s in samples {
-            let (Some(key), Some(h)) = (instance_key(&s.labels), s.histogram.as_ref()) else {
-                continue;
-            };
-            let h = h.to_native();
-            let merged = match per_key.remove(&key) {
-                None => h,
-                Some(Ok(a)) => h.map(|b| a.add(&b)),
-                Some(Err(e)) => Err(e),
-            };
-            per_key.insert(key, merged);
-        }
-        for (key, h) in per_key {
+        for (key, h) in native_per_instance(samples) {
             match h {
                 Ok(h) => {
                     let scrape = scrapes.entry(key).or_default();
@@ -623,14 +601,7 @@ pub fn build_snapshot(v: &Vectors, at_unix_seconds: f64) -> PrometheusSnapshot {
                     }
                 }
                 Err(e) => {
-                    failures.insert(
-                        key,
-                        NodeFailure {
-                            reason: reason::PARSE.into(),
-                            message: format!("Prometheus native histogram of {}: {e}", family.name()),
-                            at_unix_seconds,
-                        },
-                    );
+                    failures.insert(key, parse_failure(format!("Prometheus native histogram of {}: {e}", family.name())));
                 }
             }
         }
@@ -666,6 +637,40 @@ pub fn build_snapshot(v: &Vectors, at_unix_seconds: f64) -> PrometheusSnapshot {
         })
         .collect();
     PrometheusSnapshot { inputs, failures, at_unix_seconds }
+}
+
+/// The classic histogram of each instance key from one family's `_bucket` series (float
+/// samples; series without an instance key or a readable `le` are skipped), or why its
+/// buckets do not make one (no `+Inf` bound, ...).
+fn classic_per_instance(samples: &[VectorSample]) -> BTreeMap<String, Result<Histogram, String>> {
+    let mut per_key: BTreeMap<String, Vec<Bucket>> = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.histogram.is_none()) {
+        let (Some(key), Some(le)) = (instance_key(&s.labels), s.labels.get("le").and_then(|l| parse_sample_value(l))) else {
+            continue;
+        };
+        per_key.entry(key).or_default().push(Bucket { upper_bound_seconds: le, count: s.value });
+    }
+    per_key.into_iter().map(|(key, buckets)| (key, Histogram::new(buckets, None).map_err(|e| e.to_string()))).collect()
+}
+
+/// The native histogram of each instance key from one family's native series (samples without
+/// a histogram or an instance key are skipped): the series of one key are added (several
+/// instances relabelled to one node); one that does not convert fails its key.
+fn native_per_instance(samples: &[VectorSample]) -> BTreeMap<String, Result<NativeHistogram, String>> {
+    let mut per_key: BTreeMap<String, Result<NativeHistogram, String>> = BTreeMap::new();
+    for s in samples {
+        let (Some(key), Some(h)) = (instance_key(&s.labels), s.histogram.as_ref()) else {
+            continue;
+        };
+        let h = h.to_native();
+        let merged = match per_key.remove(&key) {
+            None => h,
+            Some(Ok(a)) => h.map(|b| a.add(&b)),
+            Some(Err(e)) => Err(e),
+        };
+        per_key.insert(key, merged);
+    }
+    per_key
 }
 
 /// A Prometheus server to query.

@@ -1,21 +1,25 @@
 //! Shared helpers of the end-to-end tests (tests/e2e*.rs) against the local control plane of
 //! e2e/README.md: the cluster's state directory, a client, namespaces, the CRD, the webhook
-//! registration, and the operator binary as a child process.
+//! registration, and the operator binary as a child process ([`operator`]).
 #![allow(dead_code)]
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client};
 use safe_termination::core::crd::TerminationPolicy;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 pub mod chart;
+pub mod operator;
 pub mod rules;
 pub mod tools;
 pub mod windows;
+
+pub use operator::Operator;
 
 /// `$ST_E2E_DIR` (default `/tmp/safe-termination-e2e`).
 pub fn state_dir() -> String {
@@ -53,20 +57,12 @@ pub async fn fresh_namespace(client: &Client, name: &str) {
 pub async fn fresh_namespace_with_labels(client: &Client, name: &str, labels: &[(&str, &str)]) {
     let api: Api<Namespace> = Api::all(client.clone());
     let _ = api.delete(name, &DeleteParams::default()).await;
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while api.get_opt(name).await.ok().flatten().is_some() {
-        assert!(Instant::now() < deadline, "namespace {name} not deleted");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_for(&format!("namespace {name} deleted"), 180, async || api.get_opt(name).await.ok().flatten().is_none().then_some(())).await;
     let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let ns = Namespace { metadata: ObjectMeta { name: Some(name.into()), labels: Some(labels), ..Default::default() }, ..Default::default() };
     api.create(&PostParams::default(), &ns).await.expect("create namespace");
     let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while sa.get_opt("default").await.ok().flatten().is_none() {
-        assert!(Instant::now() < deadline, "no default ServiceAccount in {name}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for(&format!("the default ServiceAccount in {name}"), 30, async || sa.get_opt("default").await.ok().flatten().map(|_| ())).await;
 }
 
 /// Server-side applies crds/terminationpolicy.yaml and crds/terminationparameters.yaml and waits
@@ -80,16 +76,9 @@ pub async fn apply_crd(client: &Client) {
         let text = std::fs::read_to_string(file).unwrap();
         let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
         api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&crd)).await.expect("apply CRD");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let c = api.get(name).await.unwrap();
-            let established = c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                break;
-            }
-            assert!(Instant::now() < deadline, "CRD {name} not established");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let established = await_condition(api.clone(), name, conditions::is_crd_established());
+        let r = tokio::time::timeout(Duration::from_secs(30), established).await;
+        assert!(r.as_ref().is_ok_and(Result::is_ok), "CRD {name} not established within 30 s: {r:?}");
     }
 }
 
@@ -152,90 +141,6 @@ pub async fn wait_policy_status(client: &Client, ns: &str, name: &str, secs: u64
         }
         assert!(Instant::now() < deadline, "{what}: {s:#}");
         tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-/// The rolling analysis window (`--window-seconds`) of the operators the e2e tests start.
-pub const OPERATOR_WINDOW_SECONDS: u64 = 300;
-
-/// The operator binary (`safe-termination run`) as a child process against the e2e cluster's
-/// real kube-proxies (`$ST_KP_METRICS_URLS`), killed on drop. Logs go to
-/// `$ST_E2E_DIR/logs/operator-<namespace>.log`.
-pub struct Operator {
-    child: std::process::Child,
-    /// Admin port (/readyz, /metrics).
-    pub admin: u16,
-    /// Webhook port (HTTPS).
-    pub webhook: u16,
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Operator {
-    /// Starts it with its namespace `namespace`, fast scrapes, and `extra` flags; waits for
-    /// `/readyz`.
-    pub async fn start(namespace: &str, extra: &[&str]) -> Operator {
-        Self::start_windowed(namespace, OPERATOR_WINDOW_SECONDS, extra).await
-    }
-
-    /// [`Operator::start`] with a rolling analysis window of `window_seconds`.
-    pub async fn start_windowed(namespace: &str, window_seconds: u64, extra: &[&str]) -> Operator {
-        let nodes = std::env::var("ST_KP_NODES").unwrap_or_else(|_| "node-a node-b".into());
-        let urls = std::env::var("ST_KP_METRICS_URLS").unwrap_or_else(|_| "http://10.213.0.2:10249/metrics http://10.213.1.2:10249/metrics".into());
-        let targets: Vec<String> =
-            urls.split_whitespace().zip(nodes.split_whitespace()).map(|(url, node)| format!("{node}={}", url.trim_end_matches("/metrics"))).collect();
-        Self::spawn(namespace, Some(targets.join(",")), window_seconds, extra).await
-    }
-
-    /// Like [`Operator::start`] but finding kube-proxy pods through the API (the default
-    /// discovery) instead of the fixed targets: the e2e cluster's kube-proxies are processes,
-    /// not pods, so it finds none.
-    pub async fn start_discovering(namespace: &str, extra: &[&str]) -> Operator {
-        Self::spawn(namespace, None, OPERATOR_WINDOW_SECONDS, extra).await
-    }
-
-    async fn spawn(namespace: &str, targets: Option<String>, window_seconds: u64, extra: &[&str]) -> Operator {
-        let dir = state_dir();
-        let mut targets: Vec<String> = targets.map(|t| vec!["--kube-proxy-target".to_string(), t]).unwrap_or_default();
-        // the tests register the webhook for their own namespace; the policy backend (`auto`'s
-        // choice on 1.37) would write one cluster-wide policy: only where a test asks for it
-        if !extra.contains(&"--admission-backend") {
-            targets.extend(["--admission-backend".to_string(), "webhook".to_string()]);
-        }
-        let (admin, webhook) = (free_port(), free_port());
-        let log = std::fs::File::create(format!("{dir}/logs/operator-{namespace}.log")).unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
-            .args(["run", "--listen", &format!("127.0.0.1:{webhook}"), "--admin-listen", &format!("127.0.0.1:{admin}")])
-            .args(["--tls-cert-file", &format!("{dir}/pki/webhook.crt"), "--tls-key-file", &format!("{dir}/pki/webhook.key")])
-            .args(["--namespace", namespace, "--identity", &format!("e2e-{namespace}")])
-            .args(&targets)
-            .args(["--scrape-interval-seconds", "2", "--window-seconds", &window_seconds.to_string(), "--status-refresh-seconds", "5"])
-            .args(extra)
-            .env("KUBECONFIG", format!("{dir}/kubeconfig"))
-            .env("RUST_LOG", "info,safe_termination=debug")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start the operator");
-        let op = Operator { child, admin, webhook };
-        let http = reqwest::Client::new();
-        let url = format!("http://127.0.0.1:{admin}/readyz");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !http.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
-            assert!(Instant::now() < deadline, "operator never became ready ({url}); see {dir}/logs/operator-{namespace}.log");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        op
-    }
-
-    /// The operator's /metrics text.
-    pub async fn metrics(&self) -> String {
-        reqwest::get(format!("http://127.0.0.1:{}/metrics", self.admin)).await.unwrap().text().await.unwrap()
     }
 }
 

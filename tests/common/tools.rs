@@ -25,15 +25,17 @@ pub fn bin_dir() -> PathBuf {
             .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/safe-termination"));
         cache.join(format!("k8s-v{version}/bin"))
     });
-    for tool in ["helm", "kubectl", "promtool"] {
-        assert!(dir.join(tool).is_file(), "{}/{tool} is missing: run `make k8s-bins` (or set ST_K8S_BIN)", dir.display());
-    }
     dir
 }
 
-/// `name` from [`bin_dir`], with the cluster's kubeconfig, run from the repository root.
+/// `name` from [`bin_dir`], with the cluster's kubeconfig, run from the repository root. Panics
+/// when it is not there, naming the make target that builds it (helm and promtool: `make
+/// test-tools`, the others `make k8s-bins`).
 pub fn tool(name: &str) -> Command {
-    let mut c = Command::new(bin_dir().join(name));
+    let path = bin_dir().join(name);
+    let target = if matches!(name, "helm" | "promtool") { "make test-tools" } else { "make k8s-bins" };
+    assert!(path.is_file(), "{} is missing: run `{target}` (or set ST_K8S_BIN)", path.display());
+    let mut c = Command::new(path);
     c.env("KUBECONFIG", kubeconfig()).current_dir(root());
     c
 }
