@@ -18,14 +18,13 @@ pub fn kubeconfig() -> String {
 
 /// `$ST_K8S_BIN`, else the cache dir of the pinned Kubernetes version.
 pub fn bin_dir() -> PathBuf {
-    let dir = std::env::var("ST_K8S_BIN").map(PathBuf::from).unwrap_or_else(|_| {
+    std::env::var("ST_K8S_BIN").map(PathBuf::from).unwrap_or_else(|_| {
         let version = std::fs::read_to_string(root().join("e2e/toolchain/k8s-version")).unwrap().trim().to_string();
         let cache = std::env::var("ST_CACHE_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/safe-termination"));
         cache.join(format!("k8s-v{version}/bin"))
-    });
-    dir
+    })
 }
 
 /// `name` from [`bin_dir`], with the cluster's kubeconfig, run from the repository root. Panics
