@@ -69,7 +69,8 @@ e2e/cluster/leftovers.sh || { echo "cluster-down left the above behind" >&2; exi
 if [ "${ST_E2E_OLD_MINOR:-1}" != 0 ]; then
   # the first cluster's env set ST_K8S_BIN (and PATH) to its own binaries: start clean
   unset ST_K8S_BIN
-  ST_K8S_VERSION="$OLD_MINOR" e2e/toolchain/build-k8s.sh "$OLD_MINOR"
+  # only what a cluster runs: the old minor's tests use neither helm nor promtool
+  ST_CLUSTER_ONLY=1 ST_K8S_VERSION="$OLD_MINOR" e2e/toolchain/build-k8s.sh "$OLD_MINOR"
   # kwok nodes only: the real nodes' kubelet is built for the pinned current minor
   ST_REAL_NODES=0 ST_K8S_VERSION="$OLD_MINOR" e2e/cluster/cluster-up.sh
   # (SC2031: lib.sh's own ST_E2E_DIR default, set in the netns check's subshell above, stays there)

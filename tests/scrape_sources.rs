@@ -174,12 +174,14 @@ async fn real_scrapes_are_scraped_parsed_and_analysed() {
 
 #[tokio::test]
 async fn connection_refused_names_the_metrics_bind_address_fix() {
-    let target = Target::new("node-refused", &format!("http://127.0.0.1:{}", closed_port()));
+    // kube-proxy's port on a loopback address of its own, checked free by binding it first
+    drop(std::net::TcpListener::bind("127.0.0.3:10249").expect("127.0.0.3:10249 free for this test"));
+    let target = Target::new("node-refused", "http://127.0.0.3:10249");
     let o = scrape_once(&client(), &target, &opts(2000)).await;
     let f = failure(&o);
     assert_eq!(f.reason, "connection_refused");
     assert!(f.message.contains("metricsBindAddress: 0.0.0.0:10249"), "{}", f.message);
-    assert!(f.message.contains("Prometheus source"), "{}", f.message);
+    assert!(f.message.contains("--source auto or prometheus"), "{}", f.message);
     assert!(f.message.contains(&target.base_url), "{}", f.message);
     assert_eq!(o.node, "node-refused");
 }
@@ -644,8 +646,10 @@ async fn the_configmap_is_the_fallback_when_configz_is_unreachable() {
     let e = read_proxy_configmap(&kube_client, "elsewhere").await.unwrap_err().to_string();
     assert!(e.contains("no ConfigMap kube-proxy (key config.conf) or kube-proxy-config (key config) in elsewhere"), "{e}");
 
-    // configz refused on the only target: the ConfigMap is used and the skip is explained
-    let refused = Target::new("node-a", &format!("http://127.0.0.1:{}", closed_port()));
+    // configz refused on the only target (kube-proxy's port on a loopback address of its own,
+    // checked free): the ConfigMap is used and the skip is explained
+    drop(std::net::TcpListener::bind("127.0.0.4:10249").expect("127.0.0.4:10249 free for this test"));
+    let refused = Target::new("node-a", "http://127.0.0.4:10249");
     let r = resolve_proxy_config(&client(), &[refused], Some((&kube_client, &Discovery::default())), Duration::from_secs(2)).await;
     assert_eq!(r.dataplane, None);
     assert_eq!(r.source, "ConfigMap kube-system/kube-proxy-config");

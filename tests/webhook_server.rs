@@ -229,6 +229,45 @@ async fn bad_requests_get_clear_errors() {
         assert_eq!(c.post(format!("https://{}/validate", h.addr)).send().await.unwrap().status(), StatusCode::NOT_FOUND);
     }
 
+    // answers that do not read the body (415, 404, 405) over HTTP/2 with a 2 MB body: the client
+    // reads the answer (the body is drained first), not a reset stream, every time
+    let h2 = h.pki.client(&[b"h2"]);
+    let big = vec![b' '; 2 * 1024 * 1024];
+    for round in 0..5 {
+        let r = post(&h2, &h.url(), big.clone(), "text/plain").await;
+        assert_eq!((round, r.status()), (round, StatusCode::UNSUPPORTED_MEDIA_TYPE));
+        let r = post(&h2, &format!("https://{}/validate", h.addr), big.clone(), "application/json").await;
+        assert_eq!((round, r.status()), (round, StatusCode::NOT_FOUND));
+        assert!(r.text().await.unwrap().contains("the webhook serves POST /mutate"));
+        let r = h2.put(h.url()).header("content-type", "application/json").body(big.clone()).send().await.unwrap();
+        assert_eq!((round, r.status()), (round, StatusCode::METHOD_NOT_ALLOWED));
+        assert_eq!(r.headers()["allow"], "POST");
+    }
+
+    // the same with curl, whose HTTP/2 client reports a stream reset after the answer as an
+    // error (exit 92) instead of the answer
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), h.pki.ca.pem()).unwrap();
+    std::fs::write(dir.path().join("body"), &big).unwrap();
+    for (method, path, content_type, want) in
+        [("POST", "/mutate", "text/plain", "415"), ("POST", "/validate", "application/json", "404"), ("PUT", "/mutate", "application/json", "405")]
+    {
+        for round in 0..5 {
+            let mut curl = std::process::Command::new("curl");
+            curl.args(["--http2", "-sS", "--max-time", "20", "-o", "/dev/null", "-w", "%{http_code}", "-X", method, "-H"])
+                .arg(format!("content-type: {content_type}"))
+                .arg("--cacert")
+                .arg(dir.path().join("ca.pem"))
+                .arg("--data-binary")
+                .arg(format!("@{}", dir.path().join("body").display()))
+                .arg(format!("https://127.0.0.1:{}{path}", h.addr.port()));
+            // off the runtime's threads: the server under test runs on them
+            let out = tokio::task::spawn_blocking(move || curl.output()).await.unwrap().expect("curl (the e2e cluster's scripts need it too)");
+            let code = String::from_utf8_lossy(&out.stdout);
+            assert_eq!((round, code.as_ref()), (round, want), "{method} {path}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+
     // oversized over HTTP/2: the request is refused with 413 and a message
     let over = vec![b' '; safe_termination::webhook::server::DEFAULT_MAX_BODY_BYTES + 1];
     let r = post(&h.pki.client(&[b"h2"]), &h.url(), over, "application/json").await;
@@ -260,7 +299,8 @@ async fn bad_requests_get_clear_errors() {
     let m = h.metrics().await;
     for needle in [
         "safe_termination_webhook_requests_total{decision=\"bad_request\"} 4",
-        "safe_termination_webhook_requests_total{decision=\"unsupported_media_type\"} 4",
+        // 4 over HTTP/1.1 and HTTP/2, and 5 + 5 HTTP/2 rounds with a 2 MB body (reqwest, curl)
+        "safe_termination_webhook_requests_total{decision=\"unsupported_media_type\"} 14",
         "safe_termination_webhook_requests_total{decision=\"payload_too_large\"} 3",
     ] {
         assert!(m.contains(needle), "missing {needle}:\n{m}");

@@ -232,9 +232,32 @@ impl std::fmt::Debug for WebhookState {
     }
 }
 
-/// The webhook router: `POST /mutate`.
+/// The webhook router: `POST /mutate`; any other method on it is 405 (`Allow: POST`), any other
+/// path 404, each after the rest of an HTTP/2 body is drained ([`H2_DRAIN_FACTOR`]).
 pub fn router(state: WebhookState) -> Router {
-    Router::new().route("/mutate", post(mutate)).with_state(state)
+    Router::new().route("/mutate", post(mutate).fallback(method_not_allowed)).fallback(not_found).with_state(state)
+}
+
+/// On HTTP/2, reads and discards the rest of the body before an answer that does not read it
+/// (see [`H2_DRAIN_FACTOR`]).
+async fn drain_h2(state: &WebhookState, version: Version, body: &mut Body) {
+    if version == Version::HTTP_2 {
+        drain(body, state.settings.max_body_bytes.saturating_mul(H2_DRAIN_FACTOR), state.settings.body_timeout).await;
+    }
+}
+
+async fn not_found(State(state): State<WebhookState>, request: Request) -> Response {
+    let (parts, mut body) = request.into_parts();
+    drain_h2(&state, parts.version, &mut body).await;
+    text(StatusCode::NOT_FOUND, format!("no route for {}: the webhook serves POST /mutate", parts.uri.path()))
+}
+
+async fn method_not_allowed(State(state): State<WebhookState>, request: Request) -> Response {
+    let (parts, mut body) = request.into_parts();
+    drain_h2(&state, parts.version, &mut body).await;
+    let mut r = text(StatusCode::METHOD_NOT_ALLOWED, format!("method {} not allowed: the webhook serves POST /mutate", parts.method));
+    r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+    r
 }
 
 fn text(status: StatusCode, message: String) -> Response {
@@ -328,8 +351,9 @@ async fn read_body(
     }
 }
 
-async fn answer(state: &WebhookState, headers: &HeaderMap, version: Version, body: Body) -> Result<ReviewOutcome, Rejected> {
+async fn answer(state: &WebhookState, headers: &HeaderMap, version: Version, mut body: Body) -> Result<ReviewOutcome, Rejected> {
     if let Err(message) = is_json(headers) {
+        drain_h2(state, version, &mut body).await;
         return Err(Rejected { status: StatusCode::UNSUPPORTED_MEDIA_TYPE, decision: "unsupported_media_type", message });
     }
     // the budget is held until the answer is built (the parse's own memory is smaller)

@@ -320,9 +320,10 @@ pub struct ParseError {
 }
 
 impl ParseError {
-    /// `family: message`, or the message alone when no family is known.
+    /// `family: message`, or the message alone when no family is known (a family name longer
+    /// than [`EXCERPT_BYTES`] shown cut, with its length).
     fn what(&self) -> String {
-        if self.family.is_empty() { self.message.clone() } else { format!("{}: {}", self.family, self.message) }
+        if self.family.is_empty() { self.message.clone() } else { format!("{}: {}", shown(&self.family), self.message) }
     }
 
     /// The error as `SOURCE:LINE: family: message`, the form the command line prints for a file
@@ -738,12 +739,39 @@ fn parse_float(s: &str) -> Option<f64> {
     }
 }
 
+/// The most of an input token an error message quotes, bytes: a message names what was wrong,
+/// it does not repeat a megabyte of it.
+const EXCERPT_BYTES: usize = 64;
+
+/// `s` quoted as `{:?}` does, cut to its first [`EXCERPT_BYTES`] (at a character boundary)
+/// with its length when longer: `"9999..."... (5000000 bytes)`.
+pub(crate) fn excerpt(s: &str) -> String {
+    let head = clip(s);
+    if head.len() == s.len() { format!("{s:?}") } else { format!("{head:?}... ({} bytes)", s.len()) }
+}
+
+/// A name as an error message shows it: whole, or its first [`EXCERPT_BYTES`] and its length.
+fn shown(name: &str) -> String {
+    let head = clip(name);
+    if head.len() == name.len() { name.to_string() } else { format!("{head}... ({} bytes)", name.len()) }
+}
+
+/// The first [`EXCERPT_BYTES`] of `s`, cut at a character boundary.
+fn clip(s: &str) -> &str {
+    let mut end = s.len().min(EXCERPT_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// The message for a token [`parse_float`] refused: `what` (e.g. "value") names it.
 fn not_a_float(what: &str, tok: &str) -> String {
+    let quoted = excerpt(tok);
     if tok.parse::<f64>().is_ok_and(f64::is_infinite) {
-        format!("{what} {tok:?} is beyond the float64 range (Prometheus' parser refuses it too)")
+        format!("{what} {quoted} is beyond the float64 range (Prometheus' parser refuses it too)")
     } else {
-        format!("{what} {tok:?} is not a number")
+        format!("{what} {quoted} is not a number")
     }
 }
 
@@ -752,9 +780,9 @@ fn cut_line_error(line: usize, partial: &str, block: &str) -> ParseError {
     let family = match candidates.as_slice() {
         [one] => (*one).to_string(),
         _ if !block.is_empty() && (block.starts_with(partial) || partial.starts_with(block)) => block.to_string(),
-        _ => partial.to_string(),
+        _ => clip(partial).to_string(),
     };
-    ParseError { line, family, message: format!("sample line {partial:?} is cut off before its value: the scrape is incomplete") }
+    ParseError { line, family, message: format!("sample line {} is cut off before its value: the scrape is incomplete", excerpt(partial)) }
 }
 
 /// Why a line is not exposition syntax.
@@ -833,11 +861,11 @@ fn split_sample<'a>(body: &'a str, name_end: usize, each: impl FnMut(&'a str, &'
         None | Some(b' ' | b'\t' | b'{') => {}
         Some(_) => {
             let c = first_char(rest);
-            return Err(format!("character {c:?} is not allowed in metric name {:?}", &body[..name_end + c.len_utf8()]).into());
+            return Err(format!("character {c:?} is not allowed in metric name {}", excerpt(&body[..name_end + c.len_utf8()])).into());
         }
     }
     if name.as_bytes()[0].is_ascii_digit() {
-        return Err(format!("metric name {name:?} starts with a digit").into());
+        return Err(format!("metric name {} starts with a digit", excerpt(name)).into());
     }
     rest = skip_blanks(rest);
     if let Some(inner) = rest.strip_prefix('{') {
@@ -880,19 +908,19 @@ fn scan_labels<'a>(s: &'a str, mut each: impl FnMut(&'a str, &'a str, bool) -> R
                 None => cut(),
                 Some('"') => "quoted label names (Prometheus 3's UTF-8 form) are not accepted".into(),
                 Some(c) if name.is_empty() => format!("expected a label name, found {c:?}"),
-                Some(_) => format!("label name {name:?} starts with a digit"),
+                Some(_) => format!("label name {} starts with a digit", excerpt(name)),
             });
         }
         rest = skip_blanks(&rest[name_end..]);
         rest = match rest.as_bytes().first() {
             Some(b'=') => skip_blanks(&rest[1..]),
-            None => return Err(format!("label set is cut off after the label name {name} (no `=`)")),
-            Some(_) => return Err(format!("expected `=` after the label name {name}, found {:?}", first_char(rest))),
+            None => return Err(format!("label set is cut off after the label name {} (no `=`)", shown(name))),
+            Some(_) => return Err(format!("expected `=` after the label name {}, found {:?}", shown(name), first_char(rest))),
         };
         rest = match rest.strip_prefix('"') {
             Some(r) => r,
-            None if rest.is_empty() => return Err(format!("label {name} value is cut off (no opening quote)")),
-            None => return Err(format!("label {name} has no quoted value")),
+            None if rest.is_empty() => return Err(format!("label {} value is cut off (no opening quote)", shown(name))),
+            None => return Err(format!("label {} has no quoted value", shown(name))),
         };
         // find the closing quote, honouring backslash escapes
         let bytes = rest.as_bytes();
@@ -909,7 +937,7 @@ fn scan_labels<'a>(s: &'a str, mut each: impl FnMut(&'a str, &'a str, bool) -> R
             }
         }
         if i >= bytes.len() {
-            return Err(format!("label {name} value is cut off (no closing quote)"));
+            return Err(format!("label {} value is cut off (no closing quote)", shown(name)));
         }
         each(name, &rest[..i], escaped)?;
         rest = skip_blanks(&rest[i + 1..]);
@@ -917,7 +945,7 @@ fn scan_labels<'a>(s: &'a str, mut each: impl FnMut(&'a str, &'a str, bool) -> R
             Some(b',') => rest = &rest[1..],
             Some(b'}') => {}
             None => return Err(cut()),
-            Some(_) => return Err(format!("expected `,` or `}}` after the label {name}, found {:?}", first_char(rest))),
+            Some(_) => return Err(format!("expected `,` or `}}` after the label {}, found {:?}", shown(name), first_char(rest))),
         }
     }
 }
@@ -941,7 +969,7 @@ fn check_comment(s: &str) -> Result<Option<&str>, (&str, String)> {
     }
     let valid = name.bytes().enumerate().all(|(i, b)| b.is_ascii_alphabetic() || b == b'_' || b == b':' || (i > 0 && b.is_ascii_digit()));
     if !valid {
-        return Err(("", format!("# {keyword} names {name:?}, which is not a metric name")));
+        return Err(("", format!("# {keyword} names {}, which is not a metric name", excerpt(name))));
     }
     if keyword == "TYPE" {
         let ty = rest.trim_matches(BLANKS);
@@ -949,9 +977,9 @@ fn check_comment(s: &str) -> Result<Option<&str>, (&str, String)> {
             return Err((
                 name,
                 if ty.is_empty() {
-                    format!("# TYPE {name} has no type")
+                    format!("# TYPE {} has no type", shown(name))
                 } else {
-                    format!("# TYPE {name} has the unknown type {ty:?} (expected counter, gauge, histogram, summary or untyped)")
+                    format!("# TYPE {} has the unknown type {} (expected counter, gauge, histogram, summary or untyped)", shown(name), excerpt(ty))
                 },
             ));
         }
@@ -962,6 +990,24 @@ fn check_comment(s: &str) -> Result<Option<&str>, (&str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_quote_at_most_an_excerpt_of_the_input() {
+        let long_le = "9".repeat(5_000_000);
+        let text = format!(
+            "# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram\nkubeproxy_sync_proxy_rules_duration_seconds_bucket{{le=\"{long_le}x\"}} 1\n"
+        );
+        let e = parse_kube_proxy_metrics(&text).unwrap_err();
+        assert!(e.message.len() < 200, "{} bytes: {}", e.message.len(), &e.message[..200.min(e.message.len())]);
+        assert!(e.message.contains("(5000001 bytes)") && e.message.contains("is not a number"), "{}", e.message);
+        let long_name = "a".repeat(1_000_000);
+        let e = parse_kube_proxy_metrics(&format!("{long_name}{{x=\"1\"\n")).unwrap_err();
+        assert!(e.to_string().len() < 300, "{}", &e.to_string()[..300]);
+        assert!(e.to_string().contains("(1000000 bytes)"), "{e}");
+        // a short token is quoted whole
+        assert_eq!(excerpt("forty"), "\"forty\"");
+        assert_eq!(excerpt(&"é".repeat(40)), format!("{:?}... (80 bytes)", "é".repeat(32)));
+    }
 
     /// Buckets of `family` in two ip_family series: IPv4 `le="1"` 3, `+Inf` 4; IPv6 `le="1"` 5,
     /// `+Inf` 6.
