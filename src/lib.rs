@@ -5,10 +5,11 @@
 //! Layout (docs/architecture.md): the pure [`core`] (no I/O: the exposition parsers, the
 //! propagation model, sizing, advice, the mutation and the admission policy); adapters around
 //! it: the measurement [`sources`], the TerminationPolicy [`controller`], the admission
-//! [`webhook`], the node [`agent`], the [`certs`] task and the operator's [`runtime`]; the
+//! [`webhook`], the node [`agent`] and its contract with the operator ([`agent_contract`]), the [`certs`] task and the operator's [`runtime`]; the
 //! composition root in `src/main.rs` with its command modules in [`cli`].
 
 pub mod agent;
+pub mod agent_contract;
 pub mod certs;
 pub mod cli;
 pub mod controller;

@@ -158,7 +158,7 @@ fn schema_and_values_of_the_node_agent_and_the_source() {
     assert_eq!(v["enabled"], "auto");
     assert_eq!(v["namespace"], "", "the release namespace by default");
     assert_eq!((v["port"].as_u64(), v["healthPort"].as_u64()), (Some(10349), Some(10350)), "the agent's own defaults (src/agent/server.rs)");
-    assert_eq!(v["port"].as_u64(), Some(u64::from(safe_termination::agent::protocol::DEFAULT_PORT)));
+    assert_eq!(v["port"].as_u64(), Some(u64::from(safe_termination::agent_contract::protocol::DEFAULT_PORT)));
     assert_eq!(v["healthPort"].as_u64(), Some(u64::from(safe_termination::agent::server::DEFAULT_HEALTH_PORT)));
     assert_eq!(v["kubeProxyUrl"], safe_termination::agent::upstream::DEFAULT_KUBE_PROXY_URL);
     assert_eq!(v["tolerations"], serde_json::json!([{"operator": "Exists"}]), "every node");

@@ -9,15 +9,12 @@
 //!   [`crate::core::proxyconfig::reduce_configz`]);
 //! - [`server`]: serves exactly those three paths over mutual TLS, and `/healthz` (no data) on a
 //!   separate plain-HTTP port for the kubelet's probes;
-//! - [`protocol`]: what both sides read from one place: the agent's port and its two response
-//!   headers (the failure reason, the proxy mode);
-//! - [`tls`]: the mutual TLS of both sides, from the operator's CA.
+//! - what both sides read (the port, the response headers, the mutual TLS) is in
+//!   [`crate::agent_contract`], below this module and the operator's client.
 //!
 //! The operator's side (finding the agents, scraping through them, choosing the source per
 //! node) is in [`crate::sources::agent_client`], [`crate::sources::scrape_loop`] and
 //! [`crate::sources::auto`]; the command and its flags in [`crate::cli::agent`].
 
-pub mod protocol;
 pub mod server;
-pub mod tls;
 pub mod upstream;

@@ -13,9 +13,9 @@
 //! [`REASON_HEADER`] header (the operator's scrape failure labels) and the message as the body,
 //! so the operator reports the node's failure as a direct scrape would.
 
-use super::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
-use super::tls::AgentTls;
 use super::upstream::{Answer, KubeProxy};
+use crate::agent_contract::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
+use crate::agent_contract::tls::AgentTls;
 use crate::core::exposition::accepts_protobuf;
 use crate::core::measure::reason;
 use axum::Router;

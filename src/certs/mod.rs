@@ -22,7 +22,7 @@
 //! and an unauthenticated client is refused during the handshake, before any HTTP is read.
 //! The agent leaf names one fixed name rather than node IPs, so one certificate serves every
 //! node and the operator checks that name whatever address it dials
-//! ([`crate::agent::tls`]).
+//! ([`crate::agent_contract::tls`]).
 //!
 //! Each certificate is renewed at two thirds of its lifetime (a serving certificate of 1 year
 //! is replaced after 8 months; the 10-year CA after ~6.7 years), or at once when it is missing,

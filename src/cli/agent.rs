@@ -10,8 +10,8 @@
 //! 0; a second signal aborts (exit 130).
 
 use crate::agent::server::{health_router, router};
-use crate::agent::tls::{AgentTls, AgentTlsFiles};
 use crate::agent::upstream::{DEFAULT_KUBE_PROXY_URL, KubeProxy};
+use crate::agent_contract::tls::{AgentTls, AgentTlsFiles};
 use crate::cli::{Error, whole_in};
 use crate::shutdown::Shutdown;
 use crate::webhook::server::{self, Connections};

@@ -95,7 +95,7 @@ pub struct RunArgs {
     #[arg(long, env = "SAFE_TERMINATION_AGENT_SELECTOR", default_value = crate::sources::agent_client::DEFAULT_AGENT_SELECTOR)]
     pub agent_selector: String,
     /// The node agents' mutual-TLS port.
-    #[arg(long, env = "SAFE_TERMINATION_AGENT_PORT", default_value_t = crate::agent::protocol::DEFAULT_PORT)]
+    #[arg(long, env = "SAFE_TERMINATION_AGENT_PORT", default_value_t = crate::agent_contract::protocol::DEFAULT_PORT)]
     pub agent_port: u16,
     /// Fixed agent targets `NODE=https://IP:PORT` instead of the agent pods (comma-separated or
     /// repeated).

@@ -5,17 +5,17 @@
 //!   namespace, one per node, `https://<pod IP = node IP>:<port>`, or `--agent-target`s) and the
 //!   operator's client certificate for them (PEM files, re-read each cycle and the client
 //!   rebuilt when they change: mutual TLS, the agent checked against the fixed name of
-//!   [`crate::agent::tls`]);
+//!   [`crate::agent_contract::tls`]);
 //! - [`scrape_agent`]: one node through its agent, as [`super::scrape::scrape_once`] scrapes
 //!   kube-proxy (same parser, same failure reasons; the agent passes kube-proxy's own failure
-//!   on in its 502 answer, in the headers of [`crate::agent::protocol`]).
+//!   on in its 502 answer, in the headers of [`crate::agent_contract::protocol`]).
 
 use super::error::SourceError;
 use super::fetch::{ScrapeBody, client_builder, content_type, error_chain, read_limited};
 use super::oneshot::unix_now;
 use super::scrape::{ScrapeOptions, ScrapeOutcome};
 use super::targets::{Target, targets_from_pods};
-use crate::agent::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
+use crate::agent_contract::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
 use crate::core::exposition::{ACCEPT_PROTOBUF_FIRST, parse_scrape};
 use crate::core::measure::{NodeFailure, NodeSource, Sample, reason};
 use crate::core::model::ProxyMode;
@@ -85,7 +85,7 @@ impl std::fmt::Debug for AgentSource {
     }
 }
 
-/// An HTTP client for the agents: mutual TLS with `config` (see [`crate::agent::tls::client_config`]),
+/// An HTTP client for the agents: mutual TLS with `config` (see [`crate::agent_contract::tls::client_config`]),
 /// the per-request `timeout`, no proxy, no idle connection kept (as the kube-proxy scraper).
 ///
 /// Errors: reqwest cannot build it (never silently a client without the certificate).
@@ -111,7 +111,7 @@ impl AgentSource {
         if let Some((_, client)) = cached.as_ref().filter(|(c, _)| *c == content) {
             return Ok(client.clone());
         }
-        let config = crate::agent::tls::client_config(&content[0], &content[1], &content[2])
+        let config = crate::agent_contract::tls::client_config(&content[0], &content[1], &content[2])
             .map_err(|e| format!("{} / {}: {e}", self.files.cert.display(), self.files.ca.display()))?;
         let client = agent_http_client(config, self.timeout)?;
         *cached = Some((content, client.clone()));

@@ -52,7 +52,7 @@ pub struct CycleSummary {
 /// the generation counter. The store's mutex is only held for the (synchronous) recording.
 ///
 /// ```no_run
-/// # use safe_termination::{core::measure::MeasurementStore, sources::scrape::*, sources::scrape_loop::ScrapeLoop};
+/// # use safe_termination::{core::measure::MeasurementStore, sources::targets::*, sources::scrape_loop::ScrapeLoop};
 /// # use std::sync::{Arc, Mutex};
 /// # async fn f() -> Result<(), safe_termination::sources::SourceError> {
 /// let store = Arc::new(Mutex::new(MeasurementStore::new(600.0)));

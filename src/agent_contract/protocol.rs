@@ -1,6 +1,6 @@
 //! The wire protocol between the node agent and the operator, the one place both sides read it
 //! from: the agent's port and the two response headers beyond HTTP's own. The agent serves it
-//! ([`super::server`]); the operator's client reads it ([`crate::sources::agent_client`]).
+//! ([`crate::agent::server`]); the operator's client reads it ([`crate::sources::agent_client`]).
 //!
 //! The paths are kube-proxy's own (`/metrics`, `/proxyMode`, `/configz`); a failure's reason in
 //! [`REASON_HEADER`] is one of [`crate::core::measure::reason`]'s labels.
