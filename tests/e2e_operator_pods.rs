@@ -1052,8 +1052,26 @@ impl LoopbackKubeProxies {
 }
 
 impl Drop for LoopbackKubeProxies {
+    /// Puts the node IPs back and waits until each kube-proxy serves its metrics there with a
+    /// sync recorded (cluster-up's own readiness check), so that a test after this one meets
+    /// kube-proxy as cluster-up left it, not one still starting.
     fn drop(&mut self) {
         Self::bind(&self.0, false);
+        for RealNode { name, netns, ip, .. } in &self.0 {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let synced = curl_in_netns(netns, &format!("http://{ip}:10249/metrics"))
+                    .is_ok_and(|m| m.lines().any(|l| l.starts_with("kubeproxy_sync_proxy_rules_last_timestamp_seconds") && !l.ends_with(" 0")));
+                if synced {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    eprintln!("kube-proxy on {name} not serving a synced /metrics on {ip}:10249 60 s after the restore");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
     }
 }
 
