@@ -108,17 +108,14 @@ pub async fn fetch_scrape(
     }
 }
 
-/// kube-proxy's metrics port (`metricsBindAddress`, default `127.0.0.1:10249`).
-pub const KUBE_PROXY_METRICS_PORT: u16 = 10249;
-
 /// Explains a failed connection the way an operator needs it explained: the error and its
 /// causes, plus a hint for a refused connection to kube-proxy's metrics port
-/// [`KUBE_PROXY_METRICS_PORT`] (its default 127.0.0.1 bind), a connect timeout (a firewall on
+/// [`super::targets::DEFAULT_PORT`] (its default 127.0.0.1 bind), a connect timeout (a firewall on
 /// the URL's port) or a timeout after connecting (no answer in time).
 pub fn connect_hint(err: &reqwest::Error) -> String {
     let mut msg = error_chain(err);
     let port = err.url().and_then(reqwest::Url::port_or_known_default);
-    if err.is_connect() && msg.to_ascii_lowercase().contains("refused") && port == Some(KUBE_PROXY_METRICS_PORT) {
+    if err.is_connect() && msg.to_ascii_lowercase().contains("refused") && port == Some(super::targets::DEFAULT_PORT) {
         msg.push_str(
             " (kube-proxy binds its metrics server to 127.0.0.1:10249 by default: set metricsBindAddress: 0.0.0.0:10249 in its KubeProxyConfiguration; the operator can also read it through its node agent or a Prometheus server: --source auto or prometheus)",
         );

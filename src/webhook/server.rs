@@ -238,23 +238,24 @@ pub fn router(state: WebhookState) -> Router {
     Router::new().route("/mutate", post(mutate).fallback(method_not_allowed)).fallback(not_found).with_state(state)
 }
 
-/// On HTTP/2, reads and discards the rest of the body before an answer that does not read it
-/// (see [`H2_DRAIN_FACTOR`]).
-async fn drain_h2(state: &WebhookState, version: Version, body: &mut Body) {
+/// On HTTP/2, reads and discards the rest of the body, at most [`H2_DRAIN_FACTOR`] times the
+/// body `limit`, before an answer that does not read it (see [`H2_DRAIN_FACTOR`]); on HTTP/1.1
+/// nothing.
+async fn drain_h2(version: Version, body: &mut Body, limit: usize, timeout: Duration) {
     if version == Version::HTTP_2 {
-        drain(body, state.settings.max_body_bytes.saturating_mul(H2_DRAIN_FACTOR), state.settings.body_timeout).await;
+        drain(body, limit.saturating_mul(H2_DRAIN_FACTOR), timeout).await;
     }
 }
 
 async fn not_found(State(state): State<WebhookState>, request: Request) -> Response {
     let (parts, mut body) = request.into_parts();
-    drain_h2(&state, parts.version, &mut body).await;
+    drain_h2(parts.version, &mut body, state.settings.max_body_bytes, state.settings.body_timeout).await;
     text(StatusCode::NOT_FOUND, format!("no route for {}: the webhook serves POST /mutate", parts.uri.path()))
 }
 
 async fn method_not_allowed(State(state): State<WebhookState>, request: Request) -> Response {
     let (parts, mut body) = request.into_parts();
-    drain_h2(&state, parts.version, &mut body).await;
+    drain_h2(parts.version, &mut body, state.settings.max_body_bytes, state.settings.body_timeout).await;
     let mut r = text(StatusCode::METHOD_NOT_ALLOWED, format!("method {} not allowed: the webhook serves POST /mutate", parts.method));
     r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
     r
@@ -314,11 +315,10 @@ async fn read_body(
         decision: "payload_too_large",
         message: format!("request body exceeds the limit of {limit} bytes"),
     };
-    let drain_max = limit.saturating_mul(H2_DRAIN_FACTOR);
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if let Some(len) = declared.filter(|&len| len > limit as u64) {
-        if version == Version::HTTP_2 && len <= drain_max as u64 {
-            drain(&mut body, drain_max, timeout).await;
+        if len <= limit.saturating_mul(H2_DRAIN_FACTOR) as u64 {
+            drain_h2(version, &mut body, limit, timeout).await;
         }
         return Err(too_large());
     }
@@ -341,9 +341,7 @@ async fn read_body(
         Ok(collected) => Ok((collected.to_bytes(), reserved)),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
             drop(reserved);
-            if version == Version::HTTP_2 {
-                drain(&mut body, drain_max, timeout).await;
-            }
+            drain_h2(version, &mut body, limit, timeout).await;
             Err(too_large())
         }
         // usually the client went away mid-body (a reset stream or connection)
@@ -353,7 +351,7 @@ async fn read_body(
 
 async fn answer(state: &WebhookState, headers: &HeaderMap, version: Version, mut body: Body) -> Result<ReviewOutcome, Rejected> {
     if let Err(message) = is_json(headers) {
-        drain_h2(state, version, &mut body).await;
+        drain_h2(version, &mut body, state.settings.max_body_bytes, state.settings.body_timeout).await;
         return Err(Rejected { status: StatusCode::UNSUPPORTED_MEDIA_TYPE, decision: "unsupported_media_type", message });
     }
     // the budget is held until the answer is built (the parse's own memory is smaller)

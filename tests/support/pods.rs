@@ -6,6 +6,9 @@
 //! them without a cluster.
 
 use proptest::prelude::*;
+use safe_termination::core::annotations::{
+    ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP, ANNOTATION_SKIP_CONTAINERS,
+};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
@@ -72,11 +75,11 @@ pub fn valid_pod() -> impl Strategy<Value = Value> {
         .prop_map(|pairs| pairs.into_iter().collect::<BTreeMap<_, _>>()),
         prop::collection::btree_map(
             prop::sample::select(vec![
-                "safetermination.io/skip",
-                "safetermination.io/skip-containers",
-                "safetermination.io/prestop-seconds",
-                "safetermination.io/audit-prestop-seconds",
-                "safetermination.io/policy",
+                ANNOTATION_SKIP,
+                ANNOTATION_SKIP_CONTAINERS,
+                ANNOTATION_PRESTOP_SECONDS,
+                ANNOTATION_AUDIT_PRESTOP_SECONDS,
+                ANNOTATION_POLICY,
                 "example.com/other",
             ]),
             prop::sample::select(vec!["true", " TRUE ", "false", "app", "web, sidecar", "app,istio-proxy", "9", "10", ""]),

@@ -59,11 +59,7 @@ impl Pki {
 /// certificates in `ca_pem`, presenting `identity` (certificate chain PEM, key PEM) when given,
 /// and offering `alpn`.
 pub fn client_config(ca_pem: &[u8], identity: Option<(&[u8], &[u8])>, alpn: &[&[u8]]) -> rustls::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    assert!(!roots.is_empty(), "no certificate in the CA PEM");
+    let roots = safe_termination::agent_contract::tls::roots(ca_pem).expect("a CA certificate in PEM");
     let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .unwrap()
