@@ -117,7 +117,7 @@ pub fn connect_hint(err: &reqwest::Error) -> String {
     let port = err.url().and_then(reqwest::Url::port_or_known_default);
     if err.is_connect() && msg.to_ascii_lowercase().contains("refused") && port == Some(super::targets::DEFAULT_PORT) {
         msg.push_str(
-            " (kube-proxy binds its metrics server to 127.0.0.1:10249 by default: set metricsBindAddress: 0.0.0.0:10249 in its KubeProxyConfiguration; the operator can also read it through its node agent or a Prometheus server: --source auto or prometheus)",
+            " (kube-proxy binds its metrics server to 127.0.0.1:10249 by default: set metricsBindAddress: 0.0.0.0:10249 in its KubeProxyConfiguration; the operator, `safe-termination run`, can also read it through its node agent or a Prometheus server: --source auto or prometheus)",
         );
     } else if err.is_timeout() && err.is_connect() {
         // the connection never completed: dropped packets look like this
