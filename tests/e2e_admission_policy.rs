@@ -259,7 +259,7 @@ async fn the_policy_backend_equals_the_webhook_on_every_case_and_1000_generated_
     let client = common::client().await;
     common::apply_crd(&client).await;
     for ns in [SYSTEM, NS_WEBHOOK, NS_WEBHOOK_ALR, NS_POLICY, NS_DEFAULT_WEBHOOK, NS_DEFAULT_POLICY, NS_NONE] {
-        common::fresh_namespace(&client, ns).await;
+        common::own_namespace(&client, ns).await;
     }
     let plan = plan();
     // no Service anywhere: the webhook's ServiceBacked policies skip every pod
@@ -399,8 +399,8 @@ async fn the_operator_keeps_the_policy_at_the_measured_value_and_pods_keep_it_wh
     let client = common::client().await;
     common::apply_crd(&client).await;
     let (system, ns, name) = ("e2e-adm-op-system", "e2e-adm-op", "e2e-adm-op");
-    common::fresh_namespace(&client, system).await;
-    common::fresh_namespace(&client, ns).await;
+    common::own_namespace(&client, system).await;
+    common::own_namespace(&client, ns).await;
     let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": ns}}).to_string();
     let op =
         common::Operator::start(system, &["--admission-backend", "auto", "--admission-policy-name", name, "--admission-namespace-selector", &selector]).await;

@@ -298,7 +298,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     let dir = s.out.join("runs").join(spec.name);
     std::fs::create_dir_all(&dir).unwrap();
     println!("== run {} ({}protected, {} extra Services) in namespace {ns}", spec.name, if spec.protected { "" } else { "un" }, spec.extra_services);
-    common::fresh_namespace(client, &ns).await;
+    common::own_namespace(client, &ns).await;
     if spec.protected {
         common::register_webhook(client, &format!("{HOOK}-{}", spec.name), &ns, operator_webhook_port()).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -579,7 +579,7 @@ async fn deploy_experiment() {
 
     // the operator measures the real kube-proxies for the whole experiment, as in a cluster
     common::apply_crd(&client).await;
-    common::fresh_namespace(&client, SYSTEM_NS).await;
+    common::own_namespace(&client, SYSTEM_NS).await;
     let op = common::Operator::start_windowed(SYSTEM_NS, OPERATOR_WINDOW_SECONDS, &[]).await;
     OPERATOR_WEBHOOK.set(op.webhook).unwrap();
     OPERATOR_ADMIN.set(op.admin).unwrap();

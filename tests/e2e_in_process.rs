@@ -69,7 +69,7 @@ async fn every_pod_case_through_the_real_api_server() {
     let client = common::client().await;
     let ns = "e2e-pod-cases";
     let hook_name = "safe-termination-e2e-pod-cases";
-    common::fresh_namespace(&client, ns).await;
+    common::own_namespace(&client, ns).await;
     let hook = common::start_webhook(static_plan(10, true));
     common::register_webhook(&client, hook_name, ns, hook.port).await;
     wait_until_mutating(&client, ns).await;
@@ -112,7 +112,7 @@ async fn pods_are_created_unmutated_when_the_webhook_is_down() {
     let client = common::client().await;
     let ns = "e2e-webhook-down";
     let hook_name = "safe-termination-e2e-webhook-down";
-    common::fresh_namespace(&client, ns).await;
+    common::own_namespace(&client, ns).await;
     // a port nothing listens on
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -157,8 +157,8 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     let system = "e2e-operator-system";
     let ns = "e2e-operator";
     let hook_name = "safe-termination-e2e-operator";
-    common::fresh_namespace(&client, system).await;
-    common::fresh_namespace(&client, ns).await;
+    common::own_namespace(&client, system).await;
+    common::own_namespace(&client, ns).await;
     let op = common::Operator::start(system, &[]).await;
     common::register_webhook(&client, hook_name, ns, op.webhook).await;
 
@@ -172,9 +172,37 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     let policies: Api<TerminationPolicy> = Api::namespaced(client.clone(), ns);
     policies.create(&PostParams::default(), &policy).await.expect("create TerminationPolicy");
 
-    // wait for a measured status from both real kube-proxies
-    let status = common::wait_policy_status(&client, ns, "web", 90, "no measured status", |s| {
-        s["measurement"]["nodesScraped"] == 2 && s["recommendation"]["reason"] == "Measured"
+    // the Deployment's Service, applied server-side
+    let apply = |v: Value| {
+        let client = client.clone();
+        async move {
+            let kind = v["kind"].as_str().unwrap().to_string();
+            let name = v["metadata"]["name"].as_str().unwrap().to_string();
+            let gvk = match kind.as_str() {
+                "Service" => kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
+                _ => kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
+            };
+            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client, "e2e-operator", &gvk);
+            api.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&v)).await.expect("apply");
+        }
+    };
+
+    // A measured status from both real kube-proxies over the operator's own window, not their
+    // lifetime: the first status after one scrape per node reads kube-proxy's counters since it
+    // started (src/core/model.rs, Interval::Lifetime), which hold whatever this cluster ran
+    // before (an experiment's or a scale test's thousands of Services: syncs of seconds). The
+    // Service makes each kube-proxy sync (minSyncPeriod 1 s, then a sync of well under a
+    // second); a status from a scrape 5 s after it has that sync between two scrapes of its
+    // window, and then reads only the syncs since the operator started.
+    common::wait_policy_status(&client, ns, "web", 90, "no measured status", |s| s["measurement"]["nodesScraped"] == 2).await;
+    let service_created = k8s_openapi::jiff::Timestamp::now();
+    apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
+    .await;
+    let synced = service_created + k8s_openapi::jiff::SignedDuration::from_secs(5);
+    let status = common::wait_policy_status(&client, ns, "web", 90, "no measured status over the operator's window", |s| {
+        let scraped = s["measurement"]["lastScrapeTime"].as_str().and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+        s["measurement"]["nodesScraped"] == 2 && s["recommendation"]["reason"] == "Measured" && scraped.is_some_and(|t| t >= synced)
     })
     .await;
     let sync = status["measurement"]["syncP99Seconds"].as_f64().expect("sync p99");
@@ -208,25 +236,8 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
     assert_eq!(cond("ProxySyncSlow")["status"], "False");
     assert_eq!(cond("MetricsUnavailable")["status"], "False");
 
-    // a Deployment behind a Service: its new pods get the measured sleep and grace
-    let apply = |v: Value| {
-        let client = client.clone();
-        async move {
-            let kind = v["kind"].as_str().unwrap().to_string();
-            let name = v["metadata"]["name"].as_str().unwrap().to_string();
-            let gvk = match kind.as_str() {
-                "Service" => kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
-                _ => kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
-            };
-            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client, "e2e-operator", &gvk);
-            api.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&v)).await.expect("apply");
-        }
-    };
-    apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
-        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
-    .await;
-    // the Service index must see the Service before the pods are admitted (scope ServiceBacked)
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // a Deployment behind the Service: its new pods get the measured sleep and grace (the
+    // Service index has seen the Service for the 5 s above: scope ServiceBacked)
     let before = common::policy_status(&client, ns, "web").await["recommendation"]["preStopSeconds"].as_u64().unwrap();
     apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
         "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
@@ -259,8 +270,8 @@ async fn no_kube_proxy_pods_and_a_cilium_agent_is_reported_as_ebpf() {
     let client = common::client().await;
     common::apply_crd(&client).await;
     let (system, ns) = ("e2e-cilium-system", "e2e-cilium");
-    common::fresh_namespace(&client, system).await;
-    common::fresh_namespace(&client, ns).await;
+    common::own_namespace(&client, system).await;
+    common::own_namespace(&client, ns).await;
     // a Cilium agent pod where Cilium's chart puts it; kwok makes it Running on node-c
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
     let _ = pods.delete("cilium-e2e", &DeleteParams::default().grace_period(0)).await;
@@ -312,7 +323,7 @@ async fn lease_hand_overs_never_have_two_leaders() {
     use tokio_util::sync::CancellationToken;
     let client = common::client().await;
     let ns = "st-e2e-lease";
-    common::fresh_namespace(&client, ns).await;
+    common::own_namespace(&client, ns).await;
     let mut replicas: Vec<(String, Option<Tasks>, Leadership)> = Vec::new();
     for i in 0..4 {
         let mut tasks = Tasks::new(CancellationToken::new());

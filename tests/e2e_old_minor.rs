@@ -21,8 +21,8 @@ async fn gate_off_probe_picks_the_exec_fallback_and_no_pod_is_rejected() {
     assert_eq!((version.major.as_str(), version.minor.as_str()), ("1", "29"), "this test needs the 1.29 cluster");
     let (system, ns, hook) = ("e2e-old-system", "e2e-old", "safe-termination-e2e-old");
     common::apply_crd(&client).await;
-    common::fresh_namespace(&client, system).await;
-    common::fresh_namespace(&client, ns).await;
+    common::own_namespace(&client, system).await;
+    common::own_namespace(&client, ns).await;
 
     // the probe itself: the API server dropped the field and rejected the pod
     match probe_native_sleep(client.clone(), system).await.unwrap() {

@@ -425,7 +425,7 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     // Prometheus; both lead (a lease each) and watch the same TerminationPolicy
     common::apply_crd(&client).await;
     for ns in COMPARE_NAMESPACES {
-        common::fresh_namespace(&client, ns).await;
+        common::own_namespace(&client, ns).await;
     }
     // real pods behind a Service (the test app on the real nodes): their endpoint changes carry
     // the EndpointSlice controller's trigger time, so kube-proxy observes network programming
@@ -704,7 +704,7 @@ async fn sync_slow_alert_fires_through_prometheus() {
     // Prometheus scraping the operator's /metrics
     common::apply_crd(&client).await;
     for ns in ALERT_NAMESPACES {
-        common::fresh_namespace(&client, ns).await;
+        common::own_namespace(&client, ns).await;
     }
     let url = prom.url();
     let window = hold + 300;

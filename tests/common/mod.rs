@@ -53,6 +53,19 @@ pub async fn fresh_namespace(client: &Client, name: &str) {
     fresh_namespace_with_labels(client, name, &[]).await;
 }
 
+/// [`fresh_namespace`] for a test that brings its own admission (its webhook registered by name,
+/// its own policy binding) or none: labelled `safetermination.io/ignore=true`, which the chart's
+/// webhook configuration and policy binding skip (`core::admission::policy::
+/// default_namespace_selector`). So a release that another test left installed does not mutate
+/// this test's pods before (or instead of) the test's own webhook; the test's own admission
+/// selects the namespace by name and is not affected by the label.
+pub async fn own_namespace(client: &Client, name: &str) {
+    fresh_namespace_with_labels(client, name, &[(IGNORE_LABEL, "true")]).await;
+}
+
+/// The namespace opt-out label of the chart's namespace selector.
+pub const IGNORE_LABEL: &str = "safetermination.io/ignore";
+
 /// [`fresh_namespace`] with `labels` on the new namespace (Pod Security levels, opt-outs).
 pub async fn fresh_namespace_with_labels(client: &Client, name: &str, labels: &[(&str, &str)]) {
     let api: Api<Namespace> = Api::all(client.clone());
@@ -149,8 +162,8 @@ pub async fn wait_policy_status(client: &Client, ns: &str, name: &str, secs: u64
 /// `web` in `ns` with `spec`. Returns the operator and the policies of `ns`.
 pub async fn operator_with_policy(client: &Client, system: &str, ns: &str, hook: &str, spec: Value) -> (Operator, Api<TerminationPolicy>) {
     apply_crd(client).await;
-    fresh_namespace(client, system).await;
-    fresh_namespace(client, ns).await;
+    own_namespace(client, system).await;
+    own_namespace(client, ns).await;
     let op = Operator::start(system, &[]).await;
     register_webhook(client, hook, ns, op.webhook).await;
     // the API server picks the configuration up through an informer
