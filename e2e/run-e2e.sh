@@ -37,12 +37,15 @@ if [ "${ST_E2E_EXPERIMENT:-1}" != 0 ]; then
   ST_EXP_RUNS="${ST_EXP_RUNS:-a,b,c,d}" ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}" ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/e2e-experiment}" e2e/experiment/experiment.sh
 fi
 cargo test --features cluster-tests --test e2e_window -- --test-threads=1 --nocapture
+# the operator as real pods: the README's helm install on the real nodes, then the faults
+# (leader lost, pod-create storms during deletions, an upgrade and a CA rotation, the API
+# server and a kube-proxy restarted), each printing its numbers. Its release stays installed
+# (a cluster-wide webhook, or the policy) while the next files run: they bring their own
+# admission and show that a release left behind does not reach their namespaces
+cargo test --features cluster-tests --test e2e_operator_pods -- --test-threads=1 --nocapture --skip uninstall_leaves_no_webhook
 # the operator's parts in this process: the webhook called by the real API server for every
 # shared pod case, fail-open, the measurement of the real kube-proxies, Cilium, the Lease
 cargo test --features cluster-tests --test e2e_in_process -- --test-threads=1
-# the Helm chart on the control plane (server-side dry runs, install/upgrade/uninstall, webhook
-# routing with operator-generated certificates); lint, renderings and alert rules are in make test
-cargo test --features cluster-tests --test e2e_chart -- --test-threads=1
 # the native-histogram maths against the real Prometheus (promtool test rules): the reference of
 # tests/native_props.rs and src/core/exposition/native.rs, histogram_quantile, +, -, resets(), increase
 cargo test --features cluster-tests --test native_props -- --ignored --nocapture
@@ -54,13 +57,11 @@ cargo test --features cluster-tests --test e2e_admission_policy -- --test-thread
 # firing needs 4,000+ Services and the rule's own for: 10m, about 15 minutes: at the end, with
 # ST_E2E_SLOW_ALERT=1, so CI stays within its 90 minutes.)
 cargo test --features cluster-tests --test e2e_prometheus -- --test-threads=1 --nocapture
-# the operator as real pods: the README's helm install on the real nodes, then the faults
-# (leader lost, pod-create storms during deletions, an upgrade and a CA rotation, the API
-# server and a kube-proxy restarted), each printing its numbers; then the uninstall, last, so
-# that the chart's cluster-wide webhook does not outlive the file (each test installs what it
-# needs: the order is this script's choice, not a dependency)
-cargo test --features cluster-tests --test e2e_operator_pods -- --test-threads=1 --nocapture --skip uninstall_leaves_no_webhook
+# the uninstall (the release of e2e_operator_pods goes), then the chart's own releases
 cargo test --features cluster-tests --test e2e_operator_pods -- --nocapture --exact uninstall_leaves_no_webhook
+# the Helm chart on the control plane (server-side dry runs, install/upgrade/uninstall, webhook
+# routing with operator-generated certificates); lint, renderings and alert rules are in make test
+cargo test --features cluster-tests --test e2e_chart -- --test-threads=1
 # the chart's KubeProxySyncSlow alert firing through the real Prometheus' /api/v1/alerts at scale
 # (it grows its own Services until the sync p99 passes 1 s)
 if [ "${ST_E2E_SLOW_ALERT:-0}" = 1 ]; then
