@@ -180,8 +180,13 @@ impl DeletionWindow {
     }
 
     /// P(window <= x): the wait's CDF averaged over the own sync S' (each bucket at
-    /// [`POINTS_PER_BUCKET`] midpoints).
+    /// [`POINTS_PER_BUCKET`] midpoints); exactly 1 from [`DeletionWindow::max_seconds`] on,
+    /// where every point's wait is certain (the coverage table asks there up to network
+    /// programming's longest observation, often minutes).
     pub fn cdf(&self, x: f64) -> f64 {
+        if x >= self.max_seconds() {
+            return 1.0;
+        }
         let mut p = 0.0;
         for &(lo, hi, w) in &self.sync.buckets {
             if hi > lo {
@@ -254,6 +259,22 @@ mod tests {
         // no minSyncPeriod: window = rest of the running sync + own sync, p99 = 1 + 0.99
         let d = SyncDurations::from_ranges([(1.0, 1.0, 10.0)]).unwrap();
         close(DeletionWindow::new(d, 0.0).quantile(0.99), 1.99, 1e-5);
+    }
+
+    #[test]
+    fn the_window_cdf_reaches_1_exactly_at_its_longest_window() {
+        // syncs of 0-0.5 s and one bucket at 2-4 s, m = 1 s: the longest window is 1 + 2 x 4 s
+        let d = SyncDurations::from_ranges([(0.0, 0.5, 97.0), (2.0, 4.0, 3.0)]).unwrap();
+        let w = DeletionWindow::new(d, 1.0);
+        assert_eq!(w.max_seconds(), 9.0);
+        let below = w.cdf(8.8);
+        assert!(below > 0.99 && below < 1.0, "{below}");
+        for x in [9.0, 9.5, 300.0, f64::INFINITY] {
+            assert_eq!(w.cdf(x), 1.0, "{x}");
+        }
+        // the midpoint sum just below agrees with the shortcut's 1 to rounding once the last
+        // bucket's points are all certain (x - 3.875 >= m + 4)
+        close(w.cdf(8.875), 1.0, 1e-12);
     }
 
     #[test]
