@@ -40,8 +40,9 @@ cargo test --features cluster-tests --test e2e_window -- --test-threads=1 --noca
 # the operator as real pods: the README's helm install on the real nodes, then the faults
 # (leader lost, pod-create storms during deletions, an upgrade and a CA rotation, the API
 # server and a kube-proxy restarted), each printing its numbers. Its release stays installed
-# (a cluster-wide webhook, or the policy) while the next files run: they bring their own
-# admission and show that a release left behind does not reach their namespaces
+# for the next files: their namespaces carry the label the chart's admission skips, and a test
+# that runs its own operator uninstalls it first (two operators would both write its
+# TerminationPolicy's status), so they show that a release left behind does not reach them
 cargo test --features cluster-tests --test e2e_operator_pods -- --test-threads=1 --nocapture --skip uninstall_leaves_no_webhook
 # the operator's parts in this process: the webhook called by the real API server for every
 # shared pod case, fail-open, the measurement of the real kube-proxies, Cilium, the Lease

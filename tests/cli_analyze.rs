@@ -1147,6 +1147,20 @@ fn a_scrape_without_kube_proxy_families_is_no_data_with_a_warning_naming_it() {
     assert!(r.stdout.contains("Recommendation (Measured): "), "{}", r.stdout);
 }
 
+/// An empty source (0 bytes, or only blank lines) is an error naming it, exit 1: a failed
+/// capture, not a kube-proxy without syncs (it was "NoData", exit 0, with the families warning).
+#[test]
+fn an_empty_scrape_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, body) in [("empty.txt", ""), ("blank.txt", "\n\n  \n")] {
+        let path = dir.path().join(file);
+        std::fs::write(&path, body).unwrap();
+        let r = run(&["analyze", path.to_str().unwrap()]);
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+        assert_eq!(r.stderr, format!("error: {}: empty ({} bytes): no metrics to read; was the capture cut off?\n", path.display(), body.len()), "{file}");
+    }
+}
+
 /// A source that names no file says how it was read: `NODE=FILE` split at the first `=` (the
 /// `./` rule for file names with `=`), and an empty node name.
 #[test]
@@ -1231,6 +1245,45 @@ fn mutate_says_when_there_is_nothing_to_mutate() {
     );
     let r = run(&["mutate", "--output", "json", empty.to_str().unwrap()]);
     assert_eq!(serde_json::from_str::<Value>(&r.stdout).unwrap()["results"], serde_json::json!([]), "{}", r.stdout);
+}
+
+/// `mutate` names the Services and TerminationPolicies it read but did not mutate (a Service
+/// beside a Deployment was left out of the output without a word), and refuses a document that
+/// is not a Kubernetes object (a Markdown file was "skipped: document has no kind", exit 0).
+#[test]
+fn mutate_names_what_it_read_and_refuses_what_is_not_an_object() {
+    let dir = tmp();
+    let both = write(
+        dir.path(),
+        "web.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}}\n",
+    );
+    let r = run(&["mutate", both.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.starts_with(&format!("{}#0 Deployment/web\n  decision: Mutated\n", both.display())), "{}", r.stdout);
+    assert!(
+        r.stdout.ends_with(&format!(
+            "{}#1 Service/web\n  read, not mutated (Services define scope ServiceBacked; TerminationPolicies serve their namespace)\n",
+            both.display()
+        )),
+        "{}",
+        r.stdout
+    );
+    let r = run(&["mutate", "--output", "json", both.to_str().unwrap()]);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(doc["read"], serde_json::json!([format!("{}#1 Service/web", both.display())]));
+    assert_eq!(doc["results"].as_array().unwrap().len(), 1);
+
+    for (file, body, what) in [
+        ("notes.md", "# Notes\n\nSome text.\n", "document 0 is a string"),
+        ("list.yaml", "- a\n- b\n", "document 0 is a sequence"),
+        ("second.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n---\n42\n", "document 1 is a number"),
+    ] {
+        let path = write(dir.path(), file, body);
+        let r = run(&["mutate", path.to_str().unwrap()]);
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{file}: {}", r.stderr);
+        assert_eq!(r.stderr, format!("error: {}: {what}, not a Kubernetes object (a mapping with apiVersion and kind)\n", path.display()), "{file}");
+    }
 }
 
 /// `mutate` prints its warnings whole (there is no API server to cut them); the webhook's answer
@@ -1386,11 +1439,14 @@ fn format_flag_refuses_a_source_in_the_other_format() {
     let r = run(&["analyze", "--format", "protobuf", V1_29]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains(&format!("{V1_29}: --format protobuf, but this is text")), "{}", r.stderr);
-    // an empty file stays an empty text scrape (a warning, no data), and an unknown format is a usage error
+    // an empty file is an error under either format (an_empty_scrape_is_an_error_naming_it), and
+    // an unknown format is a usage error
     let empty = write(dir.path(), "empty.txt", "");
-    let r = run(&["analyze", empty.to_str().unwrap()]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stderr.contains("no kube-proxy sync metrics"), "{}", r.stderr);
+    for format in ["text", "protobuf"] {
+        let r = run(&["analyze", "--format", format, empty.to_str().unwrap()]);
+        assert_eq!(r.code, 1, "{}", r.stderr);
+        assert!(r.stderr.contains("empty (0 bytes): no metrics to read"), "{}", r.stderr);
+    }
     assert_eq!(run(&["analyze", "--format", "json", V1_29]).code, 2);
 }
 

@@ -161,11 +161,23 @@ pub fn documents(path: &str) -> Result<Vec<Value>, Error> {
 /// The documents of `text` (the contents of the file `path`, named in errors) as [`documents`]
 /// reads them: multi-document YAML or JSON, `kind: List` flattened, empty documents dropped.
 ///
-/// Errors: text that is not YAML or JSON, naming `path`.
+/// Errors: text that is not YAML or JSON, and a document that is not a mapping (a Kubernetes
+/// object is one: a string, number or sequence means the file is something else, such as
+/// Markdown, which YAML reads as one string), naming `path` and the document's position.
 pub fn documents_of(text: &str, path: &str) -> Result<Vec<Value>, Error> {
     let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| Error::Input(format!("{path}: not valid YAML or JSON: {e}")))?;
     let mut out = Vec::new();
-    for d in docs {
+    for (n, d) in docs.into_iter().enumerate() {
+        let what = match &d {
+            Value::Null | Value::Object(_) => None,
+            Value::String(_) => Some("a string"),
+            Value::Number(_) => Some("a number"),
+            Value::Bool(_) => Some("a boolean"),
+            Value::Array(_) => Some("a sequence"),
+        };
+        if let Some(what) = what {
+            return Err(Error::Input(format!("{path}: document {n} is {what}, not a Kubernetes object (a mapping with apiVersion and kind)")));
+        }
         flatten(d, &mut out);
     }
     Ok(out)
@@ -220,12 +232,16 @@ pub fn run_mutate(args: &MutateArgs) -> Result<String, Error> {
         None => &AssumeServiceBacked,
     };
     let mut results = Vec::new();
+    // Services and TerminationPolicies: read (scope ServiceBacked, the namespaces' policies), not
+    // mutated
+    let mut read: Vec<String> = Vec::new();
     for (file, docs) in &all {
         for (n, doc) in docs.iter().enumerate() {
             let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("?");
             let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
             let source = format!("{file}#{n} {kind}/{name}");
             if kind == "Service" || kind == "TerminationPolicy" {
+                read.push(source);
                 continue;
             }
             match pod_of(doc, &args.namespace) {
@@ -256,12 +272,16 @@ pub fn run_mutate(args: &MutateArgs) -> Result<String, Error> {
             }
         }
     }
-    let doc = json!({ "results": results, "serviceScope": if index.is_some() { "services in the inputs" } else { "every pod assumed service-backed (no Service in the inputs)" } });
+    let doc = json!({
+        "results": results,
+        "read": read,
+        "serviceScope": if index.is_some() { "services in the inputs" } else { "every pod assumed service-backed (no Service in the inputs)" }
+    });
     Ok(match args.output {
         OutputFormat::Json => serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
         OutputFormat::Yaml => serde_saphyr::to_string(&doc).unwrap_or_default(),
         OutputFormat::Text if results.is_empty() => nothing_to_mutate(&all),
-        OutputFormat::Text => render_text(&results),
+        OutputFormat::Text => render_text(&results, &read),
     })
 }
 
@@ -278,7 +298,9 @@ fn nothing_to_mutate(all: &[(String, Vec<Value>)]) -> String {
     format!("nothing to mutate: {}\n", files.join(", "))
 }
 
-fn render_text(results: &[MutateResult]) -> String {
+/// The text output: each mutated (or skipped) document, then the Services and
+/// TerminationPolicies that were read as inputs, not mutated.
+fn render_text(results: &[MutateResult], read: &[String]) -> String {
     let mut s = String::new();
     for r in results {
         let _ = writeln!(s, "{}", r.source);
@@ -298,6 +320,9 @@ fn render_text(results: &[MutateResult]) -> String {
         for w in &r.warnings {
             let _ = writeln!(s, "  warning: {w}");
         }
+    }
+    for source in read {
+        let _ = writeln!(s, "{source}\n  read, not mutated (Services define scope ServiceBacked; TerminationPolicies serve their namespace)");
     }
     s
 }

@@ -63,6 +63,24 @@ pub async fn own_namespace(client: &Client, name: &str) {
     fresh_namespace_with_labels(client, name, &[(IGNORE_LABEL, "true")]).await;
 }
 
+/// Uninstalls every Helm release of the chart in the cluster, found by its operator
+/// Deployments' labels (no release: no helm call, so this runs where helm is not built). A test
+/// that runs its own operator calls it first ([`Operator::start`]): a release's operator
+/// reconciles the TerminationPolicies of every namespace (the label of [`own_namespace`] keeps
+/// only its admission out), so the test's policies would have two status writers. It found one
+/// whose status said the webhook backend while the test's operator had chosen the policy.
+pub async fn remove_chart_releases(client: &Client) {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::all(client.clone());
+    let lp = kube::api::ListParams::default().labels("app.kubernetes.io/name=safe-termination,app.kubernetes.io/managed-by=Helm");
+    let deployments = api.list(&lp).await.expect("list the chart's Deployments");
+    for d in deployments.items {
+        let release = d.metadata.labels.as_ref().and_then(|l| l.get("app.kubernetes.io/instance")).cloned();
+        let (Some(ns), Some(release)) = (d.metadata.namespace.clone(), release) else { continue };
+        eprintln!("uninstalling the chart's release {ns}/{release}: its operator would write this test's TerminationPolicy statuses too");
+        tools::run(tools::tool("helm").args(["uninstall", &release, "-n", &ns, "--wait", "--timeout", "180s"]), None);
+    }
+}
+
 /// The namespace opt-out label of the chart's namespace selector.
 pub const IGNORE_LABEL: &str = "safetermination.io/ignore";
 

@@ -117,13 +117,16 @@ fn impersonating_kubeconfig(dir: &Path, namespace: &str, sa: &str) -> PathBuf {
 }
 
 impl Operator {
-    /// Starts it in `namespace` with fast scrapes and `extra` flags; waits for `/readyz`.
+    /// Starts it in `namespace` with fast scrapes and `extra` flags; waits for `/readyz`. Any
+    /// release of the chart is uninstalled first ([`super::remove_chart_releases`]): this
+    /// operator is then the only one writing TerminationPolicy statuses.
     pub async fn start(namespace: &str, extra: &[&str]) -> Operator {
         Self::start_windowed(namespace, OPERATOR_WINDOW_SECONDS, extra).await
     }
 
     /// [`Operator::start`] with a rolling analysis window of `window_seconds`.
     pub async fn start_windowed(namespace: &str, window_seconds: u64, extra: &[&str]) -> Operator {
+        super::remove_chart_releases(&super::client().await).await;
         let op = Launch { window_seconds, ..Launch::new(namespace, extra) }.spawn();
         op.wait_ready().await;
         op
@@ -133,6 +136,7 @@ impl Operator {
     /// discovery) instead of the fixed targets: the e2e cluster's kube-proxies are processes,
     /// not pods, so it finds none.
     pub async fn start_discovering(namespace: &str, extra: &[&str]) -> Operator {
+        super::remove_chart_releases(&super::client().await).await;
         let op = Launch { targets: None, ..Launch::new(namespace, extra) }.spawn();
         op.wait_ready().await;
         op
