@@ -430,7 +430,7 @@ async fn the_charts_webhook_routes_pods_through_the_real_api_server_with_operato
     ]);
     common::fresh_namespace(&client, sys).await;
     common::fresh_namespace(&client, app).await;
-    common::fresh_namespace_with_labels(&client, optout, &[("safetermination.io/ignore", "true")]).await;
+    common::fresh_namespace_with_labels(&client, optout, &[(safe_termination::core::annotations::LABEL_IGNORE, "true")]).await;
     // Service IPs are virtual here: the API server reaches the operator by URL on loopback; every
     // other field (rules, selectors, matchConditions, policies) is the chart's
     let apply = |o: &Value| {

@@ -182,7 +182,7 @@ async fn operator_measures_the_real_kube_proxy_and_sizes_new_pods() {
                 "Service" => kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
                 _ => kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
             };
-            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client, "e2e-operator", &gvk);
+            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client, ns, &gvk);
             api.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&v)).await.expect("apply");
         }
     };

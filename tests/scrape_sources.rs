@@ -779,4 +779,8 @@ fn the_files_source_detects_protobuf_scrapes() {
     std::fs::write(&pb, &ipv4_only(A_PB)[..100]).unwrap();
     let e = safe_termination::sources::store_from_files(&specs[..1], 600.0).unwrap_err().to_string();
     assert!(e.starts_with(&format!("{}: protobuf message ", pb.display())) && e.contains("cut off"), "{e}");
+    // an empty file is a failed capture, refused here as `analyze` refuses it (one reader)
+    std::fs::write(&pb, b"").unwrap();
+    let e = safe_termination::sources::store_from_files(&specs[..1], 600.0).unwrap_err().to_string();
+    assert_eq!(e, format!("{}: empty (0 bytes): no metrics to read; was the capture cut off?", pb.display()));
 }

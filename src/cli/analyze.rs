@@ -270,11 +270,6 @@ async fn load(
         let read_as = file_format(&name, &bytes, format)?;
         (bytes, read_as, None)
     };
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        // a failed capture (`curl -o` of a refused port writes nothing), never a scrape: every
-        // kube-proxy serves its Go runtime metrics at least
-        return Err(Error::Input(format!("{name}: empty ({} bytes): no metrics to read; was the capture cut off?", bytes.len())));
-    }
     let mut scrape = sources::read_scrape_as(&name, bytes, read_as).map_err(input)?;
     // when it was taken, which a pending change's wait is measured to: now for a URL; unknown
     // for a file or standard input (a checkout or copy resets a file's modification time), so

@@ -1,6 +1,6 @@
 //! The annotations safe-termination reads and writes on pods: the opt-outs a user sets, and the
 //! record of what the webhook did, which the controller reads back to count mutated and stale
-//! pods. Shared names, no logic.
+//! pods; and the one opt-out label. Shared names, no logic.
 
 /// Pod annotation: `"true"` opts the pod out.
 pub const ANNOTATION_SKIP: &str = "safetermination.io/skip";
@@ -14,3 +14,6 @@ pub const ANNOTATION_POLICY: &str = "safetermination.io/policy";
 pub const ANNOTATION_AUDIT_PRESTOP_SECONDS: &str = "safetermination.io/audit-prestop-seconds";
 /// Annotation the kubelet puts on mirror pods of static pods.
 pub const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
+/// Label on a pod or a namespace: `"true"` keeps the admission (the webhook configuration's and
+/// the policy binding's selectors) away from it (a label, because selectors match labels only).
+pub const LABEL_IGNORE: &str = "safetermination.io/ignore";

@@ -27,8 +27,13 @@ pub struct Fetched {
 /// Errors: [`SourceError::NotUtf8`] for a text body that is not UTF-8 (as [`decode_utf8`]
 /// names it), [`SourceError::Scrape`] with the reader's error as the command line prints it
 /// ([`ScrapeError::at`]: `ORIGIN:LINE: family: message` for text,
-/// `ORIGIN: protobuf message N at byte B: family: message` for protobuf).
+/// `ORIGIN: protobuf message N at byte B: family: message` for protobuf), and for an empty body
+/// (no bytes, or blank lines only): a failed capture (`curl -o` of a refused port writes
+/// nothing), never a scrape, since every kube-proxy serves its Go runtime metrics at least.
 pub fn read_scrape_as(origin: &str, bytes: Vec<u8>, format: Format) -> Result<KubeProxyScrape, SourceError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(SourceError::Scrape(format!("{origin}: empty ({} bytes): no metrics to read; was the capture cut off?", bytes.len())));
+    }
     match parse_scrape_as(&bytes, format) {
         Ok(scrape) => Ok(scrape),
         Err(ScrapeError::NotUtf8(e)) => Err(decode_utf8(origin, bytes).err().unwrap_or_else(|| SourceError::Scrape(format!("{origin}: not UTF-8 text: {e}")))),

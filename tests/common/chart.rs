@@ -132,12 +132,12 @@ pub fn check_webhook(docs: &[Value], release_ns: &str, fullname: &str, mode: &st
     assert_eq!(names["operator"], "NotIn");
     let excluded = strs(&names["values"]);
     assert!(excluded.contains(&"kube-system".to_string()) && excluded.contains(&release_ns.to_string()), "{excluded:?}");
-    assert!(exprs.contains(&json!({"key": "safetermination.io/ignore", "operator": "NotIn", "values": ["true"]})), "opt-out label");
+    assert!(exprs.contains(&json!({"key": safe_termination::core::annotations::LABEL_IGNORE, "operator": "NotIn", "values": ["true"]})), "opt-out label");
     assert!(
         w["objectSelector"]["matchExpressions"]
             .as_array()
             .unwrap()
-            .contains(&json!({"key": "safetermination.io/ignore", "operator": "NotIn", "values": ["true"]}))
+            .contains(&json!({"key": safe_termination::core::annotations::LABEL_IGNORE, "operator": "NotIn", "values": ["true"]}))
     );
     let conds = w["matchConditions"].as_array().unwrap();
     let all: Vec<&str> = conds.iter().map(|c| c["expression"].as_str().unwrap()).collect();

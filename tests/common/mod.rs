@@ -60,7 +60,7 @@ pub async fn fresh_namespace(client: &Client, name: &str) {
 /// this test's pods before (or instead of) the test's own webhook; the test's own admission
 /// selects the namespace by name and is not affected by the label.
 pub async fn own_namespace(client: &Client, name: &str) {
-    fresh_namespace_with_labels(client, name, &[(IGNORE_LABEL, "true")]).await;
+    fresh_namespace_with_labels(client, name, &[(safe_termination::core::annotations::LABEL_IGNORE, "true")]).await;
 }
 
 /// Uninstalls every Helm release of the chart in the cluster, found by its operator
@@ -80,9 +80,6 @@ pub async fn remove_chart_releases(client: &Client) {
         tools::run(tools::tool("helm").args(["uninstall", &release, "-n", &ns, "--wait", "--timeout", "180s"]), None);
     }
 }
-
-/// The namespace opt-out label of the chart's namespace selector.
-pub const IGNORE_LABEL: &str = "safetermination.io/ignore";
 
 /// [`fresh_namespace`] with `labels` on the new namespace (Pod Security levels, opt-outs).
 pub async fn fresh_namespace_with_labels(client: &Client, name: &str, labels: &[(&str, &str)]) {

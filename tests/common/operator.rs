@@ -64,6 +64,15 @@ impl<'a> Launch<'a> {
         }
     }
 
+    /// Uninstalls any release of the chart ([`super::remove_chart_releases`]: this operator is
+    /// then the only one writing TerminationPolicy statuses), spawns, waits for `/readyz`.
+    async fn start_alone(self) -> Operator {
+        super::remove_chart_releases(&super::client().await).await;
+        let op = self.spawn();
+        op.wait_ready().await;
+        op
+    }
+
     fn spawn(self) -> Operator {
         let (admin, webhook) = (free_port(), free_port());
         let mut args: Vec<String> = self.targets.map(|t| vec!["--kube-proxy-target".to_string(), t]).unwrap_or_default();
@@ -126,20 +135,14 @@ impl Operator {
 
     /// [`Operator::start`] with a rolling analysis window of `window_seconds`.
     pub async fn start_windowed(namespace: &str, window_seconds: u64, extra: &[&str]) -> Operator {
-        super::remove_chart_releases(&super::client().await).await;
-        let op = Launch { window_seconds, ..Launch::new(namespace, extra) }.spawn();
-        op.wait_ready().await;
-        op
+        Launch { window_seconds, ..Launch::new(namespace, extra) }.start_alone().await
     }
 
     /// Like [`Operator::start`] but finding kube-proxy pods through the API (the default
     /// discovery) instead of the fixed targets: the e2e cluster's kube-proxies are processes,
     /// not pods, so it finds none.
     pub async fn start_discovering(namespace: &str, extra: &[&str]) -> Operator {
-        super::remove_chart_releases(&super::client().await).await;
-        let op = Launch { targets: None, ..Launch::new(namespace, extra) }.spawn();
-        op.wait_ready().await;
-        op
+        Launch { targets: None, ..Launch::new(namespace, extra) }.start_alone().await
     }
 
     /// Starts it as the ServiceAccount `sa` of `namespace` (kubeconfig impersonation: what a

@@ -22,6 +22,7 @@
 //! slower to terminate by the sleep, and no pod is less protected); and a mutating policy has no
 //! admission warnings.
 
+use crate::core::annotations::LABEL_IGNORE;
 use serde_json::{Value, json};
 
 /// Name of the MutatingAdmissionPolicy, its binding and its parameters object.
@@ -146,7 +147,7 @@ pub struct PolicyObjects {
 pub fn default_namespace_selector(operator_namespace: &str) -> Value {
     json!({"matchExpressions": [
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", operator_namespace]},
-        {"key": "safetermination.io/ignore", "operator": "NotIn", "values": ["true"]}
+        {"key": LABEL_IGNORE, "operator": "NotIn", "values": ["true"]}
     ]})
 }
 
@@ -200,7 +201,7 @@ impl PolicyObjects {
                 "paramRef": {"name": self.name, "namespace": self.params_namespace, "parameterNotFoundAction": "Allow"},
                 "matchResources": {
                     "namespaceSelector": self.namespace_selector,
-                    "objectSelector": {"matchExpressions": [{"key": "safetermination.io/ignore", "operator": "NotIn", "values": ["true"]}]}
+                    "objectSelector": {"matchExpressions": [{"key": LABEL_IGNORE, "operator": "NotIn", "values": ["true"]}]}
                 }
             }
         })
