@@ -83,6 +83,7 @@ fn printer_columns() {
             ("Grace", "integer", ".status.recommendation.terminationGracePeriodSeconds", 0),
             ("SyncP99", "number", ".status.measurement.syncP99Seconds", 0),
             ("Window", "number", ".status.measurement.propagationWindowSeconds", 1),
+            ("CPLagP99", "number", ".status.measurement.controlPlaneLag.p99Seconds", 1),
             ("ProxyMode", "string", ".status.proxy.mode", 1),
             ("Age", "date", ".metadata.creationTimestamp", 0),
         ]

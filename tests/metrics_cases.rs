@@ -47,6 +47,7 @@ fn opts(facts: ClusterFacts) -> AnalysisOptions {
         facts,
         thresholds: Thresholds::default(),
         histograms: Default::default(),
+        control_plane_lag: None,
     }
 }
 

@@ -85,6 +85,7 @@ fn analysis_options() -> AnalysisOptions {
         facts: ClusterFacts::default(),
         thresholds: Thresholds::default(),
         histograms: Default::default(),
+        control_plane_lag: None,
     }
 }
 

@@ -45,7 +45,7 @@ LOAD_OPTIONAL = ("local_port", "reused")
 CAUSES = ("race", "pinned", "liveSynDropped", "keepAlive", "other", "notSent", "notRace", "unattributed")
 DELETION_COLUMNS = ("pod", "ip", "node", "deleted_at_unix")
 # the pod's preStop sleep and terminationGracePeriodSeconds (seconds; empty: none)
-DELETION_OPTIONAL = ("sleep_seconds", "grace_seconds")
+DELETION_OPTIONAL = ("sleep_seconds", "grace_seconds", "endpoint_terminating_at_unix")
 GROUNDTRUTH_COLUMNS = ("pod", "ip", "proxy_node", "removed_at_unix")
 # the last successful read that still showed the IP; `poll` or `monitor`
 GROUNDTRUTH_OPTIONAL = ("last_present_at_unix", "reader")
@@ -278,6 +278,9 @@ def load_run(rundir):
             deletions[pod] = (row["ip"].strip(), row["node"].strip(), t)
             pod_info[pod] = {k: whole(parse_float(path, line, c, row[c], allow_empty=True))
                              for k, c in (("sleep", "sleep_seconds"), ("grace", "grace_seconds"))}
+            # when the test's EndpointSlice watch saw the endpoint terminating (or gone)
+            seen = parse_float(path, line, "endpoint_terminating_at_unix", row.get("endpoint_terminating_at_unix") or "", allow_empty=True)
+            pod_info[pod]["lag"] = None if seen is None else max(0.0, seen - t)
     else:
         w("no deletions.csv: failure offsets and ground truth cannot be computed")
 
@@ -422,6 +425,8 @@ def load_run(rundir):
         "failuresByCause": by_cause["counts"],
         "failuresByCauseAndOutcome": by_cause["byOutcome"],
         "unattributedByNode": by_cause["unattributedByNode"],
+        # each failure left in `other`, with its evidence (at most 100)
+        "otherEvidence": by_cause["otherEvidence"][:100],
         "failuresByNode": dict(sorted(by_node.items())),
         # each node's load generator goes through its own kube-proxy: failures per proxy mode
         "failuresByProxyMode": by_mode(by_node, meta.get("nodeModes")),
@@ -447,6 +452,10 @@ def load_run(rundir):
         # scrapes (tests/common/windows.rs); null fields when the run did not record them
         "windowFromScrapes": {
             "nativeSeconds": (meta.get("windowFromScrapes") or {}).get("nativeWindowSeconds"),
+            # the same after the control plane's part of the run's deletions (the test's own
+            # watches): composed by convolution, as the operator does, and as a sum of p99s
+            "nativeWithLagSeconds": (meta.get("windowFromScrapes") or {}).get("nativeWindowWithLagSeconds"),
+            "nativeSumOfP99sSeconds": (meta.get("windowFromScrapes") or {}).get("nativeWindowSumOfP99sSeconds"),
             "classicSeconds": (meta.get("windowFromScrapes") or {}).get("classicWindowSeconds"),
             # the model before minSyncPeriod + 2 x p99(sync), from the same native p99s:
             # max over nodes of max(p99(network programming) - 1 s, minSyncPeriod + p99(sync))
@@ -459,6 +468,8 @@ def load_run(rundir):
         "podWindowMinSeconds": r3(min(pod_max)) if pod_max else None,
         "podWindowP99Seconds": r6(p99),
         "podWindowMaxSeconds": r3(max(pod_max)) if pod_max else None,
+        # the control plane's part of the windows (the test's watches) and what follows it
+        "controlPlaneLag": lag_summary(pods),
         # W (before the safety factor and the 3 s floor) >= the p99 of the per-pod windows
         "wCoversP99": None if window is None or p99 is None else bool(window >= p99),
         "failedMeasurements": failed_measurements,
@@ -542,11 +553,21 @@ def race_spans(deletions, pod_info, groundtruth, nodes):
     return spans
 
 
-def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05, spans=None):
+# How long after the API server the test's watch may see a deletion, seconds: a pod counts as
+# stopped this much before its recorded deletion plus its sleep (a pod that exits at once on
+# SIGTERM refused connections up to 10 ms before the recorded deletion). It errs towards `race`,
+# which fails a protected run, never towards passing one.
+DELETION_SLACK_SECONDS = 0.25
+
+
+def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05, spans=None,
+                      deletion_slack=DELETION_SLACK_SECONDS):
     """The cause of each failed request, from its source port and its node's conntrack events.
 
-    - `race`: a new connection (its own NEW entry) sent to a pod after it stopped serving (its
-      deletion plus its preStop sleep), while that node's rules still held it: what the sleep
+    - `race`: a new connection (its own NEW entry) whose SYN went out (the NEW event's time, not
+      the request's scheduled start: a lagging load generator sends late) after the pod it went
+      to stopped serving (its deletion, less `deletion_slack`, plus its preStop sleep): the NEW
+      entry names the pod the node's rules chose, so the rules still held it: what the sleep
       removes;
     - `pinned`: no NEW entry of its own: an earlier attempt's entry with the same tuple, not yet
       destroyed, carried it to where that attempt went (an unanswered SYN leaves an entry in
@@ -564,7 +585,10 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05, spans=
       race, whatever else failed it (a starved node or client);
     - `unattributed`: not sent, no port recorded, or no conntrack record of it and no ground
       truth that rules the race out.
-    Returns {"counts": {cause: n}, "byOutcome": {cause: {outcome: n}}}."""
+    Returns {"counts": {cause: n}, "byOutcome": {cause: {outcome: n}}, "unattributedByNode": {node:
+    n}, "otherEvidence": [...]}: each `other` failure with its evidence (node, port, scheduled
+    start, SYN time, the pod it went to, when that pod was recorded stopped or None: never
+    deleted), so none is left there unexplained."""
     deleted_by_ip = {}
     for pod, (ip, _, t) in deletions.items():
         sleep = (pod_info.get(pod) or {}).get("sleep") or 0
@@ -573,6 +597,7 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05, spans=
     counts = {c: 0 for c in CAUSES}
     by_outcome = {c: {} for c in CAUSES}
     unattributed_by_node = {}
+    other_evidence = []
     for r in failed:
         events = (conntrack.get(r["node"]) or {}).get(r["port"]) if r["port"] else None
         cause = "unattributed"
@@ -584,13 +609,17 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05, spans=
             start, end = r["t"] - slack, r["t"] + r["latencySeconds"] + slack
             own = [e for e in events if e[1] == "NEW" and start <= e[0] <= end]
             if own:
-                stopped = [t for t in deleted_by_ip.get(own[0][2], []) if t <= r["t"]]
-                if stopped:
+                syn_at, ip = own[0][0], own[0][2]
+                stops = deleted_by_ip.get(ip, [])
+                if any(t - deletion_slack <= syn_at for t in stops):
                     cause = "race"
                 elif r["outcome"] == "timeout":
                     cause = "liveSynDropped"
                 else:
                     cause = "other"
+                    other_evidence.append({"node": r["node"], "port": r["port"], "scheduledAt": r["t"], "synAt": syn_at,
+                                           "podIp": ip, "podStoppedAt": min(stops) if stops else None,
+                                           "outcome": r["outcome"]})
             else:
                 before = [e for e in events if e[0] < start]
                 if before and before[-1][1] == "NEW":
@@ -604,7 +633,7 @@ def classify_failures(failed, conntrack, deletions, pod_info, slack=0.05, spans=
             unattributed_by_node[r["node"]] = unattributed_by_node.get(r["node"], 0) + 1
         by_outcome[cause][r["outcome"]] = by_outcome[cause].get(r["outcome"], 0) + 1
     return {"counts": counts, "byOutcome": {c: dict(sorted(o.items())) for c, o in by_outcome.items() if o},
-            "unattributedByNode": dict(sorted(unattributed_by_node.items()))}
+            "unattributedByNode": dict(sorted(unattributed_by_node.items())), "otherEvidence": other_evidence}
 
 
 def coverage_comparison(pods, timeline):
@@ -665,8 +694,37 @@ def pod_windows(deletions, pod_info, groundtruth, nodes):
                                    if n in mine and mine[n]["boundSeconds"] is not None},
             "maxWindowSeconds": max(windows.values()) if nodes and not missing else None,
             "missingNodes": missing,
+            # the control plane's part: from the deletion to the endpoint seen terminating, both
+            # by the test's own watches (None when the slice watch never saw it)
+            "controlPlaneLagSeconds": r6(info.get("lag")) if info.get("lag") is not None else None,
         })
     return pods
+
+
+def lag_summary(pods):
+    """The control plane's part of the per-pod windows: its p50 / p99 / max over the pods, the
+    same of the rest of each window (the window less the lag: the data plane's part), and the
+    Pearson correlation of the two parts over the pods that have both (None under 3 pods or
+    when either part does not vary): near 0, the two compose by convolution."""
+    lags = [p["controlPlaneLagSeconds"] for p in pods if p.get("controlPlaneLagSeconds") is not None]
+    pairs = [(p["controlPlaneLagSeconds"], p["maxWindowSeconds"] - p["controlPlaneLagSeconds"]) for p in pods
+             if p.get("controlPlaneLagSeconds") is not None and p["maxWindowSeconds"] is not None]
+    rest = [b for _, b in pairs]
+    corr = None
+    if len(pairs) >= 3:
+        ma, mb = sum(a for a, _ in pairs) / len(pairs), sum(rest) / len(pairs)
+        va = sum((a - ma) ** 2 for a, _ in pairs)
+        vb = sum((b - mb) ** 2 for b in rest)
+        if va > 0 and vb > 0:
+            corr = r3(sum((a - ma) * (b - mb) for a, b in pairs) / math.sqrt(va * vb))
+    return {
+        "samples": len(lags),
+        "p50Seconds": r3(percentile(lags, 0.5)) if lags else None,
+        "p99Seconds": r3(percentile(lags, 0.99)) if lags else None,
+        "maxSeconds": r3(max(lags)) if lags else None,
+        "restP99Seconds": r3(percentile(rest, 0.99)) if rest else None,
+        "correlation": corr,
+    }
 
 
 def sort_key(meta_order, name):

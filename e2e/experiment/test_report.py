@@ -595,6 +595,51 @@ class FailuresByCause(unittest.TestCase):
         self.assertEqual(report.classify_failures(failed, {}, deletions, pod_info)["counts"]["unattributed"], 5)
 
 
+class RaceRules(unittest.TestCase):
+    """The two ways a race failure hid in `other`: a load generator that sends behind its
+    schedule, and a deletion the test's watch records after the app already exited."""
+
+    def conntrack(self, report, tmp, entries):
+        path = os.path.join(tmp, "conntrack-node-a.txt")
+        line = "[{t}]\t    [NEW] tcp      6 120 SYN_SENT src=10.213.0.2 dst=10.96.0.9 sport={p} dport=80 [UNREPLIED] src={ip} dst=10.213.0.2 sport=8080 dport={p}\n"
+        with open(path, "w") as f:
+            for t, p, ip in entries:
+                f.write(line.format(t=t, p=p, ip=ip))
+        return {"node-a": report.read_conntrack(path)}
+
+    def test_a_syn_sent_after_the_stop_is_the_race_whatever_the_schedule(self):
+        report = import_report()
+        with tempfile.TemporaryDirectory() as tmp:
+            # scheduled at 10.00, the lagging generator sent the SYN at 10.13; the pod (no
+            # sleep) was deleted at 10.05 and its app exited at once: refused
+            ct = self.conntrack(report, tmp, [(10.13, 1, "10.0.0.10"), (10.13, 2, "10.0.0.11")])
+        deletions = {"old": ("10.0.0.10", "node-a", 10.05)}
+        failed = [{"t": 10.0, "outcome": "refused", "node": "node-a", "latencySeconds": 0.2, "port": 1},
+                  {"t": 10.0, "outcome": "refused", "node": "node-a", "latencySeconds": 0.2, "port": 2}]
+        got = report.classify_failures(failed, ct, deletions, {"old": {"sleep": None}})
+        self.assertEqual(got["counts"]["race"], 1)
+        # the other went to a pod never deleted: `other`, with its evidence
+        self.assertEqual(got["counts"]["other"], 1)
+        self.assertEqual(got["otherEvidence"], [{"node": "node-a", "port": 2, "scheduledAt": 10.0, "synAt": 10.13,
+                                                 "podIp": "10.0.0.11", "podStoppedAt": None, "outcome": "refused"}])
+
+    def test_a_refusal_just_before_the_recorded_deletion_is_the_race(self):
+        report = import_report()
+        with tempfile.TemporaryDirectory() as tmp:
+            # the watch recorded the deletion at 20.11; the app had exited and refused a SYN at
+            # 20.10 (10 ms before), and one at 19.5 (0.61 s before: a live pod's refusal)
+            ct = self.conntrack(report, tmp, [(20.10, 1, "10.0.0.10"), (19.5, 2, "10.0.0.10")])
+        deletions = {"old": ("10.0.0.10", "node-a", 20.11)}
+        failed = [{"t": 20.10, "outcome": "refused", "node": "node-a", "latencySeconds": 0.01, "port": 1},
+                  {"t": 19.5, "outcome": "refused", "node": "node-a", "latencySeconds": 0.01, "port": 2}]
+        got = report.classify_failures(failed, ct, deletions, {"old": {"sleep": None}})
+        self.assertEqual((got["counts"]["race"], got["counts"]["other"]), (1, 1))
+        self.assertEqual(got["otherEvidence"][0]["podStoppedAt"], 20.11)
+        # a protected pod (sleep 3 s) still serving at 20.10 is not the race
+        got = report.classify_failures(failed, ct, deletions, {"old": {"sleep": 3}})
+        self.assertEqual((got["counts"]["race"], got["counts"]["other"]), (0, 2))
+
+
 class Coverage(unittest.TestCase):
     """coverage: the operator's predicted share beside the share of windows within each pod's sleep."""
 

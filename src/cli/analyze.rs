@@ -360,6 +360,9 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
             Histograms::Native => crate::core::model::HistogramPreference::NativeFirst,
             Histograms::Classic => crate::core::model::HistogramPreference::ClassicOnly,
         },
+        // saved scrapes hold no deletion: the control plane's part is measured by the operator's
+        // watches only (network programming stands in for it here)
+        control_plane_lag: None,
     };
     let report = analyze(&inputs, &opts, &spec);
     Ok(match args.output {

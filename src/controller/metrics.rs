@@ -12,6 +12,8 @@
 //! | `safe_termination_kube_proxy_source` | gauge 1 | node, source | how each measured node was read: kube-proxy (directly), agent, prometheus, file |
 //! | `safe_termination_controller_leader` | gauge 0/1 | | this replica holds the lease |
 //! | `safe_termination_controller_propagation_window_seconds` | gauge | | cluster W |
+//! | `safe_termination_controller_control_plane_lag_p99_seconds` | gauge | | p99 of the control plane's part of the deletions in the rolling window (DELETE to endpoint terminating; absent before the first) |
+//! | `safe_termination_controller_control_plane_lag_samples` | gauge | | deletions it is measured on |
 //! | `safe_termination_controller_recommended_prestop_seconds` | gauge | namespace, policy | sized sleep |
 //! | `safe_termination_controller_running_pods_min_prestop_seconds` | gauge | namespace, policy | smallest sleep injected into a running pod |
 //! | `safe_termination_controller_pods` | gauge | namespace, policy, state | mutated / stale / unprotected |
@@ -179,6 +181,10 @@ impl KubeProxyMetrics {
 pub struct ControllerMetrics {
     /// Cluster window.
     pub propagation_window: FloatGauge,
+    /// The control plane's part of a deletion, p99 over the rolling window.
+    pub control_plane_lag_p99: FloatGauge,
+    /// Deletions the control plane's part is measured on.
+    pub control_plane_lag_samples: Gauge,
     /// Recommended sleep per policy.
     pub recommended_prestop: Family<PolicyLabel, Gauge>,
     /// Smallest injected sleep among running pods per policy.
@@ -205,6 +211,8 @@ impl Default for ControllerMetrics {
     fn default() -> Self {
         Self {
             propagation_window: FloatGauge::default(),
+            control_plane_lag_p99: FloatGauge::default(),
+            control_plane_lag_samples: Gauge::default(),
             recommended_prestop: Family::default(),
             running_min_prestop: Family::default(),
             pods: Family::default(),
@@ -223,6 +231,17 @@ impl ControllerMetrics {
     /// Registers under `safe_termination_controller_`.
     pub fn register(&self, r: &mut Registry) {
         r.register_with_unit("propagation_window", "cluster propagation window W", Unit::Seconds, self.propagation_window.clone());
+        r.register_with_unit(
+            "control_plane_lag_p99",
+            "p99 of the control plane's part of a deletion (DELETE to endpoint terminating) over the rolling window",
+            Unit::Seconds,
+            self.control_plane_lag_p99.clone(),
+        );
+        r.register(
+            "control_plane_lag_samples",
+            "deletions the control plane's part of W is measured on, in the rolling window",
+            self.control_plane_lag_samples.clone(),
+        );
         r.register_with_unit("recommended_prestop", "preStop sleep new pods get, per policy", Unit::Seconds, self.recommended_prestop.clone());
         r.register_with_unit(
             "running_pods_min_prestop",
@@ -245,6 +264,10 @@ impl ControllerMetrics {
         if let Some(w) = report.propagation_window_seconds {
             self.propagation_window.set(w);
         }
+        if let Some(l) = &report.control_plane_lag {
+            self.control_plane_lag_p99.set(l.p99_seconds);
+        }
+        self.control_plane_lag_samples.set(i64::from(report.control_plane_lag.as_ref().map_or(0, |l| l.samples)));
         if let Some(n) = report.proxy.services {
             self.cluster_services.set(i64::try_from(n).unwrap_or(i64::MAX));
         }

@@ -184,6 +184,8 @@ fn measure(ctx: &Context, spec: &crate::core::crd::TerminationPolicySpec) -> Res
     let configured_mode = proxy.mode();
     let no_kube_proxy_note = ctx.settings.no_kube_proxy_note.clone().or_else(|| proxy.dataplane.as_ref().map(|d| d.note.clone()));
     let counts = ctx.cluster.counts();
+    let window_seconds = ctx.store.lock().map_err(|_| Error::Store)?.window_seconds();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let opts = AnalysisOptions {
         min_sync_period_seconds,
         min_sync_period_source,
@@ -196,6 +198,8 @@ fn measure(ctx: &Context, spec: &crate::core::crd::TerminationPolicySpec) -> Res
             ..Default::default()
         },
         thresholds: ctx.settings.thresholds.clone(),
+        // the control plane's part of a deletion over the same rolling window
+        control_plane_lag: ctx.cluster.control_plane_lag(now, window_seconds),
         // the operator sizes from native histograms where kube-proxy serves them
         ..Default::default()
     };

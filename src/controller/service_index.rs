@@ -1,17 +1,22 @@
-//! Cluster counts for the advisor (Services, Service ports, endpoints) and the live Service
-//! index the webhook uses for scope ServiceBacked, both kept by two watches.
+//! Cluster counts for the advisor (Services, Service ports, endpoints), the live Service index
+//! the webhook uses for scope ServiceBacked, and the control plane's part of each deletion
+//! ([`crate::core::control_plane`]), kept by three watches: Services, EndpointSlices, and pods'
+//! metadata (only a pod's deletion is read from it).
 //!
 //! Memory stays small: a Service is kept as its selector and port count, an EndpointSlice as its
-//! endpoint count; nothing else of either object is retained.
+//! endpoint count, a pod only while its deletion waits for its endpoint change; nothing else of
+//! any object is retained.
 
+use crate::core::control_plane::{DeletionLags, LagDistribution, SliceEndpoint};
 use crate::core::selector::{Labels, ServiceIndex};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Default)]
@@ -45,6 +50,12 @@ pub struct ClusterCounts {
 #[derive(Debug, Default)]
 pub struct ClusterIndex {
     inner: RwLock<Inner>,
+    deletions: Mutex<DeletionLags>,
+}
+
+/// Now as unix seconds (the watches' clock: both times of a lag come from it).
+fn now_unix() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl ClusterIndex {
@@ -58,6 +69,12 @@ impl ClusterIndex {
         let service_ports = g.services.values().flat_map(|m| m.values()).map(|e| e.ports).sum();
         let endpoints = g.slices.values().sum();
         Some(ClusterCounts { services, service_ports, endpoints })
+    }
+
+    /// The control plane's part of the deletions seen within `window_seconds` before `now`
+    /// (unix seconds); None before the first.
+    pub fn control_plane_lag(&self, now: f64, window_seconds: f64) -> Option<LagDistribution> {
+        self.deletions.lock().ok()?.distribution(now, window_seconds)
     }
 
     /// True once the Service watch has listed once (the webhook's scope check is trusted).
@@ -87,17 +104,37 @@ impl ClusterIndex {
         }
     }
 
-    /// Applies one EndpointSlice.
-    pub fn apply_slice(&self, e: &EndpointSlice) {
+    /// Applies one EndpointSlice seen at `at` (unix seconds).
+    pub fn apply_slice(&self, e: &EndpointSlice, at: f64) {
+        let (ns, name) = (e.namespace().unwrap_or_default(), e.name_any());
+        if let Ok(mut d) = self.deletions.lock()
+            && d.pending() > 0
+        {
+            let endpoints: Vec<SliceEndpoint> = e
+                .endpoints
+                .iter()
+                .filter_map(|ep| {
+                    let uid = ep.target_ref.as_ref()?.uid.clone()?;
+                    Some(SliceEndpoint { pod_uid: uid, terminating: ep.conditions.as_ref().and_then(|c| c.terminating).unwrap_or(false) })
+                })
+                .collect();
+            for j in d.slice(&ns, &name, &endpoints, at) {
+                tracing::debug!(namespace = %j.namespace, pod_uid = %j.pod_uid, lag_seconds = j.lag_seconds, how = j.how, slice = %name, "control plane's part of a deletion");
+            }
+        }
         if let Ok(mut g) = self.inner.write() {
-            g.slices.insert((e.namespace().unwrap_or_default(), e.name_any()), e.endpoints.len() as u64);
+            g.slices.insert((ns, name), e.endpoints.len() as u64);
         }
     }
 
     /// Removes one EndpointSlice.
     pub fn delete_slice(&self, e: &EndpointSlice) {
+        let (ns, name) = (e.namespace().unwrap_or_default(), e.name_any());
+        if let Ok(mut d) = self.deletions.lock() {
+            d.slice_deleted(&ns, &name);
+        }
         if let Ok(mut g) = self.inner.write() {
-            g.slices.remove(&(e.namespace().unwrap_or_default(), e.name_any()));
+            g.slices.remove(&(ns, name));
         }
     }
 
@@ -121,11 +158,13 @@ impl ClusterIndex {
         }
     }
 
-    /// Watches Services and EndpointSlices cluster-wide until `stop`. Watch errors are retried
-    /// with kube-runtime's default backoff; the function returns only on `stop`.
+    /// Watches Services, EndpointSlices and pods' metadata cluster-wide until `stop`. Watch
+    /// errors are retried with kube-runtime's default backoff; the function returns only on
+    /// `stop`.
     pub async fn run(self: Arc<Self>, client: Client, stop: CancellationToken) {
         let services = watcher(Api::<Service>::all(client.clone()), watcher::Config::default()).default_backoff();
-        let slices = watcher(Api::<EndpointSlice>::all(client), watcher::Config::default()).default_backoff();
+        let slices = watcher(Api::<EndpointSlice>::all(client.clone()), watcher::Config::default()).default_backoff();
+        let pods = watcher(Api::<PartialObjectMeta<Pod>>::all(client), watcher::Config::default()).default_backoff();
         let svc_loop = async {
             let mut s = std::pin::pin!(services);
             loop {
@@ -140,14 +179,23 @@ impl ClusterIndex {
             let mut s = std::pin::pin!(slices);
             while let Some(ev) = s.next().await {
                 match ev {
-                    Ok(ev) => self.on_slice(ev),
+                    Ok(ev) => self.on_slice(ev, now_unix()),
                     Err(e) => tracing::warn!(error = %e, "EndpointSlice watch error"),
+                }
+            }
+        };
+        let pod_loop = async {
+            let mut s = std::pin::pin!(pods);
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(ev) => self.on_pod(ev, now_unix()),
+                    Err(e) => tracing::warn!(error = %e, "pod metadata watch error"),
                 }
             }
         };
         tokio::select! {
             _ = stop.cancelled() => {}
-            _ = async { tokio::join!(svc_loop, slice_loop) } => {}
+            _ = async { tokio::join!(svc_loop, slice_loop, pod_loop) } => {}
         }
     }
 
@@ -160,12 +208,32 @@ impl ClusterIndex {
         }
     }
 
-    fn on_slice(&self, ev: watcher::Event<EndpointSlice>) {
+    fn on_slice(&self, ev: watcher::Event<EndpointSlice>, at: f64) {
         match ev {
             watcher::Event::Init => self.reset(false),
-            watcher::Event::InitApply(e) | watcher::Event::Apply(e) => self.apply_slice(&e),
+            watcher::Event::InitApply(e) | watcher::Event::Apply(e) => self.apply_slice(&e, at),
             watcher::Event::InitDone => self.mark_synced(false),
             watcher::Event::Delete(e) => self.delete_slice(&e),
+        }
+    }
+
+    /// A pod's metadata event at `at` (unix seconds). A deletion counts from the first event
+    /// that shows `deletionTimestamp`; a pod already deleting when the watch (re)listed it was
+    /// deleted at an unknown time before, and is not counted.
+    fn on_pod(&self, ev: watcher::Event<PartialObjectMeta<Pod>>, at: f64) {
+        let Ok(mut d) = self.deletions.lock() else { return };
+        match ev {
+            watcher::Event::Apply(p) if p.metadata.deletion_timestamp.is_some() => {
+                if let Some(uid) = p.metadata.uid.as_deref() {
+                    d.pod_deleting(uid, p.metadata.namespace.as_deref().unwrap_or_default(), at);
+                }
+            }
+            watcher::Event::Delete(p) => {
+                if let Some(uid) = p.metadata.uid.as_deref() {
+                    d.pod_gone(uid);
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -200,6 +268,52 @@ mod tests {
         s
     }
 
+    /// The watches' events as kube-runtime delivers them: a pod listed while already deleting
+    /// is not counted; a deletion seen on the pod watch and its endpoint turning terminating on
+    /// the EndpointSlice watch give one lag, from the one clock.
+    #[test]
+    fn a_deletion_and_its_endpoint_change_give_the_control_planes_lag() {
+        use k8s_openapi::api::core::v1::ObjectReference;
+        use k8s_openapi::api::discovery::v1::EndpointConditions;
+        use kube::core::ObjectMeta;
+        let pod = |uid: &str, deleting: bool| PartialObjectMeta::<Pod> {
+            metadata: ObjectMeta {
+                namespace: Some("a".into()),
+                name: Some(uid.into()),
+                uid: Some(uid.into()),
+                deletion_timestamp: deleting.then_some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let slice = |endpoints: &[(&str, bool)]| {
+            let mut s = EndpointSlice::default();
+            s.metadata.namespace = Some("a".into());
+            s.metadata.name = Some("web-abc".into());
+            s.endpoints = endpoints
+                .iter()
+                .map(|(uid, terminating)| Endpoint {
+                    target_ref: Some(ObjectReference { uid: Some(uid.to_string()), ..Default::default() }),
+                    conditions: Some(EndpointConditions { terminating: Some(*terminating), ..Default::default() }),
+                    ..Default::default()
+                })
+                .collect();
+            s
+        };
+        let idx = ClusterIndex::default();
+        idx.on_pod(watcher::Event::InitApply(pod("old", true)), 100.0);
+        idx.on_pod(watcher::Event::Apply(pod("p1", false)), 100.0);
+        idx.on_pod(watcher::Event::Apply(pod("p1", true)), 100.0);
+        idx.on_pod(watcher::Event::Apply(pod("p1", true)), 100.05);
+        idx.on_slice(watcher::Event::Apply(slice(&[("old", true), ("p1", false)])), 100.02);
+        assert!(idx.control_plane_lag(100.1, 60.0).is_none(), "not terminating yet; `old` was deleting before the watch");
+        idx.on_slice(watcher::Event::Apply(slice(&[("old", true), ("p1", true)])), 100.13);
+        let lag = idx.control_plane_lag(100.2, 60.0).unwrap();
+        assert_eq!(lag.samples(), 1);
+        assert!((lag.max_seconds() - 0.13).abs() < 1e-9, "{lag:?}");
+        assert!(idx.control_plane_lag(200.0, 60.0).is_none(), "outside the rolling window");
+    }
+
     #[test]
     fn counts_and_selection() {
         let idx = ClusterIndex::default();
@@ -214,15 +328,15 @@ mod tests {
         slice.metadata.namespace = Some("a".into());
         slice.metadata.name = Some("web-abc".into());
         slice.endpoints = vec![Endpoint::default(); 3];
-        idx.on_slice(watcher::Event::Init);
-        idx.on_slice(watcher::Event::InitApply(slice.clone()));
-        idx.on_slice(watcher::Event::InitDone);
+        idx.on_slice(watcher::Event::Init, 0.0);
+        idx.on_slice(watcher::Event::InitApply(slice.clone()), 0.0);
+        idx.on_slice(watcher::Event::InitDone, 0.0);
         assert_eq!(idx.counts(), Some(ClusterCounts { services: 2, service_ports: 3, endpoints: 3 }));
         assert!(idx.selects("a", &labels));
         assert!(!idx.selects("b", &labels));
         idx.on_service(watcher::Event::Delete(svc("a", "web", &[("app", "web")], 2)));
         assert!(!idx.selects("a", &labels), "an empty selector selects nothing");
-        idx.on_slice(watcher::Event::Delete(slice));
+        idx.on_slice(watcher::Event::Delete(slice), 0.0);
         assert_eq!(idx.counts().unwrap().endpoints, 0);
     }
 }

@@ -23,7 +23,8 @@ use crate::core::analysis::{AnalysisReport, coverage_percent};
 use crate::core::crd::TerminationPolicy;
 use crate::core::crd::{AdmissionStatus, Scope};
 use crate::core::crd::{
-    AdviceStatus, CoverageStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus,
+    AdviceStatus, ControlPlaneLagStatus, CoverageStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec,
+    TerminationPolicyStatus,
 };
 use crate::core::model::Basis;
 use crate::core::selector::specificity;
@@ -262,6 +263,12 @@ fn measurement_status(report: &AnalysisReport, meta: &MeasurementMeta) -> Measur
         nodes_failed: meta.failed.len() as u32,
         sources: meta.source_counts(),
         worst_node_source: report.worst_node.as_ref().and_then(|n| meta.sources.get(n)).map(|s| s.to_string()),
+        control_plane_lag: report.control_plane_lag.as_ref().map(|l| ControlPlaneLagStatus {
+            samples: l.samples,
+            p99_seconds: round_ms(l.p99_seconds),
+            max_seconds: round_ms(l.max_seconds),
+            source: "pod and EndpointSlice watches".into(),
+        }),
         window_seconds: Some(meta.window_seconds),
         last_scrape_time: meta.last_scrape_time.clone(),
     }

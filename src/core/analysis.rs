@@ -2,6 +2,7 @@
 //! Pure; shared by `safe-termination analyze` and the controller so both size the same way.
 
 use crate::core::advisor::{self, Advice, ClusterFacts, Thresholds};
+use crate::core::control_plane::LagDistribution;
 use crate::core::crd::TerminationPolicySpec;
 use crate::core::exposition::HistogramKind;
 use crate::core::model::{self, Basis, ClusterWindow, HistogramPreference, Interval, NodeInput, NodeWindow, ProxyMode};
@@ -29,6 +30,10 @@ pub struct AnalysisOptions {
     pub thresholds: Thresholds,
     /// Which histograms the p99s come from (native first by default).
     pub histograms: HistogramPreference,
+    /// The control plane's part of a deletion over the rolling window (the operator's pod and
+    /// EndpointSlice watches, [`crate::core::control_plane`]); None when not measured (the
+    /// offline `analyze`, or no deletion seen yet): W is then kube-proxy's part alone.
+    pub control_plane_lag: Option<LagDistribution>,
 }
 
 /// kube-proxy's default `minSyncPeriod` in iptables mode, seconds, used when it is not known.
@@ -44,6 +49,7 @@ impl Default for AnalysisOptions {
             facts: ClusterFacts::default(),
             thresholds: Thresholds::default(),
             histograms: HistogramPreference::NativeFirst,
+            control_plane_lag: None,
         }
     }
 }
@@ -95,6 +101,29 @@ pub struct AnalysisReport {
     pub advice: Vec<Advice>,
     /// The share of removal windows the sized sleep covers (None without data).
     pub coverage: Option<Coverage>,
+    /// The control plane's part of a deletion that W includes (absent when not measured: the
+    /// offline `analyze` reads no deletion).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control_plane_lag: Option<ControlPlaneLag>,
+}
+
+/// The control plane's part of a deletion, as W used it: from a pod's DELETE to its endpoint
+/// terminating, as the operator's watches saw them ([`crate::core::control_plane`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneLag {
+    /// Deletions measured in the rolling window.
+    pub samples: u32,
+    /// Their p99, seconds.
+    pub p99_seconds: f64,
+    /// The longest, seconds.
+    pub max_seconds: f64,
+}
+
+impl ControlPlaneLag {
+    fn of(d: &LagDistribution) -> Self {
+        Self { samples: d.samples(), p99_seconds: d.p99_seconds(), max_seconds: d.max_seconds() }
+    }
 }
 
 /// The share of removal windows that a sleep covers, from the same histograms and interval W
@@ -180,6 +209,8 @@ pub struct WindowAnalysis {
     pub proxy: ProxySummary,
     /// Advice items.
     pub advice: Vec<Advice>,
+    /// The control plane's part of a deletion that W includes.
+    pub control_plane_lag: Option<ControlPlaneLag>,
 }
 
 /// Analyses a set of nodes under a policy: [`analyze_window`] then [`size`].
@@ -202,7 +233,7 @@ pub fn analyze_window_of(inputs: impl IntoIterator<Item = NodeInput>, opts: &Ana
 
 fn measure(input: &NodeInput, opts: &AnalysisOptions, min_samples: u32) -> NodeWindow {
     let modes = model::ModeHints { flag: opts.mode, configured: opts.configured_mode };
-    model::measure_node_with(input, opts.min_sync_period_seconds, min_samples, modes, opts.histograms)
+    model::measure_node_after(input, opts.min_sync_period_seconds, min_samples, modes, opts.histograms, opts.control_plane_lag.as_ref())
 }
 
 fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {
@@ -252,6 +283,7 @@ fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -
         advice,
         window,
         nodes,
+        control_plane_lag: opts.control_plane_lag.as_ref().map(ControlPlaneLag::of),
     }
 }
 
@@ -283,6 +315,7 @@ fn sized(w: &WindowAnalysis, spec: &TerminationPolicySpec, nodes: Vec<NodeWindow
         min_sync_period_seconds: w.min_sync_period_seconds,
         min_sync_period_source: w.min_sync_period_source.clone(),
         recommendation,
+        control_plane_lag: w.control_plane_lag.clone(),
         proxy: w.proxy.clone(),
         advice: {
             let mut advice = advice;

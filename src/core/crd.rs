@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
     printcolumn = r#"{"name":"Grace","type":"integer","jsonPath":".status.recommendation.terminationGracePeriodSeconds"}"#,
     printcolumn = r#"{"name":"SyncP99","type":"number","jsonPath":".status.measurement.syncP99Seconds"}"#,
     printcolumn = r#"{"name":"Window","type":"number","priority":1,"jsonPath":".status.measurement.propagationWindowSeconds"}"#,
+    printcolumn = r#"{"name":"CPLagP99","type":"number","priority":1,"jsonPath":".status.measurement.controlPlaneLag.p99Seconds"}"#,
     printcolumn = r#"{"name":"ProxyMode","type":"string","priority":1,"jsonPath":".status.proxy.mode"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = "!has(self.spec.preStop) || self.spec.preStop.minSeconds <= self.spec.preStop.maxSeconds",
@@ -285,12 +286,31 @@ pub struct MeasurementStatus {
     /// The source the worst node was measured through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worst_node_source: Option<String>,
+    /// The control plane's part of a deletion, included in W: from a pod's DELETE to its
+    /// endpoint turning terminating, as the operator's pod and EndpointSlice watches saw them,
+    /// over the rolling window. Absent before the first deletion is seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_lag: Option<ControlPlaneLagStatus>,
     /// Analysed interval, seconds (the rolling window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_seconds: Option<u32>,
     /// Time of the last scrape (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scrape_time: Option<String>,
+}
+
+/// The control plane's part of a deletion over the rolling window.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneLagStatus {
+    /// Deletions measured.
+    pub samples: u32,
+    /// Their p99, seconds.
+    pub p99_seconds: f64,
+    /// The longest, seconds.
+    pub max_seconds: f64,
+    /// Where it was measured: `pod and EndpointSlice watches`.
+    pub source: String,
 }
 
 /// The sized preStop sleep and grace period.

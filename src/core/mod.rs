@@ -5,7 +5,8 @@
 //!
 //! - What kube-proxy's numbers say: [`exposition`] (the text and protobuf expositions, classic
 //!   and native histograms) and [`proxyconfig`] (its configuration: minSyncPeriod, proxy mode).
-//! - How long a removal takes: [`measure`] (the rolling samples per node), [`model`] (one
+//! - How long a removal takes: [`measure`] (the rolling samples per node), [`control_plane`]
+//!   (the control plane's part of a deletion, from watches), [`model`] (one
 //!   node's window and the cluster's) with [`window_distribution`] (the kube-proxy term of W).
 //! - What to do about it: [`sizing`] (preStop and terminationGracePeriodSeconds from W),
 //!   [`advisor`] (what a person should change), [`analysis`] (one report per measurement).
@@ -19,6 +20,7 @@ pub mod admission;
 pub mod advisor;
 pub mod analysis;
 pub mod annotations;
+pub mod control_plane;
 pub mod crd;
 pub mod exposition;
 pub mod measure;

@@ -1,10 +1,12 @@
 //! The propagation model: how long after an endpoint change a node's kube-proxy can still send
 //! new connections to a terminating pod.
 //!
-//! Per node: `W = max(p99 of a removal's window in kube-proxy, p99(network_programming) - 1 s)`.
-//! The first term comes from the node's sync duration histogram and minSyncPeriod
-//! ([`crate::core::window_distribution`]); without a sync histogram, W is
-//! `max(p99(network_programming) - 1 s, minSyncPeriod)`.
+//! Per node: `W = max(p99 of (L + a removal's window in kube-proxy), p99(network_programming) - 1 s)`.
+//! L is the control plane's part of a deletion, measured by the operator's watches
+//! ([`crate::core::control_plane`]; absent, it counts 0), composed with the window by
+//! convolution; the window comes from the node's sync duration histogram and minSyncPeriod
+//! ([`crate::core::window_distribution`]). Without a sync histogram, W is
+//! `max(p99(network_programming) - 1 s, minSyncPeriod + p99(L))`.
 //!
 //! The path of a deleted endpoint: the API server marks the pod terminating, the EndpointSlice
 //! controller marks its endpoint not ready, kube-proxy's watch queues the change, and its runner
@@ -23,14 +25,15 @@
 //! kubelet's write of the Ready condition; and the trigger time is whole seconds (`metav1.Time`,
 //! from the pod's Ready condition `lastTransitionTime` or the Service's `creationTimestamp`,
 //! k8s.io/endpointslice `util/trigger_time_tracker.go`), so each sample is the true latency plus
-//! 0 to 1 s ([`TRIGGER_TIME_RESOLUTION_SECONDS`], subtracted). It is the only measure of the
-//! control plane's part: on a starved machine, deletion windows reached 1.88 s at 0 extra
+//! 0 to 1 s ([`TRIGGER_TIME_RESOLUTION_SECONDS`], subtracted). Before the first deletion is
+//! seen it is the only measure of the control plane's part: on a starved machine, deletion windows reached 1.88 s at 0 extra
 //! Services while the kube-proxy term read 1.26-1.37 s, and `p99 - 1 s` covered them.
 //! A path kube-proxy does not measure (an EndpointSlice controller that batches updates with
 //! `--endpointslice-updates-batch-period`, an ingress reload, a cloud load balancer) belongs in
 //! the policy's `preStop.extraSeconds`. Beyond 1 s of sync p99 the advisor raises ProxySyncSlow.
 //! The cluster window is the maximum over nodes, and the node that sets it is named.
 
+use crate::core::control_plane::LagDistribution;
 use crate::core::exposition::histogram::{Histogram, HistogramKind, Quantile};
 use crate::core::exposition::native::NativeHistogram;
 use crate::core::exposition::parse::KubeProxyScrape;
@@ -336,8 +339,26 @@ pub struct ModeHints {
     pub configured: Option<ProxyMode>,
 }
 
-/// [`measure_node`] with a choice of histogram kind and the configured mode.
+/// [`measure_node`] with a choice of histogram kind and the configured mode, without the
+/// control plane's part of a deletion ([`measure_node_after`] with no lag).
 pub fn measure_node_with(input: &NodeInput, min_sync_period_seconds: f64, min_samples: u32, modes: ModeHints, prefer: HistogramPreference) -> NodeWindow {
+    measure_node_after(input, min_sync_period_seconds, min_samples, modes, prefer, None)
+}
+
+/// [`measure_node_with`] after the control plane's part of a deletion, `lag`
+/// ([`crate::core::control_plane`]): the kube-proxy term becomes the p99 of the lag plus a
+/// removal's window in kube-proxy, composed by convolution (the two independent); its CDF
+/// gives the coverage table. Without a sync histogram the floor of W is minSyncPeriod plus the
+/// lag's p99; with a sync histogram too coarse for the window distribution, the bound
+/// `minSyncPeriod + 2 x p99(sync)` plus the longest lag.
+pub fn measure_node_after(
+    input: &NodeInput,
+    min_sync_period_seconds: f64,
+    min_samples: u32,
+    modes: ModeHints,
+    prefer: HistogramPreference,
+    lag: Option<&LagDistribution>,
+) -> NodeWindow {
     let mut interval = if input.earlier.is_some() { Interval::BetweenScrapes } else { Interval::Lifetime };
     let (earlier, has_earlier) = (input.earlier.as_ref(), input.earlier.is_some());
     let mut reset = false;
@@ -372,11 +393,19 @@ pub fn measure_node_with(input: &NodeInput, min_sync_period_seconds: f64, min_sa
     // durations ([`crate::core::window_distribution`])
     let deletion_window = sync.as_ref().and_then(Distribution::durations).map(|(d, known)| (DeletionWindow::new(d, min_sync_period_seconds), known));
     let from_sync = sync_p99.map(|q| {
-        let modelled = deletion_window.as_ref().map(|(w, _)| w.quantile(QUANTILE)).filter(|w| w.is_finite());
-        (modelled.unwrap_or_else(|| deletion_window_bound_seconds(min_sync_period_seconds, q.seconds)), q.kind)
+        let modelled = deletion_window
+            .as_ref()
+            .map(|(w, _)| {
+                let kube_proxy = w.quantile(QUANTILE);
+                lag.map_or(kube_proxy, |l| l.quantile_of_sum(QUANTILE, kube_proxy, |x| w.cdf(x)))
+            })
+            .filter(|w| w.is_finite());
+        let bound = || deletion_window_bound_seconds(min_sync_period_seconds, q.seconds) + lag.map_or(0.0, LagDistribution::max_seconds);
+        (modelled.unwrap_or_else(bound), q.kind)
     });
-    let coverage_by_sleep = coverage_by_sleep(deletion_window.as_ref(), np.as_ref().and_then(Distribution::durations).as_ref());
-    let (window, histogram_kind) = match combine_terms(from_sync, from_np, min_sync_period_seconds) {
+    let coverage_by_sleep = coverage_by_sleep(deletion_window.as_ref(), lag, np.as_ref().and_then(Distribution::durations).as_ref());
+    let floor = min_sync_period_seconds + lag.map_or(0.0, LagDistribution::p99_seconds);
+    let (window, histogram_kind) = match combine_terms(from_sync, from_np, floor) {
         Some((w, kind)) => (Some(w), Some(kind)),
         None => (None, None),
     };
@@ -407,12 +436,13 @@ pub fn measure_node_with(input: &NodeInput, min_sync_period_seconds: f64, min_sa
 /// W from its two terms, each `(seconds, histogram kind)`: the higher of the kube-proxy term
 /// (`from_sync`) and the path before kube-proxy (`from_np`). Without a sync histogram,
 /// network programming stands in, and a change still waits for the next sync, at most
-/// minSyncPeriod later, so W is never below `min_sync_period_seconds`. `None` without either.
-fn combine_terms<K>(from_sync: Option<(f64, K)>, from_np: Option<(f64, K)>, min_sync_period_seconds: f64) -> Option<(f64, K)> {
+/// minSyncPeriod after it reaches kube-proxy, so W is never below `floor_seconds`
+/// (minSyncPeriod plus the control plane's lag). `None` without either.
+fn combine_terms<K>(from_sync: Option<(f64, K)>, from_np: Option<(f64, K)>, floor_seconds: f64) -> Option<(f64, K)> {
     match (from_sync, from_np) {
         (Some(s), Some(n)) if n.0 > s.0 => Some(n),
         (Some(s), _) => Some(s),
-        (None, Some(n)) => Some((n.0.max(min_sync_period_seconds), n.1)),
+        (None, Some(n)) => Some((n.0.max(floor_seconds), n.1)),
         (None, None) => None,
     }
 }
@@ -449,22 +479,29 @@ fn resolve_mode(modes: ModeHints, input: &NodeInput) -> (ProxyMode, &'static str
 const MAX_COVERAGE_SECONDS: usize = 3600;
 
 /// The share of a removal's windows on one node that a sleep of `s` whole seconds covers, for
-/// `s` = 0, 1, 2, ...: the lower of the two terms' CDFs, the kube-proxy term's at `s` and
+/// `s` = 0, 1, 2, ...: the lower of the two terms' CDFs, the kube-proxy term's (after the
+/// control plane's `lag` when known) at `s` and
 /// network programming's at `s` + [`TRIGGER_TIME_RESOLUTION_SECONDS`] (W takes the higher of
 /// their p99s), each capped at the share of observations of known duration. The table ends
 /// where both terms reach their cap (a longer sleep reads the last entry), at most at
 /// [`MAX_COVERAGE_SECONDS`]; empty without either histogram.
-fn coverage_by_sleep(deletion_window: Option<&(DeletionWindow, f64)>, network_programming: Option<&(SyncDurations, f64)>) -> Vec<f32> {
+fn coverage_by_sleep(
+    deletion_window: Option<&(DeletionWindow, f64)>,
+    lag: Option<&LagDistribution>,
+    network_programming: Option<&(SyncDurations, f64)>,
+) -> Vec<f32> {
     if deletion_window.is_none() && network_programming.is_none() {
         return Vec::new();
     }
-    let end =
-        deletion_window.map_or(0.0, |(w, _)| w.max_seconds()).max(network_programming.map_or(0.0, |(d, _)| d.max_seconds() - TRIGGER_TIME_RESOLUTION_SECONDS));
+    let lag_max = lag.map_or(0.0, LagDistribution::max_seconds);
+    let end = deletion_window
+        .map_or(0.0, |(w, _)| w.max_seconds() + lag_max)
+        .max(network_programming.map_or(0.0, |(d, _)| d.max_seconds() - TRIGGER_TIME_RESOLUTION_SECONDS));
     let last = if end.is_finite() { (end.max(0.0).ceil() as usize).min(MAX_COVERAGE_SECONDS) } else { MAX_COVERAGE_SECONDS };
     (0..=last)
         .map(|s| {
             let s = s as f64;
-            let kube_proxy = deletion_window.map_or(1.0, |(w, known)| w.cdf(s).min(*known));
+            let kube_proxy = deletion_window.map_or(1.0, |(w, known)| lag.map_or_else(|| w.cdf(s), |l| l.cdf_of_sum(s, |x| w.cdf(x))).min(*known));
             let programming = network_programming.map_or(1.0, |(d, known)| d.cdf(s + TRIGGER_TIME_RESOLUTION_SECONDS).min(*known));
             kube_proxy.min(programming) as f32
         })
@@ -711,6 +748,37 @@ mod tests {
         // 5 syncs, one beyond: trusted, and beyond the top bucket
         let w = measure_node(&node(text(4, 5)), 1.0, 5, None);
         assert_eq!(w.basis, Basis::BeyondTopBucket);
+    }
+
+    /// The control plane's lag moves the kube-proxy term by the convolution: above kube-proxy's
+    /// own p99, below the sum of the two p99s, and exactly `P(L + K <= x)` in the coverage
+    /// table; without a sync histogram the floor is minSyncPeriod plus the lag's p99.
+    #[test]
+    fn the_control_planes_lag_is_convolved_into_the_kube_proxy_term() {
+        let text = "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.256\"} 0\n\
+            kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.512\"} 100\n\
+            kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 100\n";
+        let input = NodeInput { node: "n".into(), later: parse_kube_proxy_metrics(text).unwrap(), earlier: None, proxy_mode: None };
+        let lags: Vec<f64> = (0..100).map(|i| if i < 90 { 0.1 } else { 0.2 }).collect();
+        let lag = LagDistribution::from_samples(&lags).unwrap();
+        let measure = |lag: Option<&LagDistribution>| measure_node_after(&input, 1.0, 5, ModeHints::default(), HistogramPreference::NativeFirst, lag);
+        let (without, with) = (measure(None), measure(Some(&lag)));
+        let k = without.propagation_window_seconds.unwrap();
+        let w = with.propagation_window_seconds.unwrap();
+        assert!(w > k + 0.1 && w < k + 0.2, "W {w} against kube-proxy's {k} and lags of 0.1 and 0.2 s");
+        // the convolution at W is the p99, to the 1 ms search
+        let window = DeletionWindow::new(SyncDurations::from_ranges([(0.256, 0.512, 100.0)]).unwrap(), 1.0);
+        let at = |x: f64| 0.9 * window.cdf(x - 0.1) + 0.1 * window.cdf(x - 0.2);
+        assert!(at(w) >= QUANTILE && at(w - 1.1e-3) < QUANTILE, "{} {}", at(w), at(w - 1.1e-3));
+        for s in 0..4u32 {
+            assert!((with.coverage_at(s).unwrap() - at(f64::from(s))).abs() < 1e-6, "coverage at {s} s");
+        }
+        assert_eq!(with.sync_samples, without.sync_samples);
+        let np = "kubeproxy_network_programming_duration_seconds_bucket{le=\"0.25\"} 10\n\
+            kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 10\n";
+        let input = NodeInput { node: "n".into(), later: parse_kube_proxy_metrics(np).unwrap(), earlier: None, proxy_mode: None };
+        let w = measure_node_after(&input, 1.0, 5, ModeHints::default(), HistogramPreference::NativeFirst, Some(&lag));
+        assert_eq!(w.propagation_window_seconds, Some(1.2), "minSyncPeriod + the lag's p99");
     }
 
     #[test]

@@ -239,7 +239,7 @@ pub fn check_rbac(docs: &[Value], release_ns: &str, fullname: &str, mode: &str) 
     need(None, "safetermination.io", "terminationpolicies", &["list", "watch"], None);
     need(None, "safetermination.io", "terminationpolicies/status", &["patch"], None);
     need(None, "events.k8s.io", "events", &["create", "patch"], None);
-    need(None, "", "pods", &["list"], None);
+    need(None, "", "pods", &["list", "watch"], None);
     need(None, "", "services", &["list", "watch"], None);
     need(None, "discovery.k8s.io", "endpointslices", &["list", "watch"], None);
     need(Some(release_ns), "coordination.k8s.io", "leases", &["create"], None);

@@ -4,6 +4,7 @@
 //! kube-proxy answers with both kinds in one body.
 
 use super::rules::RealNode;
+use safe_termination::core::control_plane::LagDistribution;
 use safe_termination::core::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape, parse_scrape};
 use safe_termination::core::model::{self, HistogramPreference, NodeInput, NodeWindow};
 use serde_json::{Value, json};
@@ -28,19 +29,24 @@ pub async fn scrape_real_nodes(nodes: &[RealNode]) -> Vec<(String, KubeProxyScra
 
 /// W over the interval between two scrapes of every node, both kinds: per node the window and
 /// p99 of each kind, and the cluster W (max over nodes) of each. `min_sync_period_seconds` is
-/// kube-proxy's minSyncPeriod (1 s in both modes here).
-pub fn windows_both_kinds(earlier: &[(String, KubeProxyScrape)], later: &[(String, KubeProxyScrape)], min_sync_period_seconds: f64) -> Value {
-    let measure = |prefer: HistogramPreference| -> Vec<NodeWindow> {
+/// kube-proxy's minSyncPeriod (1 s in both modes here). `lags` are the control plane's part of
+/// the run's deletions as the test's own watches saw them (seconds): from the same scrapes, the
+/// native W after them (`nativeWindowWithLagSeconds`, the convolution the operator computes) and
+/// the sum of the two p99s (`nativeWindowSumOfP99sSeconds`), beside W without them.
+pub fn windows_both_kinds(earlier: &[(String, KubeProxyScrape)], later: &[(String, KubeProxyScrape)], min_sync_period_seconds: f64, lags: &[f64]) -> Value {
+    let lag = LagDistribution::from_samples(lags);
+    let measure = |prefer: HistogramPreference, lag: Option<&LagDistribution>| -> Vec<NodeWindow> {
         later
             .iter()
             .map(|(node, l)| {
                 let input =
                     NodeInput { node: node.clone(), later: l.clone(), earlier: earlier.iter().find(|(n, _)| n == node).map(|e| e.1.clone()), proxy_mode: None };
-                model::measure_node_with(&input, min_sync_period_seconds, 1, Default::default(), prefer)
+                model::measure_node_after(&input, min_sync_period_seconds, 1, Default::default(), prefer, lag)
             })
             .collect()
     };
-    let (native, classic) = (measure(HistogramPreference::NativeFirst), measure(HistogramPreference::ClassicOnly));
+    let (native, classic) = (measure(HistogramPreference::NativeFirst, None), measure(HistogramPreference::ClassicOnly, None));
+    let with_lag = measure(HistogramPreference::NativeFirst, lag.as_ref());
     let cluster = |w: &[NodeWindow]| w.iter().filter_map(|n| n.propagation_window_seconds).reduce(f64::max);
     let nodes: serde_json::Map<String, Value> = native
         .iter()
@@ -69,8 +75,16 @@ pub fn windows_both_kinds(earlier: &[(String, KubeProxyScrape)], later: &[(Strin
         })
         .collect();
     let all_native = native.iter().all(|n| n.histogram_kind == Some(safe_termination::core::exposition::HistogramKind::Native));
+    let lag_p99 = lag.as_ref().map(LagDistribution::p99_seconds);
     json!({
         "minSyncPeriodSeconds": min_sync_period_seconds,
+        "controlPlaneLagSamples": lag.as_ref().map(LagDistribution::samples),
+        "controlPlaneLagP99Seconds": lag_p99,
+        "nativeWindowWithLagSeconds": if all_native && lag.is_some() { json!(cluster(&with_lag)) } else { Value::Null },
+        "nativeWindowSumOfP99sSeconds": match (all_native, cluster(&native), lag_p99) {
+            (true, Some(w), Some(l)) => json!(w + l),
+            _ => Value::Null,
+        },
         "nativeWindowSeconds": if all_native { json!(cluster(&native)) } else { Value::Null },
         "classicWindowSeconds": cluster(&classic),
         "nodes": nodes,
