@@ -362,6 +362,12 @@ fn bench(c: &mut Criterion) {
     let opts = AnalysisOptions::default();
     let spec = TerminationPolicySpec::default();
     c.bench_function("analyze-only/interval-two-scrapes", |b| b.iter(|| analyze(black_box(&input), &opts, &spec)));
+    // the same with the control plane's part of a deletion composed in (1,000 lags spread over
+    // 0-0.3 s: the most distinct values a composition takes, 16), side by side with the above
+    let lags: Vec<f64> = (0..1000).map(|i| f64::from(i % 300) * 0.001).collect();
+    let with_lag =
+        AnalysisOptions { control_plane_lag: safe_termination::core::control_plane::LagDistribution::from_samples(&lags), ..AnalysisOptions::default() };
+    c.bench_function("analyze-only/interval-two-scrapes+control-plane-lag", |b| b.iter(|| analyze(black_box(&input), &with_lag, &spec)));
 }
 
 criterion_group!(benches, bench);

@@ -694,9 +694,12 @@ async fn deploy_experiment() {
     let status = Command::new("python3").arg("e2e/experiment/report.py").arg(&out).status().expect("python3");
     assert!(status.success(), "report.py failed");
     let results: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    // every broken promise of every run, reported together
+    // every broken promise of every run, reported together, and the promises that held (the
+    // verdict experiment.sh prints after the table: verdict.txt)
     let mut broken: Vec<String> = Vec::new();
+    let mut held: Vec<String> = Vec::new();
     for run in results["runs"].as_array().unwrap() {
+        let broken_before = broken.len();
         let name = run["name"].as_str().unwrap();
         let failures = run["failures"].as_u64().unwrap();
         assert!(run["requests"].as_u64().unwrap() > 0, "{name}: no requests recorded");
@@ -709,6 +712,8 @@ async fn deploy_experiment() {
         if !missing.is_empty() {
             // no successful read without the IP: the ground truth is missing, not fine
             broken.push(format!("{name}: failed measurements: {missing:?}; failed reads per node {}", run["failedReads"]));
+        } else {
+            held.push(format!("{name}: every deleted pod's removal was seen on every node ({} pods)", pods.len()));
         }
         println!(
             "{name}: {} pods, windows min {} s, p99 {} s, max {} s; W {} s ({} histograms); failed reads per node {}",
@@ -740,6 +745,8 @@ async fn deploy_experiment() {
             && w > f64::max(3.0, 2.0 * largest)
         {
             broken.push(format!("{name}: W over the run's own interval {w} s > max(3 s, 2 x its largest window {largest} s)"));
+        } else if let Some(w) = ws["nativeSeconds"].as_f64() {
+            held.push(format!("{name}: W over the run's own interval {w:.3} s is within max(3 s, 2 x its largest window {largest:.3} s)"));
         }
         if run["protected"] == true {
             let c = &run["coverage"];
@@ -764,9 +771,12 @@ async fn deploy_experiment() {
                     "{name}: a protected run failed {failures} requests, {} of them the race and {unattributed_measured} unattributed on nodes with a ground truth: {} ({}; unattributed per node {})",
                     cause("race"), run["failuresByCause"], run["failuresByCauseAndOutcome"], run["unattributedByNode"]
                 ));
+            } else {
+                held.push(format!("{name}: no request failed by the race ({failures} failed, by cause {})", run["failuresByCause"]));
             }
             println!("{name}: {failures} failed requests by cause {}", run["failuresByCause"]);
             // every protected pod's own sleep covers its own window on the slowest node
+            let uncovered_before = broken.len();
             for p in pods {
                 let (sleep, window) = (p["sleepSeconds"].as_f64(), p["maxWindowSeconds"].as_f64());
                 match (sleep, window) {
@@ -774,6 +784,9 @@ async fn deploy_experiment() {
                     (Some(s), Some(w)) if s < w => broken.push(format!("{name}: pod {}: sleep {s} s < its window {w} s ({})", p["name"], p["windowSeconds"])),
                     _ => {}
                 }
+            }
+            if broken.len() == uncovered_before {
+                held.push(format!("{name}: every pod's own sleep covered its own window on the slowest node ({} pods)", pods.len()));
             }
             let sleep = pods.iter().filter_map(|p| p["sleepSeconds"].as_f64()).fold(0.0, f64::max);
             // not wasteful. The target was sleep <= max(3 s, 2 x this run's largest window).
@@ -804,6 +817,10 @@ async fn deploy_experiment() {
                     broken.push(format!(
                         "{name}: sleep {sleep} s > max(3 s, ceil({factor} x 2 x the largest window at this scale {truth} s)) = {limit} s (native histograms)"
                     ));
+                } else {
+                    held.push(format!(
+                        "{name}: the sleep {sleep} s is within max(3 s, ceil({factor} x 2 x the largest window at this scale {truth} s)) = {limit} s"
+                    ));
                 }
             } else if sleep > f64::max(3.0, (3.0 * truth - 1e-6).ceil()) {
                 // classic sync buckets double (0.001 x 2^k s): a p99 inside one can read up to
@@ -816,7 +833,7 @@ async fn deploy_experiment() {
                 (Some(w), Some(p99)) if w < p99 => broken.push(format!("{name}: W {w} s < p99 {p99} s of the per-pod windows (wCoversP99 false)")),
                 (None, _) => broken.push(format!("{name}: no W in the policy's status")),
                 (_, None) => broken.push(format!("{name}: no per-pod window to compare W with")),
-                _ => {}
+                (Some(w), Some(p99)) => held.push(format!("{name}: W {w} s covers the p99 {p99} s of the per-pod windows")),
             }
         } else if run["keepAlive"] == true {
             // keep-alive baselines: what breaks is mostly the connections themselves
@@ -839,11 +856,23 @@ async fn deploy_experiment() {
                 broken
                     .push(format!("{name}: no failure of the baseline was the race ({}): the attribution or the experiment is broken", run["failuresByCause"]));
             }
+            if broken.len() == broken_before {
+                held.push(format!("{name}: the baseline failed {failures} requests through every proxy mode, {race} of them the race"));
+            }
         }
         if name.contains("slow-sync") {
             slow_sync_regime(run, &mut broken);
         }
     }
+    // the verdict in words, for experiment.sh to print after the table
+    let mut verdict = String::new();
+    for h in &held {
+        writeln!(verdict, "held:   {h}").unwrap();
+    }
+    for b in &broken {
+        writeln!(verdict, "BROKEN: {b}").unwrap();
+    }
+    std::fs::write(out.join("verdict.txt"), verdict).unwrap();
     assert!(broken.is_empty(), "{} broken:\n{}\n(results: {})", broken.len(), broken.join("\n"), out.join("results.json").display());
 }
 

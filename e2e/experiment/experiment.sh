@@ -28,6 +28,7 @@ if ! cluster_answers; then
   e2e/cluster/cluster-up.sh
   own_cluster=1
 fi
+# shellcheck disable=SC2329 # invoked by the EXIT trap below
 cleanup() {
   if ((own_cluster)) && [[ "${ST_EXP_KEEP:-0}" != 1 ]]; then e2e/cluster/cluster-down.sh >/dev/null 2>&1 || true; fi
 }
@@ -37,10 +38,24 @@ source "$ST_E2E_DIR/env"
 mkdir -p "$ST_EXP_OUT"
 t0=$SECONDS
 say "runs ${ST_EXP_RUNS:-a,b,c,d,e,f,g,h} -> $ST_EXP_OUT"
-cargo test --quiet --features cluster-tests --test e2e_deploy -- --nocapture --test-threads=1 deploy_experiment
+rm -f "$ST_EXP_OUT/verdict.txt"
+# the checks' verdict is printed in words below: no backtrace under the table
+rc=0
+RUST_BACKTRACE=0 cargo test --quiet --features cluster-tests --test e2e_deploy -- --nocapture --test-threads=1 deploy_experiment || rc=$?
 say "experiment took $((SECONDS - t0)) s"
+if [[ -f "$ST_EXP_OUT/results.md" ]]; then
+  echo
+  cat "$ST_EXP_OUT/results.md"
+  echo
+  echo "picture: $ST_EXP_OUT/results.svg"
+fi
 echo
-cat "$ST_EXP_OUT/results.md"
-echo
-echo "picture: $ST_EXP_OUT/results.svg"
-echo "$ST_EXP_OUT/results.json"
+if [[ -f "$ST_EXP_OUT/verdict.txt" ]]; then
+  echo "Verdict (what tests/e2e_deploy.rs checks):"
+  cat "$ST_EXP_OUT/verdict.txt"
+  if ((rc == 0)); then echo "All checks held."; else echo "Some checks did not hold (BROKEN above): exit $rc."; fi
+else
+  echo "No verdict: the experiment stopped before its checks (exit $rc; its output above says where)."
+fi
+[[ -f "$ST_EXP_OUT/results.json" ]] && echo "$ST_EXP_OUT/results.json"
+exit "$rc"

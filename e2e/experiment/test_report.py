@@ -696,3 +696,25 @@ class ScaleBounds(unittest.TestCase):
         b = runs[2]["sleepBoundAtScale"]
         self.assertEqual((b["limitSeconds"], b["ok"], b["wholeSecondLimitSeconds"], b["okInWholeSeconds"]), (3.0, True, 3, True))
         self.assertIsNone(runs[0]["sleepBoundAtScale"])
+
+
+class CompareWindows(unittest.TestCase):
+    """compare_windows.py: W before and after the control plane's part against the per-pod p99."""
+
+    def test_table_marks_which_w_covers_the_p99_and_the_picture_is_svg(self):
+        sys.path.insert(0, HERE)
+        try:
+            import compare_windows
+        finally:
+            sys.path.remove(HERE)
+        results = {"runs": [{"name": "b-protected", "extraServices": 0, "podWindowP99Seconds": 1.085, "podWindowMaxSeconds": 1.123,
+                             "controlPlaneLag": {"p99Seconds": 0.102, "correlation": -0.128},
+                             "windowFromScrapes": {"nativeSeconds": 1.054, "nativeWithLagSeconds": 1.089, "nativeSumOfP99sSeconds": None}}]}
+        rs = compare_windows.rows(results)
+        row = compare_windows.table(rs).splitlines()[2]
+        self.assertEqual(row, "| b-protected | 0 | 1.085 / 1.123 | 0.102 | -0.13 | 1.054 ✗ | 1.089 ✓ | – |")
+        import xml.dom.minidom
+        doc = xml.dom.minidom.parseString(compare_windows.svg(rs))
+        self.assertEqual(len(doc.getElementsByTagName("rect")), 1 + 2 + 3)  # background, two bars, legend
+        with tempfile.TemporaryDirectory() as tmp:
+            self.assertEqual(compare_windows.main(["x", os.path.join(tmp, "missing.json"), os.path.join(tmp, "o.svg")]), 1)

@@ -26,8 +26,10 @@ use std::collections::{HashMap, VecDeque};
 /// composed window never reads below the observed one).
 pub const LAG_RESOLUTION_SECONDS: f64 = 0.005;
 /// At most this many distinct lag values enter a composition (the resolution doubles until they
-/// fit): each one costs one evaluation of the kube-proxy window's CDF per quantile step.
-pub const MAX_LAG_POINTS: usize = 32;
+/// fit): each one costs one evaluation of the kube-proxy window's CDF per quantile step, so the
+/// composition costs a node's analysis at most about this many times more (BENCHMARKS.md "The
+/// control plane's part of a deletion").
+pub const MAX_LAG_POINTS: usize = 16;
 /// Lag samples kept at most (the oldest go first), whatever the rolling window: 16 bytes each.
 pub const MAX_LAG_SAMPLES: usize = 20_000;
 /// Deletions awaiting their endpoint change, at most (the oldest go first when more pods are
@@ -112,19 +114,44 @@ impl LagDistribution {
     /// The `q` quantile of `L + K`, seconds, for a K whose CDF is `cdf_k` and whose own `q`
     /// quantile is `k_quantile`: the answer lies in `[k_quantile + min L, k_quantile + max L]`
     /// (at `k_quantile + max L` every term's CDF is at least q; below `k_quantile + min L` none
-    /// is), searched by bisection to 1 ms. NaN when `q` or `k_quantile` is NaN.
+    /// is). Searched by regula falsi with the Illinois step (a few CDF evaluations where
+    /// bisection needs ten) until the bracket is 1 ms wide, at most 40 steps; the upper end is
+    /// returned, so the answer never reads below the quantile. NaN when `q` or `k_quantile` is
+    /// NaN.
     pub fn quantile_of_sum(&self, q: f64, k_quantile: f64, cdf_k: impl Fn(f64) -> f64) -> f64 {
         if q.is_nan() || !k_quantile.is_finite() {
             return if k_quantile.is_infinite() { k_quantile } else { f64::NAN };
         }
         let q = q.clamp(0.0, 1.0);
         let (mut lo, mut hi) = (k_quantile + self.min_point(), k_quantile + self.max_point());
-        while hi - lo > 1e-3 {
-            let mid = (lo + hi) / 2.0;
-            if self.cdf_of_sum(mid, &cdf_k) >= q {
-                hi = mid;
+        // g(x) = P(L + K <= x) - q: below 0 under the quantile, at least 0 from it on
+        let g = |x: f64| self.cdf_of_sum(x, &cdf_k) - q;
+        let (mut g_lo, mut g_hi) = (g(lo), g(hi));
+        if g_lo >= 0.0 {
+            return lo;
+        }
+        let mut side = 0i8;
+        for _ in 0..40 {
+            if hi - lo <= 1e-3 {
+                break;
+            }
+            // the secant's root, kept 1% of the bracket inside it, else the midpoint
+            let secant = if g_hi > g_lo { lo - g_lo * (hi - lo) / (g_hi - g_lo) } else { f64::NAN };
+            let margin = (hi - lo) * 0.01;
+            let x = if secant.is_finite() { secant.clamp(lo + margin, hi - margin) } else { (lo + hi) / 2.0 };
+            let gx = g(x);
+            if gx >= 0.0 {
+                (hi, g_hi) = (x, gx);
+                if side == 1 {
+                    g_lo /= 2.0;
+                }
+                side = 1;
             } else {
-                lo = mid;
+                (lo, g_lo) = (x, gx);
+                if side == -1 {
+                    g_hi /= 2.0;
+                }
+                side = -1;
             }
         }
         hi
@@ -395,7 +422,7 @@ mod tests {
     }
 
     #[test]
-    fn the_distribution_rounds_up_and_keeps_at_most_32_points() {
+    fn the_distribution_rounds_up_and_keeps_at_most_16_points() {
         let dist = LagDistribution::from_samples(&[0.101, 0.102, -1.0, f64::NAN]).unwrap();
         assert_eq!(dist.points, vec![(0.0, 0.5), (0.105, 0.5)]);
         assert_eq!(dist.p99_seconds(), 0.102);

@@ -7,7 +7,8 @@
 //!   and native histograms) and [`proxyconfig`] (its configuration: minSyncPeriod, proxy mode).
 //! - How long a removal takes: [`measure`] (the rolling samples per node), [`control_plane`]
 //!   (the control plane's part of a deletion, from watches), [`model`] (one
-//!   node's window and the cluster's) with [`window_distribution`] (the kube-proxy term of W).
+//!   node's window and the cluster's) with [`window_distribution`] (the kube-proxy term of W),
+//!   and [`removals`] (observed removals: windows, censoring, p99, each pod's coverage).
 //! - What to do about it: [`sizing`] (preStop and terminationGracePeriodSeconds from W),
 //!   [`advisor`] (what a person should change), [`analysis`] (one report per measurement).
 //! - What a new pod gets: [`plan`] (what every policy asks, as both admission backends serve
@@ -28,6 +29,7 @@ pub mod model;
 pub mod mutate;
 pub mod plan;
 pub mod proxyconfig;
+pub mod removals;
 pub mod selector;
 pub mod sizing;
 pub mod window_distribution;
