@@ -44,7 +44,7 @@ test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck), then unit, 
 FUZZ_SECONDS ?= 60
 # what `make test` gives each target: a short run on top of the corpus replay (tests/fuzz_corpora.rs)
 FUZZ_TEST_SECONDS ?= 5
-FUZZ_TARGETS := text_parser protobuf native review mutate_yaml configz configmap go_duration policy_spec agent_answer
+FUZZ_TARGETS := text_parser protobuf native review mutate_yaml configz configmap go_duration policy_spec agent_answer rule_listing
 # the dictionary of each target (fuzz/dict/)
 FUZZ_DICT_text_parser := metrics
 FUZZ_DICT_protobuf := protobuf
@@ -56,6 +56,7 @@ FUZZ_DICT_configmap := configmap
 FUZZ_DICT_go_duration := duration
 FUZZ_DICT_policy_spec := policy
 FUZZ_DICT_agent_answer := agent
+FUZZ_DICT_rule_listing := rules
 
 fuzz-build: ## build every fuzz target (installs cargo-fuzz when missing)
 	@command -v cargo-fuzz >/dev/null 2>&1 || nice -n 19 cargo install --locked cargo-fuzz

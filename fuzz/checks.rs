@@ -42,6 +42,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("go_duration", go_duration),
     ("policy_spec", policy_spec),
     ("agent_answer", agent_answer),
+    ("rule_listing", rule_listing),
 ];
 
 /// `a == b`, or, for values holding NaN (a NaN `_sum` is legal; NaN bucket counts are accepted
@@ -588,4 +589,20 @@ pub fn agent_answer(data: &[u8]) {
         }
     }
     let _ = std::str::from_utf8(body).ok().and_then(ProxyMode::parse);
+}
+
+/// The node agent's rule readers' parsers (kube-proxy's `nft list chain` and `iptables -S`
+/// listings): never a panic; an accepted nftables listing names only IP addresses, at most one
+/// per map entry; an accepted iptables service chain names only `KUBE-SEP-` chains.
+pub fn rule_listing(data: &[u8]) {
+    use safe_termination::agent::observer::{iptables, nftables};
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let chain = "service-JFDYN7UY-exp-a-baseline/web/tcp/http";
+    if let Ok(ips) = nftables::parse_service_chain(text, chain) {
+        assert!(ips.len() <= text.matches(" : ").count(), "{ips:?}");
+    }
+    if let Ok(seps) = iptables::parse_service_chain(text, "KUBE-SVC-NPX46M4PTMTKRN6Y") {
+        assert!(seps.iter().all(|s| s.starts_with("KUBE-SEP-")), "{seps:?}");
+    }
+    let _ = iptables::parse_endpoint_chain(text, "KUBE-SEP-AAAA");
 }

@@ -16,5 +16,6 @@
 //! node) is in [`crate::sources::agent_client`], [`crate::sources::scrape_loop`] and
 //! [`crate::sources::auto`]; the command and its flags in [`crate::cli::agent`].
 
+pub mod observer;
 pub mod server;
 pub mod upstream;

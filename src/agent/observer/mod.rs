@@ -1,0 +1,202 @@
+//! The node agent's observer of removals: one reader per data plane behind one trait
+//! ([`DataPlaneReader`]), each answering which endpoints a Service port's rules send new
+//! connections to on this node, or an error that is no sample. The per-removal arithmetic the
+//! reads feed (read bounds, censoring, the p99, coverage) is pure: [`crate::core::removals`].
+//!
+//! - [`nftables`]: kube-proxy's nftables mode (`nft list chain ip kube-proxy <service chain>`,
+//!   the chain's `numgen` dnat map; the chain found once in the `service-ips` map);
+//! - [`iptables`]: kube-proxy's iptables mode, either backend (`iptables -t nat -S` of the
+//!   Service port's `KUBE-SVC-` chain, whose name is computed as kube-proxy computes it, and of
+//!   each `KUBE-SEP-` chain it jumps to, for the DNAT target).
+//!
+//! The readers run the distribution's own binaries through a [`Runner`] that bounds each read's
+//! time and output; the unit tests give them captured output instead ([`Canned`]), and
+//! [`Faulty`] fails a share of reads to show that a failed read is never taken for a removal.
+
+pub mod iptables;
+pub mod nftables;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// A Service port as the data planes key it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServicePort {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub name: String,
+    /// The port's name (`""` for an unnamed single port).
+    pub port_name: String,
+    /// `tcp`, `udp` or `sctp` (lower case).
+    pub protocol: String,
+    /// The ClusterIP.
+    pub cluster_ip: IpAddr,
+    /// The Service port.
+    pub port: u16,
+}
+
+/// Why a read gave no sample: it says nothing about which endpoints the rules hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{command}: {how}")]
+pub struct ReadError {
+    /// The command as run.
+    pub command: String,
+    /// How it failed: cannot start, timed out, exit status with its standard error, output too
+    /// large, the chain absent, unparsable output.
+    pub how: String,
+}
+
+/// One data plane's reader.
+pub trait DataPlaneReader: Send {
+    /// The data plane's name (`iptables-nft`, `iptables-legacy`, `nftables`).
+    fn data_plane(&self) -> &'static str;
+    /// The endpoint IPs the rules of `service` send new connections to, read now.
+    fn endpoints(&mut self, service: &ServicePort) -> Result<BTreeSet<IpAddr>, ReadError>;
+}
+
+/// Runs one read command: its standard output, or why it gave none.
+pub trait Runner: Send {
+    /// Runs `program` with `args`.
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, ReadError>;
+}
+
+/// The most a read's output may hold, bytes: a Service chain of 10,000 endpoints lists in about
+/// 1 MiB.
+pub const MAX_OUTPUT_BYTES: usize = 4 << 20;
+/// The longest a read may take.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs the binaries of the agent's image as child processes, each bounded by
+/// [`READ_TIMEOUT`] and [`MAX_OUTPUT_BYTES`].
+#[derive(Debug, Clone, Default)]
+pub struct Processes;
+
+impl Runner for Processes {
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, ReadError> {
+        use std::io::Read;
+        use std::process::{Command, Stdio};
+        let command = std::iter::once(program).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+        let error = |how: String| ReadError { command: command.clone(), how };
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| error(format!("cannot start: {e}")))?;
+        let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
+        let reader = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let n = out.as_mut().map(|o| o.take(MAX_OUTPUT_BYTES as u64 + 1).read_to_end(&mut buf));
+            let mut e = Vec::new();
+            let _ = err.as_mut().map(|s| s.take(4096).read_to_end(&mut e));
+            (n.map(|r| r.is_ok()), buf, e)
+        });
+        let deadline = std::time::Instant::now() + READ_TIMEOUT;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(error(format!("timed out after {} s", READ_TIMEOUT.as_secs())));
+                }
+                Err(e) => return Err(error(format!("cannot wait: {e}"))),
+            }
+        };
+        let (_, out, err) = reader.join().map_err(|_| error("the output reader panicked".into()))?;
+        if !status.success() {
+            return Err(error(format!("{status}: {}", String::from_utf8_lossy(&err).trim())));
+        }
+        if out.len() > MAX_OUTPUT_BYTES {
+            return Err(error(format!("output larger than {MAX_OUTPUT_BYTES} bytes")));
+        }
+        String::from_utf8(out).map_err(|e| error(format!("output is not UTF-8 at byte {}", e.utf8_error().valid_up_to())))
+    }
+}
+
+/// Answers each command line from a table (the unit tests' captured outputs); a command not in
+/// the table fails as a missing binary would.
+#[derive(Debug, Clone, Default)]
+pub struct Canned {
+    /// `program args...` -> its output, or the failure's `how`.
+    pub answers: std::collections::BTreeMap<String, Result<String, String>>,
+}
+
+impl Runner for Canned {
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, ReadError> {
+        let command = std::iter::once(program).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+        match self.answers.get(&command) {
+            Some(Ok(out)) => Ok(out.clone()),
+            Some(Err(how)) => Err(ReadError { command, how: how.clone() }),
+            None => Err(ReadError { command, how: "cannot start: No such file or directory".into() }),
+        }
+    }
+}
+
+/// Fails every `every`-th read of the reader it wraps (1: every read), as a read that failed
+/// (permission, a binary missing, a chain absent) would: the fault-injecting decorator.
+pub struct Faulty<R> {
+    inner: R,
+    every: u32,
+    count: u32,
+}
+
+impl<R: DataPlaneReader> Faulty<R> {
+    /// Wraps `inner`; `every` 0 counts as 1.
+    pub fn new(inner: R, every: u32) -> Self {
+        Self { inner, every: every.max(1), count: 0 }
+    }
+}
+
+impl<R: DataPlaneReader> DataPlaneReader for Faulty<R> {
+    fn data_plane(&self) -> &'static str {
+        self.inner.data_plane()
+    }
+
+    fn endpoints(&mut self, service: &ServicePort) -> Result<BTreeSet<IpAddr>, ReadError> {
+        self.count = self.count.wrapping_add(1);
+        if self.count.is_multiple_of(self.every) {
+            return Err(ReadError { command: format!("{} read of {}/{}", self.data_plane(), service.namespace, service.name), how: "injected fault".into() });
+        }
+        self.inner.endpoints(service)
+    }
+}
+
+/// The IP of an `IP:port` or `[IPv6]:port` destination.
+fn ip_of_destination(s: &str) -> Option<IpAddr> {
+    let host = match s.strip_prefix('[') {
+        Some(rest) => rest.split_once(']')?.0,
+        None => s.rsplit_once(':').map_or(s, |(h, _)| h),
+    };
+    host.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_process_runner_bounds_and_reports_each_failure() {
+        let p = Processes;
+        assert_eq!(p.run("sh", &["-c", "printf 'a b'"]).unwrap(), "a b");
+        let e = p.run("sh", &["-c", "echo 'No chain/target/match by that name.' >&2; exit 1"]).unwrap_err();
+        assert_eq!(e.command, "sh -c echo 'No chain/target/match by that name.' >&2; exit 1");
+        assert!(e.how.contains("exit status: 1") && e.how.contains("No chain/target/match"), "{}", e.how);
+        assert!(p.run("/nonexistent/nft", &[]).unwrap_err().how.starts_with("cannot start"));
+        let big = p.run("sh", &["-c", &format!("head -c {} /dev/zero", MAX_OUTPUT_BYTES + 1)]).unwrap_err();
+        assert!(big.how.contains("larger than"), "{}", big.how);
+        assert!(p.run("sh", &["-c", "printf '\\377'"]).unwrap_err().how.contains("not UTF-8"));
+    }
+
+    #[test]
+    fn destinations_name_their_ip() {
+        assert_eq!(ip_of_destination("10.244.1.5:8080"), Some("10.244.1.5".parse().unwrap()));
+        assert_eq!(ip_of_destination("[fd00::5]:8080"), Some("fd00::5".parse().unwrap()));
+        assert_eq!(ip_of_destination("10.244.1.5"), Some("10.244.1.5".parse().unwrap()));
+        assert_eq!(ip_of_destination("web:8080"), None);
+    }
+}

@@ -1,0 +1,190 @@
+//! kube-proxy's nftables mode: a Service port's rules are the chain `service-<hash>-<namespace>/
+//! <name>/<protocol>/<port>` in table `ip kube-proxy` (`ip6 kube-proxy` for IPv6), whose
+//! `numgen random mod N` picks the endpoint: a dnat map of `IP . port` entries (`dnat ip to
+//! numgen random mod 4 map { 0 : 10.244.1.4 . 8080, ... }`, 1.37) or a vmap of `goto
+//! endpoint-<hash>-...__IP/port` chains (earlier releases); a Service port with one endpoint
+//! has a plain `dnat to IP:port` instead (`tests/data/rules/`: both captured from 1.37.2).
+//!
+//! The chain's name is computed as kube-proxy computes it (`pkg/proxy/nftables/proxier.go`
+//! `servicePortChainNameBase` and `hashAndTruncate`: the first 8 characters of the base32 of
+//! the SHA-256 of the name), so each read lists that chain alone (`nft list chain`), never the
+//! ruleset (an old `nft` crashed listing other tables' objects: kubernetes issue 136786). The
+//! endpoint chains are not read: the proxier flushes a removed endpoint's chain and deletes it a
+//! sync later, so a chain being present says nothing; the service chain's map is what sends
+//! new connections.
+
+use super::{DataPlaneReader, ReadError, Runner, ServicePort, ip_of_destination};
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+/// The service chain of a Service port.
+pub fn service_chain(service: &ServicePort) -> String {
+    let base = format!("{}/{}/{}/{}", service.namespace, service.name, service.protocol.to_ascii_lowercase(), service.port_name);
+    let digest = ring::digest::digest(&ring::digest::SHA256, base.as_bytes());
+    format!("service-{}-{base}", &data_encoding::BASE32.encode(digest.as_ref())[..8])
+}
+
+/// The endpoint IPs of a `nft list chain <family> kube-proxy <chain>` listing: every entry of its
+/// `numgen` map or vmap, or the one endpoint of a plain `dnat to IP:port` or `goto endpoint-...`.
+/// The listing must hold the chain's header and end with `}`; a chain with none of these has no
+/// endpoint (kube-proxy rejects or drops there).
+pub fn parse_service_chain(text: &str, chain: &str) -> Result<BTreeSet<IpAddr>, String> {
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if !lines.contains(&format!("chain {chain} {{").as_str()) {
+        return Err(format!("no 'chain {chain} {{' line"));
+    }
+    if lines.last() != Some(&"}") {
+        return Err("the listing does not end with '}' (cut short?)".into());
+    }
+    let mut ips = BTreeSet::new();
+    for line in &lines {
+        if line.contains("numgen ") {
+            let (_, entries) =
+                line.split_once(" map {").or_else(|| line.split_once(" vmap {")).ok_or_else(|| format!("a numgen rule without a map: {}", excerpt(line)))?;
+            let entries = entries.trim_end().strip_suffix('}').ok_or_else(|| format!("an unterminated map: {}", excerpt(line)))?;
+            for entry in entries.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                let (_, value) = entry.split_once(" : ").ok_or_else(|| format!("a map entry without ' : ': {}", excerpt(entry)))?;
+                ips.insert(entry_ip(value.trim()).ok_or_else(|| format!("a map entry that names no endpoint: {}", excerpt(entry)))?);
+            }
+        } else if let Some((_, to)) = line.split_once(" dnat to ").or_else(|| line.split_once(" dnat ip to ")).or_else(|| line.split_once(" dnat ip6 to ")) {
+            let dest = to.split_whitespace().next().unwrap_or_default();
+            ips.insert(ip_of_destination(dest).ok_or_else(|| format!("a dnat target that is not IP:port: {}", excerpt(line)))?);
+        } else if let Some((_, target)) = line.split_once("goto endpoint-") {
+            ips.insert(entry_ip(&format!("goto endpoint-{target}")).ok_or_else(|| format!("an endpoint chain that names no endpoint: {}", excerpt(line)))?);
+        }
+    }
+    Ok(ips)
+}
+
+/// The IP of a map value: `10.244.1.5 . 8080` (dnat map) or `goto endpoint-...__10.244.1.5/8080`
+/// (vmap).
+fn entry_ip(value: &str) -> Option<IpAddr> {
+    if let Some(target) = value.strip_prefix("goto ").or_else(|| value.strip_prefix("jump ")) {
+        let (_, endpoint) = target.trim().rsplit_once("__")?;
+        let (ip, _) = endpoint.rsplit_once('/')?;
+        return ip.parse().ok();
+    }
+    let (ip, port) = value.split_once(" . ")?;
+    port.trim().parse::<u16>().ok()?;
+    ip_of_destination(ip.trim())
+}
+
+fn excerpt(s: &str) -> String {
+    let cut: String = s.chars().take(120).collect();
+    if cut.len() < s.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
+}
+
+/// kube-proxy nftables mode's reader, running `program` (the node's `nft`).
+pub struct NftablesReader<R: Runner> {
+    runner: R,
+    program: String,
+}
+
+impl<R: Runner> NftablesReader<R> {
+    /// A reader running `program` through `runner`.
+    pub fn new(runner: R, program: &str) -> Self {
+        Self { runner, program: program.to_string() }
+    }
+}
+
+impl<R: Runner> DataPlaneReader for NftablesReader<R> {
+    fn data_plane(&self) -> &'static str {
+        "nftables"
+    }
+
+    fn endpoints(&mut self, service: &ServicePort) -> Result<BTreeSet<IpAddr>, ReadError> {
+        let chain = service_chain(service);
+        let family = if service.cluster_ip.is_ipv6() { "ip6" } else { "ip" };
+        let args = ["list", "chain", family, "kube-proxy", chain.as_str()];
+        let text = self.runner.run(&self.program, &args)?;
+        parse_service_chain(&text, &chain)
+            .map_err(|how| ReadError { command: format!("{} {}", self.program, args.join(" ")), how: format!("unparsable output: {how}") })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Canned;
+    use super::*;
+
+    fn svc(ns: &str, name: &str, port: &str) -> ServicePort {
+        ServicePort {
+            namespace: ns.into(),
+            name: name.into(),
+            port_name: port.into(),
+            protocol: "TCP".into(),
+            cluster_ip: "10.96.0.1".parse().unwrap(),
+            port: 443,
+        }
+    }
+
+    /// The chain names a real 1.37.2 kube-proxy wrote (its `service-ips` map on the local
+    /// cluster's nftables node).
+    #[test]
+    fn the_chain_name_is_kube_proxys() {
+        assert_eq!(service_chain(&svc("default", "kubernetes", "https")), "service-2QRHZV4L-default/kubernetes/tcp/https");
+        assert_eq!(service_chain(&svc("exp-a-baseline", "web", "http")), "service-JFDYN7UY-exp-a-baseline/web/tcp/http");
+    }
+
+    const CHAIN: &str = "service-JFDYN7UY-exp-a-baseline/web/tcp/http";
+
+    fn listing(rule: &str) -> String {
+        format!(
+            "table ip kube-proxy {{\n\tchain {CHAIN} {{\n\t\tip daddr 10.96.209.169 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade\n\t\t{rule}\n\t}}\n}}\n"
+        )
+    }
+
+    #[test]
+    fn the_endpoints_are_the_entries_of_the_numgen_map() {
+        let dnat = listing("meta l4proto tcp dnat to numgen random mod 2 map { 0 : 10.244.1.5 . 8080, 1 : 10.244.2.7 . 8080 }");
+        let want: BTreeSet<IpAddr> = ["10.244.1.5".parse().unwrap(), "10.244.2.7".parse().unwrap()].into();
+        assert_eq!(parse_service_chain(&dnat, CHAIN).unwrap(), want);
+        let vmap = listing(&format!(
+            "numgen random mod 2 vmap {{ 0 : goto endpoint-AAAA-exp-a-baseline/web/tcp/http__10.244.1.5/8080, 1 : goto endpoint-BBBB-{}__10.244.2.7/8080 }}",
+            "exp-a-baseline/web/tcp/http"
+        ));
+        assert_eq!(parse_service_chain(&vmap, CHAIN).unwrap(), want);
+        // no numgen rule: no endpoint, from a successful read
+        assert!(parse_service_chain(&listing("reject"), CHAIN).unwrap().is_empty());
+        let mut canned = Canned::default();
+        canned.answers.insert(format!("nft list chain ip kube-proxy {CHAIN}"), Ok(dnat));
+        let mut r = NftablesReader::new(canned, "nft");
+        assert_eq!(r.endpoints(&ServicePort { cluster_ip: "10.96.209.169".parse().unwrap(), port: 80, ..svc("exp-a-baseline", "web", "http") }).unwrap(), want);
+    }
+
+    /// Listings a real 1.37.2 kube-proxy in nftables mode wrote: a Service of 4 endpoints and
+    /// one of a single endpoint (a plain dnat, no numgen map).
+    #[test]
+    fn real_listings() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/rules");
+        let four = std::fs::read_to_string(dir.join("nft-1.37.2-service-chain-4-endpoints.txt")).unwrap();
+        let chain = service_chain(&svc("e2e-window", "web", "http"));
+        assert_eq!(chain, "service-HF42FAS5-e2e-window/web/tcp/http");
+        let ips: Vec<String> = parse_service_chain(&four, &chain).unwrap().iter().map(IpAddr::to_string).collect();
+        assert_eq!(ips, ["10.244.1.4", "10.244.1.5", "10.244.2.4", "10.244.2.5"]);
+        let one = std::fs::read_to_string(dir.join("nft-1.37.2-service-chain-1-endpoint.txt")).unwrap();
+        let ips: Vec<String> = parse_service_chain(&one, "service-2QRHZV4L-default/kubernetes/tcp/https").unwrap().iter().map(IpAddr::to_string).collect();
+        assert_eq!(ips, ["10.213.254.1"]);
+    }
+
+    #[test]
+    fn a_failed_or_unparsable_read_is_no_sample() {
+        let full = listing("meta l4proto tcp dnat to numgen random mod 2 map { 0 : 10.244.1.5 . 8080, 1 : 10.244.2.7 . 8080 }");
+        let cut = full.lines().take(3).collect::<Vec<_>>().join("\n");
+        assert!(parse_service_chain(&cut, CHAIN).unwrap_err().contains("cut short"));
+        assert!(parse_service_chain(&listing("x"), "service-OTHER").unwrap_err().contains("no 'chain"));
+        for bad in [
+            "numgen random mod 2 map { 0 : web . 8080 }",
+            "numgen random mod 2 map { 0 : 10.244.1.5 . 8080",
+            "numgen random mod 2 map { 0 10.244.1.5 }",
+            "numgen random mod 2",
+            "meta l4proto tcp dnat to web:8080",
+            "goto endpoint-AAAA-exp-a-baseline/web/tcp/http",
+        ] {
+            assert!(parse_service_chain(&listing(bad), CHAIN).is_err(), "{bad}");
+        }
+        let mut r = NftablesReader::new(Canned::default(), "nft");
+        let e = r.endpoints(&svc("exp-a-baseline", "web", "http")).unwrap_err();
+        assert_eq!(e.command, format!("nft list chain ip kube-proxy {CHAIN}"));
+    }
+}
