@@ -266,7 +266,10 @@ async fn load(
         let read_as = url_format(&name, fetched.content_type.as_deref(), format)?;
         (fetched.body, read_as, fetched.proxy_mode)
     } else {
-        let bytes = sources::read_file_bytes(source).map_err(input)?;
+        let bytes = sources::read_file_bytes(source).map_err(|e| match e {
+            sources::SourceError::FileTooLarge { .. } => Error::Input(format!("{e} (a kube-proxy scrape is about 80 KB)")),
+            e => input(e),
+        })?;
         let read_as = file_format(&name, &bytes, format)?;
         (bytes, read_as, None)
     };
