@@ -1676,3 +1676,31 @@ fn the_size_message_fits_the_command() {
         assert!(!run(&[command, "/dev/zero"]).stderr.contains("kube-proxy"), "{command}");
     }
 }
+
+/// Under `--format auto`, a binary body that neither exposition reads says so with both
+/// reasons: a corrupt first length prefix (2^62) was reported as bad UTF-8 text only.
+#[test]
+fn a_body_neither_exposition_reads_gives_both_reasons() {
+    let dir = tmp();
+    // varint 2^62, then a MetricFamily name field, then bytes that are not UTF-8
+    let mut body = vec![0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40, 0x0a, 0x05];
+    body.extend_from_slice(b"abcde");
+    body.extend(0x80u8..0xa6);
+    let path = dir.path().join("corrupt.pb");
+    std::fs::write(&path, &body).unwrap();
+    let p = path.to_str().unwrap();
+    let r = run(&["analyze", p]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "error: {p}: neither exposition reads it (--format auto): as protobuf, protobuf message 1 at byte 0: the message declares 4611686018427387904 bytes but only 45 remain: the scrape was cut off; as text, line 1: invalid UTF-8 at byte offset 0 (byte 1 of line 1): the input must be UTF-8 text\n"
+        )
+    );
+    // named formats keep their single reason
+    let r = run(&["analyze", "--format", "protobuf", p]);
+    assert_eq!(
+        r.stderr,
+        format!("error: {p}: protobuf message 1 at byte 0: the message declares 4611686018427387904 bytes but only 45 remain: the scrape was cut off\n")
+    );
+}

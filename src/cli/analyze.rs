@@ -273,7 +273,39 @@ async fn load(
         let read_as = file_format(&name, &bytes, format)?;
         (bytes, read_as, None)
     };
-    let mut scrape = sources::read_scrape_as(&name, bytes, read_as).map_err(input)?;
+    // under --format auto, a body that cannot begin a text exposition (its first byte is neither
+    // printable ASCII nor a blank), is not UTF-8, and that detection did not take for protobuf
+    // (a corrupt first length, say) is tried as protobuf too; when neither reader takes it, the
+    // error gives both reasons (the text reader's alone blamed the encoding of what is binary).
+    // A text file with a stray Latin-1 byte keeps the text reader's error alone.
+    let binary = format == ScrapeFormat::Auto
+        && read_as == Format::Text
+        && bytes.first().is_some_and(|b| !(b.is_ascii_graphic() || b.is_ascii_whitespace()))
+        && std::str::from_utf8(&bytes).is_err();
+    let mut scrape = if binary {
+        match sources::read_scrape_as(&name, bytes.clone(), Format::Protobuf) {
+            Ok(scrape) => scrape,
+            Err(protobuf) => {
+                let text = sources::read_scrape_as(&name, bytes, Format::Text).err().map(|e| e.to_string()).unwrap_or_default();
+                // each reader's message without the file name it starts with (`NAME:LINE: ...`
+                // becomes `line LINE: ...`)
+                let reason = |e: String| -> String {
+                    let Some(rest) = e.strip_prefix(name.as_str()) else { return e };
+                    match rest.strip_prefix(':').and_then(|r| r.split_once(':')) {
+                        Some((line, message)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => format!("line {line}:{message}"),
+                        _ => rest.trim_start_matches(':').trim_start().to_string(),
+                    }
+                };
+                return Err(Error::Input(format!(
+                    "{name}: neither exposition reads it (--format auto): as protobuf, {}; as text, {}",
+                    reason(protobuf.to_string()),
+                    reason(text)
+                )));
+            }
+        }
+    } else {
+        sources::read_scrape_as(&name, bytes, read_as).map_err(input)?
+    };
     // when it was taken, which a pending change's wait is measured to: now for a URL; unknown
     // for a file or standard input (a checkout or copy resets a file's modification time), so
     // a capture with changes pending reports no wait rather than a wrong one
