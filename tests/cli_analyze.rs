@@ -1704,3 +1704,22 @@ fn a_body_neither_exposition_reads_gives_both_reasons() {
         format!("error: {p}: protobuf message 1 at byte 0: the message declares 4611686018427387904 bytes but only 45 remain: the scrape was cut off\n")
     );
 }
+
+/// A typed list as the API server returns it (`DeploymentList`, items without a kind) is
+/// expanded like kubectl's `kind: List`: each item mutated as the list's kind.
+#[test]
+fn a_typed_list_is_expanded_like_a_list() {
+    let dir = tmp();
+    let list = write(
+        dir.path(),
+        "deployments.yaml",
+        "apiVersion: apps/v1\nkind: DeploymentList\nitems:\n- metadata: {name: web}\n  spec:\n    template:\n      spec: {containers: [{name: web, image: nginx}]}\n- metadata: {name: api}\n  spec:\n    template:\n      spec: {containers: [{name: api, image: nginx}]}\n",
+    );
+    let r = run(&["mutate", "--output", "json", list.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap();
+    let results = doc["results"].as_array().unwrap();
+    let sources: Vec<&str> = results.iter().map(|x| x["source"].as_str().unwrap()).collect();
+    assert_eq!(sources, [format!("{}#0 Deployment/web", list.display()), format!("{}#1 Deployment/api", list.display())]);
+    assert!(results.iter().all(|x| x["reason"] == "Mutated"), "{results:?}");
+}

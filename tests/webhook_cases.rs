@@ -581,3 +581,18 @@ fn pods_past_the_container_or_label_bound_are_left_unchanged_with_a_warning() {
     assert_eq!(run(&opted_out, &p).0.warnings, Vec::<String>::new());
     assert_eq!(run(&opted_out, &p).0.reason, PodReason::OptedOut);
 }
+
+/// `spec.containers` written as a map (or anything but a list) is said in a warning, not a
+/// silent NoChange; the webhook's pruned parse says the same.
+#[test]
+fn containers_that_are_not_a_list_are_warned_about() {
+    let p = plan(true);
+    for containers in [json!({"web": {"image": "nginx"}}), json!("web")] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}});
+        let (d, _) = run(&pod, &p);
+        assert_eq!((d.reason, d.patch.0.len()), (PodReason::NoChange, 0));
+        assert_eq!(d.warnings, ["safe-termination: spec.containers is not a list; no preStop added"]);
+        let r: Value = serde_json::from_slice(&review(&review_body(&pod), &p, &AssumeServiceBacked).body).unwrap();
+        assert_eq!(r["response"]["warnings"], json!(d.warnings));
+    }
+}

@@ -152,7 +152,7 @@ pub fn pod_of(doc: &Value, default_ns: &str) -> Result<(Value, String), Error> {
     Ok((pod, ns))
 }
 
-/// Reads every document of a YAML/JSON file (or `-`), flattening `kind: List`, dropping empty
+/// Reads every document of a YAML/JSON file (or `-`), flattening lists ([`flatten`]), dropping empty
 /// ones. Errors (input, exit 1): the file cannot be read or is larger than the limit
 /// ([`crate::sources::read_file`]), it is not YAML ([`documents_of`]), or it holds no document
 /// at all (empty, or only comments and `---`: a cut-off file or a wrong path, as for `analyze`).
@@ -167,7 +167,7 @@ pub fn documents(path: &str) -> Result<Vec<Value>, Error> {
 }
 
 /// The documents of `text` (the contents of the file `path`, named in errors) as [`documents`]
-/// reads them: multi-document YAML or JSON, `kind: List` flattened, empty documents dropped.
+/// reads them: multi-document YAML or JSON, lists flattened ([`flatten`]), empty documents dropped.
 ///
 /// Errors: text that is not YAML or JSON, and a document that is not a mapping (a Kubernetes
 /// object is one: a string, number or sequence means the file is something else, such as
@@ -196,15 +196,27 @@ fn documents_of_values(docs: Vec<Value>, path: &str) -> Result<Vec<Value>, Error
     Ok(out)
 }
 
-fn flatten(d: Value, out: &mut Vec<Value>) {
+/// Appends `d` to `out`, or the items of a list: `kind: List` (kubectl's, each item with its own
+/// kind) or a typed list such as `DeploymentList` (the API server's, whose items carry no kind:
+/// each gets the list's kind less `List`, and its apiVersion, unless it names its own).
+fn flatten(mut d: Value, out: &mut Vec<Value>) {
     if d.is_null() {
         return;
     }
-    if d.get("kind").and_then(Value::as_str) == Some("List")
-        && let Some(items) = d.get("items").and_then(Value::as_array)
+    let kind = d.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+    if let Some(item_kind) = kind.strip_suffix("List")
+        && d.get("items").is_some_and(Value::is_array)
+        && let Some(Value::Array(items)) = d.get_mut("items").map(Value::take)
     {
-        for i in items.clone() {
-            flatten(i, out);
+        let api_version = d.get("apiVersion").cloned();
+        for mut item in items {
+            if let Some(o) = item.as_object_mut().filter(|_| !item_kind.is_empty()) {
+                o.entry("kind").or_insert_with(|| Value::String(item_kind.to_string()));
+                if let Some(v) = &api_version {
+                    o.entry("apiVersion").or_insert_with(|| v.clone());
+                }
+            }
+            flatten(item, out);
         }
         return;
     }

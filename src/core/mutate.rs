@@ -341,6 +341,10 @@ fn container_hooks(spec: &Value, annotations: &Labels, policy: &PlanPolicy, pre_
     let mut hooks = Hooks { ops: Vec::new(), containers: Vec::new(), injected: 0, kept: 0, any_without_handler: false, warnings: Vec::new() };
     let mut no_handler: Vec<String> = Vec::new();
     let list = spec.get("containers").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    if spec.get("containers").is_some_and(|c| !c.is_null() && !c.is_array()) {
+        // a map or a string where a list belongs (a Pod the API server refuses): said, not silent
+        hooks.warnings.push("safe-termination: spec.containers is not a list; no preStop added".into());
+    }
     for (i, c) in list.iter().enumerate() {
         // a container entry that is not an object cannot take a hook (the API server rejects
         // such a pod anyway); nothing is added under it
