@@ -1723,3 +1723,46 @@ fn a_typed_list_is_expanded_like_a_list() {
     assert_eq!(sources, [format!("{}#0 Deployment/web", list.display()), format!("{}#1 Deployment/api", list.display())]);
     assert!(results.iter().all(|x| x["reason"] == "Mutated"), "{results:?}");
 }
+
+/// A huge sample count (text counts are floats) prints in scientific notation, not as a
+/// 309-digit integer.
+#[test]
+fn huge_counts_print_in_scientific_notation() {
+    let dir = tmp();
+    let text: String = std::fs::read_to_string(V1_29)
+        .unwrap()
+        .lines()
+        .map(|l| match l.strip_prefix("kubeproxy_sync_proxy_rules_duration_seconds_") {
+            Some(rest) if (rest.starts_with("bucket") && !rest.contains("le=\"0.0")) || rest.starts_with("count") => {
+                format!("{} 1e308\n", l.rsplit_once(' ').unwrap().0)
+            }
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    let huge = write(dir.path(), "huge.txt", &text);
+    let r = run(&["analyze", huge.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let row = r.stdout.lines().find(|l| l.starts_with("huge ")).unwrap();
+    assert!(row.contains(" 1.000e308 "), "{row}");
+    assert!(!r.stdout.contains("0000000000"), "{}", r.stdout);
+}
+
+/// Text output never carries a raw bidirectional override or control character from a name (a
+/// node named `a\u{202e}b` reordered the rest of its table row on a terminal): it is written
+/// as `\u{202e}`. JSON keeps the name as it is (escaped by JSON's own rules where needed).
+#[test]
+fn text_output_escapes_bidirectional_and_control_characters() {
+    let node = format!("ev\u{202e}il={V1_29}");
+    let r = run(&["analyze", &node]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.contains('\u{202e}'), "{}", r.stdout);
+    assert!(r.stdout.contains("ev\\u{202e}il "), "{}", r.stdout);
+    let doc = json(&[&node]);
+    assert_eq!(doc["nodes"][0]["node"], "ev\u{202e}il");
+    let dir = tmp();
+    let pod =
+        write(dir.path(), "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: \"a\\u202Eb\\u0007\"}\nspec: {containers: [{name: web, image: nginx}]}\n");
+    let r = run(&["mutate", pod.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("Pod/a\\u{202e}b\\u{7}\n"), "{}", r.stdout);
+}

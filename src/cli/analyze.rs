@@ -400,7 +400,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
     Ok(match args.output {
         OutputFormat::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
         OutputFormat::Yaml => serde_saphyr::to_string(&report).unwrap_or_default(),
-        OutputFormat::Text => render_text(&report),
+        OutputFormat::Text => crate::cli::printable(render_text(&report)),
     })
 }
 
@@ -442,6 +442,19 @@ pub fn render_text(r: &AnalysisReport) -> String {
     s
 }
 
+/// A sample count (a float in the text exposition) for the table: whole counts below 10^15 as
+/// integers, others to three decimals, and from 10^15 on in scientific notation (`1.000e308`:
+/// Rust prints a large float's every digit, 309 of them for 1e308).
+fn count_text(x: f64) -> String {
+    if x.abs() >= 1e15 {
+        format!("{x:.3e}")
+    } else if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{}", (x * 1000.0).round() / 1000.0)
+    }
+}
+
 /// One row per node; the node column is as wide as the longest name (file stems and host:port
 /// are long).
 fn render_node_table(s: &mut String, r: &AnalysisReport) {
@@ -470,7 +483,7 @@ fn render_node_table(s: &mut String, r: &AnalysisReport) {
             n.node,
             n.mode.as_str(),
             n.kubernetes_version.as_deref().unwrap_or("-"),
-            n.sync_samples,
+            count_text(n.sync_samples),
             q(n.sync_p99),
             q(n.network_programming_p99),
             secs(n.propagation_window_seconds),

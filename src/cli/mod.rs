@@ -41,6 +41,29 @@ impl Error {
     }
 }
 
+/// Text output as it may reach a terminal: every control character but the line break and tab,
+/// every line or paragraph separator and every bidirectional override or isolate (U+200E,
+/// U+200F, U+202A-U+202E, U+2066-U+2069) written as `\u{..}`, so that a file, node or container
+/// name cannot reorder or hide what is printed around it. Other text is unchanged.
+pub fn printable(text: String) -> String {
+    let escaped = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(escaped) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if escaped(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A clap value parser for `--proxy-mode`.
 pub fn parse_proxy_mode(s: &str) -> Result<ProxyMode, Error> {
     ProxyMode::parse(s).ok_or_else(|| Error::Usage(format!("unknown proxy mode {s:?}: use iptables, nftables, ipvs, kernelspace or ebpf")))

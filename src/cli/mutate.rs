@@ -305,8 +305,8 @@ pub fn run_mutate(args: &MutateArgs) -> Result<String, Error> {
     Ok(match args.output {
         OutputFormat::Json => serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
         OutputFormat::Yaml => serde_saphyr::to_string(&doc).unwrap_or_default(),
-        OutputFormat::Text if results.is_empty() => nothing_to_mutate(&all),
-        OutputFormat::Text => render_text(&results, &read),
+        OutputFormat::Text if results.is_empty() => crate::cli::printable(nothing_to_mutate(&all)),
+        OutputFormat::Text => crate::cli::printable(render_text(&results, &read)),
     })
 }
 
