@@ -1230,21 +1230,25 @@ fn an_output_that_cannot_be_written_is_an_error_not_a_panic() {
     assert!(!r.stderr.contains("panicked") && !r.stderr.contains("error:"), "{}", r.stderr);
 }
 
-/// `mutate` says when there was nothing to mutate (it printed nothing for an empty file), in
-/// the text output; JSON keeps an empty `results`.
+/// `mutate` says when there was nothing to mutate, in the text output; JSON keeps an empty
+/// `results`. An empty file is bad input, as for `analyze` (docs/cli.md "Exit codes").
 #[test]
 fn mutate_says_when_there_is_nothing_to_mutate() {
     let dir = tmp();
-    let empty = write(dir.path(), "empty.yaml", "");
+    let empty = write(dir.path(), "empty.yaml", "# nothing here\n---\n");
     let service = write(dir.path(), "svc.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}}\n");
-    let r = run(&["mutate", empty.to_str().unwrap(), service.to_str().unwrap()]);
+    let list = write(dir.path(), "list.yaml", "apiVersion: v1\nkind: List\nitems: []\n");
+    let r = run(&["mutate", list.to_str().unwrap(), service.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(
         r.stdout,
-        format!("nothing to mutate: {} (no document), {} (1 document(s), only Services and TerminationPolicies)\n", empty.display(), service.display())
+        format!("nothing to mutate: {} (no document), {} (1 document(s), only Services and TerminationPolicies)\n", list.display(), service.display())
     );
-    let r = run(&["mutate", "--output", "json", empty.to_str().unwrap()]);
+    let r = run(&["mutate", "--output", "json", service.to_str().unwrap()]);
     assert_eq!(serde_json::from_str::<Value>(&r.stdout).unwrap()["results"], serde_json::json!([]), "{}", r.stdout);
+    let r = run(&["mutate", empty.to_str().unwrap(), service.to_str().unwrap()]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert_eq!(r.stderr, format!("error: {}: empty (19 bytes, no YAML document): nothing to read; is this the right file?\n", empty.display()));
 }
 
 /// `mutate` names the Services and TerminationPolicies it read but did not mutate (a Service
@@ -1367,9 +1371,89 @@ fn an_endless_input_is_refused_at_the_file_limit() {
     let r = run(&["analyze", "/dev/zero"]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("/dev/zero: larger than 67108864 bytes"), "{}", r.stderr);
-    let r = run(&["mutate", "/dev/zero"]);
+    assert!(r.stderr.contains("(a kube-proxy scrape is about 80 KB)"), "{}", r.stderr);
+    // the same reader, cap and message for manifests and reviews, without the scrape's hint
+    for command in ["mutate", "review"] {
+        let r = run(&[command, "/dev/zero"]);
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{command}: {}", r.stderr);
+        assert_eq!(r.stderr, "error: /dev/zero: larger than 67108864 bytes, the limit on a file or standard input: is this the right file?\n", "{command}");
+    }
+    // standard input too, named as such
+    let mut child = bin().args(["review", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![b' '; 1 << 20];
+        // the reader stops after the limit and exits: the pipe then breaks
+        for _ in 0..80 {
+            if stdin.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let r = finish(child.wait_with_output().unwrap());
+    writer.join().unwrap();
     assert_eq!(r.code, 1, "{}", r.stderr);
-    assert!(r.stderr.contains("larger than 67108864 bytes"), "{}", r.stderr);
+    assert!(r.stderr.starts_with("error: <stdin>: larger than 67108864 bytes"), "{}", r.stderr);
+}
+
+/// One exit-code rule for every command (docs/cli.md "Exit codes"): 0 done, 1 bad input (a
+/// missing or unreadable file the user named, an empty input, each named in the message), 2
+/// usage. The webhook exited 2 for a missing `--policy` file where `analyze` exited 1, and
+/// `mutate` exited 0 on an empty input where `analyze` exited 1.
+#[test]
+fn every_command_follows_one_exit_code_rule() {
+    let dir = tmp();
+    let empty = write(dir.path(), "empty", "\n\n");
+    let empty = empty.to_str().unwrap();
+    let webhook = ["webhook", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
+    // a missing file the user named: 1, naming it
+    for args in [
+        &["analyze", "/nonexistent/scrape.txt"][..],
+        &["mutate", "/nonexistent/scrape.txt"][..],
+        &["review", "/nonexistent/scrape.txt"][..],
+        &["analyze", "--policy", "/nonexistent/scrape.txt", V1_29][..],
+        &["mutate", "--policy", "/nonexistent/scrape.txt", "tests/data/pods/hostnetwork-deployment.yaml"][..],
+        &["review", "--policy", "/nonexistent/scrape.txt", "tests/data/admission/admissionreview-pod-create.json"][..],
+        &[&webhook[..], &["--policy", "/nonexistent/scrape.txt"]].concat()[..],
+    ] {
+        let r = run(args);
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{args:?}: {}", r.stderr);
+        let last = r.stderr.lines().last().unwrap_or("");
+        assert!(last.starts_with("error: /nonexistent/scrape.txt: No such file or directory"), "{args:?}: {}", r.stderr);
+    }
+    // an empty input: 1, naming the file or standard input
+    for command in ["analyze", "mutate", "review"] {
+        let r = run(&[command, empty]);
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{command}: {}", r.stderr);
+        assert!(r.stderr.starts_with(&format!("error: {empty}: empty (2 bytes")), "{command}: {}", r.stderr);
+        let mut child = bin().args([command, "-"]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        drop(child.stdin.take());
+        let r = finish(child.wait_with_output().unwrap());
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{command} -: {}", r.stderr);
+        assert!(r.stderr.starts_with("error: <stdin>: empty (0 bytes"), "{command} -: {}", r.stderr);
+    }
+    // usage: 2, before any file is read
+    for args in [
+        &["analyze", "--no-such-flag", V1_29][..],
+        &["mutate", "--no-such-flag", "/nonexistent/scrape.txt"][..],
+        &["review", "--pre-stop-seconds", "-1", "/nonexistent/scrape.txt"][..],
+        &["review"][..],
+        &[&webhook[..], &["--max-body-bytes", "1"]].concat()[..],
+    ] {
+        let r = run(args);
+        assert_eq!((r.code, r.stdout.as_str()), (2, ""), "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.contains("/nonexistent"), "{args:?}: {}", r.stderr);
+    }
+    // done: 0
+    for args in [
+        &["analyze", V1_29][..],
+        &["mutate", "tests/data/pods/hostnetwork-deployment.yaml"][..],
+        &["review", "tests/data/admission/admissionreview-pod-create.json"][..],
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        assert!(!r.stdout.is_empty(), "{args:?}");
+    }
 }
 
 /// `--pre-stop-seconds` above the policy's maxSeconds is capped there, and a warning says so.
@@ -1544,4 +1628,141 @@ fn the_real_protobuf_capture_is_read_like_its_text_capture_needs_native_add() {
     assert_eq!(both["nodes"][0]["interval"], "lifetimeFallback", "{both}");
     assert_eq!(both["nodes"][0]["histogramKind"], "native", "{both}");
     assert_eq!(p99(&both), p99(&pb));
+}
+
+/// YAML errors name the file, the position and what is wrong in the project's words, never the
+/// parser's settings or Rust types (it said `duplicate mapping key: name, set
+/// DuplicateKeyPolicy in Options if acceptable`, `non-finite float `.nan` rejected by the
+/// configured policy`, `budget breached: Depth { depth: 65 }`).
+#[test]
+fn yaml_errors_are_in_the_users_words() {
+    let dir = tmp();
+    let dup = write(dir.path(), "dup.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  name: b\n");
+    let policy = std::fs::read_to_string("config/terminationpolicy-default.yaml").unwrap();
+    assert!(policy.contains("    safetyFactor: 1.25\n"));
+    let nan = write(dir.path(), "nan.yaml", &policy.replace("safetyFactor: 1.25", "safetyFactor: .nan"));
+    let line = policy.lines().position(|l| l.contains("safetyFactor")).unwrap() + 1;
+    let deep = write(dir.path(), "deep.yaml", &format!("a: {}{}\n", "[".repeat(70), "]".repeat(70)));
+    let cut = write(dir.path(), "cut.yaml", "a: [1, 2\n");
+    for (args, message) in [
+        (vec!["mutate", dup.to_str().unwrap()], format!("{}: line 5, column 3: duplicate key `name`", dup.display())),
+        (
+            vec!["analyze", "--policy", nan.to_str().unwrap(), V1_29],
+            format!("{}: line {line}, column 19: `safetyFactor` must be a finite number, not `.nan`", nan.display()),
+        ),
+        (
+            vec!["mutate", "--policy", nan.to_str().unwrap(), dup.to_str().unwrap()],
+            format!("{}: line {line}, column 19: `safetyFactor` must be a finite number, not `.nan`", nan.display()),
+        ),
+        (vec!["mutate", deep.to_str().unwrap()], format!("{}: line 1, column 67: nested deeper than 64 levels", deep.display())),
+        (vec!["mutate", cut.to_str().unwrap()], format!("{}: not valid YAML or JSON: unclosed bracket '[' at line 1, column 4", cut.display())),
+    ] {
+        let r = run(&args);
+        assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{args:?}: {}", r.stderr);
+        assert_eq!(r.stderr, format!("error: {message}\n"), "{args:?}");
+    }
+}
+
+/// The size message fits the command: `analyze` adds how large a kube-proxy scrape is; `mutate`
+/// and `review` (manifests, AdmissionReviews) do not speak of scrapes.
+#[test]
+fn the_size_message_fits_the_command() {
+    let r = run(&["analyze", "/dev/zero"]);
+    assert_eq!(
+        r.stderr,
+        "error: /dev/zero: larger than 67108864 bytes, the limit on a file or standard input: is this the right file? (a kube-proxy scrape is about 80 KB)\n"
+    );
+    for command in ["mutate", "review"] {
+        assert!(!run(&[command, "/dev/zero"]).stderr.contains("kube-proxy"), "{command}");
+    }
+}
+
+/// Under `--format auto`, a binary body that neither exposition reads says so with both
+/// reasons: a corrupt first length prefix (2^62) was reported as bad UTF-8 text only.
+#[test]
+fn a_body_neither_exposition_reads_gives_both_reasons() {
+    let dir = tmp();
+    // varint 2^62, then a MetricFamily name field, then bytes that are not UTF-8
+    let mut body = vec![0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40, 0x0a, 0x05];
+    body.extend_from_slice(b"abcde");
+    body.extend(0x80u8..0xa6);
+    let path = dir.path().join("corrupt.pb");
+    std::fs::write(&path, &body).unwrap();
+    let p = path.to_str().unwrap();
+    let r = run(&["analyze", p]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "error: {p}: neither exposition reads it (--format auto): as protobuf, protobuf message 1 at byte 0: the message declares 4611686018427387904 bytes but only 45 remain: the scrape was cut off; as text, line 1: invalid UTF-8 at byte offset 0 (byte 1 of line 1): the input must be UTF-8 text\n"
+        )
+    );
+    // named formats keep their single reason
+    let r = run(&["analyze", "--format", "protobuf", p]);
+    assert_eq!(
+        r.stderr,
+        format!("error: {p}: protobuf message 1 at byte 0: the message declares 4611686018427387904 bytes but only 45 remain: the scrape was cut off\n")
+    );
+}
+
+/// A typed list as the API server returns it (`DeploymentList`, items without a kind) is
+/// expanded like kubectl's `kind: List`: each item mutated as the list's kind.
+#[test]
+fn a_typed_list_is_expanded_like_a_list() {
+    let dir = tmp();
+    let list = write(
+        dir.path(),
+        "deployments.yaml",
+        "apiVersion: apps/v1\nkind: DeploymentList\nitems:\n- metadata: {name: web}\n  spec:\n    template:\n      spec: {containers: [{name: web, image: nginx}]}\n- metadata: {name: api}\n  spec:\n    template:\n      spec: {containers: [{name: api, image: nginx}]}\n",
+    );
+    let r = run(&["mutate", "--output", "json", list.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap();
+    let results = doc["results"].as_array().unwrap();
+    let sources: Vec<&str> = results.iter().map(|x| x["source"].as_str().unwrap()).collect();
+    assert_eq!(sources, [format!("{}#0 Deployment/web", list.display()), format!("{}#1 Deployment/api", list.display())]);
+    assert!(results.iter().all(|x| x["reason"] == "Mutated"), "{results:?}");
+}
+
+/// A huge sample count (text counts are floats) prints in scientific notation, not as a
+/// 309-digit integer.
+#[test]
+fn huge_counts_print_in_scientific_notation() {
+    let dir = tmp();
+    let text: String = std::fs::read_to_string(V1_29)
+        .unwrap()
+        .lines()
+        .map(|l| match l.strip_prefix("kubeproxy_sync_proxy_rules_duration_seconds_") {
+            Some(rest) if (rest.starts_with("bucket") && !rest.contains("le=\"0.0")) || rest.starts_with("count") => {
+                format!("{} 1e308\n", l.rsplit_once(' ').unwrap().0)
+            }
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    let huge = write(dir.path(), "huge.txt", &text);
+    let r = run(&["analyze", huge.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let row = r.stdout.lines().find(|l| l.starts_with("huge ")).unwrap();
+    assert!(row.contains(" 1.000e308 "), "{row}");
+    assert!(!r.stdout.contains("0000000000"), "{}", r.stdout);
+}
+
+/// Text output never carries a raw bidirectional override or control character from a name (a
+/// node named `a\u{202e}b` reordered the rest of its table row on a terminal): it is written
+/// as `\u{202e}`. JSON keeps the name as it is (escaped by JSON's own rules where needed).
+#[test]
+fn text_output_escapes_bidirectional_and_control_characters() {
+    let node = format!("ev\u{202e}il={V1_29}");
+    let r = run(&["analyze", &node]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.contains('\u{202e}'), "{}", r.stdout);
+    assert!(r.stdout.contains("ev\\u{202e}il "), "{}", r.stdout);
+    let doc = json(&[&node]);
+    assert_eq!(doc["nodes"][0]["node"], "ev\u{202e}il");
+    let dir = tmp();
+    let pod =
+        write(dir.path(), "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: \"a\\u202Eb\\u0007\"}\nspec: {containers: [{name: web, image: nginx}]}\n");
+    let r = run(&["mutate", pod.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("Pod/a\\u{202e}b\\u{7}\n"), "{}", r.stdout);
 }

@@ -502,3 +502,97 @@ fn a_grace_period_that_is_not_an_integer_is_never_overwritten() {
         assert!(d.warnings.iter().any(|w| w.contains("not an integer")), "{g}");
     }
 }
+
+/// An AdmissionReview v1 of a Pod CREATE of `pod` in namespace `default`.
+fn review_body(pod: &Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "namespace": "default",
+            "object": pod
+        }
+    }))
+    .unwrap()
+}
+
+/// Bounded work per pod: at [`MAX_POD_CONTAINERS`] containers and init containers together and
+/// [`MAX_POD_LABELS`] labels a pod is mutated as any other; one more of either and it is left
+/// unchanged with the warning, before any per-container work (no per-container reasons). The
+/// webhook's pruned parse, which keeps at most one more than each bound, decides the same as
+/// the engine on the whole pod, and its answer is the warning alone.
+#[test]
+fn pods_past_the_container_or_label_bound_are_left_unchanged_with_a_warning() {
+    use safe_termination::core::mutate::{MAX_POD_CONTAINERS, MAX_POD_LABELS, too_many_containers_warning, too_many_labels_warning};
+    let containers = |n: usize| (0..n).map(|i| json!({"name": format!("c{i}"), "image": "x"})).collect::<Vec<_>>();
+    let labels = |n: usize| (0..n).map(|i| (format!("l{i}"), json!("v"))).collect::<serde_json::Map<_, _>>();
+    let pod = |c: usize, init: usize, l: usize| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": labels(l)}, "spec": {"containers": containers(c), "initContainers": containers(init)}});
+    let p = plan(true);
+    for (c, init, l, reason) in [
+        (MAX_POD_CONTAINERS, 0, MAX_POD_LABELS, PodReason::Mutated),
+        (MAX_POD_CONTAINERS - 6, 6, 1, PodReason::Mutated),
+        (MAX_POD_CONTAINERS + 1, 0, 1, PodReason::TooManyContainers),
+        (MAX_POD_CONTAINERS - 5, 6, 1, PodReason::TooManyContainers),
+        (1, MAX_POD_CONTAINERS, 1, PodReason::TooManyContainers),
+        (3 * MAX_POD_CONTAINERS, 3 * MAX_POD_CONTAINERS, 1, PodReason::TooManyContainers),
+        (1, 0, MAX_POD_LABELS + 1, PodReason::TooManyLabels),
+        (3 * MAX_POD_CONTAINERS, 0, 3 * MAX_POD_LABELS, PodReason::TooManyLabels),
+    ] {
+        let pod = pod(c, init, l);
+        let (d, _) = run(&pod, &p);
+        assert_eq!(d.reason, reason, "{c} containers, {init} init containers, {l} labels");
+        let out = review(&review_body(&pod), &p, &AssumeServiceBacked);
+        let r: Value = serde_json::from_slice(&out.body).unwrap();
+        match reason {
+            PodReason::Mutated => {
+                assert_eq!((d.containers.len(), d.patch.0.len()), (c, c + 2), "a preStop per container, the grace, the annotations");
+                assert_eq!((out.decision, out.patch_ops), ("mutated", c + 2));
+            }
+            PodReason::TooManyContainers => {
+                assert_eq!((d.warnings.clone(), d.containers.len(), d.patch.0.len()), (vec![too_many_containers_warning()], 0, 0));
+                assert_eq!(d.policy.as_deref(), Some("default"));
+                assert_eq!((out.decision, out.patch_ops), ("skipped_too_many_containers", 0));
+                assert_eq!(r["response"]["warnings"], json!([too_many_containers_warning()]));
+            }
+            _ => {
+                assert_eq!((d.warnings.clone(), d.containers.len(), d.patch.0.len()), (vec![too_many_labels_warning()], 0, 0));
+                assert_eq!((out.decision, out.patch_ops), ("skipped_too_many_labels", 0));
+                assert_eq!(r["response"]["warnings"], json!([too_many_labels_warning()]));
+            }
+        }
+        assert!(r["response"].get("patch").is_some() == (reason == PodReason::Mutated), "{r}");
+    }
+    assert_eq!(too_many_containers_warning(), "safe-termination: more than 256 containers and init containers; pod admitted unchanged");
+    assert_eq!(too_many_labels_warning(), "safe-termination: more than 1024 labels; pod admitted unchanged");
+    // a name longer than any Kubernetes name is shown cut (each reason and warning repeats it)
+    let long = "n".repeat(300);
+    let mut one = pod(1, 0, 1);
+    one["spec"]["containers"][0] = json!({"name": long, "image": "x", "lifecycle": {"preStop": {"sleep": {"seconds": 1}}}});
+    let (d, _) = run(&one, &p);
+    assert_eq!(d.containers[0].name, format!("{}…", &long[..253]));
+    assert!(d.warnings[0].ends_with(&format!("in container {}…", &long[..253])), "{:?}", d.warnings);
+    // the opt-outs and the namespace's policy still come first: a skipped pod gets no warning
+    let mut opted_out = pod(MAX_POD_CONTAINERS + 1, 0, 1);
+    opted_out["metadata"]["annotations"] = json!({"safetermination.io/skip": "true"});
+    assert_eq!(run(&opted_out, &p).0.warnings, Vec::<String>::new());
+    assert_eq!(run(&opted_out, &p).0.reason, PodReason::OptedOut);
+}
+
+/// `spec.containers` written as a map (or anything but a list) is said in a warning, not a
+/// silent NoChange; the webhook's pruned parse says the same.
+#[test]
+fn containers_that_are_not_a_list_are_warned_about() {
+    let p = plan(true);
+    for containers in [json!({"web": {"image": "nginx"}}), json!("web")] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}});
+        let (d, _) = run(&pod, &p);
+        assert_eq!((d.reason, d.patch.0.len()), (PodReason::NoChange, 0));
+        assert_eq!(d.warnings, ["safe-termination: spec.containers is not a list; no preStop added"]);
+        let r: Value = serde_json::from_slice(&review(&review_body(&pod), &p, &AssumeServiceBacked).body).unwrap();
+        assert_eq!(r["response"]["warnings"], json!(d.warnings));
+    }
+}

@@ -539,55 +539,129 @@ async fn metrics_count_requests_by_decision() {
     h.stop().await;
 }
 
+/// The real binary (`safe-termination webhook`, built by cargo; `SAFE_TERMINATION_BIN` names
+/// another build, to measure it) on ephemeral loopback ports, logging JSON lines to a pipe.
+/// Killed when dropped without [`Binary::stop`] (a failed assertion).
+struct Binary {
+    child: Option<std::process::Child>,
+    /// Every log line, parsed, after the `admission webhook serving` line.
+    lines: std::sync::mpsc::Receiver<Value>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    /// `https://ADDR/mutate`.
+    url: String,
+    /// The admin port's address.
+    admin: String,
+    pki: Pki,
+    _dir: tempfile::TempDir,
+}
+
+impl Binary {
+    fn start() -> Self {
+        use std::io::BufRead as _;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let pki = Pki::new();
+        let dir = tempfile::tempdir().unwrap();
+        install(dir.path(), &pki.leaf("cert-a"));
+        let bin = std::env::var("SAFE_TERMINATION_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_safe-termination").to_string());
+        let mut child = std::process::Command::new(bin)
+            .args(["--log-format", "json", "webhook", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pre-stop-seconds", "10"])
+            .arg("--tls-cert-file")
+            .arg(dir.path().join("tls.crt"))
+            .arg("--tls-key-file")
+            .arg(dir.path().join("tls.key"))
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (lines_tx, lines) = std::sync::mpsc::channel::<Value>();
+        let stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let line = line.unwrap();
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+                if lines_tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let serving = loop {
+            let v = lines.recv_timeout(Duration::from_secs(20)).expect("the webhook logs that it serves");
+            if v["message"] == "admission webhook serving" {
+                break v;
+            }
+        };
+        let url = format!("https://{}/mutate", serving["listen"].as_str().unwrap());
+        let admin = serving["admin"].as_str().unwrap().to_string();
+        Self { child: Some(child), lines, reader: Some(reader), url, admin, pki, _dir: dir }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    /// A field of `/proc/PID/status` in bytes (`VmHWM`: the peak resident size; `VmRSS`).
+    fn status_bytes(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with(&format!("{field}:"))).unwrap_or_else(|| panic!("no {field} in {status}"));
+        let kib: u64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap();
+        kib * 1024
+    }
+
+    /// Waits until the process has used no CPU for 250 ms (at most 60 s): a review answered
+    /// 503 at the request timeout may still be running on the blocking pool.
+    async fn settle(&self) {
+        let cpu = || -> u64 {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+            // utime and stime, the 14th and 15th fields, after the parenthesised command name
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            rest.split_whitespace().skip(11).take(2).filter_map(|v| v.parse::<u64>().ok()).sum()
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = cpu();
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = cpu();
+            if now == last {
+                return;
+            }
+            last = now;
+        }
+    }
+
+    /// SIGTERM, then waits for the exit; the exit status and every log line left.
+    async fn stop(mut self) -> (std::process::ExitStatus, Vec<Value>) {
+        assert_eq!(unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) }, 0);
+        let mut child = self.child.take().unwrap();
+        let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+        self.reader.take().unwrap().join().unwrap();
+        (status, self.lines.try_iter().collect())
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// The real binary, as deployed: every review is logged once (JSON lines, with the fields the
 /// issue names), and after a SIGTERM sent right after the last answer, no line is missing and the
 /// shutdown's last line is there (the servers log from a writer thread, see
 /// `telemetry::init_logging`: this is the check that the queue is written out, not dropped).
 #[tokio::test]
 async fn the_binary_logs_every_review_and_writes_its_queued_lines_out_on_sigterm() {
-    use std::io::BufRead as _;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let pki = Pki::new();
-    let dir = tempfile::tempdir().unwrap();
-    install(dir.path(), &pki.leaf("cert-a"));
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
-        .args(["--log-format", "json", "webhook", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pre-stop-seconds", "10"])
-        .arg("--tls-cert-file")
-        .arg(dir.path().join("tls.crt"))
-        .arg("--tls-key-file")
-        .arg(dir.path().join("tls.key"))
-        .env_remove("RUST_LOG")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<Value>();
-    let stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let line = line.unwrap();
-            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
-            if lines_tx.send(v).is_err() {
-                break;
-            }
-        }
-    });
-    let serving = loop {
-        let v = lines_rx.recv_timeout(Duration::from_secs(20)).expect("the webhook logs that it serves");
-        if v["message"] == "admission webhook serving" {
-            break v;
-        }
-    };
-    let url = format!("https://{}/mutate", serving["listen"].as_str().unwrap());
-    let client = pki.client(&[b"h2"]);
+    let server = Binary::start();
+    let (url, client) = (server.url.clone(), server.pki.client(&[b"h2"]));
     const REVIEWS: usize = 300;
     let answers = futures::future::join_all((0..REVIEWS).map(|_| post(&client, &url, case(), "application/json"))).await;
     assert!(answers.iter().all(|r| r.status() == StatusCode::OK));
     // at once: lines may still be queued
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    let (status, rest) = server.stop().await;
     assert!(status.success(), "{status:?}");
-    reader.join().unwrap();
-    let rest: Vec<Value> = lines_rx.try_iter().collect();
     let reviews: Vec<&Value> = rest.iter().filter(|v| v["message"] == "admission review").collect();
     assert_eq!(reviews.len(), REVIEWS, "one line per review, none lost");
     for v in &reviews {
@@ -969,4 +1043,173 @@ async fn oversized_body_over_http2_is_413_not_a_reset() {
     let (status, text) = h2_post_streaming(pki, addr, None, limit).await.unwrap();
     assert_eq!(status, 400, "{text}");
     server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// bounded work per request
+
+/// The peak resident size (VmHWM) the real `webhook` process may reach while it answers the
+/// worst-case reviews below, 8 at once: 96 MiB, well below the chart's memory limit (256 MiB,
+/// charts/safe-termination/values.yaml `resources.limits.memory`). Measured 55-73 MiB (debug
+/// build, idle 24 MiB; BENCHMARKS.md "Bounded work per request"); before the bounds, the first
+/// shape alone took it to 1.7-4.0 GiB.
+const MEMORY_BOUND_BYTES: u64 = 96 << 20;
+
+/// An AdmissionReview v1 of a Pod CREATE in namespace `default` with `labels` (a JSON object's
+/// members, without braces) and `containers` (JSON objects), as long as the body fits in the
+/// API server's request limit (3 MiB, the webhook's default `--max-body-bytes`): the containers
+/// that do not fit are left out.
+fn big_review(uid: &str, labels: &str, containers: impl Iterator<Item = String>) -> Vec<u8> {
+    const LIMIT: usize = safe_termination::webhook::server::DEFAULT_MAX_BODY_BYTES;
+    let head = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"{uid}","kind":{{"group":"","version":"v1","kind":"Pod"}},"resource":{{"group":"","version":"v1","resource":"pods"}},"operation":"CREATE","namespace":"default","name":"big","object":{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"big","namespace":"default","labels":{{{labels}}}}},"spec":{{"containers":["#
+    );
+    let tail = "]}}}}";
+    let mut body = head;
+    for (i, c) in containers.enumerate() {
+        if body.len() + c.len() + 1 + tail.len() > LIMIT {
+            break;
+        }
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&c);
+    }
+    body.push_str(tail);
+    assert!(body.len() <= LIMIT);
+    body.into_bytes()
+}
+
+/// Work per admission request is bounded by design, not by the body limit: eight worst-case
+/// reviews at once, each at the API server's 3 MiB request limit, sent to the real `webhook`
+/// process (a fresh one per shape, so each shape's peak is its own), keep its peak resident size
+/// under [`MEMORY_BOUND_BYTES`], and each is answered as the rules say:
+/// - about 100,000 containers `{"name":"cN","image":"x"}` (the shape that took the server from
+///   18 MB to 442 MB per request): past `MAX_POD_CONTAINERS` (256), admitted unchanged with
+///   the warning, counted as `skipped_too_many_containers`;
+/// - 256 containers (at the limit), each as large as fits (12 KB: a 63-character name, a 4 KB
+///   image, a postStart command of single-letter arguments): mutated, one preStop per container;
+/// - 256 containers, each with a 12 KB name and its own preStop sleep of 1 s (the name is kept,
+///   and copied into the per-container reasons and the under-sized-sleep warnings): only the
+///   grace raised, a warning per container;
+/// - about 300,000 short labels: past `MAX_POD_LABELS` (1,024), admitted unchanged with the
+///   warning, counted as `skipped_too_many_labels`.
+#[tokio::test]
+async fn eight_worst_case_reviews_at_once_stay_under_the_memory_bound() {
+    use safe_termination::core::mutate::{MAX_POD_CONTAINERS, too_many_containers_warning, too_many_labels_warning};
+    const LIMIT: usize = safe_termination::webhook::server::DEFAULT_MAX_BODY_BYTES;
+    let tiny = big_review("tiny", r#""app":"web""#, (0..).map(|i| format!(r#"{{"name":"c{i}","image":"x"}}"#)));
+    let per_container = (LIMIT - 600) / MAX_POD_CONTAINERS;
+    let large = big_review(
+        "large",
+        r#""app":"web""#,
+        (0..MAX_POD_CONTAINERS).map(|i| {
+            let head = format!(r#"{{"name":"c{i:0>62}","image":"registry.example/{}","lifecycle":{{"postStart":{{"exec":{{"command":["a""#, "x".repeat(4096));
+            let args = (per_container - head.len() - 8) / 4;
+            format!("{head}{}]}}}}}}}}", r#","a""#.repeat(args))
+        }),
+    );
+    let long_name = |i: usize| format!("c{i}-{}", "n".repeat(per_container - 120));
+    let named = big_review(
+        "names",
+        r#""app":"web""#,
+        (0..MAX_POD_CONTAINERS).map(|i| format!(r#"{{"name":"{}","image":"x","lifecycle":{{"preStop":{{"sleep":{{"seconds":1}}}}}}}}"#, long_name(i))),
+    );
+    let mut labels: String = (0..400_000).map(|i| format!(r#""l{i}":"","#)).collect();
+    labels.truncate(LIMIT - 700);
+    labels.truncate(labels.rfind(",\"l").unwrap());
+    let labelled = big_review("labels", &labels, std::iter::once(r#"{"name":"web","image":"x"}"#.to_string()));
+    let tiny_count = String::from_utf8_lossy(&tiny).matches(r#""image":"x""#).count();
+    assert!(tiny_count > 90_000, "{tiny_count} containers in {} bytes", tiny.len());
+    for body in [&large, &named, &labelled] {
+        assert!(body.len() > 3_000_000, "{}", body.len());
+    }
+
+    let mut peaks = Vec::new();
+    let mut answers = Vec::new();
+    for (shape, body, decision) in [
+        ("tiny", &tiny, "skipped_too_many_containers"),
+        ("large", &large, "mutated"),
+        ("names", &named, "mutated"),
+        ("labels", &labelled, "skipped_too_many_labels"),
+    ] {
+        let server = Binary::start();
+        let client = server.pki.client(&[b"h2"]);
+        let idle = server.status_bytes("VmRSS");
+        let started = Instant::now();
+        // each answer read whole as it comes (the client's timeout is 10 s per request)
+        let exchange = |body: Vec<u8>| async {
+            let r = client.post(&server.url).header("content-type", "application/json").body(body).send().await.map_err(|e| e.to_string())?;
+            let status = r.status();
+            r.bytes().await.map(|b| (status, b)).map_err(|e| e.to_string())
+        };
+        let out: Vec<Result<(StatusCode, Bytes), String>> = futures::future::join_all((0..8).map(|_| exchange(body.clone()))).await;
+        let elapsed = started.elapsed();
+        server.settle().await;
+        let peak = server.status_bytes("VmHWM");
+        eprintln!(
+            "{shape}: 8 x {} bytes, {} answered 200 in {elapsed:?}, {} bytes each; VmHWM {:.1} MiB (idle VmRSS {:.1} MiB)",
+            body.len(),
+            out.iter().filter(|a| a.as_ref().is_ok_and(|(s, _)| *s == StatusCode::OK)).count(),
+            out.iter().find_map(|a| a.as_ref().ok()).map_or(0, |(_, b)| b.len()),
+            peak as f64 / 1048576.0,
+            idle as f64 / 1048576.0
+        );
+        let metrics = reqwest::get(format!("http://{}/metrics", server.admin)).await.unwrap().text().await.unwrap();
+        let counted = format!("safe_termination_webhook_requests_total{{decision=\"{decision}\"}} 8");
+        let (status, _) = server.stop().await;
+        assert!(status.success(), "{status:?}");
+        peaks.push((shape, peak));
+        answers.push((shape, out, metrics.contains(&counted).then_some(()).ok_or(counted)));
+    }
+    assert!(peaks.iter().all(|(_, peak)| *peak < MEMORY_BOUND_BYTES), "VmHWM over the bound of {MEMORY_BOUND_BYTES} bytes: {peaks:?}");
+
+    let response = |body: &[u8]| -> Value { serde_json::from_slice::<Value>(body).unwrap()["response"].clone() };
+    let large_ops = |answer: &Result<(StatusCode, Bytes), String>| -> Vec<Value> {
+        let r = response(&answer.as_ref().unwrap().1);
+        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(r["patch"].as_str().unwrap()).unwrap()).unwrap()
+    };
+    let first_ops = large_ops(&answers[1].1[0]);
+    for (shape, out, counted) in &answers {
+        assert_eq!(counted, &Ok(()), "{shape}: counted in /metrics");
+        for answer in out {
+            let (status, body) = answer.as_ref().unwrap_or_else(|e| panic!("{shape}: {e}"));
+            assert_eq!(*status, StatusCode::OK, "{shape}: {}", String::from_utf8_lossy(body));
+            let r = response(body);
+            assert_eq!((r["uid"].as_str(), r["allowed"].as_bool()), (Some(*shape), Some(true)), "{shape}: {r}");
+            match *shape {
+                "tiny" => {
+                    assert!(r.get("patch").is_none(), "{shape}: {r}");
+                    assert_eq!(r["warnings"], serde_json::json!([too_many_containers_warning()]));
+                }
+                "labels" => {
+                    assert!(r.get("patch").is_none(), "{shape}: {r}");
+                    assert_eq!(r["warnings"], serde_json::json!([too_many_labels_warning()]));
+                }
+                "names" => {
+                    // each kept hook reported, cut to 119 characters; only the grace raised
+                    let warnings = r["warnings"].as_array().unwrap();
+                    assert_eq!(warnings.len(), MAX_POD_CONTAINERS, "{shape}");
+                    assert!(warnings.iter().all(|w| w.as_str().unwrap().chars().count() == 119), "{shape}: {}", warnings[0]);
+                    assert!(
+                        warnings[0].as_str().unwrap().starts_with("safe-termination: preStop sleep 1s kept, below the recommended 10s, in container c0-nnn")
+                    );
+                    let patch = base64::engine::general_purpose::STANDARD.decode(r["patch"].as_str().unwrap()).unwrap();
+                    let ops: Value = serde_json::from_slice(&patch).unwrap();
+                    assert_eq!(ops, serde_json::json!([{"op": "add", "path": "/spec/terminationGracePeriodSeconds", "value": 40}]));
+                }
+                _ => assert_eq!(large_ops(answer), first_ops, "every answer the same"),
+            }
+        }
+    }
+    // one preStop per container; the patch applies to the whole pod and keeps its postStart hooks
+    let pre_stops = first_ops.iter().filter(|op| op["path"].as_str().unwrap().ends_with("/lifecycle/preStop")).count();
+    assert_eq!(pre_stops, MAX_POD_CONTAINERS);
+    let mut whole: Value = serde_json::from_slice(&large).unwrap();
+    let mut pod = whole["request"]["object"].take();
+    json_patch::patch(&mut pod, &serde_json::from_value::<json_patch::Patch>(Value::Array(first_ops)).unwrap().0).expect("the patch applies");
+    for c in pod["spec"]["containers"].as_array().unwrap() {
+        assert_eq!(c["lifecycle"]["preStop"], serde_json::json!({"sleep": {"seconds": 10}}), "{}", c["name"]);
+        assert_eq!(c["lifecycle"]["postStart"]["exec"]["command"][0], "a", "postStart kept");
+    }
 }

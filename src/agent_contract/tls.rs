@@ -156,8 +156,10 @@ fn load(ca: &[u8], cert: &[u8], key: &[u8]) -> Result<Loaded, TlsError> {
     Ok(Loaded { key, verifier })
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read { path: path.to_path_buf(), source })
+/// Reads one of the mutual-TLS files (CA bundle, certificate, key), at most
+/// [`crate::webhook::tls::MAX_PEM_FILE_BYTES`] ([`crate::webhook::tls::read_pem_file`]).
+pub fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    crate::webhook::tls::read_pem_file(path)
 }
 
 impl AgentTls {

@@ -266,11 +266,46 @@ async fn load(
         let read_as = url_format(&name, fetched.content_type.as_deref(), format)?;
         (fetched.body, read_as, fetched.proxy_mode)
     } else {
-        let bytes = sources::read_file_bytes(source).map_err(input)?;
+        let bytes = sources::read_file_bytes(source).map_err(|e| match e {
+            sources::SourceError::FileTooLarge { .. } => Error::Input(format!("{e} (a kube-proxy scrape is about 80 KB)")),
+            e => input(e),
+        })?;
         let read_as = file_format(&name, &bytes, format)?;
         (bytes, read_as, None)
     };
-    let mut scrape = sources::read_scrape_as(&name, bytes, read_as).map_err(input)?;
+    // under --format auto, a body that cannot begin a text exposition (its first byte is neither
+    // printable ASCII nor a blank), is not UTF-8, and that detection did not take for protobuf
+    // (a corrupt first length, say) is tried as protobuf too; when neither reader takes it, the
+    // error gives both reasons (the text reader's alone blamed the encoding of what is binary).
+    // A text file with a stray Latin-1 byte keeps the text reader's error alone.
+    let binary = format == ScrapeFormat::Auto
+        && read_as == Format::Text
+        && bytes.first().is_some_and(|b| !(b.is_ascii_graphic() || b.is_ascii_whitespace()))
+        && std::str::from_utf8(&bytes).is_err();
+    let mut scrape = if binary {
+        match sources::read_scrape_as(&name, bytes.clone(), Format::Protobuf) {
+            Ok(scrape) => scrape,
+            Err(protobuf) => {
+                let text = sources::read_scrape_as(&name, bytes, Format::Text).err().map(|e| e.to_string()).unwrap_or_default();
+                // each reader's message without the file name it starts with (`NAME:LINE: ...`
+                // becomes `line LINE: ...`)
+                let reason = |e: String| -> String {
+                    let Some(rest) = e.strip_prefix(name.as_str()) else { return e };
+                    match rest.strip_prefix(':').and_then(|r| r.split_once(':')) {
+                        Some((line, message)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => format!("line {line}:{message}"),
+                        _ => rest.trim_start_matches(':').trim_start().to_string(),
+                    }
+                };
+                return Err(Error::Input(format!(
+                    "{name}: neither exposition reads it (--format auto): as protobuf, {}; as text, {}",
+                    reason(protobuf.to_string()),
+                    reason(text)
+                )));
+            }
+        }
+    } else {
+        sources::read_scrape_as(&name, bytes, read_as).map_err(input)?
+    };
     // when it was taken, which a pending change's wait is measured to: now for a URL; unknown
     // for a file or standard input (a checkout or copy resets a file's modification time), so
     // a capture with changes pending reports no wait rather than a wrong one
@@ -368,7 +403,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
     Ok(match args.output {
         OutputFormat::Json => serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
         OutputFormat::Yaml => serde_saphyr::to_string(&report).unwrap_or_default(),
-        OutputFormat::Text => render_text(&report),
+        OutputFormat::Text => crate::cli::printable(render_text(&report)),
     })
 }
 
@@ -410,6 +445,19 @@ pub fn render_text(r: &AnalysisReport) -> String {
     s
 }
 
+/// A sample count (a float in the text exposition) for the table: whole counts below 10^15 as
+/// integers, others to three decimals, and from 10^15 on in scientific notation (`1.000e308`:
+/// Rust prints a large float's every digit, 309 of them for 1e308).
+fn count_text(x: f64) -> String {
+    if x.abs() >= 1e15 {
+        format!("{x:.3e}")
+    } else if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{}", (x * 1000.0).round() / 1000.0)
+    }
+}
+
 /// One row per node; the node column is as wide as the longest name (file stems and host:port
 /// are long).
 fn render_node_table(s: &mut String, r: &AnalysisReport) {
@@ -438,7 +486,7 @@ fn render_node_table(s: &mut String, r: &AnalysisReport) {
             n.node,
             n.mode.as_str(),
             n.kubernetes_version.as_deref().unwrap_or("-"),
-            n.sync_samples,
+            count_text(n.sync_samples),
             q(n.sync_p99),
             q(n.network_programming_p99),
             secs(n.propagation_window_seconds),

@@ -152,20 +152,33 @@ pub fn pod_of(doc: &Value, default_ns: &str) -> Result<(Value, String), Error> {
     Ok((pod, ns))
 }
 
-/// Reads every document of a YAML/JSON file (or `-`), flattening `kind: List`, dropping empty ones.
+/// Reads every document of a YAML/JSON file (or `-`), flattening lists ([`flatten`]), dropping empty
+/// ones. Errors (input, exit 1): the file cannot be read or is larger than the limit
+/// ([`crate::sources::read_file`]), it is not YAML ([`documents_of`]), or it holds no document
+/// at all (empty, or only comments and `---`: a cut-off file or a wrong path, as for `analyze`).
 pub fn documents(path: &str) -> Result<Vec<Value>, Error> {
     let text = crate::sources::read_file(path).map_err(|e| Error::Input(e.to_string()))?;
-    documents_of(&text, path)
+    let origin = if path == "-" { "<stdin>" } else { path };
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| Error::Input(crate::cli::yaml_error(origin, &text, &e)))?;
+    if docs.iter().all(Value::is_null) {
+        return Err(Error::Input(format!("{origin}: empty ({} bytes, no YAML document): nothing to read; is this the right file?", text.len())));
+    }
+    documents_of_values(docs, origin)
 }
 
 /// The documents of `text` (the contents of the file `path`, named in errors) as [`documents`]
-/// reads them: multi-document YAML or JSON, `kind: List` flattened, empty documents dropped.
+/// reads them: multi-document YAML or JSON, lists flattened ([`flatten`]), empty documents dropped.
 ///
 /// Errors: text that is not YAML or JSON, and a document that is not a mapping (a Kubernetes
 /// object is one: a string, number or sequence means the file is something else, such as
 /// Markdown, which YAML reads as one string), naming `path` and the document's position.
 pub fn documents_of(text: &str, path: &str) -> Result<Vec<Value>, Error> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| Error::Input(format!("{path}: not valid YAML or JSON: {e}")))?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| Error::Input(crate::cli::yaml_error(path, text, &e)))?;
+    documents_of_values(docs, path)
+}
+
+/// [`documents_of`] after the parse: each document checked and flattened.
+fn documents_of_values(docs: Vec<Value>, path: &str) -> Result<Vec<Value>, Error> {
     let mut out = Vec::new();
     for (n, d) in docs.into_iter().enumerate() {
         let what = match &d {
@@ -183,15 +196,27 @@ pub fn documents_of(text: &str, path: &str) -> Result<Vec<Value>, Error> {
     Ok(out)
 }
 
-fn flatten(d: Value, out: &mut Vec<Value>) {
+/// Appends `d` to `out`, or the items of a list: `kind: List` (kubectl's, each item with its own
+/// kind) or a typed list such as `DeploymentList` (the API server's, whose items carry no kind:
+/// each gets the list's kind less `List`, and its apiVersion, unless it names its own).
+fn flatten(mut d: Value, out: &mut Vec<Value>) {
     if d.is_null() {
         return;
     }
-    if d.get("kind").and_then(Value::as_str) == Some("List")
-        && let Some(items) = d.get("items").and_then(Value::as_array)
+    let kind = d.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+    if let Some(item_kind) = kind.strip_suffix("List")
+        && d.get("items").is_some_and(Value::is_array)
+        && let Some(Value::Array(items)) = d.get_mut("items").map(Value::take)
     {
-        for i in items.clone() {
-            flatten(i, out);
+        let api_version = d.get("apiVersion").cloned();
+        for mut item in items {
+            if let Some(o) = item.as_object_mut().filter(|_| !item_kind.is_empty()) {
+                o.entry("kind").or_insert_with(|| Value::String(item_kind.to_string()));
+                if let Some(v) = &api_version {
+                    o.entry("apiVersion").or_insert_with(|| v.clone());
+                }
+            }
+            flatten(item, out);
         }
         return;
     }
@@ -280,8 +305,8 @@ pub fn run_mutate(args: &MutateArgs) -> Result<String, Error> {
     Ok(match args.output {
         OutputFormat::Json => serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
         OutputFormat::Yaml => serde_saphyr::to_string(&doc).unwrap_or_default(),
-        OutputFormat::Text if results.is_empty() => nothing_to_mutate(&all),
-        OutputFormat::Text => render_text(&results, &read),
+        OutputFormat::Text if results.is_empty() => crate::cli::printable(nothing_to_mutate(&all)),
+        OutputFormat::Text => crate::cli::printable(render_text(&results, &read)),
     })
 }
 
@@ -337,17 +362,17 @@ pub struct ReviewArgs {
     pub plan: PlanArgs,
 }
 
-/// Runs `review`: the exact response body, or the 400 message as an error (exit 1).
+/// Runs `review`: the exact response body, or the 400 message as an error (exit 1). The input is
+/// read as `analyze` and `mutate` read theirs ([`crate::sources::read_file_bytes`]: at most 64
+/// MiB, a larger file or an endless one such as `/dev/zero` is refused without being held); an
+/// empty one (no bytes, or blank) is an error naming it.
 pub fn run_review(args: &ReviewArgs) -> Result<String, Error> {
     let plan = args.plan.plan()?;
-    let body = match args.file.as_str() {
-        "-" => {
-            let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::stdin(), &mut v).map_err(|e| Error::Input(format!("<stdin>: {e}")))?;
-            v
-        }
-        f => std::fs::read(f).map_err(|e| Error::Input(format!("{f}: {e}")))?,
-    };
+    let body = crate::sources::read_file_bytes(&args.file).map_err(|e| Error::Input(e.to_string()))?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        let origin = if args.file == "-" { "<stdin>" } else { args.file.as_str() };
+        return Err(Error::Input(format!("{origin}: empty ({} bytes): no AdmissionReview to read; is this the right file?", body.len())));
+    }
     let out = review(&body, &plan, &AssumeServiceBacked);
     let text = String::from_utf8_lossy(&out.body).into_owned();
     if out.status == 200 { Ok(text + "\n") } else { Err(Error::Input(text.trim_end().to_string())) }

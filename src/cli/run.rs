@@ -205,13 +205,18 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The measurement source of `--source`, checked. Errors (usage): a `--metrics-file` or
-    /// `--kube-proxy-target` that cannot be used, `--source prometheus` without a URL.
+    /// The measurement source of `--source`, checked. Errors: usage (exit 2) for a
+    /// `--metrics-file` not written `NODE=FILE`, a `--kube-proxy-target` that cannot be used,
+    /// `--source prometheus` without a URL; input (exit 1) for a `--metrics-file` that cannot be
+    /// read or is not a scrape.
     fn measurement(&self, scrape_metrics: &ScrapeMetrics) -> Result<(Measurement, MeasurementStore), Error> {
         let usage = |e: SourceError| Error::Usage(e.to_string());
         let window = self.window_seconds as f64;
         let files = match self.source {
-            SourceKind::Files => Some(store_from_files(&self.metrics_files, window).map_err(usage)?),
+            SourceKind::Files => Some(store_from_files(&self.metrics_files, window).map_err(|e| match e {
+                SourceError::MetricsFileSpec(_) => usage(e),
+                e => Error::Input(e.to_string()),
+            })?),
             _ => None,
         };
         let prometheus_url = match (self.source, &self.prometheus_url) {

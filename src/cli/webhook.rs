@@ -101,7 +101,8 @@ impl Listeners {
 /// fires: returns `Ok` after a graceful drain, [`Error::Aborted`] after a second
 /// trigger. (`--listen`/`--admin-listen` are only used by [`Listeners::bind`].)
 pub async fn serve(args: &WebhookArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), Error> {
-    let plan = args.plan.plan().map_err(|e| Error::Usage(e.to_string()))?;
+    // a policy file that cannot be read or used is bad input (exit 1), as in every command
+    let plan = args.plan.plan()?;
     let telemetry = Telemetry::new();
     let parts = Served { plan: PlanHandle::with_plan(plan), services: Arc::new(AssumeServiceBacked), readiness: Readiness::new(), telemetry };
     serve_with(&args.serving, listeners, parts, shutdown).await

@@ -14,6 +14,12 @@
 //! - R7 run-to-completion pods (restartPolicy Never/OnFailure) and R8 mirror pods are left alone.
 //! - R11 idempotent: the engine run on its own output yields an empty patch.
 //!
+//! Bounded work: a pod with more than [`MAX_POD_CONTAINERS`] containers and init containers
+//! together ([`PodReason::TooManyContainers`]) or more than [`MAX_POD_LABELS`] labels
+//! ([`PodReason::TooManyLabels`]) is admitted unchanged with a warning, decided before any
+//! per-container or per-label work, so one request's patch, warnings, per-container reasons and
+//! label copies hold at most that many entries.
+//!
 //! Opt-outs: annotation `safetermination.io/skip: "true"` on the pod, and
 //! `safetermination.io/skip-containers: a,b`. Mutated pods are annotated with
 //! `safetermination.io/prestop-seconds` and `safetermination.io/policy`.
@@ -60,6 +66,43 @@ pub enum PodReason {
     ZeroSleep,
     /// No container could be given a hook (R4/R5): warned.
     NoUsableHandler,
+    /// More than [`MAX_POD_CONTAINERS`] containers and init containers: left unchanged, warned.
+    TooManyContainers,
+    /// More than [`MAX_POD_LABELS`] labels: left unchanged, warned.
+    TooManyLabels,
+}
+
+/// The most containers and init containers together a pod may have for the engine to mutate it
+/// (a pod with more is admitted unchanged with a warning). The bound on one admission request's
+/// work: the patch, the warnings and the per-container reasons grow with the containers. Real
+/// pods have a few to tens of containers; the API server sets no limit, and a 3 MiB request
+/// (its own limit) can name about 80,000 `{"name":"cN","image":"x"}` containers.
+pub const MAX_POD_CONTAINERS: usize = 256;
+
+/// The warning of [`PodReason::TooManyContainers`] (at most 119 characters, so
+/// [`short_warning`] sends it whole).
+pub fn too_many_containers_warning() -> String {
+    format!("safe-termination: more than {MAX_POD_CONTAINERS} containers and init containers; pod admitted unchanged")
+}
+
+/// The most labels a pod may have for the engine to read them (policies and Services select on
+/// them; a pod with more is admitted unchanged with a warning). Each label is copied into the
+/// selector's map, about 120 bytes per label however short it is: a 3 MiB request of short
+/// labels (about 300,000) cost some 40-50 MB (BENCHMARKS.md "Bounded work per request"). Real
+/// pods have a few to tens of labels; the API server sets no limit on their number. Checked
+/// first, before the pod-level rules: the policy is chosen by the labels.
+pub const MAX_POD_LABELS: usize = 1024;
+
+/// The warning of [`PodReason::TooManyLabels`] (under 119 characters).
+pub fn too_many_labels_warning() -> String {
+    format!("safe-termination: more than {MAX_POD_LABELS} labels; pod admitted unchanged")
+}
+
+/// The number of `spec.containers` and `spec.initContainers` entries of `spec` (each list's
+/// length when it is an array, else 0).
+fn container_count(spec: &Value) -> usize {
+    let len = |key: &str| spec.get(key).and_then(Value::as_array).map_or(0, Vec::len);
+    len("containers").saturating_add(len("initContainers"))
 }
 
 /// What happened to one container of `spec.containers`.
@@ -85,7 +128,7 @@ pub enum ContainerReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerMutation {
-    /// Container name.
+    /// Container name (a name longer than [`MAX_SHOWN_NAME_BYTES`] cut there with `…`).
     pub name: String,
     /// What happened.
     pub reason: ContainerReason,
@@ -127,6 +170,25 @@ pub fn short_warning(s: String) -> String {
     out
 }
 
+/// The longest container name a [`PodMutation`] repeats (in its per-container reasons and
+/// warnings), bytes: 253, the longest name Kubernetes accepts for any object (a container's is at
+/// most 63). A longer name, which the API server refuses anyway, is cut there with `…`, so that a
+/// pod's names are not copied whole into each reason and warning.
+pub const MAX_SHOWN_NAME_BYTES: usize = 253;
+
+/// `name` as a [`PodMutation`] shows it: whole up to [`MAX_SHOWN_NAME_BYTES`], else cut there
+/// (at a character boundary) with `…`.
+fn shown_name(name: &str) -> String {
+    if name.len() <= MAX_SHOWN_NAME_BYTES {
+        return name.to_string();
+    }
+    let mut end = MAX_SHOWN_NAME_BYTES;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &name[..end])
+}
+
 fn ptr(tokens: &[&str]) -> PointerBuf {
     PointerBuf::from_tokens(tokens.iter().copied())
 }
@@ -160,8 +222,12 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         return PodMutation::skip(PodReason::NotAPod, Vec::new(), None);
     }
     let meta = pod.get("metadata");
+    let label_values = meta.and_then(|m| m.get("labels"));
+    if label_values.and_then(Value::as_object).is_some_and(|l| l.len() > MAX_POD_LABELS) {
+        return PodMutation::skip(PodReason::TooManyLabels, vec![too_many_labels_warning()], None);
+    }
     let annotations = str_map(meta.and_then(|m| m.get("annotations")));
-    let labels = str_map(meta.and_then(|m| m.get("labels")));
+    let labels = str_map(label_values);
     let namespace = if namespace.is_empty() { meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).unwrap_or("") } else { namespace };
     let empty = json!({});
     let spec = pod.get("spec").filter(|s| s.is_object()).unwrap_or(&empty);
@@ -169,6 +235,11 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         Ok(scope) => scope,
         Err(skipped) => return skipped,
     };
+    if container_count(spec) > MAX_POD_CONTAINERS {
+        let InScope { policy_ref, mut warnings, .. } = scope;
+        warnings.push(too_many_containers_warning());
+        return PodMutation::skip(PodReason::TooManyContainers, warnings, Some(policy_ref));
+    }
     let hooks = container_hooks(spec, &annotations, scope.policy, scope.pre_stop, plan.capabilities);
     finish(meta, &annotations, scope, hooks)
 }
@@ -270,16 +341,21 @@ fn container_hooks(spec: &Value, annotations: &Labels, policy: &PlanPolicy, pre_
     let mut hooks = Hooks { ops: Vec::new(), containers: Vec::new(), injected: 0, kept: 0, any_without_handler: false, warnings: Vec::new() };
     let mut no_handler: Vec<String> = Vec::new();
     let list = spec.get("containers").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    if spec.get("containers").is_some_and(|c| !c.is_null() && !c.is_array()) {
+        // a map or a string where a list belongs (a Pod the API server refuses): said, not silent
+        hooks.warnings.push("safe-termination: spec.containers is not a list; no preStop added".into());
+    }
     for (i, c) in list.iter().enumerate() {
         // a container entry that is not an object cannot take a hook (the API server rejects
         // such a pod anyway); nothing is added under it
         if !c.is_object() {
             continue;
         }
-        let name = c.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+        let full_name = c.get("name").and_then(Value::as_str).unwrap_or("");
+        let name = shown_name(full_name);
         let idx = i.to_string();
         let lifecycle = c.get("lifecycle").filter(|l| l.is_object());
-        let reason = if skip_containers.contains(&name.as_str()) {
+        let reason = if skip_containers.contains(&full_name) {
             ContainerReason::OptedOut
         } else if let Some(existing) = lifecycle.and_then(|l| l.get("preStop")).filter(|p| !p.is_null()) {
             hooks.kept += 1;

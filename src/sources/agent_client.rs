@@ -105,7 +105,7 @@ impl AgentSource {
     pub fn client(&self) -> Result<reqwest::Client, String> {
         let content = [&self.files.ca, &self.files.cert, &self.files.key]
             .iter()
-            .map(|p| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display())))
+            .map(|p| crate::agent_contract::tls::read(p).map_err(|e| e.to_string()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut cached = self.client.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, client)) = cached.as_ref().filter(|(c, _)| *c == content) {

@@ -11,8 +11,9 @@ pub enum SourceError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// A file or standard input is larger than [`super::oneshot::MAX_FILE_BYTES`].
-    #[error("{path}: larger than {limit} bytes, the limit on a file or standard input (a kube-proxy scrape is about 80 KB; is this the right file?)")]
+    /// A file or standard input is larger than [`super::oneshot::MAX_FILE_BYTES`]. The message
+    /// fits any command's input; `analyze` adds how large a scrape is.
+    #[error("{path}: larger than {limit} bytes, the limit on a file or standard input: is this the right file?")]
     FileTooLarge {
         /// The path, or `<stdin>`.
         path: String,

@@ -119,7 +119,7 @@ pub fn store_from_files(specs: &[String], window_seconds: f64) -> Result<Measure
     let mut store = MeasurementStore::new(window_seconds);
     for spec in specs {
         let (node, path) = spec.split_once('=').ok_or_else(|| SourceError::MetricsFileSpec(spec.clone()))?;
-        let bytes = std::fs::read(path).map_err(|source| SourceError::File { path: path.to_string(), source })?;
+        let bytes = read_file_bytes(path)?;
         let format = Format::detect(&bytes);
         let scrape = read_scrape_as(path, bytes, format)?;
         store.record_via(node, Sample { at_unix_seconds: unix_now(), scrape, proxy_mode: None }, crate::core::measure::NodeSource::File);

@@ -12,13 +12,16 @@
 //! directly, in kube-core's field order, with `patch` as base64, so that it matches the
 //! documented form whatever the decoder accepts (tests/e2e_in_process.rs: a real kube-apiserver applies it).
 //!
-//! Cost: the body is parsed once into a `serde_json::Value`; the request's fields are read from
-//! it by reference and the pod is patched in place to check the patch (BENCHMARKS.md "Webhook").
+//! Cost: the body is parsed once into a `serde_json::Value` holding only what the decision reads
+//! ([`parse_review`]: at most [`MAX_POD_CONTAINERS`] + 1 containers and [`MAX_POD_LABELS`] + 1
+//! labels, so its size follows the body's bytes); the request's fields are read from it by
+//! reference and the pod is patched in place to check the patch (BENCHMARKS.md "Webhook",
+//! "Bounded work per request").
 
 use crate::core::annotations::{
     ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_MIRROR, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP, ANNOTATION_SKIP_CONTAINERS,
 };
-use crate::core::mutate::{PodMutation, PodReason, mutate_pod, short_warning};
+use crate::core::mutate::{MAX_POD_CONTAINERS, MAX_POD_LABELS, PodMutation, PodReason, mutate_pod, short_warning};
 use crate::core::plan::Plan;
 use crate::core::selector::ServiceIndex;
 use base64::Engine as _;
@@ -75,6 +78,8 @@ pub fn decision_label(reason: PodReason) -> &'static str {
         PodReason::GraceZero => "skipped_grace_zero",
         PodReason::ZeroSleep => "skipped_zero_sleep",
         PodReason::NoUsableHandler => "skipped_no_usable_handler",
+        PodReason::TooManyContainers => "skipped_too_many_containers",
+        PodReason::TooManyLabels => "skipped_too_many_labels",
     }
 }
 
@@ -267,15 +272,26 @@ fn fail_open(response: &mut Response<'_>, out: &mut ReviewOutcome, why: &str) {
 }
 
 /// Where a JSON value sits in an AdmissionReview, for [`parse_review`]: which keys of an
-/// object there are kept, and the place of each kept key's value.
+/// object there are kept, the place of each kept key's value, and how many of an array's
+/// elements are kept ([`Place::elements`]).
+///
+/// No place keeps a value whole: a scalar ([`Place::Scalar`]) is kept, an object or array there
+/// is replaced by an empty one of the same type (the decision only asks whether such a value is
+/// there, and of which type). So the parsed value holds each kept string once, and at most a
+/// fixed number of objects per container, for at most [`MAX_POD_CONTAINERS`] + 1 containers:
+/// its size follows the body's bytes, not the number of JSON values in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
-    /// Kept whole.
-    Whole,
+    /// A string, number, bool or null, kept; an object or array, kept empty.
+    Scalar,
     /// The envelope: `apiVersion`, `kind`, `request`.
     Review,
     /// `request`: the fields of [`RequestFields`] and `object`.
     Request,
+    /// `request.kind` and `request.resource`: an object's `group`, `version`, `kind`,
+    /// `resource`, or an array's first four elements (the contract takes exactly three: a fourth
+    /// kept tells a longer array from a valid one).
+    Gvk,
     /// `request.object`: `kind`, `apiVersion`, `metadata`, `spec`.
     Pod,
     /// `metadata`: `annotations`, `labels`, `namespace`, `name`, `generateName`.
@@ -283,12 +299,32 @@ enum Place {
     /// `metadata.annotations`: only the keys [`mutate_pod`] reads (ours and the mirror-pod
     /// key); others (such as kubectl's last-applied-configuration, often kilobytes) are skipped.
     Annotations,
-    /// `spec`: `containers`, `restartPolicy`, `terminationGracePeriodSeconds`, `os`, `nodeSelector`.
+    /// `metadata.labels`: the first [`MAX_POD_LABELS`] + 1 distinct keys (policies and Services
+    /// select on them), scalar values; the rest are checked and dropped (one more than the limit
+    /// tells the engine the pod is over it).
+    Labels,
+    /// `spec`: `containers`, `initContainers`, `restartPolicy`, `terminationGracePeriodSeconds`,
+    /// `os`, `nodeSelector`.
     Spec,
-    /// `spec.containers`: each element is a [`Place::Container`].
+    /// `spec.containers`: the first [`MAX_POD_CONTAINERS`] + 1 elements, each a
+    /// [`Place::Container`]; the rest are checked and dropped (one more than the limit tells
+    /// the engine the pod is over it, and the pod is then left unchanged).
     Containers,
+    /// `spec.initContainers`: counted, not read: the first [`MAX_POD_CONTAINERS`] + 1 elements
+    /// kept as [`Place::Scalar`] (an empty object each).
+    InitContainers,
     /// A container: `name`, `image`, `lifecycle`.
     Container,
+    /// `lifecycle`: `preStop` (whether it is there; `postStart` is not read).
+    Lifecycle,
+    /// `lifecycle.preStop`: `sleep` (an existing sleep's seconds are compared with the plan's).
+    PreStop,
+    /// `preStop.sleep`: `seconds`.
+    Sleep,
+    /// `spec.os`: `name`.
+    Os,
+    /// `spec.nodeSelector`: `kubernetes.io/os`.
+    NodeSelector,
 }
 
 impl Place {
@@ -296,26 +332,45 @@ impl Place {
     fn child(self, key: &str) -> Option<Place> {
         use Place::*;
         match (self, key) {
-            (Whole, _) | (Review, "apiVersion" | "kind") => Some(Whole),
+            (Review, "apiVersion" | "kind") => Some(Scalar),
             (Review, "request") => Some(Request),
             (Request, "object") => Some(Pod),
-            (Request, "uid" | "kind" | "resource" | "subResource" | "name" | "namespace" | "operation") => Some(Whole),
-            (Pod, "kind" | "apiVersion") => Some(Whole),
+            (Request, "kind" | "resource") => Some(Gvk),
+            (Request, "uid" | "subResource" | "name" | "namespace" | "operation") => Some(Scalar),
+            (Gvk, "group" | "version" | "kind" | "resource") => Some(Scalar),
+            (Pod, "kind" | "apiVersion") => Some(Scalar),
             (Pod, "metadata") => Some(Metadata),
             (Pod, "spec") => Some(Spec),
             (Metadata, "annotations") => Some(Annotations),
-            (Metadata, "labels" | "namespace" | "name" | "generateName") => Some(Whole),
-            (Annotations, k) if READ_ANNOTATIONS.contains(&k) => Some(Whole),
+            (Metadata, "labels") => Some(Labels),
+            (Metadata, "namespace" | "name" | "generateName") => Some(Scalar),
+            (Annotations, k) if READ_ANNOTATIONS.contains(&k) => Some(Scalar),
+            (Labels, _) => Some(Scalar),
             (Spec, "containers") => Some(Containers),
-            (Spec, "restartPolicy" | "terminationGracePeriodSeconds" | "os" | "nodeSelector") => Some(Whole),
-            (Container, "name" | "image" | "lifecycle") => Some(Whole),
+            (Spec, "initContainers") => Some(InitContainers),
+            (Spec, "restartPolicy" | "terminationGracePeriodSeconds") => Some(Scalar),
+            (Spec, "os") => Some(Os),
+            (Spec, "nodeSelector") => Some(NodeSelector),
+            (Container, "name" | "image") => Some(Scalar),
+            (Container, "lifecycle") => Some(Lifecycle),
+            (Lifecycle, "preStop") => Some(PreStop),
+            (PreStop, "sleep") => Some(Sleep),
+            (Sleep, "seconds") => Some(Scalar),
+            (Os, "name") => Some(Scalar),
+            (NodeSelector, "kubernetes.io/os") => Some(Scalar),
             _ => None,
         }
     }
 
-    /// The place of an array's elements.
-    fn element(self) -> Place {
-        if self == Place::Containers { Place::Container } else { Place::Whole }
+    /// The place of an array's elements here, and how many are kept (the rest are checked and
+    /// dropped).
+    fn elements(self) -> (Place, usize) {
+        match self {
+            Place::Containers => (Place::Container, MAX_POD_CONTAINERS + 1),
+            Place::InitContainers => (Place::Scalar, MAX_POD_CONTAINERS + 1),
+            Place::Gvk => (Place::Scalar, 4),
+            _ => (Place::Scalar, 0),
+        }
     }
 }
 
@@ -326,13 +381,22 @@ const READ_ANNOTATIONS: [&str; 6] =
 /// Parses an AdmissionReview body into a `serde_json::Value` that holds only what [`review`]
 /// and [`mutate_pod`] read (see [`Place`]): the envelope, the request's identifying fields, and
 /// of the pod its kind, metadata labels/namespace/name/generateName and the annotations
-/// [`mutate_pod`] reads ([`READ_ANNOTATIONS`]: the map itself is kept, even empty), and of its spec
-/// the containers' name/image/lifecycle, restartPolicy, terminationGracePeriodSeconds, os and
-/// nodeSelector. Everything else (managedFields, userInfo, oldObject, volumes, env, probes,
-/// status, ...) is checked as JSON and skipped without being built, which is most of the body's
-/// allocations. Every JSON patch [`mutate_pod`] makes touches only kept paths, so it applies to
-/// this value exactly when it applies to the whole object (tested against whole objects in
-/// tests/webhook_fuzz.rs and tests/webhook_cases.rs).
+/// [`mutate_pod`] reads ([`READ_ANNOTATIONS`]: the map itself is kept, even empty), and of its
+/// spec the first [`MAX_POD_CONTAINERS`] + 1 containers' name, image and
+/// `lifecycle.preStop.sleep.seconds`, the init containers' count (up to the same bound),
+/// restartPolicy, terminationGracePeriodSeconds, `os.name` and the `kubernetes.io/os` node
+/// selector. Everything else (managedFields, userInfo, oldObject, volumes, env, probes, status,
+/// postStart, the containers past the bound, ...) is checked as JSON and skipped without being
+/// built, which is most of the body's allocations; an object or array where a scalar is read is
+/// kept empty. Every JSON patch [`mutate_pod`] makes touches only kept paths (a container, its
+/// lifecycle, the grace, the annotations), and each kept value has the type it has in the whole
+/// object, so the patch applies to this value exactly when it applies to the whole object, and
+/// the decision is the same (tested against whole objects in tests/webhook_fuzz.rs and
+/// tests/webhook_cases.rs).
+///
+/// Memory: the parsed value holds each kept string's bytes once, at most a few small objects
+/// per kept container, and one map entry per label: it follows the body's bytes, and the
+/// containers past the bound cost nothing (BENCHMARKS.md "Bounded work per request").
 ///
 /// Errors: the body is not UTF-8 or not one JSON value (serde_json's message, with line and
 /// column); the same inputs `serde_json::from_slice::<Value>` rejects.
@@ -439,9 +503,6 @@ impl<'de> serde::de::DeserializeSeed<'de> for Pruned {
     type Value = Value;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        if self.0 == Place::Whole {
-            return <Value as serde::Deserialize>::deserialize(d);
-        }
         d.deserialize_any(self)
     }
 }
@@ -477,16 +538,25 @@ impl<'de> serde::de::Visitor<'de> for Pruned {
         Ok(Value::Null)
     }
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-        while let Some(v) = seq.next_element_seed(Pruned(self.0.element()))? {
-            out.push(v);
+        let (element, keep) = self.0.elements();
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(keep).min(64));
+        while out.len() < keep {
+            match seq.next_element_seed(Pruned(element))? {
+                Some(v) => out.push(v),
+                None => return Ok(Value::Array(out)),
+            }
         }
+        while seq.next_element_seed(Skip)?.is_some() {}
         Ok(Value::Array(out))
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = serde_json::Map::new();
+        // labels: distinct keys past the bound are not kept (a repeated key replaces its value,
+        // as in serde_json's Value, so the count is of distinct keys either way)
+        let keep = if self.0 == Place::Labels { MAX_POD_LABELS + 1 } else { usize::MAX };
         while let Some(key) = map.next_key::<Key<'de>>()? {
-            match self.0.child(key.as_str()) {
+            let kept = out.len() < keep || out.contains_key(key.as_str());
+            match self.0.child(key.as_str()).filter(|_| kept) {
                 Some(place) => {
                     let v = map.next_value_seed(Pruned(place))?;
                     let key = match key {
@@ -529,6 +599,40 @@ mod tests {
         assert_eq!(r["object"]["spec"].as_object().unwrap().keys().collect::<Vec<_>>(), ["containers", "restartPolicy", "terminationGracePeriodSeconds"]);
         assert_eq!(r["object"]["spec"]["containers"], serde_json::json!([{"image": "jmalloc/echo-server", "name": "echo-server"}]));
         assert_eq!(r["uid"], whole["request"]["uid"]);
+    }
+
+    #[test]
+    fn parse_review_keeps_scalars_and_bounded_lists_only() {
+        let containers: Vec<Value> = (0..MAX_POD_CONTAINERS + 40)
+            .map(|i| {
+                serde_json::json!({"name": format!("c{i}"), "image": "x", "env": [{"name": "A"}],
+                    "lifecycle": {"postStart": {"exec": {"command": ["a", "b"]}}, "preStop": {"sleep": {"seconds": 3, "x": 1}, "exec": {"command": ["a"]}}}})
+            })
+            .collect();
+        let labels: serde_json::Map<String, Value> = (0..MAX_POD_LABELS + 40).map(|i| (format!("l{i}"), Value::from("v"))).collect();
+        let body = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u", "kind": ["", "v1", "Pod", "x", "y"], "resource": {"group": "", "version": "v1", "resource": "pods", "extra": [1, 2]},
+            "name": [1, 2, 3], "object": {"metadata": {"labels": labels},
+                "spec": {"containers": containers, "initContainers": [{"name": "i0", "image": "x"}, {"name": "i1"}], "os": {"name": "linux", "x": [1]},
+                    "nodeSelector": {"kubernetes.io/os": "linux", "zone": "a"}, "terminationGracePeriodSeconds": [1, 2, 3], "restartPolicy": {"a": "b"}}}}});
+        let v = parse_review(&serde_json::to_vec(&body).unwrap()).unwrap();
+        let r = &v["request"];
+        // objects and arrays where a scalar is read are kept empty; a kind array keeps four
+        // elements, so it is still refused as not three
+        assert_eq!(r["kind"], serde_json::json!(["", "v1", "Pod", "x"]));
+        assert_eq!(r["resource"], serde_json::json!({"group": "", "version": "v1", "resource": "pods"}));
+        assert_eq!(r["name"], serde_json::json!([]));
+        let spec = &r["object"]["spec"];
+        assert_eq!((&spec["terminationGracePeriodSeconds"], &spec["restartPolicy"]), (&serde_json::json!([]), &serde_json::json!({})));
+        assert_eq!((&spec["os"], &spec["nodeSelector"]), (&serde_json::json!({"name": "linux"}), &serde_json::json!({"kubernetes.io/os": "linux"})));
+        // one more container and label than the bounds, each container's name, image and
+        // preStop.sleep.seconds; init containers counted as empty objects
+        let kept = spec["containers"].as_array().unwrap();
+        assert_eq!(kept.len(), MAX_POD_CONTAINERS + 1);
+        assert_eq!(kept[3], serde_json::json!({"name": "c3", "image": "x", "lifecycle": {"preStop": {"sleep": {"seconds": 3}}}}));
+        assert_eq!(spec["initContainers"], serde_json::json!([{}, {}]));
+        assert_eq!(r["object"]["metadata"]["labels"].as_object().unwrap().len(), MAX_POD_LABELS + 1);
+        assert_eq!(request_of(r).err().as_deref(), Some("request u: request.kind is missing or not an object {group, version, kind}"));
     }
 
     #[test]

@@ -38,7 +38,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -330,7 +330,23 @@ async fn read_body(
         decision: "fail_open",
         message: format!("internal error: body budget: {e}"),
     })?;
-    let Ok(collected) = tokio::time::timeout(timeout, Limited::new(&mut body, limit).collect()).await else {
+    // the frames are copied into one buffer of the declared length as they arrive: the body is
+    // held once (collecting the frames, then joining them, held it twice at the end)
+    let collect = async {
+        let mut buf: Vec<u8> = Vec::with_capacity(declared.map_or(UNDECLARED_BODY_CAPACITY, |len| usize::try_from(len).unwrap_or(limit)).min(limit));
+        while let Some(frame) = body.frame().await {
+            // usually the client went away mid-body (a reset stream or connection)
+            let frame = frame.map_err(|e| Some(e.to_string()))?;
+            if let Some(data) = frame.data_ref() {
+                if buf.len() + data.len() > limit {
+                    return Err(None);
+                }
+                buf.extend_from_slice(data);
+            }
+        }
+        Ok::<_, Option<String>>(Bytes::from(buf))
+    };
+    let Ok(collected) = tokio::time::timeout(timeout, collect).await else {
         return Err(Rejected {
             status: StatusCode::REQUEST_TIMEOUT,
             decision: "body_timeout",
@@ -338,16 +354,19 @@ async fn read_body(
         });
     };
     match collected {
-        Ok(collected) => Ok((collected.to_bytes(), reserved)),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+        Ok(bytes) => Ok((bytes, reserved)),
+        Err(None) => {
             drop(reserved);
             drain_h2(version, &mut body, limit, timeout).await;
             Err(too_large())
         }
-        // usually the client went away mid-body (a reset stream or connection)
-        Err(e) => Err(Rejected { status: StatusCode::BAD_REQUEST, decision: "body_read_error", message: format!("cannot read the request body: {e}") }),
+        Err(Some(e)) => Err(Rejected { status: StatusCode::BAD_REQUEST, decision: "body_read_error", message: format!("cannot read the request body: {e}") }),
     }
 }
+
+/// The first capacity of the buffer of a body sent without a `Content-Length`, bytes (it grows
+/// as the body comes, up to the limit).
+const UNDECLARED_BODY_CAPACITY: usize = 64 * 1024;
 
 async fn answer(state: &WebhookState, headers: &HeaderMap, version: Version, mut body: Body) -> Result<ReviewOutcome, Rejected> {
     if let Err(message) = is_json(headers) {

@@ -45,6 +45,27 @@ pub enum TlsError {
     Rejected(rustls::Error),
 }
 
+/// The most a certificate, key or CA bundle file is read, bytes (1 MiB: a PEM chain or bundle is
+/// a few KB; the system's whole CA bundle about 200 KB).
+pub const MAX_PEM_FILE_BYTES: u64 = 1 << 20;
+
+/// Reads a PEM file (certificate chain, key or CA bundle), at most [`MAX_PEM_FILE_BYTES`]: a
+/// larger or endless file (`/dev/zero` named by mistake) is [`TlsError::Read`] saying so, after
+/// reading one byte past the limit, never held whole.
+pub fn read_pem_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    use std::io::Read as _;
+    let error = |source| TlsError::Read { path: path.to_path_buf(), source };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).and_then(|f| f.take(MAX_PEM_FILE_BYTES + 1).read_to_end(&mut bytes)).map_err(error)?;
+    if bytes.len() as u64 > MAX_PEM_FILE_BYTES {
+        return Err(error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_PEM_FILE_BYTES} bytes, the limit on a PEM file: is this the right file?"),
+        )));
+    }
+    Ok(bytes)
+}
+
 /// The ring crypto provider (the only one this process uses).
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -145,7 +166,10 @@ impl CertReloader {
     }
 
     async fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-        tokio::fs::read(path).await.map_err(|source| TlsError::Read { path: path.to_path_buf(), source })
+        let owned = path.to_path_buf();
+        tokio::task::spawn_blocking(move || read_pem_file(&owned))
+            .await
+            .map_err(|e| TlsError::Read { path: path.to_path_buf(), source: std::io::Error::other(e.to_string()) })?
     }
 
     fn count(&self, ok: bool) {
@@ -228,6 +252,26 @@ mod tests {
     fn pair(name: &str) -> (String, String) {
         let c = rcgen::generate_simple_self_signed(vec![name.to_string()]).unwrap();
         (c.cert.pem(), c.signing_key.serialize_pem())
+    }
+
+    #[test]
+    fn pem_files_are_read_up_to_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, _) = pair("a.example");
+        let ok = dir.path().join("tls.crt");
+        std::fs::write(&ok, &cert).unwrap();
+        assert_eq!(read_pem_file(&ok).unwrap(), cert.as_bytes());
+        let at_limit = dir.path().join("big.crt");
+        std::fs::write(&at_limit, vec![b'x'; MAX_PEM_FILE_BYTES as usize]).unwrap();
+        assert_eq!(read_pem_file(&at_limit).unwrap().len() as u64, MAX_PEM_FILE_BYTES);
+        for path in [Path::new("/dev/zero").to_path_buf(), {
+            std::fs::write(&at_limit, vec![b'x'; MAX_PEM_FILE_BYTES as usize + 1]).unwrap();
+            at_limit.clone()
+        }] {
+            let e = read_pem_file(&path).unwrap_err().to_string();
+            assert_eq!(e, format!("cannot read {}: larger than 1048576 bytes, the limit on a PEM file: is this the right file?", path.display()));
+        }
+        assert!(read_pem_file(&dir.path().join("missing")).unwrap_err().to_string().contains("No such file"));
     }
 
     #[test]

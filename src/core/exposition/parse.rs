@@ -418,7 +418,10 @@ fn parse(text: &str, fast: bool) -> Result<KubeProxyScrape, ParseError> {
         let family = |kind: &Option<Name>| match kind {
             Some(k) => family_of(k).to_string(),
             None if !block.is_empty() && (name.starts_with(block) || (!name.is_empty() && block.starts_with(name))) => block.to_string(),
-            None => name.to_string(),
+            // the name as written, up to a blank or a brace: a name cut short by a character a
+            // name may not hold (`fö`) is named whole, not by its valid prefix (`f`)
+            None if !name.is_empty() => body[..body.find([' ', '\t', '{']).unwrap_or(body.len())].to_string(),
+            None => String::new(),
         };
         let err = |message: String| ParseError { line: line_no, family: family(&kind), message };
         if is_last_unterminated && kind.is_some() {
@@ -1150,6 +1153,11 @@ kubeproxy_sync_proxy_rules_iptables_total{table=\"nat\"} 7
         assert_eq!((e.line, e.family.as_str()), (1, ""));
         assert_eq!(e.to_string(), "line 1: expected a metric name or a comment, found '}'");
         assert_eq!(e.at("scrape.txt"), "scrape.txt:1: expected a metric name or a comment, found '}'");
+        // a name cut short by a character a name may not hold is named whole, not by its prefix
+        for line in ["fö 1\n", "fö{a=\"b\"} 1\n"] {
+            let e = parse_kube_proxy_metrics(line).unwrap_err();
+            assert_eq!(e.at("scrape.txt"), "scrape.txt:1: fö: character 'ö' is not allowed in metric name \"fö\"", "{line:?}");
+        }
     }
 
     /// The format ends every line with a line feed. A last line without one is an error when it
