@@ -8,7 +8,7 @@
 //! protocol), so each read lists that chain alone, never the whole table. A `KUBE-SEP-` name is
 //! a hash of its endpoint, so its IP is read once and kept.
 
-use super::{DataPlaneReader, ReadError, Runner, ServicePort, ip_of_destination};
+use super::{DataPlaneReader, ReadError, Runner, ServicePort, excerpt, ip_of_destination};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
@@ -63,11 +63,6 @@ pub fn parse_endpoint_chain(text: &str, chain: &str) -> Result<IpAddr, String> {
         }
     }
     Err(format!("no DNAT rule in chain {chain}"))
-}
-
-fn excerpt(s: &str) -> String {
-    let cut: String = s.chars().take(120).collect();
-    if cut.len() < s.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
 }
 
 /// kube-proxy iptables mode's reader: `program` is the node's `iptables` of the backend
@@ -126,19 +121,8 @@ impl<R: Runner> DataPlaneReader for IptablesReader<R> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Canned, Faulty};
+    use super::super::{Canned, Faulty, test_service as svc};
     use super::*;
-
-    fn svc(ns: &str, name: &str, port: &str) -> ServicePort {
-        ServicePort {
-            namespace: ns.into(),
-            name: name.into(),
-            port_name: port.into(),
-            protocol: "TCP".into(),
-            cluster_ip: "10.96.0.1".parse().unwrap(),
-            port: 443,
-        }
-    }
 
     /// The chain names of a real cluster (`KUBE-SVC-NPX46M4PTMTKRN6Y` is default/kubernetes:https
     /// on every kube-proxy).

@@ -166,6 +166,26 @@ impl<R: DataPlaneReader> DataPlaneReader for Faulty<R> {
     }
 }
 
+/// At most 120 characters of `s`, quoted, for an error message.
+fn excerpt(s: &str) -> String {
+    let cut: String = s.chars().take(120).collect();
+    if cut.len() < s.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
+}
+
+/// A TCP Service port `namespace/name:port_name` on ClusterIP 10.96.0.1:443, for the readers'
+/// tests.
+#[cfg(test)]
+fn test_service(namespace: &str, name: &str, port_name: &str) -> ServicePort {
+    ServicePort {
+        namespace: namespace.into(),
+        name: name.into(),
+        port_name: port_name.into(),
+        protocol: "TCP".into(),
+        cluster_ip: "10.96.0.1".parse().unwrap(),
+        port: 443,
+    }
+}
+
 /// The IP of an `IP:port` or `[IPv6]:port` destination.
 fn ip_of_destination(s: &str) -> Option<IpAddr> {
     let host = match s.strip_prefix('[') {

@@ -13,7 +13,7 @@
 //! sync later, so a chain being present says nothing; the service chain's map is what sends
 //! new connections.
 
-use super::{DataPlaneReader, ReadError, Runner, ServicePort, ip_of_destination};
+use super::{DataPlaneReader, ReadError, Runner, ServicePort, excerpt, ip_of_destination};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
@@ -69,11 +69,6 @@ fn entry_ip(value: &str) -> Option<IpAddr> {
     ip_of_destination(ip.trim())
 }
 
-fn excerpt(s: &str) -> String {
-    let cut: String = s.chars().take(120).collect();
-    if cut.len() < s.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
-}
-
 /// kube-proxy nftables mode's reader, running `program` (the node's `nft`).
 pub struct NftablesReader<R: Runner> {
     runner: R,
@@ -104,19 +99,8 @@ impl<R: Runner> DataPlaneReader for NftablesReader<R> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Canned;
+    use super::super::{Canned, test_service as svc};
     use super::*;
-
-    fn svc(ns: &str, name: &str, port: &str) -> ServicePort {
-        ServicePort {
-            namespace: ns.into(),
-            name: name.into(),
-            port_name: port.into(),
-            protocol: "TCP".into(),
-            cluster_ip: "10.96.0.1".parse().unwrap(),
-            port: 443,
-        }
-    }
 
     /// The chain names a real 1.37.2 kube-proxy wrote (its `service-ips` map on the local
     /// cluster's nftables node).
