@@ -392,17 +392,7 @@ pub fn measure_node_after(
     // the kube-proxy term: a removal's window under kube-proxy's runner with these sync
     // durations ([`crate::core::window_distribution`])
     let deletion_window = sync.as_ref().and_then(Distribution::durations).map(|(d, known)| (DeletionWindow::new(d, min_sync_period_seconds), known));
-    let from_sync = sync_p99.map(|q| {
-        let modelled = deletion_window
-            .as_ref()
-            .map(|(w, _)| {
-                let kube_proxy = w.quantile(QUANTILE);
-                lag.map_or(kube_proxy, |l| l.quantile_of_sum(QUANTILE, kube_proxy, |x| w.cdf(x)))
-            })
-            .filter(|w| w.is_finite());
-        let bound = || deletion_window_bound_seconds(min_sync_period_seconds, q.seconds) + lag.map_or(0.0, LagDistribution::max_seconds);
-        (modelled.unwrap_or_else(bound), q.kind)
-    });
+    let from_sync = sync_p99.map(|q| (kube_proxy_term(deletion_window.as_ref().map(|(w, _)| w), q.seconds, min_sync_period_seconds, lag), q.kind));
     let coverage_by_sleep = coverage_by_sleep(deletion_window.as_ref(), lag, np.as_ref().and_then(Distribution::durations).as_ref());
     let floor = min_sync_period_seconds + lag.map_or(0.0, LagDistribution::p99_seconds);
     let (window, histogram_kind) = match combine_terms(from_sync, from_np, floor) {
@@ -431,6 +421,19 @@ pub fn measure_node_after(
         iptables_rules_total: input.later.iptables_rules_total,
         coverage_by_sleep,
     }
+}
+
+/// The kube-proxy term of W, seconds: the p99 of the control plane's `lag` plus a removal's
+/// `window` in kube-proxy, by convolution (the window alone without a lag); with no usable
+/// window distribution, the bound `minSyncPeriod + 2 x p99(sync)` plus the longest lag.
+fn kube_proxy_term(window: Option<&DeletionWindow>, sync_p99_seconds: f64, min_sync_period_seconds: f64, lag: Option<&LagDistribution>) -> f64 {
+    let modelled = window
+        .map(|w| {
+            let kube_proxy = w.quantile(QUANTILE);
+            lag.map_or(kube_proxy, |l| l.quantile_of_sum(QUANTILE, kube_proxy, |x| w.cdf(x)))
+        })
+        .filter(|w| w.is_finite());
+    modelled.unwrap_or_else(|| deletion_window_bound_seconds(min_sync_period_seconds, sync_p99_seconds) + lag.map_or(0.0, LagDistribution::max_seconds))
 }
 
 /// W from its two terms, each `(seconds, histogram kind)`: the higher of the kube-proxy term
