@@ -7,7 +7,8 @@
 //! server and the watch deliver the change, (3) kube-proxy's runner and sync write the rules.
 //! kube-proxy's histograms measure step 3 only ([`crate::core::window_distribution`]); network
 //! programming latency covers steps 1-2 for pods turning Ready, never for deletions (the
-//! EndpointSlice trigger time is not computed for deletions: kubernetes/kubernetes issue 81360).
+//! EndpointSlice trigger time is not computed for deletions: k8s.io/endpointslice
+//! `util/trigger_time_tracker.go`).
 //! This module measures steps 1-2 for every deletion: the lag between a pod watch's first event
 //! with `deletionTimestamp` set and an EndpointSlice watch's first event that shows the pod's
 //! endpoint terminating or gone. Both times come from the same clock, so no skew enters; the

@@ -8,7 +8,7 @@
 //! The chain's name is computed as kube-proxy computes it (`pkg/proxy/nftables/proxier.go`
 //! `servicePortChainNameBase` and `hashAndTruncate`: the first 8 characters of the base32 of
 //! the SHA-256 of the name), so each read lists that chain alone (`nft list chain`), never the
-//! ruleset (an old `nft` crashed listing other tables' objects: kubernetes issue 136786). The
+//! ruleset (an `nft` older than the tables it lists can crash on objects it does not know). The
 //! endpoint chains are not read: the proxier flushes a removed endpoint's chain and deletes it a
 //! sync later, so a chain being present says nothing; the service chain's map is what sends
 //! new connections.
