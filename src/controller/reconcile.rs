@@ -185,7 +185,7 @@ fn measure(ctx: &Context, spec: &crate::core::crd::TerminationPolicySpec) -> Res
     let no_kube_proxy_note = ctx.settings.no_kube_proxy_note.clone().or_else(|| proxy.dataplane.as_ref().map(|d| d.note.clone()));
     let counts = ctx.cluster.counts();
     let window_seconds = ctx.store.lock().map_err(|_| Error::Store)?.window_seconds();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    let now = super::service_index::now_unix();
     let opts = AnalysisOptions {
         min_sync_period_seconds,
         min_sync_period_source,

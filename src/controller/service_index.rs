@@ -9,7 +9,7 @@
 
 use crate::core::control_plane::{DeletionLags, LagDistribution, SliceEndpoint};
 use crate::core::selector::{Labels, ServiceIndex};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::core::PartialObjectMeta;
@@ -53,8 +53,21 @@ pub struct ClusterIndex {
     deletions: Mutex<DeletionLags>,
 }
 
-/// Now as unix seconds (the watches' clock: both times of a lag come from it).
-fn now_unix() -> f64 {
+/// Drives one watch stream until it ends, handing each event to `on`; a watch error is logged
+/// as `what`'s and the stream goes on (kube-runtime retries with its backoff).
+async fn follow<K>(stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>, what: &str, mut on: impl FnMut(watcher::Event<K>)) {
+    let mut s = std::pin::pin!(stream);
+    while let Some(ev) = s.next().await {
+        match ev {
+            Ok(ev) => on(ev),
+            Err(e) => tracing::warn!(error = %e, "{what} watch error"),
+        }
+    }
+}
+
+/// Now as unix seconds (the watches' clock: both times of a lag come from it, and the rolling
+/// window of lags is read against it).
+pub(crate) fn now_unix() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
@@ -165,34 +178,9 @@ impl ClusterIndex {
         let services = watcher(Api::<Service>::all(client.clone()), watcher::Config::default()).default_backoff();
         let slices = watcher(Api::<EndpointSlice>::all(client.clone()), watcher::Config::default()).default_backoff();
         let pods = watcher(Api::<PartialObjectMeta<Pod>>::all(client), watcher::Config::default()).default_backoff();
-        let svc_loop = async {
-            let mut s = std::pin::pin!(services);
-            loop {
-                match s.try_next().await {
-                    Ok(Some(ev)) => self.on_service(ev),
-                    Ok(None) => break,
-                    Err(e) => tracing::warn!(error = %e, "Service watch error"),
-                }
-            }
-        };
-        let slice_loop = async {
-            let mut s = std::pin::pin!(slices);
-            while let Some(ev) = s.next().await {
-                match ev {
-                    Ok(ev) => self.on_slice(ev, now_unix()),
-                    Err(e) => tracing::warn!(error = %e, "EndpointSlice watch error"),
-                }
-            }
-        };
-        let pod_loop = async {
-            let mut s = std::pin::pin!(pods);
-            while let Some(ev) = s.next().await {
-                match ev {
-                    Ok(ev) => self.on_pod(ev, now_unix()),
-                    Err(e) => tracing::warn!(error = %e, "pod metadata watch error"),
-                }
-            }
-        };
+        let svc_loop = follow(services, "Service", |ev| self.on_service(ev));
+        let slice_loop = follow(slices, "EndpointSlice", |ev| self.on_slice(ev, now_unix()));
+        let pod_loop = follow(pods, "pod metadata", |ev| self.on_pod(ev, now_unix()));
         tokio::select! {
             _ = stop.cancelled() => {}
             _ = async { tokio::join!(svc_loop, slice_loop, pod_loop) } => {}
