@@ -218,6 +218,9 @@ pub struct DeletionLags {
     samples: VecDeque<LagSample>,
     /// Deletions whose endpoint change never came within the TTL or the bound.
     dropped: u64,
+    /// The last distribution and the samples it was built from (how many, the first's and the
+    /// last's time): every policy's reconcile asks for it, and it changes only with the samples.
+    cached: Option<((usize, f64, f64), LagDistribution)>,
 }
 
 impl DeletionLags {
@@ -309,9 +312,18 @@ impl DeletionLags {
     }
 
     /// The lags seen within `window_seconds` before `now`, as a distribution; None without any.
-    pub fn distribution(&self, now: f64, window_seconds: f64) -> Option<LagDistribution> {
-        let lags: Vec<f64> = self.samples.iter().filter(|s| now - s.at_unix_seconds <= window_seconds).map(|s| s.lag_seconds).collect();
-        LagDistribution::from_samples(&lags)
+    /// Built once per set of samples (a sort of up to [`MAX_LAG_SAMPLES`]), then reused.
+    pub fn distribution(&mut self, now: f64, window_seconds: f64) -> Option<LagDistribution> {
+        let within: Vec<&LagSample> = self.samples.iter().filter(|s| now - s.at_unix_seconds <= window_seconds).collect();
+        let key = (within.len(), within.first()?.at_unix_seconds, within.last()?.at_unix_seconds);
+        if let Some((k, d)) = &self.cached
+            && *k == key
+        {
+            return Some(d.clone());
+        }
+        let d = LagDistribution::from_samples(&within.iter().map(|s| s.lag_seconds).collect::<Vec<_>>())?;
+        self.cached = Some((key, d.clone()));
+        Some(d)
     }
 
     /// Deletions waiting for their endpoint change now.
@@ -359,6 +371,11 @@ mod tests {
         let dist = d.distribution(101.0, 60.0).unwrap();
         assert_eq!(dist.samples(), 1);
         assert!((dist.max_seconds() - 0.125).abs() < 1e-9);
+        // a new sample is seen by the next distribution (not the cached one)
+        d.pod_deleting("u3", "ns", 101.0);
+        d.slice("ns", "s", &[ep("u3", true)], 101.5);
+        let dist = d.distribution(102.0, 60.0).unwrap();
+        assert_eq!((dist.samples(), dist.max_seconds()), (2, 0.5));
         assert!(d.distribution(200.0, 60.0).is_none(), "outside the rolling window");
     }
 
