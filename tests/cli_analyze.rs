@@ -1421,6 +1421,10 @@ fn every_command_follows_one_exit_code_rule() {
         let last = r.stderr.lines().last().unwrap_or("");
         assert!(last.starts_with("error: /nonexistent/scrape.txt: No such file or directory"), "{args:?}: {}", r.stderr);
     }
+    // a file that is not an AdmissionReview: review's 1 names it
+    let r = run(&["review", "tests/data/pods/hostnetwork-deployment.yaml"]);
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""), "{}", r.stderr);
+    assert!(r.stderr.starts_with("error: tests/data/pods/hostnetwork-deployment.yaml: bad AdmissionReview: body is not JSON"), "{}", r.stderr);
     // an empty input: 1, naming the file or standard input
     for command in ["analyze", "mutate", "review"] {
         let r = run(&[command, empty]);

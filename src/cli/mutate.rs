@@ -369,11 +369,13 @@ pub struct ReviewArgs {
 pub fn run_review(args: &ReviewArgs) -> Result<String, Error> {
     let plan = args.plan.plan()?;
     let body = crate::sources::read_file_bytes(&args.file).map_err(|e| Error::Input(e.to_string()))?;
+    let origin = if args.file == "-" { "<stdin>" } else { args.file.as_str() };
     if body.iter().all(u8::is_ascii_whitespace) {
-        let origin = if args.file == "-" { "<stdin>" } else { args.file.as_str() };
         return Err(Error::Input(format!("{origin}: empty ({} bytes): no AdmissionReview to read; is this the right file?", body.len())));
     }
     let out = review(&body, &plan, &AssumeServiceBacked);
     let text = String::from_utf8_lossy(&out.body).into_owned();
-    if out.status == 200 { Ok(text + "\n") } else { Err(Error::Input(text.trim_end().to_string())) }
+    // the webhook's 400 message, named by the file it came from (docs/cli.md: every input error
+    // names its file)
+    if out.status == 200 { Ok(text + "\n") } else { Err(Error::Input(format!("{origin}: {}", text.trim_end()))) }
 }
