@@ -26,7 +26,7 @@ pub enum NativeSleep {
 /// Flags shared by `mutate`, `review` and the stand-alone `webhook` (a static plan).
 #[derive(Debug, Clone, clap::Args)]
 pub struct PlanArgs {
-    /// A TerminationPolicy YAML/JSON applied to every namespace (defaults otherwise).
+    /// A TerminationPolicy YAML/JSON for every namespace the input holds no TerminationPolicy of (a policy in the input serves its own namespace; the defaults otherwise).
     #[arg(long, value_name = "FILE", env = "SAFE_TERMINATION_POLICY")]
     pub policy: Option<String>,
     /// The preStop sleep to inject, seconds (0 to 3600, the CRD's bound on maxSeconds), capped
