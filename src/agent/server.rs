@@ -6,6 +6,7 @@
 //! | `GET /metrics` | kube-proxy's scrape, only the families the operator reads, in the exposition kube-proxy answered: protobuf ([`PROTOBUF_CONTENT_TYPE`](crate::core::exposition::format::PROTOBUF_CONTENT_TYPE), native histograms) when the request's `Accept` admits it, else text (`text/plain; version=0.0.4`); with the proxy mode in the [`PROXY_MODE_HEADER`] header when `/proxyMode` answered |
 //! | `GET /proxyMode` | the proxy mode (`text/plain`) |
 //! | `GET /configz` | kube-proxy's configuration, only the fields the operator reads (`application/json`) |
+//! | `POST /removals` | the observer: replaces the watches with the request's and answers their records ([`crate::agent_contract::observer`]; 400 for a body that is not a request, 413 past its bounds) |
 //! | anything else | 404 |
 //! | `GET /healthz` (health port, no TLS) | `ok`, or 503 while no TLS material is loaded or after a shutdown signal; no data |
 //!
@@ -13,7 +14,9 @@
 //! [`REASON_HEADER`] header (the operator's scrape failure labels) and the message as the body,
 //! so the operator reports the node's failure as a direct scrape would.
 
+use super::observer::watch::Observer;
 use super::upstream::{Answer, KubeProxy};
+use crate::agent_contract::observer::{MAX_REQUEST_BYTES, MAX_WATCHES, ObserveRequest, REMOVALS_PATH};
 use crate::agent_contract::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
 use crate::agent_contract::tls::AgentTls;
 use crate::core::exposition::accepts_protobuf;
@@ -22,7 +25,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -34,14 +38,15 @@ pub const DEFAULT_HEALTH_PORT: u16 = 10350;
 /// [`crate::core::exposition::format::PROTOBUF_CONTENT_TYPE`].
 pub const METRICS_CONTENT_TYPE: &str = crate::core::exposition::format::TEXT_CONTENT_TYPE;
 
-/// The mutual-TLS router: `/metrics`, `/proxyMode`, `/configz` from `kube_proxy`; 404 for the
-/// rest.
-pub fn router(kube_proxy: Arc<KubeProxy>) -> Router {
+/// The mutual-TLS router: `/metrics`, `/proxyMode`, `/configz` from `kube_proxy`,
+/// `/removals` from `observer`; 404 for the rest.
+pub fn router(kube_proxy: Arc<KubeProxy>, observer: Arc<Observer>) -> Router {
     Router::new()
+        .route(REMOVALS_PATH, post(move |body: axum::body::Bytes| std::future::ready(removals(&observer, &body))).layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES)))
         .route("/metrics", get(|State(k): State<Arc<KubeProxy>>, headers: HeaderMap| async move { metrics(&k, &headers).await }))
         .route("/proxyMode", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.proxy_mode().await) }))
         .route("/configz", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.configz().await) }))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "not found: the agent serves /metrics, /proxyMode and /configz\n") })
+        .fallback(|| async { (StatusCode::NOT_FOUND, "not found: the agent serves /metrics, /proxyMode, /configz and POST /removals\n") })
         .with_state(kube_proxy)
 }
 
@@ -58,6 +63,19 @@ async fn metrics(k: &KubeProxy, request: &HeaderMap) -> Response {
         response.headers_mut().insert(header::HeaderName::from_static(PROXY_MODE_HEADER), value);
     }
     response
+}
+
+/// `POST /removals`: the observer's answer as JSON, or 400/413 naming what was wrong.
+fn removals(observer: &Observer, body: &[u8]) -> Response {
+    let request: ObserveRequest = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("not an observe request: {e}\n")).into_response(),
+    };
+    if let Err(e) = request.check() {
+        let status = if request.watches.len() > MAX_WATCHES { StatusCode::PAYLOAD_TOO_LARGE } else { StatusCode::BAD_REQUEST };
+        return (status, format!("observe request out of bounds: {e}\n")).into_response();
+    }
+    axum::Json(observer.observe(&request)).into_response()
 }
 
 /// An [`Answer`] as an HTTP response (see the module docs).

@@ -9,6 +9,8 @@
 //! SIGTERM/SIGINT: stop accepting, finish in-flight requests (at most `--drain-seconds`), exit
 //! 0; a second signal aborts (exit 130).
 
+use crate::agent::observer::watch::{Observer, ReaderSource};
+use crate::agent::observer::{Binaries, DataPlaneReader, Plane, Processes, plane_of_mode, reader};
 use crate::agent::server::{health_router, router};
 use crate::agent::upstream::{DEFAULT_KUBE_PROXY_URL, KubeProxy};
 use crate::agent_contract::tls::{AgentTls, AgentTlsFiles};
@@ -54,12 +56,44 @@ pub struct AgentArgs {
     /// On shutdown, how long in-flight requests may take to finish, seconds, 0 to 3600.
     #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = whole_in(0u64, 3600, "a whole number of seconds"), env = "SAFE_TERMINATION_DRAIN_SECONDS")]
     pub drain_seconds: u64,
+    /// The data plane the observer reads while removals are pending: `auto` (kube-proxy's
+    /// `/proxyMode`, and for iptables the backend holding its chains), one named, or `none`.
+    #[arg(long, value_enum, default_value_t = DataPlaneArg::Auto, env = "SAFE_TERMINATION_DATA_PLANE")]
+    pub data_plane: DataPlaneArg,
+    /// The `nft` program the nftables reader runs.
+    #[arg(long, default_value = "nft", env = "SAFE_TERMINATION_NFT_BINARY")]
+    pub nft_binary: String,
+    /// The `iptables` program of the nft backend.
+    #[arg(long, default_value = "iptables-nft", env = "SAFE_TERMINATION_IPTABLES_NFT_BINARY")]
+    pub iptables_nft_binary: String,
+    /// The `iptables` program of the legacy backend.
+    #[arg(long, default_value = "iptables-legacy", env = "SAFE_TERMINATION_IPTABLES_LEGACY_BINARY")]
+    pub iptables_legacy_binary: String,
     /// How long a connection may wait before its first request or stay idle, seconds.
     #[arg(long, default_value_t = 30, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"), env = "SAFE_TERMINATION_IDLE_TIMEOUT_SECONDS")]
     pub idle_timeout_seconds: u64,
 }
 
+/// `--data-plane`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DataPlaneArg {
+    /// From kube-proxy's `/proxyMode` (and the iptables backend holding its chains).
+    Auto,
+    /// kube-proxy's nftables mode.
+    Nftables,
+    /// kube-proxy's iptables mode, nft backend.
+    IptablesNft,
+    /// kube-proxy's iptables mode, legacy backend.
+    IptablesLegacy,
+    /// No reader: watches are answered held until they expire.
+    None,
+}
+
 impl AgentArgs {
+    /// The programs the readers run.
+    pub fn binaries(&self) -> Binaries {
+        Binaries { nft: self.nft_binary.clone(), iptables_nft: self.iptables_nft_binary.clone(), iptables_legacy: self.iptables_legacy_binary.clone() }
+    }
     /// The TLS files.
     pub fn tls_files(&self) -> AgentTlsFiles {
         AgentTlsFiles { ca: self.tls_ca_file.clone(), cert: self.tls_cert_file.clone(), key: self.tls_key_file.clone() }
@@ -96,9 +130,11 @@ pub async fn serve(args: &AgentArgs, listener: std::net::TcpListener, health: to
     let idle = Duration::from_secs(args.idle_timeout_seconds);
     let health_task = tokio::spawn(crate::telemetry::serve_admin(health, health_router(tls.clone(), shutdown.token()), stop_health.clone(), idle));
     tracing::info!(listen = %listen, health = %health_listen, kube_proxy = %args.kube_proxy_url, cert = %args.tls_cert_file.display(), "node agent serving");
+    let observer = Observer::new(reader_source(args, kube_proxy.clone()));
+    let observing = tokio::spawn(observer.clone().run(shutdown.token()));
     let serve = server::serve(
         listener,
-        router(kube_proxy),
+        router(kube_proxy, observer),
         config,
         shutdown.token(),
         Duration::from_secs(args.drain_seconds),
@@ -110,6 +146,7 @@ pub async fn serve(args: &AgentArgs, listener: std::net::TcpListener, health: to
         () = abort.cancelled() => Err(Error::Aborted),
     };
     stop_health.cancel();
+    observing.abort();
     if !matches!(result, Err(Error::Aborted)) {
         if let Ok(Err(e)) = health_task.await {
             tracing::warn!(error = %e, "health server");
@@ -117,4 +154,29 @@ pub async fn serve(args: &AgentArgs, listener: std::net::TcpListener, health: to
         tracing::info!("node agent stopped");
     }
     result
+}
+
+/// How the observer finds its reader: the one `--data-plane` names, or (auto) the one of
+/// kube-proxy's `/proxyMode`, asked when the first watch is due (from the observer's blocking
+/// thread).
+fn reader_source(args: &AgentArgs, kube_proxy: std::sync::Arc<KubeProxy>) -> ReaderSource {
+    let (plane, binaries) = (args.data_plane, args.binaries());
+    Box::new(move || -> Result<Box<dyn DataPlaneReader>, String> {
+        let named = match plane {
+            DataPlaneArg::None => return Err("--data-plane none: no reader".into()),
+            DataPlaneArg::Nftables => Some(Plane::Nftables),
+            DataPlaneArg::IptablesNft => Some(Plane::IptablesNft),
+            DataPlaneArg::IptablesLegacy => Some(Plane::IptablesLegacy),
+            DataPlaneArg::Auto => None,
+        };
+        let plane = match named {
+            Some(p) => p,
+            None => {
+                let k = kube_proxy.clone();
+                let mode = tokio::runtime::Handle::current().block_on(async move { k.proxy_mode().await }).map_err(|e| e.message)?;
+                plane_of_mode(&String::from_utf8_lossy(&mode.body), &binaries, &Processes)?
+            }
+        };
+        Ok(reader(plane, &binaries))
+    })
 }

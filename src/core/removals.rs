@@ -17,7 +17,28 @@
 //! Times are unix seconds on the observing node's clock for the reads and on the operator's for
 //! the deletion; the caller bounds the skew between them (see [`Removal::window`]).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::IpAddr;
+
+/// A Service port as the data planes key it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServicePort {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub name: String,
+    /// The port's name (`""` for an unnamed single port).
+    pub port_name: String,
+    /// `TCP`, `UDP` or `SCTP` (as the Service spells it; the readers fold the case).
+    pub protocol: String,
+    /// The ClusterIP.
+    #[serde(rename = "clusterIP")]
+    pub cluster_ip: IpAddr,
+    /// The Service port.
+    pub port: u16,
+}
 
 /// What one node's reads said of one removal.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -191,6 +212,194 @@ pub fn summarise(removals: &[Removal], skew_seconds: f64) -> RemovalSummary {
     }
 }
 
+/// Removals watched at once at most: past it the oldest open removal is dropped (counted).
+pub const MAX_OPEN_REMOVALS: usize = 10_000;
+/// Closed removals kept at most (the rolling window's).
+pub const MAX_CLOSED_REMOVALS: usize = 20_000;
+
+/// A removal to observe: an endpoint of a Service port whose pod's deletion was seen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingRemoval {
+    /// The Service port whose rules hold the endpoint.
+    pub service: ServicePort,
+    /// The endpoint's IP.
+    pub endpoint: IpAddr,
+    /// `namespace/name` of the pod.
+    pub pod: String,
+    /// When the pod's deletion was seen, unix seconds (the operator's clock).
+    pub deletion: f64,
+    /// The pod's injected preStop sleep, seconds (None: it had none).
+    pub sleep_seconds: Option<u32>,
+    /// When a node still holding the endpoint counts as censored, unix seconds.
+    pub deadline: f64,
+}
+
+/// What one node's agent last said of one watched removal, its times already on the operator's
+/// clock and taken late by the clock-offset bound (the caller's conversion).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NodeReport {
+    /// Removed: [`NodeObservation::Removed`]'s bounds.
+    Removed {
+        /// Start of the last successful read with the endpoint, unix seconds.
+        last_with: Option<f64>,
+        /// End of the first successful read without it, unix seconds.
+        first_without: f64,
+    },
+    /// Still held, or no successful read yet.
+    Held,
+}
+
+#[derive(Debug, Clone)]
+struct Open {
+    pending: PendingRemoval,
+    nodes: BTreeMap<String, NodeReport>,
+}
+
+/// Watched and closed removals, keyed by (Service port, endpoint). The adapters feed it: a
+/// deletion seen opens a removal ([`RemovalStore::open`]), each agent's answer reports per node
+/// ([`RemovalStore::report`]), and [`RemovalStore::close`] ends the removals every node has
+/// dropped or whose deadline passed. A node that never answered for a removal is not in it
+/// (counted in [`RemovalStore::unobserved`]): no answer says nothing about its rules.
+#[derive(Debug, Default)]
+pub struct RemovalStore {
+    open: BTreeMap<(ServicePort, IpAddr), Open>,
+    /// (closed at, removal), oldest first.
+    closed: VecDeque<(f64, Removal)>,
+    dropped: u64,
+    unobserved: u64,
+}
+
+/// One watch the agents are asked to keep: the Service port, the endpoint, and how long to
+/// keep reading, seconds.
+pub type Watch<'a> = (&'a ServicePort, IpAddr, f64);
+
+impl RemovalStore {
+    /// Opens the removal of `p`; a removal of the same Service port and endpoint already open is
+    /// kept (the earlier deletion). Past [`MAX_OPEN_REMOVALS`] the oldest open one is dropped.
+    pub fn open(&mut self, p: PendingRemoval) {
+        let key = (p.service.clone(), p.endpoint);
+        if self.open.contains_key(&key) {
+            return;
+        }
+        while self.open.len() >= MAX_OPEN_REMOVALS {
+            let Some(oldest) = self.open.iter().min_by(|a, b| a.1.pending.deletion.total_cmp(&b.1.pending.deletion)).map(|(k, _)| k.clone()) else { break };
+            self.open.remove(&oldest);
+            self.dropped += 1;
+        }
+        self.open.insert(key, Open { pending: p, nodes: BTreeMap::new() });
+    }
+
+    /// What every agent should watch at `now`: each open removal not past its deadline.
+    pub fn watches(&self, now: f64) -> Vec<Watch<'_>> {
+        self.open.values().filter(|o| o.pending.deadline > now).map(|o| (&o.pending.service, o.pending.endpoint, o.pending.deadline - now)).collect()
+    }
+
+    /// `node` said `report` of the removal of `endpoint` from `service`; a report of a removal not
+    /// open is ignored. A node seen removed stays removed (its earliest bound is kept).
+    pub fn report(&mut self, node: &str, service: &ServicePort, endpoint: IpAddr, report: NodeReport) {
+        let Some(o) = self.open.get_mut(&(service.clone(), endpoint)) else { return };
+        match (o.nodes.get(node), report) {
+            (Some(NodeReport::Removed { .. }), _) => {}
+            _ => {
+                o.nodes.insert(node.to_string(), report);
+            }
+        }
+    }
+
+    /// Closes, at `now`, every open removal that each node of `nodes` (the agents answering
+    /// now) reports removed, and every one past its deadline: a node still holding the
+    /// endpoint then is censored at the deadline. Returns how many closed.
+    pub fn close(&mut self, now: f64, nodes: &BTreeSet<String>) -> usize {
+        let done: Vec<(ServicePort, IpAddr)> = self
+            .open
+            .iter()
+            .filter(|(_, o)| {
+                let all_removed = !nodes.is_empty() && nodes.iter().all(|n| matches!(o.nodes.get(n), Some(NodeReport::Removed { .. })));
+                all_removed || now >= o.pending.deadline
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &done {
+            let Some(o) = self.open.remove(key) else { continue };
+            if o.nodes.is_empty() {
+                self.unobserved += 1;
+                continue;
+            }
+            let p = o.pending;
+            let nodes = o
+                .nodes
+                .into_iter()
+                .map(|(n, r)| {
+                    let obs = match r {
+                        NodeReport::Removed { last_with, first_without } => NodeObservation::Removed { last_with, first_without },
+                        NodeReport::Held => NodeObservation::Censored { deadline: p.deadline },
+                    };
+                    (n, obs)
+                })
+                .collect();
+            if self.closed.len() >= MAX_CLOSED_REMOVALS {
+                self.closed.pop_front();
+            }
+            let removal = Removal { service: format!("{}/{}", p.service.namespace, p.service.name), endpoint: p.endpoint.to_string(), pod: p.pod, deletion: p.deletion, sleep_seconds: p.sleep_seconds, nodes };
+            self.closed.push_back((now, removal));
+        }
+        done.len()
+    }
+
+    /// The removals closed within `window_seconds` before `now`, summarised ([`summarise`]; the
+    /// reports' times already carry the clock-offset bound).
+    pub fn summary(&self, now: f64, window_seconds: f64) -> RemovalSummary {
+        let within: Vec<Removal> = self.closed.iter().filter(|(at, _)| now - at <= window_seconds).map(|(_, r)| r.clone()).collect();
+        summarise(&within, 0.0)
+    }
+
+    /// Removals open now.
+    pub fn open_count(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Open removals dropped past [`MAX_OPEN_REMOVALS`] so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Removals closed without any node's answer so far.
+    pub fn unobserved(&self) -> u64 {
+        self.unobserved
+    }
+}
+
+/// What observed removals give the analysis: enough to raise W, compared by value (the
+/// analysis cache keys on it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedWindow {
+    /// Removals in the rolling window.
+    pub removals: usize,
+    /// Of them, censored.
+    pub censored: usize,
+    /// Their p99, seconds (a lower bound when `p99_is_lower_bound`).
+    pub p99_seconds: f64,
+    /// The p99's rank fell on a censored removal.
+    pub p99_is_lower_bound: bool,
+    /// Share of the removals of pods with a sleep whose sleep covered their window.
+    pub coverage_ratio: Option<f64>,
+    /// The worst miss.
+    pub worst_miss: Option<Miss>,
+}
+
+impl ObservedWindow {
+    /// The summary's window; None without removals.
+    pub fn of(s: &RemovalSummary) -> Option<Self> {
+        let (p99_seconds, p99_is_lower_bound) = match (s.p99_seconds, s.p99_at_least_seconds) {
+            (Some(p), _) => (p, false),
+            (None, Some(p)) => (p, true),
+            (None, None) => return None,
+        };
+        Some(Self { removals: s.removals, censored: s.censored, p99_seconds, p99_is_lower_bound, coverage_ratio: s.coverage_ratio, worst_miss: s.worst_miss.clone() })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +458,64 @@ mod tests {
         let s = summarise(&rs, 0.0);
         assert_eq!(s.coverage_ratio, Some(0.5));
         assert_eq!(s.worst_miss.map(|m| m.pod), Some("ns/b".into()));
+    }
+    fn port(name: &str) -> ServicePort {
+        ServicePort { namespace: "ns".into(), name: name.into(), port_name: "http".into(), protocol: "TCP".into(), cluster_ip: "10.96.0.10".parse().unwrap(), port: 80 }
+    }
+
+    fn pending(ip: &str, deletion: f64) -> PendingRemoval {
+        PendingRemoval { service: port("web"), endpoint: ip.parse().unwrap(), pod: format!("ns/{ip}"), deletion, sleep_seconds: Some(3), deadline: deletion + 60.0 }
+    }
+
+    #[test]
+    fn the_store_closes_a_removal_once_every_answering_node_dropped_it() {
+        let mut s = RemovalStore::default();
+        s.open(pending("10.244.1.2", 100.0));
+        s.open(pending("10.244.1.2", 101.0));
+        assert_eq!(s.open_count(), 1, "the same endpoint again keeps the earlier deletion");
+        assert_eq!(s.watches(100.5).len(), 1);
+        assert!((s.watches(100.5)[0].2 - 59.5).abs() < 1e-9);
+        let ip: IpAddr = "10.244.1.2".parse().unwrap();
+        let nodes: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        s.report("a", &port("web"), ip, NodeReport::Removed { last_with: Some(100.2), first_without: 100.4 });
+        s.report("a", &port("web"), ip, NodeReport::Held);
+        s.report("b", &port("web"), ip, NodeReport::Held);
+        assert_eq!(s.close(100.5, &nodes), 0, "node b still holds it");
+        s.report("b", &port("web"), ip, NodeReport::Removed { last_with: None, first_without: 101.25 });
+        s.report("b", &port("other"), ip, NodeReport::Held);
+        assert_eq!(s.close(101.3, &nodes), 1);
+        let sum = s.summary(101.3, 300.0);
+        assert_eq!((sum.removals, sum.censored, sum.coverage_ratio), (1, 0, Some(1.0)));
+        assert_eq!(sum.p99_seconds, Some(1.25), "the slowest node, and a Removed report is never taken back by a later Held");
+        assert_eq!(s.summary(500.0, 300.0).removals, 0, "outside the rolling window");
+    }
+
+    #[test]
+    fn past_its_deadline_a_held_node_is_censored_and_a_silent_removal_unobserved() {
+        let mut s = RemovalStore::default();
+        s.open(pending("10.244.1.2", 0.0));
+        s.open(pending("10.244.1.3", 0.0));
+        let nodes: BTreeSet<String> = ["a".to_string()].into();
+        s.report("a", &port("web"), "10.244.1.2".parse().unwrap(), NodeReport::Held);
+        assert_eq!(s.close(59.9, &nodes), 0);
+        assert!(s.watches(60.0).is_empty(), "no watch past the deadline");
+        assert_eq!(s.close(60.0, &nodes), 2);
+        let sum = s.summary(60.0, 300.0);
+        assert_eq!((sum.removals, sum.censored, sum.p99_at_least_seconds), (1, 1, Some(60.0)));
+        assert_eq!(sum.worst_miss.clone().map(|m| (m.pod, m.censored)), Some(("ns/10.244.1.2".into(), true)));
+        assert_eq!(s.unobserved(), 1);
+        let w = ObservedWindow::of(&sum).unwrap();
+        assert_eq!((w.p99_seconds, w.p99_is_lower_bound, w.coverage_ratio), (60.0, true, Some(0.0)));
+    }
+
+    #[test]
+    fn open_removals_are_bounded() {
+        let mut s = RemovalStore::default();
+        for i in 0..MAX_OPEN_REMOVALS + 3 {
+            let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0af4_0000 + i as u32));
+            s.open(PendingRemoval { endpoint: ip, ..pending("10.0.0.1", i as f64) });
+        }
+        assert_eq!((s.open_count(), s.dropped()), (MAX_OPEN_REMOVALS, 3));
+        assert!(s.watches(0.0).iter().all(|w| w.1 != IpAddr::from(std::net::Ipv4Addr::from(0x0af4_0000))), "the oldest went first");
     }
 }

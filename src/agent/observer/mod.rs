@@ -15,27 +15,13 @@
 
 pub mod iptables;
 pub mod nftables;
+pub mod watch;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-/// A Service port as the data planes key it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServicePort {
-    /// The Service's namespace.
-    pub namespace: String,
-    /// The Service's name.
-    pub name: String,
-    /// The port's name (`""` for an unnamed single port).
-    pub port_name: String,
-    /// `tcp`, `udp` or `sctp` (lower case).
-    pub protocol: String,
-    /// The ClusterIP.
-    pub cluster_ip: IpAddr,
-    /// The Service port.
-    pub port: u16,
-}
+pub use crate::core::removals::ServicePort;
 
 /// Why a read gave no sample: it says nothing about which endpoints the rules hold.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -218,5 +204,76 @@ mod tests {
         assert_eq!(ip_of_destination("[fd00::5]:8080"), Some("fd00::5".parse().unwrap()));
         assert_eq!(ip_of_destination("10.244.1.5"), Some("10.244.1.5".parse().unwrap()));
         assert_eq!(ip_of_destination("web:8080"), None);
+    }
+}
+
+/// The programs the readers run (names looked up on `PATH`, or paths).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binaries {
+    /// `nft`.
+    pub nft: String,
+    /// `iptables` of the nft backend (`iptables-nft`).
+    pub iptables_nft: String,
+    /// `iptables` of the legacy backend (`iptables-legacy`).
+    pub iptables_legacy: String,
+}
+
+/// A data plane the agent can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plane {
+    /// kube-proxy's nftables mode.
+    Nftables,
+    /// kube-proxy's iptables mode on the nft backend.
+    IptablesNft,
+    /// kube-proxy's iptables mode on the legacy backend.
+    IptablesLegacy,
+}
+
+/// The reader of `plane`, running `binaries` as child processes ([`Processes`]).
+pub fn reader(plane: Plane, binaries: &Binaries) -> Box<dyn DataPlaneReader> {
+    match plane {
+        Plane::Nftables => Box::new(nftables::NftablesReader::new(Processes, &binaries.nft)),
+        Plane::IptablesNft => Box::new(iptables::IptablesReader::new(Processes, &binaries.iptables_nft, false)),
+        Plane::IptablesLegacy => Box::new(iptables::IptablesReader::new(Processes, &binaries.iptables_legacy, true)),
+    }
+}
+
+/// The data plane of kube-proxy's `mode` (its `/proxyMode`): nftables, or for iptables the
+/// backend whose `nat` table holds kube-proxy's `KUBE-SERVICES` chain (the nft backend tried
+/// first, as kube-proxy itself prefers it). Errors name the mode or both failed listings.
+pub fn plane_of_mode(mode: &str, binaries: &Binaries, runner: &dyn Runner) -> Result<Plane, String> {
+    match mode.trim() {
+        "nftables" => Ok(Plane::Nftables),
+        "iptables" => {
+            let list = |program: &str| runner.run(program, &["-t", "nat", "-S", "KUBE-SERVICES"]);
+            match list(&binaries.iptables_nft) {
+                Ok(_) => Ok(Plane::IptablesNft),
+                Err(nft) => list(&binaries.iptables_legacy).map(|_| Plane::IptablesLegacy).map_err(|legacy| format!("kube-proxy's KUBE-SERVICES chain in neither iptables backend: {nft}; {legacy}")),
+            }
+        }
+        other => Err(format!("kube-proxy's proxy mode {other:?} has no reader (nftables and iptables have)")),
+    }
+}
+
+#[cfg(test)]
+mod plane_tests {
+    use super::*;
+
+    fn binaries() -> Binaries {
+        Binaries { nft: "nft".into(), iptables_nft: "iptables-nft".into(), iptables_legacy: "iptables-legacy".into() }
+    }
+
+    #[test]
+    fn the_mode_and_the_backend_holding_kube_proxys_chain_choose_the_reader() {
+        let mut canned = Canned::default();
+        assert_eq!(plane_of_mode("nftables\n", &binaries(), &canned), Ok(Plane::Nftables));
+        assert!(plane_of_mode("ipvs", &binaries(), &canned).unwrap_err().contains("\"ipvs\" has no reader"));
+        let e = plane_of_mode("iptables", &binaries(), &canned).unwrap_err();
+        assert!(e.contains("iptables-nft -t nat -S KUBE-SERVICES") && e.contains("iptables-legacy"), "{e}");
+        canned.answers.insert("iptables-legacy -t nat -S KUBE-SERVICES".into(), Ok("-N KUBE-SERVICES\n".into()));
+        assert_eq!(plane_of_mode("iptables", &binaries(), &canned), Ok(Plane::IptablesLegacy));
+        canned.answers.insert("iptables-nft -t nat -S KUBE-SERVICES".into(), Ok("-N KUBE-SERVICES\n".into()));
+        assert_eq!(plane_of_mode("iptables", &binaries(), &canned), Ok(Plane::IptablesNft));
+        assert_eq!(reader(Plane::IptablesLegacy, &binaries()).data_plane(), "iptables-legacy");
     }
 }

@@ -1,0 +1,315 @@
+//! The agent's watches: which removals the operator asked it to watch, and what this node's
+//! reads showed of each ([`Watches`], no I/O), and the loop that reads the data plane while any
+//! watch is open ([`Observer`]).
+//!
+//! One read per Service port per round, every [`ROUND_INTERVAL`] plus the reads' own time: a
+//! round reads only the Service ports with a watch neither removed nor expired, and nothing is
+//! read while none is (the loop then waits for the next request, no timer). The bounds of a
+//! removal follow `core::removals`: only a successful read counts; the removal happened after
+//! the start of the last successful read that held the endpoint and by the end of the first
+//! that did not.
+
+use super::{DataPlaneReader, ReadError, ServicePort};
+use crate::agent_contract::observer::{ObserveRequest, ObserveResponse, WatchRecord, WatchState};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The pause between two rounds of reads.
+pub const ROUND_INTERVAL: Duration = Duration::from_millis(50);
+
+#[derive(Debug, Clone, Default)]
+struct Entry {
+    /// Agent unix seconds after which the watch expires.
+    deadline: f64,
+    last_with: Option<f64>,
+    first_without: Option<f64>,
+    reads: u32,
+    failed_reads: u32,
+    last_error: Option<String>,
+}
+
+/// The watches of this agent, keyed by (Service port, endpoint).
+#[derive(Debug, Default)]
+pub struct Watches {
+    entries: BTreeMap<(ServicePort, IpAddr), Entry>,
+}
+
+impl Watches {
+    /// Replaces the watches with `request`'s at `now` (agent unix seconds): a watch already
+    /// kept keeps its reads and takes the new deadline; one not in the request is forgotten.
+    /// The request is checked by the caller ([`ObserveRequest::check`]).
+    pub fn set(&mut self, request: &ObserveRequest, now: f64) {
+        let mut next = BTreeMap::new();
+        for w in &request.watches {
+            let key = (w.service.clone(), w.endpoint);
+            let mut e = self.entries.remove(&key).unwrap_or_default();
+            e.deadline = now + w.remaining_seconds;
+            next.insert(key, e);
+        }
+        self.entries = next;
+    }
+
+    /// The Service ports to read at `now`: those with a watch neither removed nor expired.
+    pub fn due(&self, now: f64) -> Vec<ServicePort> {
+        let ports: BTreeSet<&ServicePort> = self.entries.iter().filter(|(_, e)| e.first_without.is_none() && now < e.deadline).map(|((s, _), _)| s).collect();
+        ports.into_iter().cloned().collect()
+    }
+
+    /// One read of `service`'s rules, started at `started` and ended at `ended` (agent unix
+    /// seconds): a success moves each open watch of the port (held, or removed); a failure is
+    /// counted and says nothing.
+    pub fn apply(&mut self, service: &ServicePort, read: &Result<BTreeSet<IpAddr>, ReadError>, started: f64, ended: f64) {
+        for ((s, ip), e) in self.entries.iter_mut().filter(|((s, _), e)| s == service && e.first_without.is_none()) {
+            debug_assert_eq!(s, service);
+            match read {
+                Ok(held) => {
+                    e.reads = e.reads.saturating_add(1);
+                    if held.contains(ip) {
+                        e.last_with = Some(started);
+                    } else {
+                        e.first_without = Some(ended);
+                    }
+                }
+                Err(err) => {
+                    e.failed_reads = e.failed_reads.saturating_add(1);
+                    e.last_error = Some(err.to_string());
+                }
+            }
+        }
+    }
+
+    /// The records of every watch at `now`.
+    pub fn records(&self, now: f64) -> Vec<WatchRecord> {
+        self.entries
+            .iter()
+            .map(|((service, endpoint), e)| WatchRecord {
+                service: service.clone(),
+                endpoint: *endpoint,
+                state: match e.first_without {
+                    Some(_) => WatchState::Removed,
+                    None if now >= e.deadline => WatchState::Expired,
+                    None => WatchState::Held,
+                },
+                last_with_unix_seconds: e.last_with,
+                first_without_unix_seconds: e.first_without,
+                reads: e.reads,
+                failed_reads: e.failed_reads,
+                last_error: e.last_error.clone(),
+            })
+            .collect()
+    }
+
+    /// Watches kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// No watch kept.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Finds this node's data plane reader, or says why there is none yet (asked again at the
+/// next round).
+pub type ReaderSource = Box<dyn FnMut() -> Result<Box<dyn DataPlaneReader>, String> + Send>;
+
+/// The agent's observer: the watches, the reader, and the reading loop ([`Observer::run`]).
+pub struct Observer {
+    watches: Mutex<Watches>,
+    wake: tokio::sync::Notify,
+    /// The reader once found, and how to find it; taken out while a read runs.
+    reader: Mutex<(Option<Box<dyn DataPlaneReader>>, Option<ReaderSource>)>,
+    data_plane: Mutex<Option<&'static str>>,
+    clock: fn() -> f64,
+}
+
+/// Now, unix seconds.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl Observer {
+    /// An observer reading through the reader `find` gives (called until it gives one).
+    pub fn new(find: ReaderSource) -> Arc<Self> {
+        Arc::new(Self {
+            watches: Mutex::default(),
+            wake: tokio::sync::Notify::new(),
+            reader: Mutex::new((None, Some(find))),
+            data_plane: Mutex::new(None),
+            clock: unix_now,
+        })
+    }
+
+    /// Takes the operator's `request` (checked by the caller) and answers the records.
+    pub fn observe(&self, request: &ObserveRequest) -> ObserveResponse {
+        let now = (self.clock)();
+        let mut w = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
+        w.set(request, now);
+        let records = w.records(now);
+        drop(w);
+        self.wake.notify_one();
+        ObserveResponse { agent_unix_seconds: (self.clock)(), data_plane: self.data_plane.lock().unwrap_or_else(PoisonError::into_inner).map(str::to_string), records }
+    }
+
+    /// Reads while watches are due, until `stop`.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            let due = self.watches.lock().unwrap_or_else(PoisonError::into_inner).due((self.clock)());
+            if due.is_empty() {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = self.wake.notified() => continue,
+                }
+            }
+            let me = self.clone();
+            // the reads run the data plane's binaries: off the runtime's thread
+            let round = tokio::task::spawn_blocking(move || me.round(&due));
+            if round.await.is_err() {
+                tracing::warn!("a round of data plane reads panicked");
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(ROUND_INTERVAL) => {}
+            }
+        }
+    }
+
+    /// One read of each Service port of `due`.
+    fn round(&self, due: &[ServicePort]) {
+        let mut reader = {
+            let mut r = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+            match r.0.take() {
+                Some(reader) => reader,
+                None => match r.1.as_mut().map(|find| find()) {
+                    Some(Ok(reader)) => {
+                        *self.data_plane.lock().unwrap_or_else(PoisonError::into_inner) = Some(reader.data_plane());
+                        tracing::info!(data_plane = reader.data_plane(), "observer reading removals");
+                        reader
+                    }
+                    other => {
+                        let why = match other {
+                            Some(Err(why)) => why,
+                            _ => "no data plane reader configured".to_string(),
+                        };
+                        let e: Result<BTreeSet<IpAddr>, ReadError> = Err(ReadError { command: "finding the data plane".into(), how: why });
+                        let now = (self.clock)();
+                        let mut w = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
+                        for s in due {
+                            w.apply(s, &e, now, now);
+                        }
+                        return;
+                    }
+                },
+            }
+        };
+        for s in due {
+            let started = (self.clock)();
+            let read = reader.endpoints(s);
+            let ended = (self.clock)();
+            if let Err(e) = &read {
+                tracing::debug!(error = %e, "data plane read failed");
+            }
+            self.watches.lock().unwrap_or_else(PoisonError::into_inner).apply(s, &read, started, ended);
+        }
+        self.reader.lock().unwrap_or_else(PoisonError::into_inner).0 = Some(reader);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent_contract::observer::WatchRequest;
+
+    fn port(name: &str) -> ServicePort {
+        ServicePort { namespace: "ns".into(), name: name.into(), port_name: "http".into(), protocol: "TCP".into(), cluster_ip: "10.96.0.10".parse().unwrap(), port: 80 }
+    }
+
+    fn request(ips: &[(&str, &str)], remaining: f64) -> ObserveRequest {
+        ObserveRequest { watches: ips.iter().map(|(s, ip)| WatchRequest { service: port(s), endpoint: ip.parse().unwrap(), remaining_seconds: remaining }).collect() }
+    }
+
+    fn ips(list: &[&str]) -> Result<BTreeSet<IpAddr>, ReadError> {
+        Ok(list.iter().map(|s| s.parse().unwrap()).collect())
+    }
+
+    #[test]
+    fn a_watch_is_removed_by_the_end_of_the_first_successful_read_without_it() {
+        let mut w = Watches::default();
+        w.set(&request(&[("web", "10.244.1.2"), ("web", "10.244.1.3"), ("api", "10.244.1.2")], 10.0), 100.0);
+        assert_eq!(w.due(100.0), vec![port("api"), port("web")], "one read per Service port");
+        w.apply(&port("web"), &ips(&["10.244.1.2", "10.244.1.3"]), 100.1, 100.12);
+        w.apply(&port("web"), &Err(ReadError { command: "nft".into(), how: "exit status: 1".into() }), 100.2, 100.21);
+        w.apply(&port("web"), &ips(&["10.244.1.3"]), 100.3, 100.32);
+        let r = w.records(100.4);
+        let web2 = r.iter().find(|r| r.service.name == "web" && r.endpoint.to_string() == "10.244.1.2").unwrap();
+        assert_eq!((web2.state, web2.last_with_unix_seconds, web2.first_without_unix_seconds), (WatchState::Removed, Some(100.1), Some(100.32)));
+        assert_eq!((web2.reads, web2.failed_reads), (2, 1), "a failed read is counted, never taken for a removal");
+        assert_eq!(web2.last_error.as_deref(), Some("nft: exit status: 1"));
+        let api = r.iter().find(|r| r.service.name == "api").unwrap();
+        assert_eq!((api.state, api.reads), (WatchState::Held, 0), "another Service port's read says nothing of it");
+        // a removed watch is read no more; the one still held is
+        w.apply(&port("web"), &ips(&["10.244.1.2"]), 100.5, 100.52);
+        assert_eq!(w.records(100.6).iter().find(|r| r.endpoint.to_string() == "10.244.1.2" && r.service.name == "web").unwrap().first_without_unix_seconds, Some(100.32));
+        assert_eq!(w.records(111.0).iter().find(|r| r.service.name == "api").unwrap().state, WatchState::Expired);
+        assert!(w.due(111.0).is_empty(), "nothing is read past the deadlines");
+    }
+
+    #[test]
+    fn a_new_request_keeps_the_reads_of_the_watches_it_repeats_and_forgets_the_rest() {
+        let mut w = Watches::default();
+        w.set(&request(&[("web", "10.244.1.2"), ("web", "10.244.1.3")], 10.0), 100.0);
+        w.apply(&port("web"), &ips(&["10.244.1.2"]), 100.1, 100.2);
+        w.set(&request(&[("web", "10.244.1.3")], 10.0), 101.0);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w.records(101.0)[0].first_without_unix_seconds, Some(100.2));
+        w.set(&request(&[], 10.0), 102.0);
+        assert!(w.is_empty());
+    }
+
+    /// A reader that answers from a list of reads in turn.
+    struct Script(Vec<Result<BTreeSet<IpAddr>, ReadError>>);
+
+    impl DataPlaneReader for Script {
+        fn data_plane(&self) -> &'static str {
+            "nftables"
+        }
+        fn endpoints(&mut self, _: &ServicePort) -> Result<BTreeSet<IpAddr>, ReadError> {
+            if self.0.len() > 1 { self.0.remove(0) } else { self.0[0].clone() }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_loop_reads_while_a_watch_is_open_and_finds_its_reader_once() {
+        let found = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let count = found.clone();
+        let obs = Observer::new(Box::new(move || {
+            if count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return Err("kube-proxy's /proxyMode: connection refused".into());
+            }
+            Ok(Box::new(Script(vec![ips(&["10.244.1.2"]), ips(&["10.244.1.2"]), ips(&[])])) as Box<dyn DataPlaneReader>)
+        }));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(obs.clone().run(stop.clone()));
+        let first = obs.observe(&request(&[("web", "10.244.1.2")], 30.0));
+        assert_eq!((first.records.len(), first.records[0].state, first.data_plane.as_deref()), (1, WatchState::Held, None));
+        let mut last = first;
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            last = obs.observe(&request(&[("web", "10.244.1.2")], 30.0));
+            if last.records[0].state == WatchState::Removed {
+                break;
+            }
+        }
+        let r = &last.records[0];
+        assert_eq!((r.state, last.data_plane.as_deref()), (WatchState::Removed, Some("nftables")), "{last:?}");
+        assert_eq!((r.reads, r.failed_reads), (3, 1), "the round without a reader is one failed read: {r:?}");
+        assert!(r.last_with_unix_seconds.unwrap() < r.first_without_unix_seconds.unwrap());
+        assert_eq!(found.load(std::sync::atomic::Ordering::SeqCst), 2, "the reader is found once, then kept");
+        stop.cancel();
+        task.await.unwrap();
+    }
+}
