@@ -6,7 +6,7 @@
 
 mod support;
 use safe_termination::certs::{self, AGENT_CERT, AGENT_KEY, Action, CA_CERT, CLIENT_CERT, CLIENT_KEY, TLS_CERT, TLS_KEY};
-use safe_termination::cli::agent::{AgentArgs, serve};
+use safe_termination::cli::agent::{AgentArgs, DataPlaneArg, serve};
 use safe_termination::core::exposition::{parse_kube_proxy_metrics, read_families};
 use safe_termination::core::measure::{MeasurementStore, NodeSource, reason};
 use safe_termination::core::model::ProxyMode;
@@ -72,6 +72,10 @@ impl Agent {
             max_body_bytes: 1 << 20,
             drain_seconds: 1,
             idle_timeout_seconds: 5,
+            data_plane: DataPlaneArg::Nftables,
+            nft_binary: write_fake_nft(dir).display().to_string(),
+            iptables_nft_binary: "iptables-nft".into(),
+            iptables_legacy_binary: "iptables-legacy".into(),
         };
         let listener = std::net::TcpListener::bind(args.listen).unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -91,6 +95,17 @@ impl Agent {
         self.shutdown.trigger();
         self.task.await.unwrap().unwrap();
     }
+}
+
+/// A fake `nft` in `dir` that prints `dir/nft-listing` (what the test writes there: the real
+/// 1.37.2 listing of tests/data/rules, then the same chain without one endpoint) and fails while
+/// that file is missing, as `nft` fails on a chain that is not there.
+fn write_fake_nft(dir: &Path) -> PathBuf {
+    let listing = dir.join("nft-listing");
+    let script = format!("#!/bin/sh\nexec cat '{}'\n", listing.display());
+    let p = write(dir, "nft", script.as_bytes());
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    p
 }
 
 /// The operator's client files in `dir`.
@@ -371,5 +386,84 @@ async fn both_ip_families_through_the_agent_are_summed_needs_native_add() {
     let (agent, _, client) = agent_before(dir.path(), Answer::Negotiate { pb: A_PB.to_vec(), text: A_TXT.into() }).await;
     let sample = scrape_agent(&client, &Target::new("node-a", &agent.url()), &opts()).await.result.unwrap();
     assert_eq!(sample.scrape.sync_native.as_ref().map(|n| n.count()), Some(3.0));
+    agent.stop().await;
+}
+
+/// The observer end to end on loopback: the operator's request over mutual TLS, the agent
+/// reading its (fake) `nft` while the watch is open, and the record's read bounds around the
+/// moment the listing lost the endpoint. The listings are real 1.37.2 ones
+/// (tests/data/rules/nft-1.37.2-service-chain-4-endpoints.txt, and it less one map entry).
+#[tokio::test]
+async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
+    use safe_termination::agent_contract::observer::{ObserveRequest, WatchRequest, WatchState};
+    use safe_termination::core::removals::ServicePort;
+    use safe_termination::sources::agent_client::observe_agent;
+    let dir = tempfile::tempdir().unwrap();
+    let data = secret();
+    let kp = kube_proxy().await;
+    let agent = Agent::start(dir.path(), &format!("http://{kp}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
+    let source = AgentSource::new(AgentTargets::Static(vec![]), client_files(dir.path(), &data), Duration::from_secs(3));
+    let client = source.client().unwrap();
+    let target = Target::new("node-a", &agent.url());
+    let before = include_str!("data/rules/nft-1.37.2-service-chain-4-endpoints.txt");
+    let after = before.replace(
+        "mod 4 map { 0 : 10.244.1.4 . 8080, 1 : 10.244.1.5 . 8080, 2 : 10.244.2.4 . 8080, 3 : 10.244.2.5 . 8080 }",
+        "mod 3 map { 0 : 10.244.1.4 . 8080, 1 : 10.244.2.4 . 8080, 2 : 10.244.2.5 . 8080 }",
+    );
+    assert_ne!(before, after);
+    std::fs::write(dir.path().join("nft-listing"), before).unwrap();
+    let service = ServicePort {
+        namespace: "e2e-window".into(),
+        name: "web".into(),
+        port_name: "http".into(),
+        protocol: "TCP".into(),
+        cluster_ip: "10.96.7.7".parse().unwrap(),
+        port: 80,
+    };
+    let watch = |ip: &str| WatchRequest { service: service.clone(), endpoint: ip.parse().unwrap(), remaining_seconds: 30.0 };
+    let request = ObserveRequest { watches: vec![watch("10.244.1.5"), watch("10.244.2.4")] };
+    let first = observe_agent(&client, &target, &request).await.unwrap();
+    assert_eq!(first.response.records.len(), 2);
+    assert!(first.response.records.iter().all(|r| r.state == WatchState::Held));
+    assert!(first.sent_unix_seconds <= first.received_unix_seconds);
+    // let the agent read the endpoint in the rules, then take it out
+    let mut seen_with = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let o = observe_agent(&client, &target, &request).await.unwrap();
+        if o.response.records[0].reads >= 2 {
+            seen_with = Some(o);
+            break;
+        }
+    }
+    let seen_with = seen_with.expect("the agent read the rules while the watch was open");
+    assert_eq!(seen_with.response.data_plane.as_deref(), Some("nftables"));
+    let switched = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    std::fs::write(dir.path().join("nft-listing.tmp"), &after).unwrap();
+    std::fs::rename(dir.path().join("nft-listing.tmp"), dir.path().join("nft-listing")).unwrap();
+    let mut last = None;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let o = observe_agent(&client, &target, &request).await.unwrap();
+        if o.response.records[0].state == WatchState::Removed {
+            last = Some(o);
+            break;
+        }
+    }
+    let o = last.expect("the removal observed within 4 s");
+    let (gone, kept) = (&o.response.records[0], &o.response.records[1]);
+    assert_eq!(gone.endpoint.to_string(), "10.244.1.5");
+    // one clock (the agent runs here): the removal lies within the record's read bounds
+    let (lw, fw) = (gone.last_with_unix_seconds.unwrap(), gone.first_without_unix_seconds.unwrap());
+    assert!(lw <= switched && switched <= fw, "last with {lw}, switched {switched}, first without {fw}");
+    assert!(fw - switched < 2.0, "read within a round or two: {}", fw - switched);
+    assert_eq!((kept.state, kept.first_without_unix_seconds), (WatchState::Held, None), "the other endpoint is still held");
+    // a request the agent refuses, by name
+    let bad = client.post(format!("{}/removals", agent.url())).body("{\"watches\": 1}").send().await.unwrap();
+    assert_eq!(bad.status(), 400);
+    assert!(bad.text().await.unwrap().contains("not an observe request"));
+    let too_many = ObserveRequest { watches: vec![watch("10.244.9.9"); safe_termination::agent_contract::observer::MAX_WATCHES + 1] };
+    let refused = observe_agent(&client, &target, &too_many).await.unwrap_err();
+    assert!(refused.contains("413") && refused.contains("at most 10000"), "{refused}");
     agent.stop().await;
 }

@@ -86,6 +86,7 @@ fn analysis_options() -> AnalysisOptions {
         thresholds: Thresholds::default(),
         histograms: Default::default(),
         control_plane_lag: None,
+        observed: None,
     }
 }
 

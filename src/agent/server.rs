@@ -22,10 +22,10 @@ use crate::agent_contract::tls::AgentTls;
 use crate::core::exposition::accepts_protobuf;
 use crate::core::measure::reason;
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -42,7 +42,10 @@ pub const METRICS_CONTENT_TYPE: &str = crate::core::exposition::format::TEXT_CON
 /// `/removals` from `observer`; 404 for the rest.
 pub fn router(kube_proxy: Arc<KubeProxy>, observer: Arc<Observer>) -> Router {
     Router::new()
-        .route(REMOVALS_PATH, post(move |body: axum::body::Bytes| std::future::ready(removals(&observer, &body))).layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES)))
+        .route(
+            REMOVALS_PATH,
+            post(move |body: axum::body::Bytes| std::future::ready(removals(&observer, &body))).layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES)),
+        )
         .route("/metrics", get(|State(k): State<Arc<KubeProxy>>, headers: HeaderMap| async move { metrics(&k, &headers).await }))
         .route("/proxyMode", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.proxy_mode().await) }))
         .route("/configz", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.configz().await) }))

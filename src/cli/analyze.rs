@@ -398,6 +398,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
         // saved scrapes hold no deletion: the control plane's part is measured by the operator's
         // watches only (network programming stands in for it here)
         control_plane_lag: None,
+        observed: None,
     };
     let report = analyze(&inputs, &opts, &spec);
     Ok(match args.output {

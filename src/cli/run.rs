@@ -115,6 +115,11 @@ pub struct RunArgs {
     /// client key).
     #[arg(long, env = "SAFE_TERMINATION_AGENT_CERT_SECRET")]
     pub agent_cert_secret: Option<String>,
+    /// Observe every removal through the node agents (`--agent-target`s, else the agent pods):
+    /// each pod deletion's endpoint is watched on every node until its data plane drops it,
+    /// and W covers the p99 of what was observed (docs/architecture.md "The observer").
+    #[arg(long, env = "SAFE_TERMINATION_OBSERVE_REMOVALS")]
+    pub observe_removals: bool,
     /// Prometheus base URL for `--source prometheus`, and the last fallback of `--source auto`.
     #[arg(long, env = "SAFE_TERMINATION_PROMETHEUS_URL")]
     pub prometheus_url: Option<String>,
@@ -352,6 +357,24 @@ impl RunArgs {
         Some(cfg)
     }
 
+    /// The node agents as the observer asks them: the `--agent-target`s, else the agent pods.
+    fn agent_source(&self, client: &Client) -> Result<crate::sources::agent_client::AgentSource, Error> {
+        use crate::sources::agent_client::{AgentSource, AgentTargets};
+        let targets = parse_static_targets(&self.agent_targets).map_err(|e| Error::Usage(e.to_string()))?;
+        let targets = if targets.is_empty() {
+            AgentTargets::Kube {
+                client: client.clone(),
+                namespace: self.agent_namespace.clone().unwrap_or_else(|| self.namespace.clone()),
+                selector: self.agent_selector.clone(),
+                port: self.agent_port,
+            }
+        } else {
+            AgentTargets::Static(targets)
+        };
+        let files = AgentClientFiles { ca: self.agent_ca_file.clone(), cert: self.agent_client_cert_file.clone(), key: self.agent_client_key_file.clone() };
+        Ok(AgentSource::new(targets, files, Duration::from_secs(self.scrape_timeout_seconds)))
+    }
+
     /// This replica's name in the lease: `--identity`, else the host name.
     fn lease_identity(&self) -> String {
         self.identity.clone().unwrap_or_else(|| std::env::var("HOSTNAME").unwrap_or_else(|_| format!("safe-termination-{}", std::process::id())))
@@ -401,6 +424,10 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
     }
     sources::spawn(&shared, &mut tasks, measurement);
     let published = controller::spawn(&shared, &mut tasks, controller_config);
+    if args.observe_removals {
+        let agents = args.agent_source(&shared.client)?;
+        tasks.spawn("removal observer", controller::observer::run(published.cluster.clone(), agents, shared.clone()));
+    }
 
     let parts = Served { plan: published.plans, services: published.cluster, telemetry, readiness: Readiness::new() };
     let mut serving = std::pin::pin!(serve_with(&args.serving, listeners, parts, shutdown.clone()));

@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod metrics;
+pub mod observer;
 pub mod planner;
 pub mod probe;
 pub mod reconcile;

@@ -7,7 +7,9 @@
 //! endpoint count, a pod only while its deletion waits for its endpoint change; nothing else of
 //! any object is retained.
 
-use crate::core::control_plane::{DeletionLags, LagDistribution, SliceEndpoint};
+use crate::core::annotations::ANNOTATION_PRESTOP_SECONDS;
+use crate::core::control_plane::{DeletionLags, Joined, LagDistribution, SliceEndpoint};
+use crate::core::removals::{DEFAULT_DEADLINE_SECONDS, PendingRemoval, RemovalStore, RemovalSummary, ServicePort};
 use crate::core::selector::{Labels, ServiceIndex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -23,6 +25,12 @@ use tokio_util::sync::CancellationToken;
 struct ServiceEntry {
     selector: Labels,
     ports: u64,
+    /// The ClusterIP (None: headless, or not allocated): the data planes program no rule
+    /// without one.
+    cluster_ip: Option<std::net::IpAddr>,
+    /// The first port: (name, protocol, port). One port's rules show an endpoint's removal: the
+    /// proxiers program every port of a Service in the same sync.
+    first_port: Option<(String, String, u16)>,
 }
 
 #[derive(Debug, Default)]
@@ -51,6 +59,9 @@ pub struct ClusterCounts {
 pub struct ClusterIndex {
     inner: RwLock<Inner>,
     deletions: Mutex<DeletionLags>,
+    /// Observed removals (only while an observer runs: [`ClusterIndex::start_observing`]).
+    removals: Mutex<RemovalStore>,
+    observing: std::sync::atomic::AtomicBool,
 }
 
 /// Drives one watch stream until it ends, handing each event to `on`; a watch error is logged
@@ -90,6 +101,39 @@ impl ClusterIndex {
         self.deletions.lock().ok()?.distribution(now, window_seconds)
     }
 
+    /// From now on every joined deletion opens a removal for the observer to watch.
+    pub fn start_observing(&self) {
+        self.observing.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Runs `f` on the observed removals.
+    pub fn with_removals<T>(&self, f: impl FnOnce(&mut RemovalStore) -> T) -> T {
+        f(&mut self.removals.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// The removals observed within `window_seconds` before `now`; None while no observer runs.
+    pub fn observed_removals(&self, now: f64, window_seconds: f64) -> Option<RemovalSummary> {
+        self.observing.load(std::sync::atomic::Ordering::Relaxed).then(|| self.with_removals(|r| r.summary(now, window_seconds)))
+    }
+
+    /// The removal a joined deletion opens: its endpoint in the Service `service` (the slice's
+    /// `kubernetes.io/service-name`) of `namespace`, when that Service has a ClusterIP and a
+    /// port and the slice gave the endpoint's address.
+    fn removal_of(&self, namespace: &str, service: &str, j: &Joined) -> Option<PendingRemoval> {
+        let endpoint = j.address?;
+        let g = self.inner.read().ok()?;
+        let e = g.services.get(namespace)?.get(service)?;
+        let (port_name, protocol, port) = e.first_port.clone()?;
+        Some(PendingRemoval {
+            service: ServicePort { namespace: namespace.to_string(), name: service.to_string(), port_name, protocol, cluster_ip: e.cluster_ip?, port },
+            endpoint,
+            pod: format!("{namespace}/{}", j.pod_name),
+            deletion: j.deleting_at,
+            sleep_seconds: j.sleep_seconds,
+            deadline: j.deleting_at + DEFAULT_DEADLINE_SECONDS,
+        })
+    }
+
     /// True once the Service watch has listed once (the webhook's scope check is trusted).
     pub fn services_synced(&self) -> bool {
         self.inner.read().map(|g| g.services_synced).unwrap_or(false)
@@ -102,6 +146,11 @@ impl ClusterIndex {
         let entry = ServiceEntry {
             selector: spec.and_then(|s| s.selector.clone()).unwrap_or_default().into_iter().collect(),
             ports: spec.and_then(|s| s.ports.as_ref()).map_or(0, |p| p.len() as u64),
+            cluster_ip: spec.and_then(|s| s.cluster_ip.as_deref()).and_then(|ip| ip.parse().ok()),
+            first_port: spec
+                .and_then(|s| s.ports.as_ref())
+                .and_then(|p| p.first())
+                .map(|p| (p.name.clone().unwrap_or_default(), p.protocol.clone().unwrap_or_else(|| "TCP".into()), u16::try_from(p.port).unwrap_or(0))),
         };
         if let Ok(mut g) = self.inner.write() {
             g.services.entry(ns).or_default().insert(s.name_any(), entry);
@@ -128,11 +177,23 @@ impl ClusterIndex {
                 .iter()
                 .filter_map(|ep| {
                     let uid = ep.target_ref.as_ref()?.uid.clone()?;
-                    Some(SliceEndpoint { pod_uid: uid, terminating: ep.conditions.as_ref().and_then(|c| c.terminating).unwrap_or(false) })
+                    Some(SliceEndpoint {
+                        pod_uid: uid,
+                        terminating: ep.conditions.as_ref().and_then(|c| c.terminating).unwrap_or(false),
+                        address: ep.addresses.first().and_then(|a| a.parse().ok()),
+                    })
                 })
                 .collect();
-            for j in d.slice(&ns, &name, &endpoints, at) {
+            let joined = d.slice(&ns, &name, &endpoints, at);
+            drop(d);
+            let service = e.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name"));
+            for j in joined {
                 tracing::debug!(namespace = %j.namespace, pod_uid = %j.pod_uid, lag_seconds = j.lag_seconds, how = j.how, slice = %name, "control plane's part of a deletion");
+                if self.observing.load(std::sync::atomic::Ordering::Relaxed)
+                    && let Some(r) = service.and_then(|svc| self.removal_of(&ns, svc, &j))
+                {
+                    self.with_removals(|s| s.open(r));
+                }
             }
         }
         if let Ok(mut g) = self.inner.write() {
@@ -213,7 +274,9 @@ impl ClusterIndex {
         match ev {
             watcher::Event::Apply(p) if p.metadata.deletion_timestamp.is_some() => {
                 if let Some(uid) = p.metadata.uid.as_deref() {
-                    d.pod_deleting(uid, p.metadata.namespace.as_deref().unwrap_or_default(), at);
+                    let m = &p.metadata;
+                    let sleep = m.annotations.as_ref().and_then(|a| a.get(ANNOTATION_PRESTOP_SECONDS)).and_then(|v| v.parse().ok());
+                    d.pod_deleting_named(uid, m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default(), sleep, at);
                 }
             }
             watcher::Event::Delete(p) => {

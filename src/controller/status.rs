@@ -23,8 +23,8 @@ use crate::core::analysis::{AnalysisReport, coverage_percent};
 use crate::core::crd::TerminationPolicy;
 use crate::core::crd::{AdmissionStatus, Scope};
 use crate::core::crd::{
-    AdviceStatus, ControlPlaneLagStatus, CoverageStatus, MeasurementStatus, PodCounts, ProxyStatus, RecommendationStatus, TerminationPolicySpec,
-    TerminationPolicyStatus,
+    AdviceStatus, ControlPlaneLagStatus, CoverageStatus, MeasurementStatus, MissStatus, ObservedRemovalsStatus, PodCounts, ProxyStatus, RecommendationStatus,
+    TerminationPolicySpec, TerminationPolicyStatus,
 };
 use crate::core::model::Basis;
 use crate::core::selector::specificity;
@@ -268,6 +268,20 @@ fn measurement_status(report: &AnalysisReport, meta: &MeasurementMeta) -> Measur
             p99_seconds: round_ms(l.p99_seconds),
             max_seconds: round_ms(l.max_seconds),
             source: "pod and EndpointSlice watches".into(),
+        }),
+        observed_removals: report.observed_removals.as_ref().map(|o| ObservedRemovalsStatus {
+            removals: o.window.removals as u32,
+            censored: o.window.censored as u32,
+            p99_seconds: round_ms(o.window.p99_seconds),
+            p99_is_lower_bound: o.window.p99_is_lower_bound,
+            coverage_ratio: o.window.coverage_ratio.map(|r| (r * 1e4).round() / 1e4),
+            worst_miss: o.window.worst_miss.as_ref().map(|m| MissStatus {
+                pod: m.pod.clone(),
+                window_seconds: round_ms(m.window_seconds),
+                sleep_seconds: m.sleep_seconds,
+                censored: m.censored,
+            }),
+            sets_window: o.sets_window,
         }),
         window_seconds: Some(meta.window_seconds),
         last_scrape_time: meta.last_scrape_time.clone(),

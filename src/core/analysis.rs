@@ -6,6 +6,7 @@ use crate::core::control_plane::LagDistribution;
 use crate::core::crd::TerminationPolicySpec;
 use crate::core::exposition::HistogramKind;
 use crate::core::model::{self, Basis, ClusterWindow, HistogramPreference, Interval, NodeInput, NodeWindow, ProxyMode};
+use crate::core::removals::ObservedWindow;
 use crate::core::sizing::{self, Recommendation};
 use serde::Serialize;
 use std::sync::Arc;
@@ -34,6 +35,10 @@ pub struct AnalysisOptions {
     /// EndpointSlice watches, [`crate::core::control_plane`]); None when not measured (the
     /// offline `analyze`, or no deletion seen yet): W is then kube-proxy's part alone.
     pub control_plane_lag: Option<LagDistribution>,
+    /// The removals the node agents observed over the rolling window ([`crate::core::removals`]);
+    /// None when no observer runs. With at least `minSamples` removals their p99 raises W (and
+    /// stands for it where the model has none): W is never below what was observed.
+    pub observed: Option<ObservedWindow>,
 }
 
 /// kube-proxy's default `minSyncPeriod` in iptables mode, seconds, used when it is not known.
@@ -50,6 +55,7 @@ impl Default for AnalysisOptions {
             thresholds: Thresholds::default(),
             histograms: HistogramPreference::NativeFirst,
             control_plane_lag: None,
+            observed: None,
         }
     }
 }
@@ -105,6 +111,21 @@ pub struct AnalysisReport {
     /// offline `analyze` reads no deletion).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub control_plane_lag: Option<ControlPlaneLag>,
+    /// The removals the node agents observed (absent without an observer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_removals: Option<ObservedRemovals>,
+}
+
+/// The observed removals as W used them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedRemovals {
+    /// The rolling window's removals, summarised.
+    #[serde(flatten)]
+    pub window: ObservedWindow,
+    /// Their p99 set W (it was above the model's, or the model had none); false below
+    /// `minSamples` removals or under the model's W.
+    pub sets_window: bool,
 }
 
 /// The control plane's part of a deletion, as W used it: from a pod's DELETE to its endpoint
@@ -211,6 +232,8 @@ pub struct WindowAnalysis {
     pub advice: Vec<Advice>,
     /// The control plane's part of a deletion that W includes.
     pub control_plane_lag: Option<ControlPlaneLag>,
+    /// The observed removals and whether they set W.
+    pub observed_removals: Option<ObservedRemovals>,
 }
 
 /// Analyses a set of nodes under a policy: [`analyze_window`] then [`size`].
@@ -237,7 +260,20 @@ fn measure(input: &NodeInput, opts: &AnalysisOptions, min_samples: u32) -> NodeW
 }
 
 fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {
-    let window: ClusterWindow = model::cluster_window(&nodes);
+    let mut window: ClusterWindow = model::cluster_window(&nodes);
+    let observed_removals = opts.observed.clone().map(|o| {
+        // enough removals are a trusted measurement of their own: W is at least their p99
+        let enough = o.removals >= min_samples as usize;
+        let sets_window = enough && window.propagation_window_seconds.is_none_or(|w| o.p99_seconds > w);
+        if sets_window {
+            window.propagation_window_seconds = Some(o.p99_seconds);
+            window.worst_node = None;
+        }
+        if enough && !matches!(window.basis, Basis::Measured | Basis::BeyondTopBucket) {
+            window.basis = Basis::Measured;
+        }
+        ObservedRemovals { window: o, sets_window }
+    });
     let mut facts = opts.facts.clone();
     // the flag; else the mode most nodes report; else the configured one (configz, the
     // ConfigMap, or a detected eBPF dataplane with no kube-proxy to report any)
@@ -284,6 +320,7 @@ fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -
         window,
         nodes,
         control_plane_lag: opts.control_plane_lag.as_ref().map(ControlPlaneLag::of),
+        observed_removals,
     }
 }
 
@@ -316,6 +353,7 @@ fn sized(w: &WindowAnalysis, spec: &TerminationPolicySpec, nodes: Vec<NodeWindow
         min_sync_period_source: w.min_sync_period_source.clone(),
         recommendation,
         control_plane_lag: w.control_plane_lag.clone(),
+        observed_removals: w.observed_removals.clone(),
         proxy: w.proxy.clone(),
         advice: {
             let mut advice = advice;
@@ -468,6 +506,36 @@ mod low_sample_tests {
         assert_eq!(coverage_percent(c.ratio), format!("{:.1}%", ((1.0 + b_share) / 2.0 * 1000.0).floor() / 10.0));
         // no data: no coverage
         assert_eq!(coverage(&[], Basis::NoData, 5), None);
+    }
+
+    #[test]
+    fn observed_removals_raise_w_and_stand_for_it_where_the_model_has_none() {
+        let spec: TerminationPolicySpec = serde_json::from_value(serde_json::json!({"preStop": {"safetyFactor": 1.0, "minSeconds": 1}})).unwrap();
+        let observed = |removals: usize, p99_seconds: f64| ObservedWindow {
+            removals,
+            censored: 0,
+            p99_seconds,
+            p99_is_lower_bound: false,
+            coverage_ratio: Some(1.0),
+            worst_miss: None,
+        };
+        let model = analyze(&[slow("b", 100)], &AnalysisOptions::default(), &spec).propagation_window_seconds.unwrap();
+        // above the model's W: it sets W
+        let opts = AnalysisOptions { observed: Some(observed(5, model + 1.0)), ..Default::default() };
+        let r = analyze(&[slow("b", 100)], &opts, &spec);
+        assert_eq!(r.propagation_window_seconds, Some(model + 1.0));
+        assert_eq!(r.recommendation.pre_stop_seconds, (model + 1.0).ceil() as u32);
+        assert!(r.observed_removals.unwrap().sets_window);
+        // below it: W stays the model's; fewer than minSamples (5): not used
+        for o in [observed(5, model - 1.0), observed(4, model + 1.0)] {
+            let r = analyze(&[slow("b", 100)], &AnalysisOptions { observed: Some(o), ..Default::default() }, &spec);
+            assert_eq!(r.propagation_window_seconds, Some(model));
+            assert!(!r.observed_removals.unwrap().sets_window);
+        }
+        // no kube-proxy histogram at all (a Cilium node): the observed p99 is W
+        let r = analyze(&[], &AnalysisOptions { observed: Some(observed(6, 1.4)), ..Default::default() }, &spec);
+        assert_eq!((r.propagation_window_seconds, r.recommendation.pre_stop_seconds), (Some(1.4), 2));
+        assert_eq!(r.recommendation.reason, Basis::Measured);
     }
 
     #[test]

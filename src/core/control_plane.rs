@@ -171,6 +171,11 @@ pub struct LagSample {
 #[derive(Debug, Clone)]
 struct Pending {
     namespace: String,
+    /// The pod's name and its injected preStop sleep (its annotation), for observed removals.
+    pod_name: String,
+    sleep_seconds: Option<u32>,
+    /// The endpoint's address, as a slice last listed it.
+    address: Option<std::net::IpAddr>,
     /// When the pod's deletion was first seen, unix seconds.
     deleting_at: f64,
     /// The EndpointSlices that listed the pod's endpoint not terminating since its deletion was
@@ -193,6 +198,14 @@ pub struct Joined {
     pub lag_seconds: f64,
     /// `terminating` or `left its EndpointSlice`.
     pub how: &'static str,
+    /// The pod's name ("" when not given).
+    pub pod_name: String,
+    /// Its injected preStop sleep, seconds.
+    pub sleep_seconds: Option<u32>,
+    /// When its deletion was first seen, unix seconds.
+    pub deleting_at: f64,
+    /// The endpoint's address as a slice last listed it (None when no slice gave one).
+    pub address: Option<std::net::IpAddr>,
 }
 
 /// One endpoint of an EndpointSlice as the tracker reads it: the pod's UID (`targetRef.uid`)
@@ -203,6 +216,8 @@ pub struct SliceEndpoint {
     pub pod_uid: String,
     /// `conditions.terminating == true`.
     pub terminating: bool,
+    /// Its first address.
+    pub address: Option<std::net::IpAddr>,
 }
 
 /// Joins pod deletions with their endpoint changes and keeps the lags of a rolling window.
@@ -228,6 +243,12 @@ impl DeletionLags {
     /// first sighting counts; a pod already deleting when the watch listed it must not be given
     /// (its DELETE was before the watcher existed: left-censored).
     pub fn pod_deleting(&mut self, uid: &str, namespace: &str, at: f64) {
+        self.pod_deleting_named(uid, namespace, "", None, at);
+    }
+
+    /// [`DeletionLags::pod_deleting`] with the pod's name and injected preStop sleep, which the
+    /// joined deletion carries on (observed removals count each pod's coverage with them).
+    pub fn pod_deleting_named(&mut self, uid: &str, namespace: &str, name: &str, sleep_seconds: Option<u32>, at: f64) {
         if uid.is_empty() || self.pending.contains_key(uid) {
             return;
         }
@@ -238,7 +259,18 @@ impl DeletionLags {
                 self.dropped += 1;
             }
         }
-        self.pending.insert(uid.to_string(), Pending { namespace: namespace.to_string(), deleting_at: at, listed_in: Vec::new(), joined: false });
+        self.pending.insert(
+            uid.to_string(),
+            Pending {
+                namespace: namespace.to_string(),
+                pod_name: name.to_string(),
+                sleep_seconds,
+                address: None,
+                deleting_at: at,
+                listed_in: Vec::new(),
+                joined: false,
+            },
+        );
         self.order.push_back((uid.to_string(), at));
     }
 
@@ -261,7 +293,11 @@ impl DeletionLags {
         }
         let mut done: Vec<(String, &'static str)> = Vec::new();
         for (uid, p) in self.pending.iter_mut().filter(|(_, p)| !p.joined && p.namespace == namespace) {
-            match endpoints.iter().find(|e| &e.pod_uid == uid) {
+            let listed = endpoints.iter().find(|e| &e.pod_uid == uid);
+            if let Some(a) = listed.and_then(|e| e.address) {
+                p.address = Some(a);
+            }
+            match listed {
                 Some(e) if e.terminating => done.push((uid.clone(), "terminating")),
                 Some(_) if !p.listed_in.iter().any(|s| s == name) => p.listed_in.push(name.to_string()),
                 Some(_) => {}
@@ -275,7 +311,16 @@ impl DeletionLags {
                 let p = self.pending.get_mut(&uid)?;
                 p.joined = true;
                 p.listed_in.clear();
-                Some(Joined { pod_uid: uid, namespace: p.namespace.clone(), lag_seconds: (at - p.deleting_at).max(0.0), how })
+                Some(Joined {
+                    pod_uid: uid,
+                    namespace: p.namespace.clone(),
+                    lag_seconds: (at - p.deleting_at).max(0.0),
+                    how,
+                    pod_name: p.pod_name.clone(),
+                    sleep_seconds: p.sleep_seconds,
+                    deleting_at: p.deleting_at,
+                    address: p.address,
+                })
             })
             .collect();
         for j in &joined {
@@ -348,7 +393,7 @@ mod tests {
     use super::*;
 
     fn ep(uid: &str, terminating: bool) -> SliceEndpoint {
-        SliceEndpoint { pod_uid: uid.into(), terminating }
+        SliceEndpoint { pod_uid: uid.into(), terminating, address: Some("10.244.1.9".parse().unwrap()) }
     }
 
     #[test]
@@ -382,13 +427,16 @@ mod tests {
     #[test]
     fn an_endpoint_leaving_a_slice_that_listed_it_completes_its_deletion() {
         let mut d = DeletionLags::default();
-        d.pod_deleting("u1", "ns", 10.0);
+        d.pod_deleting_named("u1", "ns", "web-1", Some(3), 10.0);
         assert!(d.slice("ns", "b", &[ep("u2", false)], 10.01).is_empty(), "never listed in b");
         assert!(d.slice("ns", "a", &[ep("u1", false)], 10.02).is_empty());
         let lags = d.slice("ns", "a", &[ep("u2", false)], 10.3);
         assert_eq!(lags.len(), 1);
         assert!((lags[0].lag_seconds - 0.3).abs() < 1e-9);
         assert_eq!(lags[0].how, "left its EndpointSlice");
+        // the address the slice last listed, with the pod's name and sleep, for the observer
+        assert_eq!((lags[0].pod_name.as_str(), lags[0].sleep_seconds, lags[0].deleting_at), ("web-1", Some(3), 10.0));
+        assert_eq!(lags[0].address, Some("10.244.1.9".parse().unwrap()));
     }
 
     /// A namespace being deleted takes the Service's slices with its pods: the endpoint gone

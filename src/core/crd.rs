@@ -291,6 +291,11 @@ pub struct MeasurementStatus {
     /// over the rolling window. Absent before the first deletion is seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_lag: Option<ControlPlaneLagStatus>,
+    /// The removals the node agents observed over the rolling window: each pod deletion's
+    /// endpoint, watched on every node until its data plane dropped it. Absent without an
+    /// observer (`--observe-removals`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_removals: Option<ObservedRemovalsStatus>,
     /// Analysed interval, seconds (the rolling window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_seconds: Option<u32>,
@@ -311,6 +316,46 @@ pub struct ControlPlaneLagStatus {
     pub max_seconds: f64,
     /// Where it was measured: `pod and EndpointSlice watches`.
     pub source: String,
+}
+
+/// The observed removals over the rolling window.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedRemovalsStatus {
+    /// Removals observed (each: deletion seen to the endpoint gone from the slowest node).
+    pub removals: u32,
+    /// Of them, still in some node's data plane at their deadline (their window is a lower
+    /// bound).
+    pub censored: u32,
+    /// The p99 of their windows, seconds (a lower bound when `p99IsLowerBound`).
+    pub p99_seconds: f64,
+    /// The p99's rank fell on a censored removal.
+    #[serde(default)]
+    pub p99_is_lower_bound: bool,
+    /// Of the removals of pods with an injected sleep, the share the pod's own sleep covered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage_ratio: Option<f64>,
+    /// The pod whose window most exceeded its sleep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worst_miss: Option<MissStatus>,
+    /// The p99 set W (above the model's, or the model had none).
+    #[serde(default)]
+    pub sets_window: bool,
+}
+
+/// A pod whose sleep did not cover its observed window.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MissStatus {
+    /// `namespace/name` of the pod.
+    pub pod: String,
+    /// Its window, seconds (a lower bound when censored).
+    pub window_seconds: f64,
+    /// Its injected sleep, seconds.
+    pub sleep_seconds: u32,
+    /// Still in some node's data plane at the deadline.
+    #[serde(default)]
+    pub censored: bool,
 }
 
 /// The sized preStop sleep and grace period.

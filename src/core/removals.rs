@@ -212,6 +212,8 @@ pub fn summarise(removals: &[Removal], skew_seconds: f64) -> RemovalSummary {
     }
 }
 
+/// How long after a deletion a node still holding the endpoint counts as censored, seconds.
+pub const DEFAULT_DEADLINE_SECONDS: f64 = 60.0;
 /// Removals watched at once at most: past it the oldest open removal is dropped (counted).
 pub const MAX_OPEN_REMOVALS: usize = 10_000;
 /// Closed removals kept at most (the rolling window's).
@@ -307,14 +309,17 @@ impl RemovalStore {
     }
 
     /// Closes, at `now`, every open removal that each node of `nodes` (the agents answering
-    /// now) reports removed, and every one past its deadline: a node still holding the
-    /// endpoint then is censored at the deadline. Returns how many closed.
+    /// now) and each node that reported on it before reports removed, and every one past its
+    /// deadline: a node still holding the endpoint then is censored at the deadline (an agent
+    /// that went silent after saying "held" keeps its removal open until then). Returns how
+    /// many closed.
     pub fn close(&mut self, now: f64, nodes: &BTreeSet<String>) -> usize {
         let done: Vec<(ServicePort, IpAddr)> = self
             .open
             .iter()
             .filter(|(_, o)| {
-                let all_removed = !nodes.is_empty() && nodes.iter().all(|n| matches!(o.nodes.get(n), Some(NodeReport::Removed { .. })));
+                let removed = |n: &String| matches!(o.nodes.get(n), Some(NodeReport::Removed { .. }));
+                let all_removed = !nodes.is_empty() && nodes.iter().all(removed) && o.nodes.keys().all(removed);
                 all_removed || now >= o.pending.deadline
             })
             .map(|(k, _)| k.clone())
@@ -340,7 +345,14 @@ impl RemovalStore {
             if self.closed.len() >= MAX_CLOSED_REMOVALS {
                 self.closed.pop_front();
             }
-            let removal = Removal { service: format!("{}/{}", p.service.namespace, p.service.name), endpoint: p.endpoint.to_string(), pod: p.pod, deletion: p.deletion, sleep_seconds: p.sleep_seconds, nodes };
+            let removal = Removal {
+                service: format!("{}/{}", p.service.namespace, p.service.name),
+                endpoint: p.endpoint.to_string(),
+                pod: p.pod,
+                deletion: p.deletion,
+                sleep_seconds: p.sleep_seconds,
+                nodes,
+            };
             self.closed.push_back((now, removal));
         }
         done.len()
@@ -369,7 +381,37 @@ impl RemovalStore {
     }
 }
 
-/// What observed removals give the analysis: enough to raise W, compared by value (the
+/// The offset between an agent's clock and the operator's, from one request: the agent's clock
+/// `agent_now` was read between `sent` and `received` on the operator's clock, so the offset is
+/// known within half the round trip ([`ClockOffset::bound`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClockOffset {
+    /// Agent clock less operator clock at the round trip's middle, seconds.
+    pub offset: f64,
+    /// Half the round trip, seconds: how far the true offset may lie from `offset`.
+    pub bound: f64,
+}
+
+impl ClockOffset {
+    /// The offset of one request (`sent` <= `received`, operator unix seconds).
+    pub fn of(agent_now: f64, sent: f64, received: f64) -> Self {
+        let (sent, received) = (sent.min(received), received.max(sent));
+        Self { offset: agent_now - (sent + received) / 2.0, bound: (received - sent) / 2.0 }
+    }
+
+    /// Agent time `t` on the operator's clock, taken as late as the bound allows (for the end
+    /// of a removal's read bound: a window never reads short).
+    pub fn late(&self, t: f64) -> f64 {
+        t - self.offset + self.bound
+    }
+
+    /// Agent time `t` on the operator's clock, taken as early as the bound allows.
+    pub fn early(&self, t: f64) -> f64 {
+        t - self.offset - self.bound
+    }
+}
+
+/// What the removals observed give the analysis: enough to raise W, compared by value (the
 /// analysis cache keys on it).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -396,7 +438,14 @@ impl ObservedWindow {
             (None, Some(p)) => (p, true),
             (None, None) => return None,
         };
-        Some(Self { removals: s.removals, censored: s.censored, p99_seconds, p99_is_lower_bound, coverage_ratio: s.coverage_ratio, worst_miss: s.worst_miss.clone() })
+        Some(Self {
+            removals: s.removals,
+            censored: s.censored,
+            p99_seconds,
+            p99_is_lower_bound,
+            coverage_ratio: s.coverage_ratio,
+            worst_miss: s.worst_miss.clone(),
+        })
     }
 }
 
@@ -460,11 +509,25 @@ mod tests {
         assert_eq!(s.worst_miss.map(|m| m.pod), Some("ns/b".into()));
     }
     fn port(name: &str) -> ServicePort {
-        ServicePort { namespace: "ns".into(), name: name.into(), port_name: "http".into(), protocol: "TCP".into(), cluster_ip: "10.96.0.10".parse().unwrap(), port: 80 }
+        ServicePort {
+            namespace: "ns".into(),
+            name: name.into(),
+            port_name: "http".into(),
+            protocol: "TCP".into(),
+            cluster_ip: "10.96.0.10".parse().unwrap(),
+            port: 80,
+        }
     }
 
     fn pending(ip: &str, deletion: f64) -> PendingRemoval {
-        PendingRemoval { service: port("web"), endpoint: ip.parse().unwrap(), pod: format!("ns/{ip}"), deletion, sleep_seconds: Some(3), deadline: deletion + 60.0 }
+        PendingRemoval {
+            service: port("web"),
+            endpoint: ip.parse().unwrap(),
+            pod: format!("ns/{ip}"),
+            deletion,
+            sleep_seconds: Some(3),
+            deadline: deletion + 60.0,
+        }
     }
 
     #[test]
@@ -481,7 +544,10 @@ mod tests {
         s.report("a", &port("web"), ip, NodeReport::Held);
         s.report("b", &port("web"), ip, NodeReport::Held);
         assert_eq!(s.close(100.5, &nodes), 0, "node b still holds it");
+        let only_a: BTreeSet<String> = ["a".to_string()].into();
+        assert_eq!(s.close(100.6, &only_a), 0, "b said held: its silence keeps the removal open");
         s.report("b", &port("web"), ip, NodeReport::Removed { last_with: None, first_without: 101.25 });
+        s.report("b", &port("web"), ip, NodeReport::Held);
         s.report("b", &port("other"), ip, NodeReport::Held);
         assert_eq!(s.close(101.3, &nodes), 1);
         let sum = s.summary(101.3, 300.0);
@@ -506,6 +572,16 @@ mod tests {
         assert_eq!(s.unobserved(), 1);
         let w = ObservedWindow::of(&sum).unwrap();
         assert_eq!((w.p99_seconds, w.p99_is_lower_bound, w.coverage_ratio), (60.0, true, Some(0.0)));
+    }
+
+    #[test]
+    fn an_agents_times_are_moved_to_the_operators_clock_and_widened_by_half_the_round_trip() {
+        // the agent's clock leads by 2 s; the request took 0.1 s
+        let c = ClockOffset::of(1002.05, 1000.0, 1000.1);
+        assert!((c.offset - 2.0).abs() < 1e-9 && (c.bound - 0.05).abs() < 1e-9);
+        assert!((c.late(1003.0) - 1001.05).abs() < 1e-9);
+        assert!((c.early(1003.0) - 1000.95).abs() < 1e-9);
+        assert_eq!(ClockOffset::of(5.0, 2.0, 1.0).bound, 0.5, "a clock stepping back is taken as the longer trip");
     }
 
     #[test]

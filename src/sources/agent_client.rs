@@ -273,3 +273,43 @@ pub async fn scrape_agent(client: &reqwest::Client, target: &Target, opts: &Scra
     };
     ScrapeOutcome { node: target.node.clone(), result, elapsed: start.elapsed(), source: NodeSource::Agent }
 }
+
+/// The largest observe answer read, bytes ([`crate::agent_contract::observer::MAX_WATCHES`]
+/// records of the longest names fit).
+pub const MAX_OBSERVE_ANSWER_BYTES: usize = 16 << 20;
+
+/// An agent's observe answer and the operator's clock around the request (unix seconds), for
+/// the clock offset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    /// The answer.
+    pub response: crate::agent_contract::observer::ObserveResponse,
+    /// When the request was sent.
+    pub sent_unix_seconds: f64,
+    /// When the answer was read.
+    pub received_unix_seconds: f64,
+}
+
+/// Asks the agent at `target` to watch `request`'s removals (`POST /removals`) and reads its
+/// answer. Errors name the URL: the request failed, a status other than 2xx (with the agent's
+/// message), or a body that is not an answer.
+pub async fn observe_agent(client: &reqwest::Client, target: &Target, request: &crate::agent_contract::observer::ObserveRequest) -> Result<Observed, String> {
+    let url = target.url(crate::agent_contract::observer::REMOVALS_PATH);
+    let sent = unix_now();
+    let body = serde_json::to_vec(request).map_err(|e| format!("{url}: {e}"))?;
+    let resp = client
+        .post(&url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {}", error_chain(&e)))?;
+    let status = resp.status();
+    let body = read_limited(resp, MAX_OBSERVE_ANSWER_BYTES).await.map_err(|e| format!("{url}: {e}"))?;
+    let received = unix_now();
+    if !status.is_success() {
+        return Err(format!("{url}: HTTP {status}: {}", String::from_utf8_lossy(&body[..body.len().min(4096)]).trim()));
+    }
+    let response = serde_json::from_slice(&body).map_err(|e| format!("{url}: not an observe answer: {e}"))?;
+    Ok(Observed { response, sent_unix_seconds: sent, received_unix_seconds: received })
+}

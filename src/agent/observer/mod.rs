@@ -248,7 +248,9 @@ pub fn plane_of_mode(mode: &str, binaries: &Binaries, runner: &dyn Runner) -> Re
             let list = |program: &str| runner.run(program, &["-t", "nat", "-S", "KUBE-SERVICES"]);
             match list(&binaries.iptables_nft) {
                 Ok(_) => Ok(Plane::IptablesNft),
-                Err(nft) => list(&binaries.iptables_legacy).map(|_| Plane::IptablesLegacy).map_err(|legacy| format!("kube-proxy's KUBE-SERVICES chain in neither iptables backend: {nft}; {legacy}")),
+                Err(nft) => list(&binaries.iptables_legacy)
+                    .map(|_| Plane::IptablesLegacy)
+                    .map_err(|legacy| format!("kube-proxy's KUBE-SERVICES chain in neither iptables backend: {nft}; {legacy}")),
             }
         }
         other => Err(format!("kube-proxy's proxy mode {other:?} has no reader (nftables and iptables have)")),

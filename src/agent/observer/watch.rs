@@ -152,7 +152,11 @@ impl Observer {
         let records = w.records(now);
         drop(w);
         self.wake.notify_one();
-        ObserveResponse { agent_unix_seconds: (self.clock)(), data_plane: self.data_plane.lock().unwrap_or_else(PoisonError::into_inner).map(str::to_string), records }
+        ObserveResponse {
+            agent_unix_seconds: (self.clock)(),
+            data_plane: self.data_plane.lock().unwrap_or_else(PoisonError::into_inner).map(str::to_string),
+            records,
+        }
     }
 
     /// Reads while watches are due, until `stop`.
@@ -225,11 +229,20 @@ mod tests {
     use crate::agent_contract::observer::WatchRequest;
 
     fn port(name: &str) -> ServicePort {
-        ServicePort { namespace: "ns".into(), name: name.into(), port_name: "http".into(), protocol: "TCP".into(), cluster_ip: "10.96.0.10".parse().unwrap(), port: 80 }
+        ServicePort {
+            namespace: "ns".into(),
+            name: name.into(),
+            port_name: "http".into(),
+            protocol: "TCP".into(),
+            cluster_ip: "10.96.0.10".parse().unwrap(),
+            port: 80,
+        }
     }
 
     fn request(ips: &[(&str, &str)], remaining: f64) -> ObserveRequest {
-        ObserveRequest { watches: ips.iter().map(|(s, ip)| WatchRequest { service: port(s), endpoint: ip.parse().unwrap(), remaining_seconds: remaining }).collect() }
+        ObserveRequest {
+            watches: ips.iter().map(|(s, ip)| WatchRequest { service: port(s), endpoint: ip.parse().unwrap(), remaining_seconds: remaining }).collect(),
+        }
     }
 
     fn ips(list: &[&str]) -> Result<BTreeSet<IpAddr>, ReadError> {
@@ -253,7 +266,10 @@ mod tests {
         assert_eq!((api.state, api.reads), (WatchState::Held, 0), "another Service port's read says nothing of it");
         // a removed watch is read no more; the one still held is
         w.apply(&port("web"), &ips(&["10.244.1.2"]), 100.5, 100.52);
-        assert_eq!(w.records(100.6).iter().find(|r| r.endpoint.to_string() == "10.244.1.2" && r.service.name == "web").unwrap().first_without_unix_seconds, Some(100.32));
+        assert_eq!(
+            w.records(100.6).iter().find(|r| r.endpoint.to_string() == "10.244.1.2" && r.service.name == "web").unwrap().first_without_unix_seconds,
+            Some(100.32)
+        );
         assert_eq!(w.records(111.0).iter().find(|r| r.service.name == "api").unwrap().state, WatchState::Expired);
         assert!(w.due(111.0).is_empty(), "nothing is read past the deadlines");
     }

@@ -1,0 +1,129 @@
+//! The operator's side of the observer (adapter): while removals are open
+//! ([`crate::core::removals::RemovalStore`], opened by the Service index as it joins each pod's
+//! deletion with its endpoint change), every [`ROUND_INTERVAL`] each node agent is asked to watch
+//! all of them (`POST /removals`: [`crate::agent_contract::observer`]), its records are moved to
+//! the operator's clock ([`ClockOffset`]: within half the request's round trip, taken late) and
+//! reported into the store, and the removals every node has dropped, or whose deadline passed,
+//! are closed. The leader alone asks; nothing is sent while no removal is open. A closed
+//! removal bumps the measurement generation, so every policy is reconciled with it.
+
+use super::service_index::{ClusterIndex, now_unix};
+use crate::agent_contract::observer::{ObserveRequest, WatchRecord, WatchRequest, WatchState};
+use crate::core::removals::{ClockOffset, NodeReport};
+use crate::runtime::Shared;
+use crate::sources::agent_client::{AgentSource, observe_agent};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The pause between two rounds of requests to the agents.
+pub const ROUND_INTERVAL: Duration = Duration::from_millis(250);
+/// A failing agent is logged at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// What an agent's record says, its times moved to the operator's clock by `clock`.
+pub fn report_of(record: &WatchRecord, clock: &ClockOffset) -> NodeReport {
+    match (record.state, record.first_without_unix_seconds) {
+        (WatchState::Removed, Some(fw)) => {
+            NodeReport::Removed { last_with: record.last_with_unix_seconds.map(|t| clock.early(t)), first_without: clock.late(fw) }
+        }
+        _ => NodeReport::Held,
+    }
+}
+
+/// Runs the observer until `shared.stop`: asks `agents` while removals are open in `cluster`.
+pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared) {
+    cluster.start_observing();
+    let mut warned: HashMap<String, Instant> = HashMap::new();
+    let mut warn = |what: &str, error: &str| {
+        if warned.get(what).is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            warned.insert(what.to_string(), Instant::now());
+            tracing::warn!(agent = what, error, "observer: an agent could not be asked");
+        }
+    };
+    loop {
+        tokio::select! {
+            () = shared.stop.cancelled() => return,
+            () = tokio::time::sleep(ROUND_INTERVAL) => {}
+        }
+        if !*shared.leader.borrow() {
+            continue;
+        }
+        let now = now_unix();
+        let request = cluster.with_removals(|s| ObserveRequest {
+            watches: s
+                .watches(now)
+                .into_iter()
+                .map(|(service, endpoint, remaining_seconds)| WatchRequest { service: service.clone(), endpoint, remaining_seconds })
+                .collect(),
+        });
+        let mut answering = BTreeSet::new();
+        if !request.watches.is_empty() {
+            match agents.client() {
+                Err(e) => warn("client certificate", &e),
+                Ok(client) => match agents.targets().await {
+                    Err(e) => warn("finding the agents", &e.to_string()),
+                    Ok(targets) => {
+                        let asks = targets.values().map(|t| {
+                            let client = client.clone();
+                            let request = &request;
+                            async move { (t.node.clone(), observe_agent(&client, t, request).await) }
+                        });
+                        for (node, answer) in futures::future::join_all(asks).await {
+                            match answer {
+                                Err(e) => warn(&node, &e),
+                                Ok(o) => {
+                                    let clock = ClockOffset::of(o.response.agent_unix_seconds, o.sent_unix_seconds, o.received_unix_seconds);
+                                    cluster.with_removals(|s| {
+                                        for r in &o.response.records {
+                                            s.report(&node, &r.service, r.endpoint, report_of(r, &clock));
+                                        }
+                                    });
+                                    answering.insert(node);
+                                }
+                            }
+                        }
+                    }
+                },
+            }
+        }
+        let closed = cluster.with_removals(|s| s.close(now_unix(), &answering));
+        if closed > 0 {
+            tracing::debug!(closed, "observed removals closed");
+            shared.generation.send_modify(|g| *g += 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::removals::ServicePort;
+
+    #[test]
+    fn a_record_is_a_report_on_the_operators_clock() {
+        let service = ServicePort {
+            namespace: "ns".into(),
+            name: "web".into(),
+            port_name: "".into(),
+            protocol: "TCP".into(),
+            cluster_ip: "10.96.0.9".parse().unwrap(),
+            port: 80,
+        };
+        let mut r = WatchRecord {
+            service,
+            endpoint: "10.244.1.2".parse().unwrap(),
+            state: WatchState::Removed,
+            last_with_unix_seconds: Some(101.0),
+            first_without_unix_seconds: Some(101.5),
+            reads: 3,
+            failed_reads: 0,
+            last_error: None,
+        };
+        let clock = ClockOffset::of(100.0, 99.0, 99.2);
+        let NodeReport::Removed { last_with, first_without } = report_of(&r, &clock) else { panic!("removed") };
+        assert!((last_with.unwrap() - 100.0).abs() < 1e-9 && (first_without - 100.7).abs() < 1e-9, "{last_with:?} {first_without}");
+        r.state = WatchState::Expired;
+        assert_eq!(report_of(&r, &clock), NodeReport::Held);
+    }
+}
