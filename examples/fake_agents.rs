@@ -57,6 +57,11 @@ fn main() {
                 max_body_bytes: safe_termination::sources::DEFAULT_MAX_BODY_BYTES,
                 drain_seconds: 1,
                 idle_timeout_seconds: 30,
+                // these agents front fake kube-proxies: no data plane to observe
+                data_plane: safe_termination::cli::agent::DataPlaneArg::None,
+                nft_binary: "nft".into(),
+                iptables_nft_binary: "iptables-nft".into(),
+                iptables_legacy_binary: "iptables-legacy".into(),
             };
             let listener = std::net::TcpListener::bind(args.listen).expect("bind an agent port");
             listener.set_nonblocking(true).unwrap();

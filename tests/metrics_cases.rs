@@ -48,6 +48,7 @@ fn opts(facts: ClusterFacts) -> AnalysisOptions {
         thresholds: Thresholds::default(),
         histograms: Default::default(),
         control_plane_lag: None,
+        observed: None,
     }
 }
 

@@ -117,12 +117,14 @@ impl Watches {
 /// next round).
 pub type ReaderSource = Box<dyn FnMut() -> Result<Box<dyn DataPlaneReader>, String> + Send>;
 
+/// The reader once found (taken out while a read runs), and how to find it.
+type ReaderSlot = (Option<Box<dyn DataPlaneReader>>, Option<ReaderSource>);
+
 /// The agent's observer: the watches, the reader, and the reading loop ([`Observer::run`]).
 pub struct Observer {
     watches: Mutex<Watches>,
     wake: tokio::sync::Notify,
-    /// The reader once found, and how to find it; taken out while a read runs.
-    reader: Mutex<(Option<Box<dyn DataPlaneReader>>, Option<ReaderSource>)>,
+    reader: Mutex<ReaderSlot>,
     data_plane: Mutex<Option<&'static str>>,
     clock: fn() -> f64,
 }
