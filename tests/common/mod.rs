@@ -13,6 +13,7 @@ use safe_termination::core::crd::TerminationPolicy;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+pub mod agents;
 pub mod chart;
 pub mod operator;
 pub mod rules;
@@ -176,10 +177,15 @@ pub async fn wait_policy_status(client: &Client, ns: &str, name: &str, secs: u64
 /// running in `system` with its webhook registered (as `hook`) for `ns`, and a TerminationPolicy
 /// `web` in `ns` with `spec`. Returns the operator and the policies of `ns`.
 pub async fn operator_with_policy(client: &Client, system: &str, ns: &str, hook: &str, spec: Value) -> (Operator, Api<TerminationPolicy>) {
+    operator_with_policy_args(client, system, ns, hook, spec, &[]).await
+}
+
+/// [`operator_with_policy`] with `extra` flags for the operator.
+pub async fn operator_with_policy_args(client: &Client, system: &str, ns: &str, hook: &str, spec: Value, extra: &[&str]) -> (Operator, Api<TerminationPolicy>) {
     apply_crd(client).await;
     own_namespace(client, system).await;
     own_namespace(client, ns).await;
-    let op = Operator::start(system, &[]).await;
+    let op = Operator::start(system, extra).await;
     register_webhook(client, hook, ns, op.webhook).await;
     // the API server picks the configuration up through an informer
     tokio::time::sleep(Duration::from_secs(2)).await;

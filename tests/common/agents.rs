@@ -1,0 +1,104 @@
+//! Node agents (`safe-termination agent`) on the real nodes of the e2e cluster, run as the
+//! cluster runs kube-proxy there: a process inside each node's network namespace (`nsenter
+//! --net=/run/netns/<netns>`), listening on the node's address, reading that node's kube-proxy
+//! and its rules with the node's own `nft` and `iptables` (the xtables builds of
+//! `$ST_K8S_BIN/..`, as tests/common/rules.rs reads them). Mutual TLS from certificates made by
+//! the operator's own certificate code. Killed (by PID, each is this test's own child) on drop.
+
+use super::rules::{RealNode, k8s_dir, real_nodes};
+use safe_termination::certs::{self, AGENT_CERT, AGENT_KEY, Action, CA_CERT, CLIENT_CERT, CLIENT_KEY};
+use std::path::Path;
+use std::process::{Child, Command};
+
+/// The agents' mutual-TLS port on each node (not the default 10349: a chart's agent
+/// DaemonSet of another test may still hold that one while it terminates).
+pub const PORT: u16 = 10359;
+const HEALTH_PORT: u16 = 10360;
+
+/// One agent per real node, and the operator flags that reach them.
+pub struct NodeAgents {
+    children: Vec<(String, Child)>,
+    /// `--observe-removals` and the agent targets and client files, for `Operator::start`.
+    pub operator_args: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for NodeAgents {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn write(dir: &Path, name: &str, content: &[u8]) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, content).unwrap();
+    p.display().to_string()
+}
+
+impl NodeAgents {
+    /// Starts an agent on every real node, each logging to `$ST_E2E_DIR/logs/agent-<node>.log`,
+    /// and waits until each answers its health port.
+    pub async fn start() -> NodeAgents {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let names = certs::subject_alt_names("safe-termination", "e2e", &[]);
+        let data = certs::renewed(&Default::default(), &Action::RenewCa("e2e".into()), &names, certs::unix_now(), certs::CA_VALIDITY, certs::SERVING_VALIDITY).unwrap();
+        let (ca, cert, key) = (write(dir.path(), "ca.crt", &data[CA_CERT]), write(dir.path(), "agent.crt", &data[AGENT_CERT]), write(dir.path(), "agent.key", &data[AGENT_KEY]));
+        let (client_cert, client_key) = (write(dir.path(), "client.crt", &data[CLIENT_CERT]), write(dir.path(), "client.key", &data[CLIENT_KEY]));
+        let k8s = k8s_dir();
+        let nodes = real_nodes();
+        // the node addresses exist only inside the cluster's namespaces: never send to them
+        // without (with the cluster down they would leave the machine)
+        for n in &nodes {
+            assert!(Path::new(&format!("/run/netns/{}", n.netns)).exists(), "{}'s network namespace /run/netns/{} is missing: run make cluster-up", n.name, n.netns);
+        }
+        let mut children = Vec::new();
+        for n in &nodes {
+            children.push((n.name.clone(), spawn(n, &ca, &cert, &key, &k8s)));
+        }
+        let targets: Vec<String> = nodes.iter().map(|n| format!("{}=https://{}:{PORT}", n.name, n.ip)).collect();
+        let operator_args = vec![
+            "--observe-removals".to_string(),
+            "--agent-target".into(),
+            targets.join(","),
+            "--agent-ca-file".into(),
+            ca,
+            "--agent-client-cert-file".into(),
+            client_cert,
+            "--agent-client-key-file".into(),
+            client_key,
+        ];
+        let agents = NodeAgents { children, operator_args, _dir: dir };
+        for n in &nodes {
+            let url = format!("http://{}:{HEALTH_PORT}/healthz", n.ip);
+            super::wait_for(&format!("the agent on {} healthy at {url}", n.name), 30, async || {
+                reqwest::get(&url).await.ok().filter(|r| r.status().is_success()).map(|_| ())
+            })
+            .await;
+        }
+        agents
+    }
+}
+
+fn spawn(n: &RealNode, ca: &str, cert: &str, key: &str, k8s: &str) -> Child {
+    let log = format!("{}/logs/agent-{}.log", super::state_dir(), n.name);
+    let _ = std::fs::create_dir_all(Path::new(&log).parent().unwrap());
+    let log = std::fs::File::create(&log).unwrap();
+    Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", n.netns))
+        .arg(env!("CARGO_BIN_EXE_safe-termination"))
+        .args(["agent", "--listen", &format!("{}:{PORT}", n.ip), "--health-listen", &format!("{}:{HEALTH_PORT}", n.ip)])
+        .args(["--kube-proxy-url", &format!("http://{}:10249", n.ip)])
+        .args(["--tls-ca-file", ca, "--tls-cert-file", cert, "--tls-key-file", key])
+        // the data plane from kube-proxy's /proxyMode and the iptables backend holding its chains
+        .args(["--data-plane", "auto"])
+        .args(["--iptables-nft-binary", &format!("{k8s}/xtables-nft/iptables"), "--iptables-legacy-binary", &format!("{k8s}/xtables-legacy/iptables")])
+        .env("RUST_LOG", "info,safe_termination=debug")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("nsenter into {}: {e}", n.netns))
+}
