@@ -272,6 +272,7 @@ fn measurement_status(report: &AnalysisReport, meta: &MeasurementMeta) -> Measur
         observed_removals: report.observed_removals.as_ref().map(|o| ObservedRemovalsStatus {
             removals: o.window.removals as u32,
             censored: o.window.censored as u32,
+            coarse: o.window.coarse as u32,
             p99_seconds: round_ms(o.window.p99_seconds),
             p99_is_lower_bound: o.window.p99_is_lower_bound,
             coverage_ratio: o.window.coverage_ratio.map(|r| (r * 1e4).round() / 1e4),

@@ -263,7 +263,7 @@ fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -
     let mut window: ClusterWindow = model::cluster_window(&nodes);
     let observed_removals = opts.observed.clone().map(|o| {
         // enough removals are a trusted measurement of their own: W is at least their p99
-        let enough = o.removals >= min_samples as usize;
+        let enough = o.removals - o.coarse >= min_samples as usize;
         let sets_window = enough && window.propagation_window_seconds.is_none_or(|w| o.p99_seconds > w);
         if sets_window {
             window.propagation_window_seconds = Some(o.p99_seconds);
@@ -514,6 +514,7 @@ mod low_sample_tests {
         let observed = |removals: usize, p99_seconds: f64| ObservedWindow {
             removals,
             censored: 0,
+            coarse: 0,
             p99_seconds,
             p99_is_lower_bound: false,
             coverage_ratio: Some(1.0),

@@ -327,12 +327,17 @@ pub struct ObservedRemovalsStatus {
     /// Of them, still in some node's data plane at their deadline (their window is a lower
     /// bound).
     pub censored: u32,
-    /// The p99 of their windows, seconds (a lower bound when `p99IsLowerBound`).
+    /// Of them, bounded too coarsely (a read bound over 0.5 s, or no read before the removal)
+    /// to count in the p99 and the coverage.
+    #[serde(default)]
+    pub coarse: u32,
+    /// The p99 of the precise ones' windows, seconds (a lower bound when `p99IsLowerBound`).
     pub p99_seconds: f64,
     /// The p99's rank fell on a censored removal.
     #[serde(default)]
     pub p99_is_lower_bound: bool,
-    /// Of the removals of pods with an injected sleep, the share the pod's own sleep covered.
+    /// Of the precise removals of pods with an injected sleep, the share the pod's own sleep
+    /// covered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage_ratio: Option<f64>,
     /// The pod whose window most exceeded its sleep.

@@ -79,6 +79,26 @@ pub struct Removal {
     pub nodes: Vec<(String, NodeObservation)>,
 }
 
+/// The widest read bound (last read with the endpoint to first read without it, seconds) of a
+/// removal whose window counts in the p99: a slow listing (`nft` at 12,000 Services takes
+/// seconds per read) bounds a removal only coarsely, and its late end would size W from the
+/// reader's slowness, and a coverage from it would count misses that may not be. Coarse removals
+/// are counted apart; a removal whose first read already lacked the endpoint has no early end
+/// and is coarse too (it was fast: it left before the agent first read).
+pub const PRECISE_BOUND_SECONDS: f64 = 0.5;
+
+impl Removal {
+    /// Every node's removal is bounded within [`PRECISE_BOUND_SECONDS`] (censored nodes count
+    /// as precise: their window is a lower bound, ranked above every observed one).
+    pub fn is_precise(&self) -> bool {
+        self.nodes.iter().all(|(_, o)| match *o {
+            NodeObservation::Removed { last_with: Some(lw), first_without } => first_without - lw <= PRECISE_BOUND_SECONDS,
+            NodeObservation::Removed { last_with: None, .. } => false,
+            NodeObservation::Censored { .. } => true,
+        })
+    }
+}
+
 /// A removal's window, seconds from the deletion.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -149,15 +169,17 @@ pub struct RemovalSummary {
     pub removals: usize,
     /// Of them, censored.
     pub censored: usize,
-    /// The p99 of the windows, seconds: the smallest window with at least 99% of the removals
-    /// at or below it, censored ones ranked above every observed one; None without removals, or
-    /// when the rank falls on a censored removal (only a lower bound is known: see
-    /// `p99_at_least_seconds`).
+    /// Of them, bounded too coarsely to count in the p99 ([`PRECISE_BOUND_SECONDS`]).
+    pub coarse: usize,
+    /// The p99 of the precise windows, seconds: the smallest window with at least 99% of the
+    /// precise removals at or below it, censored ones ranked above every observed one; None
+    /// without a precise removal, or when the rank falls on a censored removal (only a lower
+    /// bound is known: see `p99_at_least_seconds`).
     pub p99_seconds: Option<f64>,
     /// When the p99's rank falls on a censored removal: the lower bound it is known to exceed.
     pub p99_at_least_seconds: Option<f64>,
-    /// Removals of pods that had a sleep, and of them the share whose sleep covered the window
-    /// (a censored window longer than the sleep is a miss); None without such a removal.
+    /// Precise removals of pods that had a sleep, and of them the share whose sleep covered the
+    /// window (a censored window longer than the sleep is a miss); None without such a removal.
     pub coverage_ratio: Option<f64>,
     /// Removals counted in the coverage.
     pub coverage_removals: usize,
@@ -169,8 +191,9 @@ pub struct RemovalSummary {
 pub fn summarise(removals: &[Removal], skew_seconds: f64) -> RemovalSummary {
     let windows: Vec<(&Removal, Window)> = removals.iter().filter_map(|r| Some((r, r.window(skew_seconds)?))).collect();
     let censored = windows.iter().filter(|(_, w)| matches!(w, Window::AtLeast(_))).count();
+    let coarse = windows.iter().filter(|(r, _)| !r.is_precise()).count();
     // observed ascending, then censored (ascending by their bound) above every observed one
-    let mut ranked: Vec<Window> = windows.iter().map(|(_, w)| *w).collect();
+    let mut ranked: Vec<Window> = windows.iter().filter(|(r, _)| r.is_precise()).map(|(_, w)| *w).collect();
     ranked.sort_by(|a, b| match (a, b) {
         (Window::Observed(x), Window::Observed(y)) | (Window::AtLeast(x), Window::AtLeast(y)) => x.total_cmp(y),
         (Window::Observed(_), Window::AtLeast(_)) => std::cmp::Ordering::Less,
@@ -186,7 +209,7 @@ pub fn summarise(removals: &[Removal], skew_seconds: f64) -> RemovalSummary {
     let mut covered = 0usize;
     let mut counted = 0usize;
     let mut worst: Option<Miss> = None;
-    for (r, w) in &windows {
+    for (r, w) in windows.iter().filter(|(r, _)| r.is_precise()) {
         let Some(sleep) = r.sleep_seconds else { continue };
         counted += 1;
         let (seconds, is_censored) = (w.seconds(), matches!(w, Window::AtLeast(_)));
@@ -204,6 +227,7 @@ pub fn summarise(removals: &[Removal], skew_seconds: f64) -> RemovalSummary {
     RemovalSummary {
         removals: windows.len(),
         censored,
+        coarse,
         p99_seconds,
         p99_at_least_seconds,
         coverage_ratio: (counted > 0).then(|| covered as f64 / counted as f64),
@@ -420,7 +444,9 @@ pub struct ObservedWindow {
     pub removals: usize,
     /// Of them, censored.
     pub censored: usize,
-    /// Their p99, seconds (a lower bound when `p99_is_lower_bound`).
+    /// Of them, bounded too coarsely to count in the p99.
+    pub coarse: usize,
+    /// The p99 of the precise ones, seconds (a lower bound when `p99_is_lower_bound`).
     pub p99_seconds: f64,
     /// The p99's rank fell on a censored removal.
     pub p99_is_lower_bound: bool,
@@ -441,6 +467,7 @@ impl ObservedWindow {
         Some(Self {
             removals: s.removals,
             censored: s.censored,
+            coarse: s.coarse,
             p99_seconds,
             p99_is_lower_bound,
             coverage_ratio: s.coverage_ratio,
@@ -546,7 +573,7 @@ mod tests {
         assert_eq!(s.close(100.5, &nodes), 0, "node b still holds it");
         let only_a: BTreeSet<String> = ["a".to_string()].into();
         assert_eq!(s.close(100.6, &only_a), 0, "b said held: its silence keeps the removal open");
-        s.report("b", &port("web"), ip, NodeReport::Removed { last_with: None, first_without: 101.25 });
+        s.report("b", &port("web"), ip, NodeReport::Removed { last_with: Some(101.0), first_without: 101.25 });
         s.report("b", &port("web"), ip, NodeReport::Held);
         s.report("b", &port("other"), ip, NodeReport::Held);
         assert_eq!(s.close(101.3, &nodes), 1);
@@ -582,6 +609,22 @@ mod tests {
         assert!((c.late(1003.0) - 1001.05).abs() < 1e-9);
         assert!((c.early(1003.0) - 1000.95).abs() < 1e-9);
         assert_eq!(ClockOffset::of(5.0, 2.0, 1.0).bound, 0.5, "a clock stepping back is taken as the longer trip");
+    }
+
+    #[test]
+    fn coarsely_bounded_removals_are_counted_apart_from_the_p99_and_the_coverage() {
+        let coarse = NodeObservation::Removed { last_with: Some(100.0), first_without: 107.0 };
+        let first_read_without = NodeObservation::Removed { last_with: None, first_without: 100.3 };
+        let rs = [
+            removal("slow-reader", 100.0, Some(3), &[("a", removed(100.4)), ("b", coarse)]),
+            removal("fast", 100.0, Some(3), &[("a", first_read_without)]),
+            removal("precise", 100.0, Some(3), &[("a", removed(100.8))]),
+        ];
+        assert!(!rs[0].is_precise() && !rs[1].is_precise() && rs[2].is_precise());
+        let s = summarise(&rs, 0.0);
+        assert_eq!((s.removals, s.coarse, s.coverage_removals), (3, 2, 1));
+        assert!((s.p99_seconds.unwrap() - 0.8).abs() < 1e-9, "the p99 of the precise one alone: {s:?}");
+        assert_eq!(s.worst_miss, None, "a 7 s bound says neither that the 3 s sleep missed nor that it covered");
     }
 
     #[test]

@@ -45,15 +45,22 @@ impl NodeAgents {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         let names = certs::subject_alt_names("safe-termination", "e2e", &[]);
-        let data = certs::renewed(&Default::default(), &Action::RenewCa("e2e".into()), &names, certs::unix_now(), certs::CA_VALIDITY, certs::SERVING_VALIDITY).unwrap();
-        let (ca, cert, key) = (write(dir.path(), "ca.crt", &data[CA_CERT]), write(dir.path(), "agent.crt", &data[AGENT_CERT]), write(dir.path(), "agent.key", &data[AGENT_KEY]));
+        let data = certs::renewed(&Default::default(), &Action::RenewCa("e2e".into()), &names, certs::unix_now(), certs::CA_VALIDITY, certs::SERVING_VALIDITY)
+            .unwrap();
+        let (ca, cert, key) =
+            (write(dir.path(), "ca.crt", &data[CA_CERT]), write(dir.path(), "agent.crt", &data[AGENT_CERT]), write(dir.path(), "agent.key", &data[AGENT_KEY]));
         let (client_cert, client_key) = (write(dir.path(), "client.crt", &data[CLIENT_CERT]), write(dir.path(), "client.key", &data[CLIENT_KEY]));
         let k8s = k8s_dir();
         let nodes = real_nodes();
         // the node addresses exist only inside the cluster's namespaces: never send to them
         // without (with the cluster down they would leave the machine)
         for n in &nodes {
-            assert!(Path::new(&format!("/run/netns/{}", n.netns)).exists(), "{}'s network namespace /run/netns/{} is missing: run make cluster-up", n.name, n.netns);
+            assert!(
+                Path::new(&format!("/run/netns/{}", n.netns)).exists(),
+                "{}'s network namespace /run/netns/{} is missing: run make cluster-up",
+                n.name,
+                n.netns
+            );
         }
         let mut children = Vec::new();
         for n in &nodes {

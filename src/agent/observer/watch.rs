@@ -2,8 +2,8 @@
 //! reads showed of each ([`Watches`], no I/O), and the loop that reads the data plane while any
 //! watch is open ([`Observer`]).
 //!
-//! One read per Service port per round, every [`ROUND_INTERVAL`] plus the reads' own time: a
-//! round reads only the Service ports with a watch neither removed nor expired, and nothing is
+//! One read per Service port per round, then a pause of [`ROUND_INTERVAL`], or
+//! [`PAUSE_PER_READ_TIME`] times the round's own length when that is longer: a round reads only the Service ports with a watch neither removed nor expired, and nothing is
 //! read while none is (the loop then waits for the next request, no timer). The bounds of a
 //! removal follow `core::removals`: only a successful read counts; the removal happened after
 //! the start of the last successful read that held the endpoint and by the end of the first
@@ -17,8 +17,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The pause between two rounds of reads.
+/// The shortest pause between two rounds of reads.
 pub const ROUND_INTERVAL: Duration = Duration::from_millis(50);
+/// A round is followed by a pause of at least this many times its own length: the reads take
+/// at most a fifth of one core however slow the data plane's listing is (`nft` loads the whole
+/// table for any read: seconds at 12,000 Services).
+pub const PAUSE_PER_READ_TIME: u32 = 4;
 
 #[derive(Debug, Clone, Default)]
 struct Entry {
@@ -173,13 +177,14 @@ impl Observer {
             }
             let me = self.clone();
             // the reads run the data plane's binaries: off the runtime's thread
+            let started = std::time::Instant::now();
             let round = tokio::task::spawn_blocking(move || me.round(&due));
             if round.await.is_err() {
                 tracing::warn!("a round of data plane reads panicked");
             }
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(ROUND_INTERVAL) => {}
+                () = tokio::time::sleep(ROUND_INTERVAL.max(started.elapsed() * PAUSE_PER_READ_TIME)) => {}
             }
         }
     }
