@@ -497,6 +497,8 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         // which kind of histogram the operator's p99 came from (`native` or `classic`); null
         // from an operator that does not say
         "histogramKind": status["measurement"]["histogramKind"],
+        // the removals the operator's node agents observed (its rolling window's)
+        "observedRemovals": status["measurement"]["observedRemovals"],
         // W over the run from two scrapes of every node (its start and end), native and classic
         // from the same scrapes (minSyncPeriod 1 s): how far the doubling classic buckets
         // inflate it
@@ -621,7 +623,10 @@ async fn deploy_experiment() {
     // the operator measures the real kube-proxies for the whole experiment, as in a cluster
     common::apply_crd(&client).await;
     common::own_namespace(&client, SYSTEM_NS).await;
-    let op = common::Operator::start_windowed(SYSTEM_NS, OPERATOR_WINDOW_SECONDS, &[]).await;
+    // with node agents on both nodes observing every removal (common::agents)
+    let agents = common::agents::NodeAgents::start().await;
+    let extra: Vec<&str> = agents.operator_args.iter().map(String::as_str).collect();
+    let op = common::Operator::start_windowed(SYSTEM_NS, OPERATOR_WINDOW_SECONDS, &extra).await;
     OPERATOR_WEBHOOK.set(op.webhook).unwrap();
     OPERATOR_ADMIN.set(op.admin).unwrap();
     // how many extra Services the scale fixture holds now (s0, s1, ...)
@@ -676,6 +681,7 @@ async fn deploy_experiment() {
         run_one(&client, &nodes, spec, &s).await;
     }
     drop(op);
+    drop(agents);
     for spec in specs.iter().filter(|s| s.protected) {
         let _ = Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(client.clone())
             .delete(&format!("{HOOK}-{}", spec.name), &DeleteParams::default())
@@ -834,6 +840,17 @@ async fn deploy_experiment() {
                 (None, _) => broken.push(format!("{name}: no W in the policy's status")),
                 (_, None) => broken.push(format!("{name}: no per-pod window to compare W with")),
                 (Some(w), Some(p99)) => held.push(format!("{name}: W {w} s covers the p99 {p99} s of the per-pod windows")),
+            }
+            // live proof of coverage: the operator's own observation of the removals (its rolling
+            // window's, this run's among them) says every pod's sleep covered its window
+            let observed = &run["observedRemovals"];
+            match observed["coverageRatio"].as_f64() {
+                Some(c) if c < 1.0 => broken.push(format!("{name}: observed coverage {c} < 1 (worst miss {})", observed["worstMiss"])),
+                Some(c) => held.push(format!(
+                    "{name}: the operator observed {} removals (p99 {} s, {} coarse, {} censored), coverage {c}",
+                    observed["removals"], observed["p99Seconds"], observed["coarse"], observed["censored"]
+                )),
+                None => broken.push(format!("{name}: no observed coverage in the policy's status ({observed})")),
             }
         } else if run["keepAlive"] == true {
             // keep-alive baselines: what breaks is mostly the connections themselves

@@ -416,6 +416,9 @@ def load_run(rundir):
         "failures": len(failures),
         "injectedSleepSeconds": sleep,
         "measuredWindowSeconds": meta.get("measuredWindowSeconds"),
+        # the removals the operator's node agents observed over its rolling window, as the
+        # policy's status reported them at the run's end (protected runs; None without)
+        "observedRemovals": meta.get("observedRemovals"),
         "maxGroundTruthSeconds": max_gt,
         "failureRate": (len(failures) / n_req) if n_req else None,
         "failuresByOutcome": dict(sorted(by_outcome.items())),
@@ -803,6 +806,13 @@ def table(runs):
                             f"{percent(c['predictedRatioMean'])}, lowest node {percent(c['predictedLowestNodeRatioMin'])}); "
                             f"observed {percent(c['observedPairRatio'])} of {c['pairs']} (pod, node) windows, "
                             f"{percent(c['observedPodRatio'])} of {c['pods']} pods")
+        o = r.get("observedRemovals")
+        if isinstance(o, dict):
+            cov = percent(o["coverageRatio"]) if o.get("coverageRatio") is not None else "none"
+            coverage.append(f"  - the operator's own observation (node agents, its rolling window): {o.get('removals')} removals, "
+                            f"p99 {fmt_num(o.get('p99Seconds'))} s{' at least' if o.get('p99IsLowerBound') else ''}"
+                            f"{' (set W)' if o.get('setsWindow') else ''}, {o.get('coarse', 0)} coarse, "
+                            f"{o.get('censored', 0)} censored; each pod's own sleep covered {cov}")
     section(lines, "Coverage, predicted by the operator (status.recommendation.coverage over the run: the share of "
                    "(pod, node) windows its sleep covers) and observed (windows within each pod's own sleep):", coverage)
     sync = []
