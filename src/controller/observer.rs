@@ -21,12 +21,14 @@ pub const ROUND_INTERVAL: Duration = Duration::from_millis(250);
 /// A failing agent is logged at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// What an agent's record says, its times moved to the operator's clock by `clock`.
+/// What an agent's record says, its times moved to the operator's clock by `clock`: removed,
+/// held, or unread (no successful read yet: its reader cannot run, or the chain is not there).
 pub fn report_of(record: &WatchRecord, clock: &ClockOffset) -> NodeReport {
     match (record.state, record.first_without_unix_seconds) {
         (WatchState::Removed, Some(fw)) => {
             NodeReport::Removed { last_with: record.last_with_unix_seconds.map(|t| clock.early(t)), first_without: clock.late(fw) }
         }
+        _ if record.reads == 0 => NodeReport::Unread,
         _ => NodeReport::Held,
     }
 }
@@ -125,5 +127,7 @@ mod tests {
         assert!((last_with.unwrap() - 100.0).abs() < 1e-9 && (first_without - 100.7).abs() < 1e-9, "{last_with:?} {first_without}");
         r.state = WatchState::Expired;
         assert_eq!(report_of(&r, &clock), NodeReport::Held);
+        r.reads = 0;
+        assert_eq!(report_of(&r, &clock), NodeReport::Unread, "no successful read: the node says nothing");
     }
 }

@@ -271,8 +271,11 @@ pub enum NodeReport {
         /// End of the first successful read without it, unix seconds.
         first_without: f64,
     },
-    /// Still held, or no successful read yet.
+    /// Every successful read so far held it.
     Held,
+    /// No read of the node's data plane has succeeded yet (a reader that cannot run, a chain
+    /// not there): the node says nothing of the removal, and is left out of it.
+    Unread,
 }
 
 #[derive(Debug, Clone)]
@@ -284,8 +287,10 @@ struct Open {
 /// Watched and closed removals, keyed by (Service port, endpoint). The adapters feed it: a
 /// deletion seen opens a removal ([`RemovalStore::open`]), each agent's answer reports per node
 /// ([`RemovalStore::report`]), and [`RemovalStore::close`] ends the removals every node has
-/// dropped or whose deadline passed. A node that never answered for a removal is not in it
-/// (counted in [`RemovalStore::unobserved`]): no answer says nothing about its rules.
+/// dropped or whose deadline passed. A node that never answered for a removal, or never read its
+/// data plane successfully ([`NodeReport::Unread`]), is not in it (a removal with no other node
+/// is counted in [`RemovalStore::unobserved`]): no read says nothing about its rules, and
+/// taking it for "still held" would censor every removal at its deadline.
 #[derive(Debug, Default)]
 pub struct RemovalStore {
     open: BTreeMap<(ServicePort, IpAddr), Open>,
@@ -342,7 +347,7 @@ impl RemovalStore {
             .open
             .iter()
             .filter(|(_, o)| {
-                let removed = |n: &String| matches!(o.nodes.get(n), Some(NodeReport::Removed { .. }));
+                let removed = |n: &String| matches!(o.nodes.get(n), Some(NodeReport::Removed { .. } | NodeReport::Unread));
                 let all_removed = !nodes.is_empty() && nodes.iter().all(removed) && o.nodes.keys().all(removed);
                 all_removed || now >= o.pending.deadline
             })
@@ -350,22 +355,23 @@ impl RemovalStore {
             .collect();
         for key in &done {
             let Some(o) = self.open.remove(key) else { continue };
-            if o.nodes.is_empty() {
-                self.unobserved += 1;
-                continue;
-            }
             let p = o.pending;
-            let nodes = o
+            let nodes: Vec<(String, NodeObservation)> = o
                 .nodes
                 .into_iter()
-                .map(|(n, r)| {
+                .filter_map(|(n, r)| {
                     let obs = match r {
                         NodeReport::Removed { last_with, first_without } => NodeObservation::Removed { last_with, first_without },
                         NodeReport::Held => NodeObservation::Censored { deadline: p.deadline },
+                        NodeReport::Unread => return None,
                     };
-                    (n, obs)
+                    Some((n, obs))
                 })
                 .collect();
+            if nodes.is_empty() {
+                self.unobserved += 1;
+                continue;
+            }
             if self.closed.len() >= MAX_CLOSED_REMOVALS {
                 self.closed.pop_front();
             }
@@ -399,7 +405,7 @@ impl RemovalStore {
         self.dropped
     }
 
-    /// Removals closed without any node's answer so far.
+    /// Removals closed without any node's answer, or only unread ones, so far.
     pub fn unobserved(&self) -> u64 {
         self.unobserved
     }
@@ -598,6 +604,19 @@ mod tests {
         assert_eq!(sum.worst_miss.clone().map(|m| (m.pod, m.censored)), Some(("ns/10.244.1.2".into(), true)));
         assert_eq!(s.unobserved(), 1);
         let w = ObservedWindow::of(&sum).unwrap();
+        // a node whose reader never worked neither holds a removal open nor censors it
+        let mut u = RemovalStore::default();
+        u.open(pending("10.244.1.4", 0.0));
+        let ip: IpAddr = "10.244.1.4".parse().unwrap();
+        let both: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        u.report("a", &port("web"), ip, NodeReport::Unread);
+        u.report("b", &port("web"), ip, NodeReport::Removed { last_with: Some(0.1), first_without: 0.3 });
+        assert_eq!(u.close(0.4, &both), 1);
+        let only = u.summary(0.4, 300.0);
+        assert_eq!((only.removals, only.censored, only.p99_seconds), (1, 0, Some(0.3)));
+        u.open(pending("10.244.1.4", 1.0));
+        u.report("a", &port("web"), ip, NodeReport::Unread);
+        assert_eq!((u.close(61.0, &both), u.unobserved()), (1, 1), "unread everywhere: unobserved, not censored");
         assert_eq!((w.p99_seconds, w.p99_is_lower_bound, w.coverage_ratio), (60.0, true, Some(0.0)));
     }
 
