@@ -295,7 +295,17 @@ fn anchor(heading: &str) -> String {
 fn alerts_have_runbooks_summaries_and_real_metrics() {
     let rules = alert_rules();
     let names: Vec<&str> = rules.iter().map(|r| r["alert"].as_str().unwrap()).collect();
-    assert_eq!(names, ["KubeProxySyncSlow", "KubeProxySyncStale", "PreStopUndersized", "SafeTerminationMetricsUnavailable", "SafeTerminationWebhookFailOpen"]);
+    assert_eq!(
+        names,
+        [
+            "KubeProxySyncSlow",
+            "KubeProxySyncStale",
+            "PreStopUndersized",
+            "PreStopSleepMissed",
+            "SafeTerminationMetricsUnavailable",
+            "SafeTerminationWebhookFailOpen"
+        ]
+    );
     let readme = read(&chart().join("README.md"));
     let anchors: BTreeSet<String> = readme.lines().filter_map(|l| l.strip_prefix("### ")).map(anchor).collect();
     let families = exported_families();
@@ -325,6 +335,8 @@ fn alerts_have_runbooks_summaries_and_real_metrics() {
     assert!(by("KubeProxySyncStale")["expr"].as_str().unwrap().ends_with("> 30"));
     let undersized = by("PreStopUndersized")["expr"].as_str().unwrap().to_string();
     assert!(undersized.contains("running_pods_min_prestop_seconds") && undersized.contains("propagation_window_seconds"));
+    let missed = by("PreStopSleepMissed")["expr"].as_str().unwrap().to_string();
+    assert!(missed.contains("observed_coverage_ratio) < 1") && missed.contains("observed_removals) > 0"), "{missed}");
     let unavailable = by("SafeTerminationMetricsUnavailable")["expr"].as_str().unwrap().to_string();
     assert!(unavailable.contains("state=\"failed\"") && unavailable.contains("state=\"scraped\""));
     assert!(by("SafeTerminationWebhookFailOpen")["expr"].as_str().unwrap().contains("increase(safe_termination_webhook_fail_open_total"));

@@ -63,6 +63,20 @@ fn the_node_agent_renders_for_true_and_auto_and_not_for_false() {
     assert_eq!(find(&d, "Role", "st-safe-termination-agent")["metadata"]["namespace"], "st-agents");
     check_rbac(&d, ns, fullname, "operator");
     check_deployment(&d, ns, fullname, 2);
+    // observing removals: the operator asks the agents, which read their node's rules from an
+    // image of their own
+    let d = docs(&helm_template(
+        release,
+        ns,
+        None,
+        &["agent.enabled=true", "agent.observeRemovals=true", "agent.image.repository=registry.example/st-agent", "agent.image.tag=1.2.3"],
+    ));
+    let op = run_args(&d);
+    assert!(op.observe_removals);
+    let a = check_agent(&d, ns, fullname, ns, &op);
+    assert_eq!((a.nft_binary.as_str(), a.iptables_nft_binary.as_str(), a.iptables_legacy_binary.as_str()), ("nft", "iptables-nft", "iptables-legacy"));
+    assert_eq!(find(&d, "DaemonSet", "st-safe-termination-agent")["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example/st-agent:1.2.3");
+    check_deployment(&d, ns, fullname, 2);
     // false, and auto where the operator would not read agents: no agent, no agent flags
     for sets in [&["agent.enabled=false"][..], &["operator.source=kube-proxy"], &["certificates.mode=certManager"]] {
         let d = docs(&helm_template(release, ns, None, sets));
@@ -218,7 +232,7 @@ fn every_value_set_renders_r10_least_privilege_and_restricted_pods() {
 #[test]
 fn promtool_checks_and_unit_tests_the_alert_rules() {
     let out = run(tool("promtool").args(["check", "rules"]).arg(chart().join("files/alerts.yaml")), None);
-    assert!(out.contains("SUCCESS: 5 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 6 rules found"), "{out}");
     let out = run(tool("promtool").args(["test", "rules"]).arg(chart().join("tests/alerts_test.yaml")), None);
     assert!(out.contains("SUCCESS"), "{out}");
     // the rendered PrometheusRule's groups are a valid rules file too
@@ -228,5 +242,5 @@ fn promtool_checks_and_unit_tests_the_alert_rules() {
     let file = dir.path().join("rendered.yaml");
     std::fs::write(&file, serde_json::to_string(&rule["spec"]).unwrap()).unwrap();
     let out = run(tool("promtool").args(["check", "rules"]).arg(&file), None);
-    assert!(out.contains("SUCCESS: 5 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 6 rules found"), "{out}");
 }

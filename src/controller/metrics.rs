@@ -14,6 +14,9 @@
 //! | `safe_termination_controller_propagation_window_seconds` | gauge | | cluster W |
 //! | `safe_termination_controller_control_plane_lag_p99_seconds` | gauge | | p99 of the control plane's part of the deletions in the rolling window (DELETE to endpoint terminating; absent before the first) |
 //! | `safe_termination_controller_control_plane_lag_samples` | gauge | | deletions it is measured on |
+//! | `safe_termination_controller_observed_removals` | gauge | | removals the node agents observed in the rolling window (`--observe-removals`) |
+//! | `safe_termination_controller_observed_removal_p99_seconds` | gauge | | their p99 (precise removals; 0 before the first) |
+//! | `safe_termination_controller_observed_coverage_ratio` | gauge | | share of the precise removals of pods with an injected sleep whose sleep covered the window (1 without one) |
 //! | `safe_termination_controller_recommended_prestop_seconds` | gauge | namespace, policy | sized sleep |
 //! | `safe_termination_controller_running_pods_min_prestop_seconds` | gauge | namespace, policy | smallest sleep injected into a running pod |
 //! | `safe_termination_controller_pods` | gauge | namespace, policy, state | mutated / stale / unprotected |
@@ -185,6 +188,12 @@ pub struct ControllerMetrics {
     pub control_plane_lag_p99: FloatGauge,
     /// Deletions the control plane's part is measured on.
     pub control_plane_lag_samples: Gauge,
+    /// Removals observed in the rolling window.
+    pub observed_removals: Gauge,
+    /// Their p99.
+    pub observed_removal_p99: FloatGauge,
+    /// The share of them whose pod's own sleep covered the window.
+    pub observed_coverage: FloatGauge,
     /// Recommended sleep per policy.
     pub recommended_prestop: Family<PolicyLabel, Gauge>,
     /// Smallest injected sleep among running pods per policy.
@@ -213,6 +222,14 @@ impl Default for ControllerMetrics {
             propagation_window: FloatGauge::default(),
             control_plane_lag_p99: FloatGauge::default(),
             control_plane_lag_samples: Gauge::default(),
+            observed_removals: Gauge::default(),
+            observed_removal_p99: FloatGauge::default(),
+            // nothing observed: nothing missed (a 0 would read as every removal missed)
+            observed_coverage: {
+                let g = FloatGauge::default();
+                g.set(1.0);
+                g
+            },
             recommended_prestop: Family::default(),
             running_min_prestop: Family::default(),
             pods: Family::default(),
@@ -242,6 +259,19 @@ impl ControllerMetrics {
             "deletions the control plane's part of W is measured on, in the rolling window",
             self.control_plane_lag_samples.clone(),
         );
+        r.register("observed_removals", "removals the node agents observed in the rolling window", self.observed_removals.clone());
+        r.register_with_unit(
+            "observed_removal_p99",
+            "p99 of the observed removals' windows (deletion seen to the endpoint gone from the slowest node)",
+            Unit::Seconds,
+            self.observed_removal_p99.clone(),
+        );
+        r.register_with_unit(
+            "observed_coverage",
+            "share of observed removals of pods with an injected sleep whose sleep covered the window",
+            Unit::Other("ratio".into()),
+            self.observed_coverage.clone(),
+        );
         r.register_with_unit("recommended_prestop", "preStop sleep new pods get, per policy", Unit::Seconds, self.recommended_prestop.clone());
         r.register_with_unit(
             "running_pods_min_prestop",
@@ -268,6 +298,12 @@ impl ControllerMetrics {
             self.control_plane_lag_p99.set(l.p99_seconds);
         }
         self.control_plane_lag_samples.set(i64::from(report.control_plane_lag.as_ref().map_or(0, |l| l.samples)));
+        if let Some(o) = &report.observed_removals {
+            self.observed_removals.set(i64::try_from(o.window.removals).unwrap_or(i64::MAX));
+            self.observed_removal_p99.set(o.window.p99_seconds);
+            // no precise removal of a pod with a sleep in the window: nothing missed
+            self.observed_coverage.set(o.window.coverage_ratio.unwrap_or(1.0));
+        }
         if let Some(n) = report.proxy.services {
             self.cluster_services.set(i64::try_from(n).unwrap_or(i64::MAX));
         }

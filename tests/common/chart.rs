@@ -376,7 +376,9 @@ pub fn check_agent(docs: &[Value], release_ns: &str, fullname: &str, agent_ns: &
     assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
     assert_eq!(pod["automountServiceAccountToken"], false, "the agent makes no API call");
     assert!(pod["tolerations"].as_array().unwrap().contains(&json!({"operator": "Exists"})), "every node, tainted ones too");
-    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    // observing removals, the agents list netfilter rules: root with NET_ADMIN and NET_RAW only
+    let observing = op.observe_removals;
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], !observing);
     assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
     let priority = pod["priorityClassName"].as_str().expect("a priority class");
     match of_kind(docs, "PriorityClass").as_slice() {
@@ -391,13 +393,17 @@ pub fn check_agent(docs: &[Value], release_ns: &str, fullname: &str, agent_ns: &
     }
     let c = &pod["containers"].as_array().unwrap()[0];
     let sc = &c["securityContext"];
-    assert_eq!(sc["runAsNonRoot"], true);
-    assert_eq!(sc["runAsUser"], 65532);
+    assert_eq!(sc["runAsNonRoot"], !observing);
+    assert_eq!(sc["runAsUser"], if observing { 0 } else { 65532 });
     assert_eq!(sc["readOnlyRootFilesystem"], true);
     assert_eq!(sc["allowPrivilegeEscalation"], false);
     assert_eq!(sc["privileged"], false);
     assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
-    assert!(sc["capabilities"].get("add").is_none());
+    if observing {
+        assert_eq!(sc["capabilities"]["add"], json!(["NET_ADMIN", "NET_RAW"]));
+    } else {
+        assert!(sc["capabilities"].get("add").is_none());
+    }
     assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
     assert_eq!(c["resources"]["requests"], json!({"cpu": "5m", "memory": "24Mi"}));
     assert_eq!(c["resources"]["limits"], json!({"memory": "64Mi"}));
@@ -417,6 +423,9 @@ pub fn check_agent(docs: &[Value], release_ns: &str, fullname: &str, agent_ns: &
     assert_eq!(health_port["containerPort"].as_u64(), Some(u64::from(a.health_listen.port())));
     assert_eq!(health_port["hostPort"], health_port["containerPort"]);
     assert!(a.listen.ip().is_unspecified(), "the operator dials the node's address");
+    // the agents read their data plane only when the operator observes removals
+    use safe_termination::cli::agent::DataPlaneArg;
+    assert_eq!(a.data_plane, if observing { DataPlaneArg::Auto } else { DataPlaneArg::None });
     assert_eq!(a.kube_proxy_url, "http://127.0.0.1:10249");
     for probe in ["readinessProbe", "livenessProbe"] {
         assert_eq!(c[probe]["httpGet"], json!({"path": "/healthz", "port": "healthz"}), "{probe}");
