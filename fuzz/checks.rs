@@ -43,6 +43,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("policy_spec", policy_spec),
     ("agent_answer", agent_answer),
     ("rule_listing", rule_listing),
+    ("observe_wire", observe_wire),
 ];
 
 /// `a == b`, or, for values holding NaN (a NaN `_sum` is legal; NaN bucket counts are accepted
@@ -607,4 +608,50 @@ pub fn rule_listing(data: &[u8]) {
         assert!(seps.iter().all(|s| s.starts_with("KUBE-SEP-")), "{seps:?}");
     }
     let _ = iptables::parse_endpoint_chain(text, "KUBE-SEP-AAAA");
+}
+
+/// The observer's wire records, both directions: a body the agent accepts (parsed and within
+/// its bounds) becomes watches, one record per distinct (Service port, endpoint), each still
+/// held or expired before any read, and writes back to the same request; an answer the operator
+/// accepts reports into a store without a panic, whatever its times (NaN, infinite, negative are
+/// refused by JSON or moved as numbers), and closing at any time keeps every window finite or
+/// absent.
+pub fn observe_wire(data: &[u8]) {
+    use safe_termination::agent::observer::watch::Watches;
+    use safe_termination::agent_contract::observer::{ObserveRequest, ObserveResponse, WatchState};
+    use safe_termination::controller::observer::report_of;
+    use safe_termination::core::removals::{ClockOffset, PendingRemoval, RemovalStore};
+    if let Ok(req) = serde_json::from_slice::<ObserveRequest>(data)
+        && req.check().is_ok()
+    {
+        let mut w = Watches::default();
+        w.set(&req, 1000.0);
+        let distinct: std::collections::BTreeSet<_> = req.watches.iter().map(|x| (&x.service, x.endpoint)).collect();
+        let records = w.records(1000.0);
+        assert_eq!(records.len(), distinct.len());
+        assert!(records.iter().all(|r| matches!(r.state, WatchState::Held | WatchState::Expired) && r.reads == 0));
+        let again: ObserveRequest = serde_json::from_slice(&serde_json::to_vec(&req).unwrap()).unwrap();
+        assert_eq!(again, req);
+    }
+    if let Ok(resp) = serde_json::from_slice::<ObserveResponse>(data) {
+        let clock = ClockOffset::of(resp.agent_unix_seconds, 999.0, 1000.0);
+        let mut store = RemovalStore::default();
+        for r in &resp.records {
+            store.open(PendingRemoval {
+                service: r.service.clone(),
+                endpoint: r.endpoint,
+                pod: "ns/p".into(),
+                deletion: 990.0,
+                sleep_seconds: Some(3),
+                deadline: 1050.0,
+            });
+            store.report("node-a", &r.service, r.endpoint, report_of(r, &clock));
+        }
+        let nodes = ["node-a".to_string()].into();
+        store.close(1000.0, &nodes);
+        store.close(1100.0, &nodes);
+        let s = store.summary(1100.0, 300.0);
+        assert!(s.removals <= resp.records.len());
+        assert!(s.p99_seconds.is_none_or(|p| !p.is_nan()));
+    }
 }
