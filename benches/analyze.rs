@@ -368,6 +368,35 @@ fn bench(c: &mut Criterion) {
     let with_lag =
         AnalysisOptions { control_plane_lag: safe_termination::core::control_plane::LagDistribution::from_samples(&lags), ..AnalysisOptions::default() };
     c.bench_function("analyze-only/interval-two-scrapes+control-plane-lag", |b| b.iter(|| analyze(black_box(&input), &with_lag, &spec)));
+
+    // observed removals: what every policy's reconcile asks of the store, the summary of the
+    // rolling window, at 1,000 and at the store's bound of 20,000 closed removals (2 nodes each)
+    use safe_termination::core::removals::{MAX_CLOSED_REMOVALS, NodeReport, PendingRemoval, RemovalStore, ServicePort};
+    for n in [1000, MAX_CLOSED_REMOVALS] {
+        let mut store = RemovalStore::default();
+        let nodes: std::collections::BTreeSet<String> = ["node-a".to_string(), "node-b".to_string()].into();
+        let service = ServicePort {
+            namespace: "ns".into(),
+            name: "web".into(),
+            port_name: "http".into(),
+            protocol: "TCP".into(),
+            cluster_ip: "10.96.0.9".parse().unwrap(),
+            port: 80,
+        };
+        for i in 0..n {
+            let endpoint = std::net::IpAddr::from(std::net::Ipv4Addr::from(0x0af4_0000 + i as u32));
+            let t = i as f64 * 0.01;
+            store.open(PendingRemoval { service: service.clone(), endpoint, pod: format!("ns/p{i}"), deletion: t, sleep_seconds: Some(3), deadline: t + 60.0 });
+            for (k, node) in nodes.iter().enumerate() {
+                let fw = t + 0.1 + (i % 97) as f64 * 0.01 + k as f64 * 0.05;
+                store.report(node, &service, endpoint, NodeReport::Removed { last_with: Some(fw - 0.06), first_without: fw });
+            }
+            store.close(t + 2.0, &nodes);
+        }
+        let now = n as f64 * 0.01 + 2.0;
+        assert_eq!(store.summary(now, 1e9).removals, n);
+        c.bench_function(&format!("observed-removals/summary-{n}"), |b| b.iter(|| store.summary(black_box(now), 1e9)));
+    }
 }
 
 criterion_group!(benches, bench);

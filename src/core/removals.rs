@@ -188,8 +188,8 @@ pub struct RemovalSummary {
 }
 
 /// Summarises `removals` with clock skew bounded by `skew_seconds` ([`Removal::window`]).
-pub fn summarise(removals: &[Removal], skew_seconds: f64) -> RemovalSummary {
-    let windows: Vec<(&Removal, Window)> = removals.iter().filter_map(|r| Some((r, r.window(skew_seconds)?))).collect();
+pub fn summarise<'a>(removals: impl IntoIterator<Item = &'a Removal>, skew_seconds: f64) -> RemovalSummary {
+    let windows: Vec<(&Removal, Window)> = removals.into_iter().filter_map(|r| Some((r, r.window(skew_seconds)?))).collect();
     let censored = windows.iter().filter(|(_, w)| matches!(w, Window::AtLeast(_))).count();
     let coarse = windows.iter().filter(|(r, _)| !r.is_precise()).count();
     // observed ascending, then censored (ascending by their bound) above every observed one
@@ -391,8 +391,7 @@ impl RemovalStore {
     /// The removals closed within `window_seconds` before `now`, summarised ([`summarise`]; the
     /// reports' times already carry the clock-offset bound).
     pub fn summary(&self, now: f64, window_seconds: f64) -> RemovalSummary {
-        let within: Vec<Removal> = self.closed.iter().filter(|(at, _)| now - at <= window_seconds).map(|(_, r)| r.clone()).collect();
-        summarise(&within, 0.0)
+        summarise(self.closed.iter().filter(|(at, _)| now - at <= window_seconds).map(|(_, r)| r), 0.0)
     }
 
     /// Removals open now.
