@@ -7,7 +7,8 @@
 //! - `MigrationRecommended`: True when the advisor recommends another proxy mode.
 //! - `MetricsUnavailable`: True when no node could be measured or some nodes failed.
 //! - `PodsUnderprotected`: True when running pods carry a sleep below the recommendation
-//!   (stale) or service-backed pods have no preStop at all (unprotected).
+//!   (stale), service-backed pods have no preStop at all (unprotected), or an observed removal
+//!   outlived its pod's own sleep (reason `ObservedRemovalOutlivedSleep`).
 //!
 //! A condition's `lastTransitionTime` changes only when its status does, so an unchanged
 //! status compares equal and is not written again.
@@ -19,7 +20,7 @@
 use crate::core::admission::ActiveBackend;
 use crate::core::admission::policy::DIFFERENCES;
 use crate::core::advisor::{self, Advice, AdviceReason};
-use crate::core::analysis::{AnalysisReport, coverage_percent};
+use crate::core::analysis::{AnalysisReport, ObservedRemovals, coverage_percent};
 use crate::core::crd::TerminationPolicy;
 use crate::core::crd::{AdmissionStatus, Scope};
 use crate::core::crd::{
@@ -131,7 +132,7 @@ pub fn desired_status(
         proxy_sync_slow_condition(&advice),
         migration_condition(&advice, report),
         metrics_unavailable_condition(report, meta),
-        pods_underprotected_condition(pods.as_ref(), report.recommendation.pre_stop_seconds),
+        pods_underprotected_condition(pods.as_ref(), report.recommendation.pre_stop_seconds, report.observed_removals.as_ref()),
     ];
     let conditions = verdicts
         .into_iter()
@@ -233,21 +234,36 @@ fn metrics_unavailable_condition(report: &AnalysisReport, meta: &MeasurementMeta
     Verdict::new("MetricsUnavailable", true, reason, msg)
 }
 
-/// `PodsUnderprotected`: running pods with a sleep below `pre_stop_seconds` (stale) or
-/// service-backed pods without a preStop (unprotected).
-fn pods_underprotected_condition(pods: Option<&PodCounts>, pre_stop_seconds: u32) -> Verdict {
+/// `PodsUnderprotected`: running pods with a sleep below `pre_stop_seconds` (stale),
+/// service-backed pods without a preStop (unprotected), or an observed removal that outlived
+/// its pod's own sleep in the rolling window (`observed`: the node agents saw it).
+fn pods_underprotected_condition(pods: Option<&PodCounts>, pre_stop_seconds: u32, observed: Option<&ObservedRemovals>) -> Verdict {
     let (stale, unprotected) = pods.map(|p| (p.stale, p.unprotected)).unwrap_or((0, 0));
-    if stale == 0 && unprotected == 0 {
-        return Verdict::new("PodsUnderprotected", false, "AllPodsProtected", "no stale or unprotected pods".into());
-    }
-    Verdict::new(
-        "PodsUnderprotected",
-        true,
-        "StaleOrUnprotectedPods",
-        format!(
-            "{stale} running pod(s) have a sleep below {pre_stop_seconds} s; {unprotected} service-backed pod(s) have no preStop (new pods are sized at creation)"
+    let missed = observed.filter(|o| o.window.coverage_ratio.is_some_and(|c| c < 1.0)).map(|o| {
+        let worst = o.window.worst_miss.as_ref().map_or(String::new(), |m| {
+            format!(
+                " (worst: {} left the data plane {}{:.3} s after its deletion, its sleep {} s)",
+                m.pod,
+                if m.censored { "at least " } else { "" },
+                m.window_seconds,
+                m.sleep_seconds
+            )
+        });
+        format!("observed removals: {} covered by their pod's own sleep{worst}", coverage_percent(o.window.coverage_ratio.unwrap_or(0.0)))
+    });
+    match (stale == 0 && unprotected == 0, missed) {
+        (true, None) => Verdict::new("PodsUnderprotected", false, "AllPodsProtected", "no stale or unprotected pods".into()),
+        (true, Some(m)) => Verdict::new("PodsUnderprotected", true, "ObservedRemovalOutlivedSleep", m),
+        (false, missed) => Verdict::new(
+            "PodsUnderprotected",
+            true,
+            "StaleOrUnprotectedPods",
+            format!(
+                "{stale} running pod(s) have a sleep below {pre_stop_seconds} s; {unprotected} service-backed pod(s) have no preStop (new pods are sized at creation){}",
+                missed.map_or(String::new(), |m| format!("; {m}"))
+            ),
         ),
-    )
+    }
 }
 
 /// `status.measurement`: the report's p99s and W rounded to the millisecond, and how the nodes
@@ -443,6 +459,33 @@ mod tests {
         push_condition(&mut resolved, cond("Conflict", false, "NoConflict", "m".into(), Some(2), &t(300)), Some(&previous));
         assert_eq!(resolved.conditions[0].last_transition_time, t(300));
     }
+    #[test]
+    fn an_observed_removal_that_outlived_its_sleep_makes_pods_underprotected() {
+        use crate::core::removals::{Miss, ObservedWindow};
+        let observed = |coverage: Option<f64>, worst_miss: Option<Miss>| ObservedRemovals {
+            window: ObservedWindow { removals: 8, censored: 0, coarse: 1, p99_seconds: 3.4, p99_is_lower_bound: false, coverage_ratio: coverage, worst_miss },
+            sets_window: true,
+        };
+        let miss = Miss { pod: "shop/web-1".into(), window_seconds: 3.4, sleep_seconds: 3, censored: false };
+        let v = pods_underprotected_condition(None, 3, Some(&observed(Some(0.875), Some(miss.clone()))));
+        assert!(v.on);
+        assert_eq!(v.reason, "ObservedRemovalOutlivedSleep");
+        assert_eq!(
+            v.message,
+            "observed removals: 87.5% covered by their pod's own sleep (worst: shop/web-1 left the data plane 3.400 s after its deletion, its sleep 3 s)"
+        );
+        // stale pods too: both said, the stale pods' reason
+        let stale = PodCounts { stale: 2, ..Default::default() };
+        let v = pods_underprotected_condition(Some(&stale), 4, Some(&observed(Some(0.875), Some(Miss { censored: true, ..miss }))));
+        assert_eq!(v.reason, "StaleOrUnprotectedPods");
+        assert!(v.message.ends_with("; observed removals: 87.5% covered by their pod's own sleep (worst: shop/web-1 left the data plane at least 3.400 s after its deletion, its sleep 3 s)"), "{}", v.message);
+        // every observed removal covered, or none with a sleep: no finding
+        for o in [observed(Some(1.0), None), observed(None, None)] {
+            assert!(!pods_underprotected_condition(None, 3, Some(&o)).on);
+        }
+        assert!(!pods_underprotected_condition(None, 3, None).on);
+    }
+
     use crate::core::analysis::{AnalysisOptions, analyze};
     use crate::core::exposition::parse_kube_proxy_metrics;
     use crate::core::model::NodeInput;
