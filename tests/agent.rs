@@ -108,6 +108,18 @@ fn write_fake_nft(dir: &Path) -> PathBuf {
     p
 }
 
+/// The real agent in front of a fake kube-proxy (files in `dir`), the operator's mutual-TLS
+/// client for it, and its target `node-a`.
+async fn agent_and_client(dir: &Path) -> (Agent, reqwest::Client, Target) {
+    let data = secret();
+    let kp = kube_proxy().await;
+    let agent = Agent::start(dir, &format!("http://{kp}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
+    let source = AgentSource::new(AgentTargets::Static(vec![]), client_files(dir, &data), Duration::from_secs(3));
+    let client = source.client().unwrap();
+    let target = Target::new("node-a", &agent.url());
+    (agent, client, target)
+}
+
 /// The operator's client files in `dir`.
 fn client_files(dir: &Path, data: &BTreeMap<String, Vec<u8>>) -> AgentClientFiles {
     AgentClientFiles {
@@ -124,12 +136,7 @@ fn opts() -> ScrapeOptions {
 #[tokio::test]
 async fn the_operator_reads_the_filtered_scrape_mode_and_configuration_through_the_agent() {
     let dir = tempfile::tempdir().unwrap();
-    let data = secret();
-    let kp = kube_proxy().await;
-    let agent = Agent::start(dir.path(), &format!("http://{kp}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
-    let source = AgentSource::new(AgentTargets::Static(vec![]), client_files(dir.path(), &data), Duration::from_secs(3));
-    let client = source.client().unwrap();
-    let target = Target::new("node-a", &agent.url());
+    let (agent, client, target) = agent_and_client(dir.path()).await;
 
     // the scrape parses to what the full scrape gives, with the mode
     let o = scrape_agent(&client, &target, &opts()).await;
@@ -399,12 +406,7 @@ async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
     use safe_termination::core::removals::ServicePort;
     use safe_termination::sources::agent_client::observe_agent;
     let dir = tempfile::tempdir().unwrap();
-    let data = secret();
-    let kp = kube_proxy().await;
-    let agent = Agent::start(dir.path(), &format!("http://{kp}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY]).await;
-    let source = AgentSource::new(AgentTargets::Static(vec![]), client_files(dir.path(), &data), Duration::from_secs(3));
-    let client = source.client().unwrap();
-    let target = Target::new("node-a", &agent.url());
+    let (agent, client, target) = agent_and_client(dir.path()).await;
     let before = include_str!("data/rules/nft-1.37.2-service-chain-4-endpoints.txt");
     let after = before.replace(
         "mod 4 map { 0 : 10.244.1.4 . 8080, 1 : 10.244.1.5 . 8080, 2 : 10.244.2.4 . 8080, 3 : 10.244.2.5 . 8080 }",

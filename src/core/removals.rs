@@ -481,6 +481,19 @@ impl ObservedWindow {
     }
 }
 
+/// A TCP Service port `ns/<name>:http` on 10.96.0.10:80, for the observer's unit tests.
+#[cfg(test)]
+pub(crate) fn test_port(name: &str) -> ServicePort {
+    ServicePort {
+        namespace: "ns".into(),
+        name: name.into(),
+        port_name: "http".into(),
+        protocol: "TCP".into(),
+        cluster_ip: "10.96.0.10".parse().unwrap(),
+        port: 80,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -540,16 +553,7 @@ mod tests {
         assert_eq!(s.coverage_ratio, Some(0.5));
         assert_eq!(s.worst_miss.map(|m| m.pod), Some("ns/b".into()));
     }
-    fn port(name: &str) -> ServicePort {
-        ServicePort {
-            namespace: "ns".into(),
-            name: name.into(),
-            port_name: "http".into(),
-            protocol: "TCP".into(),
-            cluster_ip: "10.96.0.10".parse().unwrap(),
-            port: 80,
-        }
-    }
+    use super::test_port as port;
 
     fn pending(ip: &str, deletion: f64) -> PendingRemoval {
         PendingRemoval {

@@ -235,16 +235,7 @@ mod tests {
     use super::*;
     use crate::agent_contract::observer::WatchRequest;
 
-    fn port(name: &str) -> ServicePort {
-        ServicePort {
-            namespace: "ns".into(),
-            name: name.into(),
-            port_name: "http".into(),
-            protocol: "TCP".into(),
-            cluster_ip: "10.96.0.10".parse().unwrap(),
-            port: 80,
-        }
-    }
+    use crate::core::removals::test_port as port;
 
     fn request(ips: &[(&str, &str)], remaining: f64) -> ObserveRequest {
         ObserveRequest {
