@@ -84,6 +84,16 @@ check_binaries() {
       command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/toolchain/build-k8s.sh (installs it)"; exit 1; }
     done
     [[ -x /usr/lib/cni/bridge ]] || { e2e_log "missing /usr/lib/cni/bridge: run e2e/toolchain/build-k8s.sh (installs containernetworking-plugins)"; exit 1; }
+    # the real nodes' kubelets evict and taint at nodefs.available < 1% (nodes.sh): below a few
+    # GiB the nodes come up Ready but tainted disk-pressure, and every pod stays Pending
+    mkdir -p "$STATE"
+    avail_kib="$(df -Pk "$STATE" | awk 'NR == 2 {print $4}')"
+    size_kib="$(df -Pk "$STATE" | awk 'NR == 2 {print $2}')"
+    need_kib=$((size_kib / 100 + 4 * 1024 * 1024))
+    if ((avail_kib < need_kib)); then
+      e2e_log "only $((avail_kib / 1024)) MiB free on the file system of $STATE: real nodes need $((need_kib / 1024)) MiB (the kubelets' 1% eviction threshold plus 4 GiB for images and pods), else they come up tainted node.kubernetes.io/disk-pressure and no pod schedules; free some space (old cargo target directories are the usual culprits)"
+      exit 1
+    fi
     # the pause (sandbox) and test-app images: OCI tarballs built from the project's static binary
     # (through a file: a failed build must stop cluster-up, which a process substitution hides)
     images_list="$(mktemp)"
