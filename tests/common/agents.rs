@@ -24,12 +24,26 @@ pub struct NodeAgents {
 }
 
 impl Drop for NodeAgents {
+    /// Prints each agent's footprint (CPU seconds, peak resident size), then ends it.
     fn drop(&mut self) {
-        for (_, c) in &mut self.children {
+        for (node, c) in &mut self.children {
+            println!("agent on {node}: {}", footprint(c.id()));
             let _ = c.kill();
             let _ = c.wait();
         }
     }
+}
+
+/// `CPU s (user + system), VmHWM` of process `pid` from /proc (clock ticks of 100 Hz, the
+/// kernel's USER_HZ).
+fn footprint(pid: u32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // the fields after the parenthesised command: utime and stime are the 12th and 13th
+    let after: Vec<&str> = stat.rsplit_once(')').map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks: u64 = [11, 12].iter().filter_map(|i| after.get(*i)?.parse::<u64>().ok()).sum();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let hwm = status.lines().find(|l| l.starts_with("VmHWM:")).map_or("VmHWM unknown".to_string(), |l| l.split_whitespace().collect::<Vec<_>>().join(" "));
+    format!("{:.2} CPU-s, {hwm}", ticks as f64 / 100.0)
 }
 
 fn write(dir: &Path, name: &str, content: &[u8]) -> String {
