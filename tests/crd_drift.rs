@@ -84,6 +84,8 @@ fn printer_columns() {
             ("SyncP99", "number", ".status.measurement.syncP99Seconds", 0),
             ("Window", "number", ".status.measurement.propagationWindowSeconds", 1),
             ("CPLagP99", "number", ".status.measurement.controlPlaneLag.p99Seconds", 1),
+            ("ObservedP99", "number", ".status.measurement.observedRemovals.p99Seconds", 1),
+            ("Covered", "number", ".status.measurement.observedRemovals.coverageRatio", 1),
             ("ProxyMode", "string", ".status.proxy.mode", 1),
             ("Age", "date", ".metadata.creationTimestamp", 0),
         ]

@@ -7,8 +7,9 @@
 //! - `MigrationRecommended`: True when the advisor recommends another proxy mode.
 //! - `MetricsUnavailable`: True when no node could be measured or some nodes failed.
 //! - `PodsUnderprotected`: True when running pods carry a sleep below the recommendation
-//!   (stale), service-backed pods have no preStop at all (unprotected), or an observed removal
-//!   outlived its pod's own sleep (reason `ObservedRemovalOutlivedSleep`).
+//!   (stale), service-backed pods have no preStop at all (unprotected), or fewer than 99% of
+//!   the observed removals were covered by their pod's own sleep (reason
+//!   `ObservedRemovalOutlivedSleep`).
 //!
 //! A condition's `lastTransitionTime` changes only when its status does, so an unchanged
 //! status compares equal and is not written again.
@@ -28,6 +29,7 @@ use crate::core::crd::{
     TerminationPolicySpec, TerminationPolicyStatus,
 };
 use crate::core::model::Basis;
+use crate::core::removals::OBSERVED_COVERAGE_TARGET;
 use crate::core::selector::specificity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
@@ -239,7 +241,7 @@ fn metrics_unavailable_condition(report: &AnalysisReport, meta: &MeasurementMeta
 /// its pod's own sleep in the rolling window (`observed`: the node agents saw it).
 fn pods_underprotected_condition(pods: Option<&PodCounts>, pre_stop_seconds: u32, observed: Option<&ObservedRemovals>) -> Verdict {
     let (stale, unprotected) = pods.map(|p| (p.stale, p.unprotected)).unwrap_or((0, 0));
-    let missed = observed.filter(|o| o.window.coverage_ratio.is_some_and(|c| c < 1.0)).map(|o| {
+    let missed = observed.filter(|o| o.window.coverage_ratio.is_some_and(|c| c < OBSERVED_COVERAGE_TARGET)).map(|o| {
         let worst = o.window.worst_miss.as_ref().map_or(String::new(), |m| {
             format!(
                 " (worst: {} left the data plane {}{:.3} s after its deletion, its sleep {} s)",
@@ -249,7 +251,11 @@ fn pods_underprotected_condition(pods: Option<&PodCounts>, pre_stop_seconds: u32
                 m.sleep_seconds
             )
         });
-        format!("observed removals: {} covered by their pod's own sleep{worst}", coverage_percent(o.window.coverage_ratio.unwrap_or(0.0)))
+        format!(
+            "observed removals: {} covered by their pod's own sleep, below the {} target{worst}",
+            coverage_percent(o.window.coverage_ratio.unwrap_or(0.0)),
+            coverage_percent(OBSERVED_COVERAGE_TARGET)
+        )
     });
     match (stale == 0 && unprotected == 0, missed) {
         (true, None) => Verdict::new("PodsUnderprotected", false, "AllPodsProtected", "no stale or unprotected pods".into()),
@@ -472,15 +478,15 @@ mod tests {
         assert_eq!(v.reason, "ObservedRemovalOutlivedSleep");
         assert_eq!(
             v.message,
-            "observed removals: 87.5% covered by their pod's own sleep (worst: shop/web-1 left the data plane 3.400 s after its deletion, its sleep 3 s)"
+            "observed removals: 87.5% covered by their pod's own sleep, below the 99.0% target (worst: shop/web-1 left the data plane 3.400 s after its deletion, its sleep 3 s)"
         );
         // stale pods too: both said, the stale pods' reason
         let stale = PodCounts { stale: 2, ..Default::default() };
         let v = pods_underprotected_condition(Some(&stale), 4, Some(&observed(Some(0.875), Some(Miss { censored: true, ..miss }))));
         assert_eq!(v.reason, "StaleOrUnprotectedPods");
-        assert!(v.message.ends_with("; observed removals: 87.5% covered by their pod's own sleep (worst: shop/web-1 left the data plane at least 3.400 s after its deletion, its sleep 3 s)"), "{}", v.message);
-        // every observed removal covered, or none with a sleep: no finding
-        for o in [observed(Some(1.0), None), observed(None, None)] {
+        assert!(v.message.ends_with("; observed removals: 87.5% covered by their pod's own sleep, below the 99.0% target (worst: shop/web-1 left the data plane at least 3.400 s after its deletion, its sleep 3 s)"), "{}", v.message);
+        // at or above the 99% target, or none with a sleep: no finding
+        for o in [observed(Some(1.0), None), observed(Some(0.99), None), observed(None, None)] {
             assert!(!pods_underprotected_condition(None, 3, Some(&o)).on);
         }
         assert!(!pods_underprotected_condition(None, 3, None).on);

@@ -31,6 +31,8 @@ use std::collections::BTreeMap;
     printcolumn = r#"{"name":"SyncP99","type":"number","jsonPath":".status.measurement.syncP99Seconds"}"#,
     printcolumn = r#"{"name":"Window","type":"number","priority":1,"jsonPath":".status.measurement.propagationWindowSeconds"}"#,
     printcolumn = r#"{"name":"CPLagP99","type":"number","priority":1,"jsonPath":".status.measurement.controlPlaneLag.p99Seconds"}"#,
+    printcolumn = r#"{"name":"ObservedP99","type":"number","priority":1,"jsonPath":".status.measurement.observedRemovals.p99Seconds"}"#,
+    printcolumn = r#"{"name":"Covered","type":"number","priority":1,"jsonPath":".status.measurement.observedRemovals.coverageRatio"}"#,
     printcolumn = r#"{"name":"ProxyMode","type":"string","priority":1,"jsonPath":".status.proxy.mode"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = "!has(self.spec.preStop) || self.spec.preStop.minSeconds <= self.spec.preStop.maxSeconds",

@@ -236,6 +236,10 @@ pub fn summarise<'a>(removals: impl IntoIterator<Item = &'a Removal>, skew_secon
     }
 }
 
+/// The share of observed removals whose pod's own sleep must cover its window: below it the
+/// `PodsUnderprotected` condition and the `PreStopSleepMissed` alert fire (a miss in a hundred
+/// removals is one too many to ignore, one in a thousand is the p99 the sleep is sized for).
+pub const OBSERVED_COVERAGE_TARGET: f64 = 0.99;
 /// How long after a deletion a node still holding the endpoint counts as censored, seconds.
 pub const DEFAULT_DEADLINE_SECONDS: f64 = 60.0;
 /// Removals watched at once at most: past it the oldest open removal is dropped (counted).

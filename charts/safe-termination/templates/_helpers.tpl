@@ -116,7 +116,8 @@ lookup finds nothing, so auto renders the agent. */}}
 true
 {{- else if eq $enabled "auto" -}}
 {{- if and (eq .Values.operator.source "auto") (eq .Values.certificates.mode "operator") -}}
-{{- if eq (include "safe-termination.kubeProxyMetricsOnLoopback" .) "true" -}}
+{{- /* observing removals needs an agent on every node, wherever kube-proxy's metrics bind */ -}}
+{{- if or (eq (toString .Values.agent.observeRemovals) "true") (eq (include "safe-termination.kubeProxyMetricsOnLoopback" .) "true") -}}
 true
 {{- end -}}
 {{- end -}}
