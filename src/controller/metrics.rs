@@ -300,7 +300,9 @@ impl ControllerMetrics {
         self.control_plane_lag_samples.set(i64::from(report.control_plane_lag.as_ref().map_or(0, |l| l.samples)));
         if let Some(o) = &report.observed_removals {
             self.observed_removals.set(i64::try_from(o.window.removals).unwrap_or(i64::MAX));
-            self.observed_removal_p99.set(o.window.p99_seconds);
+            if let Some(p) = o.window.p99_seconds {
+                self.observed_removal_p99.set(p);
+            }
             // no precise removal of a pod with a sleep in the window: nothing missed
             self.observed_coverage.set(o.window.coverage_ratio.unwrap_or(1.0));
         }

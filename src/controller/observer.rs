@@ -22,13 +22,15 @@ pub const ROUND_INTERVAL: Duration = Duration::from_millis(250);
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// What an agent's record says, its times moved to the operator's clock by `clock`: removed,
-/// held, or unread (no successful read yet: its reader cannot run, or the chain is not there).
+/// held, unread (only failed reads: its reader cannot run, or the chain is not there), or not
+/// read yet (the answer came before the agent's first round for it).
 pub fn report_of(record: &WatchRecord, clock: &ClockOffset) -> NodeReport {
     match (record.state, record.first_without_unix_seconds) {
         (WatchState::Removed, Some(fw)) => {
             NodeReport::Removed { last_with: record.last_with_unix_seconds.map(|t| clock.early(t)), first_without: clock.late(fw) }
         }
-        _ if record.reads == 0 => NodeReport::Unread,
+        _ if record.reads == 0 && record.failed_reads > 0 => NodeReport::Unread,
+        _ if record.reads == 0 => NodeReport::NotYetRead,
         _ => NodeReport::Held,
     }
 }
@@ -128,6 +130,8 @@ mod tests {
         r.state = WatchState::Expired;
         assert_eq!(report_of(&r, &clock), NodeReport::Held);
         r.reads = 0;
-        assert_eq!(report_of(&r, &clock), NodeReport::Unread, "no successful read: the node says nothing");
+        assert_eq!(report_of(&r, &clock), NodeReport::NotYetRead, "asked, not read yet: it holds the removal open");
+        r.failed_reads = 2;
+        assert_eq!(report_of(&r, &clock), NodeReport::Unread, "only failed reads: the node says nothing");
     }
 }

@@ -295,7 +295,7 @@ fn measurement_status(report: &AnalysisReport, meta: &MeasurementMeta) -> Measur
             removals: o.window.removals as u32,
             censored: o.window.censored as u32,
             coarse: o.window.coarse as u32,
-            p99_seconds: round_ms(o.window.p99_seconds),
+            p99_seconds: o.window.p99_seconds.map(round_ms),
             p99_is_lower_bound: o.window.p99_is_lower_bound,
             coverage_ratio: o.window.coverage_ratio.map(|r| (r * 1e4).round() / 1e4),
             worst_miss: o.window.worst_miss.as_ref().map(|m| MissStatus {
@@ -469,7 +469,15 @@ mod tests {
     fn an_observed_removal_that_outlived_its_sleep_makes_pods_underprotected() {
         use crate::core::removals::{Miss, ObservedWindow};
         let observed = |coverage: Option<f64>, worst_miss: Option<Miss>| ObservedRemovals {
-            window: ObservedWindow { removals: 8, censored: 0, coarse: 1, p99_seconds: 3.4, p99_is_lower_bound: false, coverage_ratio: coverage, worst_miss },
+            window: ObservedWindow {
+                removals: 8,
+                censored: 0,
+                coarse: 1,
+                p99_seconds: Some(3.4),
+                p99_is_lower_bound: false,
+                coverage_ratio: coverage,
+                worst_miss,
+            },
             sets_window: true,
         };
         let miss = Miss { pod: "shop/web-1".into(), window_seconds: 3.4, sleep_seconds: 3, censored: false };

@@ -263,10 +263,11 @@ fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -
     let mut window: ClusterWindow = model::cluster_window(&nodes);
     let observed_removals = opts.observed.clone().map(|o| {
         // enough removals are a trusted measurement of their own: W is at least their p99
-        let enough = o.removals - o.coarse >= min_samples as usize;
-        let sets_window = enough && window.propagation_window_seconds.is_none_or(|w| o.p99_seconds > w);
-        if sets_window {
-            window.propagation_window_seconds = Some(o.p99_seconds);
+        let p99 = o.p99_seconds.filter(|_| o.removals - o.coarse >= min_samples as usize);
+        let enough = p99.is_some();
+        let sets_window = p99.is_some_and(|p| window.propagation_window_seconds.is_none_or(|w| p > w));
+        if let (true, Some(p)) = (sets_window, p99) {
+            window.propagation_window_seconds = Some(p);
             window.worst_node = None;
         }
         if enough && !matches!(window.basis, Basis::Measured | Basis::BeyondTopBucket) {
@@ -515,7 +516,7 @@ mod low_sample_tests {
             removals,
             censored: 0,
             coarse: 0,
-            p99_seconds,
+            p99_seconds: Some(p99_seconds),
             p99_is_lower_bound: false,
             coverage_ratio: Some(1.0),
             worst_miss: None,

@@ -333,8 +333,10 @@ pub struct ObservedRemovalsStatus {
     /// to count in the p99 and the coverage.
     #[serde(default)]
     pub coarse: u32,
-    /// The p99 of the precise ones' windows, seconds (a lower bound when `p99IsLowerBound`).
-    pub p99_seconds: f64,
+    /// The p99 of the precise ones' windows, seconds (a lower bound when `p99IsLowerBound`);
+    /// absent while every removal is coarse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_seconds: Option<f64>,
     /// The p99's rank fell on a censored removal.
     #[serde(default)]
     pub p99_is_lower_bound: bool,

@@ -277,9 +277,13 @@ pub enum NodeReport {
     },
     /// Every successful read so far held it.
     Held,
-    /// No read of the node's data plane has succeeded yet (a reader that cannot run, a chain
-    /// not there): the node says nothing of the removal, and is left out of it.
+    /// Every read of the node's data plane so far failed (a reader that cannot run, a chain
+    /// not there): the node says nothing of the removal, does not hold it open, and is left out
+    /// of it.
     Unread,
+    /// The node has not read since it was asked (its answer came before its first round): it
+    /// holds the removal open, and is left out of it if it never reads by the deadline.
+    NotYetRead,
 }
 
 #[derive(Debug, Clone)]
@@ -335,6 +339,8 @@ impl RemovalStore {
         let Some(o) = self.open.get_mut(&(service.clone(), endpoint)) else { return };
         match (o.nodes.get(node), report) {
             (Some(NodeReport::Removed { .. }), _) => {}
+            // a node that read keeps what it said over an answer built before its next read
+            (Some(NodeReport::Held), NodeReport::NotYetRead) => {}
             _ => {
                 o.nodes.insert(node.to_string(), report);
             }
@@ -367,7 +373,7 @@ impl RemovalStore {
                     let obs = match r {
                         NodeReport::Removed { last_with, first_without } => NodeObservation::Removed { last_with, first_without },
                         NodeReport::Held => NodeObservation::Censored { deadline: p.deadline },
-                        NodeReport::Unread => return None,
+                        NodeReport::Unread | NodeReport::NotYetRead => return None,
                     };
                     Some((n, obs))
                 })
@@ -455,8 +461,9 @@ pub struct ObservedWindow {
     pub censored: usize,
     /// Of them, bounded too coarsely to count in the p99.
     pub coarse: usize,
-    /// The p99 of the precise ones, seconds (a lower bound when `p99_is_lower_bound`).
-    pub p99_seconds: f64,
+    /// The p99 of the precise ones, seconds (a lower bound when `p99_is_lower_bound`); None
+    /// without a precise one.
+    pub p99_seconds: Option<f64>,
     /// The p99's rank fell on a censored removal.
     pub p99_is_lower_bound: bool,
     /// Share of the removals of pods with a sleep whose sleep covered their window.
@@ -468,10 +475,13 @@ pub struct ObservedWindow {
 impl ObservedWindow {
     /// The summary's window; None without removals.
     pub fn of(s: &RemovalSummary) -> Option<Self> {
+        if s.removals == 0 {
+            return None;
+        }
         let (p99_seconds, p99_is_lower_bound) = match (s.p99_seconds, s.p99_at_least_seconds) {
-            (Some(p), _) => (p, false),
-            (None, Some(p)) => (p, true),
-            (None, None) => return None,
+            (Some(p), _) => (Some(p), false),
+            (None, Some(p)) => (Some(p), true),
+            (None, None) => (None, false),
         };
         Some(Self {
             removals: s.removals,
@@ -624,7 +634,18 @@ mod tests {
         u.open(pending("10.244.1.4", 1.0));
         u.report("a", &port("web"), ip, NodeReport::Unread);
         assert_eq!((u.close(61.0, &both), u.unobserved()), (1, 1), "unread everywhere: unobserved, not censored");
-        assert_eq!((w.p99_seconds, w.p99_is_lower_bound, w.coverage_ratio), (60.0, true, Some(0.0)));
+        // an answer built before the node's first read holds the removal open (the node has not
+        // looked yet), and is left out at the deadline
+        u.open(pending("10.244.1.5", 100.0));
+        let five: IpAddr = "10.244.1.5".parse().unwrap();
+        u.report("a", &port("web"), five, NodeReport::NotYetRead);
+        u.report("b", &port("web"), five, NodeReport::Removed { last_with: Some(100.1), first_without: 100.2 });
+        assert_eq!(u.close(100.3, &both), 0, "a has not read yet");
+        u.report("a", &port("web"), five, NodeReport::Held);
+        u.report("a", &port("web"), five, NodeReport::NotYetRead);
+        assert_eq!(u.close(160.0, &both), 1);
+        assert_eq!(u.summary(160.0, 300.0).censored, 1, "a said held, and a later answer before a read does not take that back");
+        assert_eq!((w.p99_seconds, w.p99_is_lower_bound, w.coverage_ratio), (Some(60.0), true, Some(0.0)));
     }
 
     #[test]
