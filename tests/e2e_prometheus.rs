@@ -418,7 +418,7 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     // the chart's rules loaded and healthy
     let rules = prom.api("rules", &[]).await;
     let loaded: Vec<&Value> = rules["groups"].as_array().unwrap().iter().flat_map(|g| g["rules"].as_array().unwrap()).collect();
-    assert_eq!(loaded.len(), 5, "the chart's 5 alert rules: {rules:#}");
+    assert_eq!(loaded.len(), 6, "the chart's 6 alert rules: {rules:#}");
     assert!(loaded.iter().all(|r| r["health"] != "err"), "{rules:#}");
 
     // the operator twice, same kube-proxies, same 60 s window: scraped directly, and through
