@@ -850,7 +850,13 @@ async fn deploy_experiment() {
                     "{name}: the operator observed {} removals (p99 {} s, {} coarse, {} censored), coverage {c}",
                     observed["removals"], observed["p99Seconds"], observed["coarse"], observed["censored"]
                 )),
-                None => broken.push(format!("{name}: no observed coverage in the policy's status ({observed})")),
+                // every removal bounded too coarsely to say (slow listings at thousands of
+                // Services): reported, not a failure of the sleep
+                None if observed["removals"].as_u64().unwrap_or(0) > 0 => held.push(format!(
+                    "{name}: the operator observed {} removals, none bounded within 0.5 s by a fresh read ({} coarse): no observed coverage to check",
+                    observed["removals"], observed["coarse"]
+                )),
+                None => broken.push(format!("{name}: no observed removals in the policy's status ({observed})")),
             }
         } else if run["keepAlive"] == true {
             // keep-alive baselines: what breaks is mostly the connections themselves

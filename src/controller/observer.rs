@@ -31,7 +31,7 @@ pub fn report_of(record: &WatchRecord, clock: &ClockOffset) -> NodeReport {
         }
         _ if record.reads == 0 && record.failed_reads > 0 => NodeReport::Unread,
         _ if record.reads == 0 => NodeReport::NotYetRead,
-        _ => NodeReport::Held,
+        _ => NodeReport::Held { last_with: record.last_with_unix_seconds.map(|t| clock.early(t)) },
     }
 }
 
@@ -128,7 +128,7 @@ mod tests {
         let NodeReport::Removed { last_with, first_without } = report_of(&r, &clock) else { panic!("removed") };
         assert!((last_with.unwrap() - 100.0).abs() < 1e-9 && (first_without - 100.7).abs() < 1e-9, "{last_with:?} {first_without}");
         r.state = WatchState::Expired;
-        assert_eq!(report_of(&r, &clock), NodeReport::Held);
+        assert_eq!(report_of(&r, &clock), NodeReport::Held { last_with: Some(100.0) });
         r.reads = 0;
         assert_eq!(report_of(&r, &clock), NodeReport::NotYetRead, "asked, not read yet: it holds the removal open");
         r.failed_reads = 2;

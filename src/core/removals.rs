@@ -53,10 +53,13 @@ pub enum NodeObservation {
         /// End of the first successful read without it, unix seconds.
         first_without: f64,
     },
-    /// Still held (or never read successfully) at `deadline`, unix seconds: right-censored.
+    /// Still held at `deadline`, unix seconds: right-censored.
     Censored {
         /// When the node stopped waiting, unix seconds.
         deadline: f64,
+        /// Start of the last successful read that still held the endpoint, unix seconds (None
+        /// when no read held it).
+        last_with: Option<f64>,
     },
 }
 
@@ -79,6 +82,12 @@ pub struct Removal {
     pub nodes: Vec<(String, NodeObservation)>,
 }
 
+/// How recent a censored node's last read holding the endpoint must be at the deadline, seconds,
+/// for the censoring to count: a node whose reads stopped succeeding long before (a listing
+/// slower than its timeout, a chain gone with its namespace) says only that it held the
+/// endpoint then, not at the deadline.
+pub const CENSORED_FRESH_SECONDS: f64 = 5.0;
+
 /// The widest read bound (last read with the endpoint to first read without it, seconds) of a
 /// removal whose window counts in the p99: a slow listing (`nft` at 12,000 Services takes
 /// seconds per read) bounds a removal only coarsely, and its late end would size W from the
@@ -88,13 +97,14 @@ pub struct Removal {
 pub const PRECISE_BOUND_SECONDS: f64 = 0.5;
 
 impl Removal {
-    /// Every node's removal is bounded within [`PRECISE_BOUND_SECONDS`] (censored nodes count
-    /// as precise: their window is a lower bound, ranked above every observed one).
+    /// Every node's removal is bounded within [`PRECISE_BOUND_SECONDS`], and every censored
+    /// node read the endpoint as held within [`CENSORED_FRESH_SECONDS`] of its deadline (its
+    /// window is then a lower bound, ranked above every observed one).
     pub fn is_precise(&self) -> bool {
         self.nodes.iter().all(|(_, o)| match *o {
             NodeObservation::Removed { last_with: Some(lw), first_without } => first_without - lw <= PRECISE_BOUND_SECONDS,
             NodeObservation::Removed { last_with: None, .. } => false,
-            NodeObservation::Censored { .. } => true,
+            NodeObservation::Censored { deadline, last_with } => last_with.is_some_and(|lw| deadline - lw <= CENSORED_FRESH_SECONDS),
         })
     }
 }
@@ -133,7 +143,7 @@ impl Removal {
                     let w = (first_without + skew_seconds - self.deletion).max(0.0);
                     observed = Some(observed.map_or(w, |m| m.max(w)));
                 }
-                NodeObservation::Censored { deadline } => {
+                NodeObservation::Censored { deadline, .. } => {
                     let w = (deadline - skew_seconds - self.deletion).max(0.0);
                     censored = Some(censored.map_or(w, |m| m.max(w)));
                 }
@@ -275,8 +285,11 @@ pub enum NodeReport {
         /// End of the first successful read without it, unix seconds.
         first_without: f64,
     },
-    /// Every successful read so far held it.
-    Held,
+    /// Every successful read so far held it; the last one started at `last_with`.
+    Held {
+        /// Start of the last successful read that held the endpoint, unix seconds.
+        last_with: Option<f64>,
+    },
     /// Every read of the node's data plane so far failed (a reader that cannot run, a chain
     /// not there): the node says nothing of the removal, does not hold it open, and is left out
     /// of it.
@@ -340,7 +353,7 @@ impl RemovalStore {
         match (o.nodes.get(node), report) {
             (Some(NodeReport::Removed { .. }), _) => {}
             // a node that read keeps what it said over an answer built before its next read
-            (Some(NodeReport::Held), NodeReport::NotYetRead) => {}
+            (Some(NodeReport::Held { .. }), NodeReport::NotYetRead) => {}
             _ => {
                 o.nodes.insert(node.to_string(), report);
             }
@@ -372,7 +385,7 @@ impl RemovalStore {
                 .filter_map(|(n, r)| {
                     let obs = match r {
                         NodeReport::Removed { last_with, first_without } => NodeObservation::Removed { last_with, first_without },
-                        NodeReport::Held => NodeObservation::Censored { deadline: p.deadline },
+                        NodeReport::Held { last_with } => NodeObservation::Censored { deadline: p.deadline, last_with },
                         NodeReport::Unread | NodeReport::NotYetRead => return None,
                     };
                     Some((n, obs))
@@ -533,9 +546,15 @@ mod tests {
         assert_eq!(r.window(0.0), Some(Window::Observed(1.2000000000000028)));
         // a node clock leading by up to 0.05 s: the window is taken as 0.05 s longer, never shorter
         assert!((r.window(0.05).unwrap().seconds() - 1.25).abs() < 1e-9);
-        let r = removal("b", 100.0, Some(3), &[("node-a", removed(101.2)), ("node-b", NodeObservation::Censored { deadline: 130.0 })]);
+        let r = removal(
+            "b",
+            100.0,
+            Some(3),
+            &[("node-a", removed(101.2)), ("node-b", NodeObservation::Censored { deadline: 130.0, last_with: Some(130.0 - 0.1) })],
+        );
         assert_eq!(r.window(0.0), Some(Window::AtLeast(30.0)));
-        let r = removal("c", 100.0, None, &[("node-a", removed(140.0)), ("node-b", NodeObservation::Censored { deadline: 130.0 })]);
+        let r =
+            removal("c", 100.0, None, &[("node-a", removed(140.0)), ("node-b", NodeObservation::Censored { deadline: 130.0, last_with: Some(130.0 - 0.1) })]);
         assert_eq!(r.window(0.0), Some(Window::AtLeast(40.0)), "a slower observed node raises the bound");
         assert_eq!(removal("d", 1.0, None, &[]).window(0.0), None);
     }
@@ -544,7 +563,7 @@ mod tests {
     fn the_summary_counts_censored_removals_and_names_the_worst_miss() {
         let mut rs: Vec<Removal> = (0..98).map(|i| removal(&format!("p{i}"), 0.0, Some(3), &[("n", removed(1.0 + f64::from(i) / 100.0))])).collect();
         rs.push(removal("slow", 0.0, Some(3), &[("n", removed(3.5))]));
-        rs.push(removal("stuck", 0.0, Some(10), &[("n", NodeObservation::Censored { deadline: 30.0 })]));
+        rs.push(removal("stuck", 0.0, Some(10), &[("n", NodeObservation::Censored { deadline: 30.0, last_with: Some(30.0 - 0.1) })]));
         let s = summarise(&rs, 0.0);
         assert_eq!((s.removals, s.censored, s.coverage_removals), (100, 1, 100));
         assert_eq!(s.p99_seconds, Some(3.5), "rank 99 of 100: the slowest observed");
@@ -552,7 +571,7 @@ mod tests {
         assert_eq!(s.coverage_ratio, Some(0.98));
         assert_eq!(s.worst_miss, Some(Miss { pod: "ns/stuck".into(), window_seconds: 30.0, sleep_seconds: 10, censored: true }));
         // with two censored the p99 rank falls on one: only a lower bound is known
-        rs.push(removal("stuck2", 0.0, None, &[("n", NodeObservation::Censored { deadline: 20.0 })]));
+        rs.push(removal("stuck2", 0.0, None, &[("n", NodeObservation::Censored { deadline: 20.0, last_with: Some(20.0 - 0.1) })]));
         let s = summarise(&rs, 0.0);
         assert_eq!((s.p99_seconds, s.p99_at_least_seconds), (None, Some(20.0)));
         assert_eq!(s.coverage_removals, 100, "a pod without a sleep is not in the coverage");
@@ -562,7 +581,10 @@ mod tests {
 
     #[test]
     fn a_sleep_equal_to_an_observed_window_covers_it_and_a_censored_one_does_not() {
-        let rs = [removal("a", 0.0, Some(3), &[("n", removed(3.0))]), removal("b", 0.0, Some(3), &[("n", NodeObservation::Censored { deadline: 3.0 })])];
+        let rs = [
+            removal("a", 0.0, Some(3), &[("n", removed(3.0))]),
+            removal("b", 0.0, Some(3), &[("n", NodeObservation::Censored { deadline: 3.0, last_with: Some(3.0 - 0.1) })]),
+        ];
         let s = summarise(&rs, 0.0);
         assert_eq!(s.coverage_ratio, Some(0.5));
         assert_eq!(s.worst_miss.map(|m| m.pod), Some("ns/b".into()));
@@ -591,14 +613,14 @@ mod tests {
         let ip: IpAddr = "10.244.1.2".parse().unwrap();
         let nodes: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
         s.report("a", &port("web"), ip, NodeReport::Removed { last_with: Some(100.2), first_without: 100.4 });
-        s.report("a", &port("web"), ip, NodeReport::Held);
-        s.report("b", &port("web"), ip, NodeReport::Held);
+        s.report("a", &port("web"), ip, NodeReport::Held { last_with: Some(100.0) });
+        s.report("b", &port("web"), ip, NodeReport::Held { last_with: Some(100.0) });
         assert_eq!(s.close(100.5, &nodes), 0, "node b still holds it");
         let only_a: BTreeSet<String> = ["a".to_string()].into();
         assert_eq!(s.close(100.6, &only_a), 0, "b said held: its silence keeps the removal open");
         s.report("b", &port("web"), ip, NodeReport::Removed { last_with: Some(101.0), first_without: 101.25 });
-        s.report("b", &port("web"), ip, NodeReport::Held);
-        s.report("b", &port("other"), ip, NodeReport::Held);
+        s.report("b", &port("web"), ip, NodeReport::Held { last_with: Some(100.0) });
+        s.report("b", &port("other"), ip, NodeReport::Held { last_with: Some(100.0) });
         assert_eq!(s.close(101.3, &nodes), 1);
         let sum = s.summary(101.3, 300.0);
         assert_eq!((sum.removals, sum.censored, sum.coverage_ratio), (1, 0, Some(1.0)));
@@ -612,7 +634,7 @@ mod tests {
         s.open(pending("10.244.1.2", 0.0));
         s.open(pending("10.244.1.3", 0.0));
         let nodes: BTreeSet<String> = ["a".to_string()].into();
-        s.report("a", &port("web"), "10.244.1.2".parse().unwrap(), NodeReport::Held);
+        s.report("a", &port("web"), "10.244.1.2".parse().unwrap(), NodeReport::Held { last_with: Some(59.8) });
         assert_eq!(s.close(59.9, &nodes), 0);
         assert!(s.watches(60.0).is_empty(), "no watch past the deadline");
         assert_eq!(s.close(60.0, &nodes), 2);
@@ -641,10 +663,12 @@ mod tests {
         u.report("a", &port("web"), five, NodeReport::NotYetRead);
         u.report("b", &port("web"), five, NodeReport::Removed { last_with: Some(100.1), first_without: 100.2 });
         assert_eq!(u.close(100.3, &both), 0, "a has not read yet");
-        u.report("a", &port("web"), five, NodeReport::Held);
+        u.report("a", &port("web"), five, NodeReport::Held { last_with: Some(100.0) });
         u.report("a", &port("web"), five, NodeReport::NotYetRead);
         assert_eq!(u.close(160.0, &both), 1);
-        assert_eq!(u.summary(160.0, 300.0).censored, 1, "a said held, and a later answer before a read does not take that back");
+        let stale = u.summary(160.0, 300.0);
+        assert_eq!(stale.censored, 1, "a said held, and a later answer before a read does not take that back");
+        assert_eq!((stale.coarse, stale.p99_at_least_seconds), (1, None), "its last read holding it was 60 s before the deadline: censored, but coarse");
         assert_eq!((w.p99_seconds, w.p99_is_lower_bound, w.coverage_ratio), (Some(60.0), true, Some(0.0)));
     }
 

@@ -107,7 +107,9 @@ impl<R: Runner> DataPlaneReader for IptablesReader<R> {
                 ips.insert(*ip);
                 continue;
             }
-            let text = self.list(&sep)?;
+            // an endpoint chain gone between the two listings is a read that failed, never the
+            // Service port's chain absent
+            let text = self.list(&sep).map_err(|e| ReadError { how: format!("endpoint chain {sep} went during the read: {}", e.how), ..e })?;
             let ip = parse_endpoint_chain(&text, &sep).map_err(|how| ReadError { command: command(&sep), how: format!("unparsable output: {how}") })?;
             if self.endpoints.len() >= MAX_KNOWN_ENDPOINT_CHAINS {
                 self.endpoints.clear();

@@ -63,8 +63,9 @@ impl Watches {
     }
 
     /// One read of `service`'s rules, started at `started` and ended at `ended` (agent unix
-    /// seconds): a success moves each open watch of the port (held, or removed); a failure is
-    /// counted and says nothing.
+    /// seconds): a success moves each open watch of the port (held, or removed); the port's
+    /// chain absent ([`ReadError::is_chain_absent`]) removes each watch a read held before; any
+    /// other failure is counted and says nothing.
     pub fn apply(&mut self, service: &ServicePort, read: &Result<BTreeSet<IpAddr>, ReadError>, started: f64, ended: f64) {
         for ((s, ip), e) in self.entries.iter_mut().filter(|((s, _), e)| s == service && e.first_without.is_none()) {
             debug_assert_eq!(s, service);
@@ -76,6 +77,12 @@ impl Watches {
                     } else {
                         e.first_without = Some(ended);
                     }
+                }
+                // the Service port's chain gone after a read that held the endpoint: no rule sends
+                // new connections to it any more
+                Err(err) if err.is_chain_absent() && e.last_with.is_some() => {
+                    e.reads = e.reads.saturating_add(1);
+                    e.first_without = Some(ended);
                 }
                 Err(err) => {
                     e.failed_reads = e.failed_reads.saturating_add(1);
@@ -270,6 +277,20 @@ mod tests {
         );
         assert_eq!(w.records(111.0).iter().find(|r| r.service.name == "api").unwrap().state, WatchState::Expired);
         assert!(w.due(111.0).is_empty(), "nothing is read past the deadlines");
+    }
+
+    #[test]
+    fn a_chain_gone_after_a_read_that_held_the_endpoint_is_its_removal() {
+        let absent = || Err(ReadError { command: "nft list chain".into(), how: "exit status: 1: Error: No such file or directory".into() });
+        let mut w = Watches::default();
+        w.set(&request(&[("web", "10.244.1.2"), ("api", "10.244.1.3")], 10.0), 100.0);
+        w.apply(&port("web"), &ips(&["10.244.1.2"]), 100.1, 100.12);
+        w.apply(&port("web"), &absent(), 100.3, 100.31);
+        w.apply(&port("api"), &absent(), 100.3, 100.31);
+        let mut r = w.records(100.4);
+        r.sort_by_key(|r| r.service.name != "web");
+        assert_eq!((r[0].state, r[0].first_without_unix_seconds, r[0].reads), (WatchState::Removed, Some(100.31), 2), "held, then its chain gone");
+        assert_eq!((r[1].state, r[1].failed_reads), (WatchState::Held, 1), "never seen held: an absent chain says nothing (a wrong name reads the same)");
     }
 
     #[test]
