@@ -12,7 +12,8 @@ use crate::agent_contract::observer::{ObserveRequest, WatchRecord, WatchRequest,
 use crate::core::removals::{ClockOffset, NodeReport};
 use crate::runtime::Shared;
 use crate::sources::agent_client::{AgentSource, observe_agent};
-use std::collections::{BTreeSet, HashMap};
+use crate::sources::targets::Target;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,9 +36,32 @@ pub fn report_of(record: &WatchRecord, clock: &ClockOffset) -> NodeReport {
     }
 }
 
+/// How long the agents found are reused: with agent pods, finding them is a list of pods, which a
+/// 250 ms round would otherwise repeat four times a second while removals are open.
+pub const TARGETS_TTL: Duration = Duration::from_secs(10);
+
+/// The agents last found, and when.
+#[derive(Default)]
+struct CachedTargets(Option<(Instant, BTreeMap<String, Target>)>);
+
+impl CachedTargets {
+    /// The agents, found again when the last find is older than [`TARGETS_TTL`].
+    async fn get(&mut self, agents: &AgentSource) -> Result<BTreeMap<String, Target>, crate::sources::error::SourceError> {
+        if let Some((at, t)) = &self.0
+            && at.elapsed() < TARGETS_TTL
+        {
+            return Ok(t.clone());
+        }
+        let t = agents.targets().await?;
+        self.0 = Some((Instant::now(), t.clone()));
+        Ok(t)
+    }
+}
+
 /// Runs the observer until `shared.stop`: asks `agents` while removals are open in `cluster`.
 pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared) {
     cluster.start_observing();
+    let mut targets = CachedTargets::default();
     let mut warned: HashMap<String, Instant> = HashMap::new();
     let mut warn = |what: &str, error: &str| {
         if warned.get(what).is_none_or(|t| t.elapsed() >= WARN_EVERY) {
@@ -65,7 +89,7 @@ pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared
         if !request.watches.is_empty() {
             match agents.client() {
                 Err(e) => warn("client certificate", &e),
-                Ok(client) => match agents.targets().await {
+                Ok(client) => match targets.get(&agents).await {
                     Err(e) => warn("finding the agents", &e.to_string()),
                     Ok(targets) => {
                         let asks = targets.values().map(|t| {
