@@ -14,8 +14,8 @@
 //! - per removal, the cluster's window is the slowest node's: a censored node makes the removal
 //!   censored.
 //!
-//! Times are unix seconds on the observing node's clock for the reads and on the operator's for
-//! the deletion; the caller bounds the skew between them (see [`Removal::window`]).
+//! Times are unix seconds on the operator's clock: the adapter moves each node's read times to it
+//! with [`ClockOffset`], taken late by the offset's bound, so no skew is left to apply here.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -96,19 +96,6 @@ pub const CENSORED_FRESH_SECONDS: f64 = 5.0;
 /// and is coarse too (it was fast: it left before the agent first read).
 pub const PRECISE_BOUND_SECONDS: f64 = 0.5;
 
-impl Removal {
-    /// Every node's removal is bounded within [`PRECISE_BOUND_SECONDS`], and every censored
-    /// node read the endpoint as held within [`CENSORED_FRESH_SECONDS`] of its deadline (its
-    /// window is then a lower bound, ranked above every observed one).
-    pub fn is_precise(&self) -> bool {
-        self.nodes.iter().all(|(_, o)| match *o {
-            NodeObservation::Removed { last_with: Some(lw), first_without } => first_without - lw <= PRECISE_BOUND_SECONDS,
-            NodeObservation::Removed { last_with: None, .. } => false,
-            NodeObservation::Censored { deadline, last_with } => last_with.is_some_and(|lw| deadline - lw <= CENSORED_FRESH_SECONDS),
-        })
-    }
-}
-
 /// A removal's window, seconds from the deletion.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -129,22 +116,31 @@ impl Window {
 }
 
 impl Removal {
+    /// Every node's removal is bounded within [`PRECISE_BOUND_SECONDS`], and every censored
+    /// node read the endpoint as held within [`CENSORED_FRESH_SECONDS`] of its deadline (its
+    /// window is then a lower bound, ranked above every observed one).
+    pub fn is_precise(&self) -> bool {
+        self.nodes.iter().all(|(_, o)| match *o {
+            NodeObservation::Removed { last_with: Some(lw), first_without } => first_without - lw <= PRECISE_BOUND_SECONDS,
+            NodeObservation::Removed { last_with: None, .. } => false,
+            NodeObservation::Censored { deadline, last_with } => last_with.is_some_and(|lw| deadline - lw <= CENSORED_FRESH_SECONDS),
+        })
+    }
+
     /// The cluster's window of this removal: the slowest node's, `AtLeast` when any node is
     /// censored (the longest censored wait, or the slowest observed node if that is longer).
-    /// `skew_seconds` bounds how far the nodes' clocks may lead the deletion's clock: each
-    /// node's time is taken back by it, so skew never shortens a window below the truth. None
-    /// without any node.
-    pub fn window(&self, skew_seconds: f64) -> Option<Window> {
+    /// None without any node.
+    pub fn window(&self) -> Option<Window> {
         let mut observed: Option<f64> = None;
         let mut censored: Option<f64> = None;
         for (_, o) in &self.nodes {
             match *o {
                 NodeObservation::Removed { first_without, .. } => {
-                    let w = (first_without + skew_seconds - self.deletion).max(0.0);
+                    let w = (first_without - self.deletion).max(0.0);
                     observed = Some(observed.map_or(w, |m| m.max(w)));
                 }
                 NodeObservation::Censored { deadline, .. } => {
-                    let w = (deadline - skew_seconds - self.deletion).max(0.0);
+                    let w = (deadline - self.deletion).max(0.0);
                     censored = Some(censored.map_or(w, |m| m.max(w)));
                 }
             }
@@ -197,13 +193,14 @@ pub struct RemovalSummary {
     pub worst_miss: Option<Miss>,
 }
 
-/// Summarises `removals` with clock skew bounded by `skew_seconds` ([`Removal::window`]).
-pub fn summarise<'a>(removals: impl IntoIterator<Item = &'a Removal>, skew_seconds: f64) -> RemovalSummary {
-    let windows: Vec<(&Removal, Window)> = removals.into_iter().filter_map(|r| Some((r, r.window(skew_seconds)?))).collect();
+/// Summarises `removals`: the p99 and the coverage over the precise ones
+/// ([`Removal::is_precise`]), the others counted.
+pub fn summarise<'a>(removals: impl IntoIterator<Item = &'a Removal>) -> RemovalSummary {
+    let windows: Vec<(&Removal, Window)> = removals.into_iter().filter_map(|r| Some((r, r.window()?))).collect();
     let censored = windows.iter().filter(|(_, w)| matches!(w, Window::AtLeast(_))).count();
-    let coarse = windows.iter().filter(|(r, _)| !r.is_precise()).count();
+    let precise: Vec<&(&Removal, Window)> = windows.iter().filter(|(r, _)| r.is_precise()).collect();
     // observed ascending, then censored (ascending by their bound) above every observed one
-    let mut ranked: Vec<Window> = windows.iter().filter(|(r, _)| r.is_precise()).map(|(_, w)| *w).collect();
+    let mut ranked: Vec<Window> = precise.iter().map(|(_, w)| *w).collect();
     ranked.sort_by(|a, b| match (a, b) {
         (Window::Observed(x), Window::Observed(y)) | (Window::AtLeast(x), Window::AtLeast(y)) => x.total_cmp(y),
         (Window::Observed(_), Window::AtLeast(_)) => std::cmp::Ordering::Less,
@@ -219,7 +216,7 @@ pub fn summarise<'a>(removals: impl IntoIterator<Item = &'a Removal>, skew_secon
     let mut covered = 0usize;
     let mut counted = 0usize;
     let mut worst: Option<Miss> = None;
-    for (r, w) in windows.iter().filter(|(r, _)| r.is_precise()) {
+    for (r, w) in &precise {
         let Some(sleep) = r.sleep_seconds else { continue };
         counted += 1;
         let (seconds, is_censored) = (w.seconds(), matches!(w, Window::AtLeast(_)));
@@ -237,7 +234,7 @@ pub fn summarise<'a>(removals: impl IntoIterator<Item = &'a Removal>, skew_secon
     RemovalSummary {
         removals: windows.len(),
         censored,
-        coarse,
+        coarse: windows.len() - precise.len(),
         p99_seconds,
         p99_at_least_seconds,
         coverage_ratio: (counted > 0).then(|| covered as f64 / counted as f64),
@@ -411,10 +408,9 @@ impl RemovalStore {
         done.len()
     }
 
-    /// The removals closed within `window_seconds` before `now`, summarised ([`summarise`]; the
-    /// reports' times already carry the clock-offset bound).
+    /// The removals closed within `window_seconds` before `now`, summarised ([`summarise`]).
     pub fn summary(&self, now: f64, window_seconds: f64) -> RemovalSummary {
-        summarise(self.closed.iter().filter(|(at, _)| now - at <= window_seconds).map(|(_, r)| r), 0.0)
+        summarise(self.closed.iter().filter(|(at, _)| now - at <= window_seconds).map(|(_, r)| r))
     }
 
     /// Removals open now.
@@ -543,20 +539,18 @@ mod tests {
     #[test]
     fn the_window_is_the_slowest_node_and_censoring_wins() {
         let r = removal("a", 100.0, Some(3), &[("node-a", removed(101.2)), ("node-b", removed(100.4))]);
-        assert_eq!(r.window(0.0), Some(Window::Observed(1.2000000000000028)));
-        // a node clock leading by up to 0.05 s: the window is taken as 0.05 s longer, never shorter
-        assert!((r.window(0.05).unwrap().seconds() - 1.25).abs() < 1e-9);
+        assert_eq!(r.window(), Some(Window::Observed(1.2000000000000028)));
         let r = removal(
             "b",
             100.0,
             Some(3),
             &[("node-a", removed(101.2)), ("node-b", NodeObservation::Censored { deadline: 130.0, last_with: Some(130.0 - 0.1) })],
         );
-        assert_eq!(r.window(0.0), Some(Window::AtLeast(30.0)));
+        assert_eq!(r.window(), Some(Window::AtLeast(30.0)));
         let r =
             removal("c", 100.0, None, &[("node-a", removed(140.0)), ("node-b", NodeObservation::Censored { deadline: 130.0, last_with: Some(130.0 - 0.1) })]);
-        assert_eq!(r.window(0.0), Some(Window::AtLeast(40.0)), "a slower observed node raises the bound");
-        assert_eq!(removal("d", 1.0, None, &[]).window(0.0), None);
+        assert_eq!(r.window(), Some(Window::AtLeast(40.0)), "a slower observed node raises the bound");
+        assert_eq!(removal("d", 1.0, None, &[]).window(), None);
     }
 
     #[test]
@@ -564,7 +558,7 @@ mod tests {
         let mut rs: Vec<Removal> = (0..98).map(|i| removal(&format!("p{i}"), 0.0, Some(3), &[("n", removed(1.0 + f64::from(i) / 100.0))])).collect();
         rs.push(removal("slow", 0.0, Some(3), &[("n", removed(3.5))]));
         rs.push(removal("stuck", 0.0, Some(10), &[("n", NodeObservation::Censored { deadline: 30.0, last_with: Some(30.0 - 0.1) })]));
-        let s = summarise(&rs, 0.0);
+        let s = summarise(&rs);
         assert_eq!((s.removals, s.censored, s.coverage_removals), (100, 1, 100));
         assert_eq!(s.p99_seconds, Some(3.5), "rank 99 of 100: the slowest observed");
         assert_eq!(s.p99_at_least_seconds, None);
@@ -572,10 +566,10 @@ mod tests {
         assert_eq!(s.worst_miss, Some(Miss { pod: "ns/stuck".into(), window_seconds: 30.0, sleep_seconds: 10, censored: true }));
         // with two censored the p99 rank falls on one: only a lower bound is known
         rs.push(removal("stuck2", 0.0, None, &[("n", NodeObservation::Censored { deadline: 20.0, last_with: Some(20.0 - 0.1) })]));
-        let s = summarise(&rs, 0.0);
+        let s = summarise(&rs);
         assert_eq!((s.p99_seconds, s.p99_at_least_seconds), (None, Some(20.0)));
         assert_eq!(s.coverage_removals, 100, "a pod without a sleep is not in the coverage");
-        let empty = summarise(&[], 0.0);
+        let empty = summarise(&[]);
         assert_eq!((empty.removals, empty.p99_seconds, empty.coverage_ratio, empty.worst_miss), (0, None, None, None));
     }
 
@@ -585,7 +579,7 @@ mod tests {
             removal("a", 0.0, Some(3), &[("n", removed(3.0))]),
             removal("b", 0.0, Some(3), &[("n", NodeObservation::Censored { deadline: 3.0, last_with: Some(3.0 - 0.1) })]),
         ];
-        let s = summarise(&rs, 0.0);
+        let s = summarise(&rs);
         assert_eq!(s.coverage_ratio, Some(0.5));
         assert_eq!(s.worst_miss.map(|m| m.pod), Some("ns/b".into()));
     }
@@ -692,7 +686,7 @@ mod tests {
             removal("precise", 100.0, Some(3), &[("a", removed(100.8))]),
         ];
         assert!(!rs[0].is_precise() && !rs[1].is_precise() && rs[2].is_precise());
-        let s = summarise(&rs, 0.0);
+        let s = summarise(&rs);
         assert_eq!((s.removals, s.coarse, s.coverage_removals), (3, 2, 1));
         assert!((s.p99_seconds.unwrap() - 0.8).abs() < 1e-9, "the p99 of the precise one alone: {s:?}");
         assert_eq!(s.worst_miss, None, "a 7 s bound says neither that the 3 s sleep missed nor that it covered");
