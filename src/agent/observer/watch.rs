@@ -128,14 +128,14 @@ impl Watches {
 /// next round).
 pub type ReaderSource = Box<dyn FnMut() -> Result<Box<dyn DataPlaneReader>, String> + Send>;
 
-/// The reader once found (taken out while a read runs), and how to find it.
-type ReaderSlot = (Option<Box<dyn DataPlaneReader>>, Option<ReaderSource>);
-
 /// The agent's observer: the watches, the reader, and the reading loop ([`Observer::run`]).
 pub struct Observer {
     watches: Mutex<Watches>,
     wake: tokio::sync::Notify,
-    reader: Mutex<ReaderSlot>,
+    /// The reader once found; taken out while a round reads.
+    reader: Mutex<Option<Box<dyn DataPlaneReader>>>,
+    /// How to find it (asked at each round until it gives one).
+    find: Mutex<ReaderSource>,
     data_plane: Mutex<Option<&'static str>>,
     clock: fn() -> f64,
 }
@@ -151,7 +151,8 @@ impl Observer {
         Arc::new(Self {
             watches: Mutex::default(),
             wake: tokio::sync::Notify::new(),
-            reader: Mutex::new((None, Some(find))),
+            reader: Mutex::new(None),
+            find: Mutex::new(find),
             data_plane: Mutex::new(None),
             clock: unix_now,
         })
@@ -196,32 +197,30 @@ impl Observer {
         }
     }
 
-    /// One read of each Service port of `due`.
+    /// The reader: the one found before, or found now (the first time it is found, its data
+    /// plane is what the answers name).
+    fn take_reader(&self) -> Result<Box<dyn DataPlaneReader>, String> {
+        if let Some(reader) = self.reader.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            return Ok(reader);
+        }
+        let reader = (self.find.lock().unwrap_or_else(PoisonError::into_inner))()?;
+        *self.data_plane.lock().unwrap_or_else(PoisonError::into_inner) = Some(reader.data_plane());
+        tracing::info!(data_plane = reader.data_plane(), "observer reading removals");
+        Ok(reader)
+    }
+
+    /// One read of each Service port of `due`; without a reader, one failed read of each.
     fn round(&self, due: &[ServicePort]) {
-        let mut reader = {
-            let mut r = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
-            match r.0.take() {
-                Some(reader) => reader,
-                None => match r.1.as_mut().map(|find| find()) {
-                    Some(Ok(reader)) => {
-                        *self.data_plane.lock().unwrap_or_else(PoisonError::into_inner) = Some(reader.data_plane());
-                        tracing::info!(data_plane = reader.data_plane(), "observer reading removals");
-                        reader
-                    }
-                    other => {
-                        let why = match other {
-                            Some(Err(why)) => why,
-                            _ => "no data plane reader configured".to_string(),
-                        };
-                        let e: Result<BTreeSet<IpAddr>, ReadError> = Err(ReadError { command: "finding the data plane".into(), how: why });
-                        let now = (self.clock)();
-                        let mut w = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
-                        for s in due {
-                            w.apply(s, &e, now, now);
-                        }
-                        return;
-                    }
-                },
+        let mut reader = match self.take_reader() {
+            Ok(reader) => reader,
+            Err(how) => {
+                let e: Result<BTreeSet<IpAddr>, ReadError> = Err(ReadError { command: "finding the data plane".into(), how });
+                let now = (self.clock)();
+                let mut w = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
+                for s in due {
+                    w.apply(s, &e, now, now);
+                }
+                return;
             }
         };
         for s in due {
@@ -233,7 +232,7 @@ impl Observer {
             }
             self.watches.lock().unwrap_or_else(PoisonError::into_inner).apply(s, &read, started, ended);
         }
-        self.reader.lock().unwrap_or_else(PoisonError::into_inner).0 = Some(reader);
+        *self.reader.lock().unwrap_or_else(PoisonError::into_inner) = Some(reader);
     }
 }
 
