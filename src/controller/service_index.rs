@@ -276,7 +276,7 @@ impl ClusterIndex {
                 if let Some(uid) = p.metadata.uid.as_deref() {
                     let m = &p.metadata;
                     let sleep = m.annotations.as_ref().and_then(|a| a.get(ANNOTATION_PRESTOP_SECONDS)).and_then(|v| v.parse().ok());
-                    d.pod_deleting_named(uid, m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default(), sleep, at);
+                    d.pod_deleting(uid, m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default(), sleep, at);
                 }
             }
             watcher::Event::Delete(p) => {

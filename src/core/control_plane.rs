@@ -242,13 +242,9 @@ impl DeletionLags {
     /// A pod's metadata was seen with `deletionTimestamp` set at `at` (unix seconds). Only the
     /// first sighting counts; a pod already deleting when the watch listed it must not be given
     /// (its DELETE was before the watcher existed: left-censored).
-    pub fn pod_deleting(&mut self, uid: &str, namespace: &str, at: f64) {
-        self.pod_deleting_named(uid, namespace, "", None, at);
-    }
-
-    /// [`DeletionLags::pod_deleting`] with the pod's name and injected preStop sleep, which the
-    /// joined deletion carries on (observed removals count each pod's coverage with them).
-    pub fn pod_deleting_named(&mut self, uid: &str, namespace: &str, name: &str, sleep_seconds: Option<u32>, at: f64) {
+    /// The pod's `name` and its injected preStop sleep go on with the joined deletion (observed
+    /// removals count each pod's coverage with them).
+    pub fn pod_deleting(&mut self, uid: &str, namespace: &str, name: &str, sleep_seconds: Option<u32>, at: f64) {
         if uid.is_empty() || self.pending.contains_key(uid) {
             return;
         }
@@ -399,8 +395,8 @@ mod tests {
     #[test]
     fn a_terminating_endpoint_completes_its_deletion() {
         let mut d = DeletionLags::default();
-        d.pod_deleting("u1", "ns", 100.0);
-        d.pod_deleting("u1", "ns", 100.5); // a later event of the same deletion
+        d.pod_deleting("u1", "ns", "", None, 100.0);
+        d.pod_deleting("u1", "ns", "", None, 100.5); // a later event of the same deletion
         assert!(d.slice("other", "s", &[ep("u1", true)], 100.2).is_empty(), "another namespace");
         assert!(d.slice("ns", "s", &[ep("u1", false)], 100.05).is_empty(), "still serving");
         let lags = d.slice("ns", "s", &[ep("u1", true), ep("u2", false)], 100.125);
@@ -409,7 +405,7 @@ mod tests {
         assert_eq!((lags[0].pod_uid.as_str(), lags[0].how), ("u1", "terminating"));
         assert_eq!(d.pending(), 0);
         // the terminating pod's later status updates show deletionTimestamp again
-        d.pod_deleting("u1", "ns", 101.5);
+        d.pod_deleting("u1", "ns", "", None, 101.5);
         assert!(d.slice("ns", "s", &[ep("u1", true)], 101.6).is_empty(), "one sample per deletion");
         d.pod_gone("u1");
         assert!(d.pending.is_empty(), "forgotten once gone");
@@ -417,7 +413,7 @@ mod tests {
         assert_eq!(dist.samples(), 1);
         assert!((dist.max_seconds() - 0.125).abs() < 1e-9);
         // a new sample is seen by the next distribution (not the cached one)
-        d.pod_deleting("u3", "ns", 101.0);
+        d.pod_deleting("u3", "ns", "", None, 101.0);
         d.slice("ns", "s", &[ep("u3", true)], 101.5);
         let dist = d.distribution(102.0, 60.0).unwrap();
         assert_eq!((dist.samples(), dist.max_seconds()), (2, 0.5));
@@ -427,7 +423,7 @@ mod tests {
     #[test]
     fn an_endpoint_leaving_a_slice_that_listed_it_completes_its_deletion() {
         let mut d = DeletionLags::default();
-        d.pod_deleting_named("u1", "ns", "web-1", Some(3), 10.0);
+        d.pod_deleting("u1", "ns", "web-1", Some(3), 10.0);
         assert!(d.slice("ns", "b", &[ep("u2", false)], 10.01).is_empty(), "never listed in b");
         assert!(d.slice("ns", "a", &[ep("u1", false)], 10.02).is_empty());
         let lags = d.slice("ns", "a", &[ep("u2", false)], 10.3);
@@ -444,7 +440,7 @@ mod tests {
     #[test]
     fn a_deleted_slice_gives_no_sample() {
         let mut d = DeletionLags::default();
-        d.pod_deleting("u1", "ns", 10.0);
+        d.pod_deleting("u1", "ns", "", None, 10.0);
         assert!(d.slice("ns", "a", &[ep("u1", false)], 10.02).is_empty());
         d.slice_deleted("ns", "a");
         assert!(d.slice("ns", "a", &[], 11.0).is_empty(), "a slice of the same name made again never listed it");
@@ -457,19 +453,19 @@ mod tests {
     #[test]
     fn an_endpoint_seen_terminating_before_the_pod_event_counts_zero() {
         let mut d = DeletionLags::default();
-        d.pod_deleting("u1", "ns", 10.0);
+        d.pod_deleting("u1", "ns", "", None, 10.0);
         assert_eq!(d.slice("ns", "a", &[ep("u1", true)], 9.9)[0].lag_seconds, 0.0);
     }
 
     #[test]
     fn pending_deletions_are_bounded_in_time_and_number() {
         let mut d = DeletionLags::default();
-        d.pod_deleting("old", "ns", 0.0);
-        d.pod_deleting("new", "ns", PENDING_TTL_SECONDS + 1.0);
+        d.pod_deleting("old", "ns", "", None, 0.0);
+        d.pod_deleting("new", "ns", "", None, PENDING_TTL_SECONDS + 1.0);
         assert_eq!(d.pending(), 1, "the old one expired");
         assert_eq!(d.dropped(), 1);
         for i in 0..MAX_PENDING_DELETIONS + 10 {
-            d.pod_deleting(&format!("p{i}"), "ns", PENDING_TTL_SECONDS + 2.0);
+            d.pod_deleting(&format!("p{i}"), "ns", "", None, PENDING_TTL_SECONDS + 2.0);
         }
         assert_eq!(d.pending(), MAX_PENDING_DELETIONS);
         d.pod_gone("p49999");
@@ -481,7 +477,7 @@ mod tests {
         let mut d = DeletionLags::default();
         for i in 0..MAX_LAG_SAMPLES + 5 {
             let uid = format!("u{i}");
-            d.pod_deleting(&uid, "ns", i as f64);
+            d.pod_deleting(&uid, "ns", "", None, i as f64);
             d.slice("ns", "s", &[ep(&uid, true)], i as f64 + 0.1);
         }
         assert_eq!(d.distribution(1e9, 1e10).unwrap().samples() as usize, MAX_LAG_SAMPLES);
