@@ -10,34 +10,13 @@ use safe_termination::cli::mutate::{NativeSleep, PlanArgs};
 use safe_termination::core::mutate::MAX_POD_CONTAINERS;
 use safe_termination::core::selector::AssumeServiceBacked;
 use safe_termination::webhook::review;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
-/// The system allocator, counting: bytes live now and at the peak since the last reset, and
-/// allocations made.
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
-            PEAK.fetch_max(live, Relaxed);
-            ALLOCS.fetch_add(1, Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(p, layout) };
-        LIVE.fetch_sub(layout.size(), Relaxed);
-    }
-}
+/// The counting allocator of the fuzz targets (fuzz/peak.rs).
+#[allow(dead_code)]
+#[path = "../fuzz/peak.rs"]
+mod peak;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: peak::Counting = peak::Counting;
 
 /// An AdmissionReview of a pod with `n` containers `{"name": "<prefix>N", "image": "<image>"}`.
 fn body(n: usize, prefix: &str, image: &str) -> Vec<u8> {
@@ -49,14 +28,11 @@ fn body(n: usize, prefix: &str, image: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// (peak bytes live above those live before, allocations) of one `review()` of `body`.
+/// (peak bytes live above those live before, allocations, status, decision) of one `review()`
+/// of `body`.
 fn cost(body: &[u8]) -> (usize, usize, u16, &'static str) {
     let plan = PlanArgs { policy: None, pre_stop_seconds: Some(10), native_sleep: NativeSleep::Auto }.plan().unwrap();
-    let before = LIVE.load(Relaxed);
-    PEAK.store(before, Relaxed);
-    ALLOCS.store(0, Relaxed);
-    let out = review(body, &plan, &AssumeServiceBacked);
-    let (peak, allocs) = (PEAK.load(Relaxed) - before, ALLOCS.load(Relaxed));
+    let (out, peak, allocs) = peak::measure(|| review(body, &plan, &AssumeServiceBacked));
     (peak, allocs, out.status, out.decision)
 }
 
