@@ -58,17 +58,70 @@ impl CachedTargets {
     }
 }
 
+/// Logs a failing agent (or the client, or the agents' discovery) at most every [`WARN_EVERY`].
+#[derive(Default)]
+struct Warnings(HashMap<String, Instant>);
+
+impl Warnings {
+    fn warn(&mut self, what: &str, error: &str) {
+        if self.0.get(what).is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            self.0.insert(what.to_string(), Instant::now());
+            tracing::warn!(agent = what, error, "observer: an agent could not be asked");
+        }
+    }
+}
+
+/// Asks every agent to watch `request`'s removals and reports their records into `cluster`;
+/// returns the nodes whose agent answered.
+async fn ask_agents(
+    cluster: &ClusterIndex,
+    agents: &AgentSource,
+    targets: &mut CachedTargets,
+    request: &ObserveRequest,
+    warnings: &mut Warnings,
+) -> BTreeSet<String> {
+    let mut answering = BTreeSet::new();
+    let client = match agents.client() {
+        Ok(c) => c,
+        Err(e) => {
+            warnings.warn("client certificate", &e);
+            return answering;
+        }
+    };
+    let found = match targets.get(agents).await {
+        Ok(t) => t,
+        Err(e) => {
+            warnings.warn("finding the agents", &e.to_string());
+            return answering;
+        }
+    };
+    let asks = found.values().map(|t| {
+        let client = client.clone();
+        async move { (t.node.clone(), observe_agent(&client, t, request).await) }
+    });
+    for (node, answer) in futures::future::join_all(asks).await {
+        let o = match answer {
+            Ok(o) => o,
+            Err(e) => {
+                warnings.warn(&node, &e);
+                continue;
+            }
+        };
+        let clock = ClockOffset::of(o.response.agent_unix_seconds, o.sent_unix_seconds, o.received_unix_seconds);
+        cluster.with_removals(|s| {
+            for r in &o.response.records {
+                s.report(&node, &r.service, r.endpoint, report_of(r, &clock));
+            }
+        });
+        answering.insert(node);
+    }
+    answering
+}
+
 /// Runs the observer until `shared.stop`: asks `agents` while removals are open in `cluster`.
 pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared) {
     cluster.start_observing();
-    let mut targets = CachedTargets::default();
-    let mut warned: HashMap<String, Instant> = HashMap::new();
-    let mut warn = |what: &str, error: &str| {
-        if warned.get(what).is_none_or(|t| t.elapsed() >= WARN_EVERY) {
-            warned.insert(what.to_string(), Instant::now());
-            tracing::warn!(agent = what, error, "observer: an agent could not be asked");
-        }
-    };
+    let (mut targets, mut warnings) = (CachedTargets::default(), Warnings::default());
     loop {
         tokio::select! {
             () = shared.stop.cancelled() => return,
@@ -85,36 +138,7 @@ pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared
                 .map(|(service, endpoint, remaining_seconds)| WatchRequest { service: service.clone(), endpoint, remaining_seconds })
                 .collect(),
         });
-        let mut answering = BTreeSet::new();
-        if !request.watches.is_empty() {
-            match agents.client() {
-                Err(e) => warn("client certificate", &e),
-                Ok(client) => match targets.get(&agents).await {
-                    Err(e) => warn("finding the agents", &e.to_string()),
-                    Ok(targets) => {
-                        let asks = targets.values().map(|t| {
-                            let client = client.clone();
-                            let request = &request;
-                            async move { (t.node.clone(), observe_agent(&client, t, request).await) }
-                        });
-                        for (node, answer) in futures::future::join_all(asks).await {
-                            match answer {
-                                Err(e) => warn(&node, &e),
-                                Ok(o) => {
-                                    let clock = ClockOffset::of(o.response.agent_unix_seconds, o.sent_unix_seconds, o.received_unix_seconds);
-                                    cluster.with_removals(|s| {
-                                        for r in &o.response.records {
-                                            s.report(&node, &r.service, r.endpoint, report_of(r, &clock));
-                                        }
-                                    });
-                                    answering.insert(node);
-                                }
-                            }
-                        }
-                    }
-                },
-            }
-        }
+        let answering = if request.watches.is_empty() { BTreeSet::new() } else { ask_agents(&cluster, &agents, &mut targets, &request, &mut warnings).await };
         let closed = cluster.with_removals(|s| s.close(now_unix(), &answering));
         if closed > 0 {
             tracing::debug!(closed, "observed removals closed");
