@@ -8,7 +8,7 @@
 //! protocol), so each read lists that chain alone, never the whole table. A `KUBE-SEP-` name is
 //! a hash of its endpoint, so its IP is read once and kept.
 
-use super::{DataPlaneReader, ReadError, Runner, ServicePort, excerpt, ip_of_destination};
+use super::{DataPlaneReader, ReadError, Runner, ServicePort, chain_absent, excerpt, ip_of_destination};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
@@ -96,10 +96,13 @@ impl<R: Runner> DataPlaneReader for IptablesReader<R> {
         if self.legacy { "iptables-legacy" } else { "iptables-nft" }
     }
 
-    fn endpoints(&mut self, service: &ServicePort) -> Result<BTreeSet<IpAddr>, ReadError> {
+    fn endpoints(&mut self, service: &ServicePort) -> Result<Option<BTreeSet<IpAddr>>, ReadError> {
         let chain = service_chain(service);
         let command = |c: &str| format!("{} -t nat -S {c}", self.program);
-        let text = self.list(&chain)?;
+        let text = match self.list(&chain) {
+            Err(e) if chain_absent(&e) => return Ok(None),
+            other => other?,
+        };
         let seps = parse_service_chain(&text, &chain).map_err(|how| ReadError { command: command(&chain), how: format!("unparsable output: {how}") })?;
         let mut ips = BTreeSet::new();
         for sep in seps {
@@ -107,9 +110,8 @@ impl<R: Runner> DataPlaneReader for IptablesReader<R> {
                 ips.insert(*ip);
                 continue;
             }
-            // an endpoint chain gone between the two listings is a read that failed, never the
-            // Service port's chain absent
-            let text = self.list(&sep).map_err(|e| ReadError { how: format!("endpoint chain {sep} went during the read: {}", e.how), ..e })?;
+            // an endpoint chain gone between the two listings is a read that failed
+            let text = self.list(&sep)?;
             let ip = parse_endpoint_chain(&text, &sep).map_err(|how| ReadError { command: command(&sep), how: format!("unparsable output: {how}") })?;
             if self.endpoints.len() >= MAX_KNOWN_ENDPOINT_CHAINS {
                 self.endpoints.clear();
@@ -117,7 +119,7 @@ impl<R: Runner> DataPlaneReader for IptablesReader<R> {
             self.endpoints.insert(sep, ip);
             ips.insert(ip);
         }
-        Ok(ips)
+        Ok(Some(ips))
     }
 }
 
@@ -172,22 +174,26 @@ mod tests {
     #[test]
     fn the_endpoints_are_the_dnat_targets_of_the_chains_jumped_to() {
         let mut r = IptablesReader::new(canned(Ok(SVC)), "iptables-nft", false);
-        let ips = r.endpoints(&svc("default", "kubernetes", "https")).unwrap();
+        let ips = r.endpoints(&svc("default", "kubernetes", "https")).unwrap().unwrap();
         assert_eq!(ips, ["10.213.255.253".parse().unwrap(), "10.213.255.254".parse().unwrap()].into());
         assert_eq!(r.data_plane(), "iptables-nft");
         // no endpoint rule left: an empty set, from a successful read
         let empty = "-N KUBE-SVC-NPX46M4PTMTKRN6Y\n";
         let mut r = IptablesReader::new(canned(Ok(empty)), "iptables-nft", false);
-        assert!(r.endpoints(&svc("default", "kubernetes", "https")).unwrap().is_empty());
+        assert!(r.endpoints(&svc("default", "kubernetes", "https")).unwrap().unwrap().is_empty());
     }
 
-    /// Every failure is an error, never an empty set taken for a removal: the chain absent, a
-    /// listing cut short or of another chain, a binary missing, a DNAT target that is no IP.
+    /// Every failure is an error, never an empty set taken for a removal: a listing cut short or
+    /// of another chain, a binary missing, a DNAT target that is no IP, an endpoint chain gone
+    /// between two listings. Only the Service port's own chain absent reads as None.
     #[test]
     fn a_failed_read_is_no_sample() {
         let s = svc("default", "kubernetes", "https");
-        let absent = IptablesReader::new(canned(Err("exit status: 1: iptables: No chain/target/match by that name.")), "iptables-nft", false).endpoints(&s);
-        assert!(absent.unwrap_err().how.contains("No chain"));
+        let no_chain = "exit status: 1: iptables: No chain/target/match by that name.";
+        assert_eq!(IptablesReader::new(canned(Err(no_chain)), "iptables-nft", false).endpoints(&s), Ok(None));
+        let mut sep_gone = canned(Ok(SVC));
+        sep_gone.answers.insert("iptables-nft -t nat -S KUBE-SEP-AAAA".into(), Err(no_chain.into()));
+        assert!(IptablesReader::new(sep_gone, "iptables-nft", false).endpoints(&s).unwrap_err().how.contains("No chain"), "an endpoint chain gone mid-read");
         let other = "-N KUBE-SVC-OTHER\n-A KUBE-SVC-OTHER -j KUBE-SEP-AAAA\n";
         assert!(IptablesReader::new(canned(Ok(other)), "iptables-nft", false).endpoints(&s).unwrap_err().how.contains("unparsable"));
         assert!(IptablesReader::new(canned(Ok("")), "iptables-nft", false).endpoints(&s).unwrap_err().how.contains("no '-N"));

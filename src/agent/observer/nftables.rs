@@ -13,7 +13,7 @@
 //! sync later, so a chain being present says nothing; the service chain's map is what sends
 //! new connections.
 
-use super::{DataPlaneReader, ReadError, Runner, ServicePort, excerpt, ip_of_destination};
+use super::{DataPlaneReader, ReadError, Runner, ServicePort, chain_absent, excerpt, ip_of_destination};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
@@ -87,12 +87,16 @@ impl<R: Runner> DataPlaneReader for NftablesReader<R> {
         "nftables"
     }
 
-    fn endpoints(&mut self, service: &ServicePort) -> Result<BTreeSet<IpAddr>, ReadError> {
+    fn endpoints(&mut self, service: &ServicePort) -> Result<Option<BTreeSet<IpAddr>>, ReadError> {
         let chain = service_chain(service);
         let family = if service.cluster_ip.is_ipv6() { "ip6" } else { "ip" };
         let args = ["list", "chain", family, "kube-proxy", chain.as_str()];
-        let text = self.runner.run(&self.program, &args)?;
+        let text = match self.runner.run(&self.program, &args) {
+            Err(e) if chain_absent(&e) => return Ok(None),
+            other => other?,
+        };
         parse_service_chain(&text, &chain)
+            .map(Some)
             .map_err(|how| ReadError { command: format!("{} {}", self.program, args.join(" ")), how: format!("unparsable output: {how}") })
     }
 }
@@ -133,7 +137,10 @@ mod tests {
         let mut canned = Canned::default();
         canned.answers.insert(format!("nft list chain ip kube-proxy {CHAIN}"), Ok(dnat));
         let mut r = NftablesReader::new(canned, "nft");
-        assert_eq!(r.endpoints(&ServicePort { cluster_ip: "10.96.209.169".parse().unwrap(), port: 80, ..svc("exp-a-baseline", "web", "http") }).unwrap(), want);
+        assert_eq!(
+            r.endpoints(&ServicePort { cluster_ip: "10.96.209.169".parse().unwrap(), port: 80, ..svc("exp-a-baseline", "web", "http") }).unwrap(),
+            Some(want)
+        );
     }
 
     /// Listings a real 1.37.2 kube-proxy in nftables mode wrote: a Service of 4 endpoints and
@@ -170,5 +177,15 @@ mod tests {
         let mut r = NftablesReader::new(Canned::default(), "nft");
         let e = r.endpoints(&svc("exp-a-baseline", "web", "http")).unwrap_err();
         assert_eq!(e.command, format!("nft list chain ip kube-proxy {CHAIN}"));
+        // the Service port's chain not there: no rule sends to any endpoint of it (a binary that
+        // cannot start, above, is a failed read)
+        let mut absent = Canned::default();
+        absent.answers.insert(format!("nft list chain ip kube-proxy {CHAIN}"), Err("exit status: 1: Error: No such file or directory".into()));
+        assert_eq!(NftablesReader::new(absent, "nft").endpoints(&svc("exp-a-baseline", "web", "http")), Ok(None));
+        let mut denied = Canned::default();
+        denied
+            .answers
+            .insert(format!("nft list chain ip kube-proxy {CHAIN}"), Err("exit status: 1: Error: Could not process rule: Operation not permitted".into()));
+        assert!(NftablesReader::new(denied, "nft").endpoints(&svc("exp-a-baseline", "web", "http")).is_err(), "no permission is a failed read");
     }
 }

@@ -64,25 +64,30 @@ impl Watches {
 
     /// One read of `service`'s rules, started at `started` and ended at `ended` (agent unix
     /// seconds): a success moves each open watch of the port (held, or removed); the port's
-    /// chain absent ([`ReadError::is_chain_absent`]) removes each watch a read held before; any
-    /// other failure is counted and says nothing.
-    pub fn apply(&mut self, service: &ServicePort, read: &Result<BTreeSet<IpAddr>, ReadError>, started: f64, ended: f64) {
-        for ((s, ip), e) in self.entries.iter_mut().filter(|((s, _), e)| s == service && e.first_without.is_none()) {
-            debug_assert_eq!(s, service);
+    /// chain absent (`Ok(None)`) removes each watch a read held before; a failure is counted and
+    /// says nothing.
+    pub fn apply(&mut self, service: &ServicePort, read: &Result<Option<BTreeSet<IpAddr>>, ReadError>, started: f64, ended: f64) {
+        for ((_, ip), e) in self.entries.iter_mut().filter(|((s, _), e)| s == service && e.first_without.is_none()) {
             match read {
-                Ok(held) => {
+                Ok(Some(held)) if held.contains(ip) => {
                     e.reads = e.reads.saturating_add(1);
-                    if held.contains(ip) {
-                        e.last_with = Some(started);
-                    } else {
-                        e.first_without = Some(ended);
-                    }
+                    e.last_with = Some(started);
                 }
-                // the Service port's chain gone after a read that held the endpoint: no rule sends
-                // new connections to it any more
-                Err(err) if err.is_chain_absent() && e.last_with.is_some() => {
+                Ok(Some(_)) => {
                     e.reads = e.reads.saturating_add(1);
                     e.first_without = Some(ended);
+                }
+                // the port's chain gone after a read that held the endpoint: no rule sends it new
+                // connections any more
+                Ok(None) if e.last_with.is_some() => {
+                    e.reads = e.reads.saturating_add(1);
+                    e.first_without = Some(ended);
+                }
+                // the chain absent before any read held the endpoint says nothing (a chain not yet
+                // written, or a name that is not kube-proxy's)
+                Ok(None) => {
+                    e.failed_reads = e.failed_reads.saturating_add(1);
+                    e.last_error = Some("the Service port's chain is not in the rules".into());
                 }
                 Err(err) => {
                     e.failed_reads = e.failed_reads.saturating_add(1);
@@ -214,7 +219,7 @@ impl Observer {
         let mut reader = match self.take_reader() {
             Ok(reader) => reader,
             Err(how) => {
-                let e: Result<BTreeSet<IpAddr>, ReadError> = Err(ReadError { command: "finding the data plane".into(), how });
+                let e: Result<Option<BTreeSet<IpAddr>>, ReadError> = Err(ReadError { command: "finding the data plane".into(), how });
                 let now = (self.clock)();
                 let mut w = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
                 for s in due {
@@ -249,8 +254,8 @@ mod tests {
         }
     }
 
-    fn ips(list: &[&str]) -> Result<BTreeSet<IpAddr>, ReadError> {
-        Ok(list.iter().map(|s| s.parse().unwrap()).collect())
+    fn ips(list: &[&str]) -> Result<Option<BTreeSet<IpAddr>>, ReadError> {
+        Ok(Some(list.iter().map(|s| s.parse().unwrap()).collect()))
     }
 
     #[test]
@@ -280,7 +285,7 @@ mod tests {
 
     #[test]
     fn a_chain_gone_after_a_read_that_held_the_endpoint_is_its_removal() {
-        let absent = || Err(ReadError { command: "nft list chain".into(), how: "exit status: 1: Error: No such file or directory".into() });
+        let absent = || Ok(None);
         let mut w = Watches::default();
         w.set(&request(&[("web", "10.244.1.2"), ("api", "10.244.1.3")], 10.0), 100.0);
         w.apply(&port("web"), &ips(&["10.244.1.2"]), 100.1, 100.12);
@@ -305,13 +310,13 @@ mod tests {
     }
 
     /// A reader that answers from a list of reads in turn.
-    struct Script(Vec<Result<BTreeSet<IpAddr>, ReadError>>);
+    struct Script(Vec<Result<Option<BTreeSet<IpAddr>>, ReadError>>);
 
     impl DataPlaneReader for Script {
         fn data_plane(&self) -> &'static str {
             "nftables"
         }
-        fn endpoints(&mut self, _: &ServicePort) -> Result<BTreeSet<IpAddr>, ReadError> {
+        fn endpoints(&mut self, _: &ServicePort) -> Result<Option<BTreeSet<IpAddr>>, ReadError> {
             if self.0.len() > 1 { self.0.remove(0) } else { self.0[0].clone() }
         }
     }
