@@ -300,7 +300,7 @@ impl ControllerMetrics {
         self.control_plane_lag_samples.set(i64::from(report.control_plane_lag.as_ref().map_or(0, |l| l.samples)));
         if let Some(o) = &report.observed_removals {
             self.observed_removals.set(i64::try_from(o.window.removals).unwrap_or(i64::MAX));
-            if let Some(p) = o.window.p99_seconds {
+            if let Some((p, _)) = o.window.p99() {
                 self.observed_removal_p99.set(p);
             }
             // no precise removal of a pod with a sleep in the window: nothing missed

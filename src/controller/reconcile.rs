@@ -201,7 +201,7 @@ fn measure(ctx: &Context, spec: &crate::core::crd::TerminationPolicySpec) -> Res
         // the control plane's part of a deletion over the same rolling window
         control_plane_lag: ctx.cluster.control_plane_lag(now, window_seconds),
         // the removals the node agents observed, over the same window
-        observed: ctx.cluster.observed_removals(now, window_seconds).as_ref().and_then(crate::core::removals::ObservedWindow::of),
+        observed: ctx.cluster.observed_removals(now, window_seconds).filter(|s| s.removals > 0),
         // the operator sizes from native histograms where kube-proxy serves them
         ..Default::default()
     };

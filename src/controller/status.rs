@@ -295,8 +295,8 @@ fn measurement_status(report: &AnalysisReport, meta: &MeasurementMeta) -> Measur
             removals: o.window.removals as u32,
             censored: o.window.censored as u32,
             coarse: o.window.coarse as u32,
-            p99_seconds: o.window.p99_seconds.map(round_ms),
-            p99_is_lower_bound: o.window.p99_is_lower_bound,
+            p99_seconds: o.window.p99().map(|(p, _)| round_ms(p)),
+            p99_is_lower_bound: o.window.p99().is_some_and(|(_, lower)| lower),
             coverage_ratio: o.window.coverage_ratio.map(|r| (r * 1e4).round() / 1e4),
             worst_miss: o.window.worst_miss.as_ref().map(|m| MissStatus {
                 pod: m.pod.clone(),
@@ -467,15 +467,16 @@ mod tests {
     }
     #[test]
     fn an_observed_removal_that_outlived_its_sleep_makes_pods_underprotected() {
-        use crate::core::removals::{Miss, ObservedWindow};
+        use crate::core::removals::{Miss, RemovalSummary};
         let observed = |coverage: Option<f64>, worst_miss: Option<Miss>| ObservedRemovals {
-            window: ObservedWindow {
+            window: RemovalSummary {
                 removals: 8,
                 censored: 0,
                 coarse: 1,
                 p99_seconds: Some(3.4),
-                p99_is_lower_bound: false,
+                p99_at_least_seconds: None,
                 coverage_ratio: coverage,
+                coverage_removals: 7,
                 worst_miss,
             },
             sets_window: true,

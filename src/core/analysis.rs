@@ -6,7 +6,7 @@ use crate::core::control_plane::LagDistribution;
 use crate::core::crd::TerminationPolicySpec;
 use crate::core::exposition::HistogramKind;
 use crate::core::model::{self, Basis, ClusterWindow, HistogramPreference, Interval, NodeInput, NodeWindow, ProxyMode};
-use crate::core::removals::ObservedWindow;
+use crate::core::removals::RemovalSummary;
 use crate::core::sizing::{self, Recommendation};
 use serde::Serialize;
 use std::sync::Arc;
@@ -38,7 +38,7 @@ pub struct AnalysisOptions {
     /// The removals the node agents observed over the rolling window ([`crate::core::removals`]);
     /// None when no observer runs. With at least `minSamples` removals their p99 raises W (and
     /// stands for it where the model has none): W is never below what was observed.
-    pub observed: Option<ObservedWindow>,
+    pub observed: Option<RemovalSummary>,
 }
 
 /// kube-proxy's default `minSyncPeriod` in iptables mode, seconds, used when it is not known.
@@ -122,7 +122,7 @@ pub struct AnalysisReport {
 pub struct ObservedRemovals {
     /// The rolling window's removals, summarised.
     #[serde(flatten)]
-    pub window: ObservedWindow,
+    pub window: RemovalSummary,
     /// Their p99 set W (it was above the model's, or the model had none); false below
     /// `minSamples` removals or under the model's W.
     pub sets_window: bool,
@@ -263,7 +263,7 @@ fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -
     let mut window: ClusterWindow = model::cluster_window(&nodes);
     let observed_removals = opts.observed.clone().map(|o| {
         // enough removals are a trusted measurement of their own: W is at least their p99
-        let p99 = o.p99_seconds.filter(|_| o.removals - o.coarse >= min_samples as usize);
+        let p99 = o.p99().map(|(p, _)| p).filter(|_| o.removals - o.coarse >= min_samples as usize);
         let enough = p99.is_some();
         let sets_window = p99.is_some_and(|p| window.propagation_window_seconds.is_none_or(|w| p > w));
         if let (true, Some(p)) = (sets_window, p99) {
@@ -512,13 +512,14 @@ mod low_sample_tests {
     #[test]
     fn observed_removals_raise_w_and_stand_for_it_where_the_model_has_none() {
         let spec: TerminationPolicySpec = serde_json::from_value(serde_json::json!({"preStop": {"safetyFactor": 1.0, "minSeconds": 1}})).unwrap();
-        let observed = |removals: usize, p99_seconds: f64| ObservedWindow {
+        let observed = |removals: usize, p99_seconds: f64| RemovalSummary {
             removals,
             censored: 0,
             coarse: 0,
             p99_seconds: Some(p99_seconds),
-            p99_is_lower_bound: false,
+            p99_at_least_seconds: None,
             coverage_ratio: Some(1.0),
+            coverage_removals: removals,
             worst_miss: None,
         };
         let model = analyze(&[slow("b", 100)], &AnalysisOptions::default(), &spec).propagation_window_seconds.unwrap();

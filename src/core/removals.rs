@@ -193,6 +193,14 @@ pub struct RemovalSummary {
     pub worst_miss: Option<Miss>,
 }
 
+impl RemovalSummary {
+    /// The p99 as W takes it: the observed p99, or the lower bound when its rank fell on a
+    /// censored removal (with `true`); None without a precise removal.
+    pub fn p99(&self) -> Option<(f64, bool)> {
+        self.p99_seconds.map(|p| (p, false)).or(self.p99_at_least_seconds.map(|p| (p, true)))
+    }
+}
+
 /// Summarises `removals`: the p99 and the coverage over the precise ones
 /// ([`Removal::is_precise`]), the others counted.
 pub fn summarise<'a>(removals: impl IntoIterator<Item = &'a Removal>) -> RemovalSummary {
@@ -459,51 +467,6 @@ impl ClockOffset {
     }
 }
 
-/// What the removals observed give the analysis: enough to raise W, compared by value (the
-/// analysis cache keys on it).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObservedWindow {
-    /// Removals in the rolling window.
-    pub removals: usize,
-    /// Of them, censored.
-    pub censored: usize,
-    /// Of them, bounded too coarsely to count in the p99.
-    pub coarse: usize,
-    /// The p99 of the precise ones, seconds (a lower bound when `p99_is_lower_bound`); None
-    /// without a precise one.
-    pub p99_seconds: Option<f64>,
-    /// The p99's rank fell on a censored removal.
-    pub p99_is_lower_bound: bool,
-    /// Share of the removals of pods with a sleep whose sleep covered their window.
-    pub coverage_ratio: Option<f64>,
-    /// The worst miss.
-    pub worst_miss: Option<Miss>,
-}
-
-impl ObservedWindow {
-    /// The summary's window; None without removals.
-    pub fn of(s: &RemovalSummary) -> Option<Self> {
-        if s.removals == 0 {
-            return None;
-        }
-        let (p99_seconds, p99_is_lower_bound) = match (s.p99_seconds, s.p99_at_least_seconds) {
-            (Some(p), _) => (Some(p), false),
-            (None, Some(p)) => (Some(p), true),
-            (None, None) => (None, false),
-        };
-        Some(Self {
-            removals: s.removals,
-            censored: s.censored,
-            coarse: s.coarse,
-            p99_seconds,
-            p99_is_lower_bound,
-            coverage_ratio: s.coverage_ratio,
-            worst_miss: s.worst_miss.clone(),
-        })
-    }
-}
-
 /// A TCP Service port `ns/<name>:http` on 10.96.0.10:80, for the observer's unit tests.
 #[cfg(test)]
 pub(crate) fn test_port(name: &str) -> ServicePort {
@@ -636,7 +599,6 @@ mod tests {
         assert_eq!((sum.removals, sum.censored, sum.p99_at_least_seconds), (1, 1, Some(60.0)));
         assert_eq!(sum.worst_miss.clone().map(|m| (m.pod, m.censored)), Some(("ns/10.244.1.2".into(), true)));
         assert_eq!(s.unobserved(), 1);
-        let w = ObservedWindow::of(&sum).unwrap();
         // a node whose reader never worked neither holds a removal open nor censors it
         let mut u = RemovalStore::default();
         u.open(pending("10.244.1.4", 0.0));
@@ -663,7 +625,7 @@ mod tests {
         let stale = u.summary(160.0, 300.0);
         assert_eq!(stale.censored, 1, "a said held, and a later answer before a read does not take that back");
         assert_eq!((stale.coarse, stale.p99_at_least_seconds), (1, None), "its last read holding it was 60 s before the deadline: censored, but coarse");
-        assert_eq!((w.p99_seconds, w.p99_is_lower_bound, w.coverage_ratio), (Some(60.0), true, Some(0.0)));
+        assert_eq!((sum.p99(), sum.coverage_ratio), (Some((60.0, true)), Some(0.0)));
     }
 
     #[test]
