@@ -324,6 +324,9 @@ pub struct RemovalStore {
     closed: VecDeque<(f64, Removal)>,
     dropped: u64,
     unobserved: u64,
+    /// The last summary and the closed removals it was made of (how many, the first's and the
+    /// last's closing time): every policy's reconcile asks for it, and it changes only with them.
+    cached: Option<((usize, f64, f64), RemovalSummary)>,
 }
 
 /// One watch the agents are asked to keep: the Service port, the endpoint, and how long to
@@ -417,8 +420,18 @@ impl RemovalStore {
     }
 
     /// The removals closed within `window_seconds` before `now`, summarised ([`summarise`]).
-    pub fn summary(&self, now: f64, window_seconds: f64) -> RemovalSummary {
-        summarise(self.closed.iter().filter(|(at, _)| now - at <= window_seconds).map(|(_, r)| r))
+    /// Made once per set of closed removals (a sort of up to [`MAX_CLOSED_REMOVALS`]), then reused.
+    pub fn summary(&mut self, now: f64, window_seconds: f64) -> RemovalSummary {
+        let within = || self.closed.iter().filter(|(at, _)| now - at <= window_seconds);
+        let key = (within().count(), within().next().map_or(0.0, |(at, _)| *at), within().last().map_or(0.0, |(at, _)| *at));
+        if let Some((k, sum)) = &self.cached
+            && *k == key
+        {
+            return sum.clone();
+        }
+        let sum = summarise(within().map(|(_, r)| r));
+        self.cached = Some((key, sum.clone()));
+        sum
     }
 
     /// Removals open now.
@@ -583,6 +596,12 @@ mod tests {
         assert_eq!((sum.removals, sum.censored, sum.coverage_ratio), (1, 0, Some(1.0)));
         assert_eq!(sum.p99_seconds, Some(1.25), "the slowest node, and a Removed report is never taken back by a later Held");
         assert_eq!(s.summary(500.0, 300.0).removals, 0, "outside the rolling window");
+        // a removal closed after a summary is in the next one (not the one made before)
+        s.open(pending("10.244.1.7", 500.0));
+        s.report("a", &port("web"), "10.244.1.7".parse().unwrap(), NodeReport::Removed { last_with: Some(500.1), first_without: 500.2 });
+        s.report("b", &port("web"), "10.244.1.7".parse().unwrap(), NodeReport::Removed { last_with: Some(500.1), first_without: 500.3 });
+        assert_eq!(s.close(500.4, &nodes), 1);
+        assert_eq!(s.summary(500.4, 300.0).removals, 1);
     }
 
     #[test]
