@@ -423,7 +423,7 @@ impl RemovalStore {
     /// Made once per set of closed removals (a sort of up to [`MAX_CLOSED_REMOVALS`]), then reused.
     pub fn summary(&mut self, now: f64, window_seconds: f64) -> RemovalSummary {
         let within = || self.closed.iter().filter(|(at, _)| now - at <= window_seconds);
-        let key = (within().count(), within().next().map_or(0.0, |(at, _)| *at), within().last().map_or(0.0, |(at, _)| *at));
+        let key = (within().count(), within().next().map_or(0.0, |(at, _)| *at), within().next_back().map_or(0.0, |(at, _)| *at));
         if let Some((k, sum)) = &self.cached
             && *k == key
         {
