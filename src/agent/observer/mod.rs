@@ -76,15 +76,29 @@ impl Runner for Processes {
             .spawn()
             .map_err(|e| error(format!("cannot start: {e}")))?;
         let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
+        // past the limit the reader stops reading and says so: the child, blocked on a full
+        // pipe, is then ended at once (not left to the timeout)
+        let too_large = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = too_large.clone();
         let reader = std::thread::spawn(move || {
             let mut buf = Vec::new();
             let n = out.as_mut().map(|o| o.take(MAX_OUTPUT_BYTES as u64 + 1).read_to_end(&mut buf));
+            if buf.len() > MAX_OUTPUT_BYTES {
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                return (n.map(|r| r.is_ok()), buf, Vec::new());
+            }
             let mut e = Vec::new();
             let _ = err.as_mut().map(|s| s.take(4096).read_to_end(&mut e));
             (n.map(|r| r.is_ok()), buf, e)
         });
         let deadline = std::time::Instant::now() + READ_TIMEOUT;
         let status = loop {
+            if too_large.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = reader.join();
+                return Err(error(format!("output larger than {MAX_OUTPUT_BYTES} bytes")));
+            }
             match child.try_wait() {
                 Ok(Some(status)) => break status,
                 Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
@@ -205,6 +219,13 @@ mod tests {
         assert!(p.run("/nonexistent/nft", &[]).unwrap_err().how.starts_with("cannot start"));
         let big = p.run("sh", &["-c", &format!("head -c {} /dev/zero", MAX_OUTPUT_BYTES + 1)]).unwrap_err();
         assert!(big.how.contains("larger than"), "{}", big.how);
+        // far past the limit (more than a pipe holds), and a writer that never ends: refused at
+        // the limit, long before the timeout
+        for writer in [format!("head -c {} /dev/zero", 5 * MAX_OUTPUT_BYTES), "cat /dev/zero".to_string()] {
+            let t0 = std::time::Instant::now();
+            let e = p.run("sh", &["-c", &writer]).unwrap_err();
+            assert!(e.how.contains("larger than") && t0.elapsed() < READ_TIMEOUT / 2, "{writer}: {} after {:?}", e.how, t0.elapsed());
+        }
         assert!(p.run("sh", &["-c", "printf '\\377'"]).unwrap_err().how.contains("not UTF-8"));
     }
 
