@@ -3,7 +3,9 @@
 //! watch is open ([`Observer`]).
 //!
 //! One read per Service port per round, then a pause of [`ROUND_INTERVAL`], or
-//! [`PAUSE_PER_READ_TIME`] times the round's own length when that is longer: a round reads only the Service ports with a watch neither removed nor expired, and nothing is
+//! [`PAUSE_PER_READ_TIME`] times the round's own length when that is longer, cut short when a
+//! request brings a new watch (its first read bounds its removal); a Service port whose watches
+//! a request removed during a round is not read: a round reads only the Service ports with a watch neither removed nor expired, and nothing is
 //! read while none is (the loop then waits for the next request, no timer). The bounds of a
 //! removal follow `core::removals`: only a successful read counts; the removal happened after
 //! the start of the last successful read that held the endpoint and by the end of the first
@@ -45,15 +47,27 @@ impl Watches {
     /// Replaces the watches with `request`'s at `now` (agent unix seconds): a watch already
     /// kept keeps its reads and takes the new deadline; one not in the request is forgotten.
     /// The request is checked by the caller ([`ObserveRequest::check`]).
-    pub fn set(&mut self, request: &ObserveRequest, now: f64) {
+    /// Returns how many watches are new.
+    pub fn set(&mut self, request: &ObserveRequest, now: f64) -> usize {
         let mut next = BTreeMap::new();
+        let mut new = 0;
         for w in &request.watches {
             let key = (w.service.clone(), w.endpoint);
-            let mut e = self.entries.remove(&key).unwrap_or_default();
+            let mut e = self.entries.remove(&key).unwrap_or_else(|| {
+                new += 1;
+                Entry::default()
+            });
             e.deadline = now + w.remaining_seconds;
             next.insert(key, e);
         }
         self.entries = next;
+        new
+    }
+
+    /// `service` still has a watch to read at `now` (a request since the round began may have
+    /// removed it).
+    pub fn is_due(&self, service: &ServicePort, now: f64) -> bool {
+        self.entries.iter().any(|((s, _), e)| s == service && e.first_without.is_none() && now < e.deadline)
     }
 
     /// The Service ports to read at `now`: those with a watch neither removed nor expired.
@@ -167,10 +181,14 @@ impl Observer {
     pub fn observe(&self, request: &ObserveRequest) -> ObserveResponse {
         let now = (self.clock)();
         let mut w = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
-        w.set(request, now);
+        let new = w.set(request, now);
         let records = w.records(now);
         drop(w);
-        self.wake.notify_one();
+        // a new watch is read at the next round, not after the pause: its first read is what
+        // bounds a removal early; repeats of known watches leave the pause alone
+        if new > 0 {
+            self.wake.notify_one();
+        }
         ObserveResponse {
             agent_unix_seconds: (self.clock)(),
             data_plane: self.data_plane.lock().unwrap_or_else(PoisonError::into_inner).map(str::to_string),
@@ -198,6 +216,7 @@ impl Observer {
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(ROUND_INTERVAL.max(started.elapsed() * PAUSE_PER_READ_TIME)) => {}
+                () = self.wake.notified() => {}
             }
         }
     }
@@ -230,6 +249,10 @@ impl Observer {
         };
         for s in due {
             let started = (self.clock)();
+            // the watches may have been replaced since the round began
+            if !self.watches.lock().unwrap_or_else(PoisonError::into_inner).is_due(s, started) {
+                continue;
+            }
             let read = reader.endpoints(s);
             let ended = (self.clock)();
             if let Err(e) = &read {
@@ -302,6 +325,8 @@ mod tests {
         let mut w = Watches::default();
         w.set(&request(&[("web", "10.244.1.2"), ("web", "10.244.1.3")], 10.0), 100.0);
         w.apply(&port("web"), &ips(&["10.244.1.2"]), 100.1, 100.2);
+        assert_eq!(w.set(&request(&[("web", "10.244.1.3"), ("api", "10.244.1.9")], 10.0), 101.0), 1, "one new watch");
+        assert!(w.is_due(&port("api"), 101.0) && !w.is_due(&port("web"), 101.0), "web's watch was removed by its read");
         w.set(&request(&[("web", "10.244.1.3")], 10.0), 101.0);
         assert_eq!(w.len(), 1);
         assert_eq!(w.records(101.0)[0].first_without_unix_seconds, Some(100.2));
