@@ -735,6 +735,13 @@ fn consistent(h: &H) -> bool {
     h.zc + h.pos.iter().chain(&h.neg).map(|b| b.1).sum::<f64>() <= h.count * (1.0 + 1e-12)
 }
 
+/// Whether the difference `delta` of a later histogram and `earlier` holds at least its count in
+/// buckets (within rounding of `earlier`'s count): false where Prometheus' `-` subtracted one of
+/// the earlier's buckets twice, from the zero bucket and from the coarser bucket it merged into.
+fn subtracted_once(delta: &H, earlier: &H) -> bool {
+    delta.zc + delta.pos.iter().chain(&delta.neg).map(|b| b.1).sum::<f64>() >= delta.count - 1e-9 * earlier.count.max(1.0)
+}
+
 /// Compares two histograms: schema, threshold exactly; counts, sums and the populated buckets
 /// within [`EPS`] (empty buckets ignored: Prometheus drops them in every result).
 fn same_histogram(a: &H, b: &H) -> Result<(), String> {
@@ -1331,6 +1338,10 @@ proptest! {
         prop_assert!(same_histogram(&l, &reference::add(&e, &o)).is_ok(), "add: {:?}", same_histogram(&l, &reference::add(&e, &o)));
         let d = later.delta_since(&ne);
         let (reset, want) = reference::increase(&e, &l);
+        // nor where Prometheus' `-` subtracts twice: a bucket of the earlier's finer schema below
+        // the later's zero threshold leaves both the zero bucket and the coarser bucket it
+        // merges into, so the difference holds fewer observations in buckets than its count
+        prop_assume!(subtracted_once(&want, &e));
         prop_assert_eq!(d.is_reset(), reset, "{:?} after {:?}", l, e);
         // Prometheus' DetectReset compares the earlier buckets merged into the later's coarser
         // schema above its zero threshold: an earlier bucket that the wider zero bucket of the
@@ -1373,6 +1384,8 @@ proptest! {
         let l = if grow { reference::add(&e, &other) } else { with_counter_down(&e, which, 2.0).unwrap_or(other) };
         prop_assume!(consistent(&l));
         let (reset, want) = reference::increase(&e, &l);
+        // not where Prometheus' `-` subtracts twice (see delta_of_earlier_plus_observations_...)
+        prop_assume!(subtracted_once(&want, &e));
         let d = native(&l).delta_since(&native(&e));
         prop_assert_eq!(d.is_reset(), reset, "{:?} after {:?}", l, e);
         let (got, want) = (d.histogram().quantile(q).seconds, reference::quantile(&want, q));

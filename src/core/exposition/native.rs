@@ -507,7 +507,10 @@ impl NativeHistogram {
     /// the coarser schema and the wider zero bucket, counts subtracted bucket by bucket. Either
     /// way empty buckets are dropped, as PromQL's `-` and `increase()` compact their results
     /// (`Compact(0)`); it matters to the quantile, whose zero bucket starts at 0 only when no
-    /// negative bucket is left.
+    /// negative bucket is left. The difference of [`Self::add`] holds here too: when `earlier`
+    /// has the finer schema and the narrower zero bucket, Prometheus' `-` can subtract one of its
+    /// buckets both from the zero bucket and from the bucket it merges into; here it is
+    /// subtracted once.
     pub fn delta_since(&self, earlier: &NativeHistogram) -> NativeDelta {
         if self.is_reset_since(earlier) {
             return NativeDelta::Reset(compacted(self.clone()));
