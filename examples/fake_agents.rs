@@ -59,6 +59,7 @@ fn main() {
                 idle_timeout_seconds: 30,
                 // these agents front fake kube-proxies: no data plane to observe
                 data_plane: safe_termination::cli::agent::DataPlaneArg::None,
+                nftables_reader: safe_termination::agent::observer::NftablesVia::Netlink,
                 nft_binary: "nft".into(),
                 iptables_nft_binary: "iptables-nft".into(),
                 iptables_legacy_binary: "iptables-legacy".into(),

@@ -44,6 +44,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("agent_answer", agent_answer),
     ("rule_listing", rule_listing),
     ("observe_wire", observe_wire),
+    ("nft_netlink", nft_netlink),
 ];
 
 /// `a == b`, or, for values holding NaN (a NaN `_sum` is legal; NaN bucket counts are accepted
@@ -608,6 +609,39 @@ pub fn rule_listing(data: &[u8]) {
         assert!(seps.iter().all(|s| s.starts_with("KUBE-SEP-")), "{seps:?}");
     }
     let _ = iptables::parse_endpoint_chain(text, "KUBE-SEP-AAAA");
+}
+
+/// The kernel's netlink answers the agent's nftables reader decodes (numbered by the first
+/// message's sequence number, so a real answer is decoded whole): no panic; the rules found name
+/// at most one map per rule, and a map's endpoints are at most its elements, in either family.
+pub fn nft_netlink(data: &[u8]) {
+    use netlink_packet_netfilter::nftables::{ListAttribute, NfTablesMessage, SetElementList};
+    use safe_termination::agent::observer::nft_netlink::{Family, decode, endpoints_of_map, endpoints_of_rules};
+    let seq = data.get(8..12).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+    let mut messages = Vec::new();
+    let _ = decode(data, seq, &mut messages);
+    let mut rules = Vec::new();
+    let mut maps = Vec::new();
+    for m in messages {
+        match m {
+            NfTablesMessage::NewRule(r) => rules.push(r),
+            NfTablesMessage::NewSetElement(e) => maps.push(e),
+            _ => {}
+        }
+    }
+    let elements: usize = maps
+        .iter()
+        .flat_map(|m| &m.attributes)
+        .map(|a| if let SetElementList::Elements(e) = a { e.iter().filter(|e| matches!(e, ListAttribute::Element(_))).count() } else { 0 })
+        .sum();
+    for family in [Family::V4, Family::V6] {
+        if let Ok(found) = endpoints_of_rules(&rules, family) {
+            assert!(found.maps.len() <= rules.len(), "{found:?}");
+        }
+        if let Ok(ips) = endpoints_of_map(&maps, family) {
+            assert!(ips.len() <= elements, "{ips:?} of {elements} elements");
+        }
+    }
 }
 
 /// The observer's wire records, both directions: a body the agent accepts (parsed and within

@@ -5,6 +5,7 @@
 //! `--source auto` scrape loop.
 
 mod support;
+use safe_termination::agent::observer::NftablesVia;
 use safe_termination::certs::{self, AGENT_CERT, AGENT_KEY, Action, CA_CERT, CLIENT_CERT, CLIENT_KEY, TLS_CERT, TLS_KEY};
 use safe_termination::cli::agent::{AgentArgs, DataPlaneArg, serve};
 use safe_termination::core::exposition::{parse_kube_proxy_metrics, read_families};
@@ -73,6 +74,9 @@ impl Agent {
             drain_seconds: 1,
             idle_timeout_seconds: 5,
             data_plane: DataPlaneArg::Nftables,
+            // the nft program's reader, run on a fake nft here (the netlink reader is tested
+            // against a scripted kernel in its unit tests, and on the real nodes by e2e_window)
+            nftables_reader: NftablesVia::Nft,
             nft_binary: write_fake_nft(dir).display().to_string(),
             iptables_nft_binary: "iptables-nft".into(),
             iptables_legacy_binary: "iptables-legacy".into(),

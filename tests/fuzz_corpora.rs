@@ -34,7 +34,21 @@ macro_rules! corpus_tests {
     )*};
 }
 
-corpus_tests!(text_parser, protobuf, native, review, mutate_yaml, configz, configmap, go_duration, policy_spec, agent_answer, rule_listing, observe_wire);
+corpus_tests!(
+    text_parser,
+    protobuf,
+    native,
+    review,
+    mutate_yaml,
+    configz,
+    configmap,
+    go_duration,
+    policy_spec,
+    agent_answer,
+    rule_listing,
+    observe_wire,
+    nft_netlink
+);
 
 /// Every target of fuzz/checks.rs has a test above (and a binary in fuzz/Cargo.toml).
 #[test]

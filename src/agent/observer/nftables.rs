@@ -60,13 +60,19 @@ pub fn parse_service_chain(text: &str, chain: &str) -> Result<BTreeSet<IpAddr>, 
 /// (vmap).
 fn entry_ip(value: &str) -> Option<IpAddr> {
     if let Some(target) = value.strip_prefix("goto ").or_else(|| value.strip_prefix("jump ")) {
-        let (_, endpoint) = target.trim().rsplit_once("__")?;
-        let (ip, _) = endpoint.rsplit_once('/')?;
-        return ip.parse().ok();
+        return entry_ip_of_chain(target.trim());
     }
     let (ip, port) = value.split_once(" . ")?;
     port.trim().parse::<u16>().ok()?;
     ip_of_destination(ip.trim())
+}
+
+/// The endpoint IP an endpoint chain's name ends with: `endpoint-<hash>-<ns>/<name>/<protocol>/
+/// <port>__<IP>/<port>` (`servicePortEndpointChainNameBase`).
+pub fn entry_ip_of_chain(chain: &str) -> Option<IpAddr> {
+    let (_, endpoint) = chain.rsplit_once("__")?;
+    let (ip, _) = endpoint.rsplit_once('/')?;
+    ip.parse().ok()
 }
 
 /// kube-proxy nftables mode's reader, running `program` (the node's `nft`).

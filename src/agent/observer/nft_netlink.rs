@@ -1,0 +1,625 @@
+//! kube-proxy's nftables mode read over netlink: the same question as [`super::nftables`] (which
+//! endpoints does a Service port's chain send new connections to), asked of the kernel directly
+//! instead of through `nft`.
+//!
+//! Why: `nft list chain` loads the whole `kube-proxy` table before it prints one chain. At 4,000
+//! Services that is 0.5 s per read, 0.43 s of it kernel time, and 7 s at 12,000 (BENCHMARKS.md
+//! "Observed removals"), so every removal's read bound was coarser than the 0.5 s a precise one
+//! needs. The kernel filters a rule dump by table and chain (`nf_tables_dump_rules`), and a
+//! set-element dump by set, so a read here costs the Service's own rules whatever the table's size.
+//!
+//! One read (all on one `NETLINK_NETFILTER` socket, messages of `include/uapi/linux/netfilter/
+//! nf_tables.h`, encoded and decoded by `netlink-packet-netfilter`):
+//! 1. `NFT_MSG_GETGEN`: the ruleset generation;
+//! 2. `NFT_MSG_GETRULE`, a dump filtered to table `kube-proxy` and the Service port's chain
+//!    ([`super::nftables::service_chain`]); an empty dump is asked again as `NFT_MSG_GETCHAIN`,
+//!    whose `ENOENT` says the chain is absent;
+//! 3. for the rule holding a `numgen` expression, `NFT_MSG_GETSETELEM` of its anonymous map
+//!    (`__map%d`): each element's data is the endpoint (`IP . port` bytes of a dnat map, or the
+//!    `goto endpoint-...__IP/port` verdict of a vmap);
+//! 4. `NFT_MSG_GETGEN` again: a generation that moved means kube-proxy committed during the read,
+//!    and the read is no sample (as is a dump the kernel marks `NLM_F_DUMP_INTR`).
+//!
+//! A rule without `numgen` that has a `nat` expression is the one-endpoint form (`dnat ip to
+//! IP:port`): its endpoint is the immediate of an address's length. The decoding of the kernel's
+//! answers is pure ([`endpoints_of_rules`], [`endpoints_of_map`], [`decode`]); [`Kernel`] is the
+//! socket, bounded like a child process ([`super::MAX_OUTPUT_BYTES`], [`super::READ_TIMEOUT`]).
+
+use super::nftables::{entry_ip_of_chain, service_chain};
+use super::{DataPlaneReader, ReadError, ServicePort};
+use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NetlinkBuffer, NetlinkMessage, NetlinkPayload};
+use netlink_packet_netfilter::nftables::{
+    ChainAttribute, ChainMessage, DataAttribute, ExpressionAttribute, Expressions, GenAttribute, GenMessage, Immediate, ListAttribute, Lookup, NfTablesMessage,
+    RuleAttribute, RuleMessage, SetElementAttribute, SetElementList, SetElementMessage, VerdictAttribute,
+};
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// kube-proxy's table, in family `ip` or `ip6`.
+pub const TABLE: &str = "kube-proxy";
+
+/// The IP family of a table: which of `ip kube-proxy` / `ip6 kube-proxy`, and the length of its
+/// addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `ip`: 4-byte addresses.
+    V4,
+    /// `ip6`: 16-byte addresses.
+    V6,
+}
+
+impl Family {
+    fn of(ip: IpAddr) -> Self {
+        if ip.is_ipv6() { Self::V6 } else { Self::V4 }
+    }
+
+    fn proto(self) -> NetfilterProtoFamily {
+        match self {
+            Self::V4 => NetfilterProtoFamily::IPv4,
+            Self::V6 => NetfilterProtoFamily::IPv6,
+        }
+    }
+
+    /// The address at the start of `bytes` (a dnat map's `IP . port` value, an immediate): None
+    /// when it is shorter than one.
+    fn address(self, bytes: &[u8]) -> Option<IpAddr> {
+        match self {
+            Self::V4 => <[u8; 4]>::try_from(bytes.get(..4)?).ok().map(|b| IpAddr::V4(Ipv4Addr::from(b))),
+            Self::V6 => <[u8; 16]>::try_from(bytes.get(..16)?).ok().map(|b| IpAddr::V6(Ipv6Addr::from(b))),
+        }
+    }
+
+    fn len(self) -> usize {
+        match self {
+            Self::V4 => 4,
+            Self::V6 => 16,
+        }
+    }
+}
+
+/// What a Service port's rules say: the endpoints they name themselves, and the anonymous maps
+/// whose elements are endpoints.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ChainEndpoints {
+    /// Endpoints written in the rules (a one-endpoint dnat, a `goto endpoint-...`).
+    pub ips: BTreeSet<IpAddr>,
+    /// The `numgen` maps (set names, `__map0`...) to read.
+    pub maps: Vec<String>,
+}
+
+/// The expressions of `rule`: (name, data) pairs, in order.
+fn expressions(rule: &RuleMessage) -> Vec<(&str, Option<&Expressions>)> {
+    let mut out = Vec::new();
+    for a in &rule.attributes {
+        let RuleAttribute::Expressions(list) = a else { continue };
+        for e in list {
+            let ListAttribute::Element(attrs) = e else { continue };
+            let name = attrs.iter().find_map(|a| if let ExpressionAttribute::Name(n) = a { Some(n.as_str()) } else { None });
+            let data = attrs.iter().find_map(|a| if let ExpressionAttribute::Data(d) = a { Some(d) } else { None });
+            out.push((name.unwrap_or(""), data));
+        }
+    }
+    out
+}
+
+/// The endpoints of a Service port chain's rules (a dump of `NFT_MSG_NEWRULE` messages): the
+/// `numgen` rule's map, the immediate address of a one-endpoint `nat` rule, and every
+/// `goto endpoint-...` verdict. Errors name the rule that says none of what it should.
+pub fn endpoints_of_rules(rules: &[RuleMessage], family: Family) -> Result<ChainEndpoints, String> {
+    let mut out = ChainEndpoints::default();
+    for (n, rule) in rules.iter().enumerate() {
+        let exprs = expressions(rule);
+        let names: Vec<&str> = exprs.iter().map(|e| e.0).collect();
+        let immediates = exprs.iter().filter_map(|e| match e.1 {
+            Some(Expressions::Immediate(attrs)) => Some(attrs),
+            _ => None,
+        });
+        for attrs in immediates.clone() {
+            for a in attrs.iter() {
+                if let Immediate::Data(DataAttribute::Verdict(v)) = a {
+                    for chain in v.iter().filter_map(|v| if let VerdictAttribute::Chain(c) = v { Some(c) } else { None }) {
+                        if chain.starts_with("endpoint-") {
+                            out.ips.insert(entry_ip_of_chain(chain).ok_or_else(|| format!("rule {n}: an endpoint chain that names no endpoint: {chain:?}"))?);
+                        }
+                    }
+                }
+            }
+        }
+        if names.contains(&"numgen") {
+            let set = exprs
+                .iter()
+                .find_map(|e| match e.1 {
+                    Some(Expressions::Lookup(l)) => l.iter().find_map(|a| if let Lookup::Set(s) = a { Some(s.clone()) } else { None }),
+                    _ => None,
+                })
+                .ok_or_else(|| format!("rule {n}: a numgen rule without a map lookup (expressions {names:?})"))?;
+            out.maps.push(set);
+        } else if names.contains(&"nat") {
+            let ip = immediates
+                .flat_map(|attrs| attrs.iter())
+                .find_map(|a| match a {
+                    Immediate::Data(DataAttribute::Value(v)) if v.len() == family.len() => family.address(v),
+                    _ => None,
+                })
+                .ok_or_else(|| format!("rule {n}: a nat rule without a numgen map or an immediate address (expressions {names:?})"))?;
+            out.ips.insert(ip);
+        }
+    }
+    Ok(out)
+}
+
+/// The endpoints of a `numgen` map's elements (a dump of `NFT_MSG_NEWSETELEM` messages): each
+/// element's data, an `IP . port` value (dnat map) or a `goto endpoint-...__IP/port` verdict
+/// (vmap). An element without data is an error: every element of such a map has one.
+pub fn endpoints_of_map(elements: &[SetElementMessage], family: Family) -> Result<BTreeSet<IpAddr>, String> {
+    let mut ips = BTreeSet::new();
+    for m in elements {
+        for list in &m.attributes {
+            let SetElementList::Elements(elements) = list else { continue };
+            for (n, e) in elements.iter().enumerate() {
+                let ListAttribute::Element(attrs) = e else { continue };
+                let data = attrs.iter().find_map(|a| if let SetElementAttribute::Data(d) = a { Some(d) } else { None });
+                let ip = match data {
+                    Some(DataAttribute::Value(v)) => family.address(v).ok_or_else(|| format!("element {n}: a value of {} bytes is no address", v.len()))?,
+                    Some(DataAttribute::Verdict(v)) => {
+                        let chain = v
+                            .iter()
+                            .find_map(|v| if let VerdictAttribute::Chain(c) = v { Some(c) } else { None })
+                            .ok_or_else(|| format!("element {n}: a verdict without a chain"))?;
+                        entry_ip_of_chain(chain).ok_or_else(|| format!("element {n}: an endpoint chain that names no endpoint: {chain:?}"))?
+                    }
+                    _ => return Err(format!("element {n}: no data (a numgen map's elements each name an endpoint)")),
+                };
+                ips.insert(ip);
+            }
+        }
+    }
+    Ok(ips)
+}
+
+/// How an exchange with the kernel ended without its messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// `ENOENT`: the object asked for does not exist.
+    Absent,
+    /// Anything else, said in words (an errno, an interrupted dump, bytes that do not decode).
+    Other(String),
+}
+
+/// Decodes one datagram of the kernel's answer to request `seq`: appends its nftables messages
+/// to `into`, and says whether the answer is complete (a `NLMSG_DONE`, or the ACK of a request
+/// that is not a dump). Messages of another sequence number (an earlier request's, cut off by
+/// its timeout) are skipped.
+pub fn decode(datagram: &[u8], seq: u32, into: &mut Vec<NfTablesMessage>) -> Result<bool, Failure> {
+    let mut at = 0;
+    while at < datagram.len() {
+        let rest = &datagram[at..];
+        let buf = NetlinkBuffer::new_checked(rest).map_err(|e| Failure::Other(format!("a netlink header at byte {at}: {e}")))?;
+        let len = buf.length() as usize;
+        if len < 16 || len > rest.len() {
+            return Err(Failure::Other(format!("a netlink message at byte {at} claims {len} bytes of {}", rest.len())));
+        }
+        let msg = NetlinkMessage::<NetfilterMessage>::deserialize(&rest[..len]).map_err(|e| Failure::Other(format!("a netlink message at byte {at}: {e}")))?;
+        at += (len + 3) & !3;
+        if msg.header.sequence_number != seq {
+            continue;
+        }
+        if msg.header.flags & NLM_F_DUMP_INTR != 0 {
+            return Err(Failure::Other("the dump was interrupted by a ruleset change (NLM_F_DUMP_INTR)".into()));
+        }
+        match msg.payload {
+            NetlinkPayload::Done(_) => return Ok(true),
+            NetlinkPayload::Error(e) => {
+                return match e.code {
+                    None => Ok(true),
+                    Some(c) => match std::io::Error::from_raw_os_error(c.get().saturating_neg()) {
+                        e if e.kind() == std::io::ErrorKind::NotFound => Err(Failure::Absent),
+                        e => Err(Failure::Other(format!("the kernel answered {e}"))),
+                    },
+                };
+            }
+            NetlinkPayload::InnerMessage(NetfilterMessage { inner: netlink_packet_netfilter::NetfilterMessageInner::NfTables(m), .. }) => into.push(m),
+            _ => {}
+        }
+    }
+    Ok(false)
+}
+
+/// The request `message` to the nftables subsystem with sequence number `seq`: a dump, or a
+/// single object with an ACK.
+pub fn encode(message: NfTablesMessage, family: NetfilterProtoFamily, seq: u32, dump: bool) -> Vec<u8> {
+    let mut msg = NetlinkMessage::from(NetfilterMessage::new(NetfilterHeader::new(family, 0, 0), message));
+    msg.header.flags = NLM_F_REQUEST | if dump { NLM_F_DUMP } else { NLM_F_ACK };
+    msg.header.sequence_number = seq;
+    msg.finalize();
+    let mut buf = vec![0; msg.buffer_len()];
+    msg.serialize(&mut buf);
+    buf
+}
+
+/// One request and its whole answer: the kernel's socket ([`Kernel`]), or the tests' canned one.
+pub trait Exchange: Send {
+    /// Sends `request` (numbered `seq`) and decodes the answer.
+    fn exchange(&mut self, request: &[u8], seq: u32) -> Result<Vec<NfTablesMessage>, Failure>;
+}
+
+/// The agent's `NETLINK_NETFILTER` socket in its node's network namespace (opened at the first
+/// read, again after a failure).
+#[derive(Default)]
+pub struct Kernel {
+    socket: Option<netlink_sys::Socket>,
+}
+
+impl Kernel {
+    fn open() -> Result<netlink_sys::Socket, Failure> {
+        let fail = |what: &str, e: std::io::Error| Failure::Other(format!("{what}: {e}"));
+        let mut s = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_NETFILTER).map_err(|e| fail("netlink socket", e))?;
+        s.bind_auto().map_err(|e| fail("netlink bind", e))?;
+        // recv wakes at least every second, so the deadline below is kept
+        socket2::SockRef::from(&s).set_read_timeout(Some(std::time::Duration::from_secs(1))).map_err(|e| fail("netlink SO_RCVTIMEO", e))?;
+        Ok(s)
+    }
+}
+
+impl Exchange for Kernel {
+    fn exchange(&mut self, request: &[u8], seq: u32) -> Result<Vec<NfTablesMessage>, Failure> {
+        let socket = match self.socket.take() {
+            Some(s) => s,
+            None => Self::open()?,
+        };
+        let deadline = std::time::Instant::now() + super::READ_TIMEOUT;
+        socket.send(request, 0).map_err(|e| Failure::Other(format!("netlink send: {e}")))?;
+        let (mut messages, mut bytes) = (Vec::new(), 0usize);
+        loop {
+            if std::time::Instant::now() >= deadline {
+                return Err(Failure::Other(format!("no complete answer within {} s", super::READ_TIMEOUT.as_secs())));
+            }
+            let datagram = match socket.recv_from_full() {
+                Ok((d, _)) => d,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => continue,
+                Err(e) => return Err(Failure::Other(format!("netlink recv: {e}"))),
+            };
+            bytes += datagram.len();
+            if bytes > super::MAX_OUTPUT_BYTES {
+                return Err(Failure::Other(format!("answer larger than {} bytes", super::MAX_OUTPUT_BYTES)));
+            }
+            if decode(&datagram, seq, &mut messages)? {
+                // the socket is kept only after a complete answer: nothing of this one is left
+                self.socket = Some(socket);
+                return Ok(messages);
+            }
+        }
+    }
+}
+
+/// kube-proxy nftables mode's reader over netlink ([`Kernel`], or a canned [`Exchange`]).
+pub struct NetlinkNftablesReader<E: Exchange> {
+    exchange: E,
+    seq: u32,
+}
+
+impl<E: Exchange> NetlinkNftablesReader<E> {
+    /// A reader asking `exchange`.
+    pub fn new(exchange: E) -> Self {
+        Self { exchange, seq: 0 }
+    }
+
+    fn ask(&mut self, message: NfTablesMessage, family: NetfilterProtoFamily, dump: bool) -> Result<Vec<NfTablesMessage>, Failure> {
+        self.seq = self.seq.wrapping_add(1);
+        let request = encode(message, family, self.seq, dump);
+        self.exchange.exchange(&request, self.seq)
+    }
+
+    fn generation(&mut self) -> Result<u32, Failure> {
+        let answer = self.ask(NfTablesMessage::GetGen(GenMessage { attributes: vec![] }), NetfilterProtoFamily::Unspec, false)?;
+        answer
+            .iter()
+            .find_map(|m| match m {
+                NfTablesMessage::NewGen(g) => g.attributes.iter().find_map(|a| if let GenAttribute::Id(id) = a { Some(*id) } else { None }),
+                _ => None,
+            })
+            .ok_or_else(|| Failure::Other("no generation in the answer to NFT_MSG_GETGEN".into()))
+    }
+
+    fn read(&mut self, chain: &str, family: Family) -> Result<Option<BTreeSet<IpAddr>>, String> {
+        let text = |what: &str, f: Failure| match f {
+            Failure::Absent => format!("{what}: absent (ENOENT)"),
+            Failure::Other(s) => format!("{what}: {s}"),
+        };
+        let before = self.generation().map_err(|f| text("NFT_MSG_GETGEN", f))?;
+        let rule_request = NfTablesMessage::GetRule(RuleMessage { attributes: vec![RuleAttribute::Table(TABLE.into()), RuleAttribute::Chain(chain.into())] });
+        let rules: Vec<RuleMessage> = self
+            .ask(rule_request, family.proto(), true)
+            .map_err(|f| text("NFT_MSG_GETRULE", f))?
+            .into_iter()
+            .filter_map(|m| if let NfTablesMessage::NewRule(r) = m { Some(r) } else { None })
+            .collect();
+        if rules.is_empty() {
+            // an empty dump: the chain without rules, or no such chain
+            let get = NfTablesMessage::GetChain(ChainMessage { attributes: vec![ChainAttribute::Table(TABLE.into()), ChainAttribute::Name(chain.into())] });
+            return match self.ask(get, family.proto(), false) {
+                Err(Failure::Absent) => Ok(None),
+                Err(f) => Err(text("NFT_MSG_GETCHAIN", f)),
+                Ok(_) => Ok(Some(BTreeSet::new())),
+            };
+        }
+        let found = endpoints_of_rules(&rules, family).map_err(|e| format!("the chain's rules: {e}"))?;
+        let mut ips = found.ips;
+        for map in &found.maps {
+            let get =
+                NfTablesMessage::GetSetElement(SetElementMessage { attributes: vec![SetElementList::Table(TABLE.into()), SetElementList::Set(map.clone())] });
+            let elements: Vec<SetElementMessage> = self
+                .ask(get, family.proto(), true)
+                .map_err(|f| text(&format!("NFT_MSG_GETSETELEM {map}"), f))?
+                .into_iter()
+                .filter_map(|m| if let NfTablesMessage::NewSetElement(e) = m { Some(e) } else { None })
+                .collect();
+            ips.extend(endpoints_of_map(&elements, family).map_err(|e| format!("map {map}: {e}"))?);
+        }
+        let after = self.generation().map_err(|f| text("NFT_MSG_GETGEN", f))?;
+        if after != before {
+            return Err(format!("the ruleset changed during the read (generation {before} -> {after})"));
+        }
+        Ok(Some(ips))
+    }
+}
+
+impl<E: Exchange> DataPlaneReader for NetlinkNftablesReader<E> {
+    fn data_plane(&self) -> &'static str {
+        "nftables"
+    }
+
+    fn endpoints(&mut self, service: &ServicePort) -> Result<Option<BTreeSet<IpAddr>>, ReadError> {
+        let chain = service_chain(service);
+        let family = Family::of(service.cluster_ip);
+        let table = if family == Family::V6 { "ip6" } else { "ip" };
+        self.read(&chain, family).map_err(|how| ReadError { command: format!("netlink read of chain {table} {TABLE} {chain}"), how })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_service as svc;
+    use super::*;
+    use netlink_packet_core::{DoneMessage, ErrorMessage, NetlinkHeader};
+    use netlink_packet_netfilter::nftables::{Register, Verdict};
+    use std::collections::VecDeque;
+
+    fn element(data: DataAttribute) -> ListAttribute<SetElementAttribute> {
+        ListAttribute::Element(vec![SetElementAttribute::Key(DataAttribute::Value(vec![0, 0, 0, 0])), SetElementAttribute::Data(data)])
+    }
+
+    fn named(name: &str, data: Expressions) -> ListAttribute<ExpressionAttribute> {
+        ListAttribute::Element(vec![ExpressionAttribute::Name(name.into()), ExpressionAttribute::Data(data)])
+    }
+
+    fn other(name: &str) -> ListAttribute<ExpressionAttribute> {
+        named(name, Expressions::Other { expression_type: name.into(), attributes: vec![] })
+    }
+
+    fn rule(exprs: Vec<ListAttribute<ExpressionAttribute>>) -> RuleMessage {
+        RuleMessage { attributes: vec![RuleAttribute::Table(TABLE.into()), RuleAttribute::Chain("c".into()), RuleAttribute::Expressions(exprs)] }
+    }
+
+    fn immediate(data: DataAttribute) -> ListAttribute<ExpressionAttribute> {
+        named("immediate", Expressions::Immediate(vec![Immediate::DestinationRegister(Register::Reg1), Immediate::Data(data)]))
+    }
+
+    fn verdict(chain: &str) -> DataAttribute {
+        DataAttribute::Verdict(vec![VerdictAttribute::Code(Verdict::Goto), VerdictAttribute::Chain(chain.into())])
+    }
+
+    /// The rules kube-proxy 1.37 writes in a service chain: the masquerade jump, then `meta
+    /// l4proto tcp dnat ip to numgen random mod 2 map { ... }` (the map `__map3`).
+    fn numgen_rules() -> Vec<RuleMessage> {
+        vec![
+            rule(vec![other("payload"), other("cmp"), immediate(DataAttribute::Verdict(vec![VerdictAttribute::Chain("mark-for-masquerade".into())]))]),
+            rule(vec![
+                other("meta"),
+                other("cmp"),
+                other("numgen"),
+                named("lookup", Expressions::Lookup(vec![Lookup::Set("__map3".into()), Lookup::SourceRegister(Register::Reg1)])),
+                other("nat"),
+            ]),
+        ]
+    }
+
+    fn map_of(values: &[[u8; 8]]) -> SetElementMessage {
+        SetElementMessage {
+            attributes: vec![
+                SetElementList::Table(TABLE.into()),
+                SetElementList::Set("__map3".into()),
+                SetElementList::Elements(values.iter().map(|v| element(DataAttribute::Value(v.to_vec()))).collect()),
+            ],
+        }
+    }
+
+    fn ips(list: &[&str]) -> BTreeSet<IpAddr> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn the_endpoints_are_the_numgen_maps_values_or_the_rules_own() {
+        let found = endpoints_of_rules(&numgen_rules(), Family::V4).unwrap();
+        assert_eq!(found, ChainEndpoints { ips: BTreeSet::new(), maps: vec!["__map3".into()] });
+        let map = map_of(&[[10, 244, 1, 5, 0x1f, 0x90, 0, 0], [10, 244, 2, 7, 0x1f, 0x90, 0, 0]]);
+        assert_eq!(endpoints_of_map(&[map], Family::V4).unwrap(), ips(&["10.244.1.5", "10.244.2.7"]));
+        // a vmap of endpoint chains (kube-proxy before 1.37)
+        let vmap = SetElementMessage { attributes: vec![SetElementList::Elements(vec![element(verdict("endpoint-AAAA-ns/web/tcp/http__10.244.1.5/8080"))])] };
+        assert_eq!(endpoints_of_map(&[vmap], Family::V4).unwrap(), ips(&["10.244.1.5"]));
+        // one endpoint: `dnat ip to 10.213.254.1:443` (an address immediate, then the port's)
+        let one = rule(vec![
+            other("meta"),
+            other("cmp"),
+            immediate(DataAttribute::Value(vec![10, 213, 254, 1])),
+            immediate(DataAttribute::Value(vec![1, 0xbb])),
+            other("nat"),
+        ]);
+        assert_eq!(endpoints_of_rules(&[one], Family::V4).unwrap().ips, ips(&["10.213.254.1"]));
+        // one endpoint chain, IPv6
+        let goto = rule(vec![immediate(verdict("endpoint-BBBB-ns/web/tcp/http__fd00::5/8080"))]);
+        assert_eq!(endpoints_of_rules(&[goto], Family::V6).unwrap().ips, ips(&["fd00::5"]));
+        let v6 = map_of(&[[0; 8]]);
+        assert!(endpoints_of_map(&[v6], Family::V6).unwrap_err().contains("8 bytes is no address"));
+    }
+
+    #[test]
+    fn rules_and_maps_that_name_no_endpoint_are_errors() {
+        let no_lookup = rule(vec![other("numgen"), other("nat")]);
+        assert!(endpoints_of_rules(&[no_lookup], Family::V4).unwrap_err().contains("without a map lookup"));
+        let nat_alone = rule(vec![other("nat"), immediate(DataAttribute::Value(vec![1, 0xbb]))]);
+        assert!(endpoints_of_rules(&[nat_alone], Family::V4).unwrap_err().contains("immediate address"));
+        let bad_chain = rule(vec![immediate(verdict("endpoint-CCCC-ns/web/tcp/http"))]);
+        assert!(endpoints_of_rules(&[bad_chain], Family::V4).unwrap_err().contains("names no endpoint"));
+        let no_data = SetElementMessage {
+            attributes: vec![SetElementList::Elements(vec![ListAttribute::Element(vec![SetElementAttribute::Key(DataAttribute::Value(vec![0; 4]))])])],
+        };
+        assert!(endpoints_of_map(&[no_data], Family::V4).unwrap_err().contains("no data"));
+    }
+
+    /// The kernel's side of a read, as encoded bytes: each request is checked against what the
+    /// reader must ask, and answered with datagrams built like the kernel's.
+    struct Scripted {
+        steps: VecDeque<(u8, Result<Vec<NfTablesMessage>, i32>)>,
+        asked: Vec<u8>,
+    }
+
+    fn datagram(messages: Vec<NfTablesMessage>, seq: u32, end: NetlinkPayload<NetfilterMessage>, flags: u16) -> Vec<u8> {
+        let mut out = Vec::new();
+        let payloads =
+            messages.into_iter().map(|m| NetlinkPayload::InnerMessage(NetfilterMessage::new(NetfilterHeader::new(NetfilterProtoFamily::IPv4, 0, 0), m)));
+        for p in payloads.chain(std::iter::once(end)) {
+            let mut msg = NetlinkMessage::new(NetlinkHeader::default(), p);
+            msg.header.sequence_number = seq;
+            msg.header.flags = flags;
+            msg.finalize();
+            let mut buf = vec![0; msg.buffer_len()];
+            msg.serialize(&mut buf);
+            out.extend(buf);
+        }
+        out
+    }
+
+    impl Exchange for Scripted {
+        fn exchange(&mut self, request: &[u8], seq: u32) -> Result<Vec<NfTablesMessage>, Failure> {
+            let header = NetlinkBuffer::new_checked(request).unwrap();
+            let kind = (header.message_type() & 0xff) as u8;
+            self.asked.push(kind);
+            let (want, answer) = self.steps.pop_front().expect("an unexpected request");
+            assert_eq!(kind, want, "request type");
+            // an earlier request's late message first: skipped by its sequence number
+            let mut bytes = datagram(vec![], seq.wrapping_sub(1), NetlinkPayload::Done(DoneMessage::default()), 0);
+            bytes.extend(match answer {
+                Ok(messages) => datagram(messages, seq, NetlinkPayload::Done(DoneMessage::default()), 0),
+                Err(errno) => {
+                    let mut e = ErrorMessage::default();
+                    e.code = std::num::NonZeroI32::new(-errno);
+                    datagram(vec![], seq, NetlinkPayload::Error(e), 0)
+                }
+            });
+            let mut out = Vec::new();
+            decode(&bytes, seq, &mut out).map(|_| out)
+        }
+    }
+
+    const GETGEN: u8 = 16;
+    const GETRULE: u8 = 7;
+    const GETCHAIN: u8 = 4;
+    const GETSETELEM: u8 = 13;
+
+    fn gen_(id: u32) -> NfTablesMessage {
+        NfTablesMessage::NewGen(GenMessage { attributes: vec![GenAttribute::Id(id)] })
+    }
+
+    fn reader(steps: Vec<(u8, Result<Vec<NfTablesMessage>, i32>)>) -> NetlinkNftablesReader<Scripted> {
+        NetlinkNftablesReader::new(Scripted { steps: steps.into(), asked: vec![] })
+    }
+
+    #[test]
+    fn a_read_is_a_consistent_snapshot_or_no_sample() {
+        let rules = || Ok(numgen_rules().into_iter().map(NfTablesMessage::NewRule).collect());
+        let map = || Ok(vec![NfTablesMessage::NewSetElement(map_of(&[[10, 244, 1, 5, 0x1f, 0x90, 0, 0]]))]);
+        let web = svc("ns", "web", "http");
+        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, rules()), (GETSETELEM, map()), (GETGEN, Ok(vec![gen_(7)]))]);
+        assert_eq!(r.endpoints(&web).unwrap(), Some(ips(&["10.244.1.5"])));
+        // kube-proxy committed between the two generations: no sample
+        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, rules()), (GETSETELEM, map()), (GETGEN, Ok(vec![gen_(8)]))]);
+        let e = r.endpoints(&web).unwrap_err();
+        assert!(e.how.contains("generation 7 -> 8") && e.command.starts_with("netlink read of chain ip kube-proxy service-"), "{e}");
+        // the map replaced between the dumps: a failed read, never "absent"
+        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, rules()), (GETSETELEM, Err(2))]);
+        assert!(r.endpoints(&web).unwrap_err().how.contains("NFT_MSG_GETSETELEM __map3: absent"));
+        // an empty dump: the chain absent (ENOENT) is None; present but empty is no endpoint
+        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, Ok(vec![])), (GETCHAIN, Err(2))]);
+        assert_eq!(r.endpoints(&web).unwrap(), None);
+        let chain = NfTablesMessage::NewChain(ChainMessage { attributes: vec![] });
+        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, Ok(vec![])), (GETCHAIN, Ok(vec![chain]))]);
+        assert_eq!(r.endpoints(&web).unwrap(), Some(BTreeSet::new()));
+        // no permission: a failed read
+        let mut r = reader(vec![(GETGEN, Err(1))]);
+        assert!(r.endpoints(&web).unwrap_err().how.contains("Operation not permitted"));
+    }
+
+    #[test]
+    fn an_interrupted_or_garbled_answer_is_no_sample() {
+        let mut out = Vec::new();
+        let interrupted = datagram(vec![gen_(1)], 5, NetlinkPayload::Done(DoneMessage::default()), NLM_F_DUMP_INTR);
+        assert!(matches!(decode(&interrupted, 5, &mut out), Err(Failure::Other(s)) if s.contains("NLM_F_DUMP_INTR")));
+        let mut whole = datagram(vec![gen_(1)], 5, NetlinkPayload::Done(DoneMessage::default()), 0);
+        for cut in [1, 15, 17, whole.len() - 1] {
+            assert!(decode(&whole[..cut], 5, &mut Vec::new()).is_err(), "cut at {cut}");
+        }
+        // a length beyond the datagram
+        whole[0] = 0xff;
+        assert!(decode(&whole, 5, &mut Vec::new()).is_err());
+        // a complete answer with nothing after it; an incomplete one asks for more
+        let first = datagram(vec![gen_(1)], 5, NetlinkPayload::Done(DoneMessage::default()), 0);
+        let only_messages = &first[..first.len() - 20];
+        assert_eq!(decode(only_messages, 5, &mut out), Ok(false));
+        assert_eq!(out.len(), 1);
+    }
+
+    /// The kernel's own answers (tests/data/rules/README.md: captured on the nftables node at
+    /// 4,000 extra Services).
+    #[test]
+    fn real_answers() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/rules");
+        let answer = |file: &str, seq: u32| {
+            let mut out = Vec::new();
+            decode(&std::fs::read(dir.join(file)).unwrap(), seq, &mut out).map(|done| (done, out))
+        };
+        let (done, g) = answer("netlink-1.37.2-gen-seq100.bin", 100).unwrap();
+        assert!(done && matches!(&g[..], [NfTablesMessage::NewGen(m)] if m.attributes.iter().any(|a| matches!(a, GenAttribute::Id(_)))), "{g:?}");
+        let rules_of = |file: &str| -> Vec<RuleMessage> {
+            let (done, m) = answer(file, 101).unwrap();
+            assert!(done);
+            m.into_iter().filter_map(|m| if let NfTablesMessage::NewRule(r) = m { Some(r) } else { None }).collect()
+        };
+        let two = rules_of("netlink-1.37.2-service-chain-2-endpoints-rules-seq101.bin");
+        assert_eq!(two.len(), 1, "the numgen rule alone");
+        assert_eq!(endpoints_of_rules(&two, Family::V4).unwrap(), ChainEndpoints { ips: BTreeSet::new(), maps: vec!["__map107".into()] });
+        let (done, m) = answer("netlink-1.37.2-service-chain-2-endpoints-map-seq102.bin", 102).unwrap();
+        let elements: Vec<SetElementMessage> = m.into_iter().filter_map(|m| if let NfTablesMessage::NewSetElement(e) = m { Some(e) } else { None }).collect();
+        assert!(done);
+        assert_eq!(endpoints_of_map(&elements, Family::V4).unwrap(), ips(&["10.244.100.11", "10.244.100.12"]));
+        let one = rules_of("netlink-1.37.2-service-chain-1-endpoint-rules-seq101.bin");
+        assert_eq!(endpoints_of_rules(&one, Family::V4).unwrap(), ChainEndpoints { ips: ips(&["10.213.254.1"]), maps: vec![] });
+        assert_eq!(answer("netlink-1.37.2-chain-absent-seq103.bin", 103), Err(Failure::Absent));
+        // another request's answer: skipped whole, so not complete
+        assert_eq!(answer("netlink-1.37.2-chain-absent-seq103.bin", 7), Ok((false, vec![])));
+    }
+
+    /// The request bytes: nfnetlink's subsystem and type, the dump flags, table and chain.
+    #[test]
+    fn requests_are_what_nft_sends() {
+        let get = NfTablesMessage::GetRule(RuleMessage { attributes: vec![RuleAttribute::Table(TABLE.into()), RuleAttribute::Chain("c".into())] });
+        let bytes = encode(get, NetfilterProtoFamily::IPv4, 9, true);
+        let b = NetlinkBuffer::new_checked(&bytes[..]).unwrap();
+        assert_eq!((b.message_type(), b.flags(), b.sequence_number(), b.length() as usize), (0x0a07, NLM_F_REQUEST | NLM_F_DUMP, 9, bytes.len()));
+        // nfgenmsg: family AF_INET (2), version 0, res_id 0; then NFTA_RULE_TABLE "kube-proxy"
+        assert_eq!(&bytes[16..20], &[2, 0, 0, 0]);
+        assert_eq!(&bytes[20..24], &[15, 0, 1, 0]);
+        assert_eq!(&bytes[24..34], b"kube-proxy");
+    }
+}
