@@ -28,39 +28,12 @@ use safe_termination::core::exposition::{
 };
 use safe_termination::core::measure::{MeasurementStore, Sample};
 use safe_termination::core::model::ProxyMode;
-use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicIsize, Ordering};
 
 mod common;
 use common::arg;
 
-/// mimalloc (the binary's allocator) counting the bytes currently allocated.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is forwarded unchanged to mimalloc; the counter is only bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: common::Counting = common::Counting;
 
 const SCRAPE: &str = include_str!("../tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt");
 const V137_TEXT: &str = include_str!("../tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.txt");
@@ -150,14 +123,14 @@ fn main() {
     let names: Vec<String> = (0..nodes).map(|i| format!("node-{i:05}")).collect();
 
     let rss_before = vm_rss();
-    let live_before = LIVE.load(Ordering::Relaxed);
+    let live_before = common::live_bytes();
     let mut store = MeasurementStore::new(WINDOW_SECONDS);
     for round in 0..scrapes {
         for (i, node) in names.iter().enumerate() {
             store.record(node, sample(&base, i, round));
         }
     }
-    let live = (LIVE.load(Ordering::Relaxed) - live_before) as f64;
+    let live = (common::live_bytes() - live_before) as f64;
     let rss = vm_rss().saturating_sub(rss_before) as f64;
 
     // what the analysis reads, so that a cheaper store is not cheaper by losing data
