@@ -94,12 +94,16 @@ fn main() {
     println!("nodes {n_nodes}, open removals {open}, closed removals kept {}", summary.removals);
     println!("store with {open} open removals, each reported by every node: {:.1} MiB", mib(peak - base));
     println!("after closing them ({open} closed): {:.2} MiB", mib(after_one - base));
-    println!("with {} closed removals in the window: {:.2} MiB ({:.0} bytes each)", summary.removals, mib(full - base), (full - base) as f64 / summary.removals as f64);
+    println!(
+        "with {} closed removals in the window: {:.2} MiB ({:.0} bytes each)",
+        summary.removals,
+        mib(full - base),
+        (full - base) as f64 / summary.removals as f64
+    );
 
     // one round's wire: the request to each agent, one agent's answer
-    let request = ObserveRequest {
-        watches: (0..open).map(|i| WatchRequest { service: service(), endpoint: endpoint(0, i), remaining_seconds: 59.0 }).collect(),
-    };
+    let request =
+        ObserveRequest { watches: (0..open).map(|i| WatchRequest { service: service(), endpoint: endpoint(0, i), remaining_seconds: 59.0 }).collect() };
     let answer = ObserveResponse {
         agent_unix_seconds: 1_000_000.5,
         data_plane: Some("nftables".into()),

@@ -94,8 +94,9 @@ pub const CENSORED_FRESH_SECONDS: f64 = 5.0;
 /// removal whose window counts in the p99: a slow listing (`nft` at 12,000 Services takes
 /// seconds per read) bounds a removal only coarsely, and its late end would size W from the
 /// reader's slowness, and a coverage from it would count misses that may not be. Coarse removals
-/// are counted apart; a removal whose first read already lacked the endpoint has no early end
-/// and is coarse too (it was fast: it left before the agent first read).
+/// are counted apart. A node whose first read already lacked the endpoint is bounded by the
+/// deletion instead (the endpoint cannot have left before the deletion that removes it): a fast
+/// removal read soon after it is precise, one read late is coarse.
 pub const PRECISE_BOUND_SECONDS: f64 = 0.5;
 
 /// A removal's window, seconds from the deletion.
@@ -118,12 +119,13 @@ impl Window {
 }
 
 impl NodeObservation {
-    /// Bounded within [`PRECISE_BOUND_SECONDS`], or, censored, read as held within
+    /// Bounded within [`PRECISE_BOUND_SECONDS`] (from the last read holding the endpoint, or
+    /// from the `deletion` when no read held it), or, censored, read as held within
     /// [`CENSORED_FRESH_SECONDS`] of its deadline.
-    fn is_precise(&self) -> bool {
+    fn is_precise(&self, deletion: f64) -> bool {
         match *self {
-            Self::Removed { last_with: Some(lw), first_without } => first_without - lw <= PRECISE_BOUND_SECONDS,
-            Self::Removed { last_with: None, .. } => false,
+            Self::Removed { last_with: Some(lw), first_without } => first_without - lw.max(deletion) <= PRECISE_BOUND_SECONDS,
+            Self::Removed { last_with: None, first_without } => first_without - deletion <= PRECISE_BOUND_SECONDS,
             Self::Censored { deadline, last_with } => last_with.is_some_and(|lw| deadline - lw <= CENSORED_FRESH_SECONDS),
         }
     }
@@ -134,7 +136,7 @@ impl Removal {
     /// node read the endpoint as held within [`CENSORED_FRESH_SECONDS`] of its deadline (its
     /// window is then a lower bound, ranked above every observed one).
     pub fn is_precise(&self) -> bool {
-        self.nodes.iter().all(|(_, o)| o.is_precise())
+        self.nodes.iter().all(|(_, o)| o.is_precise(self.deletion))
     }
 
     /// The same removal with at most three nodes: the slowest removed one, the longest censored
@@ -147,7 +149,7 @@ impl Removal {
         };
         let slowest = pick(&|o| if let NodeObservation::Removed { first_without, .. } = o { Some(*first_without) } else { None });
         let censored = pick(&|o| if let NodeObservation::Censored { deadline, .. } = o { Some(*deadline) } else { None });
-        let imprecise = self.nodes.iter().position(|(_, o)| !o.is_precise());
+        let imprecise = self.nodes.iter().position(|(_, o)| !o.is_precise(self.deletion));
         let keep: BTreeSet<usize> = [slowest, censored, imprecise].into_iter().flatten().collect();
         let mut i = 0;
         self.nodes.retain(|_| {
@@ -708,16 +710,19 @@ mod tests {
     #[test]
     fn coarsely_bounded_removals_are_counted_apart_from_the_p99_and_the_coverage() {
         let coarse = NodeObservation::Removed { last_with: Some(100.0), first_without: 107.0 };
-        let first_read_without = NodeObservation::Removed { last_with: None, first_without: 100.3 };
+        // no read held the endpoint: bounded from the deletion (at 100.0)
+        let gone_at_first_read = NodeObservation::Removed { last_with: None, first_without: 100.3 };
+        let first_read_late = NodeObservation::Removed { last_with: None, first_without: 101.2 };
         let rs = [
             removal("slow-reader", 100.0, Some(3), &[("a", removed(100.4)), ("b", coarse)]),
-            removal("fast", 100.0, Some(3), &[("a", first_read_without)]),
+            removal("fast", 100.0, Some(3), &[("a", gone_at_first_read)]),
             removal("precise", 100.0, Some(3), &[("a", removed(100.8))]),
+            removal("read-late", 100.0, Some(3), &[("a", first_read_late)]),
         ];
-        assert!(!rs[0].is_precise() && !rs[1].is_precise() && rs[2].is_precise());
+        assert_eq!(rs.iter().map(Removal::is_precise).collect::<Vec<_>>(), [false, true, true, false]);
         let s = summarise(&rs);
-        assert_eq!((s.removals, s.coarse, s.coverage_removals), (3, 2, 1));
-        assert!((s.p99_seconds.unwrap() - 0.8).abs() < 1e-9, "the p99 of the precise one alone: {s:?}");
+        assert_eq!((s.removals, s.coarse, s.coverage_removals), (4, 2, 2));
+        assert!((s.p99_seconds.unwrap() - 0.8).abs() < 1e-9, "the p99 of the two precise ones: {s:?}");
         assert_eq!(s.worst_miss, None, "a 7 s bound says neither that the 3 s sleep missed nor that it covered");
     }
 

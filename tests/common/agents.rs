@@ -34,16 +34,24 @@ impl Drop for NodeAgents {
     }
 }
 
-/// `CPU s (user + system), VmHWM` of process `pid` from /proc (clock ticks of 100 Hz, the
-/// kernel's USER_HZ).
+/// `CPU s (user + system), VmHWM` of process `pid` from /proc.
 fn footprint(pid: u32) -> String {
+    let (cpu, hwm) = usage(pid);
+    format!("{cpu:.2} CPU-s, {}", hwm.map_or("VmHWM unknown".to_string(), |k| format!("VmHWM: {k} kB")))
+}
+
+/// The CPU seconds (user + system of the process and of its waited-for children, such as an
+/// agent's `iptables` reads; clock ticks of 100 Hz: the kernel's USER_HZ) and the peak resident
+/// size (VmHWM, kB) of process `pid`, from /proc.
+pub fn usage(pid: u32) -> (f64, Option<u64>) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // the fields after the parenthesised command: utime and stime are the 12th and 13th
+    // the fields after the parenthesised command: utime, stime, cutime and cstime are the 12th
+    // to 15th
     let after: Vec<&str> = stat.rsplit_once(')').map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-    let ticks: u64 = [11, 12].iter().filter_map(|i| after.get(*i)?.parse::<u64>().ok()).sum();
+    let ticks: u64 = [11, 12, 13, 14].iter().filter_map(|i| after.get(*i)?.parse::<u64>().ok()).sum();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let hwm = status.lines().find(|l| l.starts_with("VmHWM:")).map_or("VmHWM unknown".to_string(), |l| l.split_whitespace().collect::<Vec<_>>().join(" "));
-    format!("{:.2} CPU-s, {hwm}", ticks as f64 / 100.0)
+    let hwm = status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
+    (ticks as f64 / 100.0, hwm)
 }
 
 fn write(dir: &Path, name: &str, content: &[u8]) -> String {
@@ -53,6 +61,17 @@ fn write(dir: &Path, name: &str, content: &[u8]) -> String {
 }
 
 impl NodeAgents {
+    /// Each agent's (node, CPU seconds so far, VmHWM kB): [`usage`].
+    pub fn usage(&self) -> Vec<(String, f64, Option<u64>)> {
+        self.children
+            .iter()
+            .map(|(n, c)| {
+                let (cpu, hwm) = usage(c.id());
+                (n.clone(), cpu, hwm)
+            })
+            .collect()
+    }
+
     /// Starts an agent on every real node, each logging to `$ST_E2E_DIR/logs/agent-<node>.log`,
     /// and waits until each answers its health port.
     pub async fn start() -> NodeAgents {

@@ -126,6 +126,11 @@ fn impersonating_kubeconfig(dir: &Path, namespace: &str, sa: &str) -> PathBuf {
 }
 
 impl Operator {
+    /// The operator process's PID (for its /proc figures).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts it in `namespace` with fast scrapes and `extra` flags; waits for `/readyz`. Any
     /// release of the chart is uninstalled first ([`super::remove_chart_releases`]): this
     /// operator is then the only one writing TerminationPolicy statuses.

@@ -293,6 +293,16 @@ impl Exchange for Kernel {
     }
 }
 
+/// Tries of one read while kube-proxy's commits move the generation (or interrupt a dump, or
+/// replace the map between the two dumps).
+pub const ATTEMPTS: usize = 3;
+
+/// Why one try of a read failed: worth another try, or not.
+enum Retry {
+    Again(String),
+    No(String),
+}
+
 /// kube-proxy nftables mode's reader over netlink ([`Kernel`], or a canned [`Exchange`]).
 pub struct NetlinkNftablesReader<E: Exchange> {
     exchange: E,
@@ -322,10 +332,26 @@ impl<E: Exchange> NetlinkNftablesReader<E> {
             .ok_or_else(|| Failure::Other("no generation in the answer to NFT_MSG_GETGEN".into()))
     }
 
+    /// One consistent read, tried up to [`ATTEMPTS`] times while kube-proxy's commits move the
+    /// generation or interrupt a dump (each try costs about 0.1 ms; the last failure is the
+    /// read's).
     fn read(&mut self, chain: &str, family: Family) -> Result<Option<BTreeSet<IpAddr>>, String> {
+        let mut last = String::new();
+        for _ in 0..ATTEMPTS {
+            match self.read_once(chain, family) {
+                Err(Retry::Again(e)) => last = e,
+                Err(Retry::No(e)) => return Err(e),
+                Ok(r) => return Ok(r),
+            }
+        }
+        Err(format!("{last} ({ATTEMPTS} tries)"))
+    }
+
+    fn read_once(&mut self, chain: &str, family: Family) -> Result<Option<BTreeSet<IpAddr>>, Retry> {
         let text = |what: &str, f: Failure| match f {
-            Failure::Absent => format!("{what}: absent (ENOENT)"),
-            Failure::Other(s) => format!("{what}: {s}"),
+            Failure::Absent => Retry::No(format!("{what}: absent (ENOENT)")),
+            Failure::Other(s) if s.contains("NLM_F_DUMP_INTR") => Retry::Again(format!("{what}: {s}")),
+            Failure::Other(s) => Retry::No(format!("{what}: {s}")),
         };
         let before = self.generation().map_err(|f| text("NFT_MSG_GETGEN", f))?;
         let rule_request = NfTablesMessage::GetRule(RuleMessage { attributes: vec![RuleAttribute::Table(TABLE.into()), RuleAttribute::Chain(chain.into())] });
@@ -344,22 +370,26 @@ impl<E: Exchange> NetlinkNftablesReader<E> {
                 Ok(_) => Ok(Some(BTreeSet::new())),
             };
         }
-        let found = endpoints_of_rules(&rules, family).map_err(|e| format!("the chain's rules: {e}"))?;
+        let found = endpoints_of_rules(&rules, family).map_err(|e| Retry::No(format!("the chain's rules: {e}")))?;
         let mut ips = found.ips;
         for map in &found.maps {
             let get =
                 NfTablesMessage::GetSetElement(SetElementMessage { attributes: vec![SetElementList::Table(TABLE.into()), SetElementList::Set(map.clone())] });
+            // the map gone since the rule dump: kube-proxy replaced the rule, try again
             let elements: Vec<SetElementMessage> = self
                 .ask(get, family.proto(), true)
-                .map_err(|f| text(&format!("NFT_MSG_GETSETELEM {map}"), f))?
+                .map_err(|f| match f {
+                    Failure::Absent => Retry::Again(format!("NFT_MSG_GETSETELEM {map}: absent (ENOENT)")),
+                    f => text(&format!("NFT_MSG_GETSETELEM {map}"), f),
+                })?
                 .into_iter()
                 .filter_map(|m| if let NfTablesMessage::NewSetElement(e) = m { Some(e) } else { None })
                 .collect();
-            ips.extend(endpoints_of_map(&elements, family).map_err(|e| format!("map {map}: {e}"))?);
+            ips.extend(endpoints_of_map(&elements, family).map_err(|e| Retry::No(format!("map {map}: {e}")))?);
         }
         let after = self.generation().map_err(|f| text("NFT_MSG_GETGEN", f))?;
         if after != before {
-            return Err(format!("the ruleset changed during the read (generation {before} -> {after})"));
+            return Err(Retry::Again(format!("the ruleset changed during the read (generation {before} -> {after})")));
         }
         Ok(Some(ips))
     }
@@ -543,12 +573,18 @@ mod tests {
         let web = svc("ns", "web", "http");
         let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, rules()), (GETSETELEM, map()), (GETGEN, Ok(vec![gen_(7)]))]);
         assert_eq!(r.endpoints(&web).unwrap(), Some(ips(&["10.244.1.5"])));
-        // kube-proxy committed between the two generations: no sample
-        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, rules()), (GETSETELEM, map()), (GETGEN, Ok(vec![gen_(8)]))]);
+        // kube-proxy committed between the two generations: tried again
+        let moved = |from: u32| vec![(GETGEN, Ok(vec![gen_(from)])), (GETRULE, rules()), (GETSETELEM, map()), (GETGEN, Ok(vec![gen_(from + 1)]))];
+        let steady = vec![(GETGEN, Ok(vec![gen_(8)])), (GETRULE, rules()), (GETSETELEM, map()), (GETGEN, Ok(vec![gen_(8)]))];
+        let mut r = reader([moved(7), steady].concat());
+        assert_eq!(r.endpoints(&web).unwrap(), Some(ips(&["10.244.1.5"])));
+        // ... and a failed read, no sample, when it moves at every try
+        let mut r = reader([moved(7), moved(8), moved(9)].concat());
         let e = r.endpoints(&web).unwrap_err();
-        assert!(e.how.contains("generation 7 -> 8") && e.command.starts_with("netlink read of chain ip kube-proxy service-"), "{e}");
-        // the map replaced between the dumps: a failed read, never "absent"
-        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, rules()), (GETSETELEM, Err(2))]);
+        assert!(e.how.contains("generation 9 -> 10) (3 tries)") && e.command.starts_with("netlink read of chain ip kube-proxy service-"), "{e}");
+        // the map replaced between the dumps: tried again, and a failed read, never "absent"
+        let gone = || vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, rules()), (GETSETELEM, Err(2))];
+        let mut r = reader([gone(), gone(), gone()].concat());
         assert!(r.endpoints(&web).unwrap_err().how.contains("NFT_MSG_GETSETELEM __map3: absent"));
         // an empty dump: the chain absent (ENOENT) is None; present but empty is no endpoint
         let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, Ok(vec![])), (GETCHAIN, Err(2))]);

@@ -3,7 +3,8 @@
 //! watch is open ([`Observer`]).
 //!
 //! One read per Service port per round, then a pause of [`ROUND_INTERVAL`], or
-//! [`PAUSE_PER_READ_TIME`] times the round's own length when that is longer, cut short when a
+//! [`PAUSE_PER_READ_TIME`] times the CPU time the round took (the agent's and its readers'
+//! processes': [`cpu_seconds`]) when that is longer, cut short when a
 //! request brings a new watch (its first read bounds its removal); a Service port whose watches
 //! a request removed during a round is not read: a round reads only the Service ports with a watch neither removed nor expired, and nothing is
 //! read while none is (the loop then waits for the next request, no timer). The bounds of a
@@ -21,10 +22,25 @@ use tokio_util::sync::CancellationToken;
 
 /// The shortest pause between two rounds of reads.
 pub const ROUND_INTERVAL: Duration = Duration::from_millis(50);
-/// A round is followed by a pause of at least this many times its own length: the reads take
-/// at most a fifth of one core however slow the data plane's listing is (`nft` loads the whole
-/// table for any read: seconds at 12,000 Services).
+/// A round is followed by a pause of at least this many times the CPU time it took: the reads
+/// take at most a fifth of one core however costly the data plane's listing is (`nft` loads the
+/// whole table for any read: seconds at 12,000 Services). CPU time, not the round's length: an
+/// `iptables -S` that waits while kube-proxy's restore holds the table costs nothing, and a
+/// pause of 4 times that wait would widen every bound (3.8 s at 4,000 Services).
 pub const PAUSE_PER_READ_TIME: u32 = 4;
+
+/// The CPU seconds this process and its waited-for children (the readers' `iptables`) used so
+/// far: `utime + stime + cutime + cstime` of `/proc/self/stat`, in clock ticks of 100 Hz (the
+/// kernel's USER_HZ). None where `/proc` cannot be read (the pause then follows the round's
+/// length).
+pub fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // the fields after the parenthesised command: utime, stime, cutime, cstime are the 14th to
+    // 17th of the line, the 12th to 15th after it
+    let after: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: i64 = [11, 12, 13, 14].iter().map(|i| after.get(*i)?.parse::<i64>().ok()).sum::<Option<i64>>()?;
+    Some(ticks as f64 / 100.0)
+}
 
 #[derive(Debug, Clone, Default)]
 struct Entry {
@@ -80,7 +96,16 @@ impl Watches {
     /// seconds): a success moves each open watch of the port (held, or removed); the port's
     /// chain absent (`Ok(None)`) removes each watch a read held before; a failure is counted and
     /// says nothing.
-    pub fn apply(&mut self, service: &ServicePort, read: &Result<Option<BTreeSet<IpAddr>>, ReadError>, started: f64, ended: f64) {
+    /// Returns the endpoints this read found removed: (endpoint, last read with it, this read's
+    /// end).
+    pub fn apply(
+        &mut self,
+        service: &ServicePort,
+        read: &Result<Option<BTreeSet<IpAddr>>, ReadError>,
+        started: f64,
+        ended: f64,
+    ) -> Vec<(IpAddr, Option<f64>, f64)> {
+        let mut removed = Vec::new();
         for ((_, ip), e) in self.entries.iter_mut().filter(|((s, _), e)| s == service && e.first_without.is_none()) {
             match read {
                 Ok(Some(held)) if held.contains(ip) => {
@@ -90,12 +115,14 @@ impl Watches {
                 Ok(Some(_)) => {
                     e.reads = e.reads.saturating_add(1);
                     e.first_without = Some(ended);
+                    removed.push((*ip, e.last_with, ended));
                 }
                 // the port's chain gone after a read that held the endpoint: no rule sends it new
                 // connections any more
                 Ok(None) if e.last_with.is_some() => {
                     e.reads = e.reads.saturating_add(1);
                     e.first_without = Some(ended);
+                    removed.push((*ip, e.last_with, ended));
                 }
                 // the chain absent before any read held the endpoint says nothing (a chain not yet
                 // written, or a name that is not kube-proxy's)
@@ -109,6 +136,7 @@ impl Watches {
                 }
             }
         }
+        removed
     }
 
     /// The records of every watch at `now`.
@@ -212,14 +240,18 @@ impl Observer {
             }
             let me = self.clone();
             // the reads run the data plane's binaries: off the runtime's thread
-            let started = std::time::Instant::now();
+            let (started, cpu) = (std::time::Instant::now(), cpu_seconds());
             let round = tokio::task::spawn_blocking(move || me.round(&due));
             if round.await.is_err() {
                 tracing::warn!("a round of data plane reads panicked");
             }
+            let spent = match (cpu, cpu_seconds()) {
+                (Some(a), Some(b)) => Duration::from_secs_f64((b - a).max(0.0)),
+                _ => started.elapsed(),
+            };
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(ROUND_INTERVAL.max(started.elapsed() * PAUSE_PER_READ_TIME)) => {}
+                () = tokio::time::sleep(ROUND_INTERVAL.max(spent * PAUSE_PER_READ_TIME)) => {}
                 () = self.wake.notified() => {}
             }
         }
@@ -270,7 +302,12 @@ impl Observer {
             if let Err(e) = &read {
                 tracing::debug!(error = %e, "data plane read failed");
             }
-            self.watches.lock().unwrap_or_else(PoisonError::into_inner).apply(s, &read, started, ended);
+            let removed = self.watches.lock().unwrap_or_else(PoisonError::into_inner).apply(s, &read, started, ended);
+            for (endpoint, last_with, first_without) in removed {
+                // the read bound of each removal (a bound above 0.5 s is `coarse` at the operator)
+                let bound_seconds = last_with.map(|lw| first_without - lw);
+                tracing::debug!(service = %format!("{}/{}:{}", s.namespace, s.name, s.port_name), %endpoint, ?bound_seconds, read_seconds = ended - started, "removal read");
+            }
         }
         *self.reader.lock().unwrap_or_else(PoisonError::into_inner) = Some(reader);
     }
