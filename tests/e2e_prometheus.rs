@@ -25,6 +25,11 @@
 //!   value for it and the rule is not edited for the test): this test takes about 15 minutes.
 //!   Its slow syncs stay in kube-proxy's lifetime histograms afterwards.
 //!
+//! - `prestop_sleep_missed_fires_on_a_run_built_to_miss`: node agents observe the removals of
+//!   a rollout of real pods whose policy caps the sleep at 1 s, with 4,000 extra Services
+//!   loaded (removals of 1-3 s); the operator's observed coverage falls below 99%, its status
+//!   names the worst miss and sets `PodsUnderprotected` (ObservedRemovalOutlivedSleep), and
+//!   Prometheus, scraping the operator, fires `PreStopSleepMissed`.
 //! - `native_capture_through_a_local_prometheus` needs no cluster: the same Prometheus scrapes
 //!   a server on 127.0.0.1 answering the real kube-proxy 1.37.2 protobuf capture
 //!   (tests/data/metrics/kube-proxy-v1.37.2-idle-node-a.pb) with kube-proxy's Content-Type; the
@@ -701,6 +706,88 @@ fn rule_for_seconds(groups: &Value, name: &str) -> u64 {
         "h" => 3600,
         _ => panic!("for: {f}"),
     }
+}
+
+/// The namespaces of the missed-sleep test.
+const MISS_NAMESPACES: &[&str] = &["e2e-prom-miss", "e2e-prom-miss-system", "e2e-prom-miss-scale"];
+
+#[tokio::test]
+async fn prestop_sleep_missed_fires_on_a_run_built_to_miss() {
+    const ALERT: &str = "PreStopSleepMissed";
+    let client = common::client().await;
+    let _guard = NamespaceGuard(MISS_NAMESPACES);
+    let kps = kube_proxies();
+    let prom = Prometheus::start("e2e-prom-miss", &kps, &chart_rule_groups()).await;
+    // built to miss: 4,000 Services of two endpoints each make the removals slow (1-3 s on the
+    // iptables-nft node: BENCHMARKS.md "Observed removals"), and the policy caps every sleep
+    // at 1 s, as a sleep sized before the cluster grew would be
+    common::own_namespace(&client, "e2e-prom-miss-scale").await;
+    common::create_services(&client, "e2e-prom-miss-scale", 0..4000).await;
+    let agents = common::agents::NodeAgents::start().await;
+    let extra: Vec<&str> = agents.operator_args.iter().map(String::as_str).collect();
+    let spec = json!({"preStop": {"minSamples": 1, "minSeconds": 1, "maxSeconds": 1, "defaultSeconds": 1}});
+    let (op, policies) =
+        common::operator_with_policy_args(&client, "e2e-prom-miss-system", "e2e-prom-miss", "safe-termination-e2e-prom-miss", spec, &extra).await;
+    prom.scrape_operator(&op);
+    common::wait_for("Prometheus scraping the operator", 60, async || (!prom.query("up{job=\"safe-termination\"} == 1").await.is_empty()).then_some(())).await;
+    assert!(alerts_named(&prom, ALERT).await.is_empty(), "{ALERT} active before any removal");
+    let web: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), "e2e-prom-miss").create(&PostParams::default(), &web).await.expect("create Service web");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "e2e-prom-miss");
+    let deploy = async |generation: u32| {
+        let d: Deployment = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"replicas": 8, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}, "annotations": {"rollout": generation.to_string()}},
+                    "spec": common::on_real_nodes(json!({"containers": [common::testapp_container("web")]}))}}}))
+        .unwrap();
+        deployments.patch("web", &PatchParams::apply("e2e-prom").force(), &Patch::Apply(&d)).await.expect("apply Deployment web");
+    };
+    deploy(1).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "e2e-prom-miss");
+    let settled = async |generation: u32| {
+        common::wait_for(&format!("8 ready pods of rollout {generation}, and no other"), 240, async || {
+            let l = pods.list(&ListParams::default()).await.ok()?;
+            let ready = l
+                .items
+                .iter()
+                .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get("rollout")) == Some(&generation.to_string()))
+                .filter(|p| p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+                .count();
+            (ready == 8 && l.items.len() == 8).then_some(())
+        })
+        .await
+    };
+    settled(1).await;
+    deploy(2).await;
+    settled(2).await;
+    // the 8 removals observed; the coverage below 99%; the alert firing (it has no `for`)
+    let t0 = Instant::now();
+    let (status, firing) = loop {
+        let s = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap();
+        let active = alerts_named(&prom, ALERT).await;
+        if let Some(a) = active.iter().find(|a| a["state"] == "firing") {
+            break (s, a.clone());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(150), "{ALERT} not firing after 150 s: alerts {}, status {s:#}", Value::from(active));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    let observed = &status["measurement"]["observedRemovals"];
+    println!("{ALERT} firing {:.0?} after the rollout: {firing}\nobserved removals: {observed}", t0.elapsed());
+    assert!(observed["coverageRatio"].as_f64().is_some_and(|c| c < 0.99), "{observed}");
+    let worst = &observed["worstMiss"];
+    assert!(worst["pod"].as_str().is_some_and(|p| p.starts_with("e2e-prom-miss/web-")) && worst["sleepSeconds"] == 1, "{observed}");
+    assert!(worst["windowSeconds"].as_f64().is_some_and(|w| w > 1.0), "{observed}");
+    let condition = status["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "PodsUnderprotected").cloned());
+    assert!(condition.as_ref().is_some_and(|c| c["status"] == "True" && c["reason"] == "ObservedRemovalOutlivedSleep"), "{condition:?}");
+    drop(op);
+    drop(agents);
+    drop(prom);
+    let _ = Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(client.clone())
+        .delete("safe-termination-e2e-prom-miss", &DeleteParams::default())
+        .await;
+    delete_namespaces(&client, MISS_NAMESPACES, 300).await;
 }
 
 #[tokio::test]

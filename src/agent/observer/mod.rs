@@ -263,15 +263,17 @@ pub enum Plane {
     IptablesLegacy,
 }
 
-/// How the nftables mode's rules are read.
+/// How rules kept in nf_tables are read: kube-proxy's nftables mode, and iptables-nft's
+/// Service chains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum NftablesVia {
-    /// The kernel's own dumps of the one chain and its map ([`nft_netlink`]): about 0.1 ms a
-    /// read whatever the table's size.
+    /// The kernel's own dumps of the one chain ([`nft_netlink`]), about 0.1 ms a read whatever
+    /// the table's size: nftables mode's chain and its map; iptables-nft's `KUBE-SVC-` chain
+    /// (each new `KUBE-SEP-` chain's target is still read once with `iptables`).
     #[default]
     Netlink,
-    /// The node's `nft list chain` ([`nftables`]): it loads the whole table first (0.5 s a read
-    /// at 4,000 Services).
+    /// The programs: `nft list chain` ([`nftables`], which loads the whole table first: 0.5 s a
+    /// read at 4,000 Services) and `iptables -S`.
     Nft,
 }
 
@@ -281,6 +283,10 @@ pub fn reader(plane: Plane, binaries: &Binaries, nftables_via: NftablesVia) -> B
     match plane {
         Plane::Nftables if nftables_via == NftablesVia::Netlink => Box::new(nft_netlink::NetlinkNftablesReader::new(nft_netlink::Kernel::default())),
         Plane::Nftables => Box::new(nftables::NftablesReader::new(Processes, &binaries.nft)),
+        Plane::IptablesNft if nftables_via == NftablesVia::Netlink => Box::new(
+            iptables::IptablesReader::new(Processes, &binaries.iptables_nft, false)
+                .with_netlink(Box::new(nft_netlink::NetlinkNftablesReader::new(nft_netlink::Kernel::default()))),
+        ),
         Plane::IptablesNft => Box::new(iptables::IptablesReader::new(Processes, &binaries.iptables_nft, false)),
         Plane::IptablesLegacy => Box::new(iptables::IptablesReader::new(Processes, &binaries.iptables_legacy, true)),
     }

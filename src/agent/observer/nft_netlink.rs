@@ -332,13 +332,12 @@ impl<E: Exchange> NetlinkNftablesReader<E> {
             .ok_or_else(|| Failure::Other("no generation in the answer to NFT_MSG_GETGEN".into()))
     }
 
-    /// One consistent read, tried up to [`ATTEMPTS`] times while kube-proxy's commits move the
-    /// generation or interrupt a dump (each try costs about 0.1 ms; the last failure is the
-    /// read's).
-    fn read(&mut self, chain: &str, family: Family) -> Result<Option<BTreeSet<IpAddr>>, String> {
+    /// `once`, tried up to [`ATTEMPTS`] times while kube-proxy's commits move the generation or
+    /// interrupt a dump (each try costs about 0.1 ms; the last failure is the read's).
+    fn retried<T>(&mut self, mut once: impl FnMut(&mut Self) -> Result<T, Retry>) -> Result<T, String> {
         let mut last = String::new();
         for _ in 0..ATTEMPTS {
-            match self.read_once(chain, family) {
+            match once(self) {
                 Err(Retry::Again(e)) => last = e,
                 Err(Retry::No(e)) => return Err(e),
                 Ok(r) => return Ok(r),
@@ -347,29 +346,45 @@ impl<E: Exchange> NetlinkNftablesReader<E> {
         Err(format!("{last} ({ATTEMPTS} tries)"))
     }
 
-    fn read_once(&mut self, chain: &str, family: Family) -> Result<Option<BTreeSet<IpAddr>>, Retry> {
-        let text = |what: &str, f: Failure| match f {
-            Failure::Absent => Retry::No(format!("{what}: absent (ENOENT)")),
-            Failure::Other(s) if s.contains("NLM_F_DUMP_INTR") => Retry::Again(format!("{what}: {s}")),
-            Failure::Other(s) => Retry::No(format!("{what}: {s}")),
-        };
-        let before = self.generation().map_err(|f| text("NFT_MSG_GETGEN", f))?;
-        let rule_request = NfTablesMessage::GetRule(RuleMessage { attributes: vec![RuleAttribute::Table(TABLE.into()), RuleAttribute::Chain(chain.into())] });
+    /// The rules of `chain` in `table` (None: no such chain), between two reads of the
+    /// generation, which must agree.
+    fn rules_of(&mut self, table: &str, chain: &str, family: Family) -> Result<(u32, Option<Vec<RuleMessage>>), Retry> {
+        let before = self.generation().map_err(|f| retry("NFT_MSG_GETGEN", f))?;
+        let rule_request = NfTablesMessage::GetRule(RuleMessage { attributes: vec![RuleAttribute::Table(table.into()), RuleAttribute::Chain(chain.into())] });
         let rules: Vec<RuleMessage> = self
             .ask(rule_request, family.proto(), true)
-            .map_err(|f| text("NFT_MSG_GETRULE", f))?
+            .map_err(|f| retry("NFT_MSG_GETRULE", f))?
             .into_iter()
             .filter_map(|m| if let NfTablesMessage::NewRule(r) = m { Some(r) } else { None })
             .collect();
         if rules.is_empty() {
             // an empty dump: the chain without rules, or no such chain
-            let get = NfTablesMessage::GetChain(ChainMessage { attributes: vec![ChainAttribute::Table(TABLE.into()), ChainAttribute::Name(chain.into())] });
+            let get = NfTablesMessage::GetChain(ChainMessage { attributes: vec![ChainAttribute::Table(table.into()), ChainAttribute::Name(chain.into())] });
             return match self.ask(get, family.proto(), false) {
-                Err(Failure::Absent) => Ok(None),
-                Err(f) => Err(text("NFT_MSG_GETCHAIN", f)),
-                Ok(_) => Ok(Some(BTreeSet::new())),
+                Err(Failure::Absent) => Ok((before, None)),
+                Err(f) => Err(retry("NFT_MSG_GETCHAIN", f)),
+                Ok(_) => Ok((before, Some(rules))),
             };
         }
+        Ok((before, Some(rules)))
+    }
+
+    /// Fails with [`Retry::Again`] when the generation moved since `before`.
+    fn same_generation(&mut self, before: u32) -> Result<(), Retry> {
+        let after = self.generation().map_err(|f| retry("NFT_MSG_GETGEN", f))?;
+        if after != before {
+            return Err(Retry::Again(format!("the ruleset changed during the read (generation {before} -> {after})")));
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, chain: &str, family: Family) -> Result<Option<BTreeSet<IpAddr>>, String> {
+        self.retried(|r| r.read_once(chain, family))
+    }
+
+    fn read_once(&mut self, chain: &str, family: Family) -> Result<Option<BTreeSet<IpAddr>>, Retry> {
+        let (before, rules) = self.rules_of(TABLE, chain, family)?;
+        let Some(rules) = rules else { return Ok(None) };
         let found = endpoints_of_rules(&rules, family).map_err(|e| Retry::No(format!("the chain's rules: {e}")))?;
         let mut ips = found.ips;
         for map in &found.maps {
@@ -380,18 +395,61 @@ impl<E: Exchange> NetlinkNftablesReader<E> {
                 .ask(get, family.proto(), true)
                 .map_err(|f| match f {
                     Failure::Absent => Retry::Again(format!("NFT_MSG_GETSETELEM {map}: absent (ENOENT)")),
-                    f => text(&format!("NFT_MSG_GETSETELEM {map}"), f),
+                    f => retry(&format!("NFT_MSG_GETSETELEM {map}"), f),
                 })?
                 .into_iter()
                 .filter_map(|m| if let NfTablesMessage::NewSetElement(e) = m { Some(e) } else { None })
                 .collect();
             ips.extend(endpoints_of_map(&elements, family).map_err(|e| Retry::No(format!("map {map}: {e}")))?);
         }
-        let after = self.generation().map_err(|f| text("NFT_MSG_GETGEN", f))?;
-        if after != before {
-            return Err(Retry::Again(format!("the ruleset changed during the read (generation {before} -> {after})")));
-        }
+        self.same_generation(before)?;
         Ok(Some(ips))
+    }
+}
+
+/// How a failed exchange of `what` ends a try: an interrupted dump is tried again.
+fn retry(what: &str, f: Failure) -> Retry {
+    match f {
+        Failure::Absent => Retry::No(format!("{what}: absent (ENOENT)")),
+        Failure::Other(s) if s.contains("NLM_F_DUMP_INTR") => Retry::Again(format!("{what}: {s}")),
+        Failure::Other(s) => Retry::No(format!("{what}: {s}")),
+    }
+}
+
+/// The chains the rules of `rules` jump or go to whose names start with `prefix` (iptables-nft
+/// writes `-j KUBE-SEP-...` as a native `jump` verdict), in order.
+pub fn jump_targets(rules: &[RuleMessage], prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for rule in rules {
+        for (_, data) in expressions(rule) {
+            let Some(Expressions::Immediate(attrs)) = data else { continue };
+            for a in attrs {
+                if let Immediate::Data(DataAttribute::Verdict(v)) = a {
+                    out.extend(
+                        v.iter().filter_map(|v| if let VerdictAttribute::Chain(c) = v { Some(c.clone()) } else { None }).filter(|c| c.starts_with(prefix)),
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Which chains a chain's rules jump to, read over netlink: iptables-nft's `KUBE-SVC-` chains.
+pub trait ChainJumps: Send {
+    /// The chains `chain` of `table` jumps to whose names start with `prefix`; None when there
+    /// is no such chain. Errors name what failed.
+    fn jumps(&mut self, table: &str, chain: &str, family: Family, prefix: &str) -> Result<Option<Vec<String>>, String>;
+}
+
+impl<E: Exchange> ChainJumps for NetlinkNftablesReader<E> {
+    fn jumps(&mut self, table: &str, chain: &str, family: Family, prefix: &str) -> Result<Option<Vec<String>>, String> {
+        self.retried(|r| {
+            let (before, rules) = r.rules_of(table, chain, family)?;
+            let Some(rules) = rules else { return Ok(None) };
+            r.same_generation(before)?;
+            Ok(Some(jump_targets(&rules, prefix)))
+        })
     }
 }
 
@@ -590,11 +648,29 @@ mod tests {
         let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, Ok(vec![])), (GETCHAIN, Err(2))]);
         assert_eq!(r.endpoints(&web).unwrap(), None);
         let chain = NfTablesMessage::NewChain(ChainMessage { attributes: vec![] });
-        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, Ok(vec![])), (GETCHAIN, Ok(vec![chain]))]);
+        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, Ok(vec![])), (GETCHAIN, Ok(vec![chain])), (GETGEN, Ok(vec![gen_(7)]))]);
         assert_eq!(r.endpoints(&web).unwrap(), Some(BTreeSet::new()));
         // no permission: a failed read
         let mut r = reader(vec![(GETGEN, Err(1))]);
         assert!(r.endpoints(&web).unwrap_err().how.contains("Operation not permitted"));
+    }
+
+    /// iptables-nft's `KUBE-SVC-` chain: a rule per endpoint, each a native jump to its
+    /// `KUBE-SEP-` chain (the masquerade rule jumps to `KUBE-MARK-MASQ`, not listed).
+    #[test]
+    fn an_iptables_nft_service_chain_gives_its_endpoint_chains() {
+        let jump = |chain: &str| immediate(DataAttribute::Verdict(vec![VerdictAttribute::Code(Verdict::Jump), VerdictAttribute::Chain(chain.into())]));
+        let svc = vec![
+            rule(vec![other("match"), other("payload"), other("cmp"), jump("KUBE-MARK-MASQ")]),
+            rule(vec![other("match"), other("match"), jump("KUBE-SEP-MKDTF7QCLRRBX5YA")]),
+            rule(vec![other("match"), jump("KUBE-SEP-F6WVCICFJW7ZS33A")]),
+        ];
+        assert_eq!(jump_targets(&svc, "KUBE-SEP-"), ["KUBE-SEP-MKDTF7QCLRRBX5YA", "KUBE-SEP-F6WVCICFJW7ZS33A"]);
+        let dump = || Ok(svc.iter().cloned().map(NfTablesMessage::NewRule).collect());
+        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(3)])), (GETRULE, dump()), (GETGEN, Ok(vec![gen_(3)]))]);
+        assert_eq!(r.jumps("nat", "KUBE-SVC-X", Family::V4, "KUBE-SEP-").unwrap().unwrap().len(), 2);
+        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(3)])), (GETRULE, Ok(vec![])), (GETCHAIN, Err(2))]);
+        assert_eq!(r.jumps("nat", "KUBE-SVC-X", Family::V4, "KUBE-SEP-"), Ok(None));
     }
 
     #[test]
