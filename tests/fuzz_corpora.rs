@@ -54,8 +54,10 @@ corpus_tests!(
 #[test]
 fn every_target_is_replayed() {
     let this = include_str!("fuzz_corpora.rs");
-    let list = this.lines().find_map(|l| l.strip_prefix("corpus_tests!(")).expect("the corpus_tests! line");
-    let tested: Vec<&str> = list.trim_end_matches(");").split(',').map(str::trim).collect();
+    // the invocation, on one line or (as rustfmt breaks a long one) several
+    let start = this.find("\ncorpus_tests!(").expect("the corpus_tests! invocation") + "\ncorpus_tests!(".len();
+    let list = &this[start..start + this[start..].find(");").expect("the end of the corpus_tests! invocation")];
+    let tested: Vec<&str> = list.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
     let manifest = include_str!("../fuzz/Cargo.toml");
     assert_eq!(tested.len(), checks::TARGETS.len());
     for (name, _) in checks::TARGETS {
