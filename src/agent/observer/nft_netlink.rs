@@ -200,11 +200,16 @@ pub fn decode(datagram: &[u8], seq: u32, into: &mut Vec<NfTablesMessage>) -> Res
         if len < 16 || len > rest.len() {
             return Err(Failure::Other(format!("a netlink message at byte {at} claims {len} bytes of {}", rest.len())));
         }
-        let msg = NetlinkMessage::<NetfilterMessage>::deserialize(&rest[..len]).map_err(|e| Failure::Other(format!("a netlink message at byte {at}: {e}")))?;
+        let (kind, sequence) = (buf.message_type(), buf.sequence_number());
+        let bytes = &rest[..len];
         at += (len + 3) & !3;
-        if msg.header.sequence_number != seq {
+        if sequence != seq {
             continue;
         }
+        if let Err(e) = decodable(kind, &bytes[16..]) {
+            return Err(Failure::Other(format!("a netlink message at byte {at}: {e}")));
+        }
+        let msg = NetlinkMessage::<NetfilterMessage>::deserialize(bytes).map_err(|e| Failure::Other(format!("a netlink message at byte {at}: {e}")))?;
         if msg.header.flags & NLM_F_DUMP_INTR != 0 {
             return Err(Failure::Other("the dump was interrupted by a ruleset change (NLM_F_DUMP_INTR)".into()));
         }
@@ -224,6 +229,93 @@ pub fn decode(datagram: &[u8], seq: u32, into: &mut Vec<NfTablesMessage>) -> Res
         }
     }
     Ok(false)
+}
+
+/// The attributes of `buf` (type without its flag bits, payload), while they are well formed:
+/// the first malformed one ends the walk (the library's own checked walk then fails on it).
+fn attributes(buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    let mut rest = buf;
+    std::iter::from_fn(move || {
+        let len = usize::from(u16::from_ne_bytes([*rest.first()?, *rest.get(1)?]));
+        let kind = u16::from_ne_bytes([*rest.get(2)?, *rest.get(3)?]) & 0x3fff;
+        if len < 4 || len > rest.len() {
+            return None;
+        }
+        let payload = &rest[4..len];
+        rest = &rest[((len + 3) & !3).min(rest.len())..];
+        Some((kind, payload))
+    })
+}
+
+/// One well-formed attribute: what `netlink-packet-netfilter` 0.4 reads without checking where
+/// an attribute holds a single nested one (`NlaBuffer::new`: a length under 4 or past the
+/// payload panics inside it).
+fn single(payload: &[u8], what: &str) -> Result<(), String> {
+    match payload {
+        [a, b, _, _, ..] if (4..=payload.len()).contains(&usize::from(u16::from_ne_bytes([*a, *b]))) => Ok(()),
+        _ => Err(format!("{what}: not one well-formed attribute")),
+    }
+}
+
+/// Checks an expression list (`NFTA_RULE_EXPRESSIONS`, `NFTA_SET_ELEM_EXPRESSIONS`): the data
+/// attributes the library reads unchecked, per expression name (immediate's data, cmp's data,
+/// bitwise's mask, xor and data).
+fn expressions_decodable(list: &[u8]) -> Result<(), String> {
+    for (kind, element) in attributes(list) {
+        if kind != 1 {
+            continue;
+        }
+        let mut name: &[u8] = b"";
+        for (kind, value) in attributes(element) {
+            match kind {
+                1 => name = value.split(|b| *b == 0).next().unwrap_or_default(),
+                2 => {
+                    for (kind, data) in attributes(value) {
+                        match (name, kind) {
+                            (b"immediate", 2) | (b"cmp", 3) | (b"bitwise", 4 | 5 | 7) => single(data, "an expression's data")?,
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `netlink-packet-netfilter` can decode a message of type `kind` with `payload` (the
+/// bytes after the netlink header) without panicking: only the nftables messages an answer of
+/// this reader holds (`NEWGEN`, `NEWCHAIN`, `NEWRULE`, `NEWSETELEM`) and the control messages,
+/// with every attribute the library reads unchecked well formed (found by the `nft_netlink`
+/// fuzz target: a set element's data of a length under 4).
+fn decodable(kind: u16, payload: &[u8]) -> Result<(), String> {
+    const NEWCHAIN: u16 = 0x0a03;
+    const NEWRULE: u16 = 0x0a06;
+    const NEWSETELEM: u16 = 0x0a0c;
+    const NEWGEN: u16 = 0x0a0f;
+    // after the 4 bytes of nfgenmsg
+    let attrs = payload.get(4..).unwrap_or_default();
+    match kind {
+        // NLMSG_NOOP, NLMSG_ERROR, NLMSG_DONE, NLMSG_OVERRUN: read by netlink-packet-core
+        1..=4 | NEWGEN | NEWCHAIN => Ok(()),
+        NEWRULE => attributes(attrs).filter(|a| a.0 == 4).try_for_each(|(_, list)| expressions_decodable(list)),
+        NEWSETELEM => {
+            for (_, list) in attributes(attrs).filter(|a| a.0 == 3) {
+                for (_, element) in attributes(list).filter(|a| a.0 == 1) {
+                    for (kind, value) in attributes(element) {
+                        match kind {
+                            1 | 2 | 7 => single(value, "a set element's key, data or expression")?,
+                            11 => expressions_decodable(value)?,
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+        other => Err(format!("message type {other:#06x} is none this reader asks for")),
+    }
 }
 
 /// The request `message` to the nftables subsystem with sequence number `seq`: a dump, or a
@@ -720,6 +812,27 @@ mod tests {
         assert_eq!(answer("netlink-1.37.2-chain-absent-seq103.bin", 103), Err(Failure::Absent));
         // another request's answer: skipped whole, so not complete
         assert_eq!(answer("netlink-1.37.2-chain-absent-seq103.bin", 7), Ok((false, vec![])));
+    }
+
+    /// What the `nft_netlink` fuzz target found: a set element whose data attribute holds an
+    /// attribute of length under 4, which `netlink-packet-netfilter` 0.4 reads unchecked and
+    /// panicked on; and message types no answer of this reader holds.
+    #[test]
+    fn what_the_library_would_panic_on_is_refused_first() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/rules");
+        let crash = std::fs::read(dir.join("netlink-fuzz-set-element-data-length-under-4.bin")).unwrap();
+        let seq = u32::from_ne_bytes(crash[8..12].try_into().unwrap());
+        let e = decode(&crash, seq, &mut Vec::new()).unwrap_err();
+        assert!(matches!(&e, Failure::Other(s) if s.contains("not one well-formed attribute")), "{e:?}");
+        // a real answer passes the same check
+        let map = std::fs::read(dir.join("netlink-1.37.2-service-chain-2-endpoints-map-seq102.bin")).unwrap();
+        assert!(decode(&map, 102, &mut Vec::new()).is_ok());
+        assert!(single(&[8, 0, 1, 0, 1, 2, 3, 4], "x").is_ok());
+        for bad in [&[][..], &[3, 0, 1, 0][..], &[9, 0, 1, 0, 1, 2, 3, 4][..], &[8, 0, 1][..]] {
+            assert!(single(bad, "x").is_err(), "{bad:?}");
+        }
+        // NFT_MSG_NEWSET (0x0a09): not asked for, not decoded
+        assert!(decodable(0x0a09, &[2, 0, 0, 0]).unwrap_err().contains("0x0a09"));
     }
 
     /// The request bytes: nfnetlink's subsystem and type, the dump flags, table and chain.
