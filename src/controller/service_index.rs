@@ -157,12 +157,20 @@ impl ClusterIndex {
         }
     }
 
-    /// Removes one Service.
+    /// Removes one Service, and drops the removals of its endpoints still open
+    /// ([`RemovalStore::forget_service`]).
     pub fn delete_service(&self, s: &Service) {
+        let (ns, name) = (s.namespace().unwrap_or_default(), s.name_any());
+        if self.observing.load(std::sync::atomic::Ordering::Relaxed) {
+            let dropped = self.with_removals(|r| r.forget_service(&ns, &name));
+            if dropped > 0 {
+                tracing::debug!(namespace = %ns, service = %name, dropped, "the Service was deleted: its open removals are dropped");
+            }
+        }
         if let Ok(mut g) = self.inner.write()
-            && let Some(m) = g.services.get_mut(&s.namespace().unwrap_or_default())
+            && let Some(m) = g.services.get_mut(&ns)
         {
-            m.remove(&s.name_any());
+            m.remove(&name);
         }
     }
 

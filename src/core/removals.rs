@@ -119,8 +119,9 @@ impl Window {
 }
 
 impl NodeObservation {
-    /// Bounded within [`PRECISE_BOUND_SECONDS`] (from the last read holding the endpoint, or
-    /// from the `deletion` when no read held it), or, censored, read as held within
+    /// Bounded within [`PRECISE_BOUND_SECONDS`] (from the later of the last read holding the
+    /// endpoint and the `deletion`, or from the deletion when no read held it), or, censored,
+    /// read as held within
     /// [`CENSORED_FRESH_SECONDS`] of its deadline.
     fn is_precise(&self, deletion: f64) -> bool {
         match *self {
@@ -362,6 +363,7 @@ pub struct RemovalStore {
     closed: VecDeque<(f64, Removal)>,
     dropped: u64,
     unobserved: u64,
+    service_gone: u64,
     /// The last summary and the closed removals it was made of (how many, the first's and the
     /// last's closing time): every policy's reconcile asks for it, and it changes only with them.
     cached: Option<((usize, f64, f64), RemovalSummary)>,
@@ -482,6 +484,24 @@ impl RemovalStore {
         let sum = summarise(within().map(|(_, r)| r));
         self.cached = Some((key, sum.clone()));
         sum
+    }
+
+    /// The Service `namespace/name` was deleted: its open removals are dropped, not observed.
+    /// Its endpoints then leave the rules with the Service itself (a namespace deleted, a
+    /// Service torn down), which no client reaches through a live Service: a preStop sleep is
+    /// not sized from them (the experiment saw such removals take 5.7 s at 4,000 Services, where
+    /// a rollout's took 2.1 s). Returns how many were dropped.
+    pub fn forget_service(&mut self, namespace: &str, name: &str) -> usize {
+        let before = self.open.len();
+        self.open.retain(|(s, _), _| !(s.namespace == namespace && s.name == name));
+        let dropped = before - self.open.len();
+        self.service_gone += dropped as u64;
+        dropped
+    }
+
+    /// Open removals dropped because their Service was deleted, so far.
+    pub fn service_gone(&self) -> u64 {
+        self.service_gone
     }
 
     /// Removals open now.
@@ -763,5 +783,29 @@ mod tests {
             proptest::prop_assert_eq!(small.window(), all.window());
             proptest::prop_assert_eq!(small.is_precise(), all.is_precise());
         }
+    }
+
+    #[test]
+    fn a_deleted_services_open_removals_are_dropped_not_observed() {
+        let mut s = RemovalStore::default();
+        let pending = |name: &str, ip: u32| PendingRemoval {
+            service: ServicePort { name: name.into(), ..test_port("web") },
+            endpoint: IpAddr::from(std::net::Ipv4Addr::from(ip)),
+            pod: format!("ns/{name}-{ip}"),
+            deletion: 100.0,
+            sleep_seconds: Some(3),
+            deadline: 160.0,
+        };
+        s.open(pending("web", 1));
+        s.open(pending("web", 2));
+        s.open(pending("api", 3));
+        let ns = test_port("web").namespace;
+        assert_eq!(s.forget_service(&ns, "web"), 2);
+        assert_eq!(s.forget_service("other", "api"), 0, "another namespace's Service of that name");
+        assert_eq!((s.open_count(), s.service_gone()), (1, 2));
+        // nothing of them is ever closed or counted
+        let nodes: BTreeSet<String> = ["a".to_string()].into();
+        assert_eq!(s.close(200.0, &nodes), 1);
+        assert_eq!(s.summary(200.0, 600.0).removals, 0, "the api removal had no node report: unobserved");
     }
 }

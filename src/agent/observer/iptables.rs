@@ -111,6 +111,14 @@ impl<R: Runner> DataPlaneReader for IptablesReader<R> {
     fn endpoints(&mut self, service: &ServicePort) -> Result<Option<BTreeSet<IpAddr>>, ReadError> {
         let chain = service_chain(service);
         let command = |c: &str| format!("{} -t nat -S {c}", self.program);
+        if service.cluster_ip.is_ipv6() {
+            // kube-proxy writes an IPv6 Service's chains with ip6tables, which this reader does
+            // not run: a failed read, never a removal
+            return Err(ReadError {
+                command: command(&chain),
+                how: format!("IPv6 Service {}/{}: its rules are ip6tables', not read", service.namespace, service.name),
+            });
+        }
         let seps = if let Some(n) = self.netlink.as_mut() {
             let family = if service.cluster_ip.is_ipv6() { Family::V6 } else { Family::V4 };
             match n.jumps("nat", &chain, family, "KUBE-SEP-") {
@@ -254,9 +262,13 @@ mod tests {
         assert_eq!(r.endpoints(&s).unwrap(), Some(want.clone()));
         assert_eq!(r.endpoints.len(), 2, "both endpoint chains' targets kept");
         assert_eq!(IptablesReader::new(runner.clone(), "iptables-nft", false).with_netlink(Box::new(Jumps(Ok(None)))).endpoints(&s), Ok(None));
-        let e = IptablesReader::new(runner, "iptables-nft", false)
+        let e = IptablesReader::new(runner.clone(), "iptables-nft", false)
             .with_netlink(Box::new(Jumps(Err("NFT_MSG_GETGEN: Operation not permitted".into()))))
             .endpoints(&s);
         assert_eq!(e.unwrap_err().command, "netlink read of chain nat KUBE-SVC-NPX46M4PTMTKRN6Y");
+        // an IPv6 Service: its rules are ip6tables', which the reader does not run
+        let v6 = ServicePort { cluster_ip: "fd00::1".parse().unwrap(), ..s };
+        let e = IptablesReader::new(runner, "iptables-nft", false).with_netlink(Box::new(Jumps(Ok(None)))).endpoints(&v6).unwrap_err();
+        assert!(e.how.contains("IPv6 Service default/kubernetes"), "{e}");
     }
 }

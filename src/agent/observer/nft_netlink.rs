@@ -201,31 +201,38 @@ pub fn decode(datagram: &[u8], seq: u32, into: &mut Vec<NfTablesMessage>) -> Res
             return Err(Failure::Other(format!("a netlink message at byte {at} claims {len} bytes of {}", rest.len())));
         }
         let (kind, sequence) = (buf.message_type(), buf.sequence_number());
-        let bytes = &rest[..len];
+        let (bytes, start) = (&rest[..len], at);
         at += (len + 3) & !3;
         if sequence != seq {
             continue;
         }
         if let Err(e) = decodable(kind, &bytes[16..]) {
-            return Err(Failure::Other(format!("a netlink message at byte {at}: {e}")));
+            return Err(Failure::Other(format!("a netlink message at byte {start}: {e}")));
         }
-        let msg = NetlinkMessage::<NetfilterMessage>::deserialize(bytes).map_err(|e| Failure::Other(format!("a netlink message at byte {at}: {e}")))?;
+        let msg = NetlinkMessage::<NetfilterMessage>::deserialize(bytes).map_err(|e| Failure::Other(format!("a netlink message at byte {start}: {e}")))?;
         if msg.header.flags & NLM_F_DUMP_INTR != 0 {
             return Err(Failure::Other("the dump was interrupted by a ruleset change (NLM_F_DUMP_INTR)".into()));
         }
-        match msg.payload {
-            NetlinkPayload::Done(_) => return Ok(true),
-            NetlinkPayload::Error(e) => {
-                return match e.code {
-                    None => Ok(true),
-                    Some(c) => match std::io::Error::from_raw_os_error(c.get().saturating_neg()) {
-                        e if e.kind() == std::io::ErrorKind::NotFound => Err(Failure::Absent),
-                        e => Err(Failure::Other(format!("the kernel answered {e}"))),
-                    },
-                };
+        // a dump that failed after it began ends with NLMSG_DONE carrying the errno
+        // (`netlink_dump`): its messages so far are not the whole answer
+        let errno = match msg.payload {
+            NetlinkPayload::Done(d) if d.code == 0 => return Ok(true),
+            NetlinkPayload::Done(d) => Some(d.code),
+            NetlinkPayload::Error(e) => match e.code {
+                None => return Ok(true),
+                Some(c) => Some(c.get()),
+            },
+            NetlinkPayload::InnerMessage(NetfilterMessage { inner: netlink_packet_netfilter::NetfilterMessageInner::NfTables(m), .. }) => {
+                into.push(m);
+                None
             }
-            NetlinkPayload::InnerMessage(NetfilterMessage { inner: netlink_packet_netfilter::NetfilterMessageInner::NfTables(m), .. }) => into.push(m),
-            _ => {}
+            _ => None,
+        };
+        if let Some(code) = errno {
+            return match std::io::Error::from_raw_os_error(code.saturating_neg()) {
+                e if e.kind() == std::io::ErrorKind::NotFound => Err(Failure::Absent),
+                e => Err(Failure::Other(format!("the kernel answered {e}"))),
+            };
         }
     }
     Ok(false)
@@ -376,10 +383,19 @@ impl Exchange for Kernel {
             if bytes > super::MAX_OUTPUT_BYTES {
                 return Err(Failure::Other(format!("answer larger than {} bytes", super::MAX_OUTPUT_BYTES)));
             }
-            if decode(&datagram, seq, &mut messages)? {
-                // the socket is kept only after a complete answer: nothing of this one is left
-                self.socket = Some(socket);
-                return Ok(messages);
+            match decode(&datagram, seq, &mut messages) {
+                // the socket is kept after a complete answer (an errno ends one too: an absent
+                // chain is read every round): nothing of this one is left
+                Ok(true) => {
+                    self.socket = Some(socket);
+                    return Ok(messages);
+                }
+                Err(Failure::Absent) => {
+                    self.socket = Some(socket);
+                    return Err(Failure::Absent);
+                }
+                Err(f) => return Err(f),
+                Ok(false) => {}
             }
         }
     }
@@ -774,6 +790,14 @@ mod tests {
         for cut in [1, 15, 17, whole.len() - 1] {
             assert!(decode(&whole[..cut], 5, &mut Vec::new()).is_err(), "cut at {cut}");
         }
+        // a dump that failed after it began: NLMSG_DONE with the errno, not a whole answer
+        let mut failed = DoneMessage::default();
+        failed.code = -28;
+        let cut_short = datagram(vec![gen_(1)], 5, NetlinkPayload::Done(failed), 0);
+        assert!(matches!(decode(&cut_short, 5, &mut Vec::new()), Err(Failure::Other(s)) if s.contains("No space left")));
+        let mut gone = DoneMessage::default();
+        gone.code = -2;
+        assert_eq!(decode(&datagram(vec![], 5, NetlinkPayload::Done(gone), 0), 5, &mut Vec::new()), Err(Failure::Absent));
         // a length beyond the datagram
         whole[0] = 0xff;
         assert!(decode(&whole, 5, &mut Vec::new()).is_err());

@@ -304,7 +304,8 @@ impl Observer {
             }
             let removed = self.watches.lock().unwrap_or_else(PoisonError::into_inner).apply(s, &read, started, ended);
             for (endpoint, last_with, first_without) in removed {
-                // the read bound of each removal (a bound above 0.5 s is `coarse` at the operator)
+                // the read bound of each removal on the agent's clock (None: no read held it; the
+                // operator then bounds it from the deletion)
                 let bound_seconds = last_with.map(|lw| first_without - lw);
                 tracing::debug!(service = %format!("{}/{}:{}", s.namespace, s.name, s.port_name), %endpoint, ?bound_seconds, read_seconds = ended - started, "removal read");
             }
