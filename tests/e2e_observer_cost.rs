@@ -36,15 +36,6 @@ struct Run {
     p99: Option<f64>,
 }
 
-fn deployment(ns: &str, replicas: usize, generation: usize) -> Deployment {
-    serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
-        "spec": {"replicas": replicas, "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}, "annotations": {"rollout": generation.to_string()}},
-                "spec": common::on_real_nodes(json!({"containers": [common::testapp_container("web")]}))}}}))
-    .unwrap()
-}
-
 async fn run_once(client: &kube::Client, observing: bool, replicas: usize, n: usize) -> Run {
     let (system, ns, hook) = (format!("e2e-cost-system-{n}"), format!("e2e-cost-{n}"), format!("safe-termination-e2e-cost-{n}"));
     let agents = common::agents::NodeAgents::start().await;
@@ -56,26 +47,14 @@ async fn run_once(client: &kube::Client, observing: bool, replicas: usize, n: us
     Api::<Service>::namespaced(client.clone(), &ns).create(&PostParams::default(), &svc).await.unwrap();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let ready = async |generation: usize| {
-        common::wait_for(&format!("{replicas} ready pods of generation {generation}, and no other"), 300, async || {
-            let l = pods.list(&ListParams::default()).await.ok()?;
-            let ours = l
-                .items
-                .iter()
-                .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get("rollout")).map(String::as_str) == Some(generation.to_string().as_str()))
-                .filter(|p| p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
-                .count();
-            (ours == replicas && l.items.len() == replicas).then_some(())
-        })
-        .await
-    };
-    deployments.patch("web", &PatchParams::apply("e2e-cost").force(), &Patch::Apply(&deployment(&ns, replicas, 1))).await.unwrap();
-    ready(1).await;
+    let strategy = || Some(json!({"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}));
+    deployments.patch("web", &PatchParams::apply("e2e-cost").force(), &Patch::Apply(&common::web_deployment(replicas, 1, strategy()))).await.unwrap();
+    common::wait_rollout_settled(&pods, replicas, 1, 300).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let before: Vec<f64> = agents.usage().iter().map(|a| a.1).collect();
     let started = Instant::now();
-    deployments.patch("web", &PatchParams::apply("e2e-cost").force(), &Patch::Apply(&deployment(&ns, replicas, 2))).await.unwrap();
-    ready(2).await;
+    deployments.patch("web", &PatchParams::apply("e2e-cost").force(), &Patch::Apply(&common::web_deployment(replicas, 2, strategy()))).await.unwrap();
+    common::wait_rollout_settled(&pods, replicas, 2, 300).await;
     // the last removals' reads end after the old pods are gone: the agents' deadline is 60 s,
     // but an observed removal closes once every node dropped it (seconds)
     tokio::time::sleep(Duration::from_secs(5)).await;

@@ -752,31 +752,14 @@ async fn prestop_sleep_missed_fires_on_a_run_built_to_miss() {
     Api::<Service>::namespaced(client.clone(), "e2e-prom-miss").create(&PostParams::default(), &web).await.expect("create Service web");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "e2e-prom-miss");
     let deploy = async |generation: u32| {
-        let d: Deployment = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-            "spec": {"replicas": 8, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}, "annotations": {"rollout": generation.to_string()}},
-                    "spec": common::on_real_nodes(json!({"containers": [common::testapp_container("web")]}))}}}))
-        .unwrap();
+        let d = common::web_deployment(8, generation, None);
         deployments.patch("web", &PatchParams::apply("e2e-prom").force(), &Patch::Apply(&d)).await.expect("apply Deployment web");
     };
-    deploy(1).await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "e2e-prom-miss");
-    let settled = async |generation: u32| {
-        common::wait_for(&format!("8 ready pods of rollout {generation}, and no other"), 240, async || {
-            let l = pods.list(&ListParams::default()).await.ok()?;
-            let ready = l
-                .items
-                .iter()
-                .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get("rollout")) == Some(&generation.to_string()))
-                .filter(|p| p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
-                .count();
-            (ready == 8 && l.items.len() == 8).then_some(())
-        })
-        .await
-    };
-    settled(1).await;
+    deploy(1).await;
+    common::wait_rollout_settled(&pods, 8, 1, 240).await;
     deploy(2).await;
-    settled(2).await;
+    common::wait_rollout_settled(&pods, 8, 2, 240).await;
     // the 8 removals observed; the coverage below 99%; the alert firing (it has no `for`)
     let t0 = Instant::now();
     let (status, firing) = loop {

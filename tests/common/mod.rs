@@ -260,6 +260,35 @@ pub fn testapp_container(name: &str) -> Value {
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1, "failureThreshold": 1}})
 }
 
+/// Deployment `web` of `replicas` test-app pods on the real nodes (label `app: web`), its pod
+/// template annotated `rollout: <generation>` (a new generation rolls every pod), with the
+/// rolling-update `strategy` given (JSON), or the default one.
+pub fn web_deployment(replicas: usize, generation: u32, strategy: Option<Value>) -> k8s_openapi::api::apps::v1::Deployment {
+    let mut spec = json!({"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}, "annotations": {"rollout": generation.to_string()}},
+            "spec": on_real_nodes(json!({"containers": [testapp_container("web")]}))}});
+    if let Some(s) = strategy {
+        spec["strategy"] = s;
+    }
+    serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": spec})).unwrap()
+}
+
+/// Waits up to `secs` until `pods` holds exactly `replicas` pods, all Ready and of rollout
+/// `generation` ([`web_deployment`]): the rolling update done and its old pods gone.
+pub async fn wait_rollout_settled(pods: &Api<k8s_openapi::api::core::v1::Pod>, replicas: usize, generation: u32, secs: u64) {
+    wait_for(&format!("{replicas} ready pods of rollout {generation}, and no other"), secs, async || {
+        let l = pods.list(&kube::api::ListParams::default()).await.ok()?;
+        let ready = l
+            .items
+            .iter()
+            .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get("rollout")) == Some(&generation.to_string()))
+            .filter(|p| p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+            .count();
+        (ready == replicas && l.items.len() == replicas).then_some(())
+    })
+    .await
+}
+
 /// Polls `f` every 250 ms until it returns `Some`, and returns that; panics naming `what` after
 /// `secs` seconds.
 pub async fn wait_for<T>(what: &str, secs: u64, mut f: impl AsyncFnMut() -> Option<T>) -> T {
