@@ -120,8 +120,8 @@ impl<R: Runner> DataPlaneReader for IptablesReader<R> {
             });
         }
         let seps = if let Some(n) = self.netlink.as_mut() {
-            let family = if service.cluster_ip.is_ipv6() { Family::V6 } else { Family::V4 };
-            match n.jumps("nat", &chain, family, "KUBE-SEP-") {
+            // IPv4 only: an IPv6 Service was refused above
+            match n.jumps("nat", &chain, Family::V4, "KUBE-SEP-") {
                 Ok(Some(seps)) => seps,
                 Ok(None) => return Ok(None),
                 Err(how) => return Err(ReadError { command: format!("netlink read of chain nat {chain}"), how }),
