@@ -102,9 +102,13 @@ fn main() {
     );
 
     // one round's wire: the request to each agent, one agent's answer
-    let request =
-        ObserveRequest { watches: (0..open).map(|i| WatchRequest { service: service(), endpoint: endpoint(0, i), remaining_seconds: 59.0 }).collect() };
+    let request = ObserveRequest {
+        watches: (0..open)
+            .map(|i| WatchRequest { service: service(), endpoint: endpoint(0, i), remaining_seconds: 59.0, deletion_age_seconds: Some(1.0) })
+            .collect(),
+    };
     let answer = ObserveResponse {
+        protocol: safe_termination::agent_contract::observer::OBSERVER_PROTOCOL,
         agent_unix_seconds: 1_000_000.5,
         data_plane: Some("nftables".into()),
         records: (0..open)

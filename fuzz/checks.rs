@@ -651,6 +651,7 @@ pub fn nft_netlink(data: &[u8]) {
 /// refused by JSON or moved as numbers), and closing at any time keeps every window finite or
 /// absent.
 pub fn observe_wire(data: &[u8]) {
+    use safe_termination::agent::observer::metrics::ObserverMetrics;
     use safe_termination::agent::observer::watch::Watches;
     use safe_termination::agent_contract::observer::{ObserveRequest, ObserveResponse, WatchState};
     use safe_termination::controller::observer::report_of;
@@ -666,6 +667,24 @@ pub fn observe_wire(data: &[u8]) {
         assert!(records.iter().all(|r| matches!(r.state, WatchState::Held | WatchState::Expired) && r.reads == 0));
         let again: ObserveRequest = serde_json::from_slice(&serde_json::to_vec(&req).unwrap()).unwrap();
         assert_eq!(again, req);
+        // one read without any endpoint removes every watch; each whose request carried the
+        // deletion's age is counted in the deletion-to-removed histogram, which writes in both
+        // expositions
+        let mut metrics = ObserverMetrics::default();
+        let ports: std::collections::BTreeSet<_> = req.watches.iter().map(|x| x.service.clone()).collect();
+        let (mut removed, mut aged) = (0, 0);
+        for p in &ports {
+            for r in w.apply(p, &Ok(Some(Default::default())), 1000.5, 1000.6) {
+                removed += 1;
+                if let Some(deletion) = r.deletion {
+                    assert!(deletion <= 1000.0 && deletion.is_finite());
+                    metrics.removed(r.first_without - deletion);
+                    aged += 1;
+                }
+            }
+        }
+        assert_eq!((removed, metrics.removals()), (distinct.len(), aged));
+        assert!(!metrics.exposition(true, Some("node-a")).is_empty() && !metrics.exposition(false, None).is_empty());
     }
     if let Ok(resp) = serde_json::from_slice::<ObserveResponse>(data) {
         let clock = ClockOffset::of(resp.agent_unix_seconds, 999.0, 1000.0);

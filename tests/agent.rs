@@ -80,6 +80,7 @@ impl Agent {
             nft_binary: write_fake_nft(dir).display().to_string(),
             iptables_nft_binary: "iptables-nft".into(),
             iptables_legacy_binary: "iptables-legacy".into(),
+            node_name: Some("node-a".into()),
         };
         let listener = std::net::TcpListener::bind(args.listen).unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -426,7 +427,7 @@ async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
         cluster_ip: "10.96.7.7".parse().unwrap(),
         port: 80,
     };
-    let watch = |ip: &str| WatchRequest { service: service.clone(), endpoint: ip.parse().unwrap(), remaining_seconds: 30.0 };
+    let watch = |ip: &str| WatchRequest { service: service.clone(), endpoint: ip.parse().unwrap(), remaining_seconds: 30.0, deletion_age_seconds: Some(0.25) };
     let request = ObserveRequest { watches: vec![watch("10.244.1.5"), watch("10.244.2.4")] };
     let first = observe_agent(&client, &target, &request).await.unwrap();
     assert_eq!(first.response.records.len(), 2);
@@ -464,6 +465,20 @@ async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
     assert!(lw <= switched && switched <= fw, "last with {lw}, switched {switched}, first without {fw}");
     assert!(fw - switched < 2.0, "read within a round or two: {}", fw - switched);
     assert_eq!((kept.state, kept.first_without_unix_seconds), (WatchState::Held, None), "the other endpoint is still held");
+    // the health port's /metrics: one removal in the deletion-to-removed histogram, its deletion
+    // the first request's receipt less its age (0.25 s), all on this one clock
+    let text = reqwest::get(format!("http://{}/metrics", agent.health)).await.unwrap().text().await.unwrap();
+    let value = |series: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with(series)).unwrap_or_else(|| panic!("{series} in\n{text}"));
+        line.rsplit_once(' ').unwrap().1.parse().unwrap()
+    };
+    assert_eq!(value("safe_termination_agent_deletion_to_removed_seconds_count{node=\"node-a\"}"), 1.0);
+    let window = value("safe_termination_agent_deletion_to_removed_seconds_sum{node=\"node-a\"}");
+    let (earliest, latest) = (fw - first.received_unix_seconds + 0.25, fw - first.sent_unix_seconds + 0.25);
+    assert!(earliest - 1e-6 <= window && window <= latest + 1e-6, "window {window} within [{earliest}, {latest}]");
+    assert_eq!(value("safe_termination_agent_removals_censored_total{node=\"node-a\"}"), 0.0);
+    assert!(value("safe_termination_agent_data_plane_reads_total{node=\"node-a\",result=\"ok\"}") >= 3.0);
+    assert_eq!(o.response.protocol, 2);
     // a request the agent refuses, by name
     let bad = client.post(format!("{}/removals", agent.url())).body("{\"watches\": 1}").send().await.unwrap();
     assert_eq!(bad.status(), 400);

@@ -77,6 +77,19 @@ fn the_node_agent_renders_for_true_and_auto_and_not_for_false() {
     assert_eq!((a.nft_binary.as_str(), a.iptables_nft_binary.as_str(), a.iptables_legacy_binary.as_str()), ("nft", "iptables-nft", "iptables-legacy"));
     assert_eq!(find(&d, "DaemonSet", "st-safe-termination-agent")["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example/st-agent:1.2.3");
     check_deployment(&d, ns, fullname, 2);
+    assert!(of_kind(&d, "PodMonitor").is_empty(), "no PodMonitor without serviceMonitor.enabled");
+    // with the Prometheus Operator's monitors on, a PodMonitor scrapes the agents' health port
+    let values = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(values.path(), "serviceMonitor:\n  enabled: true\n").unwrap();
+    let d = docs(&helm_template(release, ns, Some(values.path()), &["agent.enabled=true", "agent.namespace=st-agents"]));
+    let pm = find(&d, "PodMonitor", "st-safe-termination-agent");
+    assert_eq!(pm["metadata"]["namespace"], "st-agents");
+    assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["port"], "healthz");
+    assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["path"], "/metrics");
+    let labels = &find(&d, "DaemonSet", "st-safe-termination-agent")["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in pm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&labels[k], v, "the PodMonitor selects the agents' pods ({k})");
+    }
     // false, and auto where the operator would not read agents: no agent, no agent flags
     for sets in [&["agent.enabled=false"][..], &["operator.source=kube-proxy"], &["certificates.mode=certManager"]] {
         let d = docs(&helm_template(release, ns, None, sets));

@@ -68,6 +68,7 @@ fn install_stand_in_crds() -> Vec<String> {
         ("cert-manager.io", "Certificate", "certificates", "v1"),
         ("cert-manager.io", "Issuer", "issuers", "v1"),
         ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors", "v1"),
+        ("monitoring.coreos.com", "PodMonitor", "podmonitors", "v1"),
         ("monitoring.coreos.com", "PrometheusRule", "prometheusrules", "v1"),
     ];
     let mut created = Vec::new();

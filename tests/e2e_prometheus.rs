@@ -152,6 +152,8 @@ impl Prometheus {
         std::fs::write(&rules, serde_json::to_string_pretty(rule_groups).unwrap()).unwrap();
         let operators = dir.path().join("operators.json");
         std::fs::write(&operators, "[]").unwrap();
+        let agents = dir.path().join("agents.json");
+        std::fs::write(&agents, "[]").unwrap();
         let static_configs: Vec<Value> = kube_proxies
             .iter()
             .map(|(node, url)| {
@@ -172,6 +174,8 @@ impl Prometheus {
             "scrape_configs": [
                 {"job_name": "kube-proxy", "metrics_path": metrics_path, "static_configs": static_configs},
                 {"job_name": "safe-termination", "file_sd_configs": [{"files": [operators], "refresh_interval": "2s"}]},
+                // the node agents' own metrics (health port): their series carry `node`
+                {"job_name": "safe-termination-agent", "honor_labels": true, "file_sd_configs": [{"files": [agents], "refresh_interval": "2s"}]},
             ],
         });
         let config_file = dir.path().join("prometheus.yml");
@@ -217,6 +221,16 @@ impl Prometheus {
         let file = self.dir.path().join("operators.json");
         let tmp = self.dir.path().join("operators.json.tmp");
         std::fs::write(&tmp, json!([{"targets": [format!("127.0.0.1:{}", op.admin)]}]).to_string()).unwrap();
+        std::fs::rename(tmp, file).unwrap();
+    }
+
+    /// Sets the `safe-termination-agent` job's targets to the agents' health ports (file
+    /// discovery).
+    fn scrape_agents(&self, agents: &common::agents::NodeAgents) {
+        let file = self.dir.path().join("agents.json");
+        let tmp = self.dir.path().join("agents.json.tmp");
+        let targets: Vec<&str> = agents.health.iter().map(|(_, addr)| addr.as_str()).collect();
+        std::fs::write(&tmp, json!([{"targets": targets}]).to_string()).unwrap();
         std::fs::rename(tmp, file).unwrap();
     }
 
@@ -744,7 +758,10 @@ async fn prestop_sleep_missed_fires_on_a_run_built_to_miss() {
     let (op, policies) =
         common::operator_with_policy_args(&client, "e2e-prom-miss-system", "e2e-prom-miss", "safe-termination-e2e-prom-miss", spec, &extra).await;
     prom.scrape_operator(&op);
+    prom.scrape_agents(&agents);
     common::wait_for("Prometheus scraping the operator", 60, async || (!prom.query("up{job=\"safe-termination\"} == 1").await.is_empty()).then_some(())).await;
+    let up_agents = "up{job=\"safe-termination-agent\"} == 1";
+    common::wait_for("Prometheus scraping the agents", 60, async || (prom.query(up_agents).await.len() == agents.health.len()).then_some(())).await;
     assert!(alerts_named(&prom, ALERT).await.is_empty(), "{ALERT} active before any removal");
     let web: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
         "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}))
@@ -779,6 +796,7 @@ async fn prestop_sleep_missed_fires_on_a_run_built_to_miss() {
     assert!(worst["windowSeconds"].as_f64().is_some_and(|w| w > 1.0), "{observed}");
     let condition = status["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "PodsUnderprotected").cloned());
     assert!(condition.as_ref().is_some_and(|c| c["status"] == "True" && c["reason"] == "ObservedRemovalOutlivedSleep"), "{condition:?}");
+    agents_histograms_agree(&prom, &agents, worst["windowSeconds"].as_f64().unwrap()).await;
     drop(op);
     drop(agents);
     drop(prom);
@@ -786,6 +804,45 @@ async fn prestop_sleep_missed_fires_on_a_run_built_to_miss() {
         .delete("safe-termination-e2e-prom-miss", &DeleteParams::default())
         .await;
     delete_namespaces(&client, MISS_NAMESPACES, 300).await;
+}
+
+/// The agents' deletion-to-removed native histograms, through Prometheus, against the operator's
+/// records of the same 8 removals: on every node each removal is in the histogram or counted
+/// censored, and the slowest node's highest bucket holds the worst window the operator recorded
+/// (the operator's window is the slowest node's; the agent's deletion, taken from the age the
+/// operator sent, is late by the request's latency, and the operator moves the agent's read
+/// times onto its clock within half a round trip: 0.1 s allowed for both).
+async fn agents_histograms_agree(prom: &Prometheus, agents: &common::agents::NodeAgents, worst_seconds: f64) {
+    const FAMILY: &str = "safe_termination_agent_deletion_to_removed_seconds";
+    let by_node = async |q: String| -> BTreeMap<String, f64> {
+        prom.query(&q)
+            .await
+            .iter()
+            .map(|r| (r["metric"]["node"].as_str().unwrap_or_default().to_string(), r["value"][1].as_str().unwrap().parse().unwrap()))
+            .collect()
+    };
+    // scraped every 2 s: wait until both nodes' latest counts are in
+    let counted = common::wait_for("the agents' histograms scraped with every removal", 60, async || {
+        let counts = by_node(format!("histogram_count({FAMILY})")).await;
+        let censored = by_node("safe_termination_agent_removals_censored_total".into()).await;
+        let all = agents.health.iter().all(|(n, _)| counts.get(n).copied().unwrap_or(0.0) + censored.get(n).copied().unwrap_or(0.0) >= 8.0);
+        all.then_some((counts, censored))
+    })
+    .await;
+    println!("agents' histograms: counts {:?}, censored {:?}", counted.0, counted.1);
+    for (node, _) in &agents.health {
+        let (n, c) = (counted.0.get(node).copied().unwrap_or(0.0), counted.1.get(node).copied().unwrap_or(0.0));
+        assert!(n >= 1.0 && n + c == 8.0, "{node}: {n} removals in the histogram and {c} censored, for the 8 removals of the rollout");
+    }
+    let highest = by_node(format!("histogram_quantile(1, {FAMILY})")).await;
+    let slowest = highest.values().copied().fold(0.0, f64::max);
+    // schema 3: a bucket spans a factor of 2^(1/8); quantile 1 is the highest bucket's upper bound
+    let lower = slowest / 2f64.powf(1.0 / 8.0);
+    println!("agents' highest buckets {highest:?}: the slowest ({lower:.3}, {slowest:.3}] s; the operator's worst window {worst_seconds:.3} s");
+    assert!(
+        lower - 0.1 <= worst_seconds && worst_seconds <= slowest + 0.1,
+        "the operator's worst window {worst_seconds} s outside the slowest node's highest bucket ({lower}, {slowest}]"
+    );
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@
 //! | `POST /removals` | the observer: replaces the watches with the request's and answers their records ([`crate::agent_contract::observer`]; 400 for a body that is not a request, 413 past its bounds) |
 //! | anything else | 404 |
 //! | `GET /healthz` (health port, no TLS) | `ok`, or 503 while no TLS material is loaded or after a shutdown signal; no data |
+//! | `GET /metrics` (health port, no TLS) | the observer's own metrics ([`crate::agent::observer::metrics`]: counts and windows, no kube-proxy data), protobuf (native histograms) when the request's `Accept` admits it, else text |
 //!
 //! When kube-proxy cannot be read, the answer is 502 (504 for a timeout) with the reason in the
 //! [`REASON_HEADER`] header (the operator's scrape failure labels) and the message as the body,
@@ -30,7 +31,7 @@ use axum::routing::{get, post};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// Default health port of the agent (plain HTTP, `/healthz` only).
+/// Default health port of the agent (plain HTTP: `/healthz` and the observer's `/metrics`).
 pub const DEFAULT_HEALTH_PORT: u16 = 10350;
 
 /// Content type of the filtered scrape in the text format (Prometheus text format 0.0.4, as
@@ -101,21 +102,33 @@ fn answer(answer: Answer) -> Response {
     }
 }
 
-/// The health router (plain HTTP, for the kubelet): `GET /healthz` is 200 `ok` while `tls` has
-/// usable material and `shutdown` has not fired, else 503 saying which; it reads nothing from
-/// kube-proxy (a kube-proxy that is down must not restart the agent).
-pub fn health_router(tls: Arc<AgentTls>, shutdown: CancellationToken) -> Router {
-    Router::new().route(
-        "/healthz",
-        get(move || {
-            let answer = if shutdown.is_cancelled() {
-                (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
-            } else if !tls.is_loaded() {
-                (StatusCode::SERVICE_UNAVAILABLE, "no TLS certificate loaded\n")
-            } else {
-                (StatusCode::OK, "ok\n")
-            };
-            std::future::ready(answer)
-        }),
-    )
+/// The health router (plain HTTP, for the kubelet and a Prometheus): `GET /healthz` is 200 `ok`
+/// while `tls` has usable material and `shutdown` has not fired, else 503 saying which; it reads
+/// nothing from kube-proxy (a kube-proxy that is down must not restart the agent). `GET /metrics`
+/// is `observer`'s own metrics, labelled with `node` when known.
+pub fn health_router(tls: Arc<AgentTls>, shutdown: CancellationToken, observer: Arc<Observer>, node: Option<String>) -> Router {
+    let node = Arc::new(node);
+    Router::new()
+        .route(
+            "/metrics",
+            get(move |headers: HeaderMap| {
+                let protobuf = accepts_protobuf(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+                let body = observer.exposition(protobuf, node.as_deref());
+                let content_type = if protobuf { crate::core::exposition::format::PROTOBUF_CONTENT_TYPE } else { METRICS_CONTENT_TYPE };
+                std::future::ready(([(header::CONTENT_TYPE, HeaderValue::from_static(content_type))], body).into_response())
+            }),
+        )
+        .route(
+            "/healthz",
+            get(move || {
+                let answer = if shutdown.is_cancelled() {
+                    (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+                } else if !tls.is_loaded() {
+                    (StatusCode::SERVICE_UNAVAILABLE, "no TLS certificate loaded\n")
+                } else {
+                    (StatusCode::OK, "ok\n")
+                };
+                std::future::ready(answer)
+            }),
+        )
 }

@@ -77,6 +77,10 @@ pub struct AgentArgs {
     /// How long a connection may wait before its first request or stay idle, seconds.
     #[arg(long, default_value_t = 30, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"), env = "SAFE_TERMINATION_IDLE_TIMEOUT_SECONDS")]
     pub idle_timeout_seconds: u64,
+    /// This node's name, the `node` label of the observer's metrics (the chart sets it from the
+    /// pod's `spec.nodeName`); unlabelled when absent.
+    #[arg(long, env = "SAFE_TERMINATION_NODE_NAME")]
+    pub node_name: Option<String>,
 }
 
 /// `--data-plane`.
@@ -133,9 +137,10 @@ pub async fn serve(args: &AgentArgs, listener: std::net::TcpListener, health: to
 
     let stop_health = CancellationToken::new();
     let idle = Duration::from_secs(args.idle_timeout_seconds);
-    let health_task = tokio::spawn(crate::telemetry::serve_admin(health, health_router(tls.clone(), shutdown.token()), stop_health.clone(), idle));
-    tracing::info!(listen = %listen, health = %health_listen, kube_proxy = %args.kube_proxy_url, cert = %args.tls_cert_file.display(), "node agent serving");
     let observer = Observer::new(reader_source(args, kube_proxy.clone()));
+    let health_router = health_router(tls.clone(), shutdown.token(), observer.clone(), args.node_name.clone());
+    let health_task = tokio::spawn(crate::telemetry::serve_admin(health, health_router, stop_health.clone(), idle));
+    tracing::info!(listen = %listen, health = %health_listen, kube_proxy = %args.kube_proxy_url, cert = %args.tls_cert_file.display(), "node agent serving");
     let observing = tokio::spawn(observer.clone().run(shutdown.token()));
     let serve = server::serve(
         listener,

@@ -9,9 +9,10 @@
 
 use super::service_index::{ClusterIndex, now_unix};
 use crate::agent_contract::observer::{ObserveRequest, WatchRecord, WatchRequest, WatchState};
+use crate::core::removals::Watch;
 use crate::core::removals::{ClockOffset, NodeReport};
 use crate::runtime::Shared;
-use crate::sources::agent_client::{AgentSource, observe_agent};
+use crate::sources::agent_client::{AgentSource, observe_agent_body};
 use crate::sources::targets::Target;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -71,13 +72,44 @@ impl Warnings {
     }
 }
 
-/// Asks every agent to watch `request`'s removals and reports their records into `cluster`;
-/// returns the nodes whose agent answered.
+/// The request to every agent, serialized once per protocol: with the deletions' ages
+/// (protocol 2) for the agents whose last answer said they read them, without for the others
+/// (an agent refuses a field it does not know; one not asked yet is sent protocol 1's).
+struct Requests {
+    with_ages: bytes::Bytes,
+    without: bytes::Bytes,
+}
+
+impl Requests {
+    fn of(watches: &[Watch<'_>]) -> Result<Self, serde_json::Error> {
+        let request = |ages: bool| ObserveRequest {
+            watches: watches
+                .iter()
+                .map(|(service, endpoint, remaining_seconds, age)| WatchRequest {
+                    service: (*service).clone(),
+                    endpoint: *endpoint,
+                    remaining_seconds: *remaining_seconds,
+                    deletion_age_seconds: ages.then_some(*age),
+                })
+                .collect(),
+        };
+        Ok(Self { with_ages: serde_json::to_vec(&request(true))?.into(), without: serde_json::to_vec(&request(false))?.into() })
+    }
+
+    fn for_protocol(&self, protocol: Option<&u32>) -> bytes::Bytes {
+        if protocol.is_some_and(|p| *p >= 2) { self.with_ages.clone() } else { self.without.clone() }
+    }
+}
+
+/// Asks every agent to watch `requests`' removals and reports their records into `cluster`;
+/// returns the nodes whose agent answered. `protocols` holds each agent's protocol from its
+/// last answer.
 async fn ask_agents(
     cluster: &ClusterIndex,
     agents: &AgentSource,
     targets: &mut CachedTargets,
-    request: &ObserveRequest,
+    requests: &Requests,
+    protocols: &mut HashMap<String, u32>,
     warnings: &mut Warnings,
 ) -> BTreeSet<String> {
     let mut answering = BTreeSet::new();
@@ -96,8 +128,8 @@ async fn ask_agents(
         }
     };
     let asks = found.values().map(|t| {
-        let client = client.clone();
-        async move { (t.node.clone(), observe_agent(&client, t, request).await) }
+        let (client, body) = (client.clone(), requests.for_protocol(protocols.get(&t.node)));
+        async move { (t.node.clone(), observe_agent_body(&client, t, body).await) }
     });
     for (node, answer) in futures::future::join_all(asks).await {
         let o = match answer {
@@ -107,6 +139,7 @@ async fn ask_agents(
                 continue;
             }
         };
+        protocols.insert(node.clone(), o.response.protocol);
         let clock = ClockOffset::of(o.response.agent_unix_seconds, o.sent_unix_seconds, o.received_unix_seconds);
         cluster.with_removals(|s| {
             for r in &o.response.records {
@@ -121,7 +154,7 @@ async fn ask_agents(
 /// Runs the observer until `shared.stop`: asks `agents` while removals are open in `cluster`.
 pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared) {
     cluster.start_observing();
-    let (mut targets, mut warnings) = (CachedTargets::default(), Warnings::default());
+    let (mut targets, mut warnings, mut protocols) = (CachedTargets::default(), Warnings::default(), HashMap::new());
     loop {
         tokio::select! {
             () = shared.stop.cancelled() => return,
@@ -131,14 +164,18 @@ pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared
             continue;
         }
         let now = now_unix();
-        let request = cluster.with_removals(|s| ObserveRequest {
-            watches: s
-                .watches(now)
-                .into_iter()
-                .map(|(service, endpoint, remaining_seconds)| WatchRequest { service: service.clone(), endpoint, remaining_seconds })
-                .collect(),
+        let requests = cluster.with_removals(|s| {
+            let watches = s.watches(now);
+            (!watches.is_empty()).then(|| Requests::of(&watches))
         });
-        let answering = if request.watches.is_empty() { BTreeSet::new() } else { ask_agents(&cluster, &agents, &mut targets, &request, &mut warnings).await };
+        let answering = match requests {
+            None => BTreeSet::new(),
+            Some(Ok(requests)) => ask_agents(&cluster, &agents, &mut targets, &requests, &mut protocols, &mut warnings).await,
+            Some(Err(e)) => {
+                warnings.warn("serializing the request", &e.to_string());
+                BTreeSet::new()
+            }
+        };
         let closed = cluster.with_removals(|s| s.close(now_unix(), &answering));
         if closed > 0 {
             tracing::debug!(closed, "observed removals closed");
@@ -181,5 +218,15 @@ mod tests {
         assert_eq!(report_of(&r, &clock), NodeReport::NotYetRead, "asked, not read yet: it holds the removal open");
         r.failed_reads = 2;
         assert_eq!(report_of(&r, &clock), NodeReport::Unread, "only failed reads: the node says nothing");
+    }
+
+    #[test]
+    fn the_deletions_ages_go_only_to_agents_that_said_they_read_them() {
+        let service = crate::core::removals::test_port("web");
+        let requests = Requests::of(&[(&service, "10.244.1.2".parse().unwrap(), 59.0, 1.25)]).unwrap();
+        let parse = |b: bytes::Bytes| serde_json::from_slice::<ObserveRequest>(&b).unwrap().watches[0].deletion_age_seconds;
+        assert_eq!(parse(requests.for_protocol(None)), None, "an agent not asked yet");
+        assert_eq!(parse(requests.for_protocol(Some(&1))), None, "an agent of protocol 1 refuses the field");
+        assert_eq!(parse(requests.for_protocol(Some(&2))), Some(1.25));
     }
 }

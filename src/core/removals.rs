@@ -369,9 +369,9 @@ pub struct RemovalStore {
     cached: Option<((usize, f64, f64), RemovalSummary)>,
 }
 
-/// One watch the agents are asked to keep: the Service port, the endpoint, and how long to
-/// keep reading, seconds.
-pub type Watch<'a> = (&'a ServicePort, IpAddr, f64);
+/// One watch the agents are asked to keep: the Service port, the endpoint, how long to keep
+/// reading, seconds, and how long ago the pod's deletion was seen, seconds (at least 0).
+pub type Watch<'a> = (&'a ServicePort, IpAddr, f64, f64);
 
 impl RemovalStore {
     /// Opens the removal of `p`; a removal of the same Service port and endpoint already open is
@@ -391,7 +391,11 @@ impl RemovalStore {
 
     /// What every agent should watch at `now`: each open removal not past its deadline.
     pub fn watches(&self, now: f64) -> Vec<Watch<'_>> {
-        self.open.values().filter(|o| o.pending.deadline > now).map(|o| (&o.pending.service, o.pending.endpoint, o.pending.deadline - now)).collect()
+        self.open
+            .values()
+            .filter(|o| o.pending.deadline > now)
+            .map(|o| (&o.pending.service, o.pending.endpoint, o.pending.deadline - now, (now - o.pending.deletion).max(0.0)))
+            .collect()
     }
 
     /// `node` said `report` of the removal of `endpoint` from `service`; a report of a removal not
@@ -650,6 +654,7 @@ mod tests {
         assert_eq!(s.open_count(), 1, "the same endpoint again keeps the earlier deletion");
         assert_eq!(s.watches(100.5).len(), 1);
         assert!((s.watches(100.5)[0].2 - 59.5).abs() < 1e-9);
+        assert!((s.watches(100.5)[0].3 - 0.5).abs() < 1e-9, "the deletion's age, seconds");
         let ip: IpAddr = "10.244.1.2".parse().unwrap();
         let nodes: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
         s.report("a", &port("web"), ip, NodeReport::Removed { last_with: Some(100.2), first_without: 100.4 });

@@ -294,9 +294,15 @@ pub struct Observed {
 /// answer. Errors name the URL: the request failed, a status other than 2xx (with the agent's
 /// message), or a body that is not an answer.
 pub async fn observe_agent(client: &reqwest::Client, target: &Target, request: &crate::agent_contract::observer::ObserveRequest) -> Result<Observed, String> {
+    let body = serde_json::to_vec(request).map_err(|e| format!("{}: {e}", target.url(crate::agent_contract::observer::REMOVALS_PATH)))?;
+    observe_agent_body(client, target, body.into()).await
+}
+
+/// [`observe_agent`] with the request already serialized (JSON), so that one body serves every
+/// agent (a clone of [`bytes::Bytes`] shares it).
+pub async fn observe_agent_body(client: &reqwest::Client, target: &Target, body: bytes::Bytes) -> Result<Observed, String> {
     let url = target.url(crate::agent_contract::observer::REMOVALS_PATH);
     let sent = unix_now();
-    let body = serde_json::to_vec(request).map_err(|e| format!("{url}: {e}"))?;
     let resp = client
         .post(&url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")

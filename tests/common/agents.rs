@@ -20,6 +20,9 @@ pub struct NodeAgents {
     children: Vec<(String, Child)>,
     /// `--observe-removals` and the agent targets and client files, for `Operator::start`.
     pub operator_args: Vec<String>,
+    /// Each agent's node and health address (`ip:port`: `/healthz`, and the observer's own
+    /// `/metrics`).
+    pub health: Vec<(String, String)>,
     _dir: tempfile::TempDir,
 }
 
@@ -111,7 +114,8 @@ impl NodeAgents {
             "--agent-client-key-file".into(),
             client_key,
         ];
-        let agents = NodeAgents { children, operator_args, _dir: dir };
+        let health = nodes.iter().map(|n| (n.name.clone(), format!("{}:{HEALTH_PORT}", n.ip))).collect();
+        let agents = NodeAgents { children, operator_args, health, _dir: dir };
         for n in &nodes {
             let url = format!("http://{}:{HEALTH_PORT}/healthz", n.ip);
             super::wait_for(&format!("the agent on {} healthy at {url}", n.name), 30, async || {
@@ -134,7 +138,7 @@ fn spawn(n: &RealNode, ca: &str, cert: &str, key: &str, k8s: &str) -> Child {
         .args(["--kube-proxy-url", &format!("http://{}:10249", n.ip)])
         .args(["--tls-ca-file", ca, "--tls-cert-file", cert, "--tls-key-file", key])
         // the data plane from kube-proxy's /proxyMode and the iptables backend holding its chains
-        .args(["--data-plane", "auto"])
+        .args(["--data-plane", "auto", "--node-name", &n.name])
         .args(["--iptables-nft-binary", &format!("{k8s}/xtables-nft/iptables"), "--iptables-legacy-binary", &format!("{k8s}/xtables-legacy/iptables")])
         .env("RUST_LOG", "info,safe_termination=debug")
         .stdout(log.try_clone().unwrap())

@@ -409,6 +409,8 @@ pub fn check_agent(docs: &[Value], release_ns: &str, fullname: &str, agent_ns: &
     assert_eq!(c["resources"]["limits"], json!({"memory": "64Mi"}));
     let env: BTreeMap<String, Value> = c["env"].as_array().unwrap().iter().map(|e| (e["name"].as_str().unwrap().to_string(), e["value"].clone())).collect();
     assert_eq!(env["MIMALLOC_ARENA_EAGER_COMMIT"], "0", "half the resident memory (docs/operator.md)");
+    let node = c["env"].as_array().unwrap().iter().find(|e| e["name"] == "SAFE_TERMINATION_NODE_NAME").expect("the node name for the observer's metrics");
+    assert_eq!(node["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
     // flags: parse as the binary does; ports, probes and files agree with them
     let args = strs(&c["args"]);
     assert_eq!(args.first().map(String::as_str), Some("agent"), "{args:?}");

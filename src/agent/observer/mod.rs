@@ -16,6 +16,7 @@
 //! [`Faulty`] fails a share of reads to show that a failed read is never taken for a removal.
 
 pub mod iptables;
+pub mod metrics;
 pub mod nft_netlink;
 pub mod nftables;
 pub mod watch;

@@ -12,8 +12,9 @@
 //! the start of the last successful read that held the endpoint and by the end of the first
 //! that did not.
 
+use super::metrics::ObserverMetrics;
 use super::{DataPlaneReader, ReadError, ServicePort};
-use crate::agent_contract::observer::{ObserveRequest, ObserveResponse, WatchRecord, WatchState};
+use crate::agent_contract::observer::{OBSERVER_PROTOCOL, ObserveRequest, ObserveResponse, WatchRecord, WatchState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,6 +29,11 @@ pub const ROUND_INTERVAL: Duration = Duration::from_millis(50);
 /// `iptables -S` that waits while kube-proxy's restore holds the table costs nothing, and a
 /// pause of 4 times that wait would widen every bound (3.8 s at 4,000 Services).
 pub const PAUSE_PER_READ_TIME: u32 = 4;
+
+/// A watch the operator drops unremoved this close to its deadline, seconds, was dropped for
+/// its deadline (censored): the operator's clock and its requests' latencies put the two
+/// deadlines up to a moment apart.
+pub const DROP_SLACK_SECONDS: f64 = 1.0;
 
 /// The CPU seconds this process and its waited-for children (the readers' `iptables`) used so
 /// far: `utime + stime + cutime + cstime` of `/proc/self/stat`, in clock ticks of 100 Hz (the
@@ -46,6 +52,14 @@ pub fn cpu_seconds() -> Option<f64> {
 struct Entry {
     /// Agent unix seconds after which the watch expires.
     deadline: f64,
+    /// The pod's deletion on the agent's clock (the earliest of receipt time less the request's
+    /// `deletionAgeSeconds`: each estimate is late by its request's latency), when a request
+    /// carried it.
+    deletion: Option<f64>,
+    /// Counted censored already (past its deadline, never removed).
+    censored: bool,
+    /// Its removal counted in the deletion-to-removed histogram already.
+    counted: bool,
     last_with: Option<f64>,
     first_without: Option<f64>,
     reads: u32,
@@ -63,10 +77,14 @@ impl Watches {
     /// Replaces the watches with `request`'s at `now` (agent unix seconds): a watch already
     /// kept keeps its reads and takes the new deadline; one not in the request is forgotten.
     /// The request is checked by the caller ([`ObserveRequest::check`]).
-    /// Returns how many watches are new.
-    pub fn set(&mut self, request: &ObserveRequest, now: f64) -> usize {
+    /// Returns how many watches are new; the deletion-to-removed windows (seconds) of the
+    /// removals read before a request brought their deletion's age (an operator that had not
+    /// yet heard this agent's protocol sends none), each given once; and how many watches the
+    /// request dropped unremoved within [`DROP_SLACK_SECONDS`] of their deadline (censored; one
+    /// dropped earlier, as for a deleted Service, is not).
+    pub fn set(&mut self, request: &ObserveRequest, now: f64) -> (usize, Vec<f64>, usize) {
         let mut next = BTreeMap::new();
-        let mut new = 0;
+        let (mut new, mut late, mut censored) = (0, Vec::new(), 0);
         for w in &request.watches {
             let key = (w.service.clone(), w.endpoint);
             let mut e = self.entries.remove(&key).unwrap_or_else(|| {
@@ -74,10 +92,24 @@ impl Watches {
                 Entry::default()
             });
             e.deadline = now + w.remaining_seconds;
+            if let Some(age) = w.deletion_age_seconds {
+                let deletion = now - age;
+                e.deletion = Some(e.deletion.map_or(deletion, |d: f64| d.min(deletion)));
+            }
+            if let (Some(first_without), Some(deletion), false) = (e.first_without, e.deletion, e.counted) {
+                e.counted = true;
+                late.push(first_without - deletion);
+            }
             next.insert(key, e);
         }
+        // a watch the request drops, unremoved, at its deadline: the operator's deadline passed
+        // (its clock and this request's latency put it up to a moment before this agent's)
+        for e in self.entries.values_mut().filter(|e| e.first_without.is_none() && !e.censored && now + DROP_SLACK_SECONDS >= e.deadline) {
+            e.censored = true;
+            censored += 1;
+        }
         self.entries = next;
-        new
+        (new, late, censored)
     }
 
     /// `service` still has a watch to read at `now` (a request since the round began may have
@@ -97,14 +129,8 @@ impl Watches {
     /// chain absent (`Ok(None)`) removes each watch a read held before; a failure is counted and
     /// says nothing.
     /// Returns the endpoints this read found removed: (endpoint, last read with it, this read's
-    /// end).
-    pub fn apply(
-        &mut self,
-        service: &ServicePort,
-        read: &Result<Option<BTreeSet<IpAddr>>, ReadError>,
-        started: f64,
-        ended: f64,
-    ) -> Vec<(IpAddr, Option<f64>, f64)> {
+    /// end, the deletion when known).
+    pub fn apply(&mut self, service: &ServicePort, read: &Result<Option<BTreeSet<IpAddr>>, ReadError>, started: f64, ended: f64) -> Vec<Removed> {
         let mut removed = Vec::new();
         for ((_, ip), e) in self.entries.iter_mut().filter(|((s, _), e)| s == service && e.first_without.is_none()) {
             match read {
@@ -115,14 +141,16 @@ impl Watches {
                 Ok(Some(_)) => {
                     e.reads = e.reads.saturating_add(1);
                     e.first_without = Some(ended);
-                    removed.push((*ip, e.last_with, ended));
+                    e.counted = e.deletion.is_some();
+                    removed.push(Removed { endpoint: *ip, last_with: e.last_with, first_without: ended, deletion: e.deletion });
                 }
                 // the port's chain gone after a read that held the endpoint: no rule sends it new
                 // connections any more
                 Ok(None) if e.last_with.is_some() => {
                     e.reads = e.reads.saturating_add(1);
                     e.first_without = Some(ended);
-                    removed.push((*ip, e.last_with, ended));
+                    e.counted = e.deletion.is_some();
+                    removed.push(Removed { endpoint: *ip, last_with: e.last_with, first_without: ended, deletion: e.deletion });
                 }
                 // the chain absent before any read held the endpoint says nothing (a chain not yet
                 // written, or a name that is not kube-proxy's)
@@ -137,6 +165,17 @@ impl Watches {
             }
         }
         removed
+    }
+
+    /// Marks the watches past their deadline at `now` that no read found removed (censored), each
+    /// once; returns how many were newly marked.
+    pub fn mark_censored(&mut self, now: f64) -> usize {
+        let mut n = 0;
+        for e in self.entries.values_mut().filter(|e| e.first_without.is_none() && !e.censored && now >= e.deadline) {
+            e.censored = true;
+            n += 1;
+        }
+        n
     }
 
     /// The records of every watch at `now`.
@@ -171,6 +210,20 @@ impl Watches {
     }
 }
 
+/// A removal one read found: the endpoint, the start of the last read with it, the end of this
+/// read, and the pod's deletion when a request carried it (agent unix seconds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Removed {
+    /// The endpoint.
+    pub endpoint: IpAddr,
+    /// Start of the last successful read that held it.
+    pub last_with: Option<f64>,
+    /// End of this read.
+    pub first_without: f64,
+    /// The pod's deletion.
+    pub deletion: Option<f64>,
+}
+
 /// Finds this node's data plane reader, or says why there is none yet (asked again at the
 /// next round).
 pub type ReaderSource = Box<dyn FnMut() -> Result<Box<dyn DataPlaneReader>, String> + Send>;
@@ -184,6 +237,7 @@ pub struct Observer {
     /// How to find it (asked at each round until it gives one).
     find: Mutex<ReaderSource>,
     data_plane: Mutex<Option<&'static str>>,
+    metrics: Mutex<ObserverMetrics>,
     clock: fn() -> f64,
 }
 
@@ -201,6 +255,7 @@ impl Observer {
             reader: Mutex::new(None),
             find: Mutex::new(find),
             data_plane: Mutex::new(None),
+            metrics: Mutex::default(),
             clock: unix_now,
         })
     }
@@ -209,15 +264,23 @@ impl Observer {
     pub fn observe(&self, request: &ObserveRequest) -> ObserveResponse {
         let now = (self.clock)();
         let mut w = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
-        let new = w.set(request, now);
+        let censored = w.mark_censored(now);
+        let (new, late, dropped) = w.set(request, now);
         let records = w.records(now);
         drop(w);
+        let mut metrics = self.metrics();
+        metrics.censored(censored + dropped);
+        for seconds in late {
+            metrics.removed(seconds);
+        }
+        drop(metrics);
         // a new watch is read at the next round, not after the pause: its first read is what
         // bounds a removal early; repeats of known watches leave the pause alone
         if new > 0 {
             self.wake.notify_one();
         }
         ObserveResponse {
+            protocol: OBSERVER_PROTOCOL,
             agent_unix_seconds: (self.clock)(),
             data_plane: self.data_plane.lock().unwrap_or_else(PoisonError::into_inner).map(str::to_string),
             records,
@@ -231,7 +294,10 @@ impl Observer {
         let me = self.clone();
         let _ = tokio::task::spawn_blocking(move || me.prepare()).await;
         loop {
-            let due = self.watches.lock().unwrap_or_else(PoisonError::into_inner).due((self.clock)());
+            // with none due, every watch is removed or past its deadline: each censored one is
+            // counted here before the loop waits
+            let (censored, due) = self.censored_and_due((self.clock)());
+            self.metrics().censored(censored);
             if due.is_empty() {
                 tokio::select! {
                     () = stop.cancelled() => return,
@@ -255,6 +321,23 @@ impl Observer {
                 () = self.wake.notified() => {}
             }
         }
+    }
+
+    /// Marks the watches censored at `now` and gives how many were, with the Service ports due.
+    fn censored_and_due(&self, now: f64) -> (usize, Vec<ServicePort>) {
+        let mut w = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
+        (w.mark_censored(now), w.due(now))
+    }
+
+    /// The observer's counts, locked.
+    fn metrics(&self) -> std::sync::MutexGuard<'_, ObserverMetrics> {
+        self.metrics.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The observer's metrics ([`super::metrics`]) in the protobuf exposition when `protobuf`,
+    /// else text; `node` labels every series when known.
+    pub fn exposition(&self, protobuf: bool, node: Option<&str>) -> Vec<u8> {
+        self.metrics().exposition(protobuf, node)
     }
 
     /// The reader: the one found before, or found now (the first time it is found, its data
@@ -303,12 +386,18 @@ impl Observer {
                 tracing::debug!(error = %e, "data plane read failed");
             }
             let removed = self.watches.lock().unwrap_or_else(PoisonError::into_inner).apply(s, &read, started, ended);
-            for (endpoint, last_with, first_without) in removed {
+            let mut metrics = self.metrics();
+            metrics.read(read.is_ok());
+            for r in removed {
+                if let Some(deletion) = r.deletion {
+                    metrics.removed(r.first_without - deletion);
+                }
                 // the read bound of each removal on the agent's clock (None: no read held it; the
                 // operator then bounds it from the deletion)
-                let bound_seconds = last_with.map(|lw| first_without - lw);
-                tracing::debug!(service = %format!("{}/{}:{}", s.namespace, s.name, s.port_name), %endpoint, ?bound_seconds, read_seconds = ended - started, "removal read");
+                let bound_seconds = r.last_with.map(|lw| r.first_without - lw);
+                tracing::debug!(service = %format!("{}/{}:{}", s.namespace, s.name, s.port_name), endpoint = %r.endpoint, ?bound_seconds, read_seconds = ended - started, "removal read");
             }
+            drop(metrics);
         }
         *self.reader.lock().unwrap_or_else(PoisonError::into_inner) = Some(reader);
     }
@@ -323,7 +412,10 @@ mod tests {
 
     fn request(ips: &[(&str, &str)], remaining: f64) -> ObserveRequest {
         ObserveRequest {
-            watches: ips.iter().map(|(s, ip)| WatchRequest { service: port(s), endpoint: ip.parse().unwrap(), remaining_seconds: remaining }).collect(),
+            watches: ips
+                .iter()
+                .map(|(s, ip)| WatchRequest { service: port(s), endpoint: ip.parse().unwrap(), remaining_seconds: remaining, deletion_age_seconds: None })
+                .collect(),
         }
     }
 
@@ -375,13 +467,60 @@ mod tests {
         let mut w = Watches::default();
         w.set(&request(&[("web", "10.244.1.2"), ("web", "10.244.1.3")], 10.0), 100.0);
         w.apply(&port("web"), &ips(&["10.244.1.2"]), 100.1, 100.2);
-        assert_eq!(w.set(&request(&[("web", "10.244.1.3"), ("api", "10.244.1.9")], 10.0), 101.0), 1, "one new watch");
+        assert_eq!(w.set(&request(&[("web", "10.244.1.3"), ("api", "10.244.1.9")], 10.0), 101.0).0, 1, "one new watch");
         assert!(w.is_due(&port("api"), 101.0) && !w.is_due(&port("web"), 101.0), "web's watch was removed by its read");
         w.set(&request(&[("web", "10.244.1.3")], 10.0), 101.0);
         assert_eq!(w.len(), 1);
         assert_eq!(w.records(101.0)[0].first_without_unix_seconds, Some(100.2));
         w.set(&request(&[], 10.0), 102.0);
         assert!(w.is_empty());
+    }
+
+    fn aged(ips: &[(&str, &str)], remaining: f64, age: Option<f64>) -> ObserveRequest {
+        let mut r = request(ips, remaining);
+        r.watches.iter_mut().for_each(|w| w.deletion_age_seconds = age);
+        r
+    }
+
+    #[test]
+    fn a_removal_is_timed_from_the_earliest_deletion_estimate_and_counted_once() {
+        let mut w = Watches::default();
+        // the same deletion, 0.5 s old at 100.0 and 0.4 s old at 100.2: the second request was
+        // 0.1 s late, and the earlier estimate is kept
+        w.set(&aged(&[("web", "10.244.1.2")], 10.0, Some(0.5)), 100.0);
+        w.set(&aged(&[("web", "10.244.1.2")], 10.0, Some(0.4)), 100.2);
+        let removed = w.apply(&port("web"), &ips(&[]), 100.3, 100.35);
+        assert_eq!(removed.len(), 1);
+        assert_eq!(removed[0].deletion, Some(99.5));
+        assert!((removed[0].first_without - removed[0].deletion.unwrap() - 0.85).abs() < 1e-9);
+        assert!(w.set(&aged(&[("web", "10.244.1.2")], 10.0, Some(0.9)), 100.4).1.is_empty(), "counted when read, not again");
+    }
+
+    #[test]
+    fn a_removal_read_before_its_age_arrived_is_counted_when_it_does() {
+        let mut w = Watches::default();
+        w.set(&aged(&[("web", "10.244.1.2")], 10.0, None), 100.0);
+        let removed = w.apply(&port("web"), &ips(&[]), 100.1, 100.2);
+        assert_eq!(removed[0].deletion, None, "no age yet: not in the histogram at the read");
+        let (_, late, _) = w.set(&aged(&[("web", "10.244.1.2")], 10.0, Some(1.0)), 100.25);
+        assert_eq!(late.len(), 1);
+        assert!((late[0] - 0.95).abs() < 1e-9, "{late:?}");
+        assert!(w.set(&aged(&[("web", "10.244.1.2")], 10.0, Some(1.1)), 100.5).1.is_empty(), "once");
+    }
+
+    #[test]
+    fn a_watch_past_its_deadline_unremoved_is_censored_once() {
+        let mut w = Watches::default();
+        w.set(&aged(&[("web", "10.244.1.2"), ("web", "10.244.1.3")], 5.0, Some(0.0)), 100.0);
+        w.apply(&port("web"), &ips(&["10.244.1.2"]), 100.1, 100.2);
+        assert_eq!(w.mark_censored(104.9), 0, "before the deadline");
+        assert_eq!(w.mark_censored(105.0), 1, "10.244.1.2 held by every read, 10.244.1.3 removed");
+        assert_eq!(w.mark_censored(106.0), 0, "once");
+        assert_eq!(w.set(&aged(&[], 5.0, Some(0.0)), 106.0).2, 0, "dropped after it was counted");
+        // dropped unremoved: at its deadline (the operator's came first) censored, long before not
+        w.set(&aged(&[("web", "10.244.1.4"), ("api", "10.244.1.5")], 5.0, Some(0.0)), 200.0);
+        assert_eq!(w.set(&aged(&[("api", "10.244.1.5")], 5.0, Some(0.0)), 204.5).2, 1, "0.5 s before its deadline");
+        assert_eq!(w.set(&aged(&[], 5.0, Some(0.0)), 205.0).2, 0, "api's deadline moved to 209.5 by the last request");
     }
 
     /// A reader that answers from a list of reads in turn.

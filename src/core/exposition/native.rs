@@ -625,6 +625,27 @@ fn bound(index: i32, schema: i32) -> f64 {
     ldexp(frac, exp)
 }
 
+/// The positive bucket of schema `schema` (-4..=8) that holds `value` (> 0, finite): the index
+/// `i` with `bound(i - 1) < value <= bound(i)`, as client_golang's `addToBucket` computes it
+/// (`math.Frexp`, then a search of the schema's table of fractions for schemas above 0, or the
+/// exponent shifted for the others), so that a histogram this project writes puts each value in
+/// the bucket a Go client would.
+pub fn positive_bucket_index(value: f64, schema: i32) -> i32 {
+    let (frac, exp) = frexp(value);
+    let key = if schema > 0 {
+        let len = 1usize << schema;
+        let step = 1usize << (8 - schema);
+        // the first fraction of the schema's table at or above `frac` (len when none is)
+        let j = (0..len).find(|j| FRACTIONS_SCHEMA_8[j * step] >= frac).unwrap_or(len);
+        j as i64 + (exp - 1) * len as i64
+    } else {
+        let key = if frac == 0.5 { exp - 1 } else { exp };
+        let offset = (1i64 << -schema) - 1;
+        (key + offset) >> -schema
+    };
+    key.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+}
+
 /// `frac x 2^exp` as Go's `math.Ldexp`: exact for normal results, one rounding for subnormal
 /// ones, `±0` below and `±Inf` above the float range.
 fn ldexp(frac: f64, exp: i64) -> f64 {
