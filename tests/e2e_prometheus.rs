@@ -814,12 +814,8 @@ async fn prestop_sleep_missed_fires_on_a_run_built_to_miss() {
 /// times onto its clock within half a round trip: 0.1 s allowed for both).
 async fn agents_histograms_agree(prom: &Prometheus, agents: &common::agents::NodeAgents, worst_seconds: f64) {
     const FAMILY: &str = "safe_termination_agent_deletion_to_removed_seconds";
-    let by_node = async |q: String| -> BTreeMap<String, f64> {
-        prom.query(&q)
-            .await
-            .iter()
-            .map(|r| (r["metric"]["node"].as_str().unwrap_or_default().to_string(), r["value"][1].as_str().unwrap().parse().unwrap()))
-            .collect()
+    let by_node = async |q: String| -> std::collections::BTreeMap<String, f64> {
+        prom.query(&q).await.into_iter().map(|(metric, v)| (metric["node"].as_str().unwrap_or_default().to_string(), v)).collect()
     };
     // scraped every 2 s: wait until both nodes' latest counts are in
     let counted = common::wait_for("the agents' histograms scraped with every removal", 60, async || {
