@@ -31,6 +31,11 @@ kubectl get --raw /readyz >/dev/null
 # First on purpose: its slow syncs stay in kube-proxy's lifetime histograms, so every test after
 # it shows that it measures over its own window, not over what the cluster ran before
 cargo test --features cluster-tests --test e2e_window -- --test-threads=1 --nocapture
+# the observer's faults against the same yardstick: an agent restarted mid-rollout, an agent's
+# clock 30 s ahead (libfaketime, unpacked from Debian's package into the cache), the operator
+# restarted mid-rollout
+e2e/toolchain/libfaketime.sh >/dev/null
+cargo test --features cluster-tests --test e2e_observer_faults -- --test-threads=1 --nocapture
 # the operator as real pods: the README's helm install on the real nodes, then the faults
 # (leader lost, pod-create storms during deletions, an upgrade and a CA rotation, the API
 # server and a kube-proxy restarted), each printing its numbers. Its release stays installed

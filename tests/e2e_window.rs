@@ -18,13 +18,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 
 mod common;
-use common::rules::{RuleReader, RuleTrace, now_unix};
+use common::rules::RuleReader;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// One rule reader per real node for Service `e2e-window/web` (read-only listing of that
@@ -97,62 +95,17 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
         .collect();
 
     // watch pods: when did each old pod's deletion become visible, and when was it gone (unix
-    // seconds)?
-    let seen_terminating: Arc<Mutex<BTreeMap<String, f64>>> = Arc::default();
-    let seen_gone: Arc<Mutex<BTreeMap<String, f64>>> = Arc::default();
-    let watch = {
-        let (seen, gone) = (seen_terminating.clone(), seen_gone.clone());
-        let pods = pods.clone();
-        tokio::spawn(async move {
-            let mut s = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
-            use futures::StreamExt;
-            while let Some(Ok(ev)) = s.next().await {
-                let (p, deleted) = match ev {
-                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
-                    watcher::Event::Delete(p) => (p, true),
-                    _ => continue,
-                };
-                let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) else { continue };
-                let t = now_unix();
-                if deleted {
-                    gone.lock().unwrap().entry(ip).or_insert(t);
-                } else if p.metadata.deletion_timestamp.is_some() {
-                    seen.lock().unwrap().entry(ip).or_insert(t);
-                }
-            }
-        })
-    };
-    // sample both nodes' rules every ~100 ms: when did each IP leave them? Only a successful read
-    // without the IP is a removal (common::rules::RuleTrace); a failed read is no sample
-    let sampler = {
-        let ips: Vec<String> = sleep_of.keys().cloned().collect();
-        let mut readers = rule_readers;
-        tokio::task::spawn_blocking(move || {
-            let since = now_unix();
-            let mut traces: Vec<RuleTrace> = readers.iter().map(|_| RuleTrace::default()).collect();
-            let until = Instant::now() + Duration::from_secs(60);
-            while Instant::now() < until {
-                for (r, trace) in readers.iter_mut().zip(&mut traces) {
-                    let t0 = now_unix();
-                    let read = r.endpoint_ips();
-                    trace.observe(read, t0, now_unix());
-                }
-                if traces.iter().all(|t| ips.iter().all(|ip| t.removal(ip, since).is_some())) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            readers.into_iter().map(|r| r.node.name).zip(traces).collect::<Vec<_>>()
-        })
-    };
+    // seconds)? Sample both nodes' rules every ~100 ms: when did each IP leave them?
+    let deletions = common::truth::DeletionWatch::start(&pods);
+    let sampler = common::truth::sample_removals(rule_readers, sleep_of.keys().cloned().collect(), 60);
     tokio::time::sleep(Duration::from_millis(300)).await;
     deployments.patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(&deploy(2))).await.unwrap();
     let traces = sampler.await.unwrap();
     // the old pods are gone only after the kubelet ran their preStop sleep (and SIGTERM)
-    common::wait_for(&format!("the {} old pods gone", sleep_of.len()), 60, async || (seen_gone.lock().unwrap().len() >= sleep_of.len()).then_some(())).await;
-    watch.abort();
-    let seen = seen_terminating.lock().unwrap().clone();
-    for (ip, t_gone) in seen_gone.lock().unwrap().iter() {
+    common::wait_for(&format!("the {} old pods gone", sleep_of.len()), 60, async || (deletions.gone.lock().unwrap().len() >= sleep_of.len()).then_some(()))
+        .await;
+    let seen = deletions.terminating.lock().unwrap().clone();
+    for (ip, t_gone) in deletions.gone.lock().unwrap().clone().iter() {
         let (t_deleted, sleep) = (seen[ip], sleep_of[ip]);
         let lived = t_gone - t_deleted;
         println!("{ip}: gone {lived:.3} s after its deletion (real preStop sleep {sleep} s)");

@@ -18,6 +18,8 @@ const HEALTH_PORT: u16 = 10360;
 /// One agent per real node, and the operator flags that reach them.
 pub struct NodeAgents {
     children: Vec<(String, Child)>,
+    /// How each was started: its node, files, and clock offset (restart).
+    spawns: Vec<Spawn>,
     /// `--observe-removals` and the agent targets and client files, for `Operator::start`.
     pub operator_args: Vec<String>,
     /// Each agent's node and health address (`ip:port`: `/healthz`, and the observer's own
@@ -78,6 +80,13 @@ impl NodeAgents {
     /// Starts an agent on every real node, each logging to `$ST_E2E_DIR/logs/agent-<node>.log`,
     /// and waits until each answers its health port.
     pub async fn start() -> NodeAgents {
+        Self::start_with_clocks(&[]).await
+    }
+
+    /// [`NodeAgents::start`], the agents of the nodes named in `clock_offsets` seeing a wall
+    /// clock that many seconds off (libfaketime: [`LIBFAKETIME`]; the monotonic clock is left
+    /// alone).
+    pub async fn start_with_clocks(clock_offsets: &[(&str, i64)]) -> NodeAgents {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         let names = certs::subject_alt_names("safe-termination", "e2e", &[]);
@@ -99,8 +108,12 @@ impl NodeAgents {
             );
         }
         let mut children = Vec::new();
+        let mut spawns = Vec::new();
         for n in &nodes {
-            children.push((n.name.clone(), spawn(n, &ca, &cert, &key, &k8s)));
+            let offset = clock_offsets.iter().find(|(name, _)| *name == n.name).map(|(_, s)| *s);
+            let s = Spawn { node: n.clone(), ca: ca.clone(), cert: cert.clone(), key: key.clone(), k8s: k8s.clone(), clock_offset_seconds: offset };
+            children.push((n.name.clone(), s.spawn(false)));
+            spawns.push(s);
         }
         let targets: Vec<String> = nodes.iter().map(|n| format!("{}=https://{}:{PORT}", n.name, n.ip)).collect();
         let operator_args = vec![
@@ -115,34 +128,80 @@ impl NodeAgents {
             client_key,
         ];
         let health = nodes.iter().map(|n| (n.name.clone(), format!("{}:{HEALTH_PORT}", n.ip))).collect();
-        let agents = NodeAgents { children, operator_args, health, _dir: dir };
+        let agents = NodeAgents { children, spawns, operator_args, health, _dir: dir };
         for n in &nodes {
-            let url = format!("http://{}:{HEALTH_PORT}/healthz", n.ip);
-            super::wait_for(&format!("the agent on {} healthy at {url}", n.name), 30, async || {
-                reqwest::get(&url).await.ok().filter(|r| r.status().is_success()).map(|_| ())
-            })
-            .await;
+            wait_healthy(n).await;
         }
         agents
     }
+
+    /// Kills `node`'s agent (by its PID: this test's child) and starts it again as before; waits
+    /// until the new one answers its health port. Returns how long it was down, seconds.
+    pub async fn restart(&mut self, node: &str) -> f64 {
+        let i = self.children.iter().position(|(n, _)| n == node).unwrap_or_else(|| panic!("no agent on {node}"));
+        let down = std::time::Instant::now();
+        let _ = self.children[i].1.kill();
+        let _ = self.children[i].1.wait();
+        self.children[i].1 = self.spawns[i].spawn(true);
+        wait_healthy(&self.spawns[i].node).await;
+        down.elapsed().as_secs_f64()
+    }
 }
 
-fn spawn(n: &RealNode, ca: &str, cert: &str, key: &str, k8s: &str) -> Child {
-    let log = format!("{}/logs/agent-{}.log", super::state_dir(), n.name);
-    let _ = std::fs::create_dir_all(Path::new(&log).parent().unwrap());
-    let log = std::fs::File::create(&log).unwrap();
-    Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", n.netns))
-        .arg(env!("CARGO_BIN_EXE_safe-termination"))
-        .args(["agent", "--listen", &format!("{}:{PORT}", n.ip), "--health-listen", &format!("{}:{HEALTH_PORT}", n.ip)])
-        .args(["--kube-proxy-url", &format!("http://{}:10249", n.ip)])
-        .args(["--tls-ca-file", ca, "--tls-cert-file", cert, "--tls-key-file", key])
-        // the data plane from kube-proxy's /proxyMode and the iptables backend holding its chains
-        .args(["--data-plane", "auto", "--node-name", &n.name])
-        .args(["--iptables-nft-binary", &format!("{k8s}/xtables-nft/iptables"), "--iptables-legacy-binary", &format!("{k8s}/xtables-legacy/iptables")])
-        .env("RUST_LOG", "info,safe_termination=debug")
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("nsenter into {}: {e}", n.netns))
+async fn wait_healthy(n: &RealNode) {
+    let url = format!("http://{}:{HEALTH_PORT}/healthz", n.ip);
+    super::wait_for(&format!("the agent on {} healthy at {url}", n.name), 30, async || {
+        reqwest::get(&url).await.ok().filter(|r| r.status().is_success()).map(|_| ())
+    })
+    .await;
+}
+
+/// libfaketime's multi-threaded library, as e2e/toolchain/libfaketime.sh unpacks it from
+/// Debian's package into the cache.
+pub const LIBFAKETIME: &str = "safe-termination/tools/libfaketime-0.9.10/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// The path of [`LIBFAKETIME`] under the cache; panics naming the script when it is missing.
+fn libfaketime() -> String {
+    let cache = std::env::var("XDG_CACHE_HOME").unwrap_or_else(|_| format!("{}/.cache", std::env::var("HOME").unwrap_or_default()));
+    let path = format!("{cache}/{LIBFAKETIME}");
+    assert!(Path::new(&path).is_file(), "{path} is missing: run e2e/toolchain/libfaketime.sh (make e2e runs it)");
+    path
+}
+
+/// How one agent is started.
+struct Spawn {
+    node: RealNode,
+    ca: String,
+    cert: String,
+    key: String,
+    k8s: String,
+    clock_offset_seconds: Option<i64>,
+}
+
+impl Spawn {
+    /// Starts the agent; its log is started afresh, or appended to after a restart.
+    fn spawn(&self, append: bool) -> Child {
+        let (n, k8s) = (&self.node, &self.k8s);
+        let (ca, cert, key) = (&self.ca, &self.cert, &self.key);
+        let log = format!("{}/logs/agent-{}.log", super::state_dir(), n.name);
+        let _ = std::fs::create_dir_all(Path::new(&log).parent().unwrap());
+        let log = std::fs::OpenOptions::new().create(true).write(true).append(append).truncate(!append).open(&log).unwrap();
+        let mut c = Command::new("nsenter");
+        if let Some(offset) = self.clock_offset_seconds {
+            c.env("LD_PRELOAD", libfaketime()).env("FAKETIME", format!("{offset:+}s")).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
+        c.arg(format!("--net=/run/netns/{}", n.netns))
+            .arg(env!("CARGO_BIN_EXE_safe-termination"))
+            .args(["agent", "--listen", &format!("{}:{PORT}", n.ip), "--health-listen", &format!("{}:{HEALTH_PORT}", n.ip)])
+            .args(["--kube-proxy-url", &format!("http://{}:10249", n.ip)])
+            .args(["--tls-ca-file", ca, "--tls-cert-file", cert, "--tls-key-file", key])
+            // the data plane from kube-proxy's /proxyMode and the iptables backend holding its chains
+            .args(["--data-plane", "auto", "--node-name", &n.name])
+            .args(["--iptables-nft-binary", &format!("{k8s}/xtables-nft/iptables"), "--iptables-legacy-binary", &format!("{k8s}/xtables-legacy/iptables")])
+            .env("RUST_LOG", "info,safe_termination=debug")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("nsenter into {}: {e}", n.netns))
+    }
 }

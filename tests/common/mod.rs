@@ -18,6 +18,7 @@ pub mod chart;
 pub mod operator;
 pub mod rules;
 pub mod tools;
+pub mod truth;
 pub mod windows;
 
 pub use operator::Operator;
