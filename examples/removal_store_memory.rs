@@ -16,7 +16,7 @@
 //! as in the binary) at each step, and the JSON of one round: the request every agent gets
 //! (every open removal) and one agent's answer (a record per removal).
 
-use safe_termination::agent_contract::observer::{ObserveRequest, ObserveResponse, WatchRecord, WatchRequest, WatchState};
+use safe_termination::agent_contract::observer::{AnswerMark, ObserveRequest, ObserveResponse, WatchRecord, WatchRequest, WatchState};
 use safe_termination::core::removals::{NodeReport, PendingRemoval, RemovalStore, ServicePort};
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
@@ -106,6 +106,8 @@ fn main() {
         watches: (0..open)
             .map(|i| WatchRequest { service: service(), endpoint: endpoint(0, i), remaining_seconds: 59.0, deletion_age_seconds: Some(1.0) })
             .collect(),
+        set_id: Some(1_765_000_000_000_000_001),
+        same_set: false,
     };
     let answer = ObserveResponse {
         protocol: safe_termination::agent_contract::observer::OBSERVER_PROTOCOL,
@@ -123,11 +125,26 @@ fn main() {
                 last_error: None,
             })
             .collect(),
+        set_id: request.set_id,
+        mark: Some(AnswerMark { epoch: 1_765_000_000_000_000_001, generation: 400 }),
+        complete: true,
     };
     let (req, ans) = (serde_json::to_vec(&request).unwrap().len(), serde_json::to_vec(&answer).unwrap().len());
+    let rate = |bytes: usize| (bytes * n_nodes * 4) as f64 / 1e6;
     println!(
-        "one round: request {req} bytes to each agent, answer {ans} bytes from each; every 250 ms to {n_nodes} agents: {:.1} MB/s out, {:.1} MB/s in",
-        (req * n_nodes * 4) as f64 / 1e6,
-        (ans * n_nodes * 4) as f64 / 1e6
+        "a round with the whole set and every record: request {req} bytes to each agent, answer {ans} bytes from each; every 250 ms to {n_nodes} agents: {:.1} MB/s out, {:.1} MB/s in",
+        rate(req),
+        rate(ans)
+    );
+    // protocol 3 once every agent holds the set: the set's id, and only the changed records
+    let same = ObserveRequest { watches: vec![], set_id: request.set_id, same_set: true };
+    let quiet = ObserveResponse { records: vec![], complete: false, ..answer.clone() };
+    let one = ObserveResponse { records: answer.records[..1].to_vec(), complete: false, ..answer.clone() };
+    let (same, quiet, one) = (serde_json::to_vec(&same).unwrap().len(), serde_json::to_vec(&quiet).unwrap().len(), serde_json::to_vec(&one).unwrap().len());
+    println!(
+        "a round of protocol 3 with the set held: request {same} bytes, answer {quiet} bytes with no change ({one} with one); {:.2} MB/s out, {:.2} MB/s in ({:.2} with one change per agent per round)",
+        rate(same),
+        rate(quiet),
+        rate(one)
     );
 }

@@ -407,7 +407,7 @@ async fn both_ip_families_through_the_agent_are_summed_needs_native_add() {
 /// (tests/data/rules/nft-1.37.2-service-chain-4-endpoints.txt, and it less one map entry).
 #[tokio::test]
 async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
-    use safe_termination::agent_contract::observer::{ObserveRequest, WatchRequest, WatchState};
+    use safe_termination::agent_contract::observer::{AnswerMark, ObserveRequest, WatchRequest, WatchState};
     use safe_termination::core::removals::ServicePort;
     use safe_termination::sources::agent_client::observe_agent;
     let dir = tempfile::tempdir().unwrap();
@@ -428,7 +428,7 @@ async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
         port: 80,
     };
     let watch = |ip: &str| WatchRequest { service: service.clone(), endpoint: ip.parse().unwrap(), remaining_seconds: 30.0, deletion_age_seconds: Some(0.25) };
-    let request = ObserveRequest { watches: vec![watch("10.244.1.5"), watch("10.244.2.4")] };
+    let request = ObserveRequest { watches: vec![watch("10.244.1.5"), watch("10.244.2.4")], set_id: Some(11), same_set: false };
     let first = observe_agent(&client, &target, &request).await.unwrap();
     assert_eq!(first.response.records.len(), 2);
     assert!(first.response.records.iter().all(|r| r.state == WatchState::Held));
@@ -478,12 +478,28 @@ async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
     assert!(earliest - 1e-6 <= window && window <= latest + 1e-6, "window {window} within [{earliest}, {latest}]");
     assert_eq!(value("safe_termination_agent_removals_censored_total{node=\"node-a\"}"), 0.0);
     assert!(value("safe_termination_agent_data_plane_reads_total{node=\"node-a\",result=\"ok\"}") >= 3.0);
-    assert_eq!(o.response.protocol, 2);
+    assert_eq!((o.response.protocol, o.response.set_id, o.response.complete), (3, Some(11), true));
+    // protocol 3: the set kept by its id, and only what changed since the last answer's mark
+    use safe_termination::sources::agent_client::observe_agent_body;
+    let keep = |id: u64| bytes::Bytes::from(format!(r#"{{"watches":[],"setId":{id},"sameSet":true}}"#));
+    let mark = o.response.mark.expect("a mark");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let quiet = observe_agent_body(&client, &target, keep(11), Some(mark)).await.unwrap().response;
+    assert_eq!((quiet.records.len(), quiet.complete, quiet.set_id), (0, false, Some(11)), "nothing changed since the mark (reads go on): {quiet:?}");
+    let other_epoch = AnswerMark { epoch: mark.epoch ^ 1, generation: mark.generation };
+    let full = observe_agent_body(&client, &target, keep(11), Some(other_epoch)).await.unwrap().response;
+    assert_eq!((full.records.len(), full.complete), (2, true), "a mark of another epoch (a restarted agent's) is answered in full");
+    let unknown = observe_agent_body(&client, &target, keep(12), None).await.unwrap().response;
+    assert_eq!((unknown.set_id, unknown.records.len()), (Some(11), 2), "a set not held changes nothing, and the answer says which is held");
+    let bad_since = client.post(format!("{}/removals?since=1.x", agent.url())).body(keep(11)).send().await.unwrap();
+    assert_eq!(bad_since.status(), 400);
+    assert!(bad_since.text().await.unwrap().contains("since=1.x"));
     // a request the agent refuses, by name
     let bad = client.post(format!("{}/removals", agent.url())).body("{\"watches\": 1}").send().await.unwrap();
     assert_eq!(bad.status(), 400);
     assert!(bad.text().await.unwrap().contains("not an observe request"));
-    let too_many = ObserveRequest { watches: vec![watch("10.244.9.9"); safe_termination::agent_contract::observer::MAX_WATCHES + 1] };
+    let too_many =
+        ObserveRequest { watches: vec![watch("10.244.9.9"); safe_termination::agent_contract::observer::MAX_WATCHES + 1], set_id: None, same_set: false };
     let refused = observe_agent(&client, &target, &too_many).await.unwrap_err();
     assert!(refused.contains("413") && refused.contains("at most 10000"), "{refused}");
     agent.stop().await;

@@ -17,14 +17,14 @@
 
 use super::observer::watch::Observer;
 use super::upstream::{Answer, KubeProxy};
-use crate::agent_contract::observer::{MAX_REQUEST_BYTES, MAX_WATCHES, ObserveRequest, REMOVALS_PATH};
+use crate::agent_contract::observer::{AnswerMark, MAX_REQUEST_BYTES, MAX_WATCHES, ObserveRequest, REMOVALS_PATH};
 use crate::agent_contract::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
 use crate::agent_contract::tls::AgentTls;
 use crate::core::exposition::accepts_protobuf;
 use crate::core::measure::reason;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -45,7 +45,8 @@ pub fn router(kube_proxy: Arc<KubeProxy>, observer: Arc<Observer>) -> Router {
     Router::new()
         .route(
             REMOVALS_PATH,
-            post(move |body: axum::body::Bytes| std::future::ready(removals(&observer, &body))).layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES)),
+            post(move |query: RawQuery, body: axum::body::Bytes| std::future::ready(removals(&observer, query.0.as_deref(), &body)))
+                .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES)),
         )
         .route("/metrics", get(|State(k): State<Arc<KubeProxy>>, headers: HeaderMap| async move { metrics(&k, &headers).await }))
         .route("/proxyMode", get(|State(k): State<Arc<KubeProxy>>| async move { answer(k.proxy_mode().await) }))
@@ -69,8 +70,19 @@ async fn metrics(k: &KubeProxy, request: &HeaderMap) -> Response {
     response
 }
 
-/// `POST /removals`: the observer's answer as JSON, or 400/413 naming what was wrong.
-fn removals(observer: &Observer, body: &[u8]) -> Response {
+/// `POST /removals[?since=<epoch>.<generation>]`: the observer's answer as JSON, or 400/413
+/// naming what was wrong.
+fn removals(observer: &Observer, query: Option<&str>, body: &[u8]) -> Response {
+    let mut since = None;
+    for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("since", v)) => match AnswerMark::from_query(v) {
+                Some(m) => since = Some(m),
+                None => return (StatusCode::BAD_REQUEST, format!("since={v}: expected <epoch>.<generation>, two whole numbers\n")).into_response(),
+            },
+            _ => return (StatusCode::BAD_REQUEST, format!("query {pair:?}: only since=<epoch>.<generation> is read\n")).into_response(),
+        }
+    }
     let request: ObserveRequest = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("not an observe request: {e}\n")).into_response(),
@@ -79,7 +91,7 @@ fn removals(observer: &Observer, body: &[u8]) -> Response {
         let status = if request.watches.len() > MAX_WATCHES { StatusCode::PAYLOAD_TOO_LARGE } else { StatusCode::BAD_REQUEST };
         return (status, format!("observe request out of bounds: {e}\n")).into_response();
     }
-    axum::Json(observer.observe(&request)).into_response()
+    axum::Json(observer.observe(&request, since)).into_response()
 }
 
 /// An [`Answer`] as an HTTP response (see the module docs).

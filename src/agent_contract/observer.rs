@@ -18,6 +18,17 @@
 //! Versions: an answer names the agent's [`OBSERVER_PROTOCOL`]; an agent refuses fields it does
 //! not know, so the operator sends a field added in protocol `n` only to an agent whose last
 //! answer said `n` or more (an answer without the field is protocol 1).
+//!
+//! Protocol 3 bounds the wire while removals stay open (every agent is asked four times a
+//! second): a request names its set of watches (`setId`), and once the agent holds that set the
+//! operator sends only `{"watches":[],"setId":n,"sameSet":true}`; an agent holding another set
+//! (it restarted) keeps none and says so in its answer's `setId`, and is sent the whole set next.
+//! An answer carries the agent's [`AnswerMark`], and a request whose URL has
+//! `?since=<epoch>.<generation>` (the mark of the last answer the operator read) is answered only
+//! the records whose state changed after it: a new watch, its first read, its first failed read
+//! before any success, its removal, its expiry. A mark of another epoch (the agent restarted) is
+//! answered in full. The read counters and a held watch's last read in a record are those of its
+//! last change.
 
 use crate::core::removals::ServicePort;
 use serde::{Deserialize, Serialize};
@@ -33,15 +44,44 @@ pub const MAX_REQUEST_BYTES: usize = 8 << 20;
 /// The longest a watch may ask to be kept, seconds; also the oldest deletion a watch may carry.
 pub const MAX_REMAINING_SECONDS: f64 = 3600.0;
 /// The protocol this agent speaks: 1, watches and records; 2, a watch may carry
-/// `deletionAgeSeconds`.
-pub const OBSERVER_PROTOCOL: u32 = 2;
+/// `deletionAgeSeconds`; 3, sets of watches by id and answers of the changed records (above).
+pub const OBSERVER_PROTOCOL: u32 = 3;
 
 /// The operator's request: the removals to watch now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ObserveRequest {
-    /// The removals to watch.
+    /// The removals to watch (empty with `sameSet`).
     pub watches: Vec<WatchRequest>,
+    /// The set's id, the operator's (protocol 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_id: Option<u64>,
+    /// Keep the set `setId` names instead of replacing it (protocol 3; `watches` then empty).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub same_set: bool,
+}
+
+/// Where an agent's answers stand: its epoch (drawn at its start) and the generation of its
+/// watches' changes when it answered. Written `<epoch>.<generation>` in a request's `since`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerMark {
+    /// Drawn when the agent started.
+    pub epoch: u64,
+    /// Changes of its watches so far.
+    pub generation: u64,
+}
+
+impl AnswerMark {
+    /// The mark as a request's `since` query value.
+    pub fn to_query(self) -> String {
+        format!("{}.{}", self.epoch, self.generation)
+    }
+
+    /// A request's `since` value; None for anything else.
+    pub fn from_query(value: &str) -> Option<Self> {
+        let (epoch, generation) = value.split_once('.')?;
+        Some(Self { epoch: epoch.parse().ok()?, generation: generation.parse().ok()? })
+    }
 }
 
 /// One removal to watch.
@@ -111,12 +151,26 @@ pub struct ObserveResponse {
     /// The data plane it reads (`nftables`, `iptables-nft`, `iptables-legacy`), or None when it
     /// has none to read (every watch then stays `held` and expires).
     pub data_plane: Option<String>,
-    /// One record per watch kept.
+    /// One record per watch kept, or (`complete` false) per watch changed since the request's
+    /// `since`.
     pub records: Vec<WatchRecord>,
+    /// The set the agent holds (protocol 3; None: none named).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_id: Option<u64>,
+    /// The mark to send as the next request's `since` (protocol 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<AnswerMark>,
+    /// Every watch kept has a record (false: only the changed ones).
+    #[serde(default = "yes")]
+    pub complete: bool,
 }
 
 fn protocol_1() -> u32 {
     1
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl ObserveRequest {
@@ -125,6 +179,9 @@ impl ObserveRequest {
     pub fn check(&self) -> Result<(), String> {
         if self.watches.len() > MAX_WATCHES {
             return Err(format!("{} watches: at most {MAX_WATCHES}", self.watches.len()));
+        }
+        if self.same_set && (self.set_id.is_none() || !self.watches.is_empty()) {
+            return Err("sameSet needs a setId and no watches".into());
         }
         for (i, w) in self.watches.iter().enumerate() {
             if !w.remaining_seconds.is_finite() || !(0.0..=MAX_REMAINING_SECONDS).contains(&w.remaining_seconds) {
@@ -146,7 +203,7 @@ mod tests {
 
     /// The request as the operator sends it, spelled out: the field names are the contract.
     const REQUEST: &str = r#"{"watches":[{"service":{"namespace":"shop","name":"web","portName":"http","protocol":"TCP","clusterIP":"10.96.12.7","port":80},"endpoint":"10.244.1.5","remainingSeconds":59.5,"deletionAgeSeconds":0.5}]}"#;
-    const RESPONSE: &str = r#"{"protocol":2,"agentUnixSeconds":1765000000.25,"dataPlane":"nftables","records":[{"service":{"namespace":"shop","name":"web","portName":"http","protocol":"TCP","clusterIP":"10.96.12.7","port":80},"endpoint":"10.244.1.5","state":"removed","lastWithUnixSeconds":1764999999.5,"firstWithoutUnixSeconds":1764999999.625,"reads":12,"failedReads":1,"lastError":"nft list chain: exit status: 1"}]}"#;
+    const RESPONSE: &str = r#"{"protocol":3,"agentUnixSeconds":1765000000.25,"dataPlane":"nftables","records":[{"service":{"namespace":"shop","name":"web","portName":"http","protocol":"TCP","clusterIP":"10.96.12.7","port":80},"endpoint":"10.244.1.5","state":"removed","lastWithUnixSeconds":1764999999.5,"firstWithoutUnixSeconds":1764999999.625,"reads":12,"failedReads":1,"lastError":"nft list chain: exit status: 1"}],"setId":7,"mark":{"epoch":42,"generation":9},"complete":false}"#;
 
     #[test]
     fn the_records_read_and_write_as_the_fixture() {
@@ -175,9 +232,20 @@ mod tests {
 
     #[test]
     fn an_answer_without_a_protocol_is_protocol_1_and_a_watch_without_an_age_reads() {
-        let old = RESPONSE.replace(r#""protocol":2,"#, "");
-        assert_eq!(serde_json::from_str::<ObserveResponse>(&old).unwrap().protocol, 1);
+        let old = RESPONSE.replace(r#""protocol":3,"#, "").replace(r#","setId":7,"mark":{"epoch":42,"generation":9},"complete":false"#, "");
+        let old: ObserveResponse = serde_json::from_str(&old).unwrap();
+        assert_eq!((old.protocol, old.set_id, old.mark, old.complete), (1, None, None, true), "an answer before protocol 3 is complete");
         let req: ObserveRequest = serde_json::from_str(&REQUEST.replace(r#","deletionAgeSeconds":0.5"#, "")).unwrap();
         assert_eq!(req.watches[0].deletion_age_seconds, None);
+        let poll: ObserveRequest = serde_json::from_str(r#"{"watches":[],"setId":7,"sameSet":true}"#).unwrap();
+        poll.check().unwrap();
+        assert_eq!(serde_json::to_string(&poll).unwrap(), r#"{"watches":[],"setId":7,"sameSet":true}"#);
+        let bad = ObserveRequest { same_set: true, ..req.clone() };
+        assert!(bad.check().unwrap_err().contains("sameSet needs a setId and no watches"));
+        assert_eq!(AnswerMark::from_query("42.9"), Some(AnswerMark { epoch: 42, generation: 9 }));
+        assert_eq!(AnswerMark { epoch: 42, generation: 9 }.to_query(), "42.9");
+        for bad in ["42", "42.", ".9", "x.9", "42.9.1", "-1.2"] {
+            assert_eq!(AnswerMark::from_query(bad), None, "{bad}");
+        }
     }
 }

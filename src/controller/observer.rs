@@ -8,9 +8,10 @@
 //! removal bumps the measurement generation, so every policy is reconciled with it.
 
 use super::service_index::{ClusterIndex, now_unix};
+use crate::agent_contract::observer::AnswerMark;
 use crate::agent_contract::observer::{ObserveRequest, WatchRecord, WatchRequest, WatchState};
-use crate::core::removals::Watch;
 use crate::core::removals::{ClockOffset, NodeReport};
+use crate::core::removals::{ServicePort, Watch};
 use crate::runtime::Shared;
 use crate::sources::agent_client::{AgentSource, observe_agent_body};
 use crate::sources::targets::Target;
@@ -72,44 +73,98 @@ impl Warnings {
     }
 }
 
-/// The request to every agent, serialized once per protocol: with the deletions' ages
-/// (protocol 2) for the agents whose last answer said they read them, without for the others
-/// (an agent refuses a field it does not know; one not asked yet is sent protocol 1's).
-struct Requests {
-    with_ages: bytes::Bytes,
-    without: bytes::Bytes,
+/// What the operator knows of one agent from its last answer: its protocol, the set it holds
+/// and the mark to ask the changes since (protocol 3).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct AgentState {
+    protocol: u32,
+    set_id: Option<u64>,
+    mark: Option<AnswerMark>,
 }
 
-impl Requests {
-    fn of(watches: &[Watch<'_>]) -> Result<Self, serde_json::Error> {
-        let request = |ages: bool| ObserveRequest {
-            watches: watches
-                .iter()
-                .map(|(service, endpoint, remaining_seconds, age)| WatchRequest {
-                    service: (*service).clone(),
-                    endpoint: *endpoint,
-                    remaining_seconds: *remaining_seconds,
-                    deletion_age_seconds: ages.then_some(*age),
-                })
-                .collect(),
-        };
-        Ok(Self { with_ages: serde_json::to_vec(&request(true))?.into(), without: serde_json::to_vec(&request(false))?.into() })
+/// One round's requests, each serialized at most once and only when some agent needs it: the
+/// whole set without the deletions' ages (protocol 1, or an agent not asked yet), with them
+/// (protocol 2), with them and the set's id (protocol 3), and the short one that keeps the set
+/// (protocol 3, an agent that holds it). An agent refuses a field it does not know.
+struct Requests<'a> {
+    watches: &'a [Watch<'a>],
+    set_id: u64,
+    bodies: [std::sync::OnceLock<Result<bytes::Bytes, String>>; 4],
+}
+
+impl<'a> Requests<'a> {
+    fn new(watches: &'a [Watch<'a>], set_id: u64) -> Self {
+        Self { watches, set_id, bodies: Default::default() }
     }
 
-    fn for_protocol(&self, protocol: Option<&u32>) -> bytes::Bytes {
-        if protocol.is_some_and(|p| *p >= 2) { self.with_ages.clone() } else { self.without.clone() }
+    /// Body `kind`: 0 protocol 1, 1 protocol 2, 2 protocol 3 whole, 3 protocol 3 same set.
+    fn body(&self, kind: usize) -> Result<bytes::Bytes, String> {
+        self.bodies[kind]
+            .get_or_init(|| {
+                let (ages, set_id, same_set) = (kind >= 1, (kind >= 2).then_some(self.set_id), kind == 3);
+                let watches = if same_set { &[][..] } else { self.watches };
+                let request = ObserveRequest {
+                    watches: watches
+                        .iter()
+                        .map(|(service, endpoint, remaining_seconds, age)| WatchRequest {
+                            service: (*service).clone(),
+                            endpoint: *endpoint,
+                            remaining_seconds: *remaining_seconds,
+                            deletion_age_seconds: ages.then_some(*age),
+                        })
+                        .collect(),
+                    set_id,
+                    same_set,
+                };
+                serde_json::to_vec(&request).map(bytes::Bytes::from).map_err(|e| e.to_string())
+            })
+            .clone()
+    }
+
+    /// The body for an agent of `state` (None: not asked yet), and the mark to send as `since`.
+    fn for_agent(&self, state: Option<&AgentState>) -> (Result<bytes::Bytes, String>, Option<AnswerMark>) {
+        match state {
+            Some(s) if s.protocol >= 3 => (self.body(if s.set_id == Some(self.set_id) { 3 } else { 2 }), s.mark),
+            Some(s) if s.protocol == 2 => (self.body(1), None),
+            _ => (self.body(0), None),
+        }
+    }
+}
+
+/// The set of watches and its id: a new id whenever the set's removals change.
+struct WatchSet {
+    keys: Vec<(ServicePort, std::net::IpAddr)>,
+    id: u64,
+}
+
+impl WatchSet {
+    /// A first id unlikely to match a set an agent holds from an earlier operator (which a
+    /// first request replaces anyway: an agent not asked yet is sent protocol 1's).
+    fn new() -> Self {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        Self { keys: Vec::new(), id: nanos }
+    }
+
+    /// The id of `watches`' set.
+    fn id_of(&mut self, watches: &[Watch<'_>]) -> u64 {
+        let mut keys: Vec<(ServicePort, std::net::IpAddr)> = watches.iter().map(|(s, ip, _, _)| ((*s).clone(), *ip)).collect();
+        keys.sort();
+        if keys != self.keys {
+            self.keys = keys;
+            self.id = self.id.wrapping_add(1);
+        }
+        self.id
     }
 }
 
 /// Asks every agent to watch `requests`' removals and reports their records into `cluster`;
-/// returns the nodes whose agent answered. `protocols` holds each agent's protocol from its
-/// last answer.
+/// returns the nodes whose agent answered. `states` holds what each agent's last answer said.
 async fn ask_agents(
     cluster: &ClusterIndex,
     agents: &AgentSource,
     targets: &mut CachedTargets,
-    requests: &Requests,
-    protocols: &mut HashMap<String, u32>,
+    requests: &Requests<'_>,
+    states: &mut HashMap<String, AgentState>,
     warnings: &mut Warnings,
 ) -> BTreeSet<String> {
     let mut answering = BTreeSet::new();
@@ -127,10 +182,19 @@ async fn ask_agents(
             return answering;
         }
     };
-    let asks = found.values().map(|t| {
-        let (client, body) = (client.clone(), requests.for_protocol(protocols.get(&t.node)));
-        async move { (t.node.clone(), observe_agent_body(&client, t, body).await) }
-    });
+    let asks: Vec<_> = found
+        .values()
+        .map(|t| {
+            let (client, (body, since)) = (client.clone(), requests.for_agent(states.get(&t.node)));
+            async move {
+                let answer = match body {
+                    Ok(body) => observe_agent_body(&client, t, body, since).await,
+                    Err(e) => Err(format!("serializing the request: {e}")),
+                };
+                (t.node.clone(), answer)
+            }
+        })
+        .collect();
     for (node, answer) in futures::future::join_all(asks).await {
         let o = match answer {
             Ok(o) => o,
@@ -139,7 +203,8 @@ async fn ask_agents(
                 continue;
             }
         };
-        protocols.insert(node.clone(), o.response.protocol);
+        let r = &o.response;
+        states.insert(node.clone(), AgentState { protocol: r.protocol, set_id: r.set_id, mark: r.mark });
         let clock = ClockOffset::of(o.response.agent_unix_seconds, o.sent_unix_seconds, o.received_unix_seconds);
         cluster.with_removals(|s| {
             for r in &o.response.records {
@@ -154,7 +219,7 @@ async fn ask_agents(
 /// Runs the observer until `shared.stop`: asks `agents` while removals are open in `cluster`.
 pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared) {
     cluster.start_observing();
-    let (mut targets, mut warnings, mut protocols) = (CachedTargets::default(), Warnings::default(), HashMap::new());
+    let (mut targets, mut warnings, mut states, mut set) = (CachedTargets::default(), Warnings::default(), HashMap::new(), WatchSet::new());
     loop {
         tokio::select! {
             () = shared.stop.cancelled() => return,
@@ -164,17 +229,15 @@ pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared
             continue;
         }
         let now = now_unix();
-        let requests = cluster.with_removals(|s| {
-            let watches = s.watches(now);
-            (!watches.is_empty()).then(|| Requests::of(&watches))
-        });
-        let answering = match requests {
-            None => BTreeSet::new(),
-            Some(Ok(requests)) => ask_agents(&cluster, &agents, &mut targets, &requests, &mut protocols, &mut warnings).await,
-            Some(Err(e)) => {
-                warnings.warn("serializing the request", &e.to_string());
-                BTreeSet::new()
-            }
+        // the watches are copied out of the store: it is locked only briefly
+        let owned: Vec<(ServicePort, std::net::IpAddr, f64, f64)> =
+            cluster.with_removals(|s| s.watches(now).into_iter().map(|(service, ip, remaining, age)| (service.clone(), ip, remaining, age)).collect());
+        let watches: Vec<Watch<'_>> = owned.iter().map(|(service, ip, remaining, age)| (service, *ip, *remaining, *age)).collect();
+        let answering = if watches.is_empty() {
+            BTreeSet::new()
+        } else {
+            let requests = Requests::new(&watches, set.id_of(&watches));
+            ask_agents(&cluster, &agents, &mut targets, &requests, &mut states, &mut warnings).await
         };
         let closed = cluster.with_removals(|s| s.close(now_unix(), &answering));
         if closed > 0 {
@@ -221,12 +284,29 @@ mod tests {
     }
 
     #[test]
-    fn the_deletions_ages_go_only_to_agents_that_said_they_read_them() {
+    fn each_agent_is_sent_what_its_protocol_reads_and_a_known_set_is_not_sent_again() {
         let service = crate::core::removals::test_port("web");
-        let requests = Requests::of(&[(&service, "10.244.1.2".parse().unwrap(), 59.0, 1.25)]).unwrap();
-        let parse = |b: bytes::Bytes| serde_json::from_slice::<ObserveRequest>(&b).unwrap().watches[0].deletion_age_seconds;
-        assert_eq!(parse(requests.for_protocol(None)), None, "an agent not asked yet");
-        assert_eq!(parse(requests.for_protocol(Some(&1))), None, "an agent of protocol 1 refuses the field");
-        assert_eq!(parse(requests.for_protocol(Some(&2))), Some(1.25));
+        let watches = [(&service, "10.244.1.2".parse().unwrap(), 59.0, 1.25)];
+        let requests = Requests::new(&watches, 7);
+        let parse = |b: Result<bytes::Bytes, String>| serde_json::from_slice::<ObserveRequest>(&b.unwrap()).unwrap();
+        let state = |protocol, set_id, mark| AgentState { protocol, set_id, mark };
+        let (first, since) = requests.for_agent(None);
+        let first = parse(first);
+        assert_eq!((first.watches[0].deletion_age_seconds, first.set_id, since), (None, None, None), "an agent not asked yet: protocol 1");
+        assert_eq!(parse(requests.for_agent(Some(&state(1, None, None))).0).watches[0].deletion_age_seconds, None);
+        let v2 = parse(requests.for_agent(Some(&state(2, None, None))).0);
+        assert_eq!((v2.watches[0].deletion_age_seconds, v2.set_id), (Some(1.25), None), "protocol 2 refuses setId");
+        let mark = Some(AnswerMark { epoch: 3, generation: 9 });
+        let (whole, since) = requests.for_agent(Some(&state(3, Some(6), mark)));
+        let whole = parse(whole);
+        assert_eq!((whole.watches.len(), whole.set_id, whole.same_set, since), (1, Some(7), false, mark), "another set held: the whole set");
+        let (same, since) = requests.for_agent(Some(&state(3, Some(7), mark)));
+        let same = parse(same);
+        assert_eq!((same.watches.len(), same.set_id, same.same_set, since), (0, Some(7), true, mark), "the set held: only its id");
+        same.check().unwrap();
+        let mut set = WatchSet::new();
+        let id = set.id_of(&watches);
+        assert_eq!(set.id_of(&[(&service, "10.244.1.2".parse().unwrap(), 58.0, 2.25)]), id, "the same removals, later: the same set");
+        assert_ne!(set.id_of(&[]), id, "another set");
     }
 }

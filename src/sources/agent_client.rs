@@ -295,13 +295,22 @@ pub struct Observed {
 /// message), or a body that is not an answer.
 pub async fn observe_agent(client: &reqwest::Client, target: &Target, request: &crate::agent_contract::observer::ObserveRequest) -> Result<Observed, String> {
     let body = serde_json::to_vec(request).map_err(|e| format!("{}: {e}", target.url(crate::agent_contract::observer::REMOVALS_PATH)))?;
-    observe_agent_body(client, target, body.into()).await
+    observe_agent_body(client, target, body.into(), None).await
 }
 
 /// [`observe_agent`] with the request already serialized (JSON), so that one body serves every
-/// agent (a clone of [`bytes::Bytes`] shares it).
-pub async fn observe_agent_body(client: &reqwest::Client, target: &Target, body: bytes::Bytes) -> Result<Observed, String> {
-    let url = target.url(crate::agent_contract::observer::REMOVALS_PATH);
+/// agent (a clone of [`bytes::Bytes`] shares it), asking only the records changed since `since`
+/// when given (protocol 3: `?since=<epoch>.<generation>`).
+pub async fn observe_agent_body(
+    client: &reqwest::Client,
+    target: &Target,
+    body: bytes::Bytes,
+    since: Option<crate::agent_contract::observer::AnswerMark>,
+) -> Result<Observed, String> {
+    let mut url = target.url(crate::agent_contract::observer::REMOVALS_PATH);
+    if let Some(m) = since {
+        url = format!("{url}?since={}", m.to_query());
+    }
     let sent = unix_now();
     let resp = client
         .post(&url)

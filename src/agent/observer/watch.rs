@@ -14,7 +14,7 @@
 
 use super::metrics::ObserverMetrics;
 use super::{DataPlaneReader, ReadError, ServicePort};
-use crate::agent_contract::observer::{OBSERVER_PROTOCOL, ObserveRequest, ObserveResponse, WatchRecord, WatchState};
+use crate::agent_contract::observer::{AnswerMark, OBSERVER_PROTOCOL, ObserveRequest, ObserveResponse, WatchRecord, WatchState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -60,6 +60,8 @@ struct Entry {
     censored: bool,
     /// Its removal counted in the deletion-to-removed histogram already.
     counted: bool,
+    /// The generation of its record's last change (protocol 3's answers of the changed records).
+    changed: u64,
     last_with: Option<f64>,
     first_without: Option<f64>,
     reads: u32,
@@ -71,6 +73,11 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct Watches {
     entries: BTreeMap<(ServicePort, IpAddr), Entry>,
+    /// Changes of the records so far: a new watch, its first successful read, its first failed
+    /// read before any success, its removal, its expiry.
+    generation: u64,
+    /// The operator's id of the set kept (protocol 3).
+    set_id: Option<u64>,
 }
 
 impl Watches {
@@ -87,10 +94,14 @@ impl Watches {
         let (mut new, mut late, mut censored) = (0, Vec::new(), 0);
         for w in &request.watches {
             let key = (w.service.clone(), w.endpoint);
-            let mut e = self.entries.remove(&key).unwrap_or_else(|| {
-                new += 1;
-                Entry::default()
-            });
+            let mut e = match self.entries.remove(&key) {
+                Some(e) => e,
+                None => {
+                    new += 1;
+                    self.generation += 1;
+                    Entry { changed: self.generation, ..Entry::default() }
+                }
+            };
             e.deadline = now + w.remaining_seconds;
             if let Some(age) = w.deletion_age_seconds {
                 let deletion = now - age;
@@ -109,7 +120,18 @@ impl Watches {
             censored += 1;
         }
         self.entries = next;
+        self.set_id = request.set_id;
         (new, late, censored)
+    }
+
+    /// The operator's id of the set kept (protocol 3), None when it named none.
+    pub fn set_id(&self) -> Option<u64> {
+        self.set_id
+    }
+
+    /// The generation of the records' last change.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// `service` still has a watch to read at `now` (a request since the round began may have
@@ -132,13 +154,22 @@ impl Watches {
     /// end, the deletion when known).
     pub fn apply(&mut self, service: &ServicePort, read: &Result<Option<BTreeSet<IpAddr>>, ReadError>, started: f64, ended: f64) -> Vec<Removed> {
         let mut removed = Vec::new();
+        let generation = &mut self.generation;
+        let mut change = |e: &mut Entry| {
+            *generation += 1;
+            e.changed = *generation;
+        };
         for ((_, ip), e) in self.entries.iter_mut().filter(|((s, _), e)| s == service && e.first_without.is_none()) {
             match read {
                 Ok(Some(held)) if held.contains(ip) => {
+                    if e.reads == 0 {
+                        change(e);
+                    }
                     e.reads = e.reads.saturating_add(1);
                     e.last_with = Some(started);
                 }
                 Ok(Some(_)) => {
+                    change(e);
                     e.reads = e.reads.saturating_add(1);
                     e.first_without = Some(ended);
                     e.counted = e.deletion.is_some();
@@ -147,6 +178,7 @@ impl Watches {
                 // the port's chain gone after a read that held the endpoint: no rule sends it new
                 // connections any more
                 Ok(None) if e.last_with.is_some() => {
+                    change(e);
                     e.reads = e.reads.saturating_add(1);
                     e.first_without = Some(ended);
                     e.counted = e.deletion.is_some();
@@ -155,10 +187,16 @@ impl Watches {
                 // the chain absent before any read held the endpoint says nothing (a chain not yet
                 // written, or a name that is not kube-proxy's)
                 Ok(None) => {
+                    if e.reads == 0 && e.failed_reads == 0 {
+                        change(e);
+                    }
                     e.failed_reads = e.failed_reads.saturating_add(1);
                     e.last_error = Some("the Service port's chain is not in the rules".into());
                 }
                 Err(err) => {
+                    if e.reads == 0 && e.failed_reads == 0 {
+                        change(e);
+                    }
                     e.failed_reads = e.failed_reads.saturating_add(1);
                     e.last_error = Some(err.to_string());
                 }
@@ -173,6 +211,8 @@ impl Watches {
         let mut n = 0;
         for e in self.entries.values_mut().filter(|e| e.first_without.is_none() && !e.censored && now >= e.deadline) {
             e.censored = true;
+            self.generation += 1;
+            e.changed = self.generation;
             n += 1;
         }
         n
@@ -180,8 +220,15 @@ impl Watches {
 
     /// The records of every watch at `now`.
     pub fn records(&self, now: f64) -> Vec<WatchRecord> {
+        self.records_since(now, None)
+    }
+
+    /// The records at `now` of the watches changed after generation `since` (every watch when
+    /// None).
+    pub fn records_since(&self, now: f64, since: Option<u64>) -> Vec<WatchRecord> {
         self.entries
             .iter()
+            .filter(|(_, e)| since.is_none_or(|g| e.changed > g))
             .map(|((service, endpoint), e)| WatchRecord {
                 service: service.clone(),
                 endpoint: *endpoint,
@@ -238,7 +285,16 @@ pub struct Observer {
     find: Mutex<ReaderSource>,
     data_plane: Mutex<Option<&'static str>>,
     metrics: Mutex<ObserverMetrics>,
+    /// Drawn at the start: a mark of another epoch is answered in full.
+    epoch: u64,
     clock: fn() -> f64,
+}
+
+/// An epoch unlikely to repeat across the agent's restarts: the start time's nanoseconds and
+/// the process id.
+fn draw_epoch() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 40)
 }
 
 /// Now, unix seconds.
@@ -256,17 +312,24 @@ impl Observer {
             find: Mutex::new(find),
             data_plane: Mutex::new(None),
             metrics: Mutex::default(),
+            epoch: draw_epoch(),
             clock: unix_now,
         })
     }
 
-    /// Takes the operator's `request` (checked by the caller) and answers the records.
-    pub fn observe(&self, request: &ObserveRequest) -> ObserveResponse {
+    /// Takes the operator's `request` (checked by the caller) and answers the records: all of
+    /// them, or those changed since `since` when it is a mark of this agent's epoch (protocol 3;
+    /// [`crate::agent_contract::observer`]). A `sameSet` request naming a set other than the one
+    /// kept (this agent restarted) changes nothing: the answer's `setId` tells the operator to
+    /// send the set.
+    pub fn observe(&self, request: &ObserveRequest, since: Option<AnswerMark>) -> ObserveResponse {
         let now = (self.clock)();
         let mut w = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
         let censored = w.mark_censored(now);
-        let (new, late, dropped) = w.set(request, now);
-        let records = w.records(now);
+        let (new, late, dropped) = if request.same_set { (0, Vec::new(), 0) } else { w.set(request, now) };
+        let since = since.filter(|m| m.epoch == self.epoch).map(|m| m.generation);
+        let records = w.records_since(now, since);
+        let (set_id, generation) = (w.set_id(), w.generation());
         drop(w);
         let mut metrics = self.metrics();
         metrics.censored(censored + dropped);
@@ -284,6 +347,9 @@ impl Observer {
             agent_unix_seconds: (self.clock)(),
             data_plane: self.data_plane.lock().unwrap_or_else(PoisonError::into_inner).map(str::to_string),
             records,
+            set_id,
+            mark: Some(AnswerMark { epoch: self.epoch, generation }),
+            complete: since.is_none(),
         }
     }
 
@@ -416,6 +482,8 @@ mod tests {
                 .iter()
                 .map(|(s, ip)| WatchRequest { service: port(s), endpoint: ip.parse().unwrap(), remaining_seconds: remaining, deletion_age_seconds: None })
                 .collect(),
+            set_id: None,
+            same_set: false,
         }
     }
 
@@ -523,6 +591,33 @@ mod tests {
         assert_eq!(w.set(&aged(&[], 5.0, Some(0.0)), 205.0).2, 0, "api's deadline moved to 209.5 by the last request");
     }
 
+    #[test]
+    fn the_records_changed_since_a_generation_are_the_state_changes_only() {
+        let mut w = Watches::default();
+        let since = |w: &Watches, g: u64| w.records_since(100.5, Some(g)).iter().map(|r| r.endpoint.to_string()).collect::<Vec<_>>();
+        w.set(&aged(&[("web", "10.244.1.2"), ("web", "10.244.1.3")], 10.0, Some(0.1)), 100.0);
+        let g0 = w.generation();
+        assert_eq!((g0, since(&w, 0).len(), since(&w, g0).len()), (2, 2, 0), "two new watches, two changes");
+        w.apply(&port("web"), &ips(&["10.244.1.2", "10.244.1.3"]), 100.1, 100.12);
+        let g1 = w.generation();
+        assert_eq!((g1, since(&w, g0).len()), (4, 2), "the first read of each");
+        w.apply(&port("web"), &ips(&["10.244.1.2", "10.244.1.3"]), 100.2, 100.22);
+        assert_eq!(w.generation(), g1, "another read that holds both: no change");
+        w.apply(&port("web"), &ips(&["10.244.1.3"]), 100.3, 100.32);
+        assert_eq!(since(&w, g1), vec!["10.244.1.2"], "the removal");
+        let g2 = w.generation();
+        w.set(&aged(&[("web", "10.244.1.2"), ("web", "10.244.1.3")], 10.0, Some(0.4)), 100.4);
+        assert_eq!(w.generation(), g2, "the same set again: no change");
+        w.mark_censored(111.0);
+        assert_eq!(since(&w, g2), vec!["10.244.1.3"], "the expiry");
+        let mut f = Watches::default();
+        f.set(&aged(&[("api", "10.244.1.9")], 10.0, None), 100.0);
+        let e = Err(ReadError { command: "nft".into(), how: "exit status: 1".into() });
+        f.apply(&port("api"), &e, 100.1, 100.2);
+        f.apply(&port("api"), &e, 100.3, 100.4);
+        assert_eq!(f.generation(), 2, "new, then its first failed read (unread); the second says nothing new");
+    }
+
     /// A reader that answers from a list of reads in turn.
     struct Script(Vec<Result<Option<BTreeSet<IpAddr>>, ReadError>>);
 
@@ -547,12 +642,12 @@ mod tests {
         }));
         let stop = CancellationToken::new();
         let task = tokio::spawn(obs.clone().run(stop.clone()));
-        let first = obs.observe(&request(&[("web", "10.244.1.2")], 30.0));
+        let first = obs.observe(&request(&[("web", "10.244.1.2")], 30.0), None);
         assert_eq!((first.records.len(), first.records[0].state, first.data_plane.as_deref()), (1, WatchState::Held, None));
         let mut last = first;
         for _ in 0..200 {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            last = obs.observe(&request(&[("web", "10.244.1.2")], 30.0));
+            last = obs.observe(&request(&[("web", "10.244.1.2")], 30.0), None);
             if last.records[0].state == WatchState::Removed {
                 break;
             }
