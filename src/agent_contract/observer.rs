@@ -25,8 +25,8 @@
 //! (it restarted) keeps none and says so in its answer's `setId`, and is sent the whole set next.
 //! An answer carries the agent's [`AnswerMark`], and a request whose URL has
 //! `?since=<epoch>.<generation>` (the mark of the last answer the operator read) is answered only
-//! the records whose state changed after it: a new watch, its first read, its first failed read
-//! before any success, its removal, its expiry. A mark of another epoch (the agent restarted) is
+//! the records whose state changed after it: a new watch, its first read, its
+//! [`UNREAD_AFTER_FAILED_READS`]th failed read before any success, its removal, its expiry. A mark of another epoch (the agent restarted) is
 //! answered in full. The read counters and a held watch's last read in a record are those of its
 //! last change.
 
@@ -43,6 +43,12 @@ pub const MAX_WATCHES: usize = 10_000;
 pub const MAX_REQUEST_BYTES: usize = 8 << 20;
 /// The longest a watch may ask to be kept, seconds; also the oldest deletion a watch may carry.
 pub const MAX_REMAINING_SECONDS: f64 = 3600.0;
+/// A watch no read has held is unread (its node cannot read its data plane, or the Service
+/// port's chain is not there) after this many failed reads in a row: one absent chain, as a
+/// read may find while kube-proxy rewrites the table, says nothing yet. An unread node does not
+/// hold a removal open.
+pub const UNREAD_AFTER_FAILED_READS: u32 = 3;
+
 /// The protocol this agent speaks: 1, watches and records; 2, a watch may carry
 /// `deletionAgeSeconds`; 3, sets of watches by id and answers of the changed records (above).
 pub const OBSERVER_PROTOCOL: u32 = 3;

@@ -8,7 +8,7 @@
 //! removal bumps the measurement generation, so every policy is reconciled with it.
 
 use super::service_index::{ClusterIndex, now_unix};
-use crate::agent_contract::observer::AnswerMark;
+use crate::agent_contract::observer::{AnswerMark, UNREAD_AFTER_FAILED_READS};
 use crate::agent_contract::observer::{ObserveRequest, WatchRecord, WatchRequest, WatchState};
 use crate::core::removals::{ClockOffset, NodeReport};
 use crate::core::removals::{ServicePort, Watch};
@@ -25,14 +25,15 @@ pub const ROUND_INTERVAL: Duration = Duration::from_millis(250);
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// What an agent's record says, its times moved to the operator's clock by `clock`: removed,
-/// held, unread (only failed reads: its reader cannot run, or the chain is not there), or not
-/// read yet (the answer came before the agent's first round for it).
+/// held, unread (no successful read and [`UNREAD_AFTER_FAILED_READS`] failed ones: its reader
+/// cannot run, or the chain is not there), or not read yet (the answer came before the agent's
+/// first round for it, or its first failed reads).
 pub fn report_of(record: &WatchRecord, clock: &ClockOffset) -> NodeReport {
     match (record.state, record.first_without_unix_seconds) {
         (WatchState::Removed, Some(fw)) => {
             NodeReport::Removed { last_with: record.last_with_unix_seconds.map(|t| clock.early(t)), first_without: clock.late(fw) }
         }
-        _ if record.reads == 0 && record.failed_reads > 0 => NodeReport::Unread,
+        _ if record.reads == 0 && record.failed_reads >= UNREAD_AFTER_FAILED_READS => NodeReport::Unread,
         _ if record.reads == 0 => NodeReport::NotYetRead,
         _ => NodeReport::Held { last_with: record.last_with_unix_seconds.map(|t| clock.early(t)) },
     }
@@ -204,6 +205,7 @@ async fn ask_agents(
             }
         };
         let r = &o.response;
+        tracing::trace!(%node, records = r.records.len(), complete = r.complete, set_id = ?r.set_id, mark = ?r.mark, states = ?r.records.iter().map(|x| (x.endpoint, x.state, x.reads, x.failed_reads)).collect::<Vec<_>>(), "observer answer");
         states.insert(node.clone(), AgentState { protocol: r.protocol, set_id: r.set_id, mark: r.mark });
         let clock = ClockOffset::of(o.response.agent_unix_seconds, o.sent_unix_seconds, o.received_unix_seconds);
         cluster.with_removals(|s| {
@@ -280,6 +282,8 @@ mod tests {
         r.reads = 0;
         assert_eq!(report_of(&r, &clock), NodeReport::NotYetRead, "asked, not read yet: it holds the removal open");
         r.failed_reads = 2;
+        assert_eq!(report_of(&r, &clock), NodeReport::NotYetRead, "two failed reads (an absent chain while kube-proxy rewrites): not yet");
+        r.failed_reads = 3;
         assert_eq!(report_of(&r, &clock), NodeReport::Unread, "only failed reads: the node says nothing");
     }
 

@@ -14,7 +14,7 @@
 
 use super::metrics::ObserverMetrics;
 use super::{DataPlaneReader, ReadError, ServicePort};
-use crate::agent_contract::observer::{AnswerMark, OBSERVER_PROTOCOL, ObserveRequest, ObserveResponse, WatchRecord, WatchState};
+use crate::agent_contract::observer::{AnswerMark, OBSERVER_PROTOCOL, ObserveRequest, ObserveResponse, UNREAD_AFTER_FAILED_READS, WatchRecord, WatchState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -73,8 +73,8 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct Watches {
     entries: BTreeMap<(ServicePort, IpAddr), Entry>,
-    /// Changes of the records so far: a new watch, its first successful read, its first failed
-    /// read before any success, its removal, its expiry.
+    /// Changes of the records so far: a new watch, its first successful read, its
+    /// [`UNREAD_AFTER_FAILED_READS`]th failed read before any success, its removal, its expiry.
     generation: u64,
     /// The operator's id of the set kept (protocol 3).
     set_id: Option<u64>,
@@ -187,17 +187,17 @@ impl Watches {
                 // the chain absent before any read held the endpoint says nothing (a chain not yet
                 // written, or a name that is not kube-proxy's)
                 Ok(None) => {
-                    if e.reads == 0 && e.failed_reads == 0 {
+                    e.failed_reads = e.failed_reads.saturating_add(1);
+                    if e.reads == 0 && e.failed_reads == UNREAD_AFTER_FAILED_READS {
                         change(e);
                     }
-                    e.failed_reads = e.failed_reads.saturating_add(1);
                     e.last_error = Some("the Service port's chain is not in the rules".into());
                 }
                 Err(err) => {
-                    if e.reads == 0 && e.failed_reads == 0 {
+                    e.failed_reads = e.failed_reads.saturating_add(1);
+                    if e.reads == 0 && e.failed_reads == UNREAD_AFTER_FAILED_READS {
                         change(e);
                     }
-                    e.failed_reads = e.failed_reads.saturating_add(1);
                     e.last_error = Some(err.to_string());
                 }
             }
@@ -448,8 +448,10 @@ impl Observer {
             }
             let read = reader.endpoints(s);
             let ended = (self.clock)();
-            if let Err(e) = &read {
-                tracing::debug!(error = %e, "data plane read failed");
+            match &read {
+                Err(e) => tracing::debug!(error = %e, "data plane read failed"),
+                Ok(None) => tracing::debug!(service = %format!("{}/{}:{}", s.namespace, s.name, s.port_name), "the Service port's chain is not in the rules"),
+                Ok(Some(_)) => {}
             }
             let removed = self.watches.lock().unwrap_or_else(PoisonError::into_inner).apply(s, &read, started, ended);
             let mut metrics = self.metrics();
@@ -613,9 +615,10 @@ mod tests {
         let mut f = Watches::default();
         f.set(&aged(&[("api", "10.244.1.9")], 10.0, None), 100.0);
         let e = Err(ReadError { command: "nft".into(), how: "exit status: 1".into() });
-        f.apply(&port("api"), &e, 100.1, 100.2);
-        f.apply(&port("api"), &e, 100.3, 100.4);
-        assert_eq!(f.generation(), 2, "new, then its first failed read (unread); the second says nothing new");
+        for i in 0..4 {
+            f.apply(&port("api"), &e, 100.1 + f64::from(i), 100.2 + f64::from(i));
+            assert_eq!(f.generation(), if i < 2 { 1 } else { 2 }, "new, then unread at its third failed read in a row, not before or after");
+        }
     }
 
     /// A reader that answers from a list of reads in turn.
