@@ -3,13 +3,14 @@
 //! deletion with its endpoint change), every [`ROUND_INTERVAL`] each node agent is asked to watch
 //! all of them (`POST /removals`: [`crate::agent_contract::observer`]), its records are moved to
 //! the operator's clock ([`ClockOffset`]: within half the request's round trip, taken late) and
-//! reported into the store, and the removals every node has dropped, or whose deadline passed,
-//! are closed. The leader alone asks; nothing is sent while no removal is open. A closed
+//! reported into the store, and the removals every node that answered within [`RECENT_ANSWER`]
+//! has dropped (or cannot read), or whose deadline passed, are closed. Each agent is sent what
+//! its protocol reads, and with protocol 3 only a changed set and only the changed records
+//! cross the wire ([`crate::agent_contract::observer`]). The leader alone asks; nothing is sent while no removal is open. A closed
 //! removal bumps the measurement generation, so every policy is reconciled with it.
 
 use super::service_index::{ClusterIndex, now_unix};
-use crate::agent_contract::observer::{AnswerMark, UNREAD_AFTER_FAILED_READS};
-use crate::agent_contract::observer::{ObserveRequest, WatchRecord, WatchRequest, WatchState};
+use crate::agent_contract::observer::{AnswerMark, ObserveRequest, UNREAD_AFTER_FAILED_READS, WatchRecord, WatchRequest, WatchState};
 use crate::core::removals::{ClockOffset, NodeReport};
 use crate::core::removals::{ServicePort, Watch};
 use crate::runtime::Shared;
@@ -21,6 +22,10 @@ use std::time::{Duration, Instant};
 
 /// The pause between two rounds of requests to the agents.
 pub const ROUND_INTERVAL: Duration = Duration::from_millis(250);
+/// A node whose agent answered within this long holds each open removal until it reports it
+/// removed or unread (an agent that stops answering for longer no longer holds them: its
+/// removals then close on the other nodes' reports, or at their deadline).
+pub const RECENT_ANSWER: Duration = Duration::from_secs(5);
 /// A failing agent is logged at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -222,6 +227,7 @@ async fn ask_agents(
 pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared) {
     cluster.start_observing();
     let (mut targets, mut warnings, mut states, mut set) = (CachedTargets::default(), Warnings::default(), HashMap::new(), WatchSet::new());
+    let mut recent: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::select! {
             () = shared.stop.cancelled() => return,
@@ -241,7 +247,14 @@ pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared
             let requests = Requests::new(&watches, set.id_of(&watches));
             ask_agents(&cluster, &agents, &mut targets, &requests, &mut states, &mut warnings).await
         };
-        let closed = cluster.with_removals(|s| s.close(now_unix(), &answering));
+        // a node that answered within RECENT_ANSWER holds a removal open until it reports it
+        // removed (or unread), even through a round it missed: a removal is never closed on the
+        // other nodes' word while one that reads was slow to answer once
+        let at = Instant::now();
+        recent.extend(answering.into_iter().map(|n| (n, at)));
+        recent.retain(|_, t| t.elapsed() < RECENT_ANSWER);
+        let nodes: BTreeSet<String> = recent.keys().cloned().collect();
+        let closed = cluster.with_removals(|s| s.close(now_unix(), &nodes));
         if closed > 0 {
             tracing::debug!(closed, "observed removals closed");
             shared.generation.send_modify(|g| *g += 1);
