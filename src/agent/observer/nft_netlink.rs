@@ -492,7 +492,11 @@ impl<E: Exchange> NetlinkNftablesReader<E> {
 
     fn read_once(&mut self, chain: &str, family: Family) -> Result<Option<BTreeSet<IpAddr>>, Retry> {
         let (before, rules) = self.rules_of(TABLE, chain, family)?;
-        let Some(rules) = rules else { return Ok(None) };
+        let Some(rules) = rules else {
+            // an absent chain is a sample only of one generation, as a present one is
+            self.same_generation(before)?;
+            return Ok(None);
+        };
         let found = endpoints_of_rules(&rules, family).map_err(|e| Retry::No(format!("the chain's rules: {e}")))?;
         let mut ips = found.ips;
         for map in &found.maps {
@@ -554,7 +558,10 @@ impl<E: Exchange> ChainJumps for NetlinkNftablesReader<E> {
     fn jumps(&mut self, table: &str, chain: &str, family: Family, prefix: &str) -> Result<Option<Vec<String>>, String> {
         self.retried(|r| {
             let (before, rules) = r.rules_of(table, chain, family)?;
-            let Some(rules) = rules else { return Ok(None) };
+            let Some(rules) = rules else {
+                r.same_generation(before)?;
+                return Ok(None);
+            };
             r.same_generation(before)?;
             Ok(Some(jump_targets(&rules, prefix)))
         })
@@ -752,10 +759,16 @@ mod tests {
         let gone = || vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, rules()), (GETSETELEM, Err(2))];
         let mut r = reader([gone(), gone(), gone()].concat());
         assert!(r.endpoints(&web).unwrap_err().how.contains("NFT_MSG_GETSETELEM __map3: absent"));
-        // an empty dump: the chain absent (ENOENT) is None; present but empty is no endpoint
-        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, Ok(vec![])), (GETCHAIN, Err(2))]);
+        // an empty dump: the chain absent (ENOENT) in one generation is None; absent while the
+        // generation moved is tried again (a table rewritten mid-read); present but empty is no
+        // endpoint
+        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, Ok(vec![])), (GETCHAIN, Err(2)), (GETGEN, Ok(vec![gen_(7)]))]);
         assert_eq!(r.endpoints(&web).unwrap(), None);
         let chain = NfTablesMessage::NewChain(ChainMessage { attributes: vec![] });
+        let absent_moved = vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, Ok(vec![])), (GETCHAIN, Err(2)), (GETGEN, Ok(vec![gen_(8)]))];
+        let present = vec![(GETGEN, Ok(vec![gen_(8)])), (GETRULE, Ok(vec![])), (GETCHAIN, Ok(vec![chain.clone()])), (GETGEN, Ok(vec![gen_(8)]))];
+        let mut r = reader([absent_moved, present].concat());
+        assert_eq!(r.endpoints(&web).unwrap(), Some(BTreeSet::new()), "absent in a moving generation is read again, not taken for absent");
         let mut r = reader(vec![(GETGEN, Ok(vec![gen_(7)])), (GETRULE, Ok(vec![])), (GETCHAIN, Ok(vec![chain])), (GETGEN, Ok(vec![gen_(7)]))]);
         assert_eq!(r.endpoints(&web).unwrap(), Some(BTreeSet::new()));
         // no permission: a failed read
@@ -777,7 +790,7 @@ mod tests {
         let dump = || Ok(svc.iter().cloned().map(NfTablesMessage::NewRule).collect());
         let mut r = reader(vec![(GETGEN, Ok(vec![gen_(3)])), (GETRULE, dump()), (GETGEN, Ok(vec![gen_(3)]))]);
         assert_eq!(r.jumps("nat", "KUBE-SVC-X", Family::V4, "KUBE-SEP-").unwrap().unwrap().len(), 2);
-        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(3)])), (GETRULE, Ok(vec![])), (GETCHAIN, Err(2))]);
+        let mut r = reader(vec![(GETGEN, Ok(vec![gen_(3)])), (GETRULE, Ok(vec![])), (GETCHAIN, Err(2)), (GETGEN, Ok(vec![gen_(3)]))]);
         assert_eq!(r.jumps("nat", "KUBE-SVC-X", Family::V4, "KUBE-SEP-"), Ok(None));
     }
 

@@ -185,12 +185,10 @@ impl Watches {
                     removed.push(Removed { endpoint: *ip, last_with: e.last_with, first_without: ended, deletion: e.deletion });
                 }
                 // the chain absent before any read held the endpoint says nothing (a chain not yet
-                // written, or a name that is not kube-proxy's)
+                // written, or a name that is not kube-proxy's): neither a read nor a failed one,
+                // so the node keeps holding the removal open (it would not, unread), and the
+                // record says why
                 Ok(None) => {
-                    e.failed_reads = e.failed_reads.saturating_add(1);
-                    if e.reads == 0 && e.failed_reads == UNREAD_AFTER_FAILED_READS {
-                        change(e);
-                    }
                     e.last_error = Some("the Service port's chain is not in the rules".into());
                 }
                 Err(err) => {
@@ -529,7 +527,11 @@ mod tests {
         let mut r = w.records(100.4);
         r.sort_by_key(|r| r.service.name != "web");
         assert_eq!((r[0].state, r[0].first_without_unix_seconds, r[0].reads), (WatchState::Removed, Some(100.31), 2), "held, then its chain gone");
-        assert_eq!((r[1].state, r[1].failed_reads), (WatchState::Held, 1), "never seen held: an absent chain says nothing (a wrong name reads the same)");
+        assert_eq!(
+            (r[1].state, r[1].reads, r[1].failed_reads, r[1].last_error.as_deref()),
+            (WatchState::Held, 0, 0, Some("the Service port's chain is not in the rules")),
+            "never seen held: an absent chain says nothing (a wrong name reads the same), and is not a failed read: the node still holds the removal"
+        );
     }
 
     #[test]
