@@ -44,7 +44,7 @@ test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck), then unit, 
 FUZZ_SECONDS ?= 60
 # what `make test` gives each target: a short run on top of the corpus replay (tests/fuzz_corpora.rs)
 FUZZ_TEST_SECONDS ?= 5
-FUZZ_TARGETS := text_parser protobuf native review mutate_yaml configz configmap go_duration policy_spec agent_answer rule_listing observe_wire nft_netlink
+FUZZ_TARGETS := text_parser protobuf native review mutate_yaml configz configmap go_duration policy_spec agent_answer rule_listing observe_wire nft_netlink cilium_lb
 # the dictionary of each target (fuzz/dict/)
 FUZZ_DICT_text_parser := metrics
 FUZZ_DICT_protobuf := protobuf

@@ -63,6 +63,7 @@ fn main() {
                 nft_binary: "nft".into(),
                 iptables_nft_binary: "iptables-nft".into(),
                 iptables_legacy_binary: "iptables-legacy".into(),
+                cilium_bpf_root: "/sys/fs/bpf".into(),
                 node_name: Some(node.clone()),
             };
             let listener = std::net::TcpListener::bind(args.listen).expect("bind an agent port");

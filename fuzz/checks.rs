@@ -45,6 +45,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("rule_listing", rule_listing),
     ("observe_wire", observe_wire),
     ("nft_netlink", nft_netlink),
+    ("cilium_lb", cilium_lb),
 ];
 
 /// `a == b`, or, for values holding NaN (a NaN `_sum` is legal; NaN bucket counts are accepted
@@ -641,6 +642,92 @@ pub fn nft_netlink(data: &[u8]) {
         if let Ok(ips) = endpoints_of_map(&maps, family) {
             assert!(ips.len() <= elements, "{ips:?} of {elements} elements");
         }
+    }
+}
+
+/// Cilium's load-balancer maps as the agent's Cilium reader reads them
+/// (`agent::observer::cilium`), from bytes: `[capacity/2 - 1] [pause ticks]` then records, each a
+/// tag and its fields (host byte order as Cilium writes them): 0 a slot of frontend
+/// 10.96.0.1:443/TCP (u16) and its `lb4_service` value (12 bytes), 1 a backend (u32 id, 12-byte
+/// `lb4_backend`), 2 and 3 the same made at a tick of the maps' clock (a byte before the
+/// fields: Cilium writing while the reader reads), 4 and 5 a slot or a backend deleted at a
+/// tick; any other tag ends the input. Checked: every 12 bytes decode and encode back to
+/// themselves as each struct; a read never panics, looks up at most `MAX_ATTEMPTS` times
+/// `2 + 3 count` keys (count below the map's capacity; twice that through the reader, which may
+/// confirm a loss), and answers only addresses some backend entry held.
+pub fn cilium_lb(data: &[u8]) {
+    use safe_termination::agent::observer::DataPlaneReader as _;
+    use safe_termination::agent::observer::cilium::{Backend, CiliumReader, Edit, Frontend, MAX_ATTEMPTS, ServiceKey, ServiceValue, Table, read_frontend};
+    use safe_termination::core::removals::ServicePort;
+    use std::collections::BTreeSet;
+    use std::net::{IpAddr, Ipv4Addr};
+    fn take<const N: usize>(data: &[u8], at: &mut usize) -> Option<[u8; N]> {
+        let b: [u8; N] = data.get(*at..*at + N)?.try_into().ok()?;
+        *at += N;
+        Some(b)
+    }
+    let (Some(&cap), Some(&pause)) = (data.first(), data.get(1)) else { return };
+    let frontend = Frontend { address: Ipv4Addr::new(10, 96, 0, 1), port: 443, proto: 6 };
+    let mut table = Table { capacity: 2 + 2 * u32::from(cap), pause_ticks: u64::from(pause), ..Table::default() };
+    let mut known: BTreeSet<Ipv4Addr> = BTreeSet::new();
+    let mut pending = Vec::new();
+    let mut values = Vec::new();
+    let mut at = 2;
+    while let Some(&tag) = data.get(at) {
+        at += 1;
+        let tick = if (2..=5).contains(&tag) { take::<1>(data, &mut at).map(|[t]| u64::from(t)) } else { Some(0) };
+        let Some(tick) = tick else { break };
+        let edit = match tag {
+            0 | 2 => {
+                let (Some(slot), Some(v)) = (take::<2>(data, &mut at), take::<12>(data, &mut at)) else { break };
+                values.push(v);
+                Edit::Service(frontend.key(u16::from_ne_bytes(slot)).encode(), Some(v))
+            }
+            1 | 3 => {
+                let (Some(id), Some(v)) = (take::<4>(data, &mut at), take::<12>(data, &mut at)) else { break };
+                values.push(v);
+                known.insert(Backend::decode(&v).address);
+                Edit::Backend(u32::from_ne_bytes(id), Some(v))
+            }
+            4 => {
+                let Some(slot) = take::<2>(data, &mut at) else { break };
+                Edit::Service(frontend.key(u16::from_ne_bytes(slot)).encode(), None)
+            }
+            5 => {
+                let Some(id) = take::<4>(data, &mut at) else { break };
+                Edit::Backend(u32::from_ne_bytes(id), None)
+            }
+            _ => break,
+        };
+        if tag < 2 { table.apply(&edit) } else { pending.push((tick, edit)) }
+    }
+    for v in &values {
+        assert_eq!(&ServiceValue::decode(v).encode(), v);
+        assert_eq!(&Backend::decode(v).encode(), v);
+        assert_eq!(&ServiceKey::decode(v).encode(), v);
+    }
+    pending.sort_by_key(|(tick, _)| *tick);
+    table.pending = pending.into_iter().collect();
+    let per_read = u64::from(MAX_ATTEMPTS) * (2 + 3 * u64::from(table.capacity - 1));
+    let mut direct = table.clone();
+    if let Ok(Some(ips)) = read_frontend(&mut direct, &frontend) {
+        assert!(ips.is_subset(&known), "{ips:?} not among the backends {known:?}");
+    }
+    assert!(direct.lookups <= per_read, "{} lookups, at most {per_read}", direct.lookups);
+    let service = ServicePort {
+        namespace: "default".into(),
+        name: "web".into(),
+        port_name: String::new(),
+        protocol: "TCP".into(),
+        cluster_ip: IpAddr::V4(frontend.address),
+        port: 443,
+    };
+    let mut reader = CiliumReader::new(table);
+    for n in 1..=2u64 {
+        if let Ok(Some(ips)) = reader.endpoints(&service) {
+            assert!(ips.iter().all(|ip| matches!(ip, IpAddr::V4(v4) if known.contains(v4))), "{ips:?} not among the backends {known:?}");
+        }
+        assert!(reader.maps().lookups <= n * 2 * per_read, "{} lookups in {n} reads", reader.maps().lookups);
     }
 }
 

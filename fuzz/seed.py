@@ -162,3 +162,30 @@ write("agent_answer", "openmetrics", answer(200, [("content-type", "application/
 write("agent_answer", "bad-gateway", answer(502, [("x-safe-termination-reason", "timeout")], b"kube-proxy: no answer in 5 s\n"))
 write("agent_answer", "forbidden", answer(403, [], b"forbidden"))
 write("agent_answer", "too-large", answer(200, [("content-type", "text/plain")], b"", flags=1))
+
+# Cilium's load-balancer maps (checks.rs `cilium_lb`): [capacity/2 - 1] [pause ticks] records;
+# host byte order as Cilium writes the counts and ids (this machine's: little-endian)
+def lb_slot(slot, backend_id=0, count=0, qcount=0, flags2=0, tick=None):
+    value = struct.pack("<IH", backend_id, count) + struct.pack(">H", 7) + bytes([0, flags2]) + struct.pack("<H", qcount)
+    return (bytes([0]) if tick is None else bytes([2, tick])) + struct.pack("<H", slot) + value
+
+
+def lb_backend(backend_id, ip, state=0, tick=None):
+    value = bytes(int(x) for x in ip.split(".")) + struct.pack(">H", 8080) + bytes([6, state]) + struct.pack("<H", 0) + bytes([0, 0])
+    return (bytes([1]) if tick is None else bytes([3, tick])) + struct.pack("<I", backend_id) + value
+
+
+three = lb_backend(1, "10.244.1.5") + lb_backend(2, "10.244.2.4") + lb_backend(3, "10.244.1.4")
+frontend3 = lb_slot(0, count=3) + lb_slot(1, 3) + lb_slot(2, 1) + lb_slot(3, 2)
+write("cilium_lb", "three-active", bytes([127, 200]) + three + frontend3)
+write("cilium_lb", "one-terminating", bytes([127, 200]) + lb_backend(1, "10.244.1.5", 1) + three[17:] + lb_slot(0, count=2, qcount=1) + lb_slot(1, 3) + lb_slot(2, 2) + lb_slot(3, 1))
+# B terminating while the reader reads: Cilium's edits at ticks 2, 4, 6, 8 (slots, then master)
+write("cilium_lb", "terminating-mid-read", bytes([127, 200]) + three + frontend3 + lb_backend(1, "10.244.1.5", 1, tick=2) + lb_slot(2, 2, tick=4) + lb_slot(3, 1, tick=6) + lb_slot(0, count=2, qcount=1, tick=8))
+# a backend added first in the order (shifts the others up) while the reader reads
+write("cilium_lb", "added-mid-read", bytes([127, 0]) + three[:34] + lb_slot(0, count=2) + lb_slot(1, 1) + lb_slot(2, 2) + lb_backend(4, "10.244.1.3", tick=3) + lb_slot(1, 4, tick=4) + lb_slot(2, 1, tick=9) + lb_slot(3, 2, tick=14) + lb_slot(0, count=3, tick=19))
+# deleted from the EndpointSlice: the backend first, then its slot
+write("cilium_lb", "deleted-mid-read", bytes([127, 200]) + three + frontend3 + bytes([5, 1]) + struct.pack("<I", 1) + lb_slot(2, 2, tick=3) + lb_slot(0, count=2, tick=5) + bytes([4, 7]) + struct.pack("<H", 3))
+write("cilium_lb", "dangling-backend", bytes([127, 0]) + three[:34] + lb_slot(0, count=3) + lb_slot(1, 1) + lb_slot(2, 2) + lb_slot(3, 9))
+write("cilium_lb", "count-past-capacity", bytes([3, 0]) + three + lb_slot(0, count=60000, qcount=5))
+write("cilium_lb", "l7-proxy", bytes([127, 0]) + three + lb_slot(0, count=3, flags2=4) + frontend3[15:])
+write("cilium_lb", "master-deleted", bytes([127, 0]) + three + frontend3 + bytes([4, 1]) + struct.pack("<H", 0))

@@ -61,7 +61,12 @@ impl Agent {
     /// The real agent on 127.0.0.1:0 in front of `kube_proxy`, serving `cert`/`key` and trusting
     /// client certificates of `ca`.
     async fn start(dir: &Path, kube_proxy: &str, ca: &[u8], cert: &[u8], key: &[u8]) -> Self {
-        let args = AgentArgs {
+        Self::start_with(dir, kube_proxy, ca, cert, key, |_| {}).await
+    }
+
+    /// [`Agent::start`] with its flags changed by `change` first.
+    async fn start_with(dir: &Path, kube_proxy: &str, ca: &[u8], cert: &[u8], key: &[u8], change: impl FnOnce(&mut AgentArgs)) -> Self {
+        let mut args = AgentArgs {
             listen: "127.0.0.1:0".parse().unwrap(),
             health_listen: "127.0.0.1:0".parse().unwrap(),
             kube_proxy_url: kube_proxy.to_string(),
@@ -80,8 +85,10 @@ impl Agent {
             nft_binary: write_fake_nft(dir).display().to_string(),
             iptables_nft_binary: "iptables-nft".into(),
             iptables_legacy_binary: "iptables-legacy".into(),
+            cilium_bpf_root: "/sys/fs/bpf".into(),
             node_name: Some("node-a".into()),
         };
+        change(&mut args);
         let listener = std::net::TcpListener::bind(args.listen).unwrap();
         listener.set_nonblocking(true).unwrap();
         let health = tokio::net::TcpListener::bind(args.health_listen).await.unwrap();
@@ -503,4 +510,66 @@ async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
     let refused = observe_agent(&client, &target, &too_many).await.unwrap_err();
     assert!(refused.contains("413") && refused.contains("at most 10000"), "{refused}");
     agent.stop().await;
+}
+
+/// `--data-plane cilium`, and `auto` where nothing listens on kube-proxy's address but Cilium's
+/// services map is pinned: the agent reads Cilium's maps under `--cilium-bpf-root`, and says so
+/// (`dataPlane: cilium`). No bpffs here (the reads on real maps are the Cilium reader's root-only
+/// tests): each read fails, naming the pin, and the watch stays held, never removed.
+#[tokio::test]
+async fn the_agent_reads_cilium_s_maps_when_named_or_without_kube_proxy() {
+    use safe_termination::agent_contract::observer::{ObserveRequest, WatchRequest, WatchState};
+    use safe_termination::core::removals::ServicePort;
+    use safe_termination::sources::agent_client::observe_agent;
+    let data = secret();
+    let service = ServicePort {
+        namespace: "e2e-window".into(),
+        name: "web".into(),
+        port_name: "http".into(),
+        protocol: "TCP".into(),
+        cluster_ip: "10.96.7.7".parse().unwrap(),
+        port: 80,
+    };
+    let request = ObserveRequest {
+        watches: vec![WatchRequest { service, endpoint: "10.244.1.5".parse().unwrap(), remaining_seconds: 30.0, deletion_age_seconds: Some(0.1) }],
+        set_id: None,
+        same_set: false,
+    };
+    // nothing listens there: kube-proxy is absent
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    for (plane, pinned) in [(DataPlaneArg::Cilium, false), (DataPlaneArg::Auto, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("bpffs");
+        let pin = root.join("tc/globals/cilium_lb4_services_v2");
+        if pinned {
+            // a file of the pin's name, which auto takes for Cilium; not a map, so every read fails
+            std::fs::create_dir_all(pin.parent().unwrap()).unwrap();
+            std::fs::write(&pin, b"").unwrap();
+        }
+        let agent = Agent::start_with(dir.path(), &format!("http://{refused}"), &data[CA_CERT], &data[AGENT_CERT], &data[AGENT_KEY], |a| {
+            a.data_plane = plane;
+            a.cilium_bpf_root = root.clone();
+        })
+        .await;
+        let source = AgentSource::new(AgentTargets::Static(vec![]), client_files(dir.path(), &data), Duration::from_secs(3));
+        let (client, target) = (source.client().unwrap(), Target::new("node-a", &agent.url()));
+        let mut seen = None;
+        for _ in 0..100 {
+            let o = observe_agent(&client, &target, &request).await.unwrap();
+            if o.response.records[0].failed_reads >= 2 {
+                seen = Some(o);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let o = seen.unwrap_or_else(|| panic!("{plane:?}: the agent tried to read"));
+        assert_eq!(o.response.data_plane.as_deref(), Some("cilium"), "{plane:?}");
+        let r = &o.response.records[0];
+        assert_eq!((r.state, r.reads, r.first_without_unix_seconds), (WatchState::Held, 0, None), "{plane:?}: no sample, no removal");
+        let error = r.last_error.as_deref().unwrap();
+        eprintln!("{plane:?}: {error}");
+        assert!(error.contains(&format!("{}: ", pin.display())) && error.contains("BPF_OBJ_GET"), "{plane:?}: {error}");
+        assert!(error.contains("10.96.7.7:80/TCP"), "{plane:?}: {error}");
+        agent.stop().await;
+    }
 }

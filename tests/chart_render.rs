@@ -78,6 +78,24 @@ fn the_node_agent_renders_for_true_and_auto_and_not_for_false() {
     assert_eq!(find(&d, "DaemonSet", "st-safe-termination-agent")["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example/st-agent:1.2.3");
     check_deployment(&d, ns, fullname, 2);
     assert!(of_kind(&d, "PodMonitor").is_empty(), "no PodMonitor without serviceMonitor.enabled");
+    // reading Cilium's maps: the host's bpffs (where Cilium's --bpf-root put it) read-only at
+    // the agent's --cilium-bpf-root, and CAP_BPF (check_agent); nothing without observeRemovals
+    let d = docs(&helm_template(
+        release,
+        ns,
+        None,
+        &["agent.enabled=true", "agent.observeRemovals=true", "agent.cilium.readMaps=true", "agent.cilium.hostBpfRoot=/run/cilium/bpffs"],
+    ));
+    let op = run_args(&d);
+    let a = check_agent(&d, ns, fullname, ns, &op);
+    assert_eq!(a.data_plane, safe_termination::cli::agent::DataPlaneArg::Auto, "auto: Cilium where kube-proxy is absent");
+    let pod = &find(&d, "DaemonSet", "st-safe-termination-agent")["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "bpf-maps").unwrap()["hostPath"]["path"], "/run/cilium/bpffs");
+    let d = docs(&helm_template(release, ns, None, &["agent.enabled=true", "agent.cilium.readMaps=true"]));
+    let op = run_args(&d);
+    check_agent(&d, ns, fullname, ns, &op);
+    let pod = &find(&d, "DaemonSet", "st-safe-termination-agent")["spec"]["template"]["spec"];
+    assert!(pod["volumes"].as_array().unwrap().iter().all(|v| v["name"] != "bpf-maps"), "no observer, no bpffs");
     // with the Prometheus Operator's monitors on, a PodMonitor scrapes the agents' health port
     let values = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(values.path(), "serviceMonitor:\n  enabled: true\n").unwrap();
@@ -108,6 +126,8 @@ fn the_node_agent_renders_for_true_and_auto_and_not_for_false() {
         ("agent.enabled=true,operator.source=kube-proxy", "needs operator.source=auto"),
         ("agent.enabled=true,certificates.mode=certManager", "needs certificates.mode=operator"),
         ("agent.healthPort=10349", "must differ"),
+        ("agent.cilium.readMaps=yes", "schema"),
+        ("agent.cilium.hostBpfRoot=sys/fs/bpf", "schema"),
     ] {
         let r = try_run(tool("helm").args(["template", "x"]).arg(chart()).args(["--set", bad]), None);
         assert!(r.as_ref().is_err_and(|e| e.contains(why)), "--set {bad} must be refused ({why}): {r:?}");

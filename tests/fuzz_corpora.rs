@@ -47,7 +47,8 @@ corpus_tests!(
     agent_answer,
     rule_listing,
     observe_wire,
-    nft_netlink
+    nft_netlink,
+    cilium_lb
 );
 
 /// Every target of fuzz/checks.rs has a test above (and a binary in fuzz/Cargo.toml).

@@ -157,7 +157,7 @@ pub struct ObserveResponse {
     pub protocol: u32,
     /// The agent's clock when it built the answer, unix seconds.
     pub agent_unix_seconds: f64,
-    /// The data plane it reads (`nftables`, `iptables-nft`, `iptables-legacy`), or None when it
+    /// The data plane it reads (`nftables`, `iptables-nft`, `iptables-legacy`, `cilium`), or None when it
     /// has none to read (every watch then stays `held` and expires).
     pub data_plane: Option<String>,
     /// One record per watch kept, or (`complete` false) per watch changed since the request's

@@ -10,7 +10,7 @@
 //! 0; a second signal aborts (exit 130).
 
 use crate::agent::observer::watch::{Observer, ReaderSource};
-use crate::agent::observer::{Binaries, DataPlaneReader, NftablesVia, Plane, Processes, plane_of_mode, reader};
+use crate::agent::observer::{Binaries, DataPlaneReader, NftablesVia, Plane, Processes, plane_of_mode, plane_without_kube_proxy, reader};
 use crate::agent::server::{health_router, router};
 use crate::agent::upstream::{DEFAULT_KUBE_PROXY_URL, KubeProxy};
 use crate::agent_contract::tls::{AgentTls, AgentTlsFiles};
@@ -57,7 +57,9 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = whole_in(0u64, 3600, "a whole number of seconds"), env = "SAFE_TERMINATION_DRAIN_SECONDS")]
     pub drain_seconds: u64,
     /// The data plane the observer reads while removals are pending: `auto` (kube-proxy's
-    /// `/proxyMode`, and for iptables the backend holding its chains), one named, or `none`.
+    /// `/proxyMode`, and for iptables the backend holding its chains; where nothing listens on
+    /// kube-proxy's address, Cilium when its services map is pinned under --cilium-bpf-root),
+    /// one named, or `none`.
     #[arg(long, value_enum, default_value_t = DataPlaneArg::Auto, env = "SAFE_TERMINATION_DATA_PLANE")]
     pub data_plane: DataPlaneArg,
     /// How kube-proxy's nftables rules are read: `netlink` (the kernel's dump of the Service
@@ -74,6 +76,10 @@ pub struct AgentArgs {
     /// The `iptables` program of the legacy backend.
     #[arg(long, default_value = "iptables-legacy", env = "SAFE_TERMINATION_IPTABLES_LEGACY_BINARY")]
     pub iptables_legacy_binary: String,
+    /// Where the host's bpffs is mounted in the agent: Cilium pins its load-balancer maps under
+    /// `<root>/tc/globals` (`--data-plane cilium`, and `auto` without kube-proxy).
+    #[arg(long, value_name = "DIR", default_value = crate::agent::observer::cilium::DEFAULT_BPF_ROOT, env = "SAFE_TERMINATION_CILIUM_BPF_ROOT")]
+    pub cilium_bpf_root: PathBuf,
     /// How long a connection may wait before its first request or stay idle, seconds.
     #[arg(long, default_value_t = 30, allow_negative_numbers = true, value_parser = whole_in(1u64, 3600, "a whole number of seconds"), env = "SAFE_TERMINATION_IDLE_TIMEOUT_SECONDS")]
     pub idle_timeout_seconds: u64,
@@ -94,6 +100,8 @@ pub enum DataPlaneArg {
     IptablesNft,
     /// kube-proxy's iptables mode, legacy backend.
     IptablesLegacy,
+    /// Cilium's kube-proxy replacement: its pinned BPF load-balancer maps.
+    Cilium,
     /// No reader: watches are answered held until they expire.
     None,
 }
@@ -168,25 +176,30 @@ pub async fn serve(args: &AgentArgs, listener: std::net::TcpListener, health: to
 
 /// How the observer finds its reader: the one `--data-plane` names, or (auto) the one of
 /// kube-proxy's `/proxyMode`, asked when the first watch is due (from the observer's blocking
-/// thread).
+/// thread); where nothing listens on kube-proxy's address, Cilium's when its services map is
+/// pinned.
 fn reader_source(args: &AgentArgs, kube_proxy: std::sync::Arc<KubeProxy>) -> ReaderSource {
-    let (plane, binaries, nftables_via) = (args.data_plane, args.binaries(), args.nftables_reader);
+    let (plane, binaries, nftables_via, bpf_root) = (args.data_plane, args.binaries(), args.nftables_reader, args.cilium_bpf_root.clone());
     Box::new(move || -> Result<Box<dyn DataPlaneReader>, String> {
         let named = match plane {
             DataPlaneArg::None => return Err("--data-plane none: no reader".into()),
             DataPlaneArg::Nftables => Some(Plane::Nftables),
             DataPlaneArg::IptablesNft => Some(Plane::IptablesNft),
             DataPlaneArg::IptablesLegacy => Some(Plane::IptablesLegacy),
+            DataPlaneArg::Cilium => Some(Plane::Cilium),
             DataPlaneArg::Auto => None,
         };
         let plane = match named {
             Some(p) => p,
             None => {
                 let k = kube_proxy.clone();
-                let mode = tokio::runtime::Handle::current().block_on(async move { k.proxy_mode().await }).map_err(|e| e.message)?;
-                plane_of_mode(&String::from_utf8_lossy(&mode.body), &binaries, &Processes)?
+                match tokio::runtime::Handle::current().block_on(async move { k.proxy_mode().await }) {
+                    Ok(mode) => plane_of_mode(&String::from_utf8_lossy(&mode.body), &binaries, &Processes)?,
+                    Err(e) if e.reason == crate::core::measure::reason::CONNECTION_REFUSED => plane_without_kube_proxy(&e.message, &bpf_root)?,
+                    Err(e) => return Err(e.message),
+                }
             }
         };
-        Ok(reader(plane, &binaries, nftables_via))
+        Ok(reader(plane, &binaries, nftables_via, &bpf_root))
     })
 }

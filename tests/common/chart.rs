@@ -399,10 +399,18 @@ pub fn check_agent(docs: &[Value], release_ns: &str, fullname: &str, agent_ns: &
     assert_eq!(sc["allowPrivilegeEscalation"], false);
     assert_eq!(sc["privileged"], false);
     assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
-    if observing {
+    // reading Cilium's maps (agent.cilium.readMaps): the host's bpffs, and CAP_BPF for the
+    // runtime's default seccomp profile
+    let bpf_mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "bpf-maps").cloned();
+    let bpf_volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "bpf-maps").cloned();
+    assert_eq!(bpf_mount.is_some(), bpf_volume.is_some(), "the bpffs volume and its mount go together");
+    if observing && bpf_mount.is_some() {
+        assert_eq!(sc["capabilities"]["add"], json!(["NET_ADMIN", "NET_RAW", "BPF"]));
+    } else if observing {
         assert_eq!(sc["capabilities"]["add"], json!(["NET_ADMIN", "NET_RAW"]));
     } else {
         assert!(sc["capabilities"].get("add").is_none());
+        assert!(bpf_mount.is_none(), "the agents read no data plane: no bpffs");
     }
     assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
     assert_eq!(c["resources"]["requests"], json!({"cpu": "5m", "memory": "24Mi"}));
@@ -429,6 +437,15 @@ pub fn check_agent(docs: &[Value], release_ns: &str, fullname: &str, agent_ns: &
     use safe_termination::cli::agent::DataPlaneArg;
     assert_eq!(a.data_plane, if observing { DataPlaneArg::Auto } else { DataPlaneArg::None });
     assert_eq!(a.kube_proxy_url, "http://127.0.0.1:10249");
+    match (&bpf_mount, &bpf_volume) {
+        (Some(m), Some(v)) => {
+            assert_eq!((&m["readOnly"], &m["mountPropagation"]), (&json!(true), &json!("HostToContainer")), "{m}");
+            assert_eq!(Path::new(m["mountPath"].as_str().unwrap()), a.cilium_bpf_root.as_path(), "the agent reads the mounted bpffs");
+            assert_eq!(v["hostPath"]["type"], "Directory");
+            assert!(v["hostPath"]["path"].as_str().is_some_and(|p| p.starts_with('/')), "{v}");
+        }
+        _ => assert_eq!(a.cilium_bpf_root, Path::new("/sys/fs/bpf"), "the default root, nothing mounted there"),
+    }
     for probe in ["readinessProbe", "livenessProbe"] {
         assert_eq!(c[probe]["httpGet"], json!({"path": "/healthz", "port": "healthz"}), "{probe}");
     }

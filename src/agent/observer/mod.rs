@@ -9,12 +9,16 @@
 //!   (`--nftables-reader nft`);
 //! - [`iptables`]: kube-proxy's iptables mode, either backend (`iptables -t nat -S` of the
 //!   Service port's `KUBE-SVC-` chain, whose name is computed as kube-proxy computes it, and of
-//!   each `KUBE-SEP-` chain it jumps to, for the DNAT target).
+//!   each `KUBE-SEP-` chain it jumps to, for the DNAT target);
+//! - [`cilium`]: Cilium's kube-proxy replacement, the frontend's slots in its pinned BPF
+//!   load-balancer maps (`cilium_lb4_services_v2`, `cilium_lb4_backends_v3`), looked up key by
+//!   key through aya.
 //!
 //! The readers run the distribution's own binaries through a [`Runner`] that bounds each read's
 //! time and output; the unit tests give them captured output instead ([`Canned`]), and
 //! [`Faulty`] fails a share of reads to show that a failed read is never taken for a removal.
 
+pub mod cilium;
 pub mod iptables;
 pub mod metrics;
 pub mod nft_netlink;
@@ -40,7 +44,7 @@ pub struct ReadError {
 
 /// One data plane's reader.
 pub trait DataPlaneReader: Send {
-    /// The data plane's name (`iptables-nft`, `iptables-legacy`, `nftables`).
+    /// The data plane's name (`iptables-nft`, `iptables-legacy`, `nftables`, `cilium`).
     fn data_plane(&self) -> &'static str;
     /// The endpoint IPs the rules of `service` send new connections to, read now; None when the
     /// Service port's own chain is not in the rules at all (its Service deleted, or its last
@@ -262,6 +266,8 @@ pub enum Plane {
     IptablesNft,
     /// kube-proxy's iptables mode on the legacy backend.
     IptablesLegacy,
+    /// Cilium's kube-proxy replacement (its pinned BPF load-balancer maps).
+    Cilium,
 }
 
 /// How rules kept in nf_tables are read: kube-proxy's nftables mode, and iptables-nft's
@@ -279,9 +285,10 @@ pub enum NftablesVia {
 }
 
 /// The reader of `plane`: nftables as `nftables_via` says, iptables running `binaries` as
-/// child processes ([`Processes`]).
-pub fn reader(plane: Plane, binaries: &Binaries, nftables_via: NftablesVia) -> Box<dyn DataPlaneReader> {
+/// child processes ([`Processes`]), Cilium's maps pinned under `bpf_root`.
+pub fn reader(plane: Plane, binaries: &Binaries, nftables_via: NftablesVia, bpf_root: &std::path::Path) -> Box<dyn DataPlaneReader> {
     match plane {
+        Plane::Cilium => Box::new(cilium::CiliumReader::pinned(bpf_root)),
         Plane::Nftables if nftables_via == NftablesVia::Netlink => Box::new(nft_netlink::NetlinkNftablesReader::new(nft_netlink::Kernel::default())),
         Plane::Nftables => Box::new(nftables::NftablesReader::new(Processes, &binaries.nft)),
         Plane::IptablesNft if nftables_via == NftablesVia::Netlink => Box::new(
@@ -312,6 +319,19 @@ pub fn plane_of_mode(mode: &str, binaries: &Binaries, runner: &dyn Runner) -> Re
     }
 }
 
+/// The data plane of a node where kube-proxy is absent (nothing listens on its metrics
+/// address): Cilium's kube-proxy replacement when its services map is pinned under
+/// `bpf_root`; else an error that says both (`kube_proxy` is kube-proxy's failure).
+pub fn plane_without_kube_proxy(kube_proxy: &str, bpf_root: &std::path::Path) -> Result<Plane, String> {
+    if cilium::pinned(bpf_root) {
+        return Ok(Plane::Cilium);
+    }
+    Err(format!(
+        "{kube_proxy}; nor is Cilium's {} pinned (with Cilium's kube-proxy replacement, mount the host's bpffs and set --cilium-bpf-root)",
+        bpf_root.join(cilium::PIN_DIR).join(cilium::SERVICES_MAP).display()
+    ))
+}
+
 #[cfg(test)]
 mod plane_tests {
     use super::*;
@@ -331,7 +351,22 @@ mod plane_tests {
         assert_eq!(plane_of_mode("iptables", &binaries(), &canned), Ok(Plane::IptablesLegacy));
         canned.answers.insert("iptables-nft -t nat -S KUBE-SERVICES".into(), Ok("-N KUBE-SERVICES\n".into()));
         assert_eq!(plane_of_mode("iptables", &binaries(), &canned), Ok(Plane::IptablesNft));
-        assert_eq!(reader(Plane::IptablesLegacy, &binaries(), NftablesVia::Netlink).data_plane(), "iptables-legacy");
-        assert_eq!(reader(Plane::Nftables, &binaries(), NftablesVia::Nft).data_plane(), "nftables");
+        let root = std::path::Path::new(cilium::DEFAULT_BPF_ROOT);
+        assert_eq!(reader(Plane::IptablesLegacy, &binaries(), NftablesVia::Netlink, root).data_plane(), "iptables-legacy");
+        assert_eq!(reader(Plane::Nftables, &binaries(), NftablesVia::Nft, root).data_plane(), "nftables");
+        assert_eq!(reader(Plane::Cilium, &binaries(), NftablesVia::Netlink, root).data_plane(), "cilium");
+    }
+
+    /// Without kube-proxy, Cilium's services map pinned under the bpffs root says Cilium; a
+    /// root without it is an error naming kube-proxy's failure and the pin looked for.
+    #[test]
+    fn without_kube_proxy_the_pinned_services_map_says_cilium() {
+        let root = tempfile::tempdir().unwrap();
+        let e = plane_without_kube_proxy("kube-proxy at http://127.0.0.1:10249/proxyMode: connection refused", root.path()).unwrap_err();
+        assert!(e.starts_with("kube-proxy at http://127.0.0.1:10249/proxyMode: connection refused; nor is Cilium's "), "{e}");
+        assert!(e.contains("tc/globals/cilium_lb4_services_v2 pinned"), "{e}");
+        std::fs::create_dir_all(root.path().join("tc/globals")).unwrap();
+        std::fs::write(root.path().join("tc/globals/cilium_lb4_services_v2"), b"").unwrap();
+        assert_eq!(plane_without_kube_proxy("refused", root.path()), Ok(Plane::Cilium));
     }
 }
