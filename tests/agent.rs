@@ -109,6 +109,18 @@ impl Agent {
     }
 }
 
+/// Service port `e2e-window/web:http` (10.96.7.7:80/TCP), the one of the captured listings.
+fn web_port() -> safe_termination::core::removals::ServicePort {
+    safe_termination::core::removals::ServicePort {
+        namespace: "e2e-window".into(),
+        name: "web".into(),
+        port_name: "http".into(),
+        protocol: "TCP".into(),
+        cluster_ip: "10.96.7.7".parse().unwrap(),
+        port: 80,
+    }
+}
+
 /// A fake `nft` in `dir` that prints `dir/nft-listing` (what the test writes there: the real
 /// 1.37.2 listing of tests/data/rules, then the same chain without one endpoint) and fails while
 /// that file is missing, as `nft` fails on a chain that is not there.
@@ -415,7 +427,6 @@ async fn both_ip_families_through_the_agent_are_summed_needs_native_add() {
 #[tokio::test]
 async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
     use safe_termination::agent_contract::observer::{AnswerMark, ObserveRequest, WatchRequest, WatchState};
-    use safe_termination::core::removals::ServicePort;
     use safe_termination::sources::agent_client::observe_agent;
     let dir = tempfile::tempdir().unwrap();
     let (agent, client, target) = agent_and_client(dir.path()).await;
@@ -426,14 +437,7 @@ async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
     );
     assert_ne!(before, after);
     std::fs::write(dir.path().join("nft-listing"), before).unwrap();
-    let service = ServicePort {
-        namespace: "e2e-window".into(),
-        name: "web".into(),
-        port_name: "http".into(),
-        protocol: "TCP".into(),
-        cluster_ip: "10.96.7.7".parse().unwrap(),
-        port: 80,
-    };
+    let service = web_port();
     let watch = |ip: &str| WatchRequest { service: service.clone(), endpoint: ip.parse().unwrap(), remaining_seconds: 30.0, deletion_age_seconds: Some(0.25) };
     let request = ObserveRequest { watches: vec![watch("10.244.1.5"), watch("10.244.2.4")], set_id: Some(11), same_set: false };
     let first = observe_agent(&client, &target, &request).await.unwrap();
@@ -519,17 +523,9 @@ async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
 #[tokio::test]
 async fn the_agent_reads_cilium_s_maps_when_named_or_without_kube_proxy() {
     use safe_termination::agent_contract::observer::{ObserveRequest, WatchRequest, WatchState};
-    use safe_termination::core::removals::ServicePort;
     use safe_termination::sources::agent_client::observe_agent;
     let data = secret();
-    let service = ServicePort {
-        namespace: "e2e-window".into(),
-        name: "web".into(),
-        port_name: "http".into(),
-        protocol: "TCP".into(),
-        cluster_ip: "10.96.7.7".parse().unwrap(),
-        port: 80,
-    };
+    let service = web_port();
     let request = ObserveRequest {
         watches: vec![WatchRequest { service, endpoint: "10.244.1.5".parse().unwrap(), remaining_seconds: 30.0, deletion_age_seconds: Some(0.1) }],
         set_id: None,

@@ -78,6 +78,41 @@ fn per_pod(bounds: &BTreeMap<String, BTreeMap<String, (f64, f64)>>) -> Vec<(f64,
     pods.into_values().collect()
 }
 
+/// One rollout's ground truth in the making: the IPs of the pods about to be replaced, the watch
+/// of their deletions, and the sampler of every node's rules.
+struct Trial {
+    ips: Vec<String>,
+    deletions: common::truth::DeletionWatch,
+    sampler: tokio::task::JoinHandle<Vec<(String, RuleTrace)>>,
+}
+
+impl Trial {
+    /// Starts once the 4 pods are in every node's rules; 0.3 s later (the sampler reading), the
+    /// caller rolls them.
+    async fn start(pods: &Api<Pod>) -> Trial {
+        let ips = ips_in_every_nodes_rules(pods, 4).await;
+        let deletions = common::truth::DeletionWatch::start(pods);
+        let sampler = common::truth::sample_removals(readers(), ips.clone(), 60);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Trial { ips, deletions, sampler }
+    }
+
+    /// The yardstick's bounds ([`bounds`]) once every IP left every node's rules.
+    async fn bounds(self) -> BTreeMap<String, BTreeMap<String, (f64, f64)>> {
+        let traces = self.sampler.await.unwrap();
+        let deleted = self.deletions.terminating.lock().unwrap().clone();
+        bounds(&traces, &deleted, &self.ips)
+    }
+}
+
+/// Over the per-pod windows of `truth` ([`per_pod`]): the smallest early bound, the largest
+/// early bound and the largest late bound, seconds.
+fn extremes(truth: &BTreeMap<String, BTreeMap<String, (f64, f64)>>) -> (f64, f64, f64) {
+    let windows = per_pod(truth);
+    let early = windows.iter().map(|w| w.0);
+    (early.clone().fold(f64::MAX, f64::min), early.fold(f64::MIN, f64::max), windows.iter().map(|w| w.1).fold(f64::MIN, f64::max))
+}
+
 /// The agent's own metrics on `node` (its health port, text): (removals in the deletion-to-removed
 /// histogram, their sum in seconds, censored).
 async fn agent_histogram(agents: &NodeAgents, node: &str) -> (f64, f64, f64) {
@@ -126,19 +161,13 @@ async fn restarts_and_a_skewed_clock_make_bounds_late_never_early() {
     common::wait_rollout_settled(&pods, 4, 1, 180).await;
 
     // 1. the rollout to generation 2, node-a's agent restarted 0.3 s into it; node-b's agent 30 s ahead
-    let ips = ips_in_every_nodes_rules(&pods, 4).await;
-    let deletions = common::truth::DeletionWatch::start(&pods);
-    let sampler = common::truth::sample_removals(readers(), ips.clone(), 60);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let trial = Trial::start(&pods).await;
     deploy(2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let down = agents.restart(&restarted).await;
     println!("{restarted}'s agent restarted 0.3 s into the rollout, down {down:.3} s");
-    let traces = sampler.await.unwrap();
-    let deleted = deletions.terminating.lock().unwrap().clone();
-    let truth = bounds(&traces, &deleted, &ips);
-    let windows = per_pod(&truth);
-    let (early_max, late_max) = (windows.iter().map(|w| w.0).fold(f64::MIN, f64::max), windows.iter().map(|w| w.1).fold(f64::MIN, f64::max));
+    let truth = trial.bounds().await;
+    let (_, early_max, late_max) = extremes(&truth);
     let o = observed(&policies, 4).await;
     println!("observed {o}; the yardstick's slowest pod in [{early_max:.3}, {late_max:.3}] s ({truth:?})");
     assert_eq!((o["removals"].as_u64(), o["censored"].as_u64()), (Some(4), Some(0)), "the restarted agent's watches came back: {o}");
@@ -157,14 +186,10 @@ async fn restarts_and_a_skewed_clock_make_bounds_late_never_early() {
         sum >= early_sum - 4.0 * 0.25 && sum <= late_sum + 4.0 * 0.5,
         "{skewed}'s histogram sum {sum:.3} s outside the yardstick's [{early_sum:.3}, {late_sum:.3}] s"
     );
-    drop(deletions);
 
     // 2. the rollout to generation 3, the operator restarted 1 s into it: what it had open is
     // lost, nothing is observed twice, and what it observes after is still never early
-    let ips = ips_in_every_nodes_rules(&pods, 4).await;
-    let deletions = common::truth::DeletionWatch::start(&pods);
-    let sampler = common::truth::sample_removals(readers(), ips.clone(), 60);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let trial = Trial::start(&pods).await;
     deploy(3).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let restart = Instant::now();
@@ -172,13 +197,9 @@ async fn restarts_and_a_skewed_clock_make_bounds_late_never_early() {
     let op = common::operator::Operator::start(SYSTEM, &extra).await;
     common::register_webhook(&client, HOOK, NS, op.webhook).await;
     println!("operator restarted 1 s into the rollout, down {:.3} s", restart.elapsed().as_secs_f64());
-    let traces = sampler.await.unwrap();
+    let truth = trial.bounds().await;
     common::wait_rollout_settled(&pods, 4, 3, 180).await;
-    let deleted = deletions.terminating.lock().unwrap().clone();
-    let truth = bounds(&traces, &deleted, &ips);
-    let windows = per_pod(&truth);
-    let early_min = windows.iter().map(|w| w.0).fold(f64::MAX, f64::min);
-    let late_max = windows.iter().map(|w| w.1).fold(f64::MIN, f64::max);
+    let (early_min, _, late_max) = extremes(&truth);
     // the new operator's first status: give it a refresh (5 s) after the removals closed
     tokio::time::sleep(Duration::from_secs(12)).await;
     let s = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap();
@@ -190,19 +211,12 @@ async fn restarts_and_a_skewed_clock_make_bounds_late_never_early() {
     if let Some(p99) = o["p99Seconds"].as_f64().filter(|_| after_restart > 0) {
         assert!(p99 >= early_min - 0.25 && p99 <= late_max + 0.5, "observed p99 {p99:.3} s outside the yardstick's [{early_min:.3}, {late_max:.3}] s");
     }
-    drop(deletions);
 
     // 3. the restarted operator observes the next rollout whole: exactly its 4 removals more,
     // none sent again from before the restart, none early
-    let ips = ips_in_every_nodes_rules(&pods, 4).await;
-    let deletions = common::truth::DeletionWatch::start(&pods);
-    let sampler = common::truth::sample_removals(readers(), ips.clone(), 60);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let trial = Trial::start(&pods).await;
     deploy(4).await;
-    let traces = sampler.await.unwrap();
-    let deleted = deletions.terminating.lock().unwrap().clone();
-    let windows = per_pod(&bounds(&traces, &deleted, &ips));
-    let (early_max, late_max) = (windows.iter().map(|w| w.0).fold(f64::MIN, f64::max), windows.iter().map(|w| w.1).fold(f64::MIN, f64::max));
+    let (_, early_max, late_max) = extremes(&trial.bounds().await);
     let o = observed(&policies, after_restart + 4).await;
     println!("generation 4: observed {o}; the yardstick's slowest pod in [{early_max:.3}, {late_max:.3}] s");
     assert_eq!((o["removals"].as_u64(), o["censored"].as_u64()), (Some(after_restart + 4), Some(0)), "{o}");
@@ -210,8 +224,10 @@ async fn restarts_and_a_skewed_clock_make_bounds_late_never_early() {
     if after_restart == 0 {
         assert!(p99 >= early_max - 0.25 && p99 <= late_max + 0.5, "observed p99 {p99:.3} s outside the yardstick's [{early_max:.3}, {late_max:.3}] s");
     }
-    drop(deletions);
     drop(op);
     drop(agents);
     common::cleanup(&client, HOOK, NS).await;
+    // gone before the next test file: its pods' removals must not reach another test's observer
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    common::wait_for(&format!("namespace {NS} gone"), 180, async || namespaces.get_opt(NS).await.ok().and_then(|n| n.is_none().then_some(()))).await;
 }

@@ -276,13 +276,20 @@ impl ClusterIndex {
 
     /// A pod's metadata event at `at` (unix seconds). A deletion counts from the first event
     /// that shows `deletionTimestamp`; a pod already deleting when the watch (re)listed it was
-    /// deleted at an unknown time before, and is not counted.
+    /// deleted at an unknown time before, and is not counted, nor is one replayed when the watch
+    /// went live ([`DeletionLags::predates_watch`]).
     fn on_pod(&self, ev: watcher::Event<PartialObjectMeta<Pod>>, at: f64) {
         let Ok(mut d) = self.deletions.lock() else { return };
         match ev {
+            watcher::Event::InitDone => d.watch_live(at),
             watcher::Event::Apply(p) if p.metadata.deletion_timestamp.is_some() => {
                 if let Some(uid) = p.metadata.uid.as_deref() {
                     let m = &p.metadata;
+                    let stamped =
+                        m.deletion_timestamp.as_ref().map(|t| t.0.as_millisecond() as f64 / 1000.0 - m.deletion_grace_period_seconds.unwrap_or(0) as f64);
+                    if stamped.is_some_and(|deleted_at| d.predates_watch(deleted_at, at)) {
+                        return;
+                    }
                     let sleep = m.annotations.as_ref().and_then(|a| a.get(ANNOTATION_PRESTOP_SECONDS)).and_then(|v| v.parse().ok());
                     d.pod_deleting(uid, m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default(), sleep, at);
                 }

@@ -233,12 +233,35 @@ pub struct DeletionLags {
     samples: VecDeque<LagSample>,
     /// Deletions whose endpoint change never came within the TTL or the bound.
     dropped: u64,
+    /// When the pod watch last went live (its list done), unix seconds.
+    live_since: Option<f64>,
     /// The last distribution and the samples it was built from (how many, the first's and the
     /// last's time): every policy's reconcile asks for it, and it changes only with the samples.
     cached: Option<((usize, f64, f64), LagDistribution)>,
 }
 
+/// How long after the pod watch goes live its events may be replays of what happened while it
+/// was not, seconds: a watch resumes from its list's resourceVersion, so a deletion made between
+/// that list and the watch's start arrives as a new event, late.
+pub const REPLAY_WINDOW_SECONDS: f64 = 10.0;
+
 impl DeletionLags {
+    /// The pod watch went live at `at` (its list done).
+    pub fn watch_live(&mut self, at: f64) {
+        self.live_since = Some(at);
+    }
+
+    /// A deletion seen at `at` that the API server stamped at `deleted_at` (`deletionTimestamp`
+    /// less `deletionGracePeriodSeconds`, unix seconds, whole seconds) happened before the watch
+    /// went live: seen within [`REPLAY_WINDOW_SECONDS`] of it, and stamped a second or more
+    /// before it (a whole second for the stamp's rounding). Timed from its sighting, such a
+    /// deletion reads short (a removal before it seen as a window of 0), so it is left out, as a
+    /// pod listed already deleting is. Beyond the window the check is off: an operator's clock
+    /// ahead of the API server's must not drop every deletion.
+    pub fn predates_watch(&self, deleted_at: f64, at: f64) -> bool {
+        self.live_since.is_some_and(|live| at < live + REPLAY_WINDOW_SECONDS && deleted_at <= live - 1.0)
+    }
+
     /// A pod's metadata was seen with `deletionTimestamp` set at `at` (unix seconds). Only the
     /// first sighting counts; a pod already deleting when the watch listed it must not be given
     /// (its DELETE was before the watcher existed: left-censored).
@@ -455,6 +478,17 @@ mod tests {
         let mut d = DeletionLags::default();
         d.pod_deleting("u1", "ns", "", None, 10.0);
         assert_eq!(d.slice("ns", "a", &[ep("u1", true)], 9.9)[0].lag_seconds, 0.0);
+    }
+
+    #[test]
+    fn a_deletion_replayed_when_the_watch_went_live_is_left_out() {
+        let mut d = DeletionLags::default();
+        assert!(!d.predates_watch(90.0, 100.0), "before the watch is live nothing is judged");
+        d.watch_live(100.0);
+        assert!(d.predates_watch(98.0, 100.4), "stamped 2 s before the watch went live, seen 0.4 s after");
+        assert!(!d.predates_watch(99.5, 100.4), "within the stamp's rounding: kept");
+        assert!(!d.predates_watch(100.0, 100.4), "after the watch went live: kept");
+        assert!(!d.predates_watch(50.0, 111.0), "past the replay window the check is off (a skewed clock must not drop every deletion)");
     }
 
     #[test]
