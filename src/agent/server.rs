@@ -6,7 +6,7 @@
 //! | `GET /metrics` | kube-proxy's scrape, only the families the operator reads, in the exposition kube-proxy answered: protobuf ([`PROTOBUF_CONTENT_TYPE`](crate::core::exposition::format::PROTOBUF_CONTENT_TYPE), native histograms) when the request's `Accept` admits it, else text (`text/plain; version=0.0.4`); with the proxy mode in the [`PROXY_MODE_HEADER`] header when `/proxyMode` answered |
 //! | `GET /proxyMode` | the proxy mode (`text/plain`) |
 //! | `GET /configz` | kube-proxy's configuration, only the fields the operator reads (`application/json`) |
-//! | `POST /removals` | the observer: replaces the watches with the request's and answers their records ([`crate::agent_contract::observer`]; 400 for a body that is not a request, 413 past its bounds) |
+//! | `POST /removals[?since=<mark>]` | the observer: replaces the watches with the request's (or keeps them, `sameSet`) and answers their records, or those changed since the mark ([`crate::agent_contract::observer`]; 400 for a body that is not a request or a bad `since`, 413 past its bounds) |
 //! | anything else | 404 |
 //! | `GET /healthz` (health port, no TLS) | `ok`, or 503 while no TLS material is loaded or after a shutdown signal; no data |
 //! | `GET /metrics` (health port, no TLS) | the observer's own metrics ([`crate::agent::observer::metrics`]: counts and windows, no kube-proxy data), protobuf (native histograms) when the request's `Accept` admits it, else text |

@@ -31,7 +31,7 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// What an agent's record says, its times moved to the operator's clock by `clock`: removed,
 /// held, unread (no successful read and [`UNREAD_AFTER_FAILED_READS`] failed ones: its reader
-/// cannot run, or the chain is not there), or not read yet (the answer came before the agent's
+/// cannot run), or not read yet (the answer came before the agent's
 /// first round for it, or its first failed reads).
 pub fn report_of(record: &WatchRecord, clock: &ClockOffset) -> NodeReport {
     match (record.state, record.first_without_unix_seconds) {
@@ -139,7 +139,9 @@ impl<'a> Requests<'a> {
 
 /// The set of watches and its id: a new id whenever the set's removals change.
 struct WatchSet {
-    keys: Vec<(ServicePort, std::net::IpAddr)>,
+    /// Each removal: its Service port, endpoint, and deletion (milliseconds, the operator's
+    /// clock), so that another removal of the same endpoint is another set.
+    keys: Vec<(ServicePort, std::net::IpAddr, i64)>,
     id: u64,
 }
 
@@ -151,9 +153,10 @@ impl WatchSet {
         Self { keys: Vec::new(), id: nanos }
     }
 
-    /// The id of `watches`' set.
-    fn id_of(&mut self, watches: &[Watch<'_>]) -> u64 {
-        let mut keys: Vec<(ServicePort, std::net::IpAddr)> = watches.iter().map(|(s, ip, _, _)| ((*s).clone(), *ip)).collect();
+    /// The id of `watches`' set, their ages taken at `now` (unix seconds).
+    fn id_of(&mut self, watches: &[Watch<'_>], now: f64) -> u64 {
+        let mut keys: Vec<(ServicePort, std::net::IpAddr, i64)> =
+            watches.iter().map(|(s, ip, _, age)| ((*s).clone(), *ip, ((now - age) * 1000.0).round() as i64)).collect();
         keys.sort();
         if keys != self.keys {
             self.keys = keys;
@@ -205,6 +208,9 @@ async fn ask_agents(
         let o = match answer {
             Ok(o) => o,
             Err(e) => {
+                // what it speaks is asked again: protocol 1's request, which every agent reads
+                // (an agent rolled back to an older protocol refuses the newer fields)
+                states.remove(&node);
                 warnings.warn(&node, &e);
                 continue;
             }
@@ -242,9 +248,12 @@ pub async fn run(cluster: Arc<ClusterIndex>, agents: AgentSource, shared: Shared
             cluster.with_removals(|s| s.watches(now).into_iter().map(|(service, ip, remaining, age)| (service.clone(), ip, remaining, age)).collect());
         let watches: Vec<Watch<'_>> = owned.iter().map(|(service, ip, remaining, age)| (service, *ip, *remaining, *age)).collect();
         let answering = if watches.is_empty() {
+            // the next set gets a new id even if it holds the same keys (another removal of the
+            // same endpoint): the agents are sent it whole
+            set.id_of(&[], now);
             BTreeSet::new()
         } else {
-            let requests = Requests::new(&watches, set.id_of(&watches));
+            let requests = Requests::new(&watches, set.id_of(&watches, now));
             ask_agents(&cluster, &agents, &mut targets, &requests, &mut states, &mut warnings).await
         };
         // a node that answered within RECENT_ANSWER holds a removal open until it reports it
@@ -322,8 +331,10 @@ mod tests {
         assert_eq!((same.watches.len(), same.set_id, same.same_set, since), (0, Some(7), true, mark), "the set held: only its id");
         same.check().unwrap();
         let mut set = WatchSet::new();
-        let id = set.id_of(&watches);
-        assert_eq!(set.id_of(&[(&service, "10.244.1.2".parse().unwrap(), 58.0, 2.25)]), id, "the same removals, later: the same set");
-        assert_ne!(set.id_of(&[]), id, "another set");
+        let id = set.id_of(&watches, 100.0);
+        assert_eq!(set.id_of(&[(&service, "10.244.1.2".parse().unwrap(), 58.0, 2.25)], 101.0), id, "the same removals, later: the same set");
+        let again = set.id_of(&[(&service, "10.244.1.2".parse().unwrap(), 59.0, 0.5)], 130.0);
+        assert_ne!(again, id, "the same endpoint deleted again: another set");
+        assert_ne!(set.id_of(&[], 131.0), again, "another set");
     }
 }

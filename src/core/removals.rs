@@ -330,9 +330,8 @@ pub enum NodeReport {
         /// Start of the last successful read that held the endpoint, unix seconds.
         last_with: Option<f64>,
     },
-    /// Every read of the node's data plane so far failed (a reader that cannot run, a chain
-    /// not there): the node says nothing of the removal, does not hold it open, and is left out
-    /// of it.
+    /// The node's reads of its data plane failed, none succeeding (a reader that cannot run):
+    /// the node says nothing of the removal, does not hold it open, and is left out of it.
     Unread,
     /// The node has not read since it was asked (its answer came before its first round): it
     /// holds the removal open, and is left out of it if it never reads by the deadline.

@@ -5,7 +5,7 @@
 //! | family | type | what |
 //! |---|---|---|
 //! | `safe_termination_agent_deletion_to_removed_seconds` | histogram, native (schema 3) and classic | per removal this node read, seconds from the pod's deletion as the operator saw it to the end of the first successful read of the Service port's rules without the endpoint (the removal's late bound) |
-//! | `safe_termination_agent_removals_censored_total` | counter | watches that reached their deadline with every successful read still holding the endpoint, or with none succeeding |
+//! | `safe_termination_agent_removals_censored_total` | counter | watches that reached their deadline not seen removed: every successful read still held the endpoint, or none succeeded, or the Service port's chain never appeared |
 //! | `safe_termination_agent_data_plane_reads_total{result}` | counter | reads of a Service port's rules, `ok` or `failed` (a failed read is no sample) |
 //!
 //! The histogram counts only watches whose request carried the deletion's age (operator
@@ -31,7 +31,8 @@ pub const READS: &str = "safe_termination_agent_data_plane_reads_total";
 
 const DELETION_TO_REMOVED_HELP: &str =
     "Seconds from a pod's deletion (as the operator saw it) to the end of this node's first successful read of its Service port's rules without the endpoint.";
-const CENSORED_HELP: &str = "Removals this node's reads did not see within their deadline (censored: the endpoint still held, or no read succeeded).";
+const CENSORED_HELP: &str =
+    "Removals this node's reads did not see within their deadline (the endpoint still held, no read succeeded, or the chain never appeared).";
 const READS_HELP: &str = "Reads of a Service port's rules by the observer, by result (a failed read is no sample).";
 
 /// The observer's counts.

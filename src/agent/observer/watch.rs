@@ -30,6 +30,15 @@ pub const ROUND_INTERVAL: Duration = Duration::from_millis(50);
 /// pause of 4 times that wait would widen every bound (3.8 s at 4,000 Services).
 pub const PAUSE_PER_READ_TIME: u32 = 4;
 
+/// A watch's record is sent again (protocol 3) when a read still holds the endpoint this long
+/// after the last one sent, seconds: the operator's view of the last read holding it stays this
+/// fresh, well within `core::removals::CENSORED_FRESH_SECONDS`.
+pub const HELD_REFRESH_SECONDS: f64 = 2.0;
+
+/// A watch of the same Service port and endpoint whose deletion is this far from the one kept,
+/// seconds, is another removal (the estimates of one deletion differ by a request's latency).
+pub const REDELETION_SECONDS: f64 = 1.0;
+
 /// A watch the operator drops unremoved this close to its deadline, seconds, was dropped for
 /// its deadline (censored): the operator's clock and its requests' latencies put the two
 /// deadlines up to a moment apart.
@@ -62,6 +71,8 @@ struct Entry {
     counted: bool,
     /// The generation of its record's last change (protocol 3's answers of the changed records).
     changed: u64,
+    /// The last read holding the endpoint when its record last changed.
+    sent_with: Option<f64>,
     last_with: Option<f64>,
     first_without: Option<f64>,
     reads: u32,
@@ -94,7 +105,14 @@ impl Watches {
         let (mut new, mut late, mut censored) = (0, Vec::new(), 0);
         for w in &request.watches {
             let key = (w.service.clone(), w.endpoint);
-            let mut e = match self.entries.remove(&key) {
+            let same_removal = |e: &Entry| {
+                // the same (Service port, endpoint) again after its watch's deadline, or with a
+                // deletion more than REDELETION_SECONDS away from the one kept, is another
+                // removal (a pod with a fixed IP replaced): it starts afresh, never inheriting
+                // the earlier one's removal
+                now < e.deadline && w.deletion_age_seconds.is_none_or(|age| e.deletion.is_none_or(|d| ((now - age) - d).abs() <= REDELETION_SECONDS))
+            };
+            let mut e = match self.entries.remove(&key).filter(same_removal) {
                 Some(e) => e,
                 None => {
                     new += 1;
@@ -162,8 +180,12 @@ impl Watches {
         for ((_, ip), e) in self.entries.iter_mut().filter(|((s, _), e)| s == service && e.first_without.is_none()) {
             match read {
                 Ok(Some(held)) if held.contains(ip) => {
-                    if e.reads == 0 {
+                    // the first read, and then a read at least HELD_REFRESH_SECONDS after the
+                    // last one sent: a removal censored at its deadline is precise only when its
+                    // last read holding the endpoint came close to it (core::removals)
+                    if e.reads == 0 || e.sent_with.is_none_or(|t| started - t >= HELD_REFRESH_SECONDS) {
                         change(e);
+                        e.sent_with = Some(started);
                     }
                     e.reads = e.reads.saturating_add(1);
                     e.last_with = Some(started);
@@ -621,6 +643,26 @@ mod tests {
             f.apply(&port("api"), &e, 100.1 + f64::from(i), 100.2 + f64::from(i));
             assert_eq!(f.generation(), if i < 2 { 1 } else { 2 }, "new, then unread at its third failed read in a row, not before or after");
         }
+    }
+
+    #[test]
+    fn a_held_watch_is_sent_again_every_two_seconds_and_a_reused_endpoint_starts_afresh() {
+        let mut w = Watches::default();
+        w.set(&aged(&[("web", "10.244.1.2")], 60.0, Some(0.0)), 100.0);
+        w.apply(&port("web"), &ips(&["10.244.1.2"]), 100.1, 100.12);
+        let g = w.generation();
+        w.apply(&port("web"), &ips(&["10.244.1.2"]), 101.0, 101.02);
+        assert_eq!(w.generation(), g, "1 s later: not sent again");
+        w.apply(&port("web"), &ips(&["10.244.1.2"]), 102.2, 102.22);
+        assert_eq!(w.records_since(102.3, Some(g))[0].last_with_unix_seconds, Some(102.2), "2.1 s later: sent again, fresh");
+        // removed, then the same endpoint deleted again 20 s later (a pod with a fixed IP)
+        w.apply(&port("web"), &ips(&[]), 103.0, 103.02);
+        let (new, _, _) = w.set(&aged(&[("web", "10.244.1.2")], 60.0, Some(0.0)), 120.0);
+        assert_eq!(new, 1, "another removal: a new watch");
+        let r = &w.records(120.0)[0];
+        assert_eq!((r.state, r.reads, r.first_without_unix_seconds), (WatchState::Held, 0, None), "never the earlier removal's: {r:?}");
+        // the same deletion again (ages differ by latency): kept
+        assert_eq!(w.set(&aged(&[("web", "10.244.1.2")], 60.0, Some(0.3)), 120.3).0, 0);
     }
 
     /// A reader that answers from a list of reads in turn.
