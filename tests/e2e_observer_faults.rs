@@ -22,7 +22,7 @@ mod common;
 use common::agents::NodeAgents;
 use common::rules::{RuleReader, RuleTrace};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const NS: &str = "e2e-faults";
@@ -31,24 +31,6 @@ const HOOK: &str = "safe-termination-e2e-faults";
 
 fn readers() -> Vec<RuleReader> {
     common::rules::real_nodes().into_iter().map(|n| RuleReader::new(n, NS)).collect()
-}
-
-/// The running pods' IPs once they are all in every node's rules (a failed read: not yet).
-async fn ips_in_every_nodes_rules(pods: &Api<Pod>, replicas: usize) -> Vec<String> {
-    let mut readers = readers();
-    common::wait_for("the pods in every node's rules", 90, async || {
-        let ips: BTreeSet<String> = pods
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter_map(|p| p.status?.pod_ip)
-            .collect();
-        (ips.len() == replicas && readers.iter_mut().all(|r| r.endpoint_ips().is_ok_and(|got| ips.is_subset(&got)))).then(|| ips.into_iter().collect())
-    })
-    .await
 }
 
 /// Per node, per pod IP: the yardstick's bounds of its removal, seconds after its deletion was
@@ -90,7 +72,8 @@ impl Trial {
     /// Starts once the 4 pods are in every node's rules; 0.3 s later (the sampler reading), the
     /// caller rolls them.
     async fn start(pods: &Api<Pod>) -> Trial {
-        let ips = ips_in_every_nodes_rules(pods, 4).await;
+        let ready = common::truth::pods_in_every_nodes_rules(pods, &mut readers(), 4).await;
+        let ips: Vec<String> = ready.iter().filter_map(|p| p.status.as_ref()?.pod_ip.clone()).collect();
         let deletions = common::truth::DeletionWatch::start(pods);
         let sampler = common::truth::sample_removals(readers(), ips.clone(), 60);
         tokio::time::sleep(Duration::from_millis(300)).await;

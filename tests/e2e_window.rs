@@ -22,7 +22,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 mod common;
 use common::rules::RuleReader;
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 /// One rule reader per real node for Service `e2e-window/web` (read-only listing of that
@@ -64,27 +64,9 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     deployments.patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(&deploy(1))).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    // wait for 4 running pods whose IPs are in both nodes' rules (a failed read: not yet)
+    // 4 running pods whose IPs are in both nodes' rules (a failed read: not yet)
     let mut rule_readers = readers();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let old: Vec<Pod> = loop {
-        let l: Vec<Pod> = pods
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() && p.metadata.deletion_timestamp.is_none())
-            .collect();
-        if l.len() == 4 {
-            let ips: BTreeSet<String> = l.iter().map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap()).collect();
-            if rule_readers.iter_mut().all(|r| r.endpoint_ips().is_ok_and(|got| ips.is_subset(&got))) {
-                break l;
-            }
-        }
-        assert!(Instant::now() < deadline, "pods not in both nodes' rules");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let old = common::truth::pods_in_every_nodes_rules(&pods, &mut rule_readers, 4).await;
     let sleep_of: HashMap<String, f64> = old
         .iter()
         .map(|p| {

@@ -88,6 +88,19 @@ struct AgentState {
     mark: Option<AnswerMark>,
 }
 
+/// The four request bodies of a round (their order indexes [`Requests`]' bodies).
+#[derive(Debug, Clone, Copy)]
+enum Body {
+    /// The whole set without the deletions' ages.
+    Protocol1,
+    /// The whole set with them.
+    Protocol2,
+    /// The whole set with them and the set's id.
+    WholeSet,
+    /// Only the set's id: the agent holds it.
+    SameSet,
+}
+
 /// One round's requests, each serialized at most once and only when some agent needs it: the
 /// whole set without the deletions' ages (protocol 1, or an agent not asked yet), with them
 /// (protocol 2), with them and the set's id (protocol 3), and the short one that keeps the set
@@ -103,11 +116,16 @@ impl<'a> Requests<'a> {
         Self { watches, set_id, bodies: Default::default() }
     }
 
-    /// Body `kind`: 0 protocol 1, 1 protocol 2, 2 protocol 3 whole, 3 protocol 3 same set.
-    fn body(&self, kind: usize) -> Result<bytes::Bytes, String> {
-        self.bodies[kind]
+    /// The body of `kind`, serialized at its first use this round.
+    fn body(&self, kind: Body) -> Result<bytes::Bytes, String> {
+        let (ages, set_id, same_set) = match kind {
+            Body::Protocol1 => (false, None, false),
+            Body::Protocol2 => (true, None, false),
+            Body::WholeSet => (true, Some(self.set_id), false),
+            Body::SameSet => (true, Some(self.set_id), true),
+        };
+        self.bodies[kind as usize]
             .get_or_init(|| {
-                let (ages, set_id, same_set) = (kind >= 1, (kind >= 2).then_some(self.set_id), kind == 3);
                 let watches = if same_set { &[][..] } else { self.watches };
                 let request = ObserveRequest {
                     watches: watches
@@ -130,9 +148,9 @@ impl<'a> Requests<'a> {
     /// The body for an agent of `state` (None: not asked yet), and the mark to send as `since`.
     fn for_agent(&self, state: Option<&AgentState>) -> (Result<bytes::Bytes, String>, Option<AnswerMark>) {
         match state {
-            Some(s) if s.protocol >= 3 => (self.body(if s.set_id == Some(self.set_id) { 3 } else { 2 }), s.mark),
-            Some(s) if s.protocol == 2 => (self.body(1), None),
-            _ => (self.body(0), None),
+            Some(s) if s.protocol >= 3 => (self.body(if s.set_id == Some(self.set_id) { Body::SameSet } else { Body::WholeSet }), s.mark),
+            Some(s) if s.protocol == 2 => (self.body(Body::Protocol2), None),
+            _ => (self.body(Body::Protocol1), None),
         }
     }
 }

@@ -8,7 +8,7 @@ use super::rules::{RuleReader, RuleTrace, now_unix};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -78,4 +78,23 @@ pub fn sample_removals(readers: Vec<RuleReader>, ips: Vec<String>, secs: u64) ->
         }
         readers.into_iter().map(|r| r.node.name).zip(traces).collect()
     })
+}
+
+/// Waits up to 90 s until `pods` holds exactly `replicas` running pods (with an IP, not
+/// deleting) whose IPs are all in every node's rules as `readers` read them (a failed read: not
+/// yet); returns those pods.
+pub async fn pods_in_every_nodes_rules(pods: &Api<Pod>, readers: &mut [RuleReader], replicas: usize) -> Vec<Pod> {
+    super::wait_for("the pods in every node's rules", 90, async || {
+        let running: Vec<Pod> = pods
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() && p.metadata.deletion_timestamp.is_none())
+            .collect();
+        let ips: BTreeSet<String> = running.iter().filter_map(|p| p.status.as_ref()?.pod_ip.clone()).collect();
+        (running.len() == replicas && readers.iter_mut().all(|r| r.endpoint_ips().is_ok_and(|got| ips.is_subset(&got)))).then_some(running)
+    })
+    .await
 }
