@@ -198,7 +198,7 @@ async fn ask_agents(
     let client = match agents.client() {
         Ok(c) => c,
         Err(e) => {
-            warnings.warn("client certificate", &e);
+            warnings.warn("client certificate", &e.to_string());
             return answering;
         }
     };

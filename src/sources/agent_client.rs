@@ -19,6 +19,7 @@ use crate::agent_contract::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
 use crate::core::exposition::{ACCEPT_PROTOBUF_FIRST, parse_scrape};
 use crate::core::measure::{NodeFailure, NodeSource, Sample, reason};
 use crate::core::model::ProxyMode;
+use crate::webhook::tls::TlsError;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use std::collections::BTreeMap;
@@ -85,12 +86,35 @@ impl std::fmt::Debug for AgentSource {
     }
 }
 
+/// Why the operator has no client for the agents.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentClientError {
+    /// A CA, certificate or key file cannot be read (the message names the file).
+    #[error(transparent)]
+    Read(TlsError),
+    /// The files' material cannot be used: a bundle, chain or key that does not decode, or a
+    /// certificate and key rustls refuses together.
+    #[error("{} / {}: {source}", cert.display(), ca.display())]
+    Material {
+        /// The client certificate file.
+        cert: PathBuf,
+        /// The CA bundle file.
+        ca: PathBuf,
+        /// What is wrong with the material.
+        source: TlsError,
+    },
+    /// reqwest cannot build the client; the message is the error and its causes, `: `-separated.
+    #[error("{}", error_chain(.0))]
+    Build(reqwest::Error),
+}
+
 /// An HTTP client for the agents: mutual TLS with `config` (see [`crate::agent_contract::tls::client_config`]),
 /// the per-request `timeout`, no proxy, no idle connection kept (as the kube-proxy scraper).
 ///
-/// Errors: reqwest cannot build it (never silently a client without the certificate).
-pub fn agent_http_client(config: rustls::ClientConfig, timeout: Duration) -> Result<reqwest::Client, String> {
-    client_builder(timeout).pool_max_idle_per_host(0).use_preconfigured_tls(config).build().map_err(|e| error_chain(&e))
+/// Errors: reqwest cannot build it ([`AgentClientError::Build`]; never silently a client
+/// without the certificate).
+pub fn agent_http_client(config: rustls::ClientConfig, timeout: Duration) -> Result<reqwest::Client, AgentClientError> {
+    client_builder(timeout).pool_max_idle_per_host(0).use_preconfigured_tls(config).build().map_err(AgentClientError::Build)
 }
 
 impl AgentSource {
@@ -101,18 +125,22 @@ impl AgentSource {
 
     /// The client for the current content of the certificate files (rebuilt when it changed).
     ///
-    /// Errors: a file cannot be read, or the material is unusable (the message names it).
-    pub fn client(&self) -> Result<reqwest::Client, String> {
+    /// Errors: a file cannot be read ([`AgentClientError::Read`]), the material is unusable
+    /// ([`AgentClientError::Material`]), or the client cannot be built.
+    pub fn client(&self) -> Result<reqwest::Client, AgentClientError> {
         let content = [&self.files.ca, &self.files.cert, &self.files.key]
             .iter()
-            .map(|p| crate::agent_contract::tls::read(p).map_err(|e| e.to_string()))
+            .map(|p| crate::agent_contract::tls::read(p).map_err(AgentClientError::Read))
             .collect::<Result<Vec<_>, _>>()?;
         let mut cached = self.client.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, client)) = cached.as_ref().filter(|(c, _)| *c == content) {
             return Ok(client.clone());
         }
-        let config = crate::agent_contract::tls::client_config(&content[0], &content[1], &content[2])
-            .map_err(|e| format!("{} / {}: {e}", self.files.cert.display(), self.files.ca.display()))?;
+        let config = crate::agent_contract::tls::client_config(&content[0], &content[1], &content[2]).map_err(|source| AgentClientError::Material {
+            cert: self.files.cert.clone(),
+            ca: self.files.ca.clone(),
+            source,
+        })?;
         let client = agent_http_client(config, self.timeout)?;
         *cached = Some((content, client.clone()));
         Ok(client)

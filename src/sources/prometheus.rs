@@ -69,7 +69,7 @@ use super::oneshot::unix_now;
 use super::proxy_config::read_proxy_configmap;
 use super::scrape::Jitter;
 use crate::core::exposition::native::{SCHEMA_MAX, SCHEMA_MIN};
-use crate::core::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape, NativeHistogram};
+use crate::core::exposition::{Bucket, Histogram, HistogramFamily, KubeProxyScrape, NativeHistogram, NativeHistogramError};
 use crate::core::measure::{MeasurementStore, NodeFailure, Sample, reason};
 use crate::core::model::NodeInput;
 use crate::core::proxyconfig::ResolvedProxyConfig;
@@ -349,6 +349,64 @@ fn side_in_schema(magnitudes: &[(f64, f64, f64)], schema: i32) -> Option<Side> {
     Some((out, moved.map(|m| m.1)))
 }
 
+/// What is wrong with one bucket of an [`ApiHistogram`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BucketProblem {
+    /// Its lower boundary is above its upper one, or either is NaN.
+    #[error("lower above upper, or NaN")]
+    Unordered,
+    /// It spans 0 but is not a zero bucket `[-t, t]` (a custom bucket).
+    #[error("spans 0 but is not a zero bucket [-t, t] (custom buckets?)")]
+    NotZeroBucket,
+    /// A zero bucket after another.
+    #[error("a second zero bucket")]
+    SecondZeroBucket,
+    /// A positive bucket whose rule is not 0.
+    #[error("a positive bucket is (lower, upper], rule 0")]
+    PositiveRule,
+    /// A negative bucket whose rule is not 1.
+    #[error("a negative bucket is [lower, upper), rule 1")]
+    NegativeRule,
+}
+
+/// Why an [`ApiHistogram`] is no native histogram of an exponential schema.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApiHistogramError {
+    /// One bucket, by its 0-based position in the answer, is not a bucket of any exponential
+    /// layout.
+    #[error("bucket {index} (rule {:?}, lower {}, upper {}, count {}): {problem}", .bucket.rule, .bucket.lower, .bucket.upper, .bucket.count)]
+    Bucket {
+        /// The bucket's position in the answer.
+        index: usize,
+        /// The bucket as read.
+        bucket: ApiBucket,
+        /// What is wrong with it.
+        problem: BucketProblem,
+    },
+    /// A bucket on no exponential schema's boundaries even alone (custom buckets, schema -53).
+    #[error("the bucket of magnitudes ({lower}, {upper}] is on no exponential schema's boundaries (-4..=8): custom buckets?")]
+    OffSchema {
+        /// Its lower magnitude.
+        lower: f64,
+        /// Its upper magnitude.
+        upper: f64,
+    },
+    /// Every bucket is on some schema's boundaries, but no schema holds them all.
+    #[error("the buckets are on no single exponential schema's boundaries (-4..=8)")]
+    NoCommonSchema,
+    /// A bucket's lower bound raised to a zero threshold other than the zero bucket's.
+    #[error("a bucket's lower bound {raised} was raised to a zero threshold, but the zero bucket's is {zero}")]
+    ZeroThreshold {
+        /// The raised bound.
+        raised: f64,
+        /// The zero bucket's threshold.
+        zero: f64,
+    },
+    /// Counts that [`NativeHistogram::from_buckets`] rejects.
+    #[error(transparent)]
+    Counts(#[from] NativeHistogramError),
+}
+
 impl ApiHistogram {
     /// The [`NativeHistogram`] this sample was written from: the schema is the one of -4..=8
     /// whose boundaries all buckets sit on (the highest such; only a histogram whose every
@@ -360,33 +418,33 @@ impl ApiHistogram {
     /// besides the zero bucket (e.g. `increase()` over a quiet window) gets schema 8, which
     /// adds to any other without changing it.
     ///
-    /// Errors (a message saying which bucket and why): a bucket that is not on one schema's
-    /// boundaries (custom buckets, schema -53, included), a zero bucket that is not `[-t, t]`,
-    /// a bucket whose boundary rule does not fit its side of zero, or counts that
+    /// Errors ([`ApiHistogramError`], saying which bucket and why): a bucket that is not on one
+    /// schema's boundaries (custom buckets, schema -53, included), a zero bucket that is not
+    /// `[-t, t]`, a bucket whose boundary rule does not fit its side of zero, or counts that
     /// [`NativeHistogram::new`] rejects.
-    pub fn to_native(&self) -> Result<NativeHistogram, String> {
+    pub fn to_native(&self) -> Result<NativeHistogram, ApiHistogramError> {
         let mut zero: Option<(f64, f64)> = None;
         let (mut positive, mut negative) = (Vec::new(), Vec::new());
-        for (n, b) in self.buckets.iter().enumerate() {
-            let show = || format!("bucket {n} (rule {:?}, lower {}, upper {}, count {})", b.rule, b.lower, b.upper, b.count);
+        for (index, b) in self.buckets.iter().enumerate() {
+            let fault = |problem| ApiHistogramError::Bucket { index, bucket: *b, problem };
             if b.lower.is_nan() || b.upper.is_nan() || b.lower > b.upper {
-                return Err(format!("{}: lower above upper, or NaN", show()));
+                return Err(fault(BucketProblem::Unordered));
             }
             if b.lower <= 0.0 && b.upper >= 0.0 {
                 if b.rule != BoundaryRule::Closed || b.lower != -b.upper {
-                    return Err(format!("{}: spans 0 but is not a zero bucket [-t, t] (custom buckets?)", show()));
+                    return Err(fault(BucketProblem::NotZeroBucket));
                 }
                 if zero.replace((b.upper, b.count)).is_some() {
-                    return Err(format!("{}: a second zero bucket", show()));
+                    return Err(fault(BucketProblem::SecondZeroBucket));
                 }
             } else if b.lower > 0.0 {
                 if b.rule != BoundaryRule::OpenLower {
-                    return Err(format!("{}: a positive bucket is (lower, upper], rule 0", show()));
+                    return Err(fault(BucketProblem::PositiveRule));
                 }
                 positive.push((b.lower, b.upper, b.count));
             } else {
                 if b.rule != BoundaryRule::OpenUpper {
-                    return Err(format!("{}: a negative bucket is [lower, upper), rule 1", show()));
+                    return Err(fault(BucketProblem::NegativeRule));
                 }
                 negative.push((-b.upper, -b.lower, b.count));
             }
@@ -396,20 +454,20 @@ impl ApiHistogram {
             // name a bucket that is on no schema's boundaries even alone, if there is one
             let lone = positive.iter().chain(&negative).find(|&&m| !(SCHEMA_MIN..=SCHEMA_MAX).any(|s| side_in_schema(&[m], s).is_some()));
             return Err(match lone {
-                Some(&(l, u, _)) => format!("the bucket of magnitudes ({l}, {u}] is on no exponential schema's boundaries (-4..=8): custom buckets?"),
-                None => "the buckets are on no single exponential schema's boundaries (-4..=8)".to_string(),
+                Some(&(lower, upper, _)) => ApiHistogramError::OffSchema { lower, upper },
+                None => ApiHistogramError::NoCommonSchema,
             });
         };
         // the zero threshold: the zero bucket's, which a raised bound must equal
         let mut threshold = zero.map(|z| z.0);
         for m in [moved_p, moved_n].into_iter().flatten() {
             match threshold {
-                Some(t) if t != m => return Err(format!("a bucket's lower bound {m} was raised to a zero threshold, but the zero bucket's is {t}")),
+                Some(zero) if zero != m => return Err(ApiHistogramError::ZeroThreshold { raised: m, zero }),
                 _ => threshold = Some(m),
             }
         }
         let threshold = threshold.unwrap_or(0.0);
-        NativeHistogram::from_buckets(schema, (threshold, zero.map_or(0.0, |z| z.1)), (self.count, self.sum), &positive, &negative).map_err(|e| e.to_string())
+        Ok(NativeHistogram::from_buckets(schema, (threshold, zero.map_or(0.0, |z| z.1)), (self.count, self.sum), &positive, &negative)?)
     }
 }
 
@@ -656,8 +714,8 @@ fn classic_per_instance(samples: &[VectorSample]) -> BTreeMap<String, Result<His
 /// The native histogram of each instance key from one family's native series (samples without
 /// a histogram or an instance key are skipped): the series of one key are added (several
 /// instances relabelled to one node); one that does not convert fails its key.
-fn native_per_instance(samples: &[VectorSample]) -> BTreeMap<String, Result<NativeHistogram, String>> {
-    let mut per_key: BTreeMap<String, Result<NativeHistogram, String>> = BTreeMap::new();
+fn native_per_instance(samples: &[VectorSample]) -> BTreeMap<String, Result<NativeHistogram, ApiHistogramError>> {
+    let mut per_key: BTreeMap<String, Result<NativeHistogram, ApiHistogramError>> = BTreeMap::new();
     for s in samples {
         let (Some(key), Some(h)) = (instance_key(&s.labels), s.histogram.as_ref()) else {
             continue;
@@ -1094,9 +1152,11 @@ mod tests {
         assert_eq!(checked, 9);
     }
 
-    fn api_histogram(json: &str) -> Result<NativeHistogram, String> {
+    /// The native histogram of an answer holding the one histogram sample `json` (which must
+    /// decode).
+    fn api_histogram(json: &str) -> Result<NativeHistogram, ApiHistogramError> {
         let body = format!(r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{}},"histogram":[1,{json}]}}]}}}}"#);
-        decode_query_response("q", 200, &body).map_err(|e| e.to_string())?[0].histogram.as_ref().unwrap().to_native()
+        decode_query_response("q", 200, &body).unwrap()[0].histogram.as_ref().unwrap().to_native()
     }
 
     #[test]
@@ -1130,33 +1190,38 @@ mod tests {
         assert_eq!((h.schema(), h.zero_threshold(), h.zero_count()), (0, 0.3, 0.0));
         // a raised bound that disagrees with the zero bucket's threshold
         let e = api_histogram(r#"{"count":"3","sum":"1","buckets":[[3,"-0.2","0.2","1"],[0,"0.3","0.5","2"]]}"#).unwrap_err();
-        assert!(e.contains("raised") && e.contains("0.2"), "{e}");
+        assert_eq!(e, ApiHistogramError::ZeroThreshold { raised: 0.3, zero: 0.2 });
+        assert_eq!(e.to_string(), "a bucket's lower bound 0.3 was raised to a zero threshold, but the zero bucket's is 0.2");
     }
 
     #[test]
     fn buckets_on_no_exponential_schema_are_errors() {
         // native histograms with custom buckets (schema -53, e.g. convert_classic_histograms_to_nhcb)
         let e = api_histogram(r#"{"count":"3","sum":"1","buckets":[[3,"-Inf","0.005","1"],[0,"0.005","0.01","2"]]}"#).unwrap_err();
-        assert!(e.contains("not a zero bucket") && e.contains("custom buckets"), "{e}");
+        assert_eq!(e.to_string(), "bucket 0 (rule Closed, lower -inf, upper 0.005, count 1): spans 0 but is not a zero bucket [-t, t] (custom buckets?)");
         let e = api_histogram(r#"{"count":"3","sum":"1","buckets":[[0,"0.005","0.01","2"],[0,"0.01","0.025","1"]]}"#).unwrap_err();
-        assert!(e.contains("(0.005, 0.01]") && e.contains("no exponential schema"), "{e}");
+        assert_eq!(e, ApiHistogramError::OffSchema { lower: 0.005, upper: 0.01 });
+        assert_eq!(e.to_string(), "the bucket of magnitudes (0.005, 0.01] is on no exponential schema's boundaries (-4..=8): custom buckets?");
         // each on some schema, but not on one: (1, 2] is schema 0, (1, 1.414..] schema 1
         let e = api_histogram(r#"{"count":"2","sum":"1","buckets":[[0,"1","1.414213562373095","1"],[0,"2","4","1"],[0,"4","5.65685424949238","1"]]}"#);
-        assert!(e.unwrap_err().contains("no single exponential schema"));
+        assert_eq!(e.unwrap_err(), ApiHistogramError::NoCommonSchema);
         // a rule on the wrong side of zero, lower above upper, a second zero bucket
-        let e = api_histogram(r#"{"count":"1","sum":"1","buckets":[[1,"1","2","1"]]}"#).unwrap_err();
-        assert!(e.contains("rule 0"), "{e}");
-        let e = api_histogram(r#"{"count":"1","sum":"-1","buckets":[[0,"-2","-1","1"]]}"#).unwrap_err();
-        assert!(e.contains("rule 1"), "{e}");
-        assert!(api_histogram(r#"{"count":"1","sum":"1","buckets":[[0,"2","1","1"]]}"#).unwrap_err().contains("lower above upper"));
-        assert!(api_histogram(r#"{"count":"1","sum":"1","buckets":[[0,"NaN","1","1"]]}"#).unwrap_err().contains("or NaN"));
+        let problem = |json: &str| match api_histogram(json) {
+            Err(ApiHistogramError::Bucket { index, problem, .. }) => (index, problem),
+            other => panic!("{json}: {other:?}"),
+        };
+        assert_eq!(problem(r#"{"count":"1","sum":"1","buckets":[[1,"1","2","1"]]}"#), (0, BucketProblem::PositiveRule));
+        assert_eq!(problem(r#"{"count":"1","sum":"-1","buckets":[[0,"-2","-1","1"]]}"#), (0, BucketProblem::NegativeRule));
+        assert_eq!(problem(r#"{"count":"1","sum":"1","buckets":[[0,"2","1","1"]]}"#), (0, BucketProblem::Unordered));
+        let e = api_histogram(r#"{"count":"1","sum":"1","buckets":[[0,"NaN","1","1"]]}"#).unwrap_err();
+        assert_eq!(e.to_string(), "bucket 0 (rule OpenLower, lower NaN, upper 1, count 1): lower above upper, or NaN");
         let two = r#"{"count":"2","sum":"0","buckets":[[3,"-0.1","0.1","1"],[3,"-0.1","0.1","1"]]}"#;
-        assert!(api_histogram(two).unwrap_err().contains("second zero bucket"));
+        assert_eq!(problem(two), (1, BucketProblem::SecondZeroBucket));
         // counts NativeHistogram::new rejects
         let e = api_histogram(r#"{"count":"1","sum":"1","buckets":[[0,"1","2","5"]]}"#).unwrap_err();
-        assert!(e.contains("count 1"), "{e}");
+        assert!(matches!(e, ApiHistogramError::Counts(_)) && e.to_string().contains("count 1"), "{e}");
         let e = api_histogram(r#"{"count":"1","sum":"1","buckets":[[0,"1","2","-1"]]}"#).unwrap_err();
-        assert!(e.contains("count -1"), "{e}");
+        assert!(matches!(e, ApiHistogramError::Counts(_)) && e.to_string().contains("count -1"), "{e}");
     }
 
     #[test]

@@ -822,12 +822,44 @@ fn check_duration_native(h: &NativeHistogram) -> Result<(), String> {
     }
 }
 
+/// A count field of a histogram that is no count.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum CountError {
+    /// A float count (`sample_count_float`, `cumulative_count_float`, `zero_count_float`) that is
+    /// NaN, infinite or negative.
+    #[error("{field} is {value}: a count is a finite number >= 0")]
+    NotACount {
+        /// The field's name in `metrics.proto`.
+        field: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// Integer deltas (`positive_delta`, `negative_delta`) whose running sum overflows `i64`.
+    #[error("{side} delta {index} overflows the running count")]
+    DeltaOverflow {
+        /// `positive` or `negative`.
+        side: &'static str,
+        /// The delta's 1-based position.
+        index: usize,
+    },
+    /// Integer deltas whose running sum goes below 0.
+    #[error("{side} delta {index} brings the bucket count to {count}: the deltas must sum to counts >= 0")]
+    NegativeCount {
+        /// `positive` or `negative`.
+        side: &'static str,
+        /// The delta's 1-based position.
+        index: usize,
+        /// The running sum there.
+        count: i64,
+    },
+}
+
 /// A float field that overrides an integer one when above 0 (`sample_count_float`,
 /// `cumulative_count_float`, `zero_count_float`): the count to use. A float that is present
-/// and NaN, infinite or negative is an error (`what` names it); 0 or absent gives the integer.
-fn count_of(what: &str, int: Option<u64>, float: Option<f64>) -> Result<f64, String> {
+/// and NaN, infinite or negative is an error (`field` names it); 0 or absent gives the integer.
+fn count_of(field: &'static str, int: Option<u64>, float: Option<f64>) -> Result<f64, CountError> {
     match float {
-        Some(f) if !(f.is_finite() && f >= 0.0) => Err(format!("{what} is {f}: a count is a finite number >= 0")),
+        Some(value) if !(value.is_finite() && value >= 0.0) => Err(CountError::NotACount { field, value }),
         Some(f) if f > 0.0 => Ok(f),
         _ => Ok(int.unwrap_or(0) as f64),
     }
@@ -852,7 +884,7 @@ fn classic_buckets(h: &wire::Histogram) -> Result<Vec<(f64, f64)>, String> {
         out.push((le, count));
     }
     if !out.iter().any(|(le, _)| *le == f64::INFINITY) {
-        out.push((f64::INFINITY, count_of("sample_count_float", h.sample_count, h.sample_count_float)?));
+        out.push((f64::INFINITY, count_of("sample_count_float", h.sample_count, h.sample_count_float).map_err(|e| e.to_string())?));
     }
     out.sort_by(|a, b| a.0.total_cmp(&b.0));
     for w in out.windows(2) {
@@ -887,8 +919,10 @@ fn is_float(h: &wire::Histogram) -> bool {
 }
 
 /// The native parts of `h` with absolute counts, or `None` when `h` is not native.
-/// Errors: a delta sum that goes below 0 or overflows, a float count field that is not a count.
-pub fn native_parts(h: &wire::Histogram) -> Result<Option<NativeParts>, String> {
+///
+/// Errors: a delta sum that goes below 0 or overflows, a float count field that is not a count
+/// ([`CountError`]).
+pub fn native_parts(h: &wire::Histogram) -> Result<Option<NativeParts>, CountError> {
     if !is_native(h) {
         return Ok(None);
     }
@@ -919,13 +953,13 @@ pub fn native_parts(h: &wire::Histogram) -> Result<Option<NativeParts>, String> 
 
 /// Integer deltas (each bucket's count minus the previous one's, the first against 0) as
 /// absolute counts, with checked arithmetic: a running sum below 0 or beyond `i64` is an error.
-fn absolute(side: &str, deltas: &[i64]) -> Result<Vec<f64>, String> {
+fn absolute(side: &'static str, deltas: &[i64]) -> Result<Vec<f64>, CountError> {
     let mut count: i64 = 0;
     let mut out = Vec::with_capacity(deltas.len());
     for (i, &d) in deltas.iter().enumerate() {
-        count = count.checked_add(d).ok_or_else(|| format!("{side} delta {} overflows the running count", i + 1))?;
+        count = count.checked_add(d).ok_or(CountError::DeltaOverflow { side, index: i + 1 })?;
         if count < 0 {
-            return Err(format!("{side} delta {} brings the bucket count to {count}: the deltas must sum to counts >= 0", i + 1));
+            return Err(CountError::NegativeCount { side, index: i + 1, count });
         }
         out.push(count as f64);
     }
