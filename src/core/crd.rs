@@ -440,7 +440,8 @@ pub struct ProxyStatus {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AdviceStatus {
-    /// ProxySyncSlow, MigrateProxyMode, ProxyStale, LowSampleCount, BeyondTopBucket.
+    /// ProxySyncSlow, MigrateProxyMode, ProxyModeDefaulted, ProxyStale, LowSampleCount,
+    /// BeyondTopBucket, SleepBelowWindow.
     pub reason: String,
     /// What to do.
     pub message: String,
