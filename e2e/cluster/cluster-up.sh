@@ -13,6 +13,7 @@
 #
 #   e2e/cluster/cluster-up.sh
 #   KP_MODES="iptables-legacy iptables-nft nftables" e2e/cluster/cluster-up.sh
+#   KP_MODES="iptables-nft nftables cilium" e2e/cluster/cluster-up.sh   # node-c: Cilium, no kube-proxy
 #   ST_K8S_VERSION=1.29.15 ST_APISERVER_FEATURE_GATES=PodLifecycleSleepAction=true e2e/cluster/cluster-up.sh
 #
 # Afterwards: source $ST_E2E_DIR/env  (KUBECONFIG etc.), or read $ST_E2E_DIR/cluster.json.
@@ -27,6 +28,8 @@ E2E_SELF=cluster-up
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 # shellcheck source=e2e/cluster/nodes.sh
 source "$E2E_HERE/nodes.sh"
+# shellcheck source=e2e/cluster/cilium.sh
+source "$E2E_HERE/cilium.sh"
 
 [[ $EUID -eq 0 ]] || { e2e_log "must run as root (network namespaces, iptables inside them)"; exit 1; }
 T_START=$SECONDS
@@ -48,15 +51,20 @@ fi
 is_real() { [[ -n "${REAL[$1]:-}" ]]; }
 REAL_NODES=()
 for n in "${NODES[@]}"; do is_real "$n" && REAL_NODES+=("$n"); done
+# is_cilium NAME: the node's Services are Cilium's (KP_MODES entry `cilium`, e2e/cluster/cilium.sh)
+declare -A CILIUM=()
+for idx in "${!MODES[@]}"; do [[ "${MODES[$idx]}" == cilium ]] && CILIUM[${NODES[$idx]}]=1; done
+is_cilium() { [[ -n "${CILIUM[$1]:-}" ]]; }
+if ((${#CILIUM[@]})) && [[ "$ST_REAL_NODES" != 1 ]]; then e2e_log "a cilium node is a real node: ST_REAL_NODES=1"; exit 1; fi
 # Pods reach the API server the way they do in a cluster: KUBERNETES_SERVICE_HOST (the
 # `kubernetes` Service's ClusterIP), DNATed by the node's kube-proxy to this address, which every
 # real node holds on its loopback with a relay to the API server (see the netns loop below).
 ST_APISERVER_VIP="$ST_NET_PREFIX.254.1"
 (( ${#MODES[@]} <= ${#NODES[@]} )) || { e2e_log "KP_MODES has more entries than ST_NODES"; exit 1; }
 for m in "${MODES[@]}"; do
-  case "$m" in iptables|iptables-nft|iptables-legacy|nftables|none) ;;
+  case "$m" in iptables|iptables-nft|iptables-legacy|nftables|cilium|none) ;;
     ipvs) e2e_log "ipvs: this kernel has no IP_VS support; see e2e/README.md"; exit 1 ;;
-    *) e2e_log "unknown kube-proxy mode '$m' (iptables-legacy, iptables-nft, nftables, none)"; exit 1 ;;
+    *) e2e_log "unknown kube-proxy mode '$m' (iptables-legacy, iptables-nft, nftables, cilium, none)"; exit 1 ;;
   esac
 done
 
@@ -83,6 +91,7 @@ check_binaries() {
     for c in runc nsenter python3; do
       command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/toolchain/build-k8s.sh (installs it)"; exit 1; }
     done
+    ((${#CILIUM[@]})) && cilium_check_bins
     [[ -x /usr/lib/cni/bridge ]] || { e2e_log "missing /usr/lib/cni/bridge: run e2e/toolchain/build-k8s.sh (installs containernetworking-plugins)"; exit 1; }
     # the real nodes' kubelets evict and taint at nodefs.available < 1% (nodes.sh): below a few
     # GiB the nodes come up Ready but tainted disk-pressure, and every pod stays Pending
@@ -133,6 +142,8 @@ clean_start() {
   printf '%s\n' "$ST_E2E_DIR" > "$ST_E2E_OWNER_FILE"
   : > "$STATE/cgroups.list"
   [[ -e /run/containerd ]] || : > "$STATE/run-containerd-absent"
+  # cilium-cni queues deletions under /var/run/cilium when its agent is down
+  [[ -e /run/cilium ]] || : > "$STATE/run-cilium-absent"
 }
 
 on_exit() {
@@ -430,9 +441,21 @@ start_kube_proxies() {
       # the `kubernetes` Service's endpoint, local on every node (see ST_APISERVER_VIP)
       ip -n "$ns" addr add "$ST_APISERVER_VIP/32" dev lo
       start "socat-vip-$ns" ip netns exec "$ns" socat "TCP-LISTEN:$ST_APISERVER_PORT,bind=$ST_APISERVER_VIP,fork,reuseaddr" "UNIX-CONNECT:$STATE/apiserver.sock"
-      real_node_network "$n"
+      cni=bridge; is_cilium "$n" && cni=cilium
+      real_node_network "$n" "$cni"
       real_node_cgroups "$n"
-      real_node_containerd "$n"
+      real_node_containerd "$n" "$cni"
+    fi
+
+    if is_cilium "$n"; then
+      (( ${CILIUM_CRDS_APPLIED:-0} )) || { cilium_crds; CILIUM_CRDS_APPLIED=1; }
+      cilium_node_agent "$n"
+      nodes_json="$(jq -c --arg n "$n" --arg ns "$ns" --arg ip "$nip" --arg hip "$hip" --arg podcidr "$(node_pod_cidr "$n")" \
+        --arg bpffs "$(node_bpffs "$n")" --arg sock "$(node_cilium_sock "$n")" --arg cg2 "$(node_cgroup2 "$n")" \
+        '. + [{name: $n, real: true, pod_cidr: $podcidr, kube_proxy: null,
+               cilium: {netns: $ns, ip: $ip, host_ip: $hip, bpf_root: $bpffs, socket: $sock, cgroup2: $cg2,
+                        metrics_url: ("http://" + $ip + ":9962/metrics")}}]' <<<"$nodes_json")"
+      i=$((i + 1)); continue
     fi
 
     case "$mode" in
@@ -496,6 +519,7 @@ start_real_nodes() {
     real_nodes_host_record
     real_nodes_mesh "${REAL_NODES[@]}"
     for n in "${REAL_NODES[@]}"; do
+      is_cilium "$n" && cilium_wait_agent "$n"
       wait_for "containerd on $n" 60 "containerd-$n" node_ctr "$n" version
       real_node_images "$n" "${ST_IMAGE_TARS[@]}"
       real_node_kubelet "$n"
@@ -530,7 +554,7 @@ kp_ready() {  # metrics served and at least one successful sync recorded
 # every kube-proxy synced once and healthy
 wait_kube_proxies() {
   for idx in "${!MODES[@]}"; do
-    [[ "${MODES[$idx]}" == none ]] && continue
+    [[ "${MODES[$idx]}" == none || "${MODES[$idx]}" == cilium ]] && continue
     n="${NODES[$idx]}"
     wait_for "kube-proxy on $n (${MODES[$idx]}): first sync, /healthz" 90 "kube-proxy-$n" kp_ready "$(node_ns_ip "$n")"
     got="$(curl -fsS "http://$(node_ns_ip "$n"):10249/proxyMode")"
@@ -564,6 +588,7 @@ export ST_KP_NODES='$kp_nodes'
 export ST_KP_METRICS_URLS='$kp_urls'
 export ST_CLUSTER_JSON='$STATE/cluster.json'
 export ST_REAL_NODES='${REAL_NODES[*]}'
+export ST_CILIUM_NODES='${!CILIUM[*]}'
 export ST_REAL_NODE_TAINT='$ST_REAL_NODE_TAINT'
 export ST_APISERVER_VIP='$ST_APISERVER_VIP'
 export ST_IMAGE_TARS='${ST_IMAGE_TARS[*]:-}'
