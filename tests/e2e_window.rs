@@ -100,6 +100,9 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     // per pod: the slowest node's window, at the read bounds' late end and early end
     let mut window_of: BTreeMap<String, f64> = BTreeMap::new();
     let mut at_least_of: BTreeMap<String, f64> = BTreeMap::new();
+    // the same per data plane (iptables-nft, nftables, cilium): (late end, early end) per pod
+    let plane_of: HashMap<String, String> = common::rules::real_nodes().into_iter().map(|n| (n.name, n.mode)).collect();
+    let mut per_plane: BTreeMap<String, BTreeMap<String, (f64, f64)>> = BTreeMap::new();
     for (node, trace) in &traces {
         println!("{node}: {} successful reads, {} failed {:?}", trace.reads, trace.failed_reads, trace.errors);
         for (ip, sleep) in &sleep_of {
@@ -116,6 +119,8 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
             *w = w.max(delay);
             let l = at_least_of.entry(ip.clone()).or_insert(f64::NEG_INFINITY);
             *l = l.max(lower);
+            let p = per_plane.entry(plane_of[node].clone()).or_default().entry(ip.clone()).or_insert((f64::NEG_INFINITY, f64::NEG_INFINITY));
+            *p = (p.0.max(delay), p.1.max(lower));
         }
     }
     assert_eq!(delays.len(), 4 * traces.len(), "4 old pods x {} nodes", traces.len());
@@ -164,6 +169,23 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     // below the early end misses for certain). The late end is no bar: a 100 ms sampler's late
     // end overstates each window by up to its interval, and W from the agents' own 50 ms reads
     // may sit below it while covering the truth.
+    // each data plane's removals, as its own nodes saw them, agree with the yardstick's reads of
+    // those nodes alike (with a Cilium node: its maps read by the agent, by cilium-dbg here)
+    let planes = observed["dataPlanes"].as_array().cloned().unwrap_or_default();
+    println!("{}", common::kubectl(&["-n", ns, "get", "tpol", "-o", "wide"]));
+    assert_eq!(planes.len(), per_plane.len(), "one entry per data plane of the real nodes {:?}: {planes:?}", per_plane.keys());
+    for (plane, pods) in &per_plane {
+        let entry = planes.iter().find(|p| p["dataPlane"] == plane.as_str()).unwrap_or_else(|| panic!("no {plane} in {planes:?}"));
+        let late = pods.values().map(|w| w.0).fold(f64::NEG_INFINITY, f64::max);
+        let early = pods.values().map(|w| w.1).fold(f64::NEG_INFINITY, f64::max);
+        let p99 = entry["p99Seconds"].as_f64().unwrap_or_else(|| panic!("{plane}: no p99 in {entry}"));
+        println!("{plane}: observed p99 {p99:.3} s over {} removals; yardstick [{early:.3}, {late:.3}] s", entry["removals"]);
+        assert_eq!(entry["removals"], 4, "{plane}: {entry}");
+        assert!(
+            p99 >= early - 0.25 && p99 <= late + 0.5,
+            "{plane}: observed p99 {p99:.3} s outside the yardstick's [{early:.3}, {late:.3}] s (less 0.25 s, plus 0.5 s)"
+        );
+    }
     assert!(w >= observed_p99, "W {w:.3} s below the observed p99 {observed_p99:.3} s");
     assert!(w >= p99_at_least, "W {w:.3} s does not cover the early bound {p99_at_least:.3} s of the per-pod windows' p99 {at_least:?}");
     drop(op);
