@@ -75,7 +75,7 @@ cluster-bins: ## only what a cluster runs (etcd, kube-*, kubectl, kwok, kubelet,
 	ST_CLUSTER_ONLY=1 e2e/toolchain/build-k8s.sh $(K8S_VERSION)
 
 .PHONY: cilium-bins
-cilium-bins: ## build cilium-agent, cilium-cni, cilium-dbg (Cilium 1.20.2) with its bpf/ and CRDs, and unpack Debian's clang 19, into ~/.cache/safe-termination/cilium-v1.20.2 (not used by any target yet)
+cilium-bins: ## build cilium-agent, cilium-cni, cilium-dbg (Cilium 1.20.2) with its bpf/ and CRDs, and unpack Debian's clang 19, into ~/.cache/safe-termination/cilium-v1.20.2 (the Cilium node of make e2e's second cluster: e2e/cluster/cilium.sh)
 	e2e/toolchain/build-cilium.sh
 
 demo: cluster-bins ## the main job: the deploy-error experiment at a small size (one baseline, one protected rollout): table, picture, results.json

@@ -5,9 +5,12 @@
 #   1. the pinned current minor (e2e/toolchain/k8s-version), with two real nodes: the deploy-error
 #      experiment (e2e/experiment/experiment.sh), webhook, operator, chart, the operator's image as real
 #      pods with fault tests, ground truth, scale;
-#   2. Kubernetes 1.29 (native sleep gate off, kwok nodes only): the capability probe and the exec
+#   2. the pinned current minor with a third real node, node-c, whose Services are Cilium's
+#      (e2e/cluster/cilium.sh; Cilium built by make cilium-bins, cached): the ground truth and the
+#      observer's faults on three data planes, each checked against its own yardstick;
+#   3. Kubernetes 1.29 (native sleep gate off, kwok nodes only): the capability probe and the exec
 #      fallback.
-# ST_E2E_OLD_MINOR=0 skips the second; ST_E2E_EXPERIMENT=0 skips the experiment;
+# ST_E2E_CILIUM=0 skips the second, ST_E2E_OLD_MINOR=0 the third; ST_E2E_EXPERIMENT=0 skips the experiment;
 # ST_E2E_SLOW_ALERT=1 adds the 15-minute alert test (tests/e2e_prometheus.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +80,21 @@ if [ "${ST_E2E_SLOW_ALERT:-0}" = 1 ]; then
 fi
 e2e/cluster/cluster-down.sh
 e2e/cluster/leftovers.sh || { echo "cluster-down left the above behind" >&2; exit 1; }
+
+if [ "${ST_E2E_CILIUM:-1}" != 0 ]; then
+  e2e/toolchain/build-cilium.sh >/dev/null
+  e2e/toolchain/bpftool.sh >/dev/null
+  # node-d is the kwok node the first cluster calls node-c
+  ST_NODES="node-a node-b node-c node-d" KP_MODES="iptables-nft nftables cilium" e2e/cluster/cluster-up.sh
+  # shellcheck disable=SC1091
+  source "$ST_E2E_DIR/env"
+  cargo test --features cluster-tests --test e2e_window -- --test-threads=1 --nocapture --exact ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
+  cargo test --features cluster-tests --test e2e_observer_faults -- --test-threads=1 --nocapture
+  e2e/cluster/cluster-down.sh
+  # with Cilium's programs, maps and links: bpftool lists none left
+  e2e/cluster/leftovers.sh || { echo "cluster-down left the above behind" >&2; exit 1; }
+  unset ST_K8S_BIN
+fi
 
 if [ "${ST_E2E_OLD_MINOR:-1}" != 0 ]; then
   # the first cluster's env set ST_K8S_BIN (and PATH) to its own binaries: start clean

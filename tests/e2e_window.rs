@@ -266,3 +266,96 @@ async fn scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables() 
     })
     .await;
 }
+
+/// The propagation window of each data plane, side by side on one cluster (BENCHMARKS.md "Three
+/// data planes"): `ST_PLANES_ROUNDS` rounds (default 4) of deleting all 6 real pods of a
+/// Deployment (a 5 s preStop sleep, no webhook) behind one Service, with `ST_PLANES_SERVICES`
+/// extra Services (default 0) made first; each node's removals timed by the yardstick alone
+/// (tests/common/rules.rs: the iptables-nft and nftables nodes' rules, the Cilium node's maps by
+/// cilium-dbg), from this test's DELETE call of the pod (its start: the late end; its return: the
+/// early end) to the first successful read without its IP (late) or the last with it (early).
+/// Prints, per data plane, the p50 / p99 / max of the late ends and the p99 of the early ends. A
+/// measurement, not a check: run by hand on the cluster with node-c
+/// (`KP_MODES="iptables-nft nftables cilium"`); it fails only when a removal is never read.
+#[tokio::test]
+#[ignore = "a measurement for BENCHMARKS.md, run by hand"]
+async fn three_data_planes_side_by_side() {
+    let client = common::client().await;
+    let ns = "e2e-planes";
+    common::fresh_namespace(&client, ns).await;
+    let extra: usize = std::env::var("ST_PLANES_SERVICES").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let rounds: u32 = std::env::var("ST_PLANES_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    if extra > 0 {
+        let t0 = Instant::now();
+        common::create_services(&client, ns, 0..extra).await;
+        println!("created {extra} Services in {:?}; 20 s for the data planes to settle", t0.elapsed());
+        tokio::time::sleep(Duration::from_secs(20)).await;
+    }
+    let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns).create(&PostParams::default(), &svc).await.unwrap();
+    let mut container = common::testapp_container("web");
+    container["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 5}}});
+    let deploy: Deployment = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": common::on_real_nodes(json!({"terminationGracePeriodSeconds": 10, "containers": [container]}))}}}))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), ns).create(&PostParams::default(), &deploy).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let nodes = common::rules::real_nodes();
+    // per data plane: (late end, early end) of each node's removal of each pod
+    let mut windows: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for _ in 0..rounds {
+        let mut readers: Vec<RuleReader> = nodes.iter().cloned().map(|n| RuleReader::new(n, ns)).collect();
+        let old = common::truth::pods_in_every_nodes_rules(&pods, &mut readers, 6).await;
+        // one deletion at a time, each followed until every node dropped it (as a single
+        // `kubectl delete` would be): no window waits on another deletion's sync
+        for p in &old {
+            let ip = p.status.as_ref().unwrap().pod_ip.clone().unwrap();
+            let sampler = common::truth::sample_removals(readers, vec![ip.clone()], 120);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let t0 = common::rules::now_unix();
+            pods.delete(p.metadata.name.as_deref().unwrap(), &Default::default()).await.unwrap();
+            let t1 = common::rules::now_unix();
+            let traces = sampler.await.unwrap();
+            for (node, trace) in &traces {
+                let plane = nodes.iter().find(|n| &n.name == node).map(|n| n.mode.clone()).unwrap();
+                let r = trace
+                    .removal(&ip, t0)
+                    .unwrap_or_else(|| panic!("{node}: no successful read without {ip} ({} failed: {:?})", trace.failed_reads, trace.errors));
+                windows.entry(plane).or_default().push((r.by - t0, (r.after - t1).max(0.0)));
+            }
+            readers = nodes.iter().cloned().map(|n| RuleReader::new(n, ns)).collect();
+        }
+        // the replacements running (the old pods sleep out their preStop meanwhile)
+        common::wait_for("6 new pods ready", 120, async || {
+            let l = pods.list(&Default::default()).await.ok()?;
+            let ready = l
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+                .count();
+            (ready == 6).then_some(())
+        })
+        .await;
+    }
+    println!("data plane | removals | p50 | p99 | max | p99 of the early end (seconds, {extra} extra Services)");
+    for (plane, w) in &windows {
+        let mut late: Vec<f64> = w.iter().map(|x| x.0).collect();
+        let mut early: Vec<f64> = w.iter().map(|x| x.1).collect();
+        late.sort_by(f64::total_cmp);
+        early.sort_by(f64::total_cmp);
+        println!(
+            "{plane} | {} | {:.3} | {:.3} | {:.3} | {:.3}",
+            late.len(),
+            percentile(&late, 0.5),
+            percentile(&late, 0.99),
+            late[late.len() - 1],
+            percentile(&early, 0.99)
+        );
+    }
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()).delete(ns, &Default::default()).await;
+}
