@@ -2,15 +2,14 @@
 # make e2e: start the local control plane, run the Rust end-to-end tests against it, and stop it
 # again whatever happens (no process, netns, veth, mount or cgroup is left behind: checked by
 # e2e/cluster/leftovers.sh, also after a cluster-up killed half-way). Two clusters in turn:
-#   1. the pinned current minor (e2e/toolchain/k8s-version), with two real nodes: the deploy-error
-#      experiment (e2e/experiment/experiment.sh), webhook, operator, chart, the operator's image as real
-#      pods with fault tests, ground truth, scale;
-#   2. the pinned current minor with a third real node, node-c, whose Services are Cilium's
-#      (e2e/cluster/cilium.sh; Cilium built by make cilium-bins, cached): the ground truth and the
-#      observer's faults on three data planes, each checked against its own yardstick;
-#   3. Kubernetes 1.29 (native sleep gate off, kwok nodes only): the capability probe and the exec
+#   1. the pinned current minor (e2e/toolchain/k8s-version), with three real nodes: node-a
+#      (kube-proxy iptables-nft), node-b (nftables) and node-c, whose Services are Cilium's
+#      (e2e/cluster/cilium.sh; Cilium built by make cilium-bins, cached): the deploy-error
+#      experiment (e2e/experiment/experiment.sh), webhook, operator, chart, the operator's image as
+#      real pods with fault tests, ground truth on three data planes, scale;
+#   2. Kubernetes 1.29 (native sleep gate off, kwok nodes only): the capability probe and the exec
 #      fallback.
-# ST_E2E_CILIUM=0 skips the second, ST_E2E_OLD_MINOR=0 the third; ST_E2E_EXPERIMENT=0 skips the experiment;
+# ST_E2E_OLD_MINOR=0 skips the second; ST_E2E_EXPERIMENT=0 skips the experiment;
 # ST_E2E_SLOW_ALERT=1 adds the 15-minute alert test (tests/e2e_prometheus.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +21,9 @@ trap 'ST_E2E_KEEP_LOGS=1 e2e/cluster/cluster-down.sh >/dev/null 2>&1 || true' EX
 cargo test --quiet --features cluster-tests --no-run --tests
 e2e/cluster/self-test.sh killed-cluster-up
 
+# the Cilium node's binaries and the bpftool leftovers.sh lists its BPF objects with (cached)
+e2e/toolchain/build-cilium.sh >/dev/null
+e2e/toolchain/bpftool.sh >/dev/null
 # the operator's image (make image: image/build.sh reuses the archive it wrote), imported into
 # the real nodes' containerd for tests/e2e_operator_pods.rs
 ST_EXTRA_IMAGE_TARS="${ST_OPERATOR_IMAGE:-$(image/build.sh | tail -n 1)}" e2e/cluster/cluster-up.sh
@@ -80,21 +82,6 @@ if [ "${ST_E2E_SLOW_ALERT:-0}" = 1 ]; then
 fi
 e2e/cluster/cluster-down.sh
 e2e/cluster/leftovers.sh || { echo "cluster-down left the above behind" >&2; exit 1; }
-
-if [ "${ST_E2E_CILIUM:-1}" != 0 ]; then
-  e2e/toolchain/build-cilium.sh >/dev/null
-  e2e/toolchain/bpftool.sh >/dev/null
-  # node-d is the kwok node the first cluster calls node-c
-  ST_NODES="node-a node-b node-c node-d" KP_MODES="iptables-nft nftables cilium" e2e/cluster/cluster-up.sh
-  # shellcheck disable=SC1091
-  source "$ST_E2E_DIR/env"
-  cargo test --features cluster-tests --test e2e_window -- --test-threads=1 --nocapture --exact ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
-  cargo test --features cluster-tests --test e2e_observer_faults -- --test-threads=1 --nocapture
-  e2e/cluster/cluster-down.sh
-  # with Cilium's programs, maps and links: bpftool lists none left
-  e2e/cluster/leftovers.sh || { echo "cluster-down left the above behind" >&2; exit 1; }
-  unset ST_K8S_BIN
-fi
 
 if [ "${ST_E2E_OLD_MINOR:-1}" != 0 ]; then
   # the first cluster's env set ST_K8S_BIN (and PATH) to its own binaries: start clean

@@ -1118,8 +1118,9 @@ async fn agents_measure_kube_proxy_bound_to_loopback() {
     let client = common::client().await;
     ensure_installed(&client).await;
     ensure_fault_namespace(&client).await;
-    let real = common::rules::real_nodes();
-    assert_eq!(real.len(), 2, "two real nodes");
+    // the real nodes with a kube-proxy (a Cilium node has none to bind)
+    let real: Vec<RealNode> = common::rules::real_nodes().into_iter().filter(|n| !n.is_cilium()).collect();
+    assert_eq!(real.len(), 2, "two real nodes with a kube-proxy");
     let nodes: Vec<String> = real.iter().map(|n| n.name.clone()).collect();
     // kubeadm's default: kube-proxy's metrics on the node's loopback only
     let _restore = LoopbackKubeProxies::to_loopback(&real);
@@ -1138,12 +1139,12 @@ async fn agents_measure_kube_proxy_bound_to_loopback() {
     // the direct scrape fails on both nodes
     common::wait_policy_status(&client, FAULT_NS, "default", 60, "both nodes failing without agents", |s| s["measurement"]["nodesFailed"] == 2).await;
 
-    // the agents, in a privileged namespace, on the real nodes only (a kwok node's fake pod
-    // would run nothing)
+    // the agents, in a privileged namespace, on the real nodes with a kube-proxy only (a kwok
+    // node's fake pod would run nothing; a Cilium node has no kube-proxy to measure)
     common::fresh_namespace_with_labels(&client, AGENT_NS, &[("pod-security.kubernetes.io/enforce", "privileged")]).await;
     let agent_values = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
     let agent = |selector: Value| json!({"agent": {"enabled": true, "namespace": AGENT_NS, "nodeSelector": selector}}).to_string();
-    std::fs::write(agent_values.path(), agent(json!({"safe-termination.e2e/node-type": "real"}))).unwrap();
+    std::fs::write(agent_values.path(), agent(json!({"safe-termination.e2e/node-type": "real", "safe-termination.e2e/has-kube-proxy": "true"}))).unwrap();
     let values = values_file();
     let upgrade = |extra: &std::path::Path| {
         run(

@@ -314,8 +314,17 @@ async fn three_data_planes_side_by_side() {
         // `kubectl delete` would be): no window waits on another deletion's sync
         for p in &old {
             let ip = p.status.as_ref().unwrap().pod_ip.clone().unwrap();
+            // one read of every node first (a new reader finds the Service's chain: at 4,000
+            // Services iptables-save takes seconds), so that the sampler's first cycle is as fast
+            // as the others and reads every node before the deletion; a node first read without
+            // the IP would show no removal
+            let cycle = Instant::now();
+            for r in &mut readers {
+                let _ = r.endpoint_ips();
+            }
+            let cycle = cycle.elapsed();
             let sampler = common::truth::sample_removals(readers, vec![ip.clone()], 120);
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(cycle * 2 + Duration::from_millis(300)).await;
             let t0 = common::rules::now_unix();
             pods.delete(p.metadata.name.as_deref().unwrap(), &Default::default()).await.unwrap();
             let t1 = common::rules::now_unix();

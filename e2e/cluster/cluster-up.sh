@@ -13,7 +13,7 @@
 #
 #   e2e/cluster/cluster-up.sh
 #   KP_MODES="iptables-legacy iptables-nft nftables" e2e/cluster/cluster-up.sh
-#   KP_MODES="iptables-nft nftables cilium" e2e/cluster/cluster-up.sh   # node-c: Cilium, no kube-proxy
+#   KP_MODES="iptables-nft nftables" e2e/cluster/cluster-up.sh   # without the Cilium node
 #   ST_K8S_VERSION=1.29.15 ST_APISERVER_FEATURE_GATES=PodLifecycleSleepAction=true e2e/cluster/cluster-up.sh
 #
 # Afterwards: source $ST_E2E_DIR/env  (KUBECONFIG etc.), or read $ST_E2E_DIR/cluster.json.
@@ -43,6 +43,12 @@ read -r -a MODES <<<"$KP_MODES"
 read -r -a NODES <<<"$ST_NODES"
 ST_REAL_NODES="${ST_REAL_NODES:-1}"
 [[ "$ST_REAL_NODES" == 0 || "$ST_REAL_NODES" == 1 ]] || { e2e_log "ST_REAL_NODES must be 0 or 1"; exit 1; }
+# a Cilium node is a real node: without real nodes its entry means no data plane at all
+if [[ "$ST_REAL_NODES" == 0 ]]; then
+  for idx in "${!MODES[@]}"; do
+    if [[ "${MODES[$idx]}" == cilium ]]; then MODES[idx]=none; e2e_log "ST_REAL_NODES=0: ${NODES[$idx]} gets no Cilium (a real node's) and no kube-proxy"; fi
+  done
+fi
 # is_real NAME: the node runs a kubelet (it has a kube-proxy, and real nodes are on)
 declare -A REAL=()
 if [[ "$ST_REAL_NODES" == 1 ]]; then
@@ -55,7 +61,6 @@ for n in "${NODES[@]}"; do is_real "$n" && REAL_NODES+=("$n"); done
 declare -A CILIUM=()
 for idx in "${!MODES[@]}"; do [[ "${MODES[$idx]}" == cilium ]] && CILIUM[${NODES[$idx]}]=1; done
 is_cilium() { [[ -n "${CILIUM[$1]:-}" ]]; }
-if ((${#CILIUM[@]})) && [[ "$ST_REAL_NODES" != 1 ]]; then e2e_log "a cilium node is a real node: ST_REAL_NODES=1"; exit 1; fi
 # Pods reach the API server the way they do in a cluster: KUBERNETES_SERVICE_HOST (the
 # `kubernetes` Service's ClusterIP), DNATed by the node's kube-proxy to this address, which every
 # real node holds on its loopback with a relay to the API server (see the netns loop below).
@@ -350,6 +355,15 @@ start_kwok() {
     --server-address="127.0.0.1:$ST_KWOK_PORT"
 }
 
+# kp_label I: node I's kube-proxy mode as its label says it (none: no kube-proxy, a Cilium node
+# included)
+kp_label() {
+  local m=none
+  (( $1 < ${#MODES[@]} )) && m="${MODES[$1]}"
+  [[ "$m" == cilium ]] && m=none
+  printf '%s' "$m"
+}
+
 # the Node objects (real and kwok), created before anything is scheduled
 register_nodes() {
   wait_for "kube-controller-manager /healthz" 60 kube-controller-manager curl -fsSk "https://127.0.0.1:$ST_KCM_PORT/healthz"
@@ -383,7 +397,9 @@ $node_ann
     kubernetes.io/arch: amd64
     type: $node_kind
     safe-termination.e2e/node-type: $node_kind
-    safe-termination.e2e/kube-proxy: "$( (( i < ${#MODES[@]} )) && echo "${MODES[$i]}" || echo none)"
+    safe-termination.e2e/kube-proxy: "$(kp_label "$i")"
+    safe-termination.e2e/data-plane: "$( (( i < ${#MODES[@]} )) && echo "${MODES[$i]}" || echo none)"
+    safe-termination.e2e/has-kube-proxy: "$([[ "$(kp_label "$i")" == none ]] && echo false || echo true)"
 spec:
   podCIDR: $pod_cidr
   podCIDRs: [$pod_cidr]
