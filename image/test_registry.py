@@ -78,7 +78,9 @@ def sha256(data: bytes) -> str:
 
 
 def run(*cmd: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    # a make of its own: not the variables of the make that runs this test (make registry-test)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     if check and r.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}")
     return r
@@ -106,7 +108,11 @@ class Registry:
             )
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([binary, "serve", self.config], stdout=self.log, stderr=subprocess.STDOUT, cwd=workdir)
-        self.port = self._wait_for_port(20)
+        try:
+            self.port = self._wait_for_port(20)
+        except BaseException:
+            self.stop()
+            raise
         self.host = f"127.0.0.1:{self.port}"
 
     def _wait_for_port(self, seconds: float) -> int:
