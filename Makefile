@@ -127,7 +127,7 @@ docker-image: ## build the operator image from the Dockerfile with a Docker engi
 # ------------------------------------------------------------------ release: a registry's image index and chart
 # The image as a multi-platform index and the chart as an OCI artifact, pushed to REGISTRY (a host
 # with an optional path: 127.0.0.1:5000, ghcr.io/OWNER): $(REGISTRY)/safe-termination:$(VERSION)
-# and $(REGISTRY)/charts/safe-termination:$(CHART_VERSION). docs/install.md "From your own registry";
+# and $(REGISTRY)/charts/safe-termination:$(CHART_VERSION). docs/install.md "From a registry";
 # the release workflow (.github/workflows/release.yml) runs these targets.
 .PHONY: registry-bins registry-test image-index chart-push registry-login release-check sbom
 
