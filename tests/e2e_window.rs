@@ -270,9 +270,10 @@ async fn scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables() 
 /// The propagation window of each data plane, side by side on one cluster (BENCHMARKS.md "Three
 /// data planes"): `ST_PLANES_ROUNDS` rounds (default 4) of deleting all 6 real pods of a
 /// Deployment (a 5 s preStop sleep, no webhook) behind one Service, with `ST_PLANES_SERVICES`
-/// extra Services (default 0) made first; each node's removals timed by the yardstick alone
-/// (tests/common/rules.rs: the iptables-nft and nftables nodes' rules, the Cilium node's maps by
-/// cilium-dbg), from this test's DELETE call of the pod (its start: the late end; its return: the
+/// extra Services (default 0) made first; one pod deleted at a time, and each node's removal
+/// timed by the yardstick alone (tests/common/rules.rs: the iptables-nft and nftables nodes'
+/// rules, the Cilium node's maps by cilium-dbg; each node read by a thread of its own every
+/// 20 ms), from this test's DELETE call of the pod (its start: the late end; its return: the
 /// early end) to the first successful read without its IP (late) or the last with it (early).
 /// Prints, per data plane, the p50 / p99 / max of the late ends and the p99 of the early ends. A
 /// measurement, not a check: run by hand on the cluster with node-c
@@ -285,6 +286,9 @@ async fn three_data_planes_side_by_side() {
     common::fresh_namespace(&client, ns).await;
     let extra: usize = std::env::var("ST_PLANES_SERVICES").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let rounds: u32 = std::env::var("ST_PLANES_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    // how long each deletion is followed: past the slowest removal seen at that scale (2.5 s at
+    // 4,000 Services)
+    let follow = Duration::from_secs(if extra > 0 { 8 } else { 4 });
     if extra > 0 {
         let t0 = Instant::now();
         common::create_services(&client, ns, 0..extra).await;
@@ -310,33 +314,39 @@ async fn three_data_planes_side_by_side() {
     for _ in 0..rounds {
         let mut readers: Vec<RuleReader> = nodes.iter().cloned().map(|n| RuleReader::new(n, ns)).collect();
         let old = common::truth::pods_in_every_nodes_rules(&pods, &mut readers, 6).await;
-        // one deletion at a time, each followed until every node dropped it (as a single
-        // `kubectl delete` would be): no window waits on another deletion's sync
+        // one deletion at a time (as a single `kubectl delete`), each node read by its own
+        // thread every 20 ms (a node's bound is its own read's length, not a cycle over all
+        // nodes) from before the deletion until `follow` after it: no window waits on another
+        // deletion's sync
         for p in &old {
             let ip = p.status.as_ref().unwrap().pod_ip.clone().unwrap();
-            // one read of every node first (a new reader finds the Service's chain: at 4,000
-            // Services iptables-save takes seconds), so that the sampler's first cycle is as fast
-            // as the others and reads every node before the deletion; a node first read without
-            // the IP would show no removal
-            let cycle = Instant::now();
-            for r in &mut readers {
-                let _ = r.endpoint_ips();
-            }
-            let cycle = cycle.elapsed();
-            let sampler = common::truth::sample_removals(readers, vec![ip.clone()], 120);
-            tokio::time::sleep(cycle * 2 + Duration::from_millis(300)).await;
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let pollers: Vec<_> = readers
+                .drain(..)
+                .map(|mut r| {
+                    let stop = stop.clone();
+                    std::thread::spawn(move || {
+                        let trace = common::rules::poll(&mut r, &stop, Duration::from_millis(20));
+                        (r, trace)
+                    })
+                })
+                .collect();
+            // every node read (and its chain found) before the deletion
+            tokio::time::sleep(Duration::from_secs(if extra > 0 { 3 } else { 1 })).await;
             let t0 = common::rules::now_unix();
             pods.delete(p.metadata.name.as_deref().unwrap(), &Default::default()).await.unwrap();
             let t1 = common::rules::now_unix();
-            let traces = sampler.await.unwrap();
-            for (node, trace) in &traces {
-                let plane = nodes.iter().find(|n| &n.name == node).map(|n| n.mode.clone()).unwrap();
-                let r = trace
-                    .removal(&ip, t0)
-                    .unwrap_or_else(|| panic!("{node}: no successful read without {ip} ({} failed: {:?})", trace.failed_reads, trace.errors));
-                windows.entry(plane).or_default().push((r.by - t0, (r.after - t1).max(0.0)));
+            tokio::time::sleep(follow).await;
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for h in pollers {
+                let (r, trace) = h.join().unwrap();
+                let plane = r.node.mode.clone();
+                let r_ = trace.removal(&ip, t0).unwrap_or_else(|| {
+                    panic!("{}: no successful read without {ip} within {follow:?} ({} failed: {:?})", r.node.name, trace.failed_reads, trace.errors)
+                });
+                windows.entry(plane).or_default().push((r_.by - t0, (r_.after - t1).max(0.0)));
+                readers.push(r);
             }
-            readers = nodes.iter().cloned().map(|n| RuleReader::new(n, ns)).collect();
         }
         // the replacements running (the old pods sleep out their preStop meanwhile)
         common::wait_for("6 new pods ready", 120, async || {

@@ -65,6 +65,13 @@ is_cilium() { [[ -n "${CILIUM[$1]:-}" ]]; }
 # `kubernetes` Service's ClusterIP), DNATed by the node's kube-proxy to this address, which every
 # real node holds on its loopback with a relay to the API server (see the netns loop below).
 ST_APISERVER_VIP="$ST_NET_PREFIX.254.1"
+# ST_REGISTRY=1: the reference OCI registry (e2e/toolchain/build-registry.sh) on the host's
+# 127.0.0.1:$ST_REGISTRY_PORT, and on the same address inside every real node through a relay
+# (netns 127.0.0.1:PORT -(socat)-> $STATE/registry/relay.sock -(socat)-> host 127.0.0.1:PORT,
+# as the API server is reached), so an image pushed from the host is pulled by the nodes'
+# containerd under the same reference (plain HTTP: containerd's hosts.toml for that address)
+ST_REGISTRY="${ST_REGISTRY:-0}"
+ST_REGISTRY_PORT="${ST_REGISTRY_PORT:-5000}"
 (( ${#MODES[@]} <= ${#NODES[@]} )) || { e2e_log "KP_MODES has more entries than ST_NODES"; exit 1; }
 for m in "${MODES[@]}"; do
   case "$m" in iptables|iptables-nft|iptables-legacy|nftables|cilium|none) ;;
@@ -132,7 +139,8 @@ clean_start() {
     e2e_log "another e2e cluster runs on this machine (state in $other) and owns the network namespaces and veths: stop it first (ST_E2E_DIR=$other e2e/cluster/cluster-down.sh)"; exit 1
   fi
   "$E2E_HERE/cluster-down.sh" >/dev/null 2>&1 || true
-  for p in "$ST_ETCD_PORT" "$((ST_ETCD_PORT + 10))" "$ST_APISERVER_PORT" "$ST_KCM_PORT" "$ST_SCHED_PORT" "$ST_KWOK_PORT"; do
+  reg_port=""; [[ "$ST_REGISTRY" == 1 ]] && reg_port="$ST_REGISTRY_PORT"
+  for p in "$ST_ETCD_PORT" "$((ST_ETCD_PORT + 10))" "$ST_APISERVER_PORT" "$ST_KCM_PORT" "$ST_SCHED_PORT" "$ST_KWOK_PORT" $reg_port; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       e2e_log "127.0.0.1:$p is already in use (another cluster? run e2e/cluster/cluster-down.sh, or set ST_*_PORT)"; exit 1
     fi
@@ -419,6 +427,26 @@ EOF
   wait_for "default ServiceAccount" 60 kube-controller-manager K -n default get serviceaccount default
 }
 
+# the registry and its host-side relay (ST_REGISTRY=1)
+start_registry() {
+  [[ "$ST_REGISTRY" == 1 ]] || return 0
+  local bin
+  bin="$("$E2E_HERE/../toolchain/build-registry.sh" registry)"
+  mkdir -p "$STATE/registry/storage"
+  cat > "$STATE/registry/config.yml" <<EOF
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage:
+  filesystem: {rootdirectory: $STATE/registry/storage}
+  delete: {enabled: true}
+  maintenance: {uploadpurging: {enabled: false}}
+http: {addr: "127.0.0.1:$ST_REGISTRY_PORT", secret: st-e2e}
+EOF
+  start registry "$bin" serve "$STATE/registry/config.yml"
+  start registry-relay socat "UNIX-LISTEN:$STATE/registry/relay.sock,fork,unlink-early,mode=600" "TCP:127.0.0.1:$ST_REGISTRY_PORT"
+  wait_for "registry on 127.0.0.1:$ST_REGISTRY_PORT" 30 registry curl -fsS -o /dev/null "http://127.0.0.1:$ST_REGISTRY_PORT/v2/"
+}
+
 # kube-proxy per node, in a netns (and, on a real node, its network, cgroups and containerd)
 start_kube_proxies() {
   # The API server is reached from inside the netns over loopback only:
@@ -457,6 +485,9 @@ start_kube_proxies() {
       # the `kubernetes` Service's endpoint, local on every node (see ST_APISERVER_VIP)
       ip -n "$ns" addr add "$ST_APISERVER_VIP/32" dev lo
       start "socat-vip-$ns" ip netns exec "$ns" socat "TCP-LISTEN:$ST_APISERVER_PORT,bind=$ST_APISERVER_VIP,fork,reuseaddr" "UNIX-CONNECT:$STATE/apiserver.sock"
+      if [[ "$ST_REGISTRY" == 1 ]]; then
+        start "registry-relay-$ns" ip netns exec "$ns" socat "TCP-LISTEN:$ST_REGISTRY_PORT,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:$STATE/registry/relay.sock"
+      fi
       cni=bridge; is_cilium "$n" && cni=cilium
       real_node_network "$n" "$cni"
       real_node_cgroups "$n"
@@ -608,6 +639,7 @@ export ST_CILIUM_NODES='${!CILIUM[*]}'
 export ST_REAL_NODE_TAINT='$ST_REAL_NODE_TAINT'
 export ST_APISERVER_VIP='$ST_APISERVER_VIP'
 export ST_IMAGE_TARS='${ST_IMAGE_TARS[*]:-}'
+export ST_REGISTRY_ADDR='$([[ "$ST_REGISTRY" == 1 ]] && echo "127.0.0.1:$ST_REGISTRY_PORT")'
 EOF
 }
 
@@ -623,6 +655,7 @@ main() {
   start_apiserver
   start_controllers
   start_kwok
+  start_registry
   register_nodes
   start_kube_proxies
   start_real_nodes

@@ -149,6 +149,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   path = "$c/opt"
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "$c/certs.d"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "$ST_PAUSE_IMAGE"
 [plugins."io.containerd.cri.v1.runtime"]
@@ -172,6 +174,13 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 [plugins."io.containerd.grpc.v1.cri"]
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"
+EOF
+  # the e2e registry (cluster-up.sh ST_REGISTRY=1), reached at the node's 127.0.0.1 over plain HTTP
+  mkdir -p "$c/certs.d/127.0.0.1:${ST_REGISTRY_PORT:-5000}"
+  cat > "$c/certs.d/127.0.0.1:${ST_REGISTRY_PORT:-5000}/hosts.toml" <<EOF
+server = "http://127.0.0.1:${ST_REGISTRY_PORT:-5000}"
+[host."http://127.0.0.1:${ST_REGISTRY_PORT:-5000}"]
+  capabilities = ["pull", "resolve"]
 EOF
   start "containerd-$n" nsenter --net="/run/netns/$ns" env PATH="$BIN:/usr/sbin:/usr/bin:/sbin:/bin" "${env[@]}" \
     "$BIN/containerd" --config "$c/config.toml" --log-level warn
