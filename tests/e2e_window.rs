@@ -273,7 +273,7 @@ async fn scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables() 
 /// extra Services (default 0) made first; one pod deleted at a time, and each node's removal
 /// timed by the yardstick alone (tests/common/rules.rs: the iptables-nft and nftables nodes'
 /// rules, the Cilium node's maps by cilium-dbg; each node read by a thread of its own every
-/// 20 ms), from this test's DELETE call of the pod (its start: the late end; its return: the
+/// 20 ms, the nftables node followed by `nft monitor`), from this test's DELETE call of the pod (its start: the late end; its return: the
 /// early end) to the first successful read without its IP (late) or the last with it (early).
 /// Prints, per data plane, the p50 / p99 / max of the late ends and the p99 of the early ends. A
 /// measurement, not a check: run by hand on the cluster with node-c
@@ -326,7 +326,14 @@ async fn three_data_planes_side_by_side() {
                 .map(|mut r| {
                     let stop = stop.clone();
                     std::thread::spawn(move || {
-                        let trace = common::rules::poll(&mut r, &stop, Duration::from_millis(20));
+                        // nftables: `nft monitor` (each change of the chain as it is committed;
+                        // `nft list chain` loads the whole table: 0.5 s and more a read at 4,000
+                        // Services, as e2e_deploy's samplers do)
+                        let trace = if r.node.mode == "nftables" {
+                            common::rules::follow_nft_monitor(&mut r, &stop)
+                        } else {
+                            common::rules::poll(&mut r, &stop, Duration::from_millis(20))
+                        };
                         (r, trace)
                     })
                 })
