@@ -25,16 +25,17 @@ check: test test-image e2e ## everything .ci/run runs: make test, make test-imag
 test-tools: ## only what make test runs besides cargo: helm and promtool (tests/chart_render.rs), built like make k8s-bins
 	ST_BUILD_ONLY="helm promtool" e2e/toolchain/build-k8s.sh $(K8S_VERSION)
 
-test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck), then unit, property, integration and CLI tests; benches and examples built, each bench run once; each fuzz target for FUZZ_TEST_SECONDS (5) (no cluster needed)
+test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck, actionlint), then unit, property, integration and CLI tests; benches and examples built, each bench run once; each fuzz target for FUZZ_TEST_SECONDS (5) (no cluster needed)
 	cargo fmt --all -- --check
 	cd e2e/testapp && cargo fmt -- --check
 	cd fuzz && cargo fmt -- --check
 	cargo clippy --all-targets --features cluster-tests -- -D warnings
 	tools/shellcheck.sh
+	tools/actionlint.sh
 	cargo test --all-targets
 	cargo test --doc
 	cd e2e/testapp && cargo test --quiet
-	python3 -m unittest image/test_oci_image.py e2e/experiment/test_report.py
+	python3 -m unittest image/test_oci_image.py image/test_oci_index.py e2e/experiment/test_report.py
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS)
 
 # Coverage-guided fuzzing (fuzz/README.md): cargo-fuzz and libFuzzer on the stable toolchain,
@@ -68,14 +69,15 @@ fuzz: fuzz-build ## run every fuzz target for FUZZ_SECONDS each (default 60), on
 		-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=16384 \
 		$(if $(FUZZ_DICT_$(t)),-dict=fuzz/dict/$(FUZZ_DICT_$(t)).dict) 2>&1 | grep -v '^#[0-9]'; )
 
-e2e: k8s-bins image ## start the local control plane (the operator image imported into its real nodes), run the end-to-end tests, stop it
+e2e: k8s-bins image ## the release targets against a real registry (make registry-test), then start the local control plane (the operator image imported into its real nodes), run the end-to-end tests, stop it
+	$(MAKE) --no-print-directory registry-test ST_OPERATOR_IMAGE="$(or $(ST_OPERATOR_IMAGE),$(IMAGE_ARCHIVE))"
 	e2e/run-e2e.sh
 
 cluster-bins: ## only what a cluster runs (etcd, kube-*, kubectl, kwok, kubelet, containerd): make k8s-bins without helm, promtool and prometheus
 	ST_CLUSTER_ONLY=1 e2e/toolchain/build-k8s.sh $(K8S_VERSION)
 
 .PHONY: cilium-bins
-cilium-bins: ## build cilium-agent, cilium-cni, cilium-dbg (Cilium 1.20.2) with its bpf/ and CRDs, and unpack Debian's clang 19, into ~/.cache/safe-termination/cilium-v1.20.2 (not used by any target yet)
+cilium-bins: ## build cilium-agent, cilium-cni, cilium-dbg (Cilium 1.20.2) with its bpf/ and CRDs, and unpack Debian's clang 19, into ~/.cache/safe-termination/cilium-v1.20.2 (the Cilium node of make e2e's second cluster: e2e/cluster/cilium.sh)
 	e2e/toolchain/build-cilium.sh
 
 demo: cluster-bins ## the main job: the deploy-error experiment at a small size (one baseline, one protected rollout): table, picture, results.json
@@ -121,3 +123,70 @@ docker-image: ## build the operator image from the Dockerfile with a Docker engi
 		exit 1; \
 	fi
 	docker build -t $(IMAGE) .
+
+# ------------------------------------------------------------------ release: a registry's image index and chart
+# The image as a multi-platform index and the chart as an OCI artifact, pushed to REGISTRY (a host
+# with an optional path: 127.0.0.1:5000, ghcr.io/OWNER): $(REGISTRY)/safe-termination:$(VERSION)
+# and $(REGISTRY)/charts/safe-termination:$(CHART_VERSION). docs/install.md "From a registry";
+# the release workflow (.github/workflows/release.yml) runs these targets.
+.PHONY: registry-bins registry-test image-index chart-push registry-login release-check sbom
+
+REGISTRY ?=
+# what the index lists; each platform needs an image: this machine's is built by make image, the
+# others' are built by make image on a machine of theirs and given as IMAGE_ARCHIVES
+PLATFORMS ?= linux/amd64
+IMAGE_ARCHIVES ?=
+# plain HTTP for a registry on loopback (make registry-test, a node's relay); PLAIN_HTTP=1 for others
+PLAIN_HTTP ?= $(if $(filter 127.% localhost localhost:% [::1]%,$(REGISTRY)),1)
+ST_CACHE := $(or $(ST_CACHE_DIR),$(HOME)/.cache/safe-termination)
+IMAGE_ARCHIVE := $(ST_CACHE)/images/safe-termination-$(VERSION).tar
+CHART_VERSION := $(shell sed -n 's/^version: *"\{0,1\}\([^" ]*\)"\{0,1\} *$$/\1/p' charts/safe-termination/Chart.yaml)
+HELM := $(ST_CACHE)/k8s-v$(K8S_VERSION)/bin/helm
+# the packaged chart and the SBOM
+DIST ?= $(CURDIR)/target/dist
+need-registry = @test -n "$(REGISTRY)" || { echo "make $@ needs REGISTRY=HOST[:PORT][/PATH], e.g. REGISTRY=127.0.0.1:5000 or REGISTRY=ghcr.io/OWNER" >&2; exit 2; }
+
+registry-test: registry-bins $(if $(ST_OPERATOR_IMAGE),,image) ## image-index and chart-push against a real registry on 127.0.0.1 (image/test_registry.py; make e2e runs it): the index, its manifest, config and layers, helm pull by digest
+	ST_OPERATOR_IMAGE="$(or $(ST_OPERATOR_IMAGE),$(IMAGE_ARCHIVE))" python3 -m unittest -v image/test_registry.py
+
+registry-bins: ## build the OCI registry (distribution v3.1.2) and crane (v0.22.1) into ~/.cache/safe-termination/tools (e2e/toolchain/build-registry.sh)
+	e2e/toolchain/build-registry.sh
+
+image-index: ## push the image to $(REGISTRY)/safe-termination:$(VERSION) as an index of PLATFORMS (linux/amd64); IMAGE_ARCHIVES: the images (default: make image, this machine's); prints REPOSITORY@sha256:...
+	$(need-registry)
+	@image/push-index.sh --check --platforms "$(PLATFORMS)" $(IMAGE_ARCHIVES)
+	@$(if $(IMAGE_ARCHIVES),:,$(MAKE) --no-print-directory image >&2)
+	@image/push-index.sh --repository "$(REGISTRY)/safe-termination" --tag "$(VERSION)" --platforms "$(PLATFORMS)" \
+		$(if $(PLAIN_HTTP),--plain-http) $(or $(IMAGE_ARCHIVES),$(IMAGE_ARCHIVE))
+
+chart-push: ## helm package the chart into $(DIST) and helm push it to oci://$(REGISTRY)/charts (version: Chart.yaml's); prints REPOSITORY@sha256:...
+	$(need-registry)
+	@ST_BUILD_ONLY=helm e2e/toolchain/build-k8s.sh $(K8S_VERSION) >&2
+	@mkdir -p "$(DIST)" && "$(HELM)" package charts/safe-termination -d "$(DIST)" >&2
+	@set -o pipefail; out="$$("$(HELM)" push "$(DIST)/safe-termination-$(CHART_VERSION).tgz" "oci://$(REGISTRY)/charts" $(if $(PLAIN_HTTP),--plain-http))" \
+		|| { echo "$$out" >&2; exit 1; }; echo "$$out" >&2; \
+		d="$$(sed -n 's/^Digest: *//p' <<<"$$out")"; [[ "$$d" == sha256:* ]] || { echo "helm push printed no digest" >&2; exit 1; }; \
+		echo "$(REGISTRY)/charts/safe-termination@$$d"
+
+registry-login: ## log in to REGISTRY's host as REGISTRY_USER, the password in $$REGISTRY_PASSWORD (crane auth login: ~/.docker/config.json, which helm reads too)
+	$(need-registry)
+	@test -n "$(REGISTRY_USER)" && test -n "$$REGISTRY_PASSWORD" || { echo "make registry-login needs REGISTRY_USER=... and the password in the environment variable REGISTRY_PASSWORD" >&2; exit 2; }
+	@crane="$$(e2e/toolchain/build-registry.sh crane)" && \
+		printf '%s' "$$REGISTRY_PASSWORD" | "$$crane" auth login "$(firstword $(subst /, ,$(REGISTRY)))" -u "$(REGISTRY_USER)" --password-stdin
+
+release-check: ## a release tag TAG=vX.Y.Z is Cargo.toml's version, the chart's version and its appVersion
+	@app="$$(sed -n 's/^appVersion: *"\{0,1\}\([^" ]*\)"\{0,1\} *$$/\1/p' charts/safe-termination/Chart.yaml)"; \
+		[[ "$(TAG)" == "v$(VERSION)" && "$(CHART_VERSION)" == "$(VERSION)" && "$$app" == "$(VERSION)" ]] \
+		|| { echo "tag '$(TAG)': Cargo.toml has $(VERSION), Chart.yaml version $(CHART_VERSION) and appVersion $$app; all must be the tag without its v" >&2; exit 1; }; \
+		echo "release $(TAG): Cargo.toml, Chart.yaml version and appVersion agree"
+
+# The SBOM: the crates of the binary (the image's only software besides Debian's CA bundle), for
+# this machine's musl target (the arm64 binary's crates are the same), build dependencies left out
+CYCLONEDX_VERSION := 0.5.9
+CYCLONEDX := $(ST_CACHE)/tools/cargo-cyclonedx-$(CYCLONEDX_VERSION)/bin/cargo-cyclonedx
+sbom: ## CycloneDX 1.5 JSON SBOM of the operator binary's crates: $(DIST)/safe-termination-$(VERSION).cdx.json (cargo-cyclonedx $(CYCLONEDX_VERSION), installed into ~/.cache/safe-termination/tools); prints its path
+	@test -x "$(CYCLONEDX)" || nice -n 10 cargo install --locked --quiet cargo-cyclonedx@$(CYCLONEDX_VERSION) --root "$(ST_CACHE)/tools/cargo-cyclonedx-$(CYCLONEDX_VERSION)" >&2
+	@mkdir -p "$(DIST)" && "$(CYCLONEDX)" cyclonedx --manifest-path Cargo.toml --format json --spec-version 1.5 --describe binaries --no-build-deps \
+			--target "$$(uname -m)-unknown-linux-musl" -qq \
+		&& mv -f safe-termination_bin.cdx.json "$(DIST)/safe-termination-$(VERSION).cdx.json" && rm -f crdgen_bin.cdx.json \
+		&& echo "$(DIST)/safe-termination-$(VERSION).cdx.json"

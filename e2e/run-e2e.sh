@@ -2,9 +2,11 @@
 # make e2e: start the local control plane, run the Rust end-to-end tests against it, and stop it
 # again whatever happens (no process, netns, veth, mount or cgroup is left behind: checked by
 # e2e/cluster/leftovers.sh, also after a cluster-up killed half-way). Two clusters in turn:
-#   1. the pinned current minor (e2e/toolchain/k8s-version), with two real nodes: the deploy-error
-#      experiment (e2e/experiment/experiment.sh), webhook, operator, chart, the operator's image as real
-#      pods with fault tests, ground truth, scale;
+#   1. the pinned current minor (e2e/toolchain/k8s-version), with three real nodes: node-a
+#      (kube-proxy iptables-nft), node-b (nftables) and node-c, whose Services are Cilium's
+#      (e2e/cluster/cilium.sh; Cilium built by make cilium-bins, cached): the deploy-error
+#      experiment (e2e/experiment/experiment.sh), webhook, operator, chart, the operator's image as
+#      real pods with fault tests, ground truth on three data planes, scale;
 #   2. Kubernetes 1.29 (native sleep gate off, kwok nodes only): the capability probe and the exec
 #      fallback.
 # ST_E2E_OLD_MINOR=0 skips the second; ST_E2E_EXPERIMENT=0 skips the experiment;
@@ -19,11 +21,23 @@ trap 'ST_E2E_KEEP_LOGS=1 e2e/cluster/cluster-down.sh >/dev/null 2>&1 || true' EX
 cargo test --quiet --features cluster-tests --no-run --tests
 e2e/cluster/self-test.sh killed-cluster-up
 
-# the operator's image (make image: image/build.sh reuses the archive it wrote), imported into
-# the real nodes' containerd for tests/e2e_operator_pods.rs
-ST_EXTRA_IMAGE_TARS="${ST_OPERATOR_IMAGE:-$(image/build.sh | tail -n 1)}" e2e/cluster/cluster-up.sh
+# the Cilium node's binaries and the bpftool leftovers.sh lists its BPF objects with (cached)
+e2e/toolchain/build-cilium.sh >/dev/null
+e2e/toolchain/bpftool.sh >/dev/null
+# the cluster with its registry (ST_REGISTRY=1: 127.0.0.1:5000 on the host and, through a relay,
+# in every real node); the operator's image is not imported into the nodes: it is pulled
+e2e/toolchain/build-registry.sh >/dev/null
+ST_REGISTRY=1 e2e/cluster/cluster-up.sh
 # shellcheck disable=SC1091
 source "$ST_E2E_DIR/env"
+# the release targets push the operator's image (make image: image/build.sh reuses the archive
+# it wrote) as an image index, and the chart, to the cluster's registry: tests/e2e_operator_pods.rs
+# installs that chart from oci:// and the nodes' containerd pulls the image by the index's digest
+archive="${ST_OPERATOR_IMAGE:-$(image/build.sh | tail -n 1)}"
+ST_OPERATOR_IMAGE_REF="$(make -s --no-print-directory image-index REGISTRY="$ST_REGISTRY_ADDR" IMAGE_ARCHIVES="$archive" | tail -n 1)"
+ST_OPERATOR_CHART_REF="$(make -s --no-print-directory chart-push REGISTRY="$ST_REGISTRY_ADDR" | tail -n 1)"
+export ST_OPERATOR_IMAGE_REF ST_OPERATOR_CHART_REF
+echo "pushed $ST_OPERATOR_IMAGE_REF and $ST_OPERATOR_CHART_REF"
 # a second cluster beside this one refuses to start and its cluster-down leaves this one alone
 e2e/cluster/self-test.sh second-cluster
 kubectl get --raw /readyz >/dev/null

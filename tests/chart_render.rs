@@ -135,6 +135,33 @@ fn the_node_agent_renders_for_true_and_auto_and_not_for_false() {
 }
 
 #[test]
+fn the_image_pinned_by_digest_wins_over_the_tag() {
+    // what docs/install.md's install from a registry sets: image.repository and image.digest
+    // (make image-index prints REPOSITORY@DIGEST); the agents run the operator's image
+    let (release, ns, fullname) = ("st", "st-system", "st-safe-termination");
+    let images = |d: &[Value]| {
+        let image = |kind: &str, name: &str| find(d, kind, name)["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap().to_string();
+        (image("Deployment", fullname), image("DaemonSet", "st-safe-termination-agent"))
+    };
+    let app_version = std::fs::read_to_string(chart().join("Chart.yaml")).unwrap();
+    let app_version = app_version.lines().find_map(|l| l.strip_prefix("appVersion:")).unwrap().trim().trim_matches('"').to_string();
+    let default = format!("ghcr.io/safe-termination/safe-termination:{app_version}");
+    assert_eq!(images(&docs(&helm_template(release, ns, None, &["agent.enabled=true"]))), (default.clone(), default));
+    let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+    let pinned = format!("127.0.0.1:5000/safe-termination@{digest}");
+    let sets = ["agent.enabled=true", "image.repository=127.0.0.1:5000/safe-termination", "image.tag=9.9.9", &format!("image.digest={digest}")];
+    assert_eq!(images(&docs(&helm_template(release, ns, None, &sets))), (pinned.clone(), pinned.clone()));
+    // an agent image of its own keeps its tag
+    let sets = [&sets[..], &["agent.image.repository=registry.example/st-agent", "agent.image.tag=1.2.3"]].concat();
+    assert_eq!(images(&docs(&helm_template(release, ns, None, &sets))), (pinned, "registry.example/st-agent:1.2.3".to_string()));
+    // a digest is sha256:<64 hex>, nothing else (a tag given as digest would render repo@latest)
+    for bad in ["image.digest=latest", "image.digest=sha256:abc", "image.digest=0.1.0"] {
+        let r = try_run(tool("helm").args(["template", "x"]).arg(chart()).args(["--set", bad]), None);
+        assert!(r.as_ref().is_err_and(|e| e.contains("schema")), "--set {bad} must be refused by values.schema.json: {r:?}");
+    }
+}
+
+#[test]
 fn agent_auto_reads_kube_proxys_metrics_bind_address() {
     // the chart's own helper, rendered by helm on each config.conf (the lookup itself needs a
     // cluster: README.md "Node agent")

@@ -86,6 +86,7 @@ fn printer_columns() {
             ("CPLagP99", "number", ".status.measurement.controlPlaneLag.p99Seconds", 1),
             ("ObservedP99", "number", ".status.measurement.observedRemovals.p99Seconds", 1),
             ("Covered", "number", ".status.measurement.observedRemovals.coverageRatio", 1),
+            ("DataPlanes", "string", ".status.measurement.observedRemovals.dataPlanesSummary", 1),
             ("ProxyMode", "string", ".status.proxy.mode", 1),
             ("Age", "date", ".metadata.creationTimestamp", 0),
         ]

@@ -487,7 +487,7 @@ async fn the_charts_webhook_routes_pods_through_the_real_api_server_with_operato
         ("OnFailure pod (matchCondition)", pod("retry", app, json!({"spec": {"restartPolicy": "OnFailure"}})), false),
         (
             "mirror pod (annotation, matchCondition)",
-            pod("mirror", app, json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}, "spec": {"nodeName": "node-c"}})),
+            pod("mirror", app, json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}, "spec": {"nodeName": "node-d"}})),
             true,
         ),
         ("opted-out pod (objectSelector)", pod("optout-pod", app, json!({"metadata": {"labels": {"safetermination.io/ignore": "true"}}})), false),

@@ -272,13 +272,13 @@ async fn no_kube_proxy_pods_and_a_cilium_agent_is_reported_as_ebpf() {
     let (system, ns) = ("e2e-cilium-system", "e2e-cilium");
     common::own_namespace(&client, system).await;
     common::own_namespace(&client, ns).await;
-    // a Cilium agent pod where Cilium's chart puts it; kwok makes it Running on node-c
+    // a Cilium agent pod where Cilium's chart puts it; kwok makes it Running on node-d (the kwok node)
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
     let _ = pods.delete("cilium-e2e", &DeleteParams::default().grace_period(0)).await;
     common::wait_for("the old cilium-e2e pod deleted", 30, async || pods.get_opt("cilium-e2e").await.unwrap().is_none().then_some(())).await;
     let agent: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "cilium-e2e", "namespace": "kube-system", "labels": {"k8s-app": "cilium"}},
-        "spec": {"nodeName": "node-c", "containers": [{"name": "cilium-agent", "image": "quay.io/cilium/cilium:v1.18.0"}]}}))
+        "spec": {"nodeName": "node-d", "containers": [{"name": "cilium-agent", "image": "quay.io/cilium/cilium:v1.18.0"}]}}))
     .unwrap();
     pods.create(&PostParams::default(), &agent).await.expect("create the Cilium agent pod");
 

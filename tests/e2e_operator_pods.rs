@@ -1,6 +1,9 @@
-//! The operator as real pods. The image `make image` writes (image/build.sh, imported
-//! into every real node's containerd by cluster-up through `ST_EXTRA_IMAGE_TARS`) is installed
-//! with the README's own `helm install` line onto the cluster's two real nodes (kubelet +
+//! The operator as real pods. The image `make image` writes (image/build.sh) is pushed by make
+//! e2e as an image index, and the chart as an OCI artifact, to the cluster's registry
+//! (e2e/run-e2e.sh: `make image-index`, `make chart-push`); the release is installed with the
+//! README's own `helm install` line, its chart taken from `oci://` and its image by the index's
+//! digest, which the nodes' containerd pulls (without a pushed release, the image imported
+//! through cluster-up's `ST_EXTRA_IMAGE_TARS` and the checkout's chart), onto the cluster's real nodes (kubelet +
 //! containerd + runc, e2e/cluster/nodes.sh), in a namespace that enforces the `restricted` Pod Security
 //! Standard. Then the faults, each printing its number:
 //!
@@ -85,6 +88,34 @@ fn readme_helm_install() -> Vec<String> {
     words
 }
 
+/// Where make e2e pushed the release (e2e/run-e2e.sh, to the cluster's registry): the image
+/// index as `REPOSITORY@sha256:…` and the chart as `REPOSITORY@sha256:…`; None when the
+/// release was not pushed (the image imported into the nodes instead).
+fn pushed_release() -> Option<(String, String)> {
+    Some((std::env::var("ST_OPERATOR_IMAGE_REF").ok()?, std::env::var("ST_OPERATOR_CHART_REF").ok()?))
+}
+
+/// The README's install line as this environment runs it: with a pushed release, the chart
+/// from the registry (`oci://`, the version the chart's digest was pushed under: Chart.yaml's,
+/// plain HTTP on loopback) in place of the checkout's `charts/safe-termination`.
+fn install_words() -> Vec<String> {
+    let words = readme_helm_install();
+    let Some((_, chart)) = pushed_release() else { return words };
+    let repository = chart.split_once('@').map_or(chart.as_str(), |(r, _)| r);
+    let chart_yaml = std::fs::read_to_string(root().join("charts/safe-termination/Chart.yaml")).unwrap();
+    let version = chart_yaml.lines().find_map(|l| l.strip_prefix("version:")).map(|v| v.trim().trim_matches('"').to_string()).expect("Chart.yaml version");
+    words
+        .into_iter()
+        .flat_map(|w| {
+            if w == "charts/safe-termination" {
+                vec![format!("oci://{repository}"), "--version".into(), version.clone(), "--plain-http".into()]
+            } else {
+                vec![w]
+            }
+        })
+        .collect()
+}
+
 /// `NODE=URL` of every kube-proxy of the cluster (cluster-up's env).
 fn kube_proxy_targets() -> Vec<String> {
     let nodes = std::env::var("ST_KP_NODES").expect("ST_KP_NODES: source the cluster's env (make e2e does)");
@@ -96,7 +127,7 @@ fn kube_proxy_targets() -> Vec<String> {
 /// short intervals so the faults are measured in seconds.
 fn environment_values() -> Value {
     let taint = std::env::var("ST_REAL_NODE_TAINT").unwrap_or_else(|_| "safe-termination.e2e/real-node".into());
-    json!({
+    let mut values = json!({
         // the tests measure the webhook path (the default `auto` picks the policy on this 1.37
         // cluster); the policy-backend test switches to the policy and measures that
         "admission": {"backend": "webhook"},
@@ -110,7 +141,14 @@ fn environment_values() -> Value {
             "windowSeconds": 120,
             "extraArgs": [format!("--kube-proxy-target={}", kube_proxy_targets().join(",")), "--status-refresh-seconds=5", "--cert-check-interval-seconds=5"],
         },
-    })
+    });
+    // a pushed release: the image by the index's digest (the nodes' containerd pulls it from the
+    // cluster's registry; docs/install.md "From a registry")
+    if let Some((image, _)) = pushed_release() {
+        let (repository, digest) = image.split_once('@').expect("REPOSITORY@sha256:…");
+        values["image"] = json!({"repository": repository, "digest": digest});
+    }
+    values
 }
 
 fn values_file() -> tempfile::NamedTempFile {
@@ -152,7 +190,7 @@ async fn ensure_installed(client: &Client) -> Duration {
             &[("pod-security.kubernetes.io/enforce", "restricted"), ("pod-security.kubernetes.io/enforce-version", "latest")],
         )
         .await;
-        let words = readme_helm_install();
+        let words = install_words();
         let values = values_file();
         let out = run(tool("helm").args(&words[1..]).arg("-f").arg(values.path()), None);
         eprintln!("README install line: {}\n{out}", words.join(" "));
@@ -272,8 +310,24 @@ async fn readme_install_runs_the_image_on_real_nodes() {
     let version = env!("CARGO_PKG_VERSION");
     for p in &pods {
         let cs = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
-        assert_eq!(cs.image, format!("ghcr.io/safe-termination/safe-termination:{version}"), "{}", p.name_any());
-        assert!(cs.image_id.starts_with("sha256:") || cs.image_id.contains("@sha256:"), "{}", cs.image_id);
+        match pushed_release() {
+            // pulled from the registry by the index's digest: the runtime names the image by it
+            // the runtime's image id is the reference it pulled: the index's digest in the
+            // registry (`image` is then the image's config digest)
+            Some((image, _)) => {
+                let spec = p.spec.as_ref().unwrap().containers[0].image.clone().unwrap_or_default();
+                assert_eq!(
+                    (spec.as_str(), cs.image_id.as_str()),
+                    (image.as_str(), image.as_str()),
+                    "{}: not pulled by the pushed index's digest",
+                    p.name_any()
+                );
+            }
+            None => {
+                assert_eq!(cs.image, format!("ghcr.io/safe-termination/safe-termination:{version}"), "{}", p.name_any());
+                assert!(cs.image_id.starts_with("sha256:") || cs.image_id.contains("@sha256:"), "{}", cs.image_id);
+            }
+        }
         assert_eq!(cs.restart_count, 0, "{} restarted: liveness or a crash", p.name_any());
         // the binary answered the kubelet's probes (Ready) and answers the test over the pod network
         let m = pod_metrics(&pod_ip(p)).await.unwrap_or_else(|| panic!("no /metrics from {}", pod_ip(p)));
@@ -1118,8 +1172,9 @@ async fn agents_measure_kube_proxy_bound_to_loopback() {
     let client = common::client().await;
     ensure_installed(&client).await;
     ensure_fault_namespace(&client).await;
-    let real = common::rules::real_nodes();
-    assert_eq!(real.len(), 2, "two real nodes");
+    // the real nodes with a kube-proxy (a Cilium node has none to bind)
+    let real: Vec<RealNode> = common::rules::real_nodes().into_iter().filter(|n| !n.is_cilium()).collect();
+    assert_eq!(real.len(), 2, "two real nodes with a kube-proxy");
     let nodes: Vec<String> = real.iter().map(|n| n.name.clone()).collect();
     // kubeadm's default: kube-proxy's metrics on the node's loopback only
     let _restore = LoopbackKubeProxies::to_loopback(&real);
@@ -1138,12 +1193,12 @@ async fn agents_measure_kube_proxy_bound_to_loopback() {
     // the direct scrape fails on both nodes
     common::wait_policy_status(&client, FAULT_NS, "default", 60, "both nodes failing without agents", |s| s["measurement"]["nodesFailed"] == 2).await;
 
-    // the agents, in a privileged namespace, on the real nodes only (a kwok node's fake pod
-    // would run nothing)
+    // the agents, in a privileged namespace, on the real nodes with a kube-proxy only (a kwok
+    // node's fake pod would run nothing; a Cilium node has no kube-proxy to measure)
     common::fresh_namespace_with_labels(&client, AGENT_NS, &[("pod-security.kubernetes.io/enforce", "privileged")]).await;
     let agent_values = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
     let agent = |selector: Value| json!({"agent": {"enabled": true, "namespace": AGENT_NS, "nodeSelector": selector}}).to_string();
-    std::fs::write(agent_values.path(), agent(json!({"safe-termination.e2e/node-type": "real"}))).unwrap();
+    std::fs::write(agent_values.path(), agent(json!({"safe-termination.e2e/node-type": "real", "safe-termination.e2e/has-kube-proxy": "true"}))).unwrap();
     let values = values_file();
     let upgrade = |extra: &std::path::Path| {
         run(

@@ -100,6 +100,9 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     // per pod: the slowest node's window, at the read bounds' late end and early end
     let mut window_of: BTreeMap<String, f64> = BTreeMap::new();
     let mut at_least_of: BTreeMap<String, f64> = BTreeMap::new();
+    // the same per data plane (iptables-nft, nftables, cilium): (late end, early end) per pod
+    let plane_of: HashMap<String, String> = common::rules::real_nodes().into_iter().map(|n| (n.name, n.mode)).collect();
+    let mut per_plane: BTreeMap<String, BTreeMap<String, (f64, f64)>> = BTreeMap::new();
     for (node, trace) in &traces {
         println!("{node}: {} successful reads, {} failed {:?}", trace.reads, trace.failed_reads, trace.errors);
         for (ip, sleep) in &sleep_of {
@@ -116,9 +119,11 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
             *w = w.max(delay);
             let l = at_least_of.entry(ip.clone()).or_insert(f64::NEG_INFINITY);
             *l = l.max(lower);
+            let p = per_plane.entry(plane_of[node].clone()).or_default().entry(ip.clone()).or_insert((f64::NEG_INFINITY, f64::NEG_INFINITY));
+            *p = (p.0.max(delay), p.1.max(lower));
         }
     }
-    assert_eq!(delays.len(), 8, "4 old pods x 2 nodes");
+    assert_eq!(delays.len(), 4 * traces.len(), "4 old pods x {} nodes", traces.len());
     delays.sort_by(f64::total_cmp);
     println!(
         "propagation ground truth over {} removals: min {:.3} s, p50 {:.3} s, p90 {:.3} s, max {:.3} s",
@@ -164,6 +169,23 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     // below the early end misses for certain). The late end is no bar: a 100 ms sampler's late
     // end overstates each window by up to its interval, and W from the agents' own 50 ms reads
     // may sit below it while covering the truth.
+    // each data plane's removals, as its own nodes saw them, agree with the yardstick's reads of
+    // those nodes alike (with a Cilium node: its maps read by the agent, by cilium-dbg here)
+    let planes = observed["dataPlanes"].as_array().cloned().unwrap_or_default();
+    println!("{}", common::kubectl(&["-n", ns, "get", "tpol", "-o", "wide"]));
+    assert_eq!(planes.len(), per_plane.len(), "one entry per data plane of the real nodes {:?}: {planes:?}", per_plane.keys());
+    for (plane, pods) in &per_plane {
+        let entry = planes.iter().find(|p| p["dataPlane"] == plane.as_str()).unwrap_or_else(|| panic!("no {plane} in {planes:?}"));
+        let late = pods.values().map(|w| w.0).fold(f64::NEG_INFINITY, f64::max);
+        let early = pods.values().map(|w| w.1).fold(f64::NEG_INFINITY, f64::max);
+        let p99 = entry["p99Seconds"].as_f64().unwrap_or_else(|| panic!("{plane}: no p99 in {entry}"));
+        println!("{plane}: observed p99 {p99:.3} s over {} removals; yardstick [{early:.3}, {late:.3}] s", entry["removals"]);
+        assert_eq!(entry["removals"], 4, "{plane}: {entry}");
+        assert!(
+            p99 >= early - 0.25 && p99 <= late + 0.5,
+            "{plane}: observed p99 {p99:.3} s outside the yardstick's [{early:.3}, {late:.3}] s (less 0.25 s, plus 0.5 s)"
+        );
+    }
     assert!(w >= observed_p99, "W {w:.3} s below the observed p99 {observed_p99:.3} s");
     assert!(w >= p99_at_least, "W {w:.3} s does not cover the early bound {p99_at_least:.3} s of the per-pod windows' p99 {at_least:?}");
     drop(op);
@@ -243,4 +265,123 @@ async fn scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables() 
         namespaces.get_opt(ns).await.ok().flatten().is_none().then_some(())
     })
     .await;
+}
+
+/// The propagation window of each data plane, side by side on one cluster (BENCHMARKS.md "Three
+/// data planes"): `ST_PLANES_ROUNDS` rounds (default 4) of deleting all 6 real pods of a
+/// Deployment (a 5 s preStop sleep, no webhook) behind one Service, with `ST_PLANES_SERVICES`
+/// extra Services (default 0) made first; one pod deleted at a time, and each node's removal
+/// timed by the yardstick alone (tests/common/rules.rs: the iptables-nft and nftables nodes'
+/// rules, the Cilium node's maps by cilium-dbg; each node read by a thread of its own every
+/// 20 ms, the nftables node followed by `nft monitor`), from this test's DELETE call of the pod (its start: the late end; its return: the
+/// early end) to the first successful read without its IP (late) or the last with it (early).
+/// Prints, per data plane, the p50 / p99 / max of the late ends and the p99 of the early ends. A
+/// measurement, not a check: run by hand on the cluster with node-c
+/// (`KP_MODES="iptables-nft nftables cilium"`); it fails only when a removal is never read.
+#[tokio::test]
+#[ignore = "a measurement for BENCHMARKS.md, run by hand"]
+async fn three_data_planes_side_by_side() {
+    let client = common::client().await;
+    let ns = "e2e-planes";
+    common::fresh_namespace(&client, ns).await;
+    let extra: usize = std::env::var("ST_PLANES_SERVICES").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let rounds: u32 = std::env::var("ST_PLANES_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    // how long each deletion is followed: past the slowest removal seen at that scale (2.5 s at
+    // 4,000 Services)
+    let follow = Duration::from_secs(if extra > 0 { 8 } else { 4 });
+    if extra > 0 {
+        let t0 = Instant::now();
+        common::create_services(&client, ns, 0..extra).await;
+        println!("created {extra} Services in {:?}; 20 s for the data planes to settle", t0.elapsed());
+        tokio::time::sleep(Duration::from_secs(20)).await;
+    }
+    let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns).create(&PostParams::default(), &svc).await.unwrap();
+    let mut container = common::testapp_container("web");
+    container["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 5}}});
+    let deploy: Deployment = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": common::on_real_nodes(json!({"terminationGracePeriodSeconds": 10, "containers": [container]}))}}}))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), ns).create(&PostParams::default(), &deploy).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let nodes = common::rules::real_nodes();
+    // per data plane: (late end, early end) of each node's removal of each pod
+    let mut windows: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for _ in 0..rounds {
+        let mut readers: Vec<RuleReader> = nodes.iter().cloned().map(|n| RuleReader::new(n, ns)).collect();
+        let old = common::truth::pods_in_every_nodes_rules(&pods, &mut readers, 6).await;
+        // one deletion at a time (as a single `kubectl delete`), each node read by its own
+        // thread every 20 ms (a node's bound is its own read's length, not a cycle over all
+        // nodes) from before the deletion until `follow` after it: no window waits on another
+        // deletion's sync
+        for p in &old {
+            let ip = p.status.as_ref().unwrap().pod_ip.clone().unwrap();
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let pollers: Vec<_> = readers
+                .drain(..)
+                .map(|mut r| {
+                    let stop = stop.clone();
+                    std::thread::spawn(move || {
+                        // nftables: `nft monitor` (each change of the chain as it is committed;
+                        // `nft list chain` loads the whole table: 0.5 s and more a read at 4,000
+                        // Services, as e2e_deploy's samplers do)
+                        let trace = if r.node.mode == "nftables" {
+                            common::rules::follow_nft_monitor(&mut r, &stop)
+                        } else {
+                            common::rules::poll(&mut r, &stop, Duration::from_millis(20))
+                        };
+                        (r, trace)
+                    })
+                })
+                .collect();
+            // every node read (and its chain found) before the deletion
+            tokio::time::sleep(Duration::from_secs(if extra > 0 { 3 } else { 1 })).await;
+            let t0 = common::rules::now_unix();
+            pods.delete(p.metadata.name.as_deref().unwrap(), &Default::default()).await.unwrap();
+            let t1 = common::rules::now_unix();
+            tokio::time::sleep(follow).await;
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for h in pollers {
+                let (r, trace) = h.join().unwrap();
+                let plane = r.node.mode.clone();
+                let r_ = trace.removal(&ip, t0).unwrap_or_else(|| {
+                    panic!("{}: no successful read without {ip} within {follow:?} ({} failed: {:?})", r.node.name, trace.failed_reads, trace.errors)
+                });
+                windows.entry(plane).or_default().push((r_.by - t0, (r_.after - t1).max(0.0)));
+                readers.push(r);
+            }
+        }
+        // the replacements running (the old pods sleep out their preStop meanwhile)
+        common::wait_for("6 new pods ready", 120, async || {
+            let l = pods.list(&Default::default()).await.ok()?;
+            let ready = l
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+                .count();
+            (ready == 6).then_some(())
+        })
+        .await;
+    }
+    println!("data plane | removals | p50 | p99 | max | p99 of the early end (seconds, {extra} extra Services)");
+    for (plane, w) in &windows {
+        let mut late: Vec<f64> = w.iter().map(|x| x.0).collect();
+        let mut early: Vec<f64> = w.iter().map(|x| x.1).collect();
+        late.sort_by(f64::total_cmp);
+        early.sort_by(f64::total_cmp);
+        println!(
+            "{plane} | {} | {:.3} | {:.3} | {:.3} | {:.3}",
+            late.len(),
+            percentile(&late, 0.5),
+            percentile(&late, 0.99),
+            late[late.len() - 1],
+            percentile(&early, 0.99)
+        );
+    }
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()).delete(ns, &Default::default()).await;
 }

@@ -49,6 +49,7 @@ fn opts(facts: ClusterFacts) -> AnalysisOptions {
         histograms: Default::default(),
         control_plane_lag: None,
         observed: None,
+        observed_by_data_plane: Vec::new(),
     }
 }
 

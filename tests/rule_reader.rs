@@ -56,7 +56,7 @@ fn script(dir: &Path, name: &str, text: &str) {
 }
 
 fn node(mode: &str) -> RealNode {
-    RealNode { name: "node-t".into(), netns: "unused".into(), mode: mode.into(), ip: "127.0.0.1".into() }
+    RealNode { name: "node-t".into(), netns: "unused".into(), mode: mode.into(), ip: "127.0.0.1".into(), bpf_root: None, cgroup2: None }
 }
 
 /// A reader whose commands find the fake programs of `dir` first on PATH.
@@ -302,4 +302,24 @@ fn parsers_accept_kube_proxy_output_and_reject_the_rest() {
     assert_eq!(parse_iptables_chain("-N KUBE-SVC-X\n-A KUBE-SVC-X -j KUBE-SEP-A\n", "KUBE-SVC-X").unwrap(), ["KUBE-SEP-A"]);
     assert!(parse_iptables_chain("", "KUBE-SVC-X").is_err());
     assert!(parse_iptables_chain("-N KUBE-SVC-X\n-A KUBE-SVC-Y -j KUBE-SEP-A\n", "KUBE-SVC-X").is_err());
+}
+
+/// A real read of a Cilium node (`cilium-dbg bpf lb list --frontends`, then `--backends`) during
+/// a pod's termination: slot 0 of 10.96.220.21:80/TCP says 3 active backends and 1 terminating.
+const CILIUM_TERMINATING: &str = include_str!("data/cilium/lb-list-terminating.txt");
+
+#[test]
+fn the_cilium_read_counts_only_the_active_slots() {
+    let active = common::rules::parse_cilium_lb(CILIUM_TERMINATING, "10.96.220.21:80/TCP").unwrap();
+    // slots 1-3 (backends 6, 5, 8); backend 7 (10.244.3.53) is in slot 4, terminating
+    assert_eq!(active, set(&["10.244.1.3", "10.244.2.3", "10.244.3.203"]));
+    assert_eq!(common::rules::parse_cilium_lb(CILIUM_TERMINATING, "10.96.0.1:443/TCP").unwrap(), set(&["10.213.254.1"]));
+    // no such frontend: the Service is not programmed, no sample
+    assert!(common::rules::parse_cilium_lb(CILIUM_TERMINATING, "10.96.9.9:80/TCP").unwrap_err().contains("no slot 0"));
+    // a count beyond the listed slots, an unknown backend, a missing listing: errors
+    let more = CILIUM_TERMINATING.replace("0 3[1] (2)", "0 5[0] (2)");
+    assert!(common::rules::parse_cilium_lb(&more, "10.96.220.21:80/TCP").unwrap_err().contains("slot 5"));
+    let unknown = CILIUM_TERMINATING.replace("\"6 0[0] (2)", "\"60 0[0] (2)");
+    assert!(common::rules::parse_cilium_lb(&unknown, "10.96.220.21:80/TCP").unwrap_err().contains("backend 60"));
+    assert!(common::rules::parse_cilium_lb(CILIUM_TERMINATING.split("----backends----").next().unwrap(), "10.96.220.21:80/TCP").is_err());
 }

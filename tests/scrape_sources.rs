@@ -87,6 +87,7 @@ fn analysis_options() -> AnalysisOptions {
         histograms: Default::default(),
         control_plane_lag: None,
         observed: None,
+        observed_by_data_plane: Vec::new(),
     }
 }
 

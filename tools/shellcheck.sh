@@ -9,6 +9,9 @@
 #
 # The scripts: every tracked *.sh, plus the extensionless ones with a shell shebang (.ci/run).
 # Exit status: shellcheck's (1 with findings).
+#
+#   tools/shellcheck.sh --path    # only fetch the pinned binary when missing and print its path
+#                                 # (tools/actionlint.sh gives it to actionlint)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +40,10 @@ with zipfile.ZipFile(wheel) as z, open(out, "wb") as f:
 EOF
   chmod 755 "$BIN.part"
   mv "$BIN.part" "$BIN"
+fi
+if [[ "${1:-}" == --path ]]; then
+  echo "$BIN"
+  exit 0
 fi
 
 mapfile -t scripts < <(

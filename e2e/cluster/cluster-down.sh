@@ -58,6 +58,11 @@ real_nodes_down
 if [[ -z "$other" && -f "$STATE/run-containerd-absent" && -d /run/containerd ]]; then
   rm -rf /run/containerd
 fi
+# cilium-cni's deletion queue (/var/run/cilium/deleteQueue, written when a Cilium node's agent was
+# down at a pod's deletion)
+if [[ -z "$other" && -f "$STATE/run-cilium-absent" && -d /run/cilium ]]; then
+  rm -rf /run/cilium
+fi
 
 # Network namespaces and veths: the recorded ones plus the ones the current
 # settings would create (covers a cluster-up that died before recording).

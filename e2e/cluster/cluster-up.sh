@@ -13,6 +13,7 @@
 #
 #   e2e/cluster/cluster-up.sh
 #   KP_MODES="iptables-legacy iptables-nft nftables" e2e/cluster/cluster-up.sh
+#   KP_MODES="iptables-nft nftables" e2e/cluster/cluster-up.sh   # without the Cilium node
 #   ST_K8S_VERSION=1.29.15 ST_APISERVER_FEATURE_GATES=PodLifecycleSleepAction=true e2e/cluster/cluster-up.sh
 #
 # Afterwards: source $ST_E2E_DIR/env  (KUBECONFIG etc.), or read $ST_E2E_DIR/cluster.json.
@@ -27,6 +28,8 @@ E2E_SELF=cluster-up
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 # shellcheck source=e2e/cluster/nodes.sh
 source "$E2E_HERE/nodes.sh"
+# shellcheck source=e2e/cluster/cilium.sh
+source "$E2E_HERE/cilium.sh"
 
 [[ $EUID -eq 0 ]] || { e2e_log "must run as root (network namespaces, iptables inside them)"; exit 1; }
 T_START=$SECONDS
@@ -40,6 +43,12 @@ read -r -a MODES <<<"$KP_MODES"
 read -r -a NODES <<<"$ST_NODES"
 ST_REAL_NODES="${ST_REAL_NODES:-1}"
 [[ "$ST_REAL_NODES" == 0 || "$ST_REAL_NODES" == 1 ]] || { e2e_log "ST_REAL_NODES must be 0 or 1"; exit 1; }
+# a Cilium node is a real node: without real nodes its entry means no data plane at all
+if [[ "$ST_REAL_NODES" == 0 ]]; then
+  for idx in "${!MODES[@]}"; do
+    if [[ "${MODES[$idx]}" == cilium ]]; then MODES[idx]=none; e2e_log "ST_REAL_NODES=0: ${NODES[$idx]} gets no Cilium (a real node's) and no kube-proxy"; fi
+  done
+fi
 # is_real NAME: the node runs a kubelet (it has a kube-proxy, and real nodes are on)
 declare -A REAL=()
 if [[ "$ST_REAL_NODES" == 1 ]]; then
@@ -48,15 +57,26 @@ fi
 is_real() { [[ -n "${REAL[$1]:-}" ]]; }
 REAL_NODES=()
 for n in "${NODES[@]}"; do is_real "$n" && REAL_NODES+=("$n"); done
+# is_cilium NAME: the node's Services are Cilium's (KP_MODES entry `cilium`, e2e/cluster/cilium.sh)
+declare -A CILIUM=()
+for idx in "${!MODES[@]}"; do [[ "${MODES[$idx]}" == cilium ]] && CILIUM[${NODES[$idx]}]=1; done
+is_cilium() { [[ -n "${CILIUM[$1]:-}" ]]; }
 # Pods reach the API server the way they do in a cluster: KUBERNETES_SERVICE_HOST (the
 # `kubernetes` Service's ClusterIP), DNATed by the node's kube-proxy to this address, which every
 # real node holds on its loopback with a relay to the API server (see the netns loop below).
 ST_APISERVER_VIP="$ST_NET_PREFIX.254.1"
+# ST_REGISTRY=1: the reference OCI registry (e2e/toolchain/build-registry.sh) on the host's
+# 127.0.0.1:$ST_REGISTRY_PORT, and on the same address inside every real node through a relay
+# (netns 127.0.0.1:PORT -(socat)-> $STATE/registry/relay.sock -(socat)-> host 127.0.0.1:PORT,
+# as the API server is reached), so an image pushed from the host is pulled by the nodes'
+# containerd under the same reference (plain HTTP: containerd's hosts.toml for that address)
+ST_REGISTRY="${ST_REGISTRY:-0}"
+ST_REGISTRY_PORT="${ST_REGISTRY_PORT:-5000}"
 (( ${#MODES[@]} <= ${#NODES[@]} )) || { e2e_log "KP_MODES has more entries than ST_NODES"; exit 1; }
 for m in "${MODES[@]}"; do
-  case "$m" in iptables|iptables-nft|iptables-legacy|nftables|none) ;;
+  case "$m" in iptables|iptables-nft|iptables-legacy|nftables|cilium|none) ;;
     ipvs) e2e_log "ipvs: this kernel has no IP_VS support; see e2e/README.md"; exit 1 ;;
-    *) e2e_log "unknown kube-proxy mode '$m' (iptables-legacy, iptables-nft, nftables, none)"; exit 1 ;;
+    *) e2e_log "unknown kube-proxy mode '$m' (iptables-legacy, iptables-nft, nftables, cilium, none)"; exit 1 ;;
   esac
 done
 
@@ -83,6 +103,7 @@ check_binaries() {
     for c in runc nsenter python3; do
       command -v "$c" >/dev/null || { e2e_log "missing $c: run e2e/toolchain/build-k8s.sh (installs it)"; exit 1; }
     done
+    ((${#CILIUM[@]})) && cilium_check_bins
     [[ -x /usr/lib/cni/bridge ]] || { e2e_log "missing /usr/lib/cni/bridge: run e2e/toolchain/build-k8s.sh (installs containernetworking-plugins)"; exit 1; }
     # the real nodes' kubelets evict and taint at nodefs.available < 1% (nodes.sh): below a few
     # GiB the nodes come up Ready but tainted disk-pressure, and every pod stays Pending
@@ -118,7 +139,8 @@ clean_start() {
     e2e_log "another e2e cluster runs on this machine (state in $other) and owns the network namespaces and veths: stop it first (ST_E2E_DIR=$other e2e/cluster/cluster-down.sh)"; exit 1
   fi
   "$E2E_HERE/cluster-down.sh" >/dev/null 2>&1 || true
-  for p in "$ST_ETCD_PORT" "$((ST_ETCD_PORT + 10))" "$ST_APISERVER_PORT" "$ST_KCM_PORT" "$ST_SCHED_PORT" "$ST_KWOK_PORT"; do
+  reg_port=""; [[ "$ST_REGISTRY" == 1 ]] && reg_port="$ST_REGISTRY_PORT"
+  for p in "$ST_ETCD_PORT" "$((ST_ETCD_PORT + 10))" "$ST_APISERVER_PORT" "$ST_KCM_PORT" "$ST_SCHED_PORT" "$ST_KWOK_PORT" $reg_port; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       e2e_log "127.0.0.1:$p is already in use (another cluster? run e2e/cluster/cluster-down.sh, or set ST_*_PORT)"; exit 1
     fi
@@ -133,6 +155,8 @@ clean_start() {
   printf '%s\n' "$ST_E2E_DIR" > "$ST_E2E_OWNER_FILE"
   : > "$STATE/cgroups.list"
   [[ -e /run/containerd ]] || : > "$STATE/run-containerd-absent"
+  # cilium-cni queues deletions under /var/run/cilium when its agent is down
+  [[ -e /run/cilium ]] || : > "$STATE/run-cilium-absent"
 }
 
 on_exit() {
@@ -339,6 +363,15 @@ start_kwok() {
     --server-address="127.0.0.1:$ST_KWOK_PORT"
 }
 
+# kp_label I: node I's kube-proxy mode as its label says it (none: no kube-proxy, a Cilium node
+# included)
+kp_label() {
+  local m=none
+  (( $1 < ${#MODES[@]} )) && m="${MODES[$1]}"
+  [[ "$m" == cilium ]] && m=none
+  printf '%s' "$m"
+}
+
 # the Node objects (real and kwok), created before anything is scheduled
 register_nodes() {
   wait_for "kube-controller-manager /healthz" 60 kube-controller-manager curl -fsSk "https://127.0.0.1:$ST_KCM_PORT/healthz"
@@ -372,7 +405,9 @@ $node_ann
     kubernetes.io/arch: amd64
     type: $node_kind
     safe-termination.e2e/node-type: $node_kind
-    safe-termination.e2e/kube-proxy: "$( (( i < ${#MODES[@]} )) && echo "${MODES[$i]}" || echo none)"
+    safe-termination.e2e/kube-proxy: "$(kp_label "$i")"
+    safe-termination.e2e/data-plane: "$( (( i < ${#MODES[@]} )) && echo "${MODES[$i]}" || echo none)"
+    safe-termination.e2e/has-kube-proxy: "$([[ "$(kp_label "$i")" == none ]] && echo false || echo true)"
 spec:
   podCIDR: $pod_cidr
   podCIDRs: [$pod_cidr]
@@ -390,6 +425,26 @@ EOF
     wait_for "kwok nodes Ready (${KWOK_NODES[*]})" 60 kwok K wait --for=condition=Ready --timeout=1s "${KWOK_NODES[@]/#/node/}"
   fi
   wait_for "default ServiceAccount" 60 kube-controller-manager K -n default get serviceaccount default
+}
+
+# the registry and its host-side relay (ST_REGISTRY=1)
+start_registry() {
+  [[ "$ST_REGISTRY" == 1 ]] || return 0
+  local bin
+  bin="$("$E2E_HERE/../toolchain/build-registry.sh" registry)"
+  mkdir -p "$STATE/registry/storage"
+  cat > "$STATE/registry/config.yml" <<EOF
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage:
+  filesystem: {rootdirectory: $STATE/registry/storage}
+  delete: {enabled: true}
+  maintenance: {uploadpurging: {enabled: false}}
+http: {addr: "127.0.0.1:$ST_REGISTRY_PORT", secret: st-e2e}
+EOF
+  start registry "$bin" serve "$STATE/registry/config.yml"
+  start registry-relay socat "UNIX-LISTEN:$STATE/registry/relay.sock,fork,unlink-early,mode=600" "TCP:127.0.0.1:$ST_REGISTRY_PORT"
+  wait_for "registry on 127.0.0.1:$ST_REGISTRY_PORT" 30 registry curl -fsS -o /dev/null "http://127.0.0.1:$ST_REGISTRY_PORT/v2/"
 }
 
 # kube-proxy per node, in a netns (and, on a real node, its network, cgroups and containerd)
@@ -430,9 +485,24 @@ start_kube_proxies() {
       # the `kubernetes` Service's endpoint, local on every node (see ST_APISERVER_VIP)
       ip -n "$ns" addr add "$ST_APISERVER_VIP/32" dev lo
       start "socat-vip-$ns" ip netns exec "$ns" socat "TCP-LISTEN:$ST_APISERVER_PORT,bind=$ST_APISERVER_VIP,fork,reuseaddr" "UNIX-CONNECT:$STATE/apiserver.sock"
-      real_node_network "$n"
+      if [[ "$ST_REGISTRY" == 1 ]]; then
+        start "registry-relay-$ns" ip netns exec "$ns" socat "TCP-LISTEN:$ST_REGISTRY_PORT,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:$STATE/registry/relay.sock"
+      fi
+      cni=bridge; is_cilium "$n" && cni=cilium
+      real_node_network "$n" "$cni"
       real_node_cgroups "$n"
-      real_node_containerd "$n"
+      real_node_containerd "$n" "$cni"
+    fi
+
+    if is_cilium "$n"; then
+      (( ${CILIUM_CRDS_APPLIED:-0} )) || { cilium_crds; CILIUM_CRDS_APPLIED=1; }
+      cilium_node_agent "$n"
+      nodes_json="$(jq -c --arg n "$n" --arg ns "$ns" --arg ip "$nip" --arg hip "$hip" --arg podcidr "$(node_pod_cidr "$n")" \
+        --arg bpffs "$(node_bpffs "$n")" --arg sock "$(node_cilium_sock "$n")" --arg cg2 "$(node_cgroup2 "$n")" \
+        '. + [{name: $n, real: true, pod_cidr: $podcidr, kube_proxy: null,
+               cilium: {netns: $ns, ip: $ip, host_ip: $hip, bpf_root: $bpffs, socket: $sock, cgroup2: $cg2,
+                        metrics_url: ("http://" + $ip + ":9962/metrics")}}]' <<<"$nodes_json")"
+      i=$((i + 1)); continue
     fi
 
     case "$mode" in
@@ -496,6 +566,7 @@ start_real_nodes() {
     real_nodes_host_record
     real_nodes_mesh "${REAL_NODES[@]}"
     for n in "${REAL_NODES[@]}"; do
+      is_cilium "$n" && cilium_wait_agent "$n"
       wait_for "containerd on $n" 60 "containerd-$n" node_ctr "$n" version
       real_node_images "$n" "${ST_IMAGE_TARS[@]}"
       real_node_kubelet "$n"
@@ -530,7 +601,7 @@ kp_ready() {  # metrics served and at least one successful sync recorded
 # every kube-proxy synced once and healthy
 wait_kube_proxies() {
   for idx in "${!MODES[@]}"; do
-    [[ "${MODES[$idx]}" == none ]] && continue
+    [[ "${MODES[$idx]}" == none || "${MODES[$idx]}" == cilium ]] && continue
     n="${NODES[$idx]}"
     wait_for "kube-proxy on $n (${MODES[$idx]}): first sync, /healthz" 90 "kube-proxy-$n" kp_ready "$(node_ns_ip "$n")"
     got="$(curl -fsS "http://$(node_ns_ip "$n"):10249/proxyMode")"
@@ -564,9 +635,11 @@ export ST_KP_NODES='$kp_nodes'
 export ST_KP_METRICS_URLS='$kp_urls'
 export ST_CLUSTER_JSON='$STATE/cluster.json'
 export ST_REAL_NODES='${REAL_NODES[*]}'
+export ST_CILIUM_NODES='${!CILIUM[*]}'
 export ST_REAL_NODE_TAINT='$ST_REAL_NODE_TAINT'
 export ST_APISERVER_VIP='$ST_APISERVER_VIP'
 export ST_IMAGE_TARS='${ST_IMAGE_TARS[*]:-}'
+export ST_REGISTRY_ADDR='$([[ "$ST_REGISTRY" == 1 ]] && echo "127.0.0.1:$ST_REGISTRY_PORT")'
 EOF
 }
 
@@ -582,6 +655,7 @@ main() {
   start_apiserver
   start_controllers
   start_kwok
+  start_registry
   register_nodes
   start_kube_proxies
   start_real_nodes

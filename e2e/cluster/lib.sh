@@ -15,11 +15,13 @@ ST_KCM_PORT="${ST_KCM_PORT:-10257}"
 ST_SCHED_PORT="${ST_SCHED_PORT:-10259}"
 ST_KWOK_PORT="${ST_KWOK_PORT:-10247}"          # kwok's own /healthz + /metrics
 
-# Fake nodes (all managed by kwok) and which of them also get a real
-# kube-proxy in its own network namespace: KP_MODES[i] is the mode of node i.
-# Modes: iptables-legacy, iptables-nft (alias: iptables), nftables.
-ST_NODES="${ST_NODES:-node-a node-b node-c}"
-KP_MODES="${KP_MODES:-iptables-nft nftables}"
+# The nodes, and which of them get a real kube-proxy in its own network namespace (or, with
+# real nodes, Cilium in its place): KP_MODES[i] is the data plane of node i. Modes:
+# iptables-legacy, iptables-nft (alias: iptables), nftables, cilium (a real node whose Services
+# are Cilium's, e2e/cluster/cilium.sh; without real nodes it has none), none. The nodes past
+# KP_MODES are kwok's (node-d: the scale tests' fake pods).
+ST_NODES="${ST_NODES:-node-a node-b node-c node-d}"
+KP_MODES="${KP_MODES:-iptables-nft nftables cilium}"
 # Node i with a kube-proxy gets netns st-kp-<suffix>, veth st-<suffix>-h (host,
 # ${ST_NET_PREFIX}.i.1/30) <-> st-<suffix>-n (netns, ${ST_NET_PREFIX}.i.2/30).
 ST_NET_PREFIX="${ST_NET_PREFIX:-10.213}"

@@ -64,9 +64,10 @@ real_node_cgroups() {
   done < <(cgroup_hierarchies)
 }
 
-# real_node_network NAME: the CNI bridge config, the fabric link and the routes.
+# real_node_network NAME [CNI]: the fabric link, the routes and the CNI config: the bridge
+# (default), or CNI=cilium for a Cilium node (e2e/cluster/cilium.sh writes its config).
 real_node_network() {
-  local n="$1" ns dir fab_ns_if fab_br_if
+  local n="$1" cni="${2:-bridge}" ns dir fab_ns_if fab_br_if
   ns="$(node_netns "$n")"; dir="$(node_dir "$n")"
   if ! ip netns list | awk '{print $1}' | grep -x "$ST_FABRIC_NETNS" >/dev/null; then
     echo "$ST_FABRIC_NETNS" >> "$STATE/netns.list"
@@ -86,6 +87,10 @@ real_node_network() {
   ip -n "$ns" route add "$ST_SERVICE_CIDR" via "$(node_host_ip "$n")"
   # host -> this node's pods over its veth
   ip route add "$(node_pod_cidr "$n")" via "$(node_ns_ip "$n")" dev "$(node_veth_host "$n")"
+  if [[ "$cni" == cilium ]]; then
+    cilium_node_cni "$n"
+    return 0
+  fi
   mkdir -p "$dir/cni/net.d" "$dir/cni/ipam"
   cat > "$dir/cni/net.d/10-st-bridge.conflist" <<EOF
 {
@@ -117,10 +122,15 @@ real_nodes_mesh() {
   done
 }
 
-# real_node_containerd NAME: write the config and start containerd in the node's netns.
+# real_node_containerd NAME [CNI]: write the config and start containerd in the node's netns
+# (CNI=cilium: the plugins in the node's cni/bin, and cilium-cni told the agent's socket).
 real_node_containerd() {
-  local n="$1" ns dir c
+  local n="$1" cni="${2:-bridge}" ns dir c bin_dirs='"/usr/lib/cni"' env=()
   ns="$(node_netns "$n")"; dir="$(node_dir "$n")"; c="$dir/containerd"
+  if [[ "$cni" == cilium ]]; then
+    bin_dirs="\"$dir/cni/bin\""
+    env=(CILIUM_SOCK="$(node_cilium_sock "$n")")
+  fi
   mkdir -p "$c/root" "$c/state" "$c/opt" "$c/runc" "$dir/pod-logs"
   cat > "$c/config.toml" <<EOF
 version = 3
@@ -139,6 +149,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   path = "$c/opt"
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "$c/certs.d"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "$ST_PAUSE_IMAGE"
 [plugins."io.containerd.cri.v1.runtime"]
@@ -157,13 +169,20 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
         Root = "$c/runc"
         SystemdCgroup = false
   [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["/usr/lib/cni"]
+    bin_dirs = [$bin_dirs]
     conf_dir = "$dir/cni/net.d"
 [plugins."io.containerd.grpc.v1.cri"]
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"
 EOF
-  start "containerd-$n" nsenter --net="/run/netns/$ns" env PATH="$BIN:/usr/sbin:/usr/bin:/sbin:/bin" \
+  # the e2e registry (cluster-up.sh ST_REGISTRY=1), reached at the node's 127.0.0.1 over plain HTTP
+  mkdir -p "$c/certs.d/127.0.0.1:${ST_REGISTRY_PORT:-5000}"
+  cat > "$c/certs.d/127.0.0.1:${ST_REGISTRY_PORT:-5000}/hosts.toml" <<EOF
+server = "http://127.0.0.1:${ST_REGISTRY_PORT:-5000}"
+[host."http://127.0.0.1:${ST_REGISTRY_PORT:-5000}"]
+  capabilities = ["pull", "resolve"]
+EOF
+  start "containerd-$n" nsenter --net="/run/netns/$ns" env PATH="$BIN:/usr/sbin:/usr/bin:/sbin:/bin" "${env[@]}" \
     "$BIN/containerd" --config "$c/config.toml" --log-level warn
 }
 

@@ -718,3 +718,40 @@ class CompareWindows(unittest.TestCase):
         self.assertEqual(len(doc.getElementsByTagName("rect")), 1 + 2 + 3)  # background, two bars, legend
         with tempfile.TemporaryDirectory() as tmp:
             self.assertEqual(compare_windows.main(["x", os.path.join(tmp, "missing.json"), os.path.join(tmp, "o.svg")]), 1)
+
+
+class PlaneWindows(unittest.TestCase):
+    """e2e/experiment/plane_windows.py: the bars stand at the given figures, and bad input is
+    refused."""
+
+    RUN = {"services": 0, "planes": {"iptables-nft": {"removals": 24, "p50": 0.066, "p99": 1.032, "max": 1.044, "p99_early": 0.982},
+                                     "cilium": {"removals": 24, "p50": 0.325, "p99": 0.569, "max": 0.570, "p99_early": 0.341}}}
+
+    @staticmethod
+    def module():
+        sys.path.insert(0, HERE)
+        try:
+            import plane_windows
+        finally:
+            sys.path.remove(HERE)
+        return plane_windows
+
+    def test_bars_at_the_figures(self):
+        plane_windows = self.module()
+        text = plane_windows.svg([self.RUN])
+        self.assertTrue(text.startswith("<svg") and text.rstrip().endswith("</svg>"))
+        # axis 0-1.5 s over 230 px, bottom at 330 - 60: a p99 of 1.032 s is a bar 158.2 px high
+        self.assertIn('height="158.2" fill="#4c78a8" fill-opacity="0.35"', text)
+        self.assertIn(">0.57</text>", text)
+        self.assertNotIn("nftables</text>", text, "a plane not in the run is not drawn")
+
+    def test_bad_input_is_refused(self):
+        plane_windows = self.module()
+        with self.assertRaises(ValueError):
+            plane_windows.svg([])
+        with self.assertRaises(ValueError):
+            plane_windows.svg([{"services": 0, "planes": {"ipvs": {"removals": 1, "p50": 1, "p99": 1, "max": 1}}}])
+        bad = json.loads(json.dumps(self.RUN))
+        bad["planes"]["cilium"]["p50"] = -1
+        with self.assertRaises(ValueError):
+            plane_windows.svg([bad])

@@ -51,11 +51,13 @@ EOF
   if ((${#want[@]})); then
     command -v apt-get >/dev/null || die "missing ${want[*]} and no apt-get"
     log "installing Debian packages: ${want[*]}"
+    local sudo=()   # not root (a CI runner's user, e.g. the release workflow's make chart-push): sudo
+    [[ "$(id -u)" -eq 0 ]] || sudo=(sudo DEBIAN_FRONTEND=noninteractive)
     if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then   # never updated
-      apt-get update -qq
+      "${sudo[@]}" apt-get update -qq
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${want[@]}" \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${want[@]}"; }
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${want[@]}" \
+      || { "${sudo[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${want[@]}"; }
   fi
 }
 ensure_debian_packages

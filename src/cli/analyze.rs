@@ -413,6 +413,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
         // watches only (network programming stands in for it here)
         control_plane_lag: None,
         observed: None,
+        observed_by_data_plane: Vec::new(),
     };
     let report = analyze(&inputs, &opts, &spec);
     Ok(match args.output {

@@ -238,6 +238,9 @@ async fn ask_agents(
         states.insert(node.clone(), AgentState { protocol: r.protocol, set_id: r.set_id, mark: r.mark });
         let clock = ClockOffset::of(o.response.agent_unix_seconds, o.sent_unix_seconds, o.received_unix_seconds);
         cluster.with_removals(|s| {
+            if let Some(plane) = &o.response.data_plane {
+                s.set_data_plane(&node, plane);
+            }
             for r in &o.response.records {
                 s.report(&node, &r.service, r.endpoint, report_of(r, &clock));
             }

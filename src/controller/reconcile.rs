@@ -203,6 +203,7 @@ fn measure(ctx: &Context, spec: &crate::core::crd::TerminationPolicySpec) -> Res
         control_plane_lag: ctx.cluster.control_plane_lag(now, window_seconds),
         // the removals the node agents observed, over the same window
         observed: ctx.cluster.observed_removals(now, window_seconds).filter(|s| s.removals > 0),
+        observed_by_data_plane: ctx.cluster.observed_by_data_plane(now, window_seconds),
         // the operator sizes from native histograms where kube-proxy serves them
         ..Default::default()
     };

@@ -9,7 +9,7 @@
 
 use crate::core::annotations::ANNOTATION_PRESTOP_SECONDS;
 use crate::core::control_plane::{DeletionLags, Joined, LagDistribution, SliceEndpoint};
-use crate::core::removals::{DEFAULT_DEADLINE_SECONDS, PendingRemoval, RemovalStore, RemovalSummary, ServicePort};
+use crate::core::removals::{DEFAULT_DEADLINE_SECONDS, DataPlaneSummary, PendingRemoval, RemovalStore, RemovalSummary, ServicePort};
 use crate::core::selector::{Labels, ServiceIndex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -109,6 +109,15 @@ impl ClusterIndex {
     /// Runs `f` on the observed removals.
     pub fn with_removals<T>(&self, f: impl FnOnce(&mut RemovalStore) -> T) -> T {
         f(&mut self.removals.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// The removals observed within `window_seconds` before `now` per data plane; empty while no
+    /// observer runs.
+    pub fn observed_by_data_plane(&self, now: f64, window_seconds: f64) -> Vec<DataPlaneSummary> {
+        if !self.observing.load(std::sync::atomic::Ordering::Relaxed) {
+            return Vec::new();
+        }
+        self.with_removals(|r| r.summary_by_data_plane(now, window_seconds))
     }
 
     /// The removals observed within `window_seconds` before `now`; None while no observer runs.

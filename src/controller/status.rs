@@ -25,11 +25,11 @@ use crate::core::analysis::{AnalysisReport, ObservedRemovals, coverage_percent};
 use crate::core::crd::TerminationPolicy;
 use crate::core::crd::{AdmissionStatus, Scope};
 use crate::core::crd::{
-    AdviceStatus, ControlPlaneLagStatus, CoverageStatus, MeasurementStatus, MissStatus, ObservedRemovalsStatus, PodCounts, ProxyStatus, RecommendationStatus,
-    TerminationPolicySpec, TerminationPolicyStatus,
+    AdviceStatus, ControlPlaneLagStatus, CoverageStatus, DataPlaneRemovalsStatus, MeasurementStatus, MissStatus, ObservedRemovalsStatus, PodCounts,
+    ProxyStatus, RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus,
 };
 use crate::core::model::Basis;
-use crate::core::removals::OBSERVED_COVERAGE_TARGET;
+use crate::core::removals::{DataPlaneSummary, OBSERVED_COVERAGE_TARGET};
 use crate::core::selector::specificity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
@@ -305,10 +305,33 @@ fn measurement_status(report: &AnalysisReport, meta: &MeasurementMeta) -> Measur
                 censored: m.censored,
             }),
             sets_window: o.sets_window,
+            data_planes: o.by_data_plane.iter().map(|p| data_plane_status(p).0).collect(),
+            data_planes_summary: (!o.by_data_plane.is_empty()).then(|| o.by_data_plane.iter().map(|p| data_plane_status(p).1).collect::<Vec<_>>().join(" ")),
         }),
         window_seconds: Some(meta.window_seconds),
         last_scrape_time: meta.last_scrape_time.clone(),
     }
+}
+
+/// One data plane's observed removals in `status.measurement.observedRemovals.dataPlanes`, and
+/// its part of `dataPlanesSummary`.
+fn data_plane_status(p: &DataPlaneSummary) -> (DataPlaneRemovalsStatus, String) {
+    let p99 = p.summary.p99();
+    let summary = match p99 {
+        Some((s, false)) => format!("{}={:.3}s/{}", p.data_plane, s, p.summary.removals),
+        Some((s, true)) => format!("{}>={:.3}s/{}", p.data_plane, s, p.summary.removals),
+        None => format!("{}=?/{}", p.data_plane, p.summary.removals),
+    };
+    let status = DataPlaneRemovalsStatus {
+        data_plane: p.data_plane.to_string(),
+        nodes: u32::try_from(p.nodes).unwrap_or(u32::MAX),
+        removals: u32::try_from(p.summary.removals).unwrap_or(u32::MAX),
+        censored: u32::try_from(p.summary.censored).unwrap_or(u32::MAX),
+        coarse: u32::try_from(p.summary.coarse).unwrap_or(u32::MAX),
+        p99_seconds: p99.map(|(s, _)| round_ms(s)),
+        p99_is_lower_bound: p99.is_some_and(|(_, lower)| lower),
+    };
+    (status, summary)
 }
 
 /// `status.recommendation`: the sleep, the grace, the basis and the coverage (ratios to 1e-4).
@@ -466,6 +489,21 @@ mod tests {
         assert_eq!(resolved.conditions[0].last_transition_time, t(300));
     }
     #[test]
+    fn a_data_planes_removals_read_as_plane_p99_and_count() {
+        use crate::core::removals::{DataPlaneSummary, summarise};
+        let none = DataPlaneSummary { data_plane: "cilium", nodes: 1, summary: summarise(&[]) };
+        assert_eq!(data_plane_status(&none).1, "cilium=?/0");
+        let mut p = none.clone();
+        p.summary.removals = 4;
+        p.summary.p99_seconds = Some(0.30249);
+        let (s, line) = data_plane_status(&p);
+        assert_eq!((line.as_str(), s.p99_seconds, s.p99_is_lower_bound, s.nodes), ("cilium=0.302s/4", Some(0.302), false, 1));
+        p.summary.p99_seconds = None;
+        p.summary.p99_at_least_seconds = Some(60.0);
+        assert_eq!(data_plane_status(&p).1, "cilium>=60.000s/4");
+    }
+
+    #[test]
     fn an_observed_removal_that_outlived_its_sleep_makes_pods_underprotected() {
         use crate::core::removals::{Miss, RemovalSummary};
         let observed = |coverage: Option<f64>, worst_miss: Option<Miss>| ObservedRemovals {
@@ -480,6 +518,7 @@ mod tests {
                 worst_miss,
             },
             sets_window: true,
+            by_data_plane: Vec::new(),
         };
         let miss = Miss { pod: "shop/web-1".into(), window_seconds: 3.4, sleep_seconds: 3, censored: false };
         let v = pods_underprotected_condition(None, 3, Some(&observed(Some(0.875), Some(miss.clone()))));

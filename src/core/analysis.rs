@@ -6,7 +6,7 @@ use crate::core::control_plane::LagDistribution;
 use crate::core::crd::TerminationPolicySpec;
 use crate::core::exposition::HistogramKind;
 use crate::core::model::{self, Basis, ClusterWindow, HistogramPreference, Interval, NodeInput, NodeWindow, ProxyMode};
-use crate::core::removals::RemovalSummary;
+use crate::core::removals::{DataPlaneSummary, RemovalSummary};
 use crate::core::sizing::{self, Recommendation};
 use serde::Serialize;
 use std::sync::Arc;
@@ -39,6 +39,9 @@ pub struct AnalysisOptions {
     /// None when no observer runs. With at least `minSamples` removals their p99 raises W (and
     /// stands for it where the model has none): W is never below what was observed.
     pub observed: Option<RemovalSummary>,
+    /// The same removals per data plane, each as its own nodes saw it (for the status; W takes
+    /// the cluster's): empty without an observer or agents naming their data plane.
+    pub observed_by_data_plane: Vec<DataPlaneSummary>,
 }
 
 /// kube-proxy's default `minSyncPeriod` in iptables mode, seconds, used when it is not known.
@@ -56,6 +59,7 @@ impl Default for AnalysisOptions {
             histograms: HistogramPreference::NativeFirst,
             control_plane_lag: None,
             observed: None,
+            observed_by_data_plane: Vec::new(),
         }
     }
 }
@@ -126,6 +130,9 @@ pub struct ObservedRemovals {
     /// Their p99 set W (it was above the model's, or the model had none); false below
     /// `minSamples` removals or under the model's W.
     pub sets_window: bool,
+    /// Per data plane, its nodes' removals ([`AnalysisOptions::observed_by_data_plane`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_data_plane: Vec<DataPlaneSummary>,
 }
 
 /// The control plane's part of a deletion, as W used it: from a pod's DELETE to its endpoint
@@ -273,7 +280,7 @@ fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -
         if enough && !matches!(window.basis, Basis::Measured | Basis::BeyondTopBucket) {
             window.basis = Basis::Measured;
         }
-        ObservedRemovals { window: o, sets_window }
+        ObservedRemovals { window: o, sets_window, by_data_plane: opts.observed_by_data_plane.clone() }
     });
     let mut facts = opts.facts.clone();
     // the flag; else the mode most nodes report; else the configured one (configz, the

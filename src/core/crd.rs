@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
     printcolumn = r#"{"name":"CPLagP99","type":"number","priority":1,"jsonPath":".status.measurement.controlPlaneLag.p99Seconds"}"#,
     printcolumn = r#"{"name":"ObservedP99","type":"number","priority":1,"jsonPath":".status.measurement.observedRemovals.p99Seconds"}"#,
     printcolumn = r#"{"name":"Covered","type":"number","priority":1,"jsonPath":".status.measurement.observedRemovals.coverageRatio"}"#,
+    printcolumn = r#"{"name":"DataPlanes","type":"string","priority":1,"jsonPath":".status.measurement.observedRemovals.dataPlanesSummary"}"#,
     printcolumn = r#"{"name":"ProxyMode","type":"string","priority":1,"jsonPath":".status.proxy.mode"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = "!has(self.spec.preStop) || self.spec.preStop.minSeconds <= self.spec.preStop.maxSeconds",
@@ -361,6 +362,38 @@ pub struct ObservedRemovalsStatus {
     /// The p99 set W (above the model's, or the model had none).
     #[serde(default)]
     pub sets_window: bool,
+    /// The same removals per data plane (iptables-nft, iptables-legacy, nftables, cilium), each
+    /// as its own nodes saw it: the slowest of them per removal. W takes the cluster's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data_planes: Vec<DataPlaneRemovalsStatus>,
+    /// `dataPlanes` in one line for `kubectl get -o wide`: `<data plane>=<p99>s/<removals>` each
+    /// (`>=` before a p99 that is a lower bound, `?` when none is known), space-separated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_planes_summary: Option<String>,
+}
+
+/// One data plane's observed removals.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataPlaneRemovalsStatus {
+    /// The data plane, as the node agents name it.
+    pub data_plane: String,
+    /// Its nodes (whose agents named it).
+    pub nodes: u32,
+    /// Removals its nodes observed.
+    pub removals: u32,
+    /// Of them, censored on one of its nodes.
+    #[serde(default)]
+    pub censored: u32,
+    /// Of them, bounded too coarsely to count in its p99.
+    #[serde(default)]
+    pub coarse: u32,
+    /// The p99 of its precise windows, seconds (a lower bound when `p99IsLowerBound`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_seconds: Option<f64>,
+    /// The p99's rank fell on a censored removal.
+    #[serde(default)]
+    pub p99_is_lower_bound: bool,
 }
 
 /// A pod whose sleep did not cover its observed window.

@@ -366,6 +366,28 @@ pub struct RemovalStore {
     /// The last summary and the closed removals it was made of (how many, the first's and the
     /// last's closing time): every policy's reconcile asks for it, and it changes only with them.
     cached: Option<((usize, f64, f64), RemovalSummary)>,
+    /// Each node's data plane, as its agent names it ([`DATA_PLANES`]; a node not named is in
+    /// no data plane's tally).
+    data_planes: BTreeMap<String, &'static str>,
+    /// Per data plane, (closed at, the removal as that data plane's nodes saw it: its slowest
+    /// of them), oldest first, each at most [`MAX_CLOSED_REMOVALS`].
+    closed_by_plane: BTreeMap<&'static str, VecDeque<(f64, Removal)>>,
+}
+
+/// The data planes an agent may name (its `dataPlane`): kube-proxy's iptables modes by backend,
+/// its nftables mode, and Cilium's eBPF load balancer. Anything else is no data plane.
+pub const DATA_PLANES: [&str; 4] = ["iptables-nft", "iptables-legacy", "nftables", "cilium"];
+
+/// The removals one data plane's nodes saw: each removal's window is the slowest of those nodes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DataPlaneSummary {
+    /// The data plane ([`DATA_PLANES`]).
+    pub data_plane: &'static str,
+    /// Its nodes (whose agents named it).
+    pub nodes: usize,
+    /// Their removals, summarised as the cluster's are ([`summarise`]).
+    pub summary: RemovalSummary,
 }
 
 /// One watch the agents are asked to keep: the Service port, the endpoint, how long to keep
@@ -457,6 +479,7 @@ impl RemovalStore {
             if self.closed.len() >= MAX_CLOSED_REMOVALS {
                 self.closed.pop_front();
             }
+            self.close_by_plane(now, &p, &nodes);
             let removal = Removal {
                 service: format!("{}/{}", p.service.namespace, p.service.name),
                 endpoint: p.endpoint.to_string(),
@@ -472,6 +495,59 @@ impl RemovalStore {
             self.names.clear();
         }
         done.len()
+    }
+
+    /// `node`'s agent reads data plane `name`; a name not in [`DATA_PLANES`] is ignored (the node
+    /// then counts in no data plane's tally). Bounded by the nodes that answer.
+    pub fn set_data_plane(&mut self, node: &str, name: &str) {
+        let Some(plane) = DATA_PLANES.iter().find(|p| **p == name) else { return };
+        if self.data_planes.get(node) != Some(plane) {
+            self.data_planes.insert(node.to_string(), plane);
+        }
+    }
+
+    /// Files the removal of `p` seen by `nodes` under each data plane of those nodes, as that
+    /// data plane's nodes alone saw it.
+    fn close_by_plane(&mut self, now: f64, p: &PendingRemoval, nodes: &[(String, NodeObservation)]) {
+        let mut by_plane: BTreeMap<&'static str, Vec<(String, NodeObservation)>> = BTreeMap::new();
+        for (n, o) in nodes {
+            if let Some(plane) = self.data_planes.get(n) {
+                by_plane.entry(plane).or_default().push((n.clone(), o.clone()));
+            }
+        }
+        for (plane, nodes) in by_plane {
+            let closed = self.closed_by_plane.entry(plane).or_default();
+            if closed.len() >= MAX_CLOSED_REMOVALS {
+                closed.pop_front();
+            }
+            let removal = Removal {
+                service: format!("{}/{}", p.service.namespace, p.service.name),
+                endpoint: p.endpoint.to_string(),
+                pod: p.pod.clone(),
+                deletion: p.deletion,
+                sleep_seconds: p.sleep_seconds,
+                nodes,
+            }
+            .compacted();
+            closed.push_back((now, removal));
+        }
+    }
+
+    /// Per data plane with removals closed within `window_seconds` before `now`: its nodes and
+    /// their removals summarised ([`summarise`]), in [`DATA_PLANES`]' order.
+    pub fn summary_by_data_plane(&self, now: f64, window_seconds: f64) -> Vec<DataPlaneSummary> {
+        DATA_PLANES
+            .iter()
+            .filter_map(|plane| {
+                let closed = self.closed_by_plane.get(plane)?;
+                let within: Vec<&Removal> = closed.iter().filter(|(at, _)| now - at <= window_seconds).map(|(_, r)| r).collect();
+                (!within.is_empty()).then(|| DataPlaneSummary {
+                    data_plane: plane,
+                    nodes: self.data_planes.values().filter(|p| *p == plane).count(),
+                    summary: summarise(within),
+                })
+            })
+            .collect()
     }
 
     /// The removals closed within `window_seconds` before `now`, summarised ([`summarise`]).
@@ -676,6 +752,33 @@ mod tests {
         s.report("b", &port("web"), "10.244.1.7".parse().unwrap(), NodeReport::Removed { last_with: Some(500.1), first_without: 500.3 });
         assert_eq!(s.close(500.4, &nodes), 1);
         assert_eq!(s.summary(500.4, 300.0).removals, 1);
+    }
+
+    #[test]
+    fn each_data_plane_is_summarised_from_its_own_nodes() {
+        let mut s = RemovalStore::default();
+        let nodes: BTreeSet<String> = ["a", "b", "c", "d"].iter().map(|n| n.to_string()).collect();
+        s.set_data_plane("a", "iptables-nft");
+        s.set_data_plane("b", "iptables-nft");
+        s.set_data_plane("c", "cilium");
+        s.set_data_plane("d", "ipvs-or-anything");
+        for (i, deletion) in [100.0, 200.0].into_iter().enumerate() {
+            let ip: IpAddr = format!("10.244.1.{i}").parse().unwrap();
+            s.open(pending(&ip.to_string(), deletion));
+            let at = |d: f64| NodeReport::Removed { last_with: Some(deletion + d - 0.05), first_without: deletion + d };
+            s.report("a", &port("web"), ip, at(0.9));
+            s.report("b", &port("web"), ip, at(1.4 + i as f64));
+            s.report("c", &port("web"), ip, at(0.3));
+            s.report("d", &port("web"), ip, at(5.0));
+        }
+        assert_eq!(s.close(300.0, &nodes), 2);
+        let planes = s.summary_by_data_plane(300.0, 600.0);
+        let got: Vec<(&str, usize, usize, Option<f64>)> = planes.iter().map(|p| (p.data_plane, p.nodes, p.summary.removals, p.summary.p99_seconds)).collect();
+        // iptables-nft: node b is the slower of its two (1.4 s, 2.4 s); cilium: node c alone;
+        // the node naming no known data plane is in no tally, but in the cluster's (5 s)
+        assert_eq!(got, [("iptables-nft", 2, 2, Some(2.4000000000000057)), ("cilium", 1, 2, Some(0.30000000000001137))]);
+        assert_eq!(s.summary(300.0, 600.0).p99_seconds, Some(5.0));
+        assert!(s.summary_by_data_plane(1000.0, 600.0).is_empty(), "outside the rolling window");
     }
 
     #[test]

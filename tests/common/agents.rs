@@ -2,7 +2,7 @@
 //! cluster runs kube-proxy there: a process inside each node's network namespace (`nsenter
 //! --net=/run/netns/<netns>`), listening on the node's address, reading that node's kube-proxy
 //! and its rules with the node's own `nft` and `iptables` (the xtables builds of
-//! `$ST_K8S_BIN/..`, as tests/common/rules.rs reads them). Mutual TLS from certificates made by
+//! `$ST_K8S_BIN/..`, as tests/common/rules.rs reads them), or a Cilium node's pinned maps. Mutual TLS from certificates made by
 //! the operator's own certificate code. Killed (by PID, each is this test's own child) on drop.
 
 use super::rules::{RealNode, k8s_dir, real_nodes};
@@ -197,6 +197,8 @@ impl Spawn {
             .args(["--tls-ca-file", ca, "--tls-cert-file", cert, "--tls-key-file", key])
             // the data plane from kube-proxy's /proxyMode and the iptables backend holding its chains
             .args(["--data-plane", "auto", "--node-name", &n.name])
+            // a Cilium node's maps (no kube-proxy answers there: auto reads Cilium's when pinned)
+            .args(n.bpf_root.iter().flat_map(|b| ["--cilium-bpf-root".to_string(), b.clone()]))
             .args(["--iptables-nft-binary", &format!("{k8s}/xtables-nft/iptables"), "--iptables-legacy-binary", &format!("{k8s}/xtables-legacy/iptables")])
             .env("RUST_LOG", "info,safe_termination=debug")
             .stdout(log.try_clone().unwrap())

@@ -408,3 +408,14 @@ pub fn sized_pre_stop(reason: &str, w: f64, p: &safe_termination::core::crd::Pre
     };
     matches!(reason, "Measured" | "LowSampleCount").then(|| size(w - 0.0005)..=size(w + 0.0005))
 }
+
+/// `kubectl args…` of the cluster (`$ST_K8S_BIN/kubectl`, `$KUBECONFIG`): its stdout, or its
+/// error as text (for printing what a user would see, e.g. `get tpol -o wide`).
+pub fn kubectl(args: &[&str]) -> String {
+    let bin = format!("{}/kubectl", std::env::var("ST_K8S_BIN").expect("ST_K8S_BIN: source $ST_E2E_DIR/env"));
+    match std::process::Command::new(&bin).args(args).output() {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => format!("{bin} {}: {}: {}", args.join(" "), o.status, String::from_utf8_lossy(&o.stderr).trim()),
+        Err(e) => format!("{bin}: {e}"),
+    }
+}

@@ -1,6 +1,7 @@
-//! kube-proxy's rules read inside a real node's network namespace (read only), for the ground
-//! truth of the propagation window (tests/e2e_deploy.rs, tests/e2e_window.rs); the real nodes
-//! of the cluster (also tests/e2e_operator_pods.rs).
+//! kube-proxy's rules read inside a real node's network namespace (read only), and a Cilium
+//! node's load-balancer maps read by Cilium's own `cilium-dbg`, for the ground truth of the
+//! propagation window (tests/e2e_deploy.rs, tests/e2e_window.rs); the real nodes of the cluster
+//! (also tests/e2e_operator_pods.rs).
 //!
 //! A read is a sample only when it succeeded: its command started, exited 0, and its output
 //! parsed (the Service's chain is there and every endpoint in it is an IP address). Anything else
@@ -19,17 +20,30 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// One real node of the cluster (from `$ST_CLUSTER_JSON`): name, netns, kube-proxy mode.
+/// One real node of the cluster (from `$ST_CLUSTER_JSON`): name, netns, data plane.
 #[derive(Clone, Debug)]
 pub struct RealNode {
     /// Node name.
     pub name: String,
     /// Its network namespace (under /run/netns).
     pub netns: String,
-    /// Its kube-proxy mode as cluster-up.sh names it (iptables-nft, nftables, ...).
+    /// Its kube-proxy mode as cluster-up.sh names it (iptables-nft, nftables, ...), or `cilium`
+    /// on a Cilium node (no kube-proxy).
     pub mode: String,
     /// Its node IP (kube-proxy's bind address, metrics on `:10249` unless rebound).
     pub ip: String,
+    /// A Cilium node's own bpffs (its load-balancer maps pinned under `tc/globals`).
+    pub bpf_root: Option<String>,
+    /// A Cilium node's cgroup2 sub-tree: socket LB load-balances connect() only for processes
+    /// in it (a load generator on the node must join it).
+    pub cgroup2: Option<String>,
+}
+
+impl RealNode {
+    /// Whether Cilium load-balances this node's Services.
+    pub fn is_cilium(&self) -> bool {
+        self.mode == "cilium"
+    }
 }
 
 /// The real nodes of `$ST_CLUSTER_JSON` (at least two).
@@ -42,11 +56,16 @@ pub fn real_nodes() -> Vec<RealNode> {
         .unwrap()
         .iter()
         .filter(|n| n["real"] == true)
-        .map(|n| RealNode {
-            name: n["name"].as_str().unwrap().into(),
-            netns: n["kube_proxy"]["netns"].as_str().unwrap().into(),
-            mode: n["kube_proxy"]["mode"].as_str().unwrap().into(),
-            ip: n["kube_proxy"]["ip"].as_str().unwrap().into(),
+        .map(|n| {
+            let (plane, mode) = if n["cilium"].is_object() { (&n["cilium"], "cilium") } else { (&n["kube_proxy"], n["kube_proxy"]["mode"].as_str().unwrap()) };
+            RealNode {
+                name: n["name"].as_str().unwrap().into(),
+                netns: plane["netns"].as_str().unwrap().into(),
+                mode: mode.into(),
+                ip: plane["ip"].as_str().unwrap().into(),
+                bpf_root: plane["bpf_root"].as_str().map(String::from),
+                cgroup2: plane["cgroup2"].as_str().map(String::from),
+            }
         })
         .collect();
     assert!(nodes.len() >= 2, "the experiment needs two real nodes (ST_REAL_NODES=1 e2e/cluster/cluster-up.sh): {path}");
@@ -86,6 +105,13 @@ impl std::error::Error for ReadError {}
 /// send new connections to. Read only: `iptables -S <KUBE-SVC chain>` and each of its KUBE-SEP
 /// chains (iptables modes) or `nft list chain ip kube-proxy <service chain>` (nftables: its dnat
 /// map of endpoints). The chain is looked up once, then listed alone (fast at scale).
+///
+/// On a Cilium node: `cilium-dbg bpf lb list --frontends` and `--backends` (Cilium's own reader
+/// of its maps, with the node's bpffs bound at /sys/fs/bpf in a mount namespace of the read's
+/// own), the "chain" being the Service's frontend `clusterIP:port/TCP` (from the API, once). A
+/// backend takes new connections while it is in one of its frontend's active slots, 1 to slot
+/// 0's count (`bpf/lib/lb.h`: the datapath picks `slot = random % count + 1`); the terminating
+/// backends after them are not counted.
 pub struct RuleReader {
     /// The node whose rules are read.
     pub node: RealNode,
@@ -104,6 +130,14 @@ pub struct RuleReader {
 impl RuleReader {
     /// A reader for Service `ns/web` (port `http`) on real node `node`.
     pub fn new(node: RealNode, ns: &str) -> RuleReader {
+        if let Some(bpffs) = node.bpf_root.clone() {
+            // both listings in one read, so they see the maps within ~0.1 s of each other
+            let script = format!(
+                "mount --bind {bpffs} /sys/fs/bpf && \"$0\" bpf lb list --frontends -o json && echo {CILIUM_SEPARATOR} && exec \"$0\" bpf lb list --backends -o json"
+            );
+            let prefix = vec!["unshare".to_string(), "-m".into(), "--propagation".into(), "private".into(), "sh".into(), "-c".into(), script];
+            return Self::with_command(node, ns, prefix, "");
+        }
         let prefix = vec!["nsenter".to_string(), format!("--net=/run/netns/{}", node.netns)];
         let iptables_dir = if node.mode == "nftables" {
             String::new()
@@ -159,6 +193,16 @@ impl RuleReader {
     }
 
     fn find_chain(&self) -> Result<String, ReadError> {
+        if self.node.is_cilium() {
+            let kubectl = format!("{}/bin/kubectl", k8s_dir());
+            let args = [kubectl.as_str(), "-n", &self.ns, "get", "service", "web", "-o", "jsonpath={.spec.clusterIP} {.spec.ports[?(@.name==\"http\")].port}"];
+            let out = Command::new(args[0]).args(&args[1..]).stdin(Stdio::null()).output().map_err(|e| self.error(&args, format!("cannot start: {e}")))?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            return match text.split_whitespace().collect::<Vec<_>>()[..] {
+                [ip, port] if out.status.success() && ip.parse::<IpAddr>().is_ok() && port.parse::<u16>().is_ok() => Ok(format!("{ip}:{port}/TCP")),
+                _ => Err(self.error(&args, format!("{}: no clusterIP and port http in {text:?}", out.status))),
+            };
+        }
         if self.node.mode == "nftables" {
             let args = ["nft", "list", "chains"];
             let text = self.run(&args)?;
@@ -192,6 +236,11 @@ impl RuleReader {
             self.chain = Some(self.find_chain()?);
         }
         let chain = self.chain.clone().unwrap();
+        if self.node.is_cilium() {
+            let dbg = cilium_dbg();
+            let text = self.run(&[&dbg])?;
+            return parse_cilium_lb(&text, &chain).map_err(|why| self.error(&[&dbg], format!("unparsable output: {why}")));
+        }
         if self.node.mode == "nftables" {
             let args = ["nft", "list", "chain", "ip", "kube-proxy", &chain];
             let text = self.run(&args)?;
@@ -218,6 +267,44 @@ impl RuleReader {
         }
         Ok(ips)
     }
+}
+
+/// What the Cilium read prints between `--frontends` and `--backends`.
+const CILIUM_SEPARATOR: &str = "----backends----";
+
+/// `cilium-dbg` of the cached Cilium build (e2e/toolchain/build-cilium.sh).
+pub fn cilium_dbg() -> String {
+    let cache = std::env::var("ST_CACHE_DIR").unwrap_or_else(|_| format!("{}/.cache/safe-termination", std::env::var("HOME").unwrap_or_default()));
+    format!("{cache}/cilium-v1.20.2/bin/cilium-dbg")
+}
+
+/// The backends in frontend `frontend`'s active slots (`10.96.1.2:80/TCP`), from `cilium-dbg bpf
+/// lb list --frontends -o json`, [`CILIUM_SEPARATOR`], then `--backends -o json`.
+///
+/// Shapes: frontends `{"<ip>:<port>/<proto> (<slot>)": ["<backend id> <count>[<qcount>] (<rev
+/// nat id>) [...]"]}`, slot 0 holding the counts and slot k>0 a backend id; backends `{"<id>":
+/// ["TCP://<ip>"]}`. Errors: the frontend's slot 0 missing (the Service not programmed: no
+/// sample), a slot in 1..count missing, an unknown backend id, or anything not in these shapes.
+pub fn parse_cilium_lb(text: &str, frontend: &str) -> Result<BTreeSet<String>, String> {
+    let (front, back) = text.split_once(CILIUM_SEPARATOR).ok_or("no backends listing")?;
+    let front: BTreeMap<String, Vec<String>> = serde_json::from_str(front).map_err(|e| format!("frontends: {e}"))?;
+    let back: BTreeMap<String, Vec<String>> = serde_json::from_str(back).map_err(|e| format!("backends: {e}"))?;
+    let slot = |k: u32| front.get(&format!("{frontend} ({k})")).and_then(|v| v.first()).map(|s| s.split_whitespace().collect::<Vec<_>>());
+    let master = slot(0).ok_or_else(|| format!("no slot 0 of {frontend}"))?;
+    let count: u32 = master
+        .get(1)
+        .and_then(|c| c.split_once('['))
+        .and_then(|(c, _)| c.parse().ok())
+        .ok_or_else(|| format!("slot 0 of {frontend} has no count: {master:?}"))?;
+    let mut ips = BTreeSet::new();
+    for k in 1..=count {
+        let id = slot(k).and_then(|f| f.first().map(|s| s.to_string())).ok_or_else(|| format!("slot {k} of {frontend} missing (count {count})"))?;
+        let addr = back.get(&id).and_then(|v| v.first()).ok_or_else(|| format!("backend {id} of {frontend} slot {k} not listed"))?;
+        let ip = addr.rsplit_once("://").map_or(addr.as_str(), |(_, ip)| ip);
+        ip.parse::<IpAddr>().map_err(|_| format!("backend {id}: {addr:?} is not an address"))?;
+        ips.insert(ip.to_string());
+    }
+    Ok(ips)
 }
 
 /// The KUBE-SEP chains `iptables -S <chain>` jumps to. The output must be that chain alone:

@@ -9,13 +9,13 @@ use safe_termination::core::exposition::{ACCEPT_PROTOBUF_FIRST, KubeProxyScrape,
 use safe_termination::core::model::{self, HistogramPreference, NodeInput, NodeWindow};
 use serde_json::{Value, json};
 
-/// One scrape of every real node's kube-proxy: (node, scrape). Panics when a node's network
-/// namespace is missing (its 10.x address would leave the machine) or its kube-proxy does not
-/// answer.
+/// One scrape of every real node's kube-proxy: (node, scrape); a Cilium node has none and is left
+/// out. Panics when a node's network namespace is missing (its 10.x address would leave the
+/// machine) or its kube-proxy does not answer.
 pub async fn scrape_real_nodes(nodes: &[RealNode]) -> Vec<(String, KubeProxyScrape)> {
     let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().unwrap();
     let mut out = Vec::new();
-    for n in nodes {
+    for n in nodes.iter().filter(|n| !n.is_cilium()) {
         assert!(std::path::Path::new(&format!("/run/netns/{}", n.netns)).exists(), "{}: network namespace {} is missing", n.name, n.netns);
         let url = format!("http://{}:10249/metrics", n.ip);
         let resp = client.get(&url).header("Accept", ACCEPT_PROTOBUF_FIRST).send().await.unwrap_or_else(|e| panic!("{url}: {e}"));
