@@ -397,6 +397,7 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
             kubernetes_version: args.kubernetes_version.as_deref().and_then(parse_version),
             conntrack_usage_ratio: args.conntrack_usage,
             other_modes: Vec::new(),
+            observed_p99_by_data_plane: Vec::new(),
         },
         thresholds: Thresholds {
             sync_slow_seconds: args.sync_slow_seconds,

@@ -120,6 +120,10 @@ pub struct ClusterFacts {
     /// conntrack entries / limit on the worst node, 0..1: given to `analyze` only
     /// (`--conntrack-usage`); None in the operator, which does not measure it.
     pub conntrack_usage_ratio: Option<f64>,
+    /// The observed removals' p99 per data plane (`iptables-nft`, `nftables`, `cilium`, ...),
+    /// seconds, from the node agents (empty without them): the eBPF advice quotes them, so it
+    /// rests on the windows this cluster's own data planes showed.
+    pub observed_p99_by_data_plane: Vec<(String, f64)>,
 }
 
 /// Parses `v1.29.0`, `1.33`, `v1.35.2-eks-1234` into `(major, minor)`.
@@ -312,11 +316,18 @@ fn ebpf_migration(facts: &ClusterFacts, t: &Thresholds) -> Option<Advice> {
     } else {
         format!("conntrack table {:.0}% full", facts.conntrack_usage_ratio.unwrap_or(0.0) * 100.0)
     };
+    // what this cluster's own data planes showed, when the agents observed them
+    let observed = if facts.observed_p99_by_data_plane.is_empty() {
+        String::new()
+    } else {
+        let each: Vec<String> = facts.observed_p99_by_data_plane.iter().map(|(plane, p99)| format!("{plane} {p99:.3} s")).collect();
+        format!(" (observed removals here, p99: {})", each.join(", "))
+    };
     Some(item(
         AdviceReason::MigrateProxyMode,
         Severity::Warning,
         format!(
-            "{why}: consider an eBPF dataplane (Cilium or Calico eBPF kube-proxy replacement); it replaces kube-proxy and, in practice, the CNI, so plan it as a network migration"
+            "{why}: consider an eBPF dataplane (Cilium or Calico eBPF kube-proxy replacement){observed}; it replaces kube-proxy and, in practice, the CNI, so plan it as a network migration"
         ),
         match facts.conntrack_usage_ratio {
             Some(_) => format!(">= {} Services or conntrack usage >= {:.0}%", t.ebpf_services, t.conntrack_usage_ratio * 100.0),
@@ -456,6 +467,10 @@ fn the_ebpf_threshold_names_conntrack_only_when_it_is_known() {
     assert_eq!(threshold, ">= 8000 Services or conntrack usage >= 80%");
     assert!(message.starts_with("conntrack table 90% full: "), "{message}");
     assert_eq!(ebpf(&ClusterFacts { mode: ProxyMode::Nftables, services: Some(100), ..Default::default() }), None);
+    // with the agents' observations: the windows of the cluster's own data planes, quoted
+    let observed = ClusterFacts { observed_p99_by_data_plane: vec![("iptables-nft".into(), 1.286), ("cilium".into(), 1.1724)], ..operator.clone() };
+    let (message, _) = ebpf(&observed).expect("eBPF advice at 9,000 Services");
+    assert!(message.contains("(observed removals here, p99: iptables-nft 1.286 s, cilium 1.172 s);"), "{message}");
 }
 
 #[test]
