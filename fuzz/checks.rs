@@ -582,7 +582,7 @@ pub fn agent_answer(data: &[u8]) {
             assert_eq!(mode, header_mode);
             let _ = parse_scrape(&scrape.bytes, scrape.content_type.as_deref());
         }
-        Err((reason, message)) => {
+        Err(safe_termination::sources::agent_client::AgentFailure { reason, message }) => {
             assert!(!status.is_success() || unreadable, "{status}: {reason} {message}");
             assert!(known.contains(&reason.as_str()), "reason {reason}");
             assert!(message.starts_with(what), "{message}");

@@ -512,7 +512,8 @@ async fn the_agent_observes_an_endpoint_leave_its_nodes_rules() {
     let too_many =
         ObserveRequest { watches: vec![watch("10.244.9.9"); safe_termination::agent_contract::observer::MAX_WATCHES + 1], set_id: None, same_set: false };
     let refused = observe_agent(&client, &target, &too_many).await.unwrap_err();
-    assert!(refused.contains("413") && refused.contains("at most 10000"), "{refused}");
+    let safe_termination::sources::agent_client::ObserveError::Status { status, body, .. } = &refused else { panic!("{refused:?}") };
+    assert_eq!((status.as_u16(), body.as_str()), (413, "observe request out of bounds: 10001 watches: at most 10000"), "{refused}");
     agent.stop().await;
 }
 

@@ -514,6 +514,60 @@ fn flags_feed_the_advisor_and_the_model() {
     assert!(m["message"].as_str().unwrap().contains("1.31, where nftables is beta"), "{m}");
 }
 
+/// kubeadm's `config.conf` before 1.37 (tests/data/SOURCES.md): `mode: ""`, every duration `0s`.
+const KUBEADM_CONFIG: &str = "tests/data/kube-proxy-config/kubeadm-1.31-config.conf";
+
+/// The text of the advice for a mode left to kube-proxy's default, on the v1.29 scrape (its
+/// `kubernetes_build_info` says 1.29, hence the last sentence).
+const DEFAULTED_ADVICE: &str = "- ProxyModeDefaulted [Info] (mode empty in kube-proxy's configuration, Kubernetes < 1.40): kube-proxy's configuration leaves `mode` empty, so kube-proxy runs its default, iptables; from Kubernetes 1.40 the default is nftables (KEP-5343), so these nodes change mode at that upgrade unless `mode` is set (kube-proxy 1.37+ warns at start, event KubeProxyDefaultMode). Set `mode` explicitly: `mode: nftables`, the migration target (nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node)), or `mode: iptables` to keep today's mode through the upgrade. Not `mode: ipvs`: deprecated since 1.35, 1.40 turns it off by default (kube-proxy then exits in ipvs mode unless the KubeProxyIPVS feature gate is enabled) and 1.43 removes it (KEP-5495). This cluster runs 1.29, where nftables is alpha: upgrade to 1.33+ first.";
+
+/// A saved `config.conf` that leaves `mode` empty: `analyze` prints the advice to set it, and
+/// takes the file's minSyncPeriod (0s, kube-proxy's 1 s) with the file named as its source.
+#[test]
+fn a_kube_proxy_config_with_an_empty_mode_gets_the_advice_to_set_it() {
+    let r = run(&["analyze", "--kube-proxy-config", KUBEADM_CONFIG, V1_29]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.lines().any(|l| l == DEFAULTED_ADVICE), "{}", r.stdout);
+    assert!(r.stdout.contains(&format!("minSyncPeriod 1s [KubeProxyConfiguration {KUBEADM_CONFIG}]")), "{}", r.stdout);
+    let doc = json(&["--kube-proxy-config", KUBEADM_CONFIG, V1_29]);
+    let a = doc["advice"].as_array().unwrap().iter().find(|a| a["reason"] == "ProxyModeDefaulted").expect("the advice");
+    assert_eq!((a["severity"].as_str(), a["to"].as_str()), (Some("Info"), Some("nftables")));
+    assert_eq!(doc["minSyncPeriodSource"], format!("KubeProxyConfiguration {KUBEADM_CONFIG}"));
+    approx(f(&doc["minSyncPeriodSeconds"]), 1.0);
+}
+
+/// The same file with `mode: iptables` (what kubeadm 1.37 writes), and a saved `/configz` (whose
+/// mode kube-proxy has already defaulted, so it cannot say): no such advice.
+#[test]
+fn a_kube_proxy_config_that_sets_the_mode_or_a_configz_gets_no_such_advice() {
+    let dir = tmp();
+    let kubeadm = std::fs::read_to_string(KUBEADM_CONFIG).unwrap();
+    assert_eq!(kubeadm.matches("\nmode: \"\"\n").count(), 1);
+    let explicit = write(dir.path(), "config.conf", &kubeadm.replace("\nmode: \"\"\n", "\nmode: iptables\n"));
+    let configz = write(
+        dir.path(),
+        "configz.json",
+        r#"{"kubeproxy.config.k8s.io":{"Mode":"iptables","MetricsBindAddress":"0.0.0.0:10249","SyncPeriod":"30s","MinSyncPeriod":"2s","ConfigSyncPeriod":"15m0s"}}"#,
+    );
+    for file in [&explicit, &configz] {
+        let r = run(&["analyze", "--kube-proxy-config", file.to_str().unwrap(), V1_29]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert!(!r.stdout.contains("ProxyModeDefaulted"), "{}", r.stdout);
+        assert!(!r.stdout.contains("mode` empty"), "{}", r.stdout);
+    }
+    let doc = json(&["--kube-proxy-config", configz.to_str().unwrap(), V1_29]);
+    assert_eq!(doc["minSyncPeriodSource"], format!("configz {}", configz.display()));
+    approx(f(&doc["minSyncPeriodSeconds"]), 2.0);
+    // --min-sync-period-seconds still wins over the file's
+    let doc = json(&["--kube-proxy-config", configz.to_str().unwrap(), "--min-sync-period-seconds", "3", V1_29]);
+    assert_eq!((doc["minSyncPeriodSource"].as_str(), doc["minSyncPeriodSeconds"].as_f64()), (Some("flag"), Some(3.0)));
+    // a file that is neither form: exit 1 naming it and the field
+    let bad = write(dir.path(), "bad.conf", "mode: userspace\n");
+    let r = run(&["analyze", "--kube-proxy-config", bad.to_str().unwrap(), V1_29]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains(&format!("{}: mode \"userspace\" is not iptables, ipvs, nftables or kernelspace", bad.display())), "{}", r.stderr);
+}
+
 // ---------------------------------------------------------------------------------------------
 // --policy and the examples in config/
 

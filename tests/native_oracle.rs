@@ -1,4 +1,4 @@
-//! The native-histogram maths (`src/core/exposition/native.rs`) against Prometheus 3.16 itself: the
+//! The native-histogram maths (`src/core/exposition/native/`) against Prometheus 3.16 itself: the
 //! answers in `tests/data/native-oracle.json` were computed by Prometheus' own Go code
 //! (`promql.HistogramQuantile`, `FloatHistogram.Add`, `DetectReset`, `Sub`, `CopyToSchema`) on
 //! random native histograms, by `e2e/toolchain/native-oracle` (its `main.go` says how to run it).

@@ -1,4 +1,4 @@
-//! Property tests of the native-histogram maths of `src/core/exposition/native.rs` (`quantile`,
+//! Property tests of the native-histogram maths of `src/core/exposition/native/` (`quantile`,
 //! `reduce_to_schema`, `add`, `delta_since`) against
 //!
 //! - an independent reference written in this file from the Prometheus 3.16 source
@@ -6,7 +6,7 @@
 //!   `model/histogram/float_histogram.go` (bucket iterators, `Add`/`Sub`, `DetectReset`,
 //!   `zeroCountForLargerThreshold`, `reconcileZeroBuckets`, `trimBucketsInZeroBucket`, `targetIdx`,
 //!   `addBuckets`), `model/histogram/generic.go` (`getBoundExponential`, `reduceResolution`) and
-//!   `promql/functions.go` (`histogramRate`, `funcResets`). It does not read native.rs. It works on
+//!   `promql/functions.go` (`histogramRate`, `funcResets`). It does not read src/core/exposition/native/. It works on
 //!   explicit lists: the quantile is a linear scan over (lower, upper, count) rows built from the
 //!   bucket boundaries; schema reduction, zero-bucket widening and bucket addition are done on
 //!   sorted (index, count) pairs instead of Prometheus' span walkers. The arithmetic (the boundary
@@ -20,7 +20,7 @@
 //!   without promtool they fail loudly (tests/common/tools.rs `bin_dir`), they never pass by
 //!   skipping.
 //!
-//! The tests calling the four methods of native.rs panic (`unimplemented!`) until the
+//! The tests calling the four methods of the native module panic (`unimplemented!`) until the
 //! implementation lands; the reference's tests and the promtool-against-reference tests do not.
 
 // float_cmp: bit-exact comparisons are the point; approx_constant: the Prometheus test table's
@@ -646,7 +646,7 @@ mod reference {
 use reference::H;
 
 /// Spans and counts of sorted (index, count) pairs: the first span's offset is the absolute
-/// index, later offsets the gaps (the exposition's encoding, native.rs module docs).
+/// index, later offsets the gaps (the exposition's encoding, the native module's docs).
 fn spans(buckets: &[(i32, f64)]) -> (Vec<Span>, Vec<f64>) {
     let mut spans: Vec<Span> = Vec::new();
     let mut next = 0i32;
@@ -1248,7 +1248,7 @@ proptest! {
     }
 }
 
-// the code under test against the reference (panics until native.rs implements the methods)
+// the code under test against the reference (panics until the native module implements the methods)
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
@@ -1309,7 +1309,7 @@ proptest! {
     fn add_matches_the_reference(a in histogram(), b in histogram()) {
         // not where Prometheus' `+` counts observations twice (differing schemas and zero
         // thresholds, see prometheus_add_is_not_commutative_across_schemas_and_thresholds):
-        // native.rs counts them once, a documented difference kube-proxy's series never reach
+        // the native module counts them once, a documented difference kube-proxy's series never reach
         prop_assume!(consistent(&reference::add(&a, &b)));
         let (na, nb) = (native(&a), native(&b));
         let ab = from_native(&na.add(&nb));
@@ -1661,7 +1661,7 @@ struct Ops<'a> {
 }
 
 fn operations_oracle(ops: &Ops) {
-    // not the pairs where Prometheus' `+` counts observations twice (native.rs counts them
+    // not the pairs where Prometheus' `+` counts observations twice (the native module counts them
     // once: add_matches_the_reference)
     let pairs: Vec<_> = oracle_pairs(120).into_iter().filter(|(a, b)| consistent(&reference::add(a, b))).collect();
     let mut series = Vec::new();

@@ -19,7 +19,7 @@ use safe_termination::core::analysis::{AnalysisOptions, AnalysisReport, analyze}
 use safe_termination::core::crd::TerminationPolicySpec;
 use safe_termination::core::measure::MeasurementStore;
 use safe_termination::core::model::{Basis, Interval, ProxyMode};
-use safe_termination::core::proxyconfig::ResolvedProxyConfig;
+use safe_termination::core::proxyconfig::{ModeOrigin, ResolvedProxyConfig};
 use safe_termination::sources::fetch::http_client;
 use safe_termination::sources::prometheus::{PrometheusError, PrometheusLoop, PrometheusSource, Queries};
 use safe_termination::sources::proxy_config::{fetch_configz, read_proxy_configmap, resolve_proxy_config};
@@ -562,8 +562,12 @@ async fn no_kube_proxy_and_a_running_cilium_agent_is_an_ebpf_dataplane() {
 /// EKS's `kube-proxy-config` ConfigMap, key `config` (as in proxyconfig's unit tests).
 const EKS_CONFIG: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nbindAddress: 0.0.0.0\niptables:\n  masqueradeAll: false\n  masqueradeBit: 14\n  minSyncPeriod: 0s\n  syncPeriod: 30s\nmetricsBindAddress: 0.0.0.0:10249\nmode: \"iptables\"\n";
 
+/// kubeadm's `kube-proxy` ConfigMap before 1.37 (`mode: ""`), key `config.conf`.
+const KUBEADM_CONFIG: &str = include_str!("data/kube-proxy-config/kubeadm-1.31-config.conf");
+
 /// A fake API server for kube-system: a kube-proxy PodList, no `kube-proxy` ConfigMap (404),
-/// and EKS's `kube-proxy-config`. Records every `path?query`.
+/// and EKS's `kube-proxy-config`; namespace `kubeadm-1-31` holds kubeadm's `kube-proxy`
+/// ConfigMap. Records every `path?query`.
 fn fake_api() -> (kube::Client, Arc<Mutex<Vec<String>>>) {
     use http::{Request, Response};
     use kube::client::Body;
@@ -606,6 +610,11 @@ fn fake_api() -> (kube::Client, Arc<Mutex<Vec<String>>>) {
                     )
                 }
                 "/api/v1/pods" => (200, serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": []})),
+                "/api/v1/namespaces/kubeadm-1-31/configmaps/kube-proxy" => (
+                    200,
+                    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "kube-proxy", "namespace": "kubeadm-1-31"}, "data": {"config.conf": KUBEADM_CONFIG}}),
+                ),
                 "/api/v1/namespaces/kube-system/configmaps/kube-proxy-config" => (
                     200,
                     serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -634,6 +643,35 @@ async fn discovery_lists_kube_proxy_pods_by_selector() {
 
     let source = TargetSource::Kube { client, discovery: Discovery { port: 9999, ..Discovery::default() } };
     assert_eq!(source.targets().await.unwrap()[0].base_url, "http://10.0.0.1:9999");
+}
+
+/// `/configz` holds the mode kube-proxy runs, already defaulted: the ConfigMap says whether it
+/// was set, when it names the same mode; otherwise the origin stays unknown, without a note.
+#[tokio::test]
+async fn the_configmap_says_whether_the_mode_configz_reports_was_set() {
+    let (kube_client, _) = fake_api();
+    const IPTABLES: &str = r#"{"kubeproxy.config.k8s.io":{"Mode":"iptables","SyncPeriod":"30s","MinSyncPeriod":"1s"}}"#;
+    const NFTABLES: &str = r#"{"kubeproxy.config.k8s.io":{"Mode":"nftables","SyncPeriod":"30s","MinSyncPeriod":"1s"}}"#;
+    let iptables = kube_proxy("node-a", &FakeKubeProxy::text(V1_29).with_configz(IPTABLES)).await;
+    let nftables = kube_proxy("node-b", &FakeKubeProxy::text(V1_29).with_configz(NFTABLES)).await;
+    let c = client();
+    let resolve = |target: Target, namespace: &'static str| {
+        let (c, kube_client) = (c.clone(), kube_client.clone());
+        async move {
+            let discovery = Discovery { namespace: namespace.into(), ..Discovery::default() };
+            resolve_proxy_config(&c, &[target], Some((&kube_client, &discovery)), Duration::from_secs(2)).await
+        }
+    };
+    let origin = |r: &ResolvedProxyConfig| (r.source.clone(), r.config.as_ref().map(|c| c.mode_origin), r.notes.clone());
+    // EKS's ConfigMap sets `mode: "iptables"`; kubeadm's before 1.37 leaves it empty
+    assert_eq!(origin(&resolve(iptables.clone(), "kube-system").await), ("configz node-a".into(), Some(ModeOrigin::Explicit), vec![]));
+    assert_eq!(origin(&resolve(iptables.clone(), "kubeadm-1-31").await), ("configz node-a".into(), Some(ModeOrigin::Defaulted), vec![]));
+    // a ConfigMap naming another mode than kube-proxy runs says nothing of it; nor does none
+    assert_eq!(origin(&resolve(nftables, "kube-system").await), ("configz node-b".into(), Some(ModeOrigin::Unknown), vec![]));
+    assert_eq!(origin(&resolve(iptables, "elsewhere").await), ("configz node-a".into(), Some(ModeOrigin::Unknown), vec![]));
+    // without a client, /configz alone
+    let alone = resolve_proxy_config(&c, &[kube_proxy("node-c", &FakeKubeProxy::text(V1_29).with_configz(IPTABLES)).await], None, Duration::from_secs(2)).await;
+    assert_eq!(alone.config.map(|c| c.mode_origin), Some(ModeOrigin::Unknown));
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@
 
 use super::observer::watch::Observer;
 use super::upstream::{Answer, KubeProxy};
-use crate::agent_contract::observer::{AnswerMark, MAX_REQUEST_BYTES, MAX_WATCHES, ObserveRequest, REMOVALS_PATH};
+use crate::agent_contract::observer::{AnswerMark, MAX_REQUEST_BYTES, ObserveRequest, REMOVALS_PATH, RequestError};
 use crate::agent_contract::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
 use crate::agent_contract::tls::AgentTls;
 use crate::core::exposition::accepts_protobuf;
@@ -88,7 +88,7 @@ fn removals(observer: &Observer, query: Option<&str>, body: &[u8]) -> Response {
         Err(e) => return (StatusCode::BAD_REQUEST, format!("not an observe request: {e}\n")).into_response(),
     };
     if let Err(e) = request.check() {
-        let status = if request.watches.len() > MAX_WATCHES { StatusCode::PAYLOAD_TOO_LARGE } else { StatusCode::BAD_REQUEST };
+        let status = if matches!(e, RequestError::TooManyWatches { .. }) { StatusCode::PAYLOAD_TOO_LARGE } else { StatusCode::BAD_REQUEST };
         return (status, format!("observe request out of bounds: {e}\n")).into_response();
     }
     axum::Json(observer.observe(&request, since)).into_response()

@@ -182,24 +182,55 @@ fn yes() -> bool {
     true
 }
 
+/// Why an observe request is out of bounds: the first offending field, named as on the wire.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RequestError {
+    /// More than [`MAX_WATCHES`] watches.
+    #[error("{count} watches: at most {max}", max = MAX_WATCHES)]
+    TooManyWatches {
+        /// The watches sent.
+        count: usize,
+    },
+    /// `sameSet` without a `setId`, or with watches.
+    #[error("sameSet needs a setId and no watches")]
+    SameSetWithoutSet,
+    /// A watch's `remainingSeconds` not finite or outside 0 to [`MAX_REMAINING_SECONDS`].
+    #[error("watches[{index}].remainingSeconds {value}: expected 0 to {max}", max = MAX_REMAINING_SECONDS)]
+    RemainingSeconds {
+        /// The watch's 0-based index.
+        index: usize,
+        /// The value sent, seconds.
+        value: f64,
+    },
+    /// A watch's `deletionAgeSeconds` not finite or outside 0 to [`MAX_REMAINING_SECONDS`].
+    #[error("watches[{index}].deletionAgeSeconds {value}: expected 0 to {max}", max = MAX_REMAINING_SECONDS)]
+    DeletionAge {
+        /// The watch's 0-based index.
+        index: usize,
+        /// The value sent, seconds.
+        value: f64,
+    },
+}
+
 impl ObserveRequest {
     /// Checks the bounds: at most [`MAX_WATCHES`] watches, each keeping a finite, non-negative
-    /// time of at most [`MAX_REMAINING_SECONDS`], and a deletion age, if any, in the same range. The error names the first offending watch.
-    pub fn check(&self) -> Result<(), String> {
+    /// time of at most [`MAX_REMAINING_SECONDS`], and a deletion age, if any, in the same range.
+    ///
+    /// Errors: the first offending field ([`RequestError`]).
+    pub fn check(&self) -> Result<(), RequestError> {
         if self.watches.len() > MAX_WATCHES {
-            return Err(format!("{} watches: at most {MAX_WATCHES}", self.watches.len()));
+            return Err(RequestError::TooManyWatches { count: self.watches.len() });
         }
         if self.same_set && (self.set_id.is_none() || !self.watches.is_empty()) {
-            return Err("sameSet needs a setId and no watches".into());
+            return Err(RequestError::SameSetWithoutSet);
         }
-        for (i, w) in self.watches.iter().enumerate() {
-            if !w.remaining_seconds.is_finite() || !(0.0..=MAX_REMAINING_SECONDS).contains(&w.remaining_seconds) {
-                return Err(format!("watches[{i}].remainingSeconds {}: expected 0 to {MAX_REMAINING_SECONDS}", w.remaining_seconds));
+        let in_range = |s: f64| s.is_finite() && (0.0..=MAX_REMAINING_SECONDS).contains(&s);
+        for (index, w) in self.watches.iter().enumerate() {
+            if !in_range(w.remaining_seconds) {
+                return Err(RequestError::RemainingSeconds { index, value: w.remaining_seconds });
             }
-            if let Some(age) = w.deletion_age_seconds
-                && (!age.is_finite() || !(0.0..=MAX_REMAINING_SECONDS).contains(&age))
-            {
-                return Err(format!("watches[{i}].deletionAgeSeconds {age}: expected 0 to {MAX_REMAINING_SECONDS}"));
+            if let Some(value) = w.deletion_age_seconds.filter(|age| !in_range(*age)) {
+                return Err(RequestError::DeletionAge { index, value });
             }
         }
         Ok(())
@@ -229,14 +260,20 @@ mod tests {
     fn a_request_out_of_bounds_is_refused_by_name() {
         let mut req: ObserveRequest = serde_json::from_str(REQUEST).unwrap();
         req.watches[0].remaining_seconds = f64::INFINITY;
-        assert!(req.check().unwrap_err().contains("watches[0].remainingSeconds"));
+        let e = req.check().unwrap_err();
+        assert_eq!(e, RequestError::RemainingSeconds { index: 0, value: f64::INFINITY });
+        assert_eq!(e.to_string(), "watches[0].remainingSeconds inf: expected 0 to 3600");
         req.watches = vec![req.watches[0].clone(); MAX_WATCHES + 1];
         req.watches[0].remaining_seconds = 1.0;
-        assert!(req.check().unwrap_err().contains("at most 10000"));
+        let e = req.check().unwrap_err();
+        assert_eq!(e, RequestError::TooManyWatches { count: 10_001 });
+        assert_eq!(e.to_string(), "10001 watches: at most 10000");
         assert!(serde_json::from_str::<ObserveRequest>(r#"{"watches":[],"extra":1}"#).is_err(), "unknown fields are refused");
         req.watches.truncate(1);
         req.watches[0].deletion_age_seconds = Some(-0.1);
-        assert!(req.check().unwrap_err().contains("watches[0].deletionAgeSeconds -0.1"));
+        let e = req.check().unwrap_err();
+        assert_eq!(e, RequestError::DeletionAge { index: 0, value: -0.1 });
+        assert_eq!(e.to_string(), "watches[0].deletionAgeSeconds -0.1: expected 0 to 3600");
     }
 
     #[test]
@@ -250,7 +287,8 @@ mod tests {
         poll.check().unwrap();
         assert_eq!(serde_json::to_string(&poll).unwrap(), r#"{"watches":[],"setId":7,"sameSet":true}"#);
         let bad = ObserveRequest { same_set: true, ..req.clone() };
-        assert!(bad.check().unwrap_err().contains("sameSet needs a setId and no watches"));
+        assert_eq!(bad.check().unwrap_err(), RequestError::SameSetWithoutSet);
+        assert_eq!(RequestError::SameSetWithoutSet.to_string(), "sameSet needs a setId and no watches");
         assert_eq!(AnswerMark::from_query("42.9"), Some(AnswerMark { epoch: 42, generation: 9 }));
         assert_eq!(AnswerMark { epoch: 42, generation: 9 }.to_query(), "42.9");
         for bad in ["42", "42.", ".9", "x.9", "42.9.1", "-1.2"] {

@@ -194,8 +194,10 @@ fn reader_source(args: &AgentArgs, kube_proxy: std::sync::Arc<KubeProxy>) -> Rea
             None => {
                 let k = kube_proxy.clone();
                 match tokio::runtime::Handle::current().block_on(async move { k.proxy_mode().await }) {
-                    Ok(mode) => plane_of_mode(&String::from_utf8_lossy(&mode.body), &binaries, &Processes)?,
-                    Err(e) if e.reason == crate::core::measure::reason::CONNECTION_REFUSED => plane_without_kube_proxy(&e.message, &bpf_root)?,
+                    Ok(mode) => plane_of_mode(&String::from_utf8_lossy(&mode.body), &binaries, &Processes).map_err(|e| e.to_string())?,
+                    Err(e) if e.reason == crate::core::measure::reason::CONNECTION_REFUSED => {
+                        plane_without_kube_proxy(&e.message, &bpf_root).map_err(|e| e.to_string())?
+                    }
                     Err(e) => return Err(e.message),
                 }
             }

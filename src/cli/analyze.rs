@@ -6,6 +6,7 @@ use crate::core::advisor::{ClusterFacts, Thresholds, parse_version};
 use crate::core::analysis::{AnalysisOptions, AnalysisReport, DEFAULT_MIN_SYNC_PERIOD_SECONDS, analyze};
 use crate::core::exposition::{Format, accept_header};
 use crate::core::model::{Basis, NodeInput, ProxyMode};
+use crate::core::proxyconfig::{self, ConfigForm, ProxyConfig};
 use crate::sources;
 use std::fmt::Write as _;
 use std::io::Write;
@@ -48,7 +49,13 @@ pub struct AnalyzeArgs {
     /// Kubernetes version (e.g. v1.33.2 or 1.33); defaults to kube-proxy's kubernetes_build_info.
     #[arg(long, value_parser = parse_kubernetes_version)]
     pub kubernetes_version: Option<String>,
-    /// kube-proxy minSyncPeriod in seconds, 0 to 300 [default: 1, kube-proxy's iptables default].
+    /// kube-proxy's configuration, saved: the kube-proxy ConfigMap's `config.conf` (a
+    /// KubeProxyConfiguration, YAML or JSON) or a `/configz` body. Gives minSyncPeriod (unless
+    /// --min-sync-period-seconds), the mode of a node that reports none, and whether `mode` is
+    /// set or left to kube-proxy's default (advice ProxyModeDefaulted).
+    #[arg(long, value_name = "FILE")]
+    pub kube_proxy_config: Option<String>,
+    /// kube-proxy minSyncPeriod in seconds, 0 to 300 [default: 1, kube-proxy's iptables default, or the --kube-proxy-config's].
     #[arg(long, allow_negative_numbers = true, value_parser = number_in(0.0, 300.0, false, "a number of seconds"))]
     pub min_sync_period_seconds: Option<f64>,
     /// conntrack entries / nf_conntrack_max on the worst node (0 to 1), if known.
@@ -370,19 +377,27 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
         };
         target.earlier = Some(load(&src, &client, args.max_body_bytes, args.format).await?.0);
     }
+    let config = args.kube_proxy_config.as_deref().map(read_kube_proxy_config).transpose()?;
+    let (min_sync_period_seconds, min_sync_period_source) = match (args.min_sync_period_seconds, &config) {
+        (Some(flag), _) => (flag, "flag".to_string()),
+        (None, Some((source, c))) => (c.min_sync_period_seconds, source.clone()),
+        (None, None) => (DEFAULT_MIN_SYNC_PERIOD_SECONDS, "default".to_string()),
+    };
     let opts = AnalysisOptions {
-        min_sync_period_seconds: args.min_sync_period_seconds.unwrap_or(DEFAULT_MIN_SYNC_PERIOD_SECONDS),
-        min_sync_period_source: if args.min_sync_period_seconds.is_some() { "flag" } else { "default" }.into(),
+        min_sync_period_seconds,
+        min_sync_period_source,
         mode: args.mode,
-        configured_mode: None,
+        configured_mode: config.as_ref().map(|(_, c)| c.mode),
         facts: ClusterFacts {
             mode: ProxyMode::Unknown,
+            mode_origin: config.as_ref().map(|(_, c)| c.mode_origin),
             services: args.services,
             service_ports: args.service_ports,
             endpoints: args.endpoints,
             kubernetes_version: args.kubernetes_version.as_deref().and_then(parse_version),
             conntrack_usage_ratio: args.conntrack_usage,
             other_modes: Vec::new(),
+            observed_p99_by_data_plane: Vec::new(),
         },
         thresholds: Thresholds {
             sync_slow_seconds: args.sync_slow_seconds,
@@ -407,6 +422,19 @@ pub async fn run(args: &AnalyzeArgs) -> Result<String, Error> {
         OutputFormat::Yaml => serde_saphyr::to_string(&report).unwrap_or_default(),
         OutputFormat::Text => crate::cli::printable(render_text(&report)),
     })
+}
+
+/// `--kube-proxy-config FILE` read ([`proxyconfig::parse_saved_config`]), with the source the
+/// report names (`configz FILE` or `KubeProxyConfiguration FILE`). Errors: the file cannot be
+/// read or is neither form (exit 1).
+fn read_kube_proxy_config(path: &str) -> Result<(String, ProxyConfig), Error> {
+    let text = sources::read_file(path).map_err(|e| Error::Input(e.to_string()))?;
+    let config = proxyconfig::parse_saved_config(&text).map_err(|e| Error::Input(format!("{path}: {e}")))?;
+    let form = match config.form {
+        ConfigForm::Configz => "configz",
+        ConfigForm::File => "KubeProxyConfiguration",
+    };
+    Ok((format!("{form} {path}"), config))
 }
 
 fn secs(v: Option<f64>) -> String {

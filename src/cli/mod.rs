@@ -159,7 +159,7 @@ pub fn policy_spec_of(value: &serde_json::Value, path: &str) -> Result<Terminati
         let at = if field == "." { "spec".to_string() } else { format!("spec.{field}") };
         Error::Input(format!("{path}: invalid spec: {at}: {}", e.inner()))
     })?;
-    spec.validate().map_err(|errs| Error::Input(format!("{path}: {}", errs.join("; "))))?;
+    spec.validate().map_err(|errs| Error::Input(format!("{path}: {errs}")))?;
     Ok(spec)
 }
 

@@ -198,7 +198,7 @@ async fn ask_agents(
     let client = match agents.client() {
         Ok(c) => c,
         Err(e) => {
-            warnings.warn("client certificate", &e);
+            warnings.warn("client certificate", &e.to_string());
             return answering;
         }
     };
@@ -215,7 +215,7 @@ async fn ask_agents(
             let (client, (body, since)) = (client.clone(), requests.for_agent(states.get(&t.node)));
             async move {
                 let answer = match body {
-                    Ok(body) => observe_agent_body(&client, t, body, since).await,
+                    Ok(body) => observe_agent_body(&client, t, body, since).await.map_err(|e| e.to_string()),
                     Err(e) => Err(format!("serializing the request: {e}")),
                 };
                 (t.node.clone(), answer)

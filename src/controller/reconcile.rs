@@ -192,6 +192,7 @@ fn measure(ctx: &Context, spec: &crate::core::crd::TerminationPolicySpec) -> Res
         mode,
         configured_mode,
         facts: ClusterFacts {
+            mode_origin: proxy.config.as_ref().map(|c| c.mode_origin),
             services: counts.map(|c| c.services),
             service_ports: counts.map(|c| c.service_ports),
             endpoints: counts.map(|c| c.endpoints),

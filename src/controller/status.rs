@@ -181,7 +181,7 @@ fn ready_condition(spec: &TerminationPolicySpec, report: &AnalysisReport, meta: 
                 meta.no_kube_proxy_note.as_deref().map(|n| format!("; {n}")).unwrap_or_default()
             ),
         ),
-        Err(errs) => Verdict::new("Ready", false, "InvalidSpec", errs.join("; ")),
+        Err(errs) => Verdict::new("Ready", false, "InvalidSpec", errs.to_string()),
     }
 }
 

@@ -7,7 +7,15 @@
 //! - iptables past ~1,000 Services: the KUBE-SERVICES chain is walked linearly per packet and
 //!   restores grow with rule count (KEP-3866 nftables motivation); nftables is GA in 1.33 and
 //!   needs kernel 5.13+;
-//! - IPVS at any size: deprecated in 1.35 (KEP-5495), gate planned for 1.37, removal 1.43;
+//! - IPVS at any size: deprecated in 1.35, feature gate `KubeProxyIPVS` in 1.37, off by default in
+//!   1.40 (kube-proxy then exits in ipvs mode unless the gate is enabled), removed in 1.43
+//!   ([KEP-5495](https://github.com/kubernetes/enhancements/issues/5495); kube-proxy 1.37's own
+//!   warning names 1.40 and 1.43, `cmd/kube-proxy/app/server_linux.go`);
+//! - a mode left to kube-proxy's default (an empty `mode` in its configuration), on iptables
+//!   before 1.40: 1.40 makes nftables the default
+//!   ([KEP-5343](https://github.com/kubernetes/enhancements/issues/5343)), so the nodes change mode
+//!   at that upgrade unless `mode` is set; kube-proxy 1.37 warns at start for the same reason
+//!   ("No kube-proxy mode specified", event `KubeProxyDefaultMode`);
 //! - ~8,000 Services or conntrack pressure: beyond what any kube-proxy mode handles well; an eBPF
 //!   dataplane (Cilium, Calico eBPF) replaces kube-proxy and, in practice, the CNI. Conntrack
 //!   usage is an input of `analyze --conntrack-usage` only: the operator does not measure it
@@ -16,6 +24,7 @@
 //!   [`crate::core::model::NodeWindow::stale_seconds`]; OpenShift's network operator alerts at 30 s too).
 
 use crate::core::model::{Basis, NodeWindow, ProxyMode};
+use crate::core::proxyconfig::ModeOrigin;
 use serde::Serialize;
 
 /// Advice reason codes.
@@ -25,6 +34,9 @@ pub enum AdviceReason {
     ProxySyncSlow,
     /// Move to another proxy mode (nftables or an eBPF dataplane).
     MigrateProxyMode,
+    /// kube-proxy's configuration leaves the mode to kube-proxy's default, which becomes
+    /// nftables in Kubernetes 1.40: set it.
+    ProxyModeDefaulted,
     /// A node has changes queued for longer than the stale threshold.
     ProxyStale,
     /// A node's histogram has too few samples to trust its p99.
@@ -94,6 +106,9 @@ pub struct ClusterFacts {
     /// Other modes some nodes run (a cluster mid-migration, or mixed node pools): each gets its
     /// own migration advice.
     pub other_modes: Vec<ProxyMode>,
+    /// Whether kube-proxy's configuration (its ConfigMap, or `/configz`) sets the mode or leaves
+    /// it to kube-proxy's default; None when no configuration was read.
+    pub mode_origin: Option<ModeOrigin>,
     /// Number of Services.
     pub services: Option<u64>,
     /// Number of Service ports (defaults to the Service count when unknown).
@@ -105,6 +120,10 @@ pub struct ClusterFacts {
     /// conntrack entries / limit on the worst node, 0..1: given to `analyze` only
     /// (`--conntrack-usage`); None in the operator, which does not measure it.
     pub conntrack_usage_ratio: Option<f64>,
+    /// The observed removals' p99 per data plane (`iptables-nft`, `nftables`, `cilium`, ...),
+    /// seconds, from the node agents (empty without them): the eBPF advice quotes them, so it
+    /// rests on the windows this cluster's own data planes showed.
+    pub observed_p99_by_data_plane: Vec<(String, f64)>,
 }
 
 /// Parses `v1.29.0`, `1.33`, `v1.35.2-eks-1234` into `(major, minor)`.
@@ -142,6 +161,20 @@ fn fmt_s(x: f64) -> String {
 
 /// The migration target named in advice.
 const NFTABLES: &str = "nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node)";
+
+/// IPVS's end, as KEP-5495 plans it and kube-proxy 1.37 warns of it.
+const IPVS_END: &str =
+    "1.40 turns it off by default (kube-proxy then exits in ipvs mode unless the KubeProxyIPVS feature gate is enabled) and 1.43 removes it (KEP-5495)";
+
+/// What a cluster on a minor before nftables' GA should know first: " This cluster runs 1.N,
+/// where nftables is alpha/beta: ...", or "" (1.33 and later, or an unknown version).
+fn nftables_maturity(facts: &ClusterFacts) -> String {
+    match facts.kubernetes_version {
+        Some((1, minor)) if minor < 31 => format!(" This cluster runs 1.{minor}, where nftables is alpha: upgrade to 1.33+ first."),
+        Some((1, minor)) if minor < 33 => format!(" This cluster runs 1.{minor}, where nftables is beta: 1.33+ is recommended."),
+        _ => String::new(),
+    }
+}
 
 /// [`AdviceReason::ProxySyncSlow`] per node whose trusted sync p99 is above the threshold; on
 /// an iptables or IPVS node it names the remedy: the fastest nftables node measured
@@ -190,6 +223,7 @@ pub fn advise(nodes: &[NodeWindow], facts: &ClusterFacts, t: &Thresholds, min_sa
     let mut out = sync_slow(nodes, t);
     out.extend(mode_migration(facts, t));
     out.extend(ebpf_migration(facts, t));
+    out.extend(mode_defaulted(facts));
     for n in nodes {
         out.extend(node_health(n, t, min_samples));
     }
@@ -205,11 +239,7 @@ fn item(reason: AdviceReason, severity: Severity, message: String, threshold: St
 /// least `t.iptables_services` Services; with a note on nftables' maturity in older minors.
 fn mode_migration(facts: &ClusterFacts, t: &Thresholds) -> Vec<Advice> {
     let services = facts.services;
-    let version_note = match facts.kubernetes_version {
-        Some((1, minor)) if minor < 31 => format!(" This cluster runs 1.{minor}, where nftables is alpha: upgrade to 1.33+ first."),
-        Some((1, minor)) if minor < 33 => format!(" This cluster runs 1.{minor}, where nftables is beta: 1.33+ is recommended."),
-        _ => String::new(),
-    };
+    let version_note = nftables_maturity(facts);
     let mut modes = vec![facts.mode];
     modes.extend(facts.other_modes.iter().copied().filter(|m| *m != facts.mode));
     let mut out = Vec::new();
@@ -219,7 +249,7 @@ fn mode_migration(facts: &ClusterFacts, t: &Thresholds) -> Vec<Advice> {
                 AdviceReason::MigrateProxyMode,
                 Severity::Warning,
                 format!(
-                    "kube-proxy runs in IPVS mode, deprecated since Kubernetes 1.35 (to be removed): migrate to {NFTABLES}, or to an eBPF dataplane at large scale.{version_note}"
+                    "kube-proxy runs in IPVS mode, deprecated since Kubernetes 1.35: {IPVS_END}; migrate to {NFTABLES}, or to an eBPF dataplane at large scale.{version_note}"
                 ),
                 "mode = ipvs (any size)".into(),
                 None,
@@ -243,6 +273,30 @@ fn mode_migration(facts: &ClusterFacts, t: &Thresholds) -> Vec<Advice> {
     out
 }
 
+/// [`AdviceReason::ProxyModeDefaulted`] when kube-proxy's configuration leaves its mode empty
+/// while nodes run iptables mode, the Kubernetes version below 1.40 or unknown: from 1.40
+/// kube-proxy defaults an empty mode to nftables (KEP-5343), so these nodes change mode at that
+/// upgrade. The advice is to set `mode`, nftables being the migration target, and names IPVS's
+/// end (it is no way to keep a mode).
+fn mode_defaulted(facts: &ClusterFacts) -> Option<Advice> {
+    let iptables = facts.mode == ProxyMode::Iptables || facts.other_modes.contains(&ProxyMode::Iptables);
+    let before_1_40 = facts.kubernetes_version.is_none_or(|v| v < (1, 40));
+    if facts.mode_origin != Some(ModeOrigin::Defaulted) || !iptables || !before_1_40 {
+        return None;
+    }
+    Some(item(
+        AdviceReason::ProxyModeDefaulted,
+        Severity::Info,
+        format!(
+            "kube-proxy's configuration leaves `mode` empty, so kube-proxy runs its default, iptables; from Kubernetes 1.40 the default is nftables (KEP-5343), so these nodes change mode at that upgrade unless `mode` is set (kube-proxy 1.37+ warns at start, event KubeProxyDefaultMode). Set `mode` explicitly: `mode: nftables`, the migration target ({NFTABLES}), or `mode: iptables` to keep today's mode through the upgrade. Not `mode: ipvs`: deprecated since 1.35, {IPVS_END}.{}",
+            nftables_maturity(facts)
+        ),
+        "mode empty in kube-proxy's configuration, Kubernetes < 1.40".into(),
+        None,
+        Some(ProxyMode::Nftables),
+    ))
+}
+
 /// [`AdviceReason::MigrateProxyMode`] to an eBPF dataplane, unless the cluster runs one: at
 /// least `t.ebpf_services` Services, or a conntrack table fuller than
 /// `t.conntrack_usage_ratio` where its usage is known (`analyze --conntrack-usage`; the
@@ -262,11 +316,18 @@ fn ebpf_migration(facts: &ClusterFacts, t: &Thresholds) -> Option<Advice> {
     } else {
         format!("conntrack table {:.0}% full", facts.conntrack_usage_ratio.unwrap_or(0.0) * 100.0)
     };
+    // what this cluster's own data planes showed, when the agents observed them
+    let observed = if facts.observed_p99_by_data_plane.is_empty() {
+        String::new()
+    } else {
+        let each: Vec<String> = facts.observed_p99_by_data_plane.iter().map(|(plane, p99)| format!("{plane} {p99:.3} s")).collect();
+        format!(" (observed removals here, p99: {})", each.join(", "))
+    };
     Some(item(
         AdviceReason::MigrateProxyMode,
         Severity::Warning,
         format!(
-            "{why}: consider an eBPF dataplane (Cilium or Calico eBPF kube-proxy replacement); it replaces kube-proxy and, in practice, the CNI, so plan it as a network migration"
+            "{why}: consider an eBPF dataplane (Cilium or Calico eBPF kube-proxy replacement){observed}; it replaces kube-proxy and, in practice, the CNI, so plan it as a network migration"
         ),
         match facts.conntrack_usage_ratio {
             Some(_) => format!(">= {} Services or conntrack usage >= {:.0}%", t.ebpf_services, t.conntrack_usage_ratio * 100.0),
@@ -406,6 +467,10 @@ fn the_ebpf_threshold_names_conntrack_only_when_it_is_known() {
     assert_eq!(threshold, ">= 8000 Services or conntrack usage >= 80%");
     assert!(message.starts_with("conntrack table 90% full: "), "{message}");
     assert_eq!(ebpf(&ClusterFacts { mode: ProxyMode::Nftables, services: Some(100), ..Default::default() }), None);
+    // with the agents' observations: the windows of the cluster's own data planes, quoted
+    let observed = ClusterFacts { observed_p99_by_data_plane: vec![("iptables-nft".into(), 1.286), ("cilium".into(), 1.1724)], ..operator.clone() };
+    let (message, _) = ebpf(&observed).expect("eBPF advice at 9,000 Services");
+    assert!(message.contains("(observed removals here, p99: iptables-nft 1.286 s, cilium 1.172 s);"), "{message}");
 }
 
 #[test]
@@ -463,4 +528,48 @@ fn a_sleep_clamped_below_the_window_is_a_warning() {
     assert!(sleep_below_window(48.01, 1.25, 0, 60).is_some());
     assert!(sleep_below_window(40.0, 1.25, 11, 60).is_some());
     assert_eq!(sleep_below_window(f64::INFINITY, 1.25, 0, 60), None);
+}
+
+/// A mode left to kube-proxy's default on iptables before 1.40 gets the advice to set it, with
+/// nftables as the target and IPVS's end named; a set mode, an unknown origin (`/configz`), a
+/// cluster on nftables or on 1.40 gets none.
+#[test]
+fn a_defaulted_mode_is_advised_to_be_set_before_1_40() {
+    let t = Thresholds::default();
+    let defaulted = |facts: &ClusterFacts| advise(&[], facts, &t, 5).into_iter().filter(|a| a.reason == AdviceReason::ProxyModeDefaulted).collect::<Vec<_>>();
+    let facts = ClusterFacts { mode: ProxyMode::Iptables, mode_origin: Some(ModeOrigin::Defaulted), ..Default::default() };
+    let a = defaulted(&facts);
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!((a[0].severity, a[0].to, a[0].node.as_deref()), (Severity::Info, Some(ProxyMode::Nftables), None));
+    assert_eq!(a[0].threshold, "mode empty in kube-proxy's configuration, Kubernetes < 1.40");
+    assert_eq!(
+        a[0].message,
+        "kube-proxy's configuration leaves `mode` empty, so kube-proxy runs its default, iptables; from Kubernetes 1.40 the default is nftables (KEP-5343), so these nodes change mode at that upgrade unless `mode` is set (kube-proxy 1.37+ warns at start, event KubeProxyDefaultMode). Set `mode` explicitly: `mode: nftables`, the migration target (nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node)), or `mode: iptables` to keep today's mode through the upgrade. Not `mode: ipvs`: deprecated since 1.35, 1.40 turns it off by default (kube-proxy then exits in ipvs mode unless the KubeProxyIPVS feature gate is enabled) and 1.43 removes it (KEP-5495)."
+    );
+    // on 1.32 the nftables note says beta
+    let on_1_32 = defaulted(&ClusterFacts { kubernetes_version: Some((1, 32)), ..facts.clone() });
+    assert!(on_1_32[0].message.ends_with("(KEP-5495). This cluster runs 1.32, where nftables is beta: 1.33+ is recommended."), "{}", on_1_32[0].message);
+    // some nodes on iptables, the rest already moved
+    let mixed = ClusterFacts { mode: ProxyMode::Nftables, other_modes: vec![ProxyMode::Iptables], ..facts.clone() };
+    assert_eq!(defaulted(&mixed).len(), 1);
+    for (why, other) in [
+        ("mode set", ClusterFacts { mode_origin: Some(ModeOrigin::Explicit), ..facts.clone() }),
+        ("origin unknown (/configz)", ClusterFacts { mode_origin: Some(ModeOrigin::Unknown), ..facts.clone() }),
+        ("no configuration read", ClusterFacts { mode_origin: None, ..facts.clone() }),
+        ("nftables already", ClusterFacts { mode: ProxyMode::Nftables, ..facts.clone() }),
+        ("1.40: the default is nftables", ClusterFacts { kubernetes_version: Some((1, 40)), ..facts.clone() }),
+    ] {
+        assert_eq!(defaulted(&other), Vec::<Advice>::new(), "{why}");
+    }
+}
+
+/// IPVS's advice names its whole end: deprecated in 1.35, off by default in 1.40, removed in 1.43.
+#[test]
+fn the_ipvs_advice_names_1_40_and_1_43() {
+    let a = advise(&[], &ClusterFacts { mode: ProxyMode::Ipvs, ..Default::default() }, &Thresholds::default(), 5);
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!(
+        a[0].message,
+        "kube-proxy runs in IPVS mode, deprecated since Kubernetes 1.35: 1.40 turns it off by default (kube-proxy then exits in ipvs mode unless the KubeProxyIPVS feature gate is enabled) and 1.43 removes it (KEP-5495); migrate to nftables mode (GA in Kubernetes 1.33, needs kernel 5.13+ on every node), or to an eBPF dataplane at large scale."
+    );
 }

@@ -296,6 +296,8 @@ fn window_of(nodes: Vec<NodeWindow>, opts: &AnalysisOptions, min_samples: u32) -
             }
         }
     }
+    // the observed removals per data plane (their p99, where one is known)
+    facts.observed_p99_by_data_plane = opts.observed_by_data_plane.iter().filter_map(|p| Some((p.data_plane.to_string(), p.summary.p99()?.0))).collect();
     if facts.kubernetes_version.is_none() {
         facts.kubernetes_version = nodes.iter().filter_map(|n| n.kubernetes_version.as_deref()).find_map(advisor::parse_version);
     }

@@ -184,10 +184,21 @@ impl Default for TerminationPolicySpec {
     }
 }
 
+/// Every problem of a spec found by [`TerminationPolicySpec::validate`], each naming its field
+/// (`spec.preStop.minSeconds (30) is above maxSeconds (10)`), in the order checked; the message
+/// joins them with `; `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .problems.join("; "))]
+pub struct SpecErrors {
+    /// One sentence per problem.
+    pub problems: Vec<String>,
+}
+
 impl TerminationPolicySpec {
-    /// Checks the cross-field rules the CRD also enforces with CEL, plus finiteness. Returns every
-    /// problem found, each naming its field.
-    pub fn validate(&self) -> Result<(), Vec<String>> {
+    /// Checks the cross-field rules the CRD also enforces with CEL, plus finiteness.
+    ///
+    /// Errors: every problem found ([`SpecErrors`]).
+    pub fn validate(&self) -> Result<(), SpecErrors> {
         let p = &self.pre_stop;
         let mut errs = Vec::new();
         if p.min_seconds > p.max_seconds {
@@ -208,7 +219,7 @@ impl TerminationPolicySpec {
         if self.grace.max_seconds == 0 {
             errs.push("spec.grace.maxSeconds must be at least 1".into());
         }
-        if errs.is_empty() { Ok(()) } else { Err(errs) }
+        if errs.is_empty() { Ok(()) } else { Err(SpecErrors { problems: errs }) }
     }
 }
 
@@ -462,7 +473,8 @@ pub struct ProxyStatus {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AdviceStatus {
-    /// ProxySyncSlow, MigrateProxyMode, ProxyStale, LowSampleCount, BeyondTopBucket.
+    /// ProxySyncSlow, MigrateProxyMode, ProxyModeDefaulted, ProxyStale, LowSampleCount,
+    /// BeyondTopBucket, SleepBelowWindow.
     pub reason: String,
     /// What to do.
     pub message: String,
@@ -577,4 +589,27 @@ fn unknown_in(value: &serde_json::Value, schema: &serde_json::Value, path: &str,
         }
         _ => {}
     }
+}
+
+/// Every problem of a spec is named, in the order checked, in one message.
+#[test]
+fn a_spec_with_several_problems_names_each() {
+    assert_eq!(TerminationPolicySpec::default().validate(), Ok(()));
+    let mut spec = TerminationPolicySpec::default();
+    spec.pre_stop.min_seconds = 30;
+    spec.pre_stop.max_seconds = 10;
+    spec.pre_stop.min_samples = 0;
+    let e = spec.validate().unwrap_err();
+    assert_eq!(
+        e.problems,
+        [
+            "spec.preStop.minSeconds (30) is above maxSeconds (10)",
+            "spec.preStop.defaultSeconds (10) is outside [minSeconds, maxSeconds] ([30, 10])",
+            "spec.preStop.minSamples must be at least 1"
+        ]
+    );
+    assert_eq!(
+        e.to_string(),
+        "spec.preStop.minSeconds (30) is above maxSeconds (10); spec.preStop.defaultSeconds (10) is outside [minSeconds, maxSeconds] ([30, 10]); spec.preStop.minSamples must be at least 1"
+    );
 }

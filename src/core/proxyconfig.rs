@@ -23,7 +23,17 @@
 //!   defaulted, flags applied), so zeros are taken literally.
 //!
 //! Keys are matched case-insensitively, a mode section's value wins over a top-level one, and
-//! `mode: ""` means iptables (the Linux default).
+//! `mode: ""` means iptables (the Linux default up to Kubernetes 1.39).
+//!
+//! Whether the mode was set or left to kube-proxy's default ([`ModeOrigin`]) matters from
+//! Kubernetes 1.40, whose kube-proxy defaults an empty mode to nftables instead of iptables
+//! ([KEP-5343](https://github.com/kubernetes/enhancements/issues/5343)); kube-proxy 1.37 warns
+//! at start when its mode was only defaulted, and kubeadm 1.37 writes `mode: iptables` into the
+//! ConfigMap it renders. A file says it: an empty or absent `mode` is defaulted. `/configz` does
+//! not: kube-proxy fills in the default before it publishes its configuration
+//! (`cmd/kube-proxy/app`, 1.29 to 1.37: `Options.Complete` calls `platformApplyDefaults`, which
+//! sets `Mode` to iptables when empty, before `newProxyServer` sets the configz), so its
+//! `Mode` is what kube-proxy runs, set or not; only an empty one there says defaulted.
 
 use crate::core::model::ProxyMode;
 use serde::Serialize;
@@ -132,12 +142,29 @@ pub enum ConfigForm {
     Configz,
 }
 
+/// Whether a configuration sets kube-proxy's mode or leaves it to kube-proxy's default (module
+/// docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ModeOrigin {
+    /// `mode` is set (`iptables`, `ipvs`, `nftables`, `kernelspace`): an upgrade keeps it.
+    Explicit,
+    /// `mode` is empty or absent: kube-proxy takes its default, iptables on Linux up to 1.39 and
+    /// nftables from 1.40 (KEP-5343), so the mode changes at that upgrade.
+    Defaulted,
+    /// `/configz`'s `mode`, which kube-proxy defaults before publishing it: set or defaulted
+    /// cannot be told from it.
+    Unknown,
+}
+
 /// The parts of a KubeProxyConfiguration the operator uses.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProxyConfig {
     /// The active proxy mode (`""` or absent = iptables).
     pub mode: ProxyMode,
+    /// Whether the configuration sets the mode or leaves it to kube-proxy's default.
+    pub mode_origin: ModeOrigin,
     /// `minSyncPeriod` of the active mode, seconds (after kube-proxy's defaulting for files).
     pub min_sync_period_seconds: f64,
     /// `syncPeriod` of the active mode, seconds (after defaulting for files).
@@ -204,6 +231,18 @@ pub fn parse_configz(json: &str) -> Result<ProxyConfig, ConfigError> {
     from_value(configz_entry(&value)?, ConfigForm::Configz)
 }
 
+/// A saved configuration in either form: a JSON object with a [`CONFIGZ_KEY`] entry (a body of
+/// `/configz`) is read as `/configz`, anything else as a KubeProxyConfiguration file (the
+/// ConfigMap's `config.conf`).
+///
+/// Errors: those of [`parse_configz`] or [`parse_kube_proxy_config`].
+pub fn parse_saved_config(text: &str) -> Result<ProxyConfig, ConfigError> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(value) if get_ci(&value, CONFIGZ_KEY).is_some() => parse_configz(text),
+        _ => parse_kube_proxy_config(text),
+    }
+}
+
 /// The configuration inside a decoded `/configz` body: its [`CONFIGZ_KEY`] entry, or the body
 /// itself when it is a configuration (a `mode` or `iptables` key).
 fn configz_entry(value: &serde_json::Value) -> Result<&serde_json::Value, ConfigError> {
@@ -268,6 +307,11 @@ pub fn from_value(config: &serde_json::Value, form: ConfigForm) -> Result<ProxyC
     let mode = ProxyMode::parse(&mode_text)
         .filter(|m| matches!(m, ProxyMode::Iptables | ProxyMode::Ipvs | ProxyMode::Nftables | ProxyMode::Kernelspace))
         .ok_or_else(|| ConfigError::UnknownMode(mode_text.clone()))?;
+    let mode_origin = match form {
+        _ if mode_text.trim().is_empty() => ModeOrigin::Defaulted,
+        ConfigForm::File => ModeOrigin::Explicit,
+        ConfigForm::Configz => ModeOrigin::Unknown,
+    };
     // Windows (kernelspace) reads the iptables section's periods, like the Go conversion's
     // default branch.
     let section = match mode {
@@ -303,7 +347,7 @@ pub fn from_value(config: &serde_json::Value, form: ConfigForm) -> Result<ProxyC
         _ => DEFAULT_SYNC_PERIOD_SECONDS,
     };
     let metrics_bind_address = get_ci(config, METRICS_BIND_ADDRESS).and_then(|v| v.as_str()).filter(|s| !s.is_empty()).map(str::to_string);
-    Ok(ProxyConfig { mode, min_sync_period_seconds, sync_period_seconds, min_sync_period_defaulted, metrics_bind_address, form })
+    Ok(ProxyConfig { mode, mode_origin, min_sync_period_seconds, sync_period_seconds, min_sync_period_defaulted, metrics_bind_address, form })
 }
 
 fn field_err(field: &str, message: &str) -> ConfigError {
@@ -368,74 +412,7 @@ mod tests {
 
     /// kubeadm's `kube-system/kube-proxy` ConfigMap, key `config.conf`, as `kubeadm init` (1.31)
     /// writes it: every duration is `0s` (kube-proxy applies its defaults), `mode: ""`.
-    const KUBEADM: &str = r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
-bindAddress: 0.0.0.0
-bindAddressHardFail: false
-clientConnection:
-  acceptContentTypes: ""
-  burst: 0
-  contentType: ""
-  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
-  qps: 0
-clusterCIDR: 10.244.0.0/16
-configSyncPeriod: 0s
-conntrack:
-  maxPerCore: null
-  min: null
-  tcpBeLiberal: false
-  tcpCloseWaitTimeout: null
-  tcpEstablishedTimeout: null
-  udpStreamTimeout: 0s
-  udpTimeout: 0s
-detectLocal:
-  bridgeInterface: ""
-  interfaceNamePrefix: ""
-detectLocalMode: ""
-enableProfiling: false
-healthzBindAddress: ""
-hostnameOverride: ""
-iptables:
-  localhostNodePorts: null
-  masqueradeAll: false
-  masqueradeBit: null
-  minSyncPeriod: 0s
-  syncPeriod: 0s
-ipvs:
-  excludeCIDRs: null
-  minSyncPeriod: 0s
-  scheduler: ""
-  strictARP: false
-  syncPeriod: 0s
-  tcpFinTimeout: 0s
-  tcpTimeout: 0s
-  udpTimeout: 0s
-kind: KubeProxyConfiguration
-logging:
-  flushFrequency: 0
-  options:
-    json:
-      infoBufferSize: "0"
-    text:
-      infoBufferSize: "0"
-  verbosity: 0
-metricsBindAddress: ""
-mode: ""
-nftables:
-  masqueradeAll: false
-  masqueradeBit: null
-  minSyncPeriod: 0s
-  syncPeriod: 0s
-nodePortAddresses: null
-oomScoreAdj: null
-portRange: ""
-showHiddenMetricsForVersion: ""
-winkernel:
-  enableDSR: false
-  forwardHealthCheckVip: false
-  networkName: ""
-  rootHnsEndpointName: ""
-  sourceVip: ""
-"#;
+    const KUBEADM: &str = include_str!("../../tests/data/kube-proxy-config/kubeadm-1.31-config.conf");
 
     /// EKS's `kube-system/kube-proxy-config` ConfigMap, key `config`: metrics on 0.0.0.0 and
     /// `minSyncPeriod: 0s`.
@@ -553,6 +530,36 @@ udpIdleTimeout: 250ms
         assert_eq!(c.metrics_bind_address, None);
         assert!(c.metrics_loopback_only());
         assert_eq!(c.form, ConfigForm::File);
+    }
+
+    /// A saved `/configz` body is read as one (its values literal), anything else as a file.
+    #[test]
+    fn a_saved_configuration_is_read_in_its_own_form() {
+        let configz = parse_saved_config(r#"{"kubeproxy.config.k8s.io":{"Mode":"iptables","MinSyncPeriod":"0s","SyncPeriod":"30s"}}"#).unwrap();
+        assert_eq!((configz.form, configz.min_sync_period_seconds, configz.mode_origin), (ConfigForm::Configz, 0.0, ModeOrigin::Unknown));
+        let file = parse_saved_config(KUBEADM).unwrap();
+        assert_eq!((file.form, file.min_sync_period_seconds, file.mode_origin), (ConfigForm::File, 1.0, ModeOrigin::Defaulted));
+        let json_file = parse_saved_config(r#"{"mode":"nftables","nftables":{"minSyncPeriod":"0s"}}"#).unwrap();
+        assert_eq!((json_file.form, json_file.min_sync_period_seconds, json_file.mode_origin), (ConfigForm::File, 1.0, ModeOrigin::Explicit));
+        assert!(matches!(parse_saved_config("a: [\n"), Err(ConfigError::Syntax(_))));
+    }
+
+    /// A file tells a set mode from a defaulted one; `/configz` holds the mode kube-proxy runs,
+    /// already defaulted (module docs), so only an empty one there says defaulted.
+    #[test]
+    fn the_mode_is_explicit_or_defaulted_in_a_file_and_unknown_in_configz() {
+        assert_eq!(parse_kube_proxy_config(KUBEADM).unwrap().mode_origin, ModeOrigin::Defaulted, "kubeadm before 1.37: mode \"\"");
+        assert_eq!(parse_kube_proxy_config(EKS).unwrap().mode_origin, ModeOrigin::Explicit, "mode: \"iptables\"");
+        let absent = parse_kube_proxy_config("iptables:\n  minSyncPeriod: 2s\n").unwrap();
+        assert_eq!((absent.mode, absent.mode_origin), (ProxyMode::Iptables, ModeOrigin::Defaulted));
+        let nft = parse_kube_proxy_config("mode: nftables\n").unwrap();
+        assert_eq!((nft.mode, nft.mode_origin), (ProxyMode::Nftables, ModeOrigin::Explicit));
+        let blank = parse_kube_proxy_config("mode: \" \"\n").unwrap();
+        assert_eq!((blank.mode, blank.mode_origin), (ProxyMode::Iptables, ModeOrigin::Defaulted));
+        let configz = parse_configz(r#"{"kubeproxy.config.k8s.io":{"Mode":"iptables","MinSyncPeriod":"1s","SyncPeriod":"30s"}}"#).unwrap();
+        assert_eq!((configz.mode, configz.mode_origin), (ProxyMode::Iptables, ModeOrigin::Unknown));
+        let empty = parse_configz(r#"{"kubeproxy.config.k8s.io":{"Mode":"","MinSyncPeriod":"1s","SyncPeriod":"30s"}}"#).unwrap();
+        assert_eq!((empty.mode, empty.mode_origin), (ProxyMode::Iptables, ModeOrigin::Defaulted));
     }
 
     #[test]

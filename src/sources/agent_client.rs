@@ -19,6 +19,7 @@ use crate::agent_contract::protocol::{PROXY_MODE_HEADER, REASON_HEADER};
 use crate::core::exposition::{ACCEPT_PROTOBUF_FIRST, parse_scrape};
 use crate::core::measure::{NodeFailure, NodeSource, Sample, reason};
 use crate::core::model::ProxyMode;
+use crate::webhook::tls::TlsError;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use std::collections::BTreeMap;
@@ -85,12 +86,35 @@ impl std::fmt::Debug for AgentSource {
     }
 }
 
+/// Why the operator has no client for the agents.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentClientError {
+    /// A CA, certificate or key file cannot be read (the message names the file).
+    #[error(transparent)]
+    Read(TlsError),
+    /// The files' material cannot be used: a bundle, chain or key that does not decode, or a
+    /// certificate and key rustls refuses together.
+    #[error("{} / {}: {source}", cert.display(), ca.display())]
+    Material {
+        /// The client certificate file.
+        cert: PathBuf,
+        /// The CA bundle file.
+        ca: PathBuf,
+        /// What is wrong with the material.
+        source: TlsError,
+    },
+    /// reqwest cannot build the client; the message is the error and its causes, `: `-separated.
+    #[error("{}", error_chain(.0))]
+    Build(reqwest::Error),
+}
+
 /// An HTTP client for the agents: mutual TLS with `config` (see [`crate::agent_contract::tls::client_config`]),
 /// the per-request `timeout`, no proxy, no idle connection kept (as the kube-proxy scraper).
 ///
-/// Errors: reqwest cannot build it (never silently a client without the certificate).
-pub fn agent_http_client(config: rustls::ClientConfig, timeout: Duration) -> Result<reqwest::Client, String> {
-    client_builder(timeout).pool_max_idle_per_host(0).use_preconfigured_tls(config).build().map_err(|e| error_chain(&e))
+/// Errors: reqwest cannot build it ([`AgentClientError::Build`]; never silently a client
+/// without the certificate).
+pub fn agent_http_client(config: rustls::ClientConfig, timeout: Duration) -> Result<reqwest::Client, AgentClientError> {
+    client_builder(timeout).pool_max_idle_per_host(0).use_preconfigured_tls(config).build().map_err(AgentClientError::Build)
 }
 
 impl AgentSource {
@@ -101,18 +125,22 @@ impl AgentSource {
 
     /// The client for the current content of the certificate files (rebuilt when it changed).
     ///
-    /// Errors: a file cannot be read, or the material is unusable (the message names it).
-    pub fn client(&self) -> Result<reqwest::Client, String> {
+    /// Errors: a file cannot be read ([`AgentClientError::Read`]), the material is unusable
+    /// ([`AgentClientError::Material`]), or the client cannot be built.
+    pub fn client(&self) -> Result<reqwest::Client, AgentClientError> {
         let content = [&self.files.ca, &self.files.cert, &self.files.key]
             .iter()
-            .map(|p| crate::agent_contract::tls::read(p).map_err(|e| e.to_string()))
+            .map(|p| crate::agent_contract::tls::read(p).map_err(AgentClientError::Read))
             .collect::<Result<Vec<_>, _>>()?;
         let mut cached = self.client.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, client)) = cached.as_ref().filter(|(c, _)| *c == content) {
             return Ok(client.clone());
         }
-        let config = crate::agent_contract::tls::client_config(&content[0], &content[1], &content[2])
-            .map_err(|e| format!("{} / {}: {e}", self.files.cert.display(), self.files.ca.display()))?;
+        let config = crate::agent_contract::tls::client_config(&content[0], &content[1], &content[2]).map_err(|source| AgentClientError::Material {
+            cert: self.files.cert.clone(),
+            ca: self.files.ca.clone(),
+            source,
+        })?;
         let client = agent_http_client(config, self.timeout)?;
         *cached = Some((content, client.clone()));
         Ok(client)
@@ -147,7 +175,7 @@ impl AgentSource {
 }
 
 /// A failure of the request to an agent (`what`: its URL, e.g. `https://10.0.0.7:10349/metrics`).
-fn transport_failure(what: &str, e: &reqwest::Error) -> (String, String) {
+fn transport_failure(what: &str, e: &reqwest::Error) -> AgentFailure {
     let chain = error_chain(e);
     let lower = chain.to_ascii_lowercase();
     let (reason, hint) = if e.is_timeout() {
@@ -162,24 +190,19 @@ fn transport_failure(what: &str, e: &reqwest::Error) -> (String, String) {
     } else {
         (reason::OTHER, "")
     };
-    (reason.to_string(), format!("{what}: {chain}{hint}"))
+    AgentFailure { reason: reason.to_string(), message: format!("{what}: {chain}{hint}") }
 }
 
-/// GETs `url` from an agent: the body of a 2xx answer (at most `limit` bytes), or the failure
-/// (reason, message); a non-2xx answer carries the agent's reason header and message.
-async fn agent_get(client: &reqwest::Client, url: &str, limit: usize) -> Result<Vec<u8>, (String, String)> {
+/// GETs `url` from an agent: the body of a 2xx answer (at most `limit` bytes), or the failure;
+/// a non-2xx answer carries the agent's reason header and message.
+async fn agent_get(client: &reqwest::Client, url: &str, limit: usize) -> Result<Vec<u8>, AgentFailure> {
     agent_get_with_mode(client, url, limit, None).await.map(|(body, _)| body.bytes)
 }
 
 /// [`agent_get`] with `Accept: accept` when given, also giving the answer's content type and the
 /// proxy mode of its [`PROXY_MODE_HEADER`] (agents send it with `/metrics`; `None` when absent
 /// or not a mode).
-async fn agent_get_with_mode(
-    client: &reqwest::Client,
-    url: &str,
-    limit: usize,
-    accept: Option<&str>,
-) -> Result<(ScrapeBody, Option<ProxyMode>), (String, String)> {
+async fn agent_get_with_mode(client: &reqwest::Client, url: &str, limit: usize, accept: Option<&str>) -> Result<(ScrapeBody, Option<ProxyMode>), AgentFailure> {
     let what = url.to_string();
     let request = client.get(url);
     let request = match accept {
@@ -194,6 +217,16 @@ async fn agent_get_with_mode(
     agent_answer(&what, status, &headers, body)
 }
 
+/// Why a read through an agent gave nothing to use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct AgentFailure {
+    /// One of the [`reason`] labels: the agent's own (its [`REASON_HEADER`]), or the operator's.
+    pub reason: String,
+    /// What failed, naming the agent's URL (and kube-proxy's failure, as the agent said it).
+    pub message: String,
+}
+
 /// The most of a non-2xx answer's body that is read into the failure message (bytes).
 const ERROR_BODY_BYTES: usize = 4096;
 
@@ -202,7 +235,7 @@ const ERROR_BODY_BYTES: usize = 4096;
 ///
 /// A 2xx answer: the body with its `Content-Type` (when visible ASCII) and the proxy mode of
 /// its [`PROXY_MODE_HEADER`] (`None` when absent or not a mode); a body that could not be read
-/// is the failure ([`reason::OTHER`], `what: why`). Any other status is a failure: with the
+/// is the failure ([`reason::OTHER`], `what: why`). Any other status is a failure ([`AgentFailure`]): with the
 /// agent's [`REASON_HEADER`] when that is one of the [`reason`] labels, else
 /// [`reason::HTTP_STATUS`]; the message `what: HTTP status: body`, the body read as at most
 /// 4,096 bytes, decoded lossily as UTF-8 and trimmed (empty when unreadable; then, without a
@@ -213,19 +246,24 @@ pub fn agent_answer(
     status: reqwest::StatusCode,
     headers: &reqwest::header::HeaderMap,
     body: Result<Vec<u8>, String>,
-) -> Result<(ScrapeBody, Option<ProxyMode>), (String, String)> {
+) -> Result<(ScrapeBody, Option<ProxyMode>), AgentFailure> {
     if status.is_success() {
         let mode = headers.get(PROXY_MODE_HEADER).and_then(|v| v.to_str().ok()).and_then(ProxyMode::parse);
         let content_type = content_type(headers);
-        return body.map(|bytes| (ScrapeBody { bytes, content_type }, mode)).map_err(|e| (reason::OTHER.to_string(), format!("{what}: {e}")));
+        return body
+            .map(|bytes| (ScrapeBody { bytes, content_type }, mode))
+            .map_err(|e| AgentFailure { reason: reason::OTHER.to_string(), message: format!("{what}: {e}") });
     }
     let known = [reason::CONNECTION_REFUSED, reason::TIMEOUT, reason::HTTP_STATUS, reason::PARSE, reason::OTHER];
     let label = headers.get(REASON_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| known.into_iter().find(|k| *k == v));
     let body = body.map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
-    match label {
-        Some(r) => Err((r.to_string(), format!("{what}: HTTP {status}: {body}"))),
-        None => Err((reason::HTTP_STATUS.to_string(), format!("{what}: HTTP {status}{}", if body.is_empty() { String::new() } else { format!(": {body}") }))),
-    }
+    Err(match label {
+        Some(r) => AgentFailure { reason: r.to_string(), message: format!("{what}: HTTP {status}: {body}") },
+        None => AgentFailure {
+            reason: reason::HTTP_STATUS.to_string(),
+            message: format!("{what}: HTTP {status}{}", if body.is_empty() { String::new() } else { format!(": {body}") }),
+        },
+    })
 }
 
 /// Scrapes one node through its agent at `target` (`https://IP:PORT`): `/metrics` within
@@ -258,17 +296,17 @@ pub async fn scrape_agent(client: &reqwest::Client, target: &Target, opts: &Scra
     };
     let fetched = tokio::time::timeout(opts.timeout, work).await;
     let at = unix_now();
-    let fail = |(reason, message): (String, String)| NodeFailure { reason, message, at_unix_seconds: at };
+    let fail = |AgentFailure { reason, message }| NodeFailure { reason, message, at_unix_seconds: at };
     let result = match fetched {
-        Err(_) => Err(fail((
-            reason::TIMEOUT.into(),
-            format!("{metrics_url}: no complete answer within {:.1} s (is the agent's port blocked, or kube-proxy slow?)", opts.timeout.as_secs_f64()),
-        ))),
+        Err(_) => Err(fail(AgentFailure {
+            reason: reason::TIMEOUT.into(),
+            message: format!("{metrics_url}: no complete answer within {:.1} s (is the agent's port blocked, or kube-proxy slow?)", opts.timeout.as_secs_f64()),
+        })),
         Ok((Err(f), _)) => Err(fail(f)),
         Ok((Ok(body), proxy_mode)) => match parse_scrape(&body.bytes, body.content_type.as_deref()) {
             Ok(scrape) => Ok(Sample { at_unix_seconds: at, scrape, proxy_mode }),
             // a text body that is not UTF-8 reads "not UTF-8 text: ...", as before protobuf was read
-            Err(e) => Err(fail((reason::PARSE.into(), format!("{metrics_url}: {e}")))),
+            Err(e) => Err(fail(AgentFailure { reason: reason::PARSE.into(), message: format!("{metrics_url}: {e}") })),
         },
     };
     ScrapeOutcome { node: target.node.clone(), result, elapsed: start.elapsed(), source: NodeSource::Agent }
@@ -290,11 +328,65 @@ pub struct Observed {
     pub received_unix_seconds: f64,
 }
 
+/// Why an observe request to an agent gave no answer. Every message names the URL.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// The request could not be serialized.
+    #[error("{url}: {source}")]
+    Serialize {
+        /// The agent's `/removals` URL.
+        url: String,
+        /// serde_json's error.
+        source: serde_json::Error,
+    },
+    /// No answer: refused, timed out, TLS (the message is the client's error and its causes).
+    #[error("{url}: {message}")]
+    Transport {
+        /// The URL asked.
+        url: String,
+        /// The client error with its causes, `: `-separated.
+        message: String,
+    },
+    /// The answer's body could not be read (over [`MAX_OBSERVE_ANSWER_BYTES`], cut off).
+    #[error("{url}: {source}")]
+    Read {
+        /// The URL asked.
+        url: String,
+        /// Why.
+        source: super::fetch::FetchError,
+    },
+    /// A status other than 2xx, with the start of the agent's message.
+    #[error("{url}: HTTP {status}: {body}")]
+    Status {
+        /// The URL asked.
+        url: String,
+        /// The answer's status.
+        status: reqwest::StatusCode,
+        /// At most 4,096 bytes of the body, lossily UTF-8, trimmed.
+        body: String,
+    },
+    /// A 2xx body that is not an observe answer.
+    #[error("{url}: not an observe answer: {source}")]
+    NotAnAnswer {
+        /// The URL asked.
+        url: String,
+        /// serde_json's error.
+        source: serde_json::Error,
+    },
+}
+
 /// Asks the agent at `target` to watch `request`'s removals (`POST /removals`) and reads its
-/// answer. Errors name the URL: the request failed, a status other than 2xx (with the agent's
-/// message), or a body that is not an answer.
-pub async fn observe_agent(client: &reqwest::Client, target: &Target, request: &crate::agent_contract::observer::ObserveRequest) -> Result<Observed, String> {
-    let body = serde_json::to_vec(request).map_err(|e| format!("{}: {e}", target.url(crate::agent_contract::observer::REMOVALS_PATH)))?;
+/// answer.
+///
+/// Errors: [`ObserveError`], naming the URL: the request failed, a status other than 2xx (with
+/// the agent's message), or a body that is not an answer.
+pub async fn observe_agent(
+    client: &reqwest::Client,
+    target: &Target,
+    request: &crate::agent_contract::observer::ObserveRequest,
+) -> Result<Observed, ObserveError> {
+    let body =
+        serde_json::to_vec(request).map_err(|source| ObserveError::Serialize { url: target.url(crate::agent_contract::observer::REMOVALS_PATH), source })?;
     observe_agent_body(client, target, body.into(), None).await
 }
 
@@ -306,7 +398,7 @@ pub async fn observe_agent_body(
     target: &Target,
     body: bytes::Bytes,
     since: Option<crate::agent_contract::observer::AnswerMark>,
-) -> Result<Observed, String> {
+) -> Result<Observed, ObserveError> {
     let mut url = target.url(crate::agent_contract::observer::REMOVALS_PATH);
     if let Some(m) = since {
         url = format!("{url}?since={}", m.to_query());
@@ -318,13 +410,16 @@ pub async fn observe_agent_body(
         .body(body)
         .send()
         .await
-        .map_err(|e| format!("{url}: {}", error_chain(&e)))?;
+        .map_err(|e| ObserveError::Transport { url: url.clone(), message: error_chain(&e) })?;
     let status = resp.status();
-    let body = read_limited(resp, MAX_OBSERVE_ANSWER_BYTES).await.map_err(|e| format!("{url}: {e}"))?;
+    let body = match read_limited(resp, MAX_OBSERVE_ANSWER_BYTES).await {
+        Ok(body) => body,
+        Err(source) => return Err(ObserveError::Read { url, source }),
+    };
     let received = unix_now();
     if !status.is_success() {
-        return Err(format!("{url}: HTTP {status}: {}", String::from_utf8_lossy(&body[..body.len().min(4096)]).trim()));
+        return Err(ObserveError::Status { body: String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_BYTES)]).trim().to_string(), url, status });
     }
-    let response = serde_json::from_slice(&body).map_err(|e| format!("{url}: not an observe answer: {e}"))?;
+    let response = serde_json::from_slice(&body).map_err(|source| ObserveError::NotAnAnswer { url, source })?;
     Ok(Observed { response, sent_unix_seconds: sent, received_unix_seconds: received })
 }

@@ -7,7 +7,7 @@ use super::error::SourceError;
 use super::fetch::get_limited;
 use super::scrape::{failure, text};
 use super::targets::{Discovery, Target, detect_dataplane};
-use crate::core::proxyconfig::{self, ProxyConfig, ResolvedProxyConfig};
+use crate::core::proxyconfig::{self, ModeOrigin, ProxyConfig, ResolvedProxyConfig};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use std::time::Duration;
@@ -53,6 +53,13 @@ pub async fn read_proxy_configmap(client: &kube::Client, namespace: &str) -> Res
 /// sources were skipped. With a client and no target at all (no kube-proxy pod), Cilium agent
 /// pods are looked for first ([`detect_dataplane`]); when found the result carries the
 /// [`Dataplane`] (mode `ebpf`) and its source is `Cilium agent pods`.
+///
+/// `/configz` holds the mode kube-proxy runs, already defaulted ([`ModeOrigin::Unknown`]): with
+/// a client, the ConfigMap then says whether the mode was set or defaulted, when it names the
+/// same mode (kube-proxy reads its configuration file there); otherwise the origin stays
+/// unknown, and a ConfigMap that cannot be read adds no note (the values came from `/configz`).
+///
+/// [`Dataplane`]: proxyconfig::Dataplane
 pub async fn resolve_proxy_config(
     http: &reqwest::Client,
     targets: &[Target],
@@ -62,7 +69,15 @@ pub async fn resolve_proxy_config(
     let mut notes = Vec::new();
     for t in targets.iter().take(3) {
         match fetch_configz(http, t, timeout).await {
-            Ok(c) => return ResolvedProxyConfig::from_config(c, format!("configz {}", t.node), notes),
+            Ok(mut c) => {
+                if let (ModeOrigin::Unknown, Some((client, discovery))) = (c.mode_origin, kube)
+                    && let Ok((_, file)) = read_proxy_configmap(client, &discovery.namespace).await
+                    && file.mode == c.mode
+                {
+                    c.mode_origin = file.mode_origin;
+                }
+                return ResolvedProxyConfig::from_config(c, format!("configz {}", t.node), notes);
+            }
             Err(e) => notes.push(format!("configz: {e}")),
         }
     }

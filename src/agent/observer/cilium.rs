@@ -286,16 +286,34 @@ pub struct Frontend {
     pub proto: u8,
 }
 
+/// Why a Service port has no frontend this reader looks up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrontendError {
+    /// An IPv6 ClusterIP: its frontend is in `cilium_lb6_services_v2`, not read.
+    #[error("IPv6 Service {namespace}/{name}: its frontend is in cilium_lb6_services_v2, which this reader does not read")]
+    Ipv6 {
+        /// The Service's namespace.
+        namespace: String,
+        /// The Service's name.
+        name: String,
+    },
+    /// A protocol with no number in Cilium's keys.
+    #[error("protocol {protocol:?} is none of TCP, UDP, SCTP")]
+    Protocol {
+        /// The Service port's protocol.
+        protocol: String,
+    },
+}
+
 impl Frontend {
-    /// The frontend of `service`: an IPv4 ClusterIP and TCP, UDP or SCTP, else why not.
-    pub fn of(service: &ServicePort) -> Result<Self, String> {
+    /// The frontend of `service`: an IPv4 ClusterIP and TCP, UDP or SCTP.
+    ///
+    /// Errors: an IPv6 ClusterIP, another protocol ([`FrontendError`]).
+    pub fn of(service: &ServicePort) -> Result<Self, FrontendError> {
         let IpAddr::V4(address) = service.cluster_ip else {
-            return Err(format!(
-                "IPv6 Service {}/{}: its frontend is in cilium_lb6_services_v2, which this reader does not read",
-                service.namespace, service.name
-            ));
+            return Err(FrontendError::Ipv6 { namespace: service.namespace.clone(), name: service.name.clone() });
         };
-        let proto = protocol_number(&service.protocol).ok_or_else(|| format!("protocol {:?} is none of TCP, UDP, SCTP", service.protocol))?;
+        let proto = protocol_number(&service.protocol).ok_or_else(|| FrontendError::Protocol { protocol: service.protocol.clone() })?;
         Ok(Self { address, port: service.port, proto })
     }
 
@@ -317,15 +335,54 @@ impl std::fmt::Display for Frontend {
     }
 }
 
-/// The two maps, looked up one key at a time. Errors are said in words (a failed system call
-/// with its errno, a map that is not what Cilium pins).
+/// Why the maps cannot be opened or looked up. Messages carry aya's error and its sources,
+/// `: `-separated (the failed system call and its errno).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MapsError {
+    /// A pin cannot be opened as a map (`BPF_OBJ_GET`: absent, no permission, not a map).
+    #[error("{}: {message}", path.display())]
+    Pin {
+        /// The pin's path.
+        path: PathBuf,
+        /// aya's error.
+        message: String,
+    },
+    /// The services map's information (`max_entries`) cannot be read.
+    #[error("{map}'s information: {message}", map = SERVICES_MAP)]
+    Info {
+        /// aya's error.
+        message: String,
+    },
+    /// A map is not a hash map of Cilium's key and value sizes.
+    #[error("{map}: {message}")]
+    NotCiliums {
+        /// The map's name.
+        map: &'static str,
+        /// aya's error.
+        message: String,
+    },
+    /// A lookup failed other than by an absent key.
+    #[error("lookup in {map}: {message}")]
+    Lookup {
+        /// The map's name.
+        map: &'static str,
+        /// aya's error.
+        message: String,
+    },
+    /// A lookup without a successful [`LbMaps::open`] first.
+    #[error("the maps are not open")]
+    NotOpen,
+}
+
+/// The two maps, looked up one key at a time. Errors name the map and the failed system call
+/// with its errno, or a map that is not what Cilium pins ([`MapsError`]).
 pub trait LbMaps: Send {
     /// Readies the maps for one read ([`Pinned`] opens the pins anew).
-    fn open(&mut self) -> Result<(), String>;
+    fn open(&mut self) -> Result<(), MapsError>;
     /// The services map's value at `key`; None when it has no such entry.
-    fn service(&mut self, key: &[u8; SERVICE_KEY_LEN]) -> Result<Option<[u8; SERVICE_VALUE_LEN]>, String>;
+    fn service(&mut self, key: &[u8; SERVICE_KEY_LEN]) -> Result<Option<[u8; SERVICE_VALUE_LEN]>, MapsError>;
     /// The backends map's value of backend `id`; None when it has no such entry.
-    fn backend(&mut self, id: u32) -> Result<Option<[u8; BACKEND_VALUE_LEN]>, String>;
+    fn backend(&mut self, id: u32) -> Result<Option<[u8; BACKEND_VALUE_LEN]>, MapsError>;
     /// The services map's `max_entries`.
     fn capacity(&self) -> u32;
     /// Where the maps are, for error messages.
@@ -347,12 +404,12 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// One of aya's lookups: the value, None for `ENOENT`, else the failure in words.
-fn found<V>(r: Result<V, MapError>, map: &str) -> Result<Option<V>, String> {
+/// One of aya's lookups: the value, None for `ENOENT`, else the failure.
+fn found<V>(r: Result<V, MapError>, map: &'static str) -> Result<Option<V>, MapsError> {
     match r {
         Ok(v) => Ok(Some(v)),
         Err(MapError::KeyNotFound) => Ok(None),
-        Err(e) => Err(format!("lookup in {map}: {}", chain(&e))),
+        Err(e) => Err(MapsError::Lookup { map, message: chain(&e) }),
     }
 }
 
@@ -365,35 +422,40 @@ pub struct KernelMaps {
 }
 
 impl KernelMaps {
-    /// The maps `services` and `backends` (hash maps of Cilium's key and value sizes, else an
-    /// error), described as `describe` in errors.
-    pub fn new(services: MapData, backends: MapData, describe: &str) -> Result<Self, String> {
-        let capacity = services.info().map_err(|e| format!("{SERVICES_MAP}'s information: {}", chain(&e)))?.max_entries();
-        let services = Map::from_map_data(services).and_then(HashMap::try_from).map_err(|e| format!("{SERVICES_MAP}: {}", chain(&e)))?;
-        let backends = Map::from_map_data(backends).and_then(HashMap::try_from).map_err(|e| format!("{BACKENDS_MAP}: {}", chain(&e)))?;
+    /// The maps `services` and `backends`, described as `describe` in errors.
+    ///
+    /// Errors: the services map's information cannot be read, or a map is not a hash map of
+    /// Cilium's key and value sizes ([`MapsError`]).
+    pub fn new(services: MapData, backends: MapData, describe: &str) -> Result<Self, MapsError> {
+        let capacity = services.info().map_err(|e| MapsError::Info { message: chain(&e) })?.max_entries();
+        let not_ciliums = |map| move |e: MapError| MapsError::NotCiliums { map, message: chain(&e) };
+        let services = Map::from_map_data(services).and_then(HashMap::try_from).map_err(not_ciliums(SERVICES_MAP))?;
+        let backends = Map::from_map_data(backends).and_then(HashMap::try_from).map_err(not_ciliums(BACKENDS_MAP))?;
         Ok(Self { services, backends, capacity, describe: describe.to_string() })
     }
 
     /// The maps pinned in `dir` (`<bpf-root>/tc/globals`).
-    pub fn from_pins(dir: &Path) -> Result<Self, String> {
+    ///
+    /// Errors: a pin cannot be opened ([`MapsError::Pin`]), and those of [`KernelMaps::new`].
+    pub fn from_pins(dir: &Path) -> Result<Self, MapsError> {
         let open = |name: &str| {
             let path = dir.join(name);
-            MapData::from_pin(&path).map_err(|e| format!("{}: {}", path.display(), chain(&e)))
+            MapData::from_pin(&path).map_err(|e| MapsError::Pin { message: chain(&e), path })
         };
         Self::new(open(SERVICES_MAP)?, open(BACKENDS_MAP)?, &dir.display().to_string())
     }
 }
 
 impl LbMaps for KernelMaps {
-    fn open(&mut self) -> Result<(), String> {
+    fn open(&mut self) -> Result<(), MapsError> {
         Ok(())
     }
 
-    fn service(&mut self, key: &[u8; SERVICE_KEY_LEN]) -> Result<Option<[u8; SERVICE_VALUE_LEN]>, String> {
+    fn service(&mut self, key: &[u8; SERVICE_KEY_LEN]) -> Result<Option<[u8; SERVICE_VALUE_LEN]>, MapsError> {
         found(self.services.get(key, 0), SERVICES_MAP)
     }
 
-    fn backend(&mut self, id: u32) -> Result<Option<[u8; BACKEND_VALUE_LEN]>, String> {
+    fn backend(&mut self, id: u32) -> Result<Option<[u8; BACKEND_VALUE_LEN]>, MapsError> {
         found(self.backends.get(&id.to_ne_bytes(), 0), BACKENDS_MAP)
     }
 
@@ -426,18 +488,18 @@ pub fn pinned(bpf_root: &Path) -> bool {
 }
 
 impl LbMaps for Pinned {
-    fn open(&mut self) -> Result<(), String> {
+    fn open(&mut self) -> Result<(), MapsError> {
         self.maps = None;
         self.maps = Some(KernelMaps::from_pins(&self.dir)?);
         Ok(())
     }
 
-    fn service(&mut self, key: &[u8; SERVICE_KEY_LEN]) -> Result<Option<[u8; SERVICE_VALUE_LEN]>, String> {
-        self.maps.as_mut().ok_or("the maps are not open")?.service(key)
+    fn service(&mut self, key: &[u8; SERVICE_KEY_LEN]) -> Result<Option<[u8; SERVICE_VALUE_LEN]>, MapsError> {
+        self.maps.as_mut().ok_or(MapsError::NotOpen)?.service(key)
     }
 
-    fn backend(&mut self, id: u32) -> Result<Option<[u8; BACKEND_VALUE_LEN]>, String> {
-        self.maps.as_mut().ok_or("the maps are not open")?.backend(id)
+    fn backend(&mut self, id: u32) -> Result<Option<[u8; BACKEND_VALUE_LEN]>, MapsError> {
+        self.maps.as_mut().ok_or(MapsError::NotOpen)?.backend(id)
     }
 
     fn capacity(&self) -> u32 {
@@ -524,16 +586,16 @@ impl Table {
 }
 
 impl LbMaps for Table {
-    fn open(&mut self) -> Result<(), String> {
+    fn open(&mut self) -> Result<(), MapsError> {
         Ok(())
     }
 
-    fn service(&mut self, key: &[u8; SERVICE_KEY_LEN]) -> Result<Option<[u8; SERVICE_VALUE_LEN]>, String> {
+    fn service(&mut self, key: &[u8; SERVICE_KEY_LEN]) -> Result<Option<[u8; SERVICE_VALUE_LEN]>, MapsError> {
         self.tick();
         Ok(self.services.get(key).copied())
     }
 
-    fn backend(&mut self, id: u32) -> Result<Option<[u8; BACKEND_VALUE_LEN]>, String> {
+    fn backend(&mut self, id: u32) -> Result<Option<[u8; BACKEND_VALUE_LEN]>, MapsError> {
         self.tick();
         Ok(self.backends.get(&id).copied())
     }
@@ -626,22 +688,46 @@ enum Attempt {
     Moved(String),
 }
 
+/// Why a frontend's read is no sample.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrontendReadError {
+    /// A lookup failed.
+    #[error(transparent)]
+    Maps(#[from] MapsError),
+    /// The master entry sends the frontend to Cilium's L7 proxy, which picks the backends.
+    #[error("the frontend is redirected to Cilium's L7 proxy (flags2 SVC_FLAG_L7_LOADBALANCER): Envoy picks its backends")]
+    L7Proxy,
+    /// The master entry counts more slots than the services map holds.
+    #[error("master entry with count {count} and qcount {qcount}: more slots than the map's {capacity} entries hold")]
+    TooManySlots {
+        /// Active backends' slots.
+        count: u16,
+        /// Terminating and quarantined backends' slots.
+        qcount: u16,
+        /// The services map's `max_entries`.
+        capacity: u32,
+    },
+    /// Every attempt saw the maps change under it.
+    #[error("the maps changed during each of {attempts} reads (last: {last})")]
+    Inconsistent {
+        /// The attempts made ([`MAX_ATTEMPTS`]).
+        attempts: u32,
+        /// What the last attempt saw change (`slot 1 of 2 absent`, `master entry rewritten`).
+        last: String,
+    },
+}
+
 /// One attempt: master, pass A with the backends, pass B, master again (module doc).
-fn attempt(maps: &mut dyn LbMaps, frontend: &Frontend) -> Result<Attempt, String> {
+fn attempt(maps: &mut dyn LbMaps, frontend: &Frontend) -> Result<Attempt, FrontendReadError> {
     let master_key = frontend.key(0).encode();
     let Some(first) = maps.service(&master_key)? else { return Ok(Attempt::Read(None)) };
     let master = ServiceValue::decode(&first);
     if master.flags2 & FLAG2_L7_LOADBALANCER != 0 {
-        return Err("the frontend is redirected to Cilium's L7 proxy (flags2 SVC_FLAG_L7_LOADBALANCER): Envoy picks its backends".into());
+        return Err(FrontendReadError::L7Proxy);
     }
     let slots = u32::from(master.count) + u32::from(master.qcount);
     if slots >= maps.capacity() {
-        return Err(format!(
-            "master entry with count {} and qcount {}: more slots than the map's {} entries hold",
-            master.count,
-            master.qcount,
-            maps.capacity()
-        ));
+        return Err(FrontendReadError::TooManySlots { count: master.count, qcount: master.qcount, capacity: maps.capacity() });
     }
     let mut ids = Vec::with_capacity(usize::from(master.count));
     for slot in 1..=master.count {
@@ -672,9 +758,11 @@ fn attempt(maps: &mut dyn LbMaps, frontend: &Frontend) -> Result<Attempt, String
 }
 
 /// The addresses of the backends in `frontend`'s active slots, read consistently (module doc),
-/// or None when the frontend has no master entry; an error when no attempt of
-/// [`MAX_ATTEMPTS`] was consistent, or a lookup failed.
-pub fn read_frontend(maps: &mut dyn LbMaps, frontend: &Frontend) -> Result<Option<BTreeSet<Ipv4Addr>>, String> {
+/// or None when the frontend has no master entry.
+///
+/// Errors: no attempt of [`MAX_ATTEMPTS`] was consistent, a lookup failed, or the master entry
+/// is not one this reader reads (the L7 proxy's, more slots than the map) ([`FrontendReadError`]).
+pub fn read_frontend(maps: &mut dyn LbMaps, frontend: &Frontend) -> Result<Option<BTreeSet<Ipv4Addr>>, FrontendReadError> {
     let mut why = String::new();
     for _ in 0..MAX_ATTEMPTS {
         match attempt(maps, frontend)? {
@@ -682,7 +770,7 @@ pub fn read_frontend(maps: &mut dyn LbMaps, frontend: &Frontend) -> Result<Optio
             Attempt::Moved(w) => why = w,
         }
     }
-    Err(format!("the maps changed during each of {MAX_ATTEMPTS} reads (last: {why})"))
+    Err(FrontendReadError::Inconsistent { attempts: MAX_ATTEMPTS, last: why })
 }
 
 /// Cilium's kube-proxy replacement's reader: `maps` ([`Pinned`] on a node).
@@ -727,9 +815,9 @@ impl<M: LbMaps> DataPlaneReader for CiliumReader<M> {
         let place = self.maps.describe();
         let command = |what: &str| format!("lookups in {place}/{{{SERVICES_MAP},{BACKENDS_MAP}}} of {what}");
         let frontend = Frontend::of(service)
-            .map_err(|how| ReadError { command: command(&format!("{}:{}/{}", service.cluster_ip, service.port, service.protocol)), how })?;
-        let error = |how: String| ReadError { command: command(&frontend.to_string()), how };
-        self.maps.open().map_err(error)?;
+            .map_err(|e| ReadError { command: command(&format!("{}:{}/{}", service.cluster_ip, service.port, service.protocol)), how: e.to_string() })?;
+        let error = |e: FrontendReadError| ReadError { command: command(&frontend.to_string()), how: e.to_string() };
+        self.maps.open().map_err(|e| error(e.into()))?;
         let mut read = read_frontend(&mut self.maps, &frontend).map_err(error)?;
         // a loss, or a frontend's first read, is confirmed by a second read a moment later: a
         // consistent read can still be a moment inside a reconcile that shifts the slots
@@ -949,19 +1037,20 @@ mod tests {
         // an active slot missing, for good
         let mut holed = t.clone();
         holed.services.remove(&fe().key(1).encode());
-        assert!(read_frontend(&mut holed, &fe()).unwrap_err().contains("slot 1 of 2 absent"));
+        assert_eq!(read_frontend(&mut holed, &fe()), Err(FrontendReadError::Inconsistent { attempts: 3, last: "slot 1 of 2 absent".into() }));
         // a master entry that says more slots than the map holds: an error, not 65,535 lookups
         let mut huge = t.clone();
         huge.capacity = 100;
         huge.services.insert(fe().key(0).encode(), ServiceValue { count: 60, qcount: 40, ..Default::default() }.encode());
         let e = read_frontend(&mut huge, &fe()).unwrap_err();
-        assert!(e.contains("count 60 and qcount 40: more slots than the map's 100 entries hold"), "{e}");
+        assert_eq!(e, FrontendReadError::TooManySlots { count: 60, qcount: 40, capacity: 100 });
+        assert_eq!(e.to_string(), "master entry with count 60 and qcount 40: more slots than the map's 100 entries hold");
         assert_eq!(huge.lookups, 1, "refused at the master entry");
         // a frontend redirected to the L7 proxy: Envoy picks the backend
         let mut l7 = t.clone();
         let master = ServiceValue { count: 2, flags2: FLAG2_L7_LOADBALANCER, ..Default::default() };
         l7.services.insert(fe().key(0).encode(), master.encode());
-        assert!(read_frontend(&mut l7, &fe()).unwrap_err().contains("L7 proxy"));
+        assert_eq!(read_frontend(&mut l7, &fe()), Err(FrontendReadError::L7Proxy));
         // pins that are not there: the path and the errno
         let root = tempfile::tempdir().unwrap();
         let e = CiliumReader::pinned(root.path()).endpoints(&s).unwrap_err();
@@ -1002,7 +1091,7 @@ mod tests {
             t.pending.push_back((n.into(), Edit::Service(fe().key(0).encode(), Some(master.encode()))));
         }
         let e = read_frontend(&mut t, &fe()).unwrap_err();
-        assert_eq!(e, "the maps changed during each of 3 reads (last: master entry rewritten)");
+        assert_eq!(e.to_string(), "the maps changed during each of 3 reads (last: master entry rewritten)");
         assert_eq!(t.lookups, 15, "3 attempts of master, slot, backend, slot, master");
     }
 
@@ -1134,7 +1223,9 @@ mod tests {
         // a map whose values are not lb4_service's size is refused by aya's size check
         let wrong = HashMap::<MapData, [u8; SERVICE_KEY_LEN], [u8; 16]>::create(16, 0).unwrap();
         let e = KernelMaps::new(dup(wrong.map()), dup(backends.map()), "wrong").err().unwrap();
-        assert!(e.starts_with("cilium_lb4_services_v2: ") && e.contains("16") && e.contains("12"), "{e}");
+        let MapsError::NotCiliums { map, message } = &e else { panic!("{e:?}") };
+        assert_eq!(*map, "cilium_lb4_services_v2");
+        assert!(message.contains("16") && message.contains("12"), "{e}");
     }
 
     /// One lookup in the reader's services map.

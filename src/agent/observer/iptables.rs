@@ -24,9 +24,49 @@ pub fn service_chain(service: &ServicePort) -> String {
     format!("KUBE-SVC-{}", &encoded[..16])
 }
 
+/// Why an `iptables -t nat -S <chain>` listing says nothing: what in it is not what kube-proxy
+/// writes. Lines and values are quoted excerpts of at most 120 characters.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListingError {
+    /// A line that neither declares nor appends to the chain listed.
+    #[error("a line that is not chain {chain}'s: {line}")]
+    ForeignLine {
+        /// The chain listed.
+        chain: String,
+        /// The line.
+        line: String,
+    },
+    /// No `-N <chain>` line: the listing is not of that chain.
+    #[error("no '-N {chain}' line")]
+    NotDeclared {
+        /// The chain listed.
+        chain: String,
+    },
+    /// A `--to-destination` as the rule's last word.
+    #[error("--to-destination without a value: {line}")]
+    DestinationWithoutValue {
+        /// The rule.
+        line: String,
+    },
+    /// A DNAT destination that is not `IP:port` or `[IPv6]:port`.
+    #[error("DNAT destination {destination} is not IP:port")]
+    DestinationNotIp {
+        /// The destination.
+        destination: String,
+    },
+    /// An endpoint chain without a DNAT rule.
+    #[error("no DNAT rule in chain {chain}")]
+    NoDnat {
+        /// The chain listed.
+        chain: String,
+    },
+}
+
 /// The `KUBE-SEP-` chains a `iptables -t nat -S <chain>` listing of `chain` jumps to. The listing
 /// must declare the chain (`-N <chain>`) and hold only its own rules.
-pub fn parse_service_chain(text: &str, chain: &str) -> Result<Vec<String>, String> {
+///
+/// Errors: a line of another chain, or no `-N` line ([`ListingError`]).
+pub fn parse_service_chain(text: &str, chain: &str) -> Result<Vec<String>, ListingError> {
     let mut declared = false;
     let mut seps = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
@@ -42,28 +82,30 @@ pub fn parse_service_chain(text: &str, chain: &str) -> Result<Vec<String>, Strin
                     seps.push(target.to_string());
                 }
             }
-            _ => return Err(format!("a line that is not chain {chain}'s: {}", excerpt(line))),
+            _ => return Err(ListingError::ForeignLine { chain: chain.to_string(), line: excerpt(line) }),
         }
     }
     if !declared {
-        return Err(format!("no '-N {chain}' line"));
+        return Err(ListingError::NotDeclared { chain: chain.to_string() });
     }
     Ok(seps)
 }
 
 /// The endpoint of a `iptables -t nat -S <KUBE-SEP chain>` listing: its DNAT target's IP.
-pub fn parse_endpoint_chain(text: &str, chain: &str) -> Result<IpAddr, String> {
+///
+/// Errors: no DNAT rule, or a destination that is missing or no IP ([`ListingError`]).
+pub fn parse_endpoint_chain(text: &str, chain: &str) -> Result<IpAddr, ListingError> {
     for line in text.lines().map(str::trim) {
         let words: Vec<&str> = line.split_whitespace().collect();
         if words.first() != Some(&"-A") || words.get(1) != Some(&chain) {
             continue;
         }
         if let Some(i) = words.iter().position(|w| *w == "--to-destination") {
-            let dest = words.get(i + 1).ok_or_else(|| format!("--to-destination without a value: {}", excerpt(line)))?;
-            return ip_of_destination(dest).ok_or_else(|| format!("DNAT destination {} is not IP:port", excerpt(dest)));
+            let dest = words.get(i + 1).ok_or_else(|| ListingError::DestinationWithoutValue { line: excerpt(line) })?;
+            return ip_of_destination(dest).ok_or_else(|| ListingError::DestinationNotIp { destination: excerpt(dest) });
         }
     }
-    Err(format!("no DNAT rule in chain {chain}"))
+    Err(ListingError::NoDnat { chain: chain.to_string() })
 }
 
 /// kube-proxy iptables mode's reader: `program` is the node's `iptables` of the backend
@@ -231,8 +273,14 @@ mod tests {
             (missing.command.as_str(), missing.how.as_str()),
             ("iptables-legacy -t nat -S KUBE-SVC-NPX46M4PTMTKRN6Y", "cannot start: No such file or directory")
         );
-        assert!(parse_endpoint_chain("-N KUBE-SEP-X\n-A KUBE-SEP-X -j DNAT --to-destination web:80\n", "KUBE-SEP-X").unwrap_err().contains("not IP:port"));
-        assert!(parse_endpoint_chain("-N KUBE-SEP-X\n", "KUBE-SEP-X").unwrap_err().contains("no DNAT"));
+        let e = parse_endpoint_chain("-N KUBE-SEP-X\n-A KUBE-SEP-X -j DNAT --to-destination web:80\n", "KUBE-SEP-X").unwrap_err();
+        assert_eq!(e, ListingError::DestinationNotIp { destination: "\"web:80\"".into() });
+        assert_eq!(e.to_string(), "DNAT destination \"web:80\" is not IP:port");
+        let e = parse_endpoint_chain("-N KUBE-SEP-X\n-A KUBE-SEP-X -j DNAT --to-destination\n", "KUBE-SEP-X").unwrap_err();
+        assert_eq!(e.to_string(), "--to-destination without a value: \"-A KUBE-SEP-X -j DNAT --to-destination\"");
+        assert_eq!(parse_endpoint_chain("-N KUBE-SEP-X\n", "KUBE-SEP-X"), Err(ListingError::NoDnat { chain: "KUBE-SEP-X".into() }));
+        let e = parse_service_chain("-N KUBE-SVC-A\n-A KUBE-SVC-B -j KUBE-SEP-X\n", "KUBE-SVC-A").unwrap_err();
+        assert_eq!(e.to_string(), "a line that is not chain KUBE-SVC-A's: \"-A KUBE-SVC-B -j KUBE-SEP-X\"");
         let mut faulty = Faulty::new(IptablesReader::new(canned(Ok(SVC)), "iptables-nft", false), 2);
         assert!(faulty.endpoints(&s).is_ok());
         assert_eq!(faulty.endpoints(&s).unwrap_err().how, "injected fault");

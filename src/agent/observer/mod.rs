@@ -300,36 +300,63 @@ pub fn reader(plane: Plane, binaries: &Binaries, nftables_via: NftablesVia, bpf_
     }
 }
 
+/// Why the agent has no data plane to read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlaneError {
+    /// kube-proxy's mode is one no reader reads (`ipvs`, `kernelspace`, ...).
+    #[error("kube-proxy's proxy mode {mode:?} has no reader (nftables and iptables have)")]
+    NoReader {
+        /// The mode as `/proxyMode` answered it, trimmed.
+        mode: String,
+    },
+    /// iptables mode, and neither backend lists kube-proxy's `KUBE-SERVICES` chain.
+    #[error("kube-proxy's KUBE-SERVICES chain in neither iptables backend: {nft}; {legacy}")]
+    NoIptablesBackend {
+        /// The nft backend's failed listing.
+        nft: ReadError,
+        /// The legacy backend's failed listing.
+        legacy: ReadError,
+    },
+    /// No kube-proxy answers, and Cilium's services map is not pinned either.
+    #[error("{kube_proxy}; nor is Cilium's {} pinned (with Cilium's kube-proxy replacement, mount the host's bpffs and set --cilium-bpf-root)", pin.display())]
+    NoKubeProxyNorCilium {
+        /// kube-proxy's failure, as the agent's fetch said it.
+        kube_proxy: String,
+        /// The services map's pin looked for.
+        pin: std::path::PathBuf,
+    },
+}
+
 /// The data plane of kube-proxy's `mode` (its `/proxyMode`): nftables, or for iptables the
 /// backend whose `nat` table holds kube-proxy's `KUBE-SERVICES` chain (the nft backend tried
-/// first, as kube-proxy itself prefers it). Errors name the mode or both failed listings.
-pub fn plane_of_mode(mode: &str, binaries: &Binaries, runner: &dyn Runner) -> Result<Plane, String> {
+/// first, as kube-proxy itself prefers it).
+///
+/// Errors: a mode without a reader, or both backends' listings failed ([`PlaneError`]).
+pub fn plane_of_mode(mode: &str, binaries: &Binaries, runner: &dyn Runner) -> Result<Plane, PlaneError> {
     match mode.trim() {
         "nftables" => Ok(Plane::Nftables),
         "iptables" => {
             let list = |program: &str| runner.run(program, &["-t", "nat", "-S", "KUBE-SERVICES"]);
             match list(&binaries.iptables_nft) {
                 Ok(_) => Ok(Plane::IptablesNft),
-                Err(nft) => list(&binaries.iptables_legacy)
-                    .map(|_| Plane::IptablesLegacy)
-                    .map_err(|legacy| format!("kube-proxy's KUBE-SERVICES chain in neither iptables backend: {nft}; {legacy}")),
+                Err(nft) => list(&binaries.iptables_legacy).map(|_| Plane::IptablesLegacy).map_err(|legacy| PlaneError::NoIptablesBackend { nft, legacy }),
             }
         }
-        other => Err(format!("kube-proxy's proxy mode {other:?} has no reader (nftables and iptables have)")),
+        other => Err(PlaneError::NoReader { mode: other.to_string() }),
     }
 }
 
 /// The data plane of a node where kube-proxy is absent (nothing listens on its metrics
 /// address): Cilium's kube-proxy replacement when its services map is pinned under
-/// `bpf_root`; else an error that says both (`kube_proxy` is kube-proxy's failure).
-pub fn plane_without_kube_proxy(kube_proxy: &str, bpf_root: &std::path::Path) -> Result<Plane, String> {
+/// `bpf_root`.
+///
+/// Errors: the map is not pinned either ([`PlaneError::NoKubeProxyNorCilium`], with
+/// `kube_proxy`, kube-proxy's failure).
+pub fn plane_without_kube_proxy(kube_proxy: &str, bpf_root: &std::path::Path) -> Result<Plane, PlaneError> {
     if cilium::pinned(bpf_root) {
         return Ok(Plane::Cilium);
     }
-    Err(format!(
-        "{kube_proxy}; nor is Cilium's {} pinned (with Cilium's kube-proxy replacement, mount the host's bpffs and set --cilium-bpf-root)",
-        bpf_root.join(cilium::PIN_DIR).join(cilium::SERVICES_MAP).display()
-    ))
+    Err(PlaneError::NoKubeProxyNorCilium { kube_proxy: kube_proxy.to_string(), pin: bpf_root.join(cilium::PIN_DIR).join(cilium::SERVICES_MAP) })
 }
 
 #[cfg(test)]
@@ -344,9 +371,14 @@ mod plane_tests {
     fn the_mode_and_the_backend_holding_kube_proxys_chain_choose_the_reader() {
         let mut canned = Canned::default();
         assert_eq!(plane_of_mode("nftables\n", &binaries(), &canned), Ok(Plane::Nftables));
-        assert!(plane_of_mode("ipvs", &binaries(), &canned).unwrap_err().contains("\"ipvs\" has no reader"));
+        let e = plane_of_mode("ipvs\n", &binaries(), &canned).unwrap_err();
+        assert_eq!(e, PlaneError::NoReader { mode: "ipvs".into() });
+        assert_eq!(e.to_string(), "kube-proxy's proxy mode \"ipvs\" has no reader (nftables and iptables have)");
         let e = plane_of_mode("iptables", &binaries(), &canned).unwrap_err();
-        assert!(e.contains("iptables-nft -t nat -S KUBE-SERVICES") && e.contains("iptables-legacy"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "kube-proxy's KUBE-SERVICES chain in neither iptables backend: iptables-nft -t nat -S KUBE-SERVICES: cannot start: No such file or directory; iptables-legacy -t nat -S KUBE-SERVICES: cannot start: No such file or directory"
+        );
         canned.answers.insert("iptables-legacy -t nat -S KUBE-SERVICES".into(), Ok("-N KUBE-SERVICES\n".into()));
         assert_eq!(plane_of_mode("iptables", &binaries(), &canned), Ok(Plane::IptablesLegacy));
         canned.answers.insert("iptables-nft -t nat -S KUBE-SERVICES".into(), Ok("-N KUBE-SERVICES\n".into()));
@@ -363,8 +395,18 @@ mod plane_tests {
     fn without_kube_proxy_the_pinned_services_map_says_cilium() {
         let root = tempfile::tempdir().unwrap();
         let e = plane_without_kube_proxy("kube-proxy at http://127.0.0.1:10249/proxyMode: connection refused", root.path()).unwrap_err();
-        assert!(e.starts_with("kube-proxy at http://127.0.0.1:10249/proxyMode: connection refused; nor is Cilium's "), "{e}");
-        assert!(e.contains("tc/globals/cilium_lb4_services_v2 pinned"), "{e}");
+        let pin = root.path().join("tc/globals/cilium_lb4_services_v2");
+        assert_eq!(
+            e,
+            PlaneError::NoKubeProxyNorCilium { kube_proxy: "kube-proxy at http://127.0.0.1:10249/proxyMode: connection refused".into(), pin: pin.clone() }
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "kube-proxy at http://127.0.0.1:10249/proxyMode: connection refused; nor is Cilium's {} pinned (with Cilium's kube-proxy replacement, mount the host's bpffs and set --cilium-bpf-root)",
+                pin.display()
+            )
+        );
         std::fs::create_dir_all(root.path().join("tc/globals")).unwrap();
         std::fs::write(root.path().join("tc/globals/cilium_lb4_services_v2"), b"").unwrap();
         assert_eq!(plane_without_kube_proxy("refused", root.path()), Ok(Plane::Cilium));

@@ -103,10 +103,70 @@ fn expressions(rule: &RuleMessage) -> Vec<(&str, Option<&Expressions>)> {
     out
 }
 
+/// Why a chain's rules or a map's elements say nothing: the rule or element (0-based, in the
+/// dump's order) that names no endpoint where kube-proxy's always names one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointsError {
+    /// A rule's verdict goes to an `endpoint-` chain whose name ends with no `__IP/port`.
+    #[error("rule {rule}: an endpoint chain that names no endpoint: {chain:?}")]
+    RuleChainWithoutEndpoint {
+        /// The rule's index.
+        rule: usize,
+        /// The chain's name.
+        chain: String,
+    },
+    /// A `numgen` rule without a `lookup` of its map.
+    #[error("rule {rule}: a numgen rule without a map lookup (expressions {expressions:?})")]
+    NumgenWithoutLookup {
+        /// The rule's index.
+        rule: usize,
+        /// The rule's expressions, by name.
+        expressions: Vec<String>,
+    },
+    /// A `nat` rule with neither a `numgen` map nor an immediate of an address's length.
+    #[error("rule {rule}: a nat rule without a numgen map or an immediate address (expressions {expressions:?})")]
+    NatWithoutAddress {
+        /// The rule's index.
+        rule: usize,
+        /// The rule's expressions, by name.
+        expressions: Vec<String>,
+    },
+    /// An element whose value is shorter than the family's address.
+    #[error("element {element}: a value of {len} bytes is no address")]
+    ValueNotAddress {
+        /// The element's index in its message.
+        element: usize,
+        /// The value's length, bytes.
+        len: usize,
+    },
+    /// An element whose verdict names no chain.
+    #[error("element {element}: a verdict without a chain")]
+    VerdictWithoutChain {
+        /// The element's index in its message.
+        element: usize,
+    },
+    /// An element whose verdict goes to an `endpoint-` chain that names no endpoint.
+    #[error("element {element}: an endpoint chain that names no endpoint: {chain:?}")]
+    ElementChainWithoutEndpoint {
+        /// The element's index in its message.
+        element: usize,
+        /// The chain's name.
+        chain: String,
+    },
+    /// An element without data.
+    #[error("element {element}: no data (a numgen map's elements each name an endpoint)")]
+    NoData {
+        /// The element's index in its message.
+        element: usize,
+    },
+}
+
 /// The endpoints of a Service port chain's rules (a dump of `NFT_MSG_NEWRULE` messages): the
 /// `numgen` rule's map, the immediate address of a one-endpoint `nat` rule, and every
-/// `goto endpoint-...` verdict. Errors name the rule that says none of what it should.
-pub fn endpoints_of_rules(rules: &[RuleMessage], family: Family) -> Result<ChainEndpoints, String> {
+/// `goto endpoint-...` verdict.
+///
+/// Errors: the first rule that says none of what it should ([`EndpointsError`]).
+pub fn endpoints_of_rules(rules: &[RuleMessage], family: Family) -> Result<ChainEndpoints, EndpointsError> {
     let mut out = ChainEndpoints::default();
     for (n, rule) in rules.iter().enumerate() {
         let exprs = expressions(rule);
@@ -120,7 +180,7 @@ pub fn endpoints_of_rules(rules: &[RuleMessage], family: Family) -> Result<Chain
                 if let Immediate::Data(DataAttribute::Verdict(v)) = a {
                     for chain in v.iter().filter_map(|v| if let VerdictAttribute::Chain(c) = v { Some(c) } else { None }) {
                         if chain.starts_with("endpoint-") {
-                            out.ips.insert(entry_ip_of_chain(chain).ok_or_else(|| format!("rule {n}: an endpoint chain that names no endpoint: {chain:?}"))?);
+                            out.ips.insert(entry_ip_of_chain(chain).ok_or_else(|| EndpointsError::RuleChainWithoutEndpoint { rule: n, chain: chain.clone() })?);
                         }
                     }
                 }
@@ -133,7 +193,7 @@ pub fn endpoints_of_rules(rules: &[RuleMessage], family: Family) -> Result<Chain
                     Some(Expressions::Lookup(l)) => l.iter().find_map(|a| if let Lookup::Set(s) = a { Some(s.clone()) } else { None }),
                     _ => None,
                 })
-                .ok_or_else(|| format!("rule {n}: a numgen rule without a map lookup (expressions {names:?})"))?;
+                .ok_or_else(|| EndpointsError::NumgenWithoutLookup { rule: n, expressions: names.iter().map(|s| s.to_string()).collect() })?;
             out.maps.push(set);
         } else if names.contains(&"nat") {
             let ip = immediates
@@ -142,7 +202,7 @@ pub fn endpoints_of_rules(rules: &[RuleMessage], family: Family) -> Result<Chain
                     Immediate::Data(DataAttribute::Value(v)) if v.len() == family.len() => family.address(v),
                     _ => None,
                 })
-                .ok_or_else(|| format!("rule {n}: a nat rule without a numgen map or an immediate address (expressions {names:?})"))?;
+                .ok_or_else(|| EndpointsError::NatWithoutAddress { rule: n, expressions: names.iter().map(|s| s.to_string()).collect() })?;
             out.ips.insert(ip);
         }
     }
@@ -151,8 +211,11 @@ pub fn endpoints_of_rules(rules: &[RuleMessage], family: Family) -> Result<Chain
 
 /// The endpoints of a `numgen` map's elements (a dump of `NFT_MSG_NEWSETELEM` messages): each
 /// element's data, an `IP . port` value (dnat map) or a `goto endpoint-...__IP/port` verdict
-/// (vmap). An element without data is an error: every element of such a map has one.
-pub fn endpoints_of_map(elements: &[SetElementMessage], family: Family) -> Result<BTreeSet<IpAddr>, String> {
+/// (vmap).
+///
+/// Errors: the first element that names no endpoint, one without data included: every element
+/// of such a map has one ([`EndpointsError`]).
+pub fn endpoints_of_map(elements: &[SetElementMessage], family: Family) -> Result<BTreeSet<IpAddr>, EndpointsError> {
     let mut ips = BTreeSet::new();
     for m in elements {
         for list in &m.attributes {
@@ -161,15 +224,15 @@ pub fn endpoints_of_map(elements: &[SetElementMessage], family: Family) -> Resul
                 let ListAttribute::Element(attrs) = e else { continue };
                 let data = attrs.iter().find_map(|a| if let SetElementAttribute::Data(d) = a { Some(d) } else { None });
                 let ip = match data {
-                    Some(DataAttribute::Value(v)) => family.address(v).ok_or_else(|| format!("element {n}: a value of {} bytes is no address", v.len()))?,
+                    Some(DataAttribute::Value(v)) => family.address(v).ok_or(EndpointsError::ValueNotAddress { element: n, len: v.len() })?,
                     Some(DataAttribute::Verdict(v)) => {
                         let chain = v
                             .iter()
                             .find_map(|v| if let VerdictAttribute::Chain(c) = v { Some(c) } else { None })
-                            .ok_or_else(|| format!("element {n}: a verdict without a chain"))?;
-                        entry_ip_of_chain(chain).ok_or_else(|| format!("element {n}: an endpoint chain that names no endpoint: {chain:?}"))?
+                            .ok_or(EndpointsError::VerdictWithoutChain { element: n })?;
+                        entry_ip_of_chain(chain).ok_or_else(|| EndpointsError::ElementChainWithoutEndpoint { element: n, chain: chain.clone() })?
                     }
-                    _ => return Err(format!("element {n}: no data (a numgen map's elements each name an endpoint)")),
+                    _ => return Err(EndpointsError::NoData { element: n }),
                 };
                 ips.insert(ip);
             }
@@ -664,21 +727,25 @@ mod tests {
         let goto = rule(vec![immediate(verdict("endpoint-BBBB-ns/web/tcp/http__fd00::5/8080"))]);
         assert_eq!(endpoints_of_rules(&[goto], Family::V6).unwrap().ips, ips(&["fd00::5"]));
         let v6 = map_of(&[[0; 8]]);
-        assert!(endpoints_of_map(&[v6], Family::V6).unwrap_err().contains("8 bytes is no address"));
+        assert_eq!(endpoints_of_map(&[v6], Family::V6), Err(EndpointsError::ValueNotAddress { element: 0, len: 8 }));
+        assert_eq!(EndpointsError::ValueNotAddress { element: 0, len: 8 }.to_string(), "element 0: a value of 8 bytes is no address");
     }
 
     #[test]
     fn rules_and_maps_that_name_no_endpoint_are_errors() {
         let no_lookup = rule(vec![other("numgen"), other("nat")]);
-        assert!(endpoints_of_rules(&[no_lookup], Family::V4).unwrap_err().contains("without a map lookup"));
+        let e = endpoints_of_rules(&[no_lookup], Family::V4).unwrap_err();
+        assert_eq!(e.to_string(), r#"rule 0: a numgen rule without a map lookup (expressions ["numgen", "nat"])"#);
         let nat_alone = rule(vec![other("nat"), immediate(DataAttribute::Value(vec![1, 0xbb]))]);
-        assert!(endpoints_of_rules(&[nat_alone], Family::V4).unwrap_err().contains("immediate address"));
+        let e = endpoints_of_rules(&[nat_alone], Family::V4).unwrap_err();
+        assert_eq!(e, EndpointsError::NatWithoutAddress { rule: 0, expressions: vec!["nat".into(), "immediate".into()] });
         let bad_chain = rule(vec![immediate(verdict("endpoint-CCCC-ns/web/tcp/http"))]);
-        assert!(endpoints_of_rules(&[bad_chain], Family::V4).unwrap_err().contains("names no endpoint"));
+        let e = endpoints_of_rules(&[bad_chain], Family::V4).unwrap_err();
+        assert_eq!(e.to_string(), r#"rule 0: an endpoint chain that names no endpoint: "endpoint-CCCC-ns/web/tcp/http""#);
         let no_data = SetElementMessage {
             attributes: vec![SetElementList::Elements(vec![ListAttribute::Element(vec![SetElementAttribute::Key(DataAttribute::Value(vec![0; 4]))])])],
         };
-        assert!(endpoints_of_map(&[no_data], Family::V4).unwrap_err().contains("no data"));
+        assert_eq!(endpoints_of_map(&[no_data], Family::V4), Err(EndpointsError::NoData { element: 0 }));
     }
 
     /// The kernel's side of a read, as encoded bytes: each request is checked against what the

@@ -24,33 +24,86 @@ pub fn service_chain(service: &ServicePort) -> String {
     format!("service-{}-{base}", &data_encoding::BASE32.encode(digest.as_ref())[..8])
 }
 
+/// Why a `nft list chain` listing says nothing: what in it is not what kube-proxy writes. Lines
+/// and entries are quoted excerpts of at most 120 characters.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListingError {
+    /// No `chain <chain> {` line: the listing is not of that chain.
+    #[error("no 'chain {chain} {{' line")]
+    NoChainHeader {
+        /// The chain listed.
+        chain: String,
+    },
+    /// The last line is not `}`.
+    #[error("the listing does not end with '}}' (cut short?)")]
+    CutShort,
+    /// A `numgen` rule without a ` map {` or ` vmap {`.
+    #[error("a numgen rule without a map: {line}")]
+    NumgenWithoutMap {
+        /// The rule.
+        line: String,
+    },
+    /// A map whose `{` is not closed on its line.
+    #[error("an unterminated map: {line}")]
+    UnterminatedMap {
+        /// The rule.
+        line: String,
+    },
+    /// A map entry without its ` : ` between key and value.
+    #[error("a map entry without ' : ': {entry}")]
+    EntryWithoutColon {
+        /// The entry.
+        entry: String,
+    },
+    /// A map entry whose value is neither `IP . port` nor an endpoint chain.
+    #[error("a map entry that names no endpoint: {entry}")]
+    EntryWithoutEndpoint {
+        /// The entry.
+        entry: String,
+    },
+    /// A `dnat to` whose target is not `IP:port`.
+    #[error("a dnat target that is not IP:port: {line}")]
+    DnatNotIpPort {
+        /// The rule.
+        line: String,
+    },
+    /// A `goto endpoint-...` whose chain name ends with no `__IP/port`.
+    #[error("an endpoint chain that names no endpoint: {line}")]
+    EndpointChainWithoutEndpoint {
+        /// The rule.
+        line: String,
+    },
+}
+
 /// The endpoint IPs of a `nft list chain <family> kube-proxy <chain>` listing: every entry of its
 /// `numgen` map or vmap, or the one endpoint of a plain `dnat to IP:port` or `goto endpoint-...`.
 /// The listing must hold the chain's header and end with `}`; a chain with none of these has no
 /// endpoint (kube-proxy rejects or drops there).
-pub fn parse_service_chain(text: &str, chain: &str) -> Result<BTreeSet<IpAddr>, String> {
+///
+/// Errors: no header, a listing cut short, a rule or entry that names no endpoint ([`ListingError`]).
+pub fn parse_service_chain(text: &str, chain: &str) -> Result<BTreeSet<IpAddr>, ListingError> {
     let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     if !lines.contains(&format!("chain {chain} {{").as_str()) {
-        return Err(format!("no 'chain {chain} {{' line"));
+        return Err(ListingError::NoChainHeader { chain: chain.to_string() });
     }
     if lines.last() != Some(&"}") {
-        return Err("the listing does not end with '}' (cut short?)".into());
+        return Err(ListingError::CutShort);
     }
     let mut ips = BTreeSet::new();
     for line in &lines {
         if line.contains("numgen ") {
             let (_, entries) =
-                line.split_once(" map {").or_else(|| line.split_once(" vmap {")).ok_or_else(|| format!("a numgen rule without a map: {}", excerpt(line)))?;
-            let entries = entries.trim_end().strip_suffix('}').ok_or_else(|| format!("an unterminated map: {}", excerpt(line)))?;
+                line.split_once(" map {").or_else(|| line.split_once(" vmap {")).ok_or_else(|| ListingError::NumgenWithoutMap { line: excerpt(line) })?;
+            let entries = entries.trim_end().strip_suffix('}').ok_or_else(|| ListingError::UnterminatedMap { line: excerpt(line) })?;
             for entry in entries.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-                let (_, value) = entry.split_once(" : ").ok_or_else(|| format!("a map entry without ' : ': {}", excerpt(entry)))?;
-                ips.insert(entry_ip(value.trim()).ok_or_else(|| format!("a map entry that names no endpoint: {}", excerpt(entry)))?);
+                let (_, value) = entry.split_once(" : ").ok_or_else(|| ListingError::EntryWithoutColon { entry: excerpt(entry) })?;
+                ips.insert(entry_ip(value.trim()).ok_or_else(|| ListingError::EntryWithoutEndpoint { entry: excerpt(entry) })?);
             }
         } else if let Some((_, to)) = line.split_once(" dnat to ").or_else(|| line.split_once(" dnat ip to ")).or_else(|| line.split_once(" dnat ip6 to ")) {
             let dest = to.split_whitespace().next().unwrap_or_default();
-            ips.insert(ip_of_destination(dest).ok_or_else(|| format!("a dnat target that is not IP:port: {}", excerpt(line)))?);
+            ips.insert(ip_of_destination(dest).ok_or_else(|| ListingError::DnatNotIpPort { line: excerpt(line) })?);
         } else if let Some((_, target)) = line.split_once("goto endpoint-") {
-            ips.insert(entry_ip(&format!("goto endpoint-{target}")).ok_or_else(|| format!("an endpoint chain that names no endpoint: {}", excerpt(line)))?);
+            ips.insert(entry_ip(&format!("goto endpoint-{target}")).ok_or_else(|| ListingError::EndpointChainWithoutEndpoint { line: excerpt(line) })?);
         }
     }
     Ok(ips)
@@ -168,17 +221,19 @@ mod tests {
     fn a_failed_or_unparsable_read_is_no_sample() {
         let full = listing("meta l4proto tcp dnat to numgen random mod 2 map { 0 : 10.244.1.5 . 8080, 1 : 10.244.2.7 . 8080 }");
         let cut = full.lines().take(3).collect::<Vec<_>>().join("\n");
-        assert!(parse_service_chain(&cut, CHAIN).unwrap_err().contains("cut short"));
-        assert!(parse_service_chain(&listing("x"), "service-OTHER").unwrap_err().contains("no 'chain"));
-        for bad in [
-            "numgen random mod 2 map { 0 : web . 8080 }",
-            "numgen random mod 2 map { 0 : 10.244.1.5 . 8080",
-            "numgen random mod 2 map { 0 10.244.1.5 }",
-            "numgen random mod 2",
-            "meta l4proto tcp dnat to web:8080",
-            "goto endpoint-AAAA-exp-a-baseline/web/tcp/http",
+        assert_eq!(parse_service_chain(&cut, CHAIN), Err(ListingError::CutShort));
+        assert_eq!(ListingError::CutShort.to_string(), "the listing does not end with '}' (cut short?)");
+        let e = parse_service_chain(&listing("x"), "service-OTHER").unwrap_err();
+        assert_eq!(e.to_string(), "no 'chain service-OTHER {' line");
+        for (bad, why) in [
+            ("numgen random mod 2 map { 0 : web . 8080 }", "a map entry that names no endpoint: \"0 : web . 8080\""),
+            ("numgen random mod 2 map { 0 : 10.244.1.5 . 8080", "an unterminated map: \"numgen random mod 2 map { 0 : 10.244.1.5 . 8080\""),
+            ("numgen random mod 2 map { 0 10.244.1.5 }", "a map entry without ' : ': \"0 10.244.1.5\""),
+            ("numgen random mod 2", "a numgen rule without a map: \"numgen random mod 2\""),
+            ("meta l4proto tcp dnat to web:8080", "a dnat target that is not IP:port: \"meta l4proto tcp dnat to web:8080\""),
+            ("goto endpoint-AAAA-exp-a-baseline/web/tcp/http", "an endpoint chain that names no endpoint: \"goto endpoint-AAAA-exp-a-baseline/web/tcp/http\""),
         ] {
-            assert!(parse_service_chain(&listing(bad), CHAIN).is_err(), "{bad}");
+            assert_eq!(parse_service_chain(&listing(bad), CHAIN).unwrap_err().to_string(), why, "{bad}");
         }
         let mut r = NftablesReader::new(Canned::default(), "nft");
         let e = r.endpoints(&svc("exp-a-baseline", "web", "http")).unwrap_err();

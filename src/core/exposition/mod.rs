@@ -12,6 +12,7 @@ pub mod histogram;
 pub mod native;
 pub mod parse;
 pub mod protobuf;
+pub mod scrape;
 pub mod write;
 
 pub use filter::filter_kube_proxy_metrics;
