@@ -372,7 +372,14 @@ pub struct RemovalStore {
     /// Per data plane, (closed at, the removal as that data plane's nodes saw it: its slowest
     /// of them), oldest first, each at most [`MAX_CLOSED_REMOVALS`].
     closed_by_plane: BTreeMap<&'static str, VecDeque<(f64, Removal)>>,
+    /// The last per-data-plane summaries and, per data plane, the removals they were made of
+    /// (as `cached`'s key): every policy's reconcile asks for them too.
+    cached_by_plane: Option<(Vec<PlaneKey>, Vec<DataPlaneSummary>)>,
 }
+
+/// What one data plane's cached summary was made of: its removals within the window (how many,
+/// the first's and the last's closing time) and its nodes.
+type PlaneKey = (usize, f64, f64, usize);
 
 /// The data planes an agent may name (its `dataPlane`): kube-proxy's iptables modes by backend,
 /// its nftables mode, and Cilium's eBPF load balancer. Anything else is no data plane.
@@ -479,7 +486,6 @@ impl RemovalStore {
             if self.closed.len() >= MAX_CLOSED_REMOVALS {
                 self.closed.pop_front();
             }
-            self.close_by_plane(now, &p, &nodes);
             let removal = Removal {
                 service: format!("{}/{}", p.service.namespace, p.service.name),
                 endpoint: p.endpoint.to_string(),
@@ -487,9 +493,9 @@ impl RemovalStore {
                 deletion: p.deletion,
                 sleep_seconds: p.sleep_seconds,
                 nodes,
-            }
-            .compacted();
-            self.closed.push_back((now, removal));
+            };
+            self.close_by_plane(now, &removal);
+            self.closed.push_back((now, removal.compacted()));
         }
         if self.open.is_empty() {
             self.names.clear();
@@ -506,48 +512,62 @@ impl RemovalStore {
         }
     }
 
-    /// Files the removal of `p` seen by `nodes` under each data plane of those nodes, as that
-    /// data plane's nodes alone saw it.
-    fn close_by_plane(&mut self, now: f64, p: &PendingRemoval, nodes: &[(String, NodeObservation)]) {
-        let mut by_plane: BTreeMap<&'static str, Vec<(String, NodeObservation)>> = BTreeMap::new();
-        for (n, o) in nodes {
-            if let Some(plane) = self.data_planes.get(n) {
-                by_plane.entry(plane).or_default().push((n.clone(), o.clone()));
-            }
-        }
-        for (plane, nodes) in by_plane {
+    /// Files `removal` (all its nodes) under each data plane of its nodes, as that data plane's
+    /// nodes alone saw it.
+    fn close_by_plane(&mut self, now: f64, removal: &Removal) {
+        let planes: BTreeSet<&'static str> = removal.nodes.iter().filter_map(|(n, _)| self.data_planes.get(n).copied()).collect();
+        for plane in planes {
+            let nodes = removal.nodes.iter().filter(|(n, _)| self.data_planes.get(n) == Some(&plane)).cloned().collect();
             let closed = self.closed_by_plane.entry(plane).or_default();
             if closed.len() >= MAX_CLOSED_REMOVALS {
                 closed.pop_front();
             }
-            let removal = Removal {
-                service: format!("{}/{}", p.service.namespace, p.service.name),
-                endpoint: p.endpoint.to_string(),
-                pod: p.pod.clone(),
-                deletion: p.deletion,
-                sleep_seconds: p.sleep_seconds,
+            // (the fields but the nodes: a removal of 5,000 nodes is not copied whole per plane)
+            let view = Removal {
+                service: removal.service.clone(),
+                endpoint: removal.endpoint.clone(),
+                pod: removal.pod.clone(),
+                deletion: removal.deletion,
+                sleep_seconds: removal.sleep_seconds,
                 nodes,
-            }
-            .compacted();
-            closed.push_back((now, removal));
+            };
+            closed.push_back((now, view.compacted()));
         }
     }
 
     /// Per data plane with removals closed within `window_seconds` before `now`: its nodes and
-    /// their removals summarised ([`summarise`]), in [`DATA_PLANES`]' order.
-    pub fn summary_by_data_plane(&self, now: f64, window_seconds: f64) -> Vec<DataPlaneSummary> {
-        DATA_PLANES
+    /// their removals summarised ([`summarise`]), in [`DATA_PLANES`]' order. Made once per set of
+    /// closed removals, then reused (as [`RemovalStore::summary`]).
+    pub fn summary_by_data_plane(&mut self, now: f64, window_seconds: f64) -> Vec<DataPlaneSummary> {
+        fn within(closed: &VecDeque<(f64, Removal)>, now: f64, window_seconds: f64) -> Vec<(f64, &Removal)> {
+            closed.iter().filter(|(at, _)| now - at <= window_seconds).map(|(at, r)| (*at, r)).collect()
+        }
+        let nodes_of = |plane: &str| self.data_planes.values().filter(|p| **p == plane).count();
+        let key: Vec<PlaneKey> = DATA_PLANES
+            .iter()
+            .map(|plane| {
+                let w = self.closed_by_plane.get(plane).map(|c| within(c, now, window_seconds)).unwrap_or_default();
+                (w.len(), w.first().map_or(0.0, |x| x.0), w.last().map_or(0.0, |x| x.0), nodes_of(plane))
+            })
+            .collect();
+        if let Some((k, sums)) = &self.cached_by_plane
+            && *k == key
+        {
+            return sums.clone();
+        }
+        let sums: Vec<DataPlaneSummary> = DATA_PLANES
             .iter()
             .filter_map(|plane| {
-                let closed = self.closed_by_plane.get(plane)?;
-                let within: Vec<&Removal> = closed.iter().filter(|(at, _)| now - at <= window_seconds).map(|(_, r)| r).collect();
-                (!within.is_empty()).then(|| DataPlaneSummary {
+                let removals = within(self.closed_by_plane.get(plane)?, now, window_seconds);
+                (!removals.is_empty()).then(|| DataPlaneSummary {
                     data_plane: plane,
-                    nodes: self.data_planes.values().filter(|p| *p == plane).count(),
-                    summary: summarise(within),
+                    nodes: nodes_of(plane),
+                    summary: summarise(removals.into_iter().map(|(_, r)| r)),
                 })
             })
-            .collect()
+            .collect();
+        self.cached_by_plane = Some((key, sums.clone()));
+        sums
     }
 
     /// The removals closed within `window_seconds` before `now`, summarised ([`summarise`]).
@@ -778,6 +798,13 @@ mod tests {
         // the node naming no known data plane is in no tally, but in the cluster's (5 s)
         assert_eq!(got, [("iptables-nft", 2, 2, Some(2.4000000000000057)), ("cilium", 1, 2, Some(0.30000000000001137))]);
         assert_eq!(s.summary(300.0, 600.0).p99_seconds, Some(5.0));
+        assert_eq!(s.summary_by_data_plane(300.0, 600.0), planes, "the same closed removals: the same summaries");
+        // one more removal closed: the cached summaries are not reused
+        let ip: IpAddr = "10.244.1.9".parse().unwrap();
+        s.open(pending("10.244.1.9", 250.0));
+        s.report("c", &port("web"), ip, NodeReport::Removed { last_with: Some(250.1), first_without: 250.2 });
+        assert_eq!(s.close(300.0, &["c".to_string()].into()), 1);
+        assert_eq!(s.summary_by_data_plane(300.0, 600.0).iter().map(|p| p.summary.removals).collect::<Vec<_>>(), [2, 3]);
         assert!(s.summary_by_data_plane(1000.0, 600.0).is_empty(), "outside the rolling window");
     }
 
