@@ -12,6 +12,15 @@ import xml.etree.ElementTree as ET
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPORT = os.path.join(HERE, "report.py")
 SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def import_here(name):
+    """The module `name` of this folder (compare_windows, plane_windows), imported by path."""
+    sys.path.insert(0, HERE)
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(HERE)
 T0 = 1764600000.0
 
 
@@ -702,11 +711,7 @@ class CompareWindows(unittest.TestCase):
     """compare_windows.py: W before and after the control plane's part against the per-pod p99."""
 
     def test_table_marks_which_w_covers_the_p99_and_the_picture_is_svg(self):
-        sys.path.insert(0, HERE)
-        try:
-            import compare_windows
-        finally:
-            sys.path.remove(HERE)
+        compare_windows = import_here("compare_windows")
         results = {"runs": [{"name": "b-protected", "extraServices": 0, "podWindowP99Seconds": 1.085, "podWindowMaxSeconds": 1.123,
                              "controlPlaneLag": {"p99Seconds": 0.102, "correlation": -0.128},
                              "windowFromScrapes": {"nativeSeconds": 1.054, "nativeWithLagSeconds": 1.089, "nativeSumOfP99sSeconds": None}}]}
@@ -727,17 +732,8 @@ class PlaneWindows(unittest.TestCase):
     RUN = {"services": 0, "planes": {"iptables-nft": {"removals": 24, "p50": 0.066, "p99": 1.032, "max": 1.044, "p99_early": 0.982},
                                      "cilium": {"removals": 24, "p50": 0.325, "p99": 0.569, "max": 0.570, "p99_early": 0.341}}}
 
-    @staticmethod
-    def module():
-        sys.path.insert(0, HERE)
-        try:
-            import plane_windows
-        finally:
-            sys.path.remove(HERE)
-        return plane_windows
-
     def test_bars_at_the_figures(self):
-        plane_windows = self.module()
+        plane_windows = import_here("plane_windows")
         text = plane_windows.svg([self.RUN])
         self.assertTrue(text.startswith("<svg") and text.rstrip().endswith("</svg>"))
         # axis 0-1.5 s over 230 px, bottom at 330 - 60: a p99 of 1.032 s is a bar 158.2 px high
@@ -746,7 +742,7 @@ class PlaneWindows(unittest.TestCase):
         self.assertNotIn("nftables</text>", text, "a plane not in the run is not drawn")
 
     def test_bad_input_is_refused(self):
-        plane_windows = self.module()
+        plane_windows = import_here("plane_windows")
         with self.assertRaises(ValueError):
             plane_windows.svg([])
         with self.assertRaises(ValueError):
