@@ -866,8 +866,12 @@ async fn deploy_experiment() {
             match observed["coverageRatio"].as_f64() {
                 Some(c) if c < 1.0 => broken.push(format!("{name}: observed coverage {c} < 1 (worst miss {})", observed["worstMiss"])),
                 Some(c) => held.push(format!(
-                    "{name}: the operator observed {} removals (p99 {} s, {} coarse, {} censored), coverage {c}",
-                    observed["removals"], observed["p99Seconds"], observed["coarse"], observed["censored"]
+                    "{name}: the operator observed {} removals (p99 {} s, {} coarse, {} censored; p99 per data plane: {}), coverage {c}",
+                    observed["removals"],
+                    observed["p99Seconds"],
+                    observed["coarse"],
+                    observed["censored"],
+                    observed["dataPlanesSummary"].as_str().unwrap_or("none named")
                 )),
                 // every removal bounded too coarsely to say (slow listings at thousands of
                 // Services): reported, not a failure of the sleep
