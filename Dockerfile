@@ -41,7 +41,7 @@ LABEL org.opencontainers.image.title="safe-termination" \
       org.opencontainers.image.description="Kubernetes operator that measures kube-proxy's propagation window and sizes preStop sleeps and terminationGracePeriodSeconds from it" \
       org.opencontainers.image.source="https://github.com/safe-termination/safe-termination" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.version="0.1.0"
+      org.opencontainers.image.version="0.2.0"
 COPY --from=build /safe-termination /usr/local/bin/safe-termination
 # distroless "nonroot": uid/gid 65532 (the chart's runAsUser/runAsGroup)
 USER 65532:65532

@@ -4,7 +4,7 @@
 # index with a linux/<arch> manifest each (image/oci_index.py), which crane pushes with every
 # blob (crane from e2e/toolchain/build-registry.sh, or $CRANE).
 #
-#   image/push-index.sh --repository REGISTRY/safe-termination --tag 0.1.0 \
+#   image/push-index.sh --repository REGISTRY/safe-termination --tag 0.2.0 \
 #       [--platforms "linux/amd64 linux/arm64"] [--plain-http] ARCHIVE...
 #   image/push-index.sh --check [--platforms "..."] [ARCHIVE...]
 #
