@@ -35,7 +35,7 @@ test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck, actionlint),
 	cargo test --all-targets
 	cargo test --doc
 	cd e2e/testapp && cargo test --quiet
-	python3 -m unittest image/test_oci_image.py image/test_oci_index.py e2e/experiment/test_report.py
+	python3 -m unittest image/test_oci_image.py image/test_oci_index.py image/test_run_binary.py e2e/experiment/test_report.py
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS)
 
 # Coverage-guided fuzzing (fuzz/README.md): cargo-fuzz and libFuzzer on the stable toolchain,
@@ -113,8 +113,9 @@ IMAGE ?= ghcr.io/safe-termination/safe-termination:$(VERSION)
 image: static ## build the operator image without Docker: OCI archive ~/.cache/safe-termination/images/safe-termination-$(VERSION).tar (prints its path)
 	image/build.sh
 
-test-image: image ## check the built image's config and files against the Dockerfile (image/test_image.py)
+test-image: image ## check the built image's config and files against the Dockerfile (image/test_image.py), and start its binary (image/run_binary.py)
 	python3 -m unittest image/test_image.py
+	python3 image/run_binary.py "$(or $(ST_OPERATOR_IMAGE),$(IMAGE_ARCHIVE))"
 
 docker-image: ## build the operator image from the Dockerfile with a Docker engine: docker build -t $(IMAGE) .
 	@if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then \
@@ -129,7 +130,7 @@ docker-image: ## build the operator image from the Dockerfile with a Docker engi
 # with an optional path: 127.0.0.1:5000, ghcr.io/OWNER): $(REGISTRY)/safe-termination:$(VERSION)
 # and $(REGISTRY)/charts/safe-termination:$(CHART_VERSION). docs/install.md "From a registry";
 # the release workflow (.github/workflows/release.yml) runs these targets.
-.PHONY: registry-bins registry-test image-index chart-push registry-login release-check sbom
+.PHONY: registry-bins registry-test image-index image-run chart-push registry-login release-check sbom
 
 REGISTRY ?=
 # what the index lists; each platform needs an image: this machine's is built by make image, the
@@ -158,6 +159,10 @@ image-index: ## push the image to $(REGISTRY)/safe-termination:$(VERSION) as an 
 	@$(if $(IMAGE_ARCHIVES),:,$(MAKE) --no-print-directory image >&2)
 	@image/push-index.sh --repository "$(REGISTRY)/safe-termination" --tag "$(VERSION)" --platforms "$(PLATFORMS)" \
 		$(if $(PLAIN_HTTP),--plain-http) $(or $(IMAGE_ARCHIVES),$(IMAGE_ARCHIVE))
+
+image-run: ## start the binary of each image in IMAGE_ARCHIVES (default: make image, this machine's) with --version: natively, or another architecture's under QEMU user emulation (image/run_binary.py; $$QEMU_AARCH64 or e2e/toolchain/qemu.sh)
+	@$(if $(IMAGE_ARCHIVES),:,$(MAKE) --no-print-directory image >&2)
+	@python3 image/run_binary.py $(or $(IMAGE_ARCHIVES),$(IMAGE_ARCHIVE))
 
 chart-push: ## helm package the chart into $(DIST) and helm push it to oci://$(REGISTRY)/charts (version: Chart.yaml's); prints REPOSITORY@sha256:...
 	$(need-registry)

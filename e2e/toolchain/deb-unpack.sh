@@ -1,10 +1,11 @@
 # shellcheck shell=bash
 # deb_unpack PACKAGE VERSION SHA256 DIR: Debian's PACKAGE=VERSION (amd64) fetched with `apt-get
 # download`, checked against SHA256, and unpacked with `dpkg -x` into DIR (replaced whole, via
-# DIR.part). Nothing is installed into the system. Sourced by e2e/toolchain/libfaketime.sh and
-# e2e/toolchain/bpftool.sh, which call it on a cache miss.
+# DIR.part). VERSION may carry an epoch (1:7.2...; apt writes it as %3a in the file's name).
+# Nothing is installed into the system. Sourced by e2e/toolchain/libfaketime.sh, bpftool.sh and
+# qemu.sh, which call it on a cache miss.
 deb_unpack() {
-  local pkg="$1" version="$2" sha256="$3" dir="$4" tmp
+  local pkg="$1" version="$2" sha256="$3" dir="$4" tmp deb
   if [[ "$(uname -m)" != x86_64 ]]; then
     echo "e2e/toolchain: the pinned $pkg package is for amd64 only, this machine is $(uname -m)" >&2
     return 1
@@ -20,12 +21,13 @@ deb_unpack() {
       return 1
     }
   fi
-  if ! echo "$sha256  $tmp/${pkg}_${version}_amd64.deb" | sha256sum --check --quiet; then
+  deb="$tmp/${pkg}_${version/:/%3a}_amd64.deb"
+  if ! echo "$sha256  $deb" | sha256sum --check --quiet; then
     rm -rf "$tmp"
     return 1
   fi
   mkdir -p "$dir.part"
-  dpkg -x "$tmp/${pkg}_${version}_amd64.deb" "$dir.part"
+  dpkg -x "$deb" "$dir.part"
   rm -rf "$dir" "$tmp"
   mv "$dir.part" "$dir"
 }

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Start the operator binary of each image archive and check the version it prints (stdlib only).
+
+    python3 image/run_binary.py [--path /usr/local/bin/safe-termination] [--version V] ARCHIVE...
+
+`make image-run` runs it on the archives of a release (the release workflow: the amd64 and the
+arm64 image, before they are pushed as one index). For each OCI image-layout tar (one image,
+checked blob by blob as image/oci_index.py reads it):
+
+1. the file at --path is taken from the image's layers (the last layer holding it wins; a
+   whiteout or a missing file is an error);
+2. its ELF header must be the architecture the image config names (e_machine 62 for amd64,
+   183 for arm64): an arm64 image carrying an x86_64 binary is an error, not a pass;
+3. it runs with `--version`: natively when it is this machine's architecture, otherwise under
+   QEMU's user-mode emulator ($QEMU_AARCH64, else e2e/toolchain/qemu.sh: Debian 12's
+   qemu-user-static; called by its path, no binfmt_misc registration), with a 60 s bound;
+4. its first line of stdout must be `safe-termination V`, V being --version or Cargo.toml's.
+
+Prints one line per archive, `ARCHIVE: linux/arm64 (aarch64 ELF, under qemu-aarch64-static):
+safe-termination 0.2.0`. Exit 0 when every archive passed, 1 when one did not (each failure
+named on stderr), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import os
+import platform
+import re
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+from oci_index import Archive, UsageError, platform_str
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QEMU = os.path.join(ROOT, "e2e", "toolchain", "qemu.sh")
+DEFAULT_PATH = "/usr/local/bin/safe-termination"
+RUN_TIMEOUT_SECONDS = 60
+
+# OCI architecture -> (ELF e_machine, uname -m, QEMU's name for it); ELF gABI machine numbers
+ARCHES = {
+    "amd64": (62, "x86_64", "x86_64"),
+    "arm64": (183, "aarch64", "aarch64"),
+}
+MACHINE_NAMES = {machine: uname for machine, uname, _ in ARCHES.values()}
+
+
+class Failure(Exception):
+    """What was wrong with one archive; the message names it."""
+
+
+def cargo_version() -> str:
+    with open(os.path.join(ROOT, "Cargo.toml"), encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r'^version = "(.+)"$', line.strip())
+            if m:
+                return m.group(1)
+    raise UsageError("Cargo.toml has no version line")
+
+
+def layer_file(archive: Archive, path: str) -> bytes:
+    """The file at `path` as the image's layers leave it (later layers override earlier ones)."""
+    name = path.lstrip("/")
+    parent, base = os.path.split(name)
+    whiteout = os.path.join(parent, ".wh." + base)
+    found: bytes | None = None
+    for desc in archive.manifest.get("layers", []):
+        data = archive.blob(desc)
+        if desc.get("mediaType", "").endswith("+gzip"):
+            data = gzip.decompress(data)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for m in tar.getmembers():
+                member = os.path.normpath(m.name.lstrip("/"))
+                if member == whiteout:
+                    found = None
+                elif member == name:
+                    if not m.isfile():
+                        raise Failure(f"{archive.path}: {path} is not a regular file in the image")
+                    found = tar.extractfile(m).read()
+    if found is None:
+        raise Failure(f"{archive.path}: the image has no {path}")
+    return found
+
+
+def elf_machine(data: bytes, what: str) -> int:
+    """e_machine of a 64-bit ELF file (ELF gABI: 16 bits at offset 18, in the file's byte order)."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2:
+        raise Failure(f"{what} is not a 64-bit ELF file")
+    end = "<" if data[5] == 1 else ">"
+    (machine,) = struct.unpack(end + "H", data[18:20])
+    return machine
+
+
+def emulator(qemu_arch: str) -> str:
+    """The path of qemu-ARCH-static: $QEMU_<ARCH> when set (QEMU_AARCH64=/usr/bin/qemu-aarch64-static
+    on a runner that installed its distribution's package), else e2e/toolchain/qemu.sh's (Debian
+    12's, unpacked on a cache miss)."""
+    given = os.environ.get(f"QEMU_{qemu_arch.upper()}")
+    if given:
+        if not os.access(given, os.X_OK):
+            raise Failure(f"QEMU_{qemu_arch.upper()}={given} is not an executable file")
+        return given
+    out = subprocess.run([QEMU, qemu_arch], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise Failure(f"e2e/toolchain/qemu.sh {qemu_arch} failed: {out.stderr.strip()}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def run_one(archive_path: str, path: str, version: str) -> str:
+    archive = Archive(archive_path)
+    plat = platform_str(archive.platform)
+    if archive.platform["os"] != "linux" or archive.platform["architecture"] not in ARCHES:
+        raise Failure(f"{archive_path}: {plat} is not one this check knows (linux/amd64, linux/arm64)")
+    want_machine, uname, qemu_arch = ARCHES[archive.platform["architecture"]]
+    binary = layer_file(archive, path)
+    machine = elf_machine(binary, f"{archive_path}: {path}")
+    if machine != want_machine:
+        got = MACHINE_NAMES.get(machine, f"e_machine {machine}")
+        raise Failure(f"{archive_path}: the image config says {plat}, but {path} is an ELF binary for {got}, not {uname}")
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, os.path.basename(path))
+        with open(exe, "wb") as f:
+            f.write(binary)
+        os.chmod(exe, 0o755)
+        if uname == platform.machine():
+            argv, how = [exe, "--version"], "natively"
+        else:
+            qemu = emulator(qemu_arch)
+            argv, how = [qemu, exe, "--version"], f"under {os.path.basename(qemu)}"
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"{archive_path}: {path} --version ran {how} for over {RUN_TIMEOUT_SECONDS} s") from None
+    first = (out.stdout.splitlines() or [""])[0].strip()
+    if out.returncode != 0:
+        raise Failure(f"{archive_path}: {path} --version {how} exited {out.returncode}: {out.stderr.strip()[:500]}")
+    if first != f"safe-termination {version}":
+        raise Failure(f"{archive_path}: {path} --version {how} printed {first!r}, not 'safe-termination {version}'")
+    return f"{archive_path}: {plat} ({uname} ELF, {how}): {first}"
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def main(argv: list[str]) -> int:
+    parser = Parser(prog="run_binary.py", description="start each image's binary with --version")
+    parser.add_argument("--path", default=DEFAULT_PATH, help=f"the binary in the image (default {DEFAULT_PATH})")
+    parser.add_argument("--version", help="the version it must print (default: Cargo.toml's)")
+    parser.add_argument("archives", nargs="+", metavar="ARCHIVE")
+    try:
+        args = parser.parse_args(argv)
+        version = args.version or cargo_version()
+    except UsageError as e:
+        print(f"run_binary.py: error: {e}", file=sys.stderr)
+        return 2
+    failed = 0
+    for path in args.archives:
+        try:
+            print(run_one(path, args.path, version), flush=True)
+        except (Failure, UsageError) as e:
+            print(f"run_binary.py: FAILED: {e}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
