@@ -25,7 +25,7 @@ check: test test-image e2e ## everything .ci/run runs: make test, make test-imag
 test-tools: ## only what make test runs besides cargo: helm and promtool (tests/chart_render.rs), built like make k8s-bins
 	ST_BUILD_ONLY="helm promtool" e2e/toolchain/build-k8s.sh $(K8S_VERSION)
 
-test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck, actionlint), then unit, property, integration and CLI tests; benches and examples built, each bench run once; each fuzz target for FUZZ_TEST_SECONDS (5) (no cluster needed)
+test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck, actionlint, the Markdown pages' relative links), then unit, property, integration and CLI tests; benches and examples built, each bench run once; each fuzz target for FUZZ_TEST_SECONDS (5) (no cluster needed)
 	cargo fmt --all -- --check
 	cd e2e/testapp && cargo fmt -- --check
 	cd fuzz && cargo fmt -- --check
@@ -35,7 +35,7 @@ test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck, actionlint),
 	cargo test --all-targets
 	cargo test --doc
 	cd e2e/testapp && cargo test --quiet
-	python3 -m unittest image/test_oci_image.py image/test_oci_index.py image/test_run_binary.py e2e/experiment/test_report.py
+	python3 -m unittest image/test_oci_image.py image/test_oci_index.py image/test_run_binary.py e2e/experiment/test_report.py tools/test_doc_links.py
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS)
 
 # Coverage-guided fuzzing (fuzz/README.md): cargo-fuzz and libFuzzer on the stable toolchain,
