@@ -25,7 +25,7 @@ check: test test-image e2e ## everything .ci/run runs: make test, make test-imag
 test-tools: ## only what make test runs besides cargo: helm and promtool (tests/chart_render.rs), built like make k8s-bins
 	ST_BUILD_ONLY="helm promtool" e2e/toolchain/build-k8s.sh $(K8S_VERSION)
 
-test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck, actionlint, the Markdown pages' relative links), then unit, property, integration and CLI tests; benches and examples built, each bench run once; each fuzz target for FUZZ_TEST_SECONDS (5) (no cluster needed)
+test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck, actionlint, the Markdown pages' relative links and versioned commands), then unit, property, integration and CLI tests; benches and examples built, each bench run once; each fuzz target for FUZZ_TEST_SECONDS (5) (no cluster needed)
 	cargo fmt --all -- --check
 	cd e2e/testapp && cargo fmt -- --check
 	cd fuzz && cargo fmt -- --check
@@ -36,6 +36,7 @@ test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck, actionlint, 
 	cargo test --doc
 	cd e2e/testapp && cargo test --quiet
 	python3 -m unittest image/test_oci_image.py image/test_oci_index.py image/test_run_binary.py e2e/experiment/test_report.py tools/test_doc_links.py
+	$(MAKE) --no-print-directory doc-versions
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS)
 
 # Coverage-guided fuzzing (fuzz/README.md): cargo-fuzz and libFuzzer on the stable toolchain,
@@ -130,7 +131,7 @@ docker-image: ## build the operator image from the Dockerfile with a Docker engi
 # with an optional path: 127.0.0.1:5000, ghcr.io/OWNER): $(REGISTRY)/safe-termination:$(VERSION)
 # and $(REGISTRY)/charts/safe-termination:$(CHART_VERSION). docs/install.md "From a registry";
 # the release workflow (.github/workflows/release.yml) runs these targets.
-.PHONY: registry-bins registry-test image-index image-run chart-push registry-login release-check sbom
+.PHONY: registry-bins registry-test image-index image-run chart-push registry-login release-check doc-versions sbom
 
 REGISTRY ?=
 # what the index lists; each platform needs an image: this machine's is built by make image, the
@@ -179,7 +180,16 @@ registry-login: ## log in to REGISTRY's host as REGISTRY_USER, the password in $
 	@crane="$$(e2e/toolchain/build-registry.sh crane)" && \
 		printf '%s' "$$REGISTRY_PASSWORD" | "$$crane" auth login "$(firstword $(subst /, ,$(REGISTRY)))" -u "$(REGISTRY_USER)" --password-stdin
 
-release-check: ## a release tag TAG=vX.Y.Z is Cargo.toml's version, the chart's version and its appVersion
+# the pages' commands that name a version of this project: helm's --version, image.tag=, the
+# image archive's file name and the image's tag
+DOC_VERSION_PAGES := README.md docs charts/safe-termination/README.md e2e/README.md image/README.md
+doc-versions: ## the pages' install commands name Cargo.toml's version (make test and make release-check run it)
+	@stale="$$(grep -rnoE -- '(--version |image\.tag=|safe-termination[-:])[0-9]+\.[0-9]+\.[0-9]+' $(DOC_VERSION_PAGES) \
+		| grep -vE -- '[-: =]$(subst .,\.,$(VERSION))$$' || true)"; \
+		if [ -n "$$stale" ]; then echo "these commands name another version than Cargo.toml's $(VERSION):" >&2; echo "$$stale" >&2; exit 1; fi; \
+		echo "doc-versions: every versioned command in $(DOC_VERSION_PAGES) names $(VERSION)"
+
+release-check: doc-versions ## a release tag TAG=vX.Y.Z is Cargo.toml's version, the chart's version and its appVersion; the pages' commands name it
 	@app="$$(sed -n 's/^appVersion: *"\{0,1\}\([^" ]*\)"\{0,1\} *$$/\1/p' charts/safe-termination/Chart.yaml)"; \
 		[[ "$(TAG)" == "v$(VERSION)" && "$(CHART_VERSION)" == "$(VERSION)" && "$$app" == "$(VERSION)" ]] \
 		|| { echo "tag '$(TAG)': Cargo.toml has $(VERSION), Chart.yaml version $(CHART_VERSION) and appVersion $$app; all must be the tag without its v" >&2; exit 1; }; \
