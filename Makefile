@@ -116,7 +116,7 @@ image: static ## build the operator image without Docker: OCI archive ~/.cache/s
 
 test-image: image ## check the built image's config and files against the Dockerfile (image/test_image.py), and start its binary (image/run_binary.py)
 	python3 -m unittest image/test_image.py
-	python3 image/run_binary.py "$(or $(ST_OPERATOR_IMAGE),$(IMAGE_ARCHIVE))"
+	$(MAKE) --no-print-directory image-run IMAGE_ARCHIVES="$(or $(ST_OPERATOR_IMAGE),$(IMAGE_ARCHIVE))"
 
 docker-image: ## build the operator image from the Dockerfile with a Docker engine: docker build -t $(IMAGE) .
 	@if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then \
