@@ -76,27 +76,29 @@ class Archive:
     def __init__(self, path: str):
         self.path = path
         try:
-            tar = tarfile.open(path)
-        except (OSError, tarfile.TarError) as e:
+            with tarfile.open(path) as tar:
+                self.files = {}
+                for m in tar.getmembers():
+                    if m.isfile():
+                        self.files[os.path.normpath(m.name)] = tar.extractfile(m).read()
+        except (OSError, tarfile.TarError, EOFError) as e:
             raise UsageError(f"{path}: not a readable tar ({e})") from None
-        with tar:
-            self.files = {}
-            for m in tar.getmembers():
-                if m.isfile():
-                    self.files[os.path.normpath(m.name)] = tar.extractfile(m).read()
-        layout = json.loads(self.file("oci-layout"))
+        layout = self.json_object("oci-layout", self.file("oci-layout"))
         if layout.get("imageLayoutVersion") != "1.0.0":
             raise UsageError(f"{path}: oci-layout is {layout!r}, not imageLayoutVersion 1.0.0")
-        index = json.loads(self.file("index.json"))
+        index = self.json_object("index.json", self.file("index.json"))
         manifests = index.get("manifests", [])
-        if len(manifests) != 1:
-            raise UsageError(f"{path}: index.json lists {len(manifests)} manifests, not one image")
+        if not isinstance(manifests, list) or len(manifests) != 1 or not isinstance(manifests[0], dict):
+            n = len(manifests) if isinstance(manifests, list) else "no list of"
+            raise UsageError(f"{path}: index.json lists {n} manifests, not one image")
         self.descriptor = manifests[0]
         if self.descriptor.get("mediaType") not in (MANIFEST, DOCKER_MANIFEST):
             raise UsageError(f"{path}: index.json names a {self.descriptor.get('mediaType')}, not an image manifest")
         self.manifest_bytes = self.blob(self.descriptor)
-        self.manifest = json.loads(self.manifest_bytes)
-        self.config = json.loads(self.blob(self.manifest["config"]))
+        self.manifest = self.json_object("the image manifest", self.manifest_bytes)
+        if not isinstance(self.manifest.get("config"), dict) or not isinstance(self.manifest.get("layers", []), list):
+            raise UsageError(f"{path}: the image manifest has no config descriptor or no list of layers")
+        self.config = self.json_object("the image config", self.blob(self.manifest["config"]))
         # the blobs the manifest names: its config and its layers (each checked here)
         self.referenced = [self.manifest["config"], *self.manifest.get("layers", [])]
         for layer in self.manifest.get("layers", []):
@@ -112,6 +114,16 @@ class Archive:
                 f"{path}: index.json says {platform_str(given)}, the image config {platform_str(self.platform)}"
             )
 
+    def json_object(self, what: str, data: bytes) -> dict:
+        """`data` parsed as a JSON object; anything else is a UsageError naming `what`."""
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise UsageError(f"{self.path}: {what} is not JSON ({e})") from None
+        if not isinstance(obj, dict):
+            raise UsageError(f"{self.path}: {what} is a JSON {type(obj).__name__}, not an object")
+        return obj
+
     def file(self, name: str) -> bytes:
         try:
             return self.files[name]
@@ -119,15 +131,17 @@ class Archive:
             raise UsageError(f"{self.path}: no {name}") from None
 
     def blob(self, desc: dict) -> bytes:
-        algo, _, hexdigest = desc["digest"].partition(":")
-        if algo != "sha256":
-            raise UsageError(f"{self.path}: blob {desc['digest']}: only sha256 is supported")
+        digest, size = desc.get("digest"), desc.get("size")
+        if not isinstance(digest, str) or not isinstance(size, int):
+            raise UsageError(f"{self.path}: a descriptor without a digest string and an integer size: {desc!r}")
+        algo, _, hexdigest = digest.partition(":")
+        if algo != "sha256" or not hexdigest:
+            raise UsageError(f"{self.path}: blob {digest}: only sha256 is supported")
         data = self.file(f"blobs/sha256/{hexdigest}")
-        if sha256(data) != desc["digest"] or len(data) != desc["size"]:
-            raise UsageError(
-                f"{self.path}: blob {desc['digest']} has sha256 {sha256(data)} and {len(data)} bytes, "
-                f"not the {desc['size']} its descriptor says"
-            )
+        if len(data) != size:
+            raise UsageError(f"{self.path}: blob {digest} has {len(data)} bytes, not the {size} its descriptor says")
+        if sha256(data) != digest:
+            raise UsageError(f"{self.path}: blob {digest} has the sha256 {sha256(data)}: its content is not what the descriptor names")
         return data
 
     def blobs(self) -> dict[str, bytes]:

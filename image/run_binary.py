@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zlib
 
 from oci_index import Archive, UsageError, platform_str
 
@@ -71,17 +72,20 @@ def layer_file(archive: Archive, path: str) -> bytes:
     found: bytes | None = None
     for desc in archive.manifest.get("layers", []):
         data = archive.blob(desc)
-        if desc.get("mediaType", "").endswith("+gzip"):
-            data = gzip.decompress(data)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            for m in tar.getmembers():
-                member = os.path.normpath(m.name.lstrip("/"))
-                if member == whiteout:
-                    found = None
-                elif member == name:
-                    if not m.isfile():
-                        raise Failure(f"{archive.path}: {path} is not a regular file in the image")
-                    found = tar.extractfile(m).read()
+        try:
+            if str(desc.get("mediaType", "")).endswith("+gzip"):
+                data = gzip.decompress(data)
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                for m in tar.getmembers():
+                    member = os.path.normpath(m.name.lstrip("/"))
+                    if member == whiteout:
+                        found = None
+                    elif member == name:
+                        if not m.isfile():
+                            raise Failure(f"{archive.path}: {path} is not a regular file in the image")
+                        found = tar.extractfile(m).read()
+        except (OSError, EOFError, zlib.error, tarfile.TarError) as e:
+            raise Failure(f"{archive.path}: layer {desc.get('digest')} is not a readable tar ({e})") from None
     if found is None:
         raise Failure(f"{archive.path}: the image has no {path}")
     return found

@@ -146,6 +146,39 @@ class RunBinaryTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn(f"QEMU_AARCH64={missing} is not an executable file", r.stderr)
 
+    def test_broken_archives_are_named_without_a_traceback(self) -> None:
+        import io
+        import tarfile
+
+        good = self.archive("whole.tar", "linux/amd64", self.bins["amd64"])
+        with open(good, "rb") as f:
+            whole = f.read()
+        truncated = os.path.join(self.tmp.name, "truncated.tar")
+        with open(truncated, "wb") as f:
+            f.write(whole[: len(whole) // 2])
+
+        def with_index(name: str, index: bytes) -> str:
+            out = os.path.join(self.tmp.name, name)
+            with tarfile.open(good) as src, tarfile.open(out, "w") as dst:
+                for m in src.getmembers():
+                    data = index if m.name == "index.json" else src.extractfile(m).read() if m.isfile() else None
+                    if data is not None:
+                        m.size = len(data)
+                    dst.addfile(m, io.BytesIO(data) if data is not None else None)
+            return out
+
+        cases = {
+            truncated: "not a readable tar",
+            with_index("not-json.tar", b"{not json"): "index.json is not JSON",
+            with_index("list.tar", b"[]"): "index.json is a JSON list, not an object",
+            with_index("no-manifest.tar", b'{"manifests": [1]}'): "index.json lists 1 manifests, not one image",
+        }
+        for archive, message in cases.items():
+            r = self.check(archive)
+            self.assertEqual(r.returncode, 1, archive)
+            self.assertIn(message, r.stderr)
+            self.assertNotIn("Traceback", r.stderr)
+
     def test_one_failure_does_not_hide_the_others(self) -> None:
         good = self.archive("good.tar", "linux/amd64", self.bins["amd64"])
         bad = self.archive("bad.tar", "linux/amd64", self.bins["arm64"])

@@ -166,14 +166,14 @@ impl ClusterIndex {
         }
     }
 
-    /// Removes one Service, and drops the removals of its endpoints still open
-    /// ([`RemovalStore::forget_service`]).
+    /// Removes one Service, and drops the removals of its endpoints still open or deleted in its
+    /// teardown ([`RemovalStore::forget_service`]).
     pub fn delete_service(&self, s: &Service) {
         let (ns, name) = (s.namespace().unwrap_or_default(), s.name_any());
         if self.observing.load(std::sync::atomic::Ordering::Relaxed) {
-            let dropped = self.with_removals(|r| r.forget_service(&ns, &name));
+            let dropped = self.with_removals(|r| r.forget_service(&ns, &name, now_unix()));
             if dropped > 0 {
-                tracing::debug!(namespace = %ns, service = %name, dropped, "the Service was deleted: its open removals are dropped");
+                tracing::debug!(namespace = %ns, service = %name, dropped, "the Service was deleted: its open removals and its teardown's are dropped");
             }
         }
         if let Ok(mut g) = self.inner.write()

@@ -84,6 +84,13 @@ pub struct Removal {
     pub nodes: Vec<(String, NodeObservation)>,
 }
 
+/// How long before a Service's deletion its pods' removals count as its teardown, seconds
+/// ([`RemovalStore::forget_service`]): a namespace's deletion deletes its pods and its Services
+/// in the same pass of the namespace controller, seconds apart; a minute leaves room for a
+/// loaded control plane. A rollout just before its Service's deletion loses its removals too:
+/// fewer samples, never a shorter sleep for a live Service.
+pub const TEARDOWN_SECONDS: f64 = 60.0;
+
 /// How recent a censored node's last read holding the endpoint must be at the deadline, seconds,
 /// for the censoring to count: a node whose reads stopped succeeding long before (a listing
 /// slower than its timeout, a chain gone with its namespace) says only that it held the
@@ -585,20 +592,32 @@ impl RemovalStore {
         sum
     }
 
-    /// The Service `namespace/name` was deleted: its open removals are dropped, not observed.
-    /// Its endpoints then leave the rules with the Service itself (a namespace deleted, a
-    /// Service torn down), which no client reaches through a live Service: a preStop sleep is
-    /// not sized from them (the experiment saw such removals take 5.7 s at 4,000 Services, where
-    /// a rollout's took 2.1 s). Returns how many were dropped.
-    pub fn forget_service(&mut self, namespace: &str, name: &str) -> usize {
+    /// The Service `namespace/name` was deleted at `at` (unix seconds, the clock of the
+    /// deletions): its open removals are dropped, not observed, and so are its closed ones whose
+    /// pod was deleted within [`TEARDOWN_SECONDS`] before. Such endpoints leave the rules in the
+    /// Service's own teardown (a namespace deleted: the namespace controller deletes its pods and
+    /// its Service in one pass, seconds apart), which no client reaches through a live Service
+    /// afterwards: a preStop sleep is not sized from them. Left in, a namespace deletion's
+    /// removals raised W above every rollout's window (the experiment saw such removals take
+    /// 5.7 s at 4,000 Services, where a rollout's took 2.1 s). Returns how many were dropped.
+    pub fn forget_service(&mut self, namespace: &str, name: &str, at: f64) -> usize {
         let before = self.open.len();
         self.open.retain(|(s, _), _| !(s.namespace == namespace && s.name == name));
-        let dropped = before - self.open.len();
+        let mut dropped = before - self.open.len();
+        let service = format!("{namespace}/{name}");
+        let torn_down = |r: &Removal| r.service == service && r.deletion >= at - TEARDOWN_SECONDS;
+        let before = self.closed.len();
+        self.closed.retain(|(_, r)| !torn_down(r));
+        dropped += before - self.closed.len();
+        for closed in self.closed_by_plane.values_mut() {
+            closed.retain(|(_, r)| !torn_down(r));
+        }
         self.service_gone += dropped as u64;
         dropped
     }
 
-    /// Open removals dropped because their Service was deleted, so far.
+    /// Removals dropped because their Service was deleted ([`RemovalStore::forget_service`]), so
+    /// far.
     pub fn service_gone(&self) -> u64 {
         self.service_gone
     }
@@ -934,12 +953,40 @@ mod tests {
         s.open(pending("web", 2));
         s.open(pending("api", 3));
         let ns = test_port("web").namespace;
-        assert_eq!(s.forget_service(&ns, "web"), 2);
-        assert_eq!(s.forget_service("other", "api"), 0, "another namespace's Service of that name");
+        assert_eq!(s.forget_service(&ns, "web", 101.0), 2);
+        assert_eq!(s.forget_service("other", "api", 101.0), 0, "another namespace's Service of that name");
         assert_eq!((s.open_count(), s.service_gone()), (1, 2));
         // nothing of them is ever closed or counted
         let nodes: BTreeSet<String> = ["a".to_string()].into();
         assert_eq!(s.close(200.0, &nodes), 1);
         assert_eq!(s.summary(200.0, 600.0).removals, 0, "the api removal had no node report: unobserved");
+    }
+
+    #[test]
+    fn a_namespace_teardowns_closed_removals_leave_the_summaries_a_rollouts_stay() {
+        let mut s = RemovalStore::default();
+        s.set_data_plane("a", "nftables");
+        let nodes: BTreeSet<String> = ["a".to_string()].into();
+        // (Service, endpoint's last octet, deletion, window): web's rollout at 100 s, web's
+        // teardown at 300 s (slower: its removals would set the p99), api's rollout at 300 s
+        let removals = [("web", 1, 100.0, 0.5), ("web", 2, 100.0, 0.6), ("web", 3, 300.0, 5.7), ("web", 4, 301.0, 5.5), ("api", 5, 300.0, 0.4)];
+        for (svc, ip, deletion, window) in removals {
+            let port = ServicePort { name: svc.into(), ..test_port("web") };
+            let ip = IpAddr::from(std::net::Ipv4Addr::new(10, 244, 1, ip));
+            s.open(PendingRemoval { service: port.clone(), endpoint: ip, pod: format!("ns/{svc}-{ip}"), deletion, sleep_seconds: None, deadline: deletion + 60.0 });
+            s.report("a", &port, ip, NodeReport::Removed { last_with: Some(deletion + window - 0.1), first_without: deletion + window });
+        }
+        assert_eq!(s.close(310.0, &nodes), 5);
+        let ms = |p: Option<f64>| p.map(|p| (p * 1000.0).round() as u64);
+        assert_eq!(ms(s.summary(310.0, 600.0).p99_seconds), Some(5700), "the teardown's removals would set it");
+        let planes = s.summary_by_data_plane(310.0, 600.0);
+        assert_eq!(planes[0].summary.removals, 5);
+        // web is deleted at 305 s: the removals of its pods deleted from 245 s on go
+        assert_eq!(s.forget_service("ns", "web", 305.0), 2);
+        let sum = s.summary(310.0, 600.0);
+        assert_eq!((sum.removals, ms(sum.p99_seconds)), (3, Some(600)), "web's rollout and api's removal stay");
+        let planes = s.summary_by_data_plane(310.0, 600.0);
+        assert_eq!((planes[0].summary.removals, ms(planes[0].summary.p99_seconds)), (3, Some(600)));
+        assert_eq!(s.service_gone(), 2);
     }
 }
