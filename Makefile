@@ -70,7 +70,7 @@ fuzz: fuzz-build ## run every fuzz target for FUZZ_SECONDS each (default 60), on
 		-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=16384 \
 		$(if $(FUZZ_DICT_$(t)),-dict=fuzz/dict/$(FUZZ_DICT_$(t)).dict) 2>&1 | grep -v '^#[0-9]'; )
 
-e2e: k8s-bins image ## the release targets against a real registry (make registry-test), then start the local control plane (the operator image imported into its real nodes), run the end-to-end tests, stop it
+e2e: k8s-bins image ## the release targets against a real registry (make registry-test), then start the local control plane (the operator's image and chart pushed to its registry, pulled by its real nodes), run the end-to-end tests, stop it
 	$(MAKE) --no-print-directory registry-test ST_OPERATOR_IMAGE="$(or $(ST_OPERATOR_IMAGE),$(IMAGE_ARCHIVE))"
 	e2e/run-e2e.sh
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# make demo: the main job at a small size. A local cluster with two real nodes (kubelet +
-# containerd, kube-proxy in iptables-nft and nftables mode), a Deployment of the project's test
-# app behind a ClusterIP Service, new-connection-per-request load from both nodes, and two rolling
+# make demo: the main job at a small size. A local cluster with three real nodes (kubelet +
+# containerd; kube-proxy in iptables-nft and nftables mode, Cilium in its place on the third), a
+# Deployment of the project's test app behind a ClusterIP Service, new-connection-per-request
+# load from each node, and two rolling
 # restarts: one without safe-termination (baseline), one with it (the operator measures the real
 # kube-proxies, its webhook injects the sized preStop sleep). Prints the table, writes the picture,
 # and prints the path of results.json on its last line. The full experiment: make experiment.

@@ -973,7 +973,14 @@ mod tests {
         for (svc, ip, deletion, window) in removals {
             let port = ServicePort { name: svc.into(), ..test_port("web") };
             let ip = IpAddr::from(std::net::Ipv4Addr::new(10, 244, 1, ip));
-            s.open(PendingRemoval { service: port.clone(), endpoint: ip, pod: format!("ns/{svc}-{ip}"), deletion, sleep_seconds: None, deadline: deletion + 60.0 });
+            s.open(PendingRemoval {
+                service: port.clone(),
+                endpoint: ip,
+                pod: format!("ns/{svc}-{ip}"),
+                deletion,
+                sleep_seconds: None,
+                deadline: deletion + 60.0,
+            });
             s.report("a", &port, ip, NodeReport::Removed { last_with: Some(deletion + window - 0.1), first_without: deletion + window });
         }
         assert_eq!(s.close(310.0, &nodes), 5);

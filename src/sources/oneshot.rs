@@ -80,13 +80,46 @@ pub fn read_file_bytes(path: &str) -> Result<Vec<u8>, SourceError> {
     use std::io::Read;
     let origin = if path == "-" { "<stdin>" } else { path };
     let file_error = |source| SourceError::File { path: path.to_string(), source };
-    let reader: Box<dyn Read> = if path == "-" { Box::new(std::io::stdin()) } else { Box::new(std::fs::File::open(path).map_err(file_error)?) };
+    let too_large = || SourceError::FileTooLarge { path: origin.to_string(), limit: MAX_FILE_BYTES };
+    let reader: Box<dyn Read> = if path == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        let file = std::fs::File::open(path).map_err(file_error)?;
+        // a regular file's size is known: a larger one is refused without reading it
+        if file.metadata().is_ok_and(|m| m.is_file() && m.len() > MAX_FILE_BYTES) {
+            return Err(too_large());
+        }
+        Box::new(file)
+    };
     // one byte past the limit tells a file of exactly the limit from a larger one (/dev/zero,
-    // a wrong file): nothing unbounded is read into memory
-    let mut bytes = Vec::new();
-    reader.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(file_error)?;
+    // a pipe): nothing unbounded is read into memory
+    let bytes = read_bounded(reader, MAX_FILE_BYTES).map_err(file_error)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(SourceError::FileTooLarge { path: origin.to_string(), limit: MAX_FILE_BYTES });
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// At most `limit + 1` bytes of `reader`, in a buffer that never grows past that: it doubles
+/// as `read_to_end`'s does, but is capped at the bound, so refusing an endless input costs
+/// `limit + 1` bytes, not the next power of two above it.
+fn read_bounded(mut reader: impl std::io::Read, limit: u64) -> std::io::Result<Vec<u8>> {
+    let cap = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
+    let mut bytes = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    while bytes.len() < cap {
+        let want = chunk.len().min(cap - bytes.len());
+        let n = match reader.read(&mut chunk[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if bytes.len() + n > bytes.capacity() {
+            let grown = (bytes.capacity() * 2).max(bytes.len() + n).min(cap);
+            bytes.reserve_exact(grown - bytes.len());
+        }
+        bytes.extend_from_slice(&chunk[..n]);
     }
     Ok(bytes)
 }
@@ -152,6 +185,19 @@ pub async fn fetch_url(client: &reqwest::Client, url: &str, max_body_bytes: usiz
 #[cfg(test)]
 mod tests {
     use super::redact;
+
+    #[test]
+    fn a_bounded_read_stops_one_byte_past_the_limit_and_never_grows_past_it() {
+        let limit = 300_000u64;
+        let endless = std::io::repeat(b'x');
+        let bytes = super::read_bounded(endless, limit).unwrap();
+        assert_eq!(bytes.len() as u64, limit + 1);
+        assert_eq!(bytes.capacity() as u64, limit + 1, "read_to_end would have doubled to 524,288");
+        let short = super::read_bounded(&b"abc"[..], limit).unwrap();
+        assert_eq!(short, b"abc");
+        let exact = super::read_bounded(std::io::Read::take(std::io::repeat(b'y'), limit), limit).unwrap();
+        assert_eq!(exact.len() as u64, limit, "exactly the limit is read whole and allowed");
+    }
 
     #[test]
     fn schemes_are_case_insensitive_and_only_http_is_a_url() {
