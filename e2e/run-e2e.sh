@@ -103,4 +103,7 @@ if [ "${ST_E2E_OLD_MINOR:-1}" != 0 ]; then
   # shellcheck disable=SC1091,SC2031
   source "$ST_E2E_DIR/env"
   cargo test --features cluster-tests --test e2e_old_minor -- --test-threads=1
+  # passed: nothing of it is kept (the EXIT trap keeps the logs only of a run that stopped)
+  e2e/cluster/cluster-down.sh
+  e2e/cluster/leftovers.sh || { echo "cluster-down left the above behind" >&2; exit 1; }
 fi
