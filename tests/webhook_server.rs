@@ -791,6 +791,45 @@ async fn http2_stream_limit_and_keep_alive_pings() {
     server.stop().await;
 }
 
+/// Connections open at once are capped (`Connections::max_connections`, 2 here): a third is
+/// closed before its TLS handshake, the two open ones still serve, and once one closes a new
+/// connection is served again.
+#[tokio::test]
+async fn connections_open_at_once_are_capped() {
+    use safe_termination::webhook::server::Connections;
+    let server = Direct::start(Default::default(), Connections { max_connections: 2, ..Default::default() });
+    let (pki, addr) = (&server.pki, server.addr);
+    let (mut send_a, conn_a) = h2_connect(pki, addr).await;
+    let mut conn_a = Box::pin(conn_a);
+    let (mut send_b, conn_b) = h2_connect(pki, addr).await;
+    let mut conn_b = Box::pin(conn_b);
+    assert_eq!(h2_review(&mut send_a, &mut conn_a, addr).await, 200);
+    assert_eq!(h2_review(&mut send_b, &mut conn_b, addr).await, 200);
+
+    // a third: the TCP connection is accepted by the kernel, then closed without a handshake
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(pki.client_config(&[b"h2"])));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let third = tokio::time::timeout(Duration::from_secs(5), connector.connect(ServerName::IpAddress(addr.ip().into()), tcp)).await;
+    assert!(matches!(third, Ok(Err(_))), "the third connection's handshake fails at once: {:?}", third.map(|r| r.map(|_| ())));
+    assert_eq!(h2_review(&mut send_a, &mut conn_a, addr).await, 200, "the open ones still serve");
+
+    // one closes: its permit comes back, and a new connection is served
+    drop((send_b, conn_b));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        if let Ok(tls) = connector.connect(ServerName::IpAddress(addr.ip().into()), tcp).await {
+            let (mut send, conn) = h2::client::handshake(tls).await.unwrap();
+            let mut conn = Box::pin(conn);
+            assert_eq!(h2_review(&mut send, &mut conn, addr).await, 200);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no connection was served again within 5 s of one closing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.stop().await;
+}
+
 /// Reads from a plain TCP stream until the peer closes it or `limit` passes; the time it took.
 async fn tcp_closed_within(s: &mut tokio::net::TcpStream, limit: Duration) -> Option<Duration> {
     let start = Instant::now();

@@ -73,8 +73,13 @@ pub const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2: concurrent requests (streams) per connection; the API server opens another connection
 /// beyond it.
 pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
-/// How [`serve`] treats connections: the slow/idle bounds and the HTTP/2 settings (see the
-/// module docs). The defaults are the constants above; tests shorten them.
+/// Connections open at once, at most: one more is closed as soon as it is accepted, before its
+/// TLS handshake. Each idle TLS connection holds about 22 KB (4,000 held 98 MB in a fresh user's
+/// trial), so this bounds them to about 23 MB beside the bodies' budget; the API server opens a
+/// few connections per replica (HTTP/2, [`H2_MAX_CONCURRENT_STREAMS`] requests on each).
+pub const MAX_CONNECTIONS: usize = 1024;
+/// How [`serve`] treats connections: the slow/idle bounds, their number and the HTTP/2 settings
+/// (see the module docs). The defaults are the constants above; tests shorten them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Connections {
     /// Bounds the first request on every connection and, on HTTP/1.1, the idle time before each
@@ -86,6 +91,8 @@ pub struct Connections {
     pub h2_keep_alive_timeout: Duration,
     /// HTTP/2: concurrent streams per connection (the `SETTINGS_MAX_CONCURRENT_STREAMS` sent).
     pub h2_max_concurrent_streams: u32,
+    /// Connections open at once, at most ([`MAX_CONNECTIONS`]).
+    pub max_connections: usize,
 }
 
 impl Default for Connections {
@@ -95,7 +102,67 @@ impl Default for Connections {
             h2_keep_alive_interval: H2_KEEP_ALIVE_INTERVAL,
             h2_keep_alive_timeout: H2_KEEP_ALIVE_TIMEOUT,
             h2_max_concurrent_streams: H2_MAX_CONCURRENT_STREAMS,
+            max_connections: MAX_CONNECTIONS,
         }
+    }
+}
+
+/// The acceptor under TLS that caps the connections open at once: each accepted TCP stream
+/// takes a permit, held by the stream until the connection closes; with none left, the stream
+/// is closed at once (`accept` fails, and axum-server drops it) rather than queued.
+#[derive(Debug, Clone)]
+struct ConnectionLimit {
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+/// A stream that holds its connection's permit.
+struct Limited<S> {
+    inner: S,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl<S> axum_server::accept::Accept<tokio::net::TcpStream, S> for ConnectionLimit {
+    type Stream = Limited<tokio::net::TcpStream>;
+    type Service = S;
+    type Future = std::future::Ready<std::io::Result<(Self::Stream, S)>>;
+
+    fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
+        std::future::ready(match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => Ok((Limited { inner: stream, _permit: permit }, service)),
+            Err(_) => Err(std::io::Error::other("the connection limit is reached")),
+        })
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Limited<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Limited<S> {
+    fn poll_write(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 }
 
@@ -472,7 +539,8 @@ async fn mutate(State(state): State<WebhookState>, request: Request) -> Response
 /// Serves `app` over TLS on `listener` until `shutdown` is cancelled, then stops accepting
 /// (the listening socket is closed), lets in-flight requests finish for at most `drain`, and
 /// returns. `tls` must offer ALPN (see [`super::tls::server_config`]). `connections` bounds slow
-/// and idle connections and sets HTTP/2's keep-alive and stream limit ([`Connections`]).
+/// and idle connections and their number, and sets HTTP/2's keep-alive and stream limit
+/// ([`Connections`]).
 pub async fn serve(
     listener: std::net::TcpListener,
     app: Router,
@@ -481,11 +549,14 @@ pub async fn serve(
     drain: Duration,
     connections: Connections,
 ) -> std::io::Result<()> {
-    let Connections { idle_timeout, h2_keep_alive_interval, h2_keep_alive_timeout, h2_max_concurrent_streams } = connections;
+    let Connections { idle_timeout, h2_keep_alive_interval, h2_keep_alive_timeout, h2_max_concurrent_streams, max_connections } = connections;
     let handle = axum_server::Handle::new();
     let trigger = crate::shutdown::drain_when_cancelled(&handle, shutdown, drain);
     let config = axum_server::tls_rustls::RustlsConfig::from_config(tls);
+    let limit = ConnectionLimit { permits: Arc::new(tokio::sync::Semaphore::new(max_connections.max(1))) };
     let mut server = axum_server::from_tcp_rustls(listener, config)?
+        // the cap is taken before the TLS handshake: a refused connection costs no TLS state
+        .map(|tls| tls.acceptor(limit))
         // a connection that sends no request is closed (slow or idle clients cannot pin sockets)
         .first_request_timeout(idle_timeout)
         .handle(handle);
