@@ -163,7 +163,7 @@ image-index: ## push the image to $(REGISTRY)/safe-termination:$(VERSION) as an 
 
 image-run: ## start the binary of each image in IMAGE_ARCHIVES (default: make image, this machine's) with --version: natively, or another architecture's under QEMU user emulation (image/run_binary.py; $$QEMU_AARCH64 or e2e/toolchain/qemu.sh)
 	@$(if $(IMAGE_ARCHIVES),:,$(MAKE) --no-print-directory image >&2)
-	@python3 image/run_binary.py $(or $(IMAGE_ARCHIVES),$(IMAGE_ARCHIVE))
+	@python3 image/run_binary.py --version "$(VERSION)" $(or $(IMAGE_ARCHIVES),$(IMAGE_ARCHIVE))
 
 chart-push: ## helm package the chart into $(DIST) and helm push it to oci://$(REGISTRY)/charts (version: Chart.yaml's); prints REPOSITORY@sha256:...
 	$(need-registry)

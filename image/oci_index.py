@@ -37,9 +37,12 @@ import argparse
 import hashlib
 import json
 import os
+import gzip
+import io
 import shutil
 import sys
 import tarfile
+import zlib
 
 INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -143,6 +146,32 @@ class Archive:
         if sha256(data) != digest:
             raise UsageError(f"{self.path}: blob {digest} has the sha256 {sha256(data)}: its content is not what the descriptor names")
         return data
+
+    def layer_file(self, path: str) -> bytes | None:
+        """The regular file at `path` as the image's layers leave it (a later layer's file or
+        whiteout overrides an earlier one's); None when there is none. A layer that is not a tar
+        (gzip-compressed or not), or a non-regular file at `path`, is a UsageError."""
+        name = os.path.normpath(path.lstrip("/"))
+        parent, base = os.path.split(name)
+        whiteout = os.path.join(parent, ".wh." + base)
+        found: bytes | None = None
+        for desc in self.manifest.get("layers", []):
+            data = self.blob(desc)
+            try:
+                if str(desc.get("mediaType", "")).endswith("+gzip"):
+                    data = gzip.decompress(data)
+                with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                    for m in tar.getmembers():
+                        member = os.path.normpath(m.name.lstrip("/"))
+                        if member == whiteout:
+                            found = None
+                        elif member == name:
+                            if not m.isfile():
+                                raise UsageError(f"{self.path}: {path} is not a regular file in the image")
+                            found = tar.extractfile(m).read()
+            except (OSError, EOFError, zlib.error, tarfile.TarError) as e:
+                raise UsageError(f"{self.path}: layer {desc.get('digest')} is not a readable tar ({e})") from None
+        return found
 
     def blobs(self) -> dict[str, bytes]:
         out = {self.descriptor["digest"]: self.manifest_bytes}

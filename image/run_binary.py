@@ -1,20 +1,21 @@
 #!/usr/bin/env python3
 """Start the operator binary of each image archive and check the version it prints (stdlib only).
 
-    python3 image/run_binary.py [--path /usr/local/bin/safe-termination] [--version V] ARCHIVE...
+    python3 image/run_binary.py --version V [--path /usr/local/bin/safe-termination] ARCHIVE...
 
 `make image-run` runs it on the archives of a release (the release workflow: the amd64 and the
 arm64 image, before they are pushed as one index). For each OCI image-layout tar (one image,
 checked blob by blob as image/oci_index.py reads it):
 
-1. the file at --path is taken from the image's layers (the last layer holding it wins; a
-   whiteout or a missing file is an error);
+1. the file at --path is taken from the image's layers (oci_index.Archive.layer_file: the last
+   layer holding it wins; a whiteout or a missing file is an error);
 2. its ELF header must be the architecture the image config names (e_machine 62 for amd64,
    183 for arm64): an arm64 image carrying an x86_64 binary is an error, not a pass;
 3. it runs with `--version`: natively when it is this machine's architecture, otherwise under
    QEMU's user-mode emulator ($QEMU_AARCH64, else e2e/toolchain/qemu.sh: Debian 12's
    qemu-user-static; called by its path, no binfmt_misc registration), with a 60 s bound;
-4. its first line of stdout must be `safe-termination V`, V being --version or Cargo.toml's.
+4. its first line of stdout must be `safe-termination V` (`make image-run` gives Cargo.toml's
+   version as --version).
 
 Prints one line per archive, `ARCHIVE: linux/arm64 (aarch64 ELF, under qemu-aarch64-static):
 safe-termination 0.2.0`. Exit 0 when every archive passed, 1 when one did not (each failure
@@ -24,17 +25,12 @@ named on stderr), 2 on a usage error.
 from __future__ import annotations
 
 import argparse
-import gzip
-import io
 import os
 import platform
-import re
 import struct
 import subprocess
 import sys
-import tarfile
 import tempfile
-import zlib
 
 from oci_index import Archive, UsageError, platform_str
 
@@ -53,42 +49,6 @@ MACHINE_NAMES = {machine: uname for machine, uname, _ in ARCHES.values()}
 
 class Failure(Exception):
     """What was wrong with one archive; the message names it."""
-
-
-def cargo_version() -> str:
-    with open(os.path.join(ROOT, "Cargo.toml"), encoding="utf-8") as f:
-        for line in f:
-            m = re.match(r'^version = "(.+)"$', line.strip())
-            if m:
-                return m.group(1)
-    raise UsageError("Cargo.toml has no version line")
-
-
-def layer_file(archive: Archive, path: str) -> bytes:
-    """The file at `path` as the image's layers leave it (later layers override earlier ones)."""
-    name = path.lstrip("/")
-    parent, base = os.path.split(name)
-    whiteout = os.path.join(parent, ".wh." + base)
-    found: bytes | None = None
-    for desc in archive.manifest.get("layers", []):
-        data = archive.blob(desc)
-        try:
-            if str(desc.get("mediaType", "")).endswith("+gzip"):
-                data = gzip.decompress(data)
-            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-                for m in tar.getmembers():
-                    member = os.path.normpath(m.name.lstrip("/"))
-                    if member == whiteout:
-                        found = None
-                    elif member == name:
-                        if not m.isfile():
-                            raise Failure(f"{archive.path}: {path} is not a regular file in the image")
-                        found = tar.extractfile(m).read()
-        except (OSError, EOFError, zlib.error, tarfile.TarError) as e:
-            raise Failure(f"{archive.path}: layer {desc.get('digest')} is not a readable tar ({e})") from None
-    if found is None:
-        raise Failure(f"{archive.path}: the image has no {path}")
-    return found
 
 
 def elf_machine(data: bytes, what: str) -> int:
@@ -121,7 +81,9 @@ def run_one(archive_path: str, path: str, version: str) -> str:
     if archive.platform["os"] != "linux" or archive.platform["architecture"] not in ARCHES:
         raise Failure(f"{archive_path}: {plat} is not one this check knows (linux/amd64, linux/arm64)")
     want_machine, uname, qemu_arch = ARCHES[archive.platform["architecture"]]
-    binary = layer_file(archive, path)
+    binary = archive.layer_file(path)
+    if binary is None:
+        raise Failure(f"{archive_path}: the image has no {path}")
     machine = elf_machine(binary, f"{archive_path}: {path}")
     if machine != want_machine:
         got = MACHINE_NAMES.get(machine, f"e_machine {machine}")
@@ -156,18 +118,17 @@ class Parser(argparse.ArgumentParser):
 def main(argv: list[str]) -> int:
     parser = Parser(prog="run_binary.py", description="start each image's binary with --version")
     parser.add_argument("--path", default=DEFAULT_PATH, help=f"the binary in the image (default {DEFAULT_PATH})")
-    parser.add_argument("--version", help="the version it must print (default: Cargo.toml's)")
+    parser.add_argument("--version", required=True, help="the version it must print (make image-run gives Cargo.toml's)")
     parser.add_argument("archives", nargs="+", metavar="ARCHIVE")
     try:
         args = parser.parse_args(argv)
-        version = args.version or cargo_version()
     except UsageError as e:
         print(f"run_binary.py: error: {e}", file=sys.stderr)
         return 2
     failed = 0
     for path in args.archives:
         try:
-            print(run_one(path, args.path, version), flush=True)
+            print(run_one(path, args.path, args.version), flush=True)
         except (Failure, UsageError) as e:
             print(f"run_binary.py: FAILED: {e}", file=sys.stderr)
             failed += 1
