@@ -370,23 +370,23 @@ pub struct RemovalStore {
     dropped: u64,
     unobserved: u64,
     service_gone: u64,
-    /// The last summary and the closed removals it was made of (how many, the first's and the
-    /// last's closing time): every policy's reconcile asks for it, and it changes only with them.
-    cached: Option<((usize, f64, f64), RemovalSummary)>,
+    /// Bumped by every change to `closed`, `closed_by_plane` and `data_planes`. Between two
+    /// changes the removals within a window are a suffix of each list that only shortens as they
+    /// age out, so (this, how many are within) names them: the summaries' cache key.
+    changes: u64,
+    /// The last summary and its key (`changes`, the removals within the window): every policy's
+    /// reconcile asks for it, and it changes only with them.
+    cached: Option<((u64, usize), RemovalSummary)>,
     /// Each node's data plane, as its agent names it ([`DATA_PLANES`]; a node not named is in
     /// no data plane's tally).
     data_planes: BTreeMap<String, &'static str>,
     /// Per data plane, (closed at, the removal as that data plane's nodes saw it: its slowest
     /// of them), oldest first, each at most [`MAX_CLOSED_REMOVALS`].
     closed_by_plane: BTreeMap<&'static str, VecDeque<(f64, Removal)>>,
-    /// The last per-data-plane summaries and, per data plane, the removals they were made of
-    /// (as `cached`'s key): every policy's reconcile asks for them too.
-    cached_by_plane: Option<(Vec<PlaneKey>, Vec<DataPlaneSummary>)>,
+    /// The last per-data-plane summaries and their key (`changes`, each data plane's removals
+    /// within the window): every policy's reconcile asks for them too.
+    cached_by_plane: Option<((u64, Vec<usize>), Vec<DataPlaneSummary>)>,
 }
-
-/// What one data plane's cached summary was made of: its removals within the window (how many,
-/// the first's and the last's closing time) and its nodes.
-type PlaneKey = (usize, f64, f64, usize);
 
 /// The data planes an agent may name (its `dataPlane`): kube-proxy's iptables modes by backend,
 /// its nftables mode, and Cilium's eBPF load balancer. Anything else is no data plane.
@@ -503,6 +503,7 @@ impl RemovalStore {
             };
             self.close_by_plane(now, &removal);
             self.closed.push_back((now, removal.compacted()));
+            self.changes += 1;
         }
         if self.open.is_empty() {
             self.names.clear();
@@ -516,6 +517,7 @@ impl RemovalStore {
         let Some(plane) = DATA_PLANES.iter().find(|p| **p == name) else { return };
         if self.data_planes.get(node) != Some(plane) {
             self.data_planes.insert(node.to_string(), plane);
+            self.changes += 1;
         }
     }
 
@@ -550,13 +552,9 @@ impl RemovalStore {
             closed.iter().filter(|(at, _)| now - at <= window_seconds).map(|(at, r)| (*at, r)).collect()
         }
         let nodes_of = |plane: &str| self.data_planes.values().filter(|p| **p == plane).count();
-        let key: Vec<PlaneKey> = DATA_PLANES
-            .iter()
-            .map(|plane| {
-                let w = self.closed_by_plane.get(plane).map(|c| within(c, now, window_seconds)).unwrap_or_default();
-                (w.len(), w.first().map_or(0.0, |x| x.0), w.last().map_or(0.0, |x| x.0), nodes_of(plane))
-            })
-            .collect();
+        let within_counts =
+            DATA_PLANES.iter().map(|plane| self.closed_by_plane.get(plane).map_or(0, |c| c.iter().filter(|(at, _)| now - at <= window_seconds).count()));
+        let key = (self.changes, within_counts.collect::<Vec<_>>());
         if let Some((k, sums)) = &self.cached_by_plane
             && *k == key
         {
@@ -581,7 +579,7 @@ impl RemovalStore {
     /// Made once per set of closed removals (a sort of up to [`MAX_CLOSED_REMOVALS`]), then reused.
     pub fn summary(&mut self, now: f64, window_seconds: f64) -> RemovalSummary {
         let within = || self.closed.iter().filter(|(at, _)| now - at <= window_seconds);
-        let key = (within().count(), within().next().map_or(0.0, |(at, _)| *at), within().next_back().map_or(0.0, |(at, _)| *at));
+        let key = (self.changes, within().count());
         if let Some((k, sum)) = &self.cached
             && *k == key
         {
@@ -612,6 +610,7 @@ impl RemovalStore {
         for closed in self.closed_by_plane.values_mut() {
             closed.retain(|(_, r)| !torn_down(r));
         }
+        self.changes += 1;
         self.service_gone += dropped as u64;
         dropped
     }
@@ -995,5 +994,16 @@ mod tests {
         let planes = s.summary_by_data_plane(310.0, 600.0);
         assert_eq!((planes[0].summary.removals, ms(planes[0].summary.p99_seconds)), (3, Some(600)));
         assert_eq!(s.service_gone(), 2);
+        // one removal dropped and another closed at the same instant: as many removals, the same
+        // closing times, and yet another set; the summaries are made anew
+        let port = ServicePort { name: "db".into(), ..test_port("web") };
+        let ip = IpAddr::from(std::net::Ipv4Addr::new(10, 244, 1, 9));
+        s.open(PendingRemoval { service: port.clone(), endpoint: ip, pod: "ns/db-0".into(), deletion: 300.0, sleep_seconds: None, deadline: 360.0 });
+        s.report("a", &port, ip, NodeReport::Removed { last_with: Some(309.8), first_without: 309.9 });
+        assert_eq!(s.forget_service("ns", "api", 310.0), 1);
+        assert_eq!(s.close(310.0, &nodes), 1);
+        let sum = s.summary(310.0, 600.0);
+        assert_eq!((sum.removals, ms(sum.p99_seconds)), (3, Some(9900)), "db's 9.9 s removal in place of api's");
+        assert_eq!(ms(s.summary_by_data_plane(310.0, 600.0)[0].summary.p99_seconds), Some(9900));
     }
 }
