@@ -385,8 +385,12 @@ pub struct RemovalStore {
     closed_by_plane: BTreeMap<&'static str, VecDeque<(f64, Removal)>>,
     /// The last per-data-plane summaries and their key (`changes`, each data plane's removals
     /// within the window): every policy's reconcile asks for them too.
-    cached_by_plane: Option<((u64, Vec<usize>), Vec<DataPlaneSummary>)>,
+    cached_by_plane: Option<(PlanesKey, Vec<DataPlaneSummary>)>,
 }
+
+/// The per-data-plane summaries' cache key: `changes`, and each data plane's removals within the
+/// window, in [`DATA_PLANES`]' order.
+type PlanesKey = (u64, Vec<usize>);
 
 /// The data planes an agent may name (its `dataPlane`): kube-proxy's iptables modes by backend,
 /// its nftables mode, and Cilium's eBPF load balancer. Anything else is no data plane.
