@@ -70,9 +70,10 @@ const ALERT_NAMESPACES: &[&str] = &["e2e-prom-alert", "e2e-prom-scale"];
 const SYNC_FAMILY: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
 /// kube-proxy's network-programming histogram family.
 const NP_FAMILY: &str = "kubeproxy_network_programming_duration_seconds";
-/// How long after the test's direct "before" scrape its kind-by-kind Prometheus window starts
-/// (two scrape intervals): `increase()` takes the first sample inside its range as the base.
-const KIND_WINDOW_LEAD_SECONDS: f64 = 4.0;
+/// How long after the test's first direct "before" scrape its kind-by-kind Prometheus window
+/// starts: `increase()` takes the first sample inside its range as the base, at most one scrape
+/// interval (2 s) later, and the direct scrapes go on until the burst.
+const KIND_WINDOW_LEAD_SECONDS: f64 = 1.0;
 
 /// The cluster's real kube-proxies: (node, metrics URL) from `$ST_KP_NODES` and
 /// `$ST_KP_METRICS_URLS`.
@@ -355,35 +356,93 @@ fn native_bucket(v: f64, schema: i32) -> i64 {
     (v.log2() * 2f64.powi(schema)).ceil() as i64
 }
 
-/// The same window measured in the test, kind by kind: the direct side is the delta between
-/// `before` (scraped before `start`) and a scrape now, the Prometheus side one round of the
-/// Prometheus source's queries over the seconds since `start`; both through the model, once
-/// preferring native histograms and once with the classic buckets only. Returns the table and
-/// whether every p99 pair is in the same bucket of its kind (native: kube-proxy's schema;
-/// classic: kube-proxy's bounds). A network-programming pair whose kinds differ (the
-/// earlier scrape had no native network-programming histogram yet) is shown, not compared.
+/// One node's raw sample counts in Prometheus: (timestamp, sync count, network-programming
+/// count), each count the `_count` series summed over the node's series (`ip_family`).
+type RawCounts = (f64, f64, f64);
+
+/// Per node, the first and last raw samples Prometheus holds inside `[window_seconds]` at the
+/// current time: the samples `increase()` over that range takes as its base and its end.
+async fn window_edges(prom: &Prometheus, window_seconds: f64) -> std::collections::BTreeMap<String, [RawCounts; 2]> {
+    let promql = format!(r#"{{__name__=~"{SYNC_FAMILY}_count|{NP_FAMILY}_count",job="kube-proxy"}}[{window_seconds}s]"#);
+    let data = prom.api("query", &[("query", &promql)]).await;
+    let mut edges: std::collections::BTreeMap<String, [RawCounts; 2]> = Default::default();
+    for series in data["result"].as_array().into_iter().flatten() {
+        let node = series["metric"]["node"].as_str().unwrap_or_default().to_string();
+        let is_sync = series["metric"]["__name__"] == format!("{SYNC_FAMILY}_count");
+        let values = series["values"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let sample = |v: Option<&Value>| v.map(|v| (v[0].as_f64().unwrap_or(f64::NAN), v[1].as_str().and_then(|x| x.parse::<f64>().ok()).unwrap_or(f64::NAN)));
+        let entry = edges.entry(node).or_insert([(0.0, 0.0, 0.0); 2]);
+        for (edge, s) in entry.iter_mut().zip([sample(values.first()), sample(values.last())]) {
+            let Some((t, v)) = s else { continue };
+            edge.0 = t;
+            if is_sync { edge.1 += v } else { edge.2 += v }
+        }
+    }
+    edges
+}
+
+/// A direct scrape's (sync count, network-programming count), as [`RawCounts`] holds them.
+fn direct_counts(s: &KubeProxyScrape) -> (f64, f64) {
+    (s.sync.as_ref().map_or(0.0, |h| h.count()), s.network_programming.as_ref().map_or(0.0, |h| h.count()))
+}
+
+/// The same window measured in the test, kind by kind: the Prometheus side is one round of the
+/// Prometheus source's queries over the seconds since `start`; the direct side is, per node,
+/// the delta between the scrape of `befores` (scraped every 0.5 s around `start`) holding
+/// exactly the counts of Prometheus's first sample inside that range and a scrape now, which
+/// must hold the counts of its last. kube-proxy's histograms change only when it syncs, so
+/// equal counts are equal histograms and both sides hold the same syncs: a window edge that
+/// moved during the round, or a sync after Prometheus's last scrape, is reported and fails the
+/// round (the caller retries). Both sides go through the model, once preferring native
+/// histograms and once with the classic buckets only. Returns the table and whether every p99
+/// pair is in the same bucket of its kind (native: kube-proxy's schema; classic: kube-proxy's
+/// bounds). A network-programming pair whose kinds differ (the earlier scrape had no native
+/// network-programming histogram yet) is shown, not compared.
 async fn compare_kinds(
-    prom_url: &str,
+    prom: &Prometheus,
     kps: &[(String, String)],
     start: f64,
-    before: &[KubeProxyScrape],
+    befores: &[Vec<KubeProxyScrape>],
     sync_bounds: &[f64],
     np_bounds: &[f64],
 ) -> (String, bool) {
     // `increase()` over [window] counts from the first sample inside the range: its start is
-    // `start` (floor: never earlier), after the direct "before" scrape and inside the quiet gap
-    // before the burst, so a late scrape of that start cannot drop the burst's first syncs
+    // `start` (floor: never earlier), after the first direct "before" scrape
     let window = (unix_now() - start).floor().max(1.0);
-    let source = PrometheusSource::new(prom_url, Duration::from_secs_f64(window), Duration::from_secs(10)).unwrap();
+    let source = PrometheusSource::new(&prom.url(), Duration::from_secs_f64(window), Duration::from_secs(10)).unwrap();
+    let edges = window_edges(prom, window).await;
     let snapshot = source.fetch().await.unwrap_or_else(|e| panic!("the Prometheus source's queries: {e}"));
+    let edges_after = window_edges(prom, window).await;
     let after = direct_scrapes(kps).await;
-    let mut ok = true;
+    let mut ok = edges == edges_after;
     let mut table = format!(
         "the same {window} s window, kind by kind (direct: two protobuf scrapes; prometheus: the source's queries)\n{:<8} {:<8} {:<5} {:>12} {:>12}  bucket\n",
         "node", "kind", "p99", "direct", "prometheus"
     );
+    if !ok {
+        table += "a Prometheus scrape landed during the round: the window's edges moved (not compared)\n";
+        return (table, false);
+    }
     let show = |q: &Option<Quantile>| q.map_or_else(|| "-".to_string(), |q| format!("{:.4} s", q.seconds));
-    for ((node, _), (earlier, later)) in kps.iter().zip(before.iter().zip(&after)) {
+    for (i, ((node, _), later)) in kps.iter().zip(&after).enumerate() {
+        let Some([first, last]) = edges.get(node) else { panic!("Prometheus holds no {SYNC_FAMILY}_count for {node}: {edges:?}") };
+        let Some(earlier) = befores.iter().map(|b| &b[i]).find(|s| direct_counts(s) == (first.1, first.2)) else {
+            let seen: Vec<(f64, f64)> = befores.iter().map(|b| direct_counts(&b[i])).collect();
+            table += &format!("{node:<8} no direct scrape holds Prometheus's first sample (sync, np counts {}, {}): {seen:?}\n", first.1, first.2);
+            ok = false;
+            continue;
+        };
+        if direct_counts(later) != (last.1, last.2) {
+            table += &format!(
+                "{node:<8} kube-proxy synced after Prometheus's last sample (counts {:?} now, {}, {} at {:.1}): not compared\n",
+                direct_counts(later),
+                last.1,
+                last.2,
+                last.0
+            );
+            ok = false;
+            continue;
+        }
         let via = snapshot
             .inputs
             .iter()
@@ -493,24 +552,21 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     // a burst of 20 Service changes, 1.5 s apart (minSyncPeriod is 1 s: about one sync each), and
     // web scaled 2 -> 4 -> 2 (network programming), well inside both windows when they are read:
     // from 20 s to ~50 s after the start, read at >= 76 s (the operators' 60 s windows then start
-    // at 16 s); the test's own direct scrapes start its kind-by-kind window at 12 s, and its
-    // Prometheus queries KIND_WINDOW_LEAD_SECONDS later
+    // at 16 s)
     // kube-proxy's periodic full resync (syncPeriod 30 s, 30 s after its last sync) is its
-    // slowest sync, so the p99 of a window: one at the kind-by-kind window's start edge is seen
-    // by the direct scrapes only. A Service change now makes both nodes sync, which moves the
-    // next resync to about 32 s, inside the burst
+    // slowest sync, so the p99 of a window. A Service change now makes both nodes sync, which
+    // moves the next resync to about 32 s, inside the burst
     create_service(&client, "e2e-prom-app", "resync-anchor").await;
     tokio::time::sleep(Duration::from_secs(12).saturating_sub(started.elapsed())).await;
-    let (mut t0, mut before) = (unix_now(), direct_scrapes(&kps).await);
-    // and a sync between the direct scrape and Prometheus' first sample after the window's start
-    // is checked for: when one happened since 12 s, that window starts at 17 s instead
-    tokio::time::sleep(Duration::from_secs(17).saturating_sub(started.elapsed())).await;
-    let mut lead = KIND_WINDOW_LEAD_SECONDS;
-    let again = direct_scrapes(&kps).await;
-    let syncs = |s: &KubeProxyScrape| s.sync.as_ref().map(|h| h.count());
-    if before.iter().zip(&again).any(|(b, a)| syncs(b) != syncs(a)) {
-        println!("a sync between 12 s and 17 s: the kind-by-kind window starts at 17 s");
-        (t0, before, lead) = (unix_now(), again, 1.0);
+    // the test's own kind-by-kind window starts 1 s after 12 s; its direct "before" side is a
+    // scrape every 0.5 s from 12 s until the burst (syncs are at least minSyncPeriod apart, so
+    // every state of the histograms is scraped), of which compare_kinds takes the one holding
+    // Prometheus's first sample inside the window
+    let t0 = unix_now();
+    let mut befores = Vec::new();
+    while started.elapsed() < Duration::from_millis(19_500) {
+        befores.push(direct_scrapes(&kps).await);
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     tokio::time::sleep(Duration::from_secs(20).saturating_sub(started.elapsed())).await;
     for i in 0..20 {
@@ -593,11 +649,11 @@ async fn a_prometheus_source_agrees_with_the_direct_scrape() {
     }
     assert!(agreed, "the Prometheus source and the direct scrape disagree beyond the histogram resolution:\n{last}");
 
-    // kind by kind: native with native, classic with classic (a sync between Prometheus's last
-    // scrape and the direct one after it is counted by the direct side only: up to 3 tries)
+    // kind by kind: native with native, classic with classic, over the same syncs (a sync after
+    // Prometheus's last scrape, or a scrape during the round, is reported: up to 5 tries)
     let mut kinds = (String::new(), false);
-    for _ in 0..3 {
-        kinds = compare_kinds(&url, &kps, t0 + lead, &before, &sync_bounds, &np_bounds).await;
+    for _ in 0..5 {
+        kinds = compare_kinds(&prom, &kps, t0 + KIND_WINDOW_LEAD_SECONDS, &befores, &sync_bounds, &np_bounds).await;
         println!("{}", kinds.0);
         if kinds.1 {
             break;
