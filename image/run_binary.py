@@ -27,11 +27,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import struct
 import subprocess
 import sys
 import tempfile
 
+from elf_interp import machine
 from oci_index import Archive, UsageError, platform_str
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,12 +52,11 @@ class Failure(Exception):
 
 
 def elf_machine(data: bytes, what: str) -> int:
-    """e_machine of a 64-bit ELF file (ELF gABI: 16 bits at offset 18, in the file's byte order)."""
-    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2:
-        raise Failure(f"{what} is not a 64-bit ELF file")
-    end = "<" if data[5] == 1 else ">"
-    (machine,) = struct.unpack(end + "H", data[18:20])
-    return machine
+    """e_machine of the binary (elf_interp.machine); a file that is not a 64-bit ELF is a Failure."""
+    try:
+        return machine(data, what)
+    except ValueError as e:
+        raise Failure(str(e)) from None
 
 
 def emulator(qemu_arch: str) -> str:
