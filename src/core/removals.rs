@@ -392,6 +392,12 @@ pub struct RemovalStore {
 /// window, in [`DATA_PLANES`]' order.
 type PlanesKey = (u64, Vec<usize>);
 
+/// The removals of `closed` ((closed at, removal), oldest first) closed within `window_seconds`
+/// before `now`.
+fn within(closed: &VecDeque<(f64, Removal)>, now: f64, window_seconds: f64) -> impl Iterator<Item = &Removal> {
+    closed.iter().filter(move |(at, _)| now - at <= window_seconds).map(|(_, r)| r)
+}
+
 /// The data planes an agent may name (its `dataPlane`): kube-proxy's iptables modes by backend,
 /// its nftables mode, and Cilium's eBPF load balancer. Anything else is no data plane.
 pub const DATA_PLANES: [&str; 4] = ["iptables-nft", "iptables-legacy", "nftables", "cilium"];
@@ -552,13 +558,9 @@ impl RemovalStore {
     /// their removals summarised ([`summarise`]), in [`DATA_PLANES`]' order. Made once per set of
     /// closed removals, then reused (as [`RemovalStore::summary`]).
     pub fn summary_by_data_plane(&mut self, now: f64, window_seconds: f64) -> Vec<DataPlaneSummary> {
-        fn within(closed: &VecDeque<(f64, Removal)>, now: f64, window_seconds: f64) -> Vec<(f64, &Removal)> {
-            closed.iter().filter(|(at, _)| now - at <= window_seconds).map(|(at, r)| (*at, r)).collect()
-        }
         let nodes_of = |plane: &str| self.data_planes.values().filter(|p| **p == plane).count();
-        let within_counts =
-            DATA_PLANES.iter().map(|plane| self.closed_by_plane.get(plane).map_or(0, |c| c.iter().filter(|(at, _)| now - at <= window_seconds).count()));
-        let key = (self.changes, within_counts.collect::<Vec<_>>());
+        let plane_within = |plane: &str| self.closed_by_plane.get(plane).map(|c| within(c, now, window_seconds));
+        let key = (self.changes, DATA_PLANES.iter().map(|plane| plane_within(plane).map_or(0, Iterator::count)).collect::<Vec<_>>());
         if let Some((k, sums)) = &self.cached_by_plane
             && *k == key
         {
@@ -566,14 +568,9 @@ impl RemovalStore {
         }
         let sums: Vec<DataPlaneSummary> = DATA_PLANES
             .iter()
-            .filter_map(|plane| {
-                let removals = within(self.closed_by_plane.get(plane)?, now, window_seconds);
-                (!removals.is_empty()).then(|| DataPlaneSummary {
-                    data_plane: plane,
-                    nodes: nodes_of(plane),
-                    summary: summarise(removals.into_iter().map(|(_, r)| r)),
-                })
-            })
+            .zip(&key.1)
+            .filter(|(_, within_count)| **within_count > 0)
+            .filter_map(|(plane, _)| Some(DataPlaneSummary { data_plane: plane, nodes: nodes_of(plane), summary: summarise(plane_within(plane)?) }))
             .collect();
         self.cached_by_plane = Some((key, sums.clone()));
         sums
@@ -582,14 +579,13 @@ impl RemovalStore {
     /// The removals closed within `window_seconds` before `now`, summarised ([`summarise`]).
     /// Made once per set of closed removals (a sort of up to [`MAX_CLOSED_REMOVALS`]), then reused.
     pub fn summary(&mut self, now: f64, window_seconds: f64) -> RemovalSummary {
-        let within = || self.closed.iter().filter(|(at, _)| now - at <= window_seconds);
-        let key = (self.changes, within().count());
+        let key = (self.changes, within(&self.closed, now, window_seconds).count());
         if let Some((k, sum)) = &self.cached
             && *k == key
         {
             return sum.clone();
         }
-        let sum = summarise(within().map(|(_, r)| r));
+        let sum = summarise(within(&self.closed, now, window_seconds));
         self.cached = Some((key, sum.clone()));
         sum
     }
