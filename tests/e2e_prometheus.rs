@@ -14,9 +14,10 @@
 //!   the real nodes) scaled 2 -> 4 -> 2, each node's sync p99 and network-programming p99 agree
 //!   within the histogram's resolution (same bucket of kube-proxy's own bounds), and the cluster
 //!   window W within the widest of those buckets. The same window measured in the test itself,
-//!   kind by kind: two direct scrapes (protobuf) around the burst against one round of the
-//!   Prometheus source's queries, the native p99s in the same native bucket, the classic p99s
-//!   in the same classic bucket. Then the TerminationPolicy's status as the Prometheus-sourced
+//!   kind by kind: per node, the two direct scrapes (protobuf) holding the same syncs as
+//!   Prometheus's first and last sample in the window against one round of the Prometheus
+//!   source's queries, the native p99s in the same native bucket, the classic p99s in the same
+//!   classic bucket. Then the TerminationPolicy's status as the Prometheus-sourced
 //!   operator alone writes it.
 //! - `sync_slow_alert_fires_through_prometheus`: thousands of Services (the scale fixture of
 //!   tests/e2e_window.rs) make the iptables node's syncs slow; the operator, measuring through
@@ -414,15 +415,15 @@ async fn compare_kinds(
     let snapshot = source.fetch().await.unwrap_or_else(|e| panic!("the Prometheus source's queries: {e}"));
     let edges_after = window_edges(prom, window).await;
     let after = direct_scrapes(kps).await;
-    let mut ok = edges == edges_after;
     let mut table = format!(
         "the same {window} s window, kind by kind (direct: two protobuf scrapes; prometheus: the source's queries)\n{:<8} {:<8} {:<5} {:>12} {:>12}  bucket\n",
         "node", "kind", "p99", "direct", "prometheus"
     );
-    if !ok {
+    if edges != edges_after {
         table += "a Prometheus scrape landed during the round: the window's edges moved (not compared)\n";
         return (table, false);
     }
+    let mut ok = true;
     let show = |q: &Option<Quantile>| q.map_or_else(|| "-".to_string(), |q| format!("{:.4} s", q.seconds));
     for (i, ((node, _), later)) in kps.iter().zip(&after).enumerate() {
         let Some([first, last]) = edges.get(node) else { panic!("Prometheus holds no {SYNC_FAMILY}_count for {node}: {edges:?}") };
