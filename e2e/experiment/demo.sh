@@ -17,6 +17,6 @@ export ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}"
 export ST_EXP_STRATEGIES="${ST_EXP_STRATEGIES:-25%/0}"
 export ST_EXP_KEEP="${DEMO_KEEP:-0}"
 # build first, so the cluster is not kept waiting on the compiler
-echo "[demo] building the experiment's test binary (quiet: about 6 min on a clean clone, seconds once built)" >&2
+echo "[demo] building the experiment's test binary (quiet: 6 to 8 min on a clean clone, seconds once built)" >&2
 cargo test --quiet --features cluster-tests --test e2e_deploy --no-run
 exec e2e/experiment/experiment.sh
