@@ -76,13 +76,16 @@ cargo test --features cluster-tests --test e2e_operator_pods -- --nocapture --ex
 # the Helm chart on the control plane (server-side dry runs, install/upgrade/uninstall, webhook
 # routing with operator-generated certificates); lint, renderings and alert rules are in make test
 cargo test --features cluster-tests --test e2e_chart -- --test-threads=1
-# the deploy-error experiment: all four runs (baseline/protected, small/4,000 Services) with one
+# the deploy-error experiment: all four runs (baseline/protected, small/2,000 Services) with one
 # rolling restart per strategy, asserting what the product promises (make experiment: three per
-# strategy). Last: its yardstick "W covers the p99 of the per-pod windows" holds with little
+# strategy, 4,000 Services). 2,000, not 4,000: on a 2-core machine at load 7 to 12 the
+# iptables-nft node's syncs at 4,000 Services changed speed by up to 3.5 x between two runs
+# minutes apart, and 2 of 6 runs broke a check on it (BENCHMARKS.md "At 4,000 Services on a
+# slower machine"). Last: its yardstick "W covers the p99 of the per-pod windows" holds with little
 # margin on a quiet small cluster (W 1.07-1.24 s against a p99 of 1.14 s when it ran first, once
 # below), a sizing question of its own (BENCHMARKS.md "Deploy errors"), not an order dependency
 if [ "${ST_E2E_EXPERIMENT:-1}" != 0 ]; then
-  ST_EXP_RUNS="${ST_EXP_RUNS:-a,b,c,d}" ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}" ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/e2e-experiment}" e2e/experiment/experiment.sh
+  ST_EXP_RUNS="${ST_EXP_RUNS:-a,b,c,d}" ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}" ST_EXP_SERVICES="${ST_EXP_SERVICES:-2000}" ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/e2e-experiment}" e2e/experiment/experiment.sh
 fi
 # the chart's KubeProxySyncSlow alert firing through the real Prometheus' /api/v1/alerts at scale
 # (it grows its own Services until the sync p99 passes 1 s)
