@@ -715,8 +715,10 @@ async fn deploy_experiment() {
         wait_proxies_idle(&nodes).await;
     }
 
-    // the report, then what the product promises
-    let status = Command::new("python3").arg("e2e/experiment/report.py").arg(&out).status().expect("python3");
+    // the report, then what the product promises; report.py's tables go to results.md, which
+    // experiment.sh prints once after this test, so its stdout is not repeated here (its
+    // warnings and errors, on stderr, are)
+    let status = Command::new("python3").arg("e2e/experiment/report.py").arg(&out).stdout(Stdio::null()).status().expect("python3");
     assert!(status.success(), "report.py failed");
     let results: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     // every broken promise of every run, reported together, and the promises that held (the

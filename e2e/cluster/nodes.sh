@@ -322,7 +322,8 @@ real_nodes_down() {
         # shims (containerd-shim-runc-v2 ... -address <our socket>) and the image imports of a
         # cluster-up killed half-way (ctr --address <our socket> ... images import: a child of
         # cluster-up, not recorded, and it outlives its parent)
-        tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null \
+        # (stderr first: a process that exits meanwhile makes the input redirection fail)
+        tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" \
           | grep -E -- "(containerd-shim.* -address|/ctr --address) $state/nodes/" >/dev/null && pids+=" $p"
       done < <(grep -lsaF -- "$state/nodes/" /proc/[0-9]*/cmdline 2>/dev/null)
     fi
