@@ -393,8 +393,11 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     // saw the pod's endpoint terminating (or gone from its slice), by pod name; independent of
     // the operator's watches, which measure the same lag for W
     let terminating: Arc<Mutex<BTreeMap<String, f64>>> = Arc::default();
+    // by pod name, since when its endpoint has been listed not ready and not terminating (a
+    // failed readiness probe; the entry goes when it is ready again)
+    let not_ready: Arc<Mutex<BTreeMap<String, f64>>> = Arc::default();
     let slice_watch = {
-        let (terminating, deletions) = (terminating.clone(), deletions.clone());
+        let (terminating, not_ready, deletions) = (terminating.clone(), not_ready.clone(), deletions.clone());
         let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> = Api::namespaced(client.clone(), &ns);
         tokio::spawn(async move {
             use futures::StreamExt;
@@ -408,6 +411,10 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
                     let is_terminating = e.conditions.as_ref().and_then(|c| c.terminating).unwrap_or(false);
                     if is_terminating {
                         terminating.lock().unwrap().entry(name.clone()).or_insert(t);
+                    } else if e.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                        not_ready.lock().unwrap().entry(name.clone()).or_insert(t);
+                    } else {
+                        not_ready.lock().unwrap().remove(&name);
                     }
                     here.insert(name, ());
                 }
@@ -491,11 +498,26 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     // successful read that no longer showed its IP, last_present_at_unix the start of the last
     // successful read that still did (the removal happened in between; both empty when no
     // successful read saw it go: a failed measurement), reader `poll` or `monitor`. 0.5 s of
-    // slack before the deletion: the watch sees it a little after the API server
+    // slack before the deletion: the watch sees it a little after the API server. A pod whose
+    // endpoint this test's slice watch saw not ready before its deletion (a ReplicaSet deletes
+    // not-ready pods first) may have left a node's rules earlier: when that node's rules were
+    // without its IP from then through the deletion, that removal is its window there (at most
+    // 0: no new connection reached the pod through that node after its deletion)
+    let not_ready = not_ready.lock().unwrap().clone();
     let mut csv = String::from("pod,ip,proxy_node,removed_at_unix,last_present_at_unix,reader\n");
     for (pod, (ip, _, t_del, _, _)) in &deletions {
+        let not_ready_since = not_ready.get(pod).filter(|t| **t < *t_del);
         for (n, trace) in nodes.iter().zip(&traces).filter(|(n, _)| reader_kind(n, spec.extra_services) != "none") {
-            let removal = (!ip.is_empty()).then(|| trace.removal(ip, t_del - 0.5)).flatten();
+            let removal = (!ip.is_empty()).then(|| trace.removal(ip, t_del - 0.5)).flatten().or_else(|| {
+                let before = not_ready_since.and_then(|t_nr| trace.absent_since(ip, t_nr - 0.5, t_del - 0.5))?;
+                println!(
+                    "   {pod}: its endpoint was not ready {:.3} s before its deletion and left {}'s rules {:.3} s before it",
+                    t_del - not_ready_since?,
+                    n.name,
+                    t_del - before.by
+                );
+                Some(before)
+            });
             let (by, after) = removal.map(|r| (format!("{:.6}", r.by), format!("{:.6}", r.after))).unwrap_or_default();
             writeln!(csv, "{pod},{ip},{},{by},{after},{}", n.name, reader_kind(n, spec.extra_services)).unwrap();
         }

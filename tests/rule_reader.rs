@@ -145,6 +145,30 @@ fn nftables_failed_reads_record_no_removal_and_a_successful_read_without_the_ip_
 }
 
 #[test]
+fn an_endpoint_that_left_the_rules_before_its_deletion_is_absent_since_its_removal() {
+    // reads at 10 s (both IPs), 11 s (10.244.2.3 gone: not ready), 12 s (back), 13 s (gone
+    // again), 20 s (10.244.1.10 gone too); each read takes 0.1 s
+    let mut trace = RuleTrace::default();
+    for (t, ips) in
+        [(10.0, &["10.244.1.10", "10.244.2.3"][..]), (11.0, &["10.244.1.10"]), (12.0, &["10.244.1.10", "10.244.2.3"]), (13.0, &["10.244.1.10"]), (20.0, &[])]
+    {
+        trace.observe(Ok(set(ips)), t, t + 0.1);
+    }
+    // gone at 13.1 s and still gone at a deletion at 15 s: that removal, bounded by the read before
+    let r = trace.absent_since("10.244.2.3", 12.5, 15.0).expect("absent since its second removal");
+    assert_eq!((r.after, r.by), (12.0, 13.1));
+    // its first removal (11.1 s) was undone by 12.1 s: not the one that left it absent
+    assert!(trace.absent_since("10.244.2.3", 10.0, 12.5).is_none(), "back in the rules at 12.1 s");
+    // gone before `since`: not this removal
+    assert!(trace.absent_since("10.244.2.3", 14.0, 15.0).is_none());
+    // still in the rules at `until`
+    assert!(trace.absent_since("10.244.1.10", 10.0, 15.0).is_none());
+    // removal() only looks at or after its bound: nothing of 10.244.2.3 after 13.1 s
+    assert!(trace.removal("10.244.2.3", 14.5).is_none());
+    assert_eq!(trace.removal("10.244.1.10", 14.5).map(|t| t.by), Some(20.1));
+}
+
+#[test]
 fn a_command_that_cannot_start_or_finds_no_chain_is_no_sample() {
     let mut r = RuleReader::with_command(node("nftables"), NS, vec!["/nonexistent/nsenter".into()], "");
     let e = r.endpoint_ips().unwrap_err();

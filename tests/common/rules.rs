@@ -453,6 +453,15 @@ impl RuleTrace {
     pub fn removal(&self, ip: &str, not_before: f64) -> Option<&Transition> {
         self.transitions.iter().find(|t| t.ip == ip && !t.present && t.by >= not_before)
     }
+
+    /// The removal of `ip` complete by `since` or later that left it absent through `until`
+    /// (unix seconds): the last change of `ip` complete before `until`, when that is a removal
+    /// complete by `since` or later. None when `ip` was in the rules at `until`, or left them
+    /// before `since`. For an endpoint that left the rules before its pod's deletion (a pod
+    /// that turned not ready, which a ReplicaSet deletes first when it scales down).
+    pub fn absent_since(&self, ip: &str, since: f64, until: f64) -> Option<&Transition> {
+        self.transitions.iter().rev().find(|t| t.ip == ip && t.by < until).filter(|t| !t.present && t.by >= since)
+    }
 }
 
 /// Reads `reader`'s rules every `every` until `stop`.
