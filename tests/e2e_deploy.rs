@@ -509,10 +509,11 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         let not_ready_since = not_ready.get(pod).filter(|t| **t < *t_del);
         for (n, trace) in nodes.iter().zip(&traces).filter(|(n, _)| reader_kind(n, spec.extra_services) != "none") {
             let removal = (!ip.is_empty()).then(|| trace.removal(ip, t_del - 0.5)).flatten().or_else(|| {
-                let before = not_ready_since.and_then(|t_nr| trace.absent_since(ip, t_nr - 0.5, t_del - 0.5))?;
+                let t_nr = *not_ready_since?;
+                let before = trace.absent_since(ip, t_nr - 0.5, t_del - 0.5)?;
                 println!(
                     "   {pod}: its endpoint was not ready {:.3} s before its deletion and left {}'s rules {:.3} s before it",
-                    t_del - not_ready_since?,
+                    t_del - t_nr,
                     n.name,
                     t_del - before.by
                 );
