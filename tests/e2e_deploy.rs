@@ -505,6 +505,8 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     // 0: no new connection reached the pod through that node after its deletion)
     let not_ready = not_ready.lock().unwrap().clone();
     let mut csv = String::from("pod,ip,proxy_node,removed_at_unix,last_present_at_unix,reader\n");
+    // per node, the removals an nft monitor never showed, taken from its confirming full reads
+    let mut monitor_missed: BTreeMap<String, u64> = BTreeMap::new();
     for (pod, (ip, _, t_del, _, _)) in &deletions {
         let not_ready_since = not_ready.get(pod).filter(|t| **t < *t_del);
         for (n, trace) in nodes.iter().zip(&traces).filter(|(n, _)| reader_kind(n, spec.extra_services) != "none") {
@@ -519,6 +521,15 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
                 );
                 Some(before)
             });
+            let only_confirmed = trace.own_removal(ip, t_del - 0.5).is_none().then(|| trace.confirmed.as_ref()?.removal(ip, t_del - 0.5)).flatten();
+            if let Some(r) = only_confirmed {
+                println!(
+                    "   {pod}: {}'s nft monitor never showed its removal; the full read after the chain's next change did, {:.3} s after the deletion",
+                    n.name,
+                    r.by - t_del
+                );
+                *monitor_missed.entry(n.name.clone()).or_default() += 1;
+            }
             let (by, after) = removal.map(|r| (format!("{:.6}", r.by), format!("{:.6}", r.after))).unwrap_or_default();
             writeln!(csv, "{pod},{ip},{},{by},{after},{}", n.name, reader_kind(n, spec.extra_services)).unwrap();
         }
@@ -560,6 +571,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         "failedReads": per_node(&|t| json!(t.failed_reads)),
         // `nft monitor`'s reports of lost netlink events, each followed by a full read
         "lostMonitorEvents": per_node(&|t| json!(t.lost_events)),
+        "removalsOnlyInConfirmingReads": monitor_missed,
         // nodes without a ground truth in this run, and why (reader_kind)
         "unmeasuredNodes": nodes.iter().filter(|n| reader_kind(n, spec.extra_services) == "none")
             .map(|n| (n.name.clone(), json!(format!("nftables at {} extra Services: each nft read loads the whole table (7 s at 12,000)", spec.extra_services))))
@@ -788,15 +800,22 @@ async fn deploy_experiment() {
             run["controlPlaneLag"]["correlation"]
         );
         // the model's accuracy: W from this run's own syncs within 2 x this run's largest window
-        // the run's largest window: its slowest pod on its slowest node
+        // the run's largest window: its slowest pod on its slowest node. W is the operator's
+        // model: after the run's own deletions' control-plane lag (the test's watches), which
+        // takes network programming out of W (src/core/model.rs); without a lag measured, W
+        // without it
         let largest = pods.iter().filter_map(|p| p["maxWindowSeconds"].as_f64()).fold(0.0, f64::max);
-        if let Some(w) = ws["nativeSeconds"].as_f64()
+        let (model_w, which) = match ws["nativeWithLagSeconds"].as_f64() {
+            Some(w) => (Some(w), "after the control plane's part"),
+            None => (ws["nativeSeconds"].as_f64(), "no control-plane lag measured"),
+        };
+        if let Some(w) = model_w
             && largest > 0.0
             && w > f64::max(3.0, 2.0 * largest)
         {
-            broken.push(format!("{name}: W over the run's own interval {w} s > max(3 s, 2 x its largest window {largest} s)"));
-        } else if let Some(w) = ws["nativeSeconds"].as_f64() {
-            held.push(format!("{name}: W over the run's own interval {w:.3} s is within max(3 s, 2 x its largest window {largest:.3} s)"));
+            broken.push(format!("{name}: W over the run's own interval {w} s ({which}) > max(3 s, 2 x its largest window {largest} s)"));
+        } else if let Some(w) = model_w {
+            held.push(format!("{name}: W over the run's own interval {w:.3} s ({which}) is within max(3 s, 2 x its largest window {largest:.3} s)"));
         }
         if run["protected"] == true {
             let c = &run["coverage"];

@@ -316,6 +316,33 @@ fn lost_monitor_events_are_followed_by_a_full_read_that_records_the_missed_remov
 }
 
 #[test]
+fn a_removal_the_monitor_never_shows_is_taken_from_the_full_read_after_the_change() {
+    let dir = nft_dir();
+    let d = dir.path();
+    // the monitor prints a change of the chain that still holds 10.244.2.3, while the chain
+    // listed after it (chain.next, from the second listing on) no longer does
+    write(d, "monitor.out", &monitor_line(CHAIN, &["10.244.1.10", "10.244.2.3"]));
+    write(d, "monitor.hang", "");
+    write(d, "chain.next", &nft_listing(&["10.244.1.10"]));
+    let stop = AtomicBool::new(false);
+    let mut r = reader(d, "nftables");
+    let started = now_unix();
+    let trace = std::thread::scope(|s| {
+        let t = s.spawn(|| follow_nft_monitor(&mut r, &stop));
+        std::thread::sleep(Duration::from_millis(400));
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap()
+    });
+    assert!(trace.own_removal("10.244.2.3", 0.0).is_none(), "the monitor never showed it: {:?}", trace.transitions);
+    let confirmed = trace.confirmed.as_deref().expect("the confirming reads");
+    assert_eq!((confirmed.reads, confirmed.failed_reads), (2, 0), "the first read and one after the change: {:?}", confirmed.errors);
+    let removal = trace.removal("10.244.2.3", 0.0).expect("the removal, from the full read after the change");
+    assert!(started <= removal.after && removal.after <= removal.by && removal.by <= now_unix(), "{removal:?}");
+    assert!(trace.removal("10.244.1.10", 0.0).is_none());
+    assert!(trace.absent_since("10.244.2.3", 0.0, now_unix()).is_some(), "absent from then on, by the same reads");
+}
+
+#[test]
 fn parsers_accept_kube_proxy_output_and_reject_the_rest() {
     let line = "meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.244.1.10 . 8080, 1 : 10.244.2.3 . 8080 }";
     assert_eq!(nft_map_ips(line).unwrap(), set(&["10.244.1.10", "10.244.2.3"]));

@@ -30,7 +30,10 @@ if ! cluster_answers; then
 fi
 # shellcheck disable=SC2329 # invoked by the EXIT trap below
 cleanup() {
-  if ((own_cluster)) && [[ "${ST_EXP_KEEP:-0}" != 1 ]]; then e2e/cluster/cluster-down.sh >/dev/null 2>&1 || true; fi
+  if ((own_cluster)) && [[ "${ST_EXP_KEEP:-0}" != 1 ]]; then
+    e2e/cluster/cluster-down.sh >/dev/null 2>&1 || true
+    say "stopped the cluster it had started (to keep it: DEMO_KEEP=1 make demo, or ST_EXP_KEEP=1)"
+  fi
 }
 trap cleanup EXIT
 # shellcheck disable=SC1091
@@ -53,7 +56,7 @@ echo
 if [[ -f "$ST_EXP_OUT/verdict.txt" ]]; then
   echo "Verdict (what tests/e2e_deploy.rs checks):"
   cat "$ST_EXP_OUT/verdict.txt"
-  if ((rc == 0)); then echo "All checks held."; else echo "Some checks did not hold (BROKEN above): exit $rc."; fi
+  if ((rc == 0)); then echo "All checks held."; else echo "Some checks did not hold (BROKEN above)."; fi
 else
   echo "No verdict: the experiment stopped before its checks (exit $rc; its output above says where)."
 fi

@@ -788,13 +788,16 @@ def table(runs):
                     f"max {s['max']:+.3f} s after the nearest deletion")
         bound = r["sleepBound"]
         if bound is not None:
-            verdict = {True: "within", False: "EXCEEDS", None: "unknown vs"}[bound["ok"]]
-            text += f"; injected sleep {fmt_num(r['injectedSleepSeconds'])} s {verdict} the bound {fmt_num(bound['limitSeconds'])} s"
+            # informational: how much longer than needed the sleep was; the test's check on the
+            # sleep (tests/e2e_deploy.rs) allows the safety factor on top, and says so in the verdict
+            verdict = {True: "within", False: "above", None: "unknown vs"}[bound["ok"]]
+            text += (f"; injected sleep {fmt_num(r['injectedSleepSeconds'])} s (for information, not a check:) "
+                     f"{verdict} 2 x this run's largest window, {fmt_num(bound['limitSeconds'])} s")
             at_scale = r.get("sleepBoundAtScale")
             if at_scale is not None:
-                verdict = {True: "within", False: "EXCEEDS", None: "unknown vs"}[at_scale["ok"]]
-                whole = {True: "within", False: "EXCEEDS", None: "unknown vs"}[at_scale["okInWholeSeconds"]]
-                text += (f" of this run's ground truth, {verdict} max(3 s, 2 x the largest window at "
+                verdict = {True: "within", False: "above", None: "unknown vs"}[at_scale["ok"]]
+                whole = {True: "within", False: "above", None: "unknown vs"}[at_scale["okInWholeSeconds"]]
+                text += (f", {verdict} max(3 s, 2 x the largest window at "
                          f"{r['extraServices']} extra Services) = {fmt_num(at_scale['limitSeconds'])} s "
                          f"({whole} it in whole seconds: {at_scale['wholeSecondLimitSeconds']} s)")
         lines.append(f"- {r['name']}: {text}")

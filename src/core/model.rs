@@ -1,12 +1,12 @@
 //! The propagation model: how long after an endpoint change a node's kube-proxy can still send
 //! new connections to a terminating pod.
 //!
-//! Per node: `W = max(p99 of (L + a removal's window in kube-proxy), p99(network_programming) - 1 s)`.
-//! L is the control plane's part of a deletion, measured by the operator's watches
-//! ([`crate::core::control_plane`]; absent, it counts 0), composed with the window by
-//! convolution; the window comes from the node's sync duration histogram and minSyncPeriod
-//! ([`crate::core::window_distribution`]). Without a sync histogram, W is
-//! `max(p99(network_programming) - 1 s, minSyncPeriod + p99(L))`.
+//! Per node: `W = p99 of (L + a removal's window in kube-proxy)`. L is the control plane's part
+//! of a deletion, measured by the operator's watches ([`crate::core::control_plane`]), composed
+//! with the window by convolution; the window comes from the node's sync duration histogram and
+//! minSyncPeriod ([`crate::core::window_distribution`]). Until a deletion's L is measured, L
+//! counts 0 and `W = max(p99 of the window, p99(network_programming) - 1 s)`. Without a sync
+//! histogram, W is `max(p99(network_programming) - 1 s, minSyncPeriod + p99(L))`.
 //!
 //! The path of a deleted endpoint: the API server marks the pod terminating, the EndpointSlice
 //! controller marks its endpoint not ready, kube-proxy's watch queues the change, and its runner
@@ -27,7 +27,10 @@
 //! k8s.io/endpointslice `util/trigger_time_tracker.go`), so each sample is the true latency plus
 //! 0 to 1 s ([`TRIGGER_TIME_RESOLUTION_SECONDS`], subtracted). Before the first deletion is
 //! seen it is the only measure of the control plane's part: on a starved machine, deletion windows reached 1.88 s at 0 extra
-//! Services while the kube-proxy term read 1.26-1.37 s, and `p99 - 1 s` covered them.
+//! Services while the kube-proxy term read 1.26-1.37 s, and `p99 - 1 s` covered them. Once L is
+//! measured it leaves W: its Ready changes carry the kubelet's status write, which no deletion
+//! waits for, and on a loaded machine that write set W at 2 to 4 x the longest deletion window
+//! (BENCHMARKS.md "Network programming leaves W once deletions are measured").
 //! A path kube-proxy does not measure (an EndpointSlice controller that batches updates with
 //! `--endpointslice-updates-batch-period`, an ingress reload, a cloud load balancer) belongs in
 //! the policy's `preStop.extraSeconds`. Beyond 1 s of sync p99 the advisor raises ProxySyncSlow.
@@ -348,9 +351,11 @@ pub fn measure_node_with(input: &NodeInput, min_sync_period_seconds: f64, min_sa
 /// [`measure_node_with`] after the control plane's part of a deletion, `lag`
 /// ([`crate::core::control_plane`]): the kube-proxy term becomes the p99 of the lag plus a
 /// removal's window in kube-proxy, composed by convolution (the two independent); its CDF
-/// gives the coverage table. Without a sync histogram the floor of W is minSyncPeriod plus the
-/// lag's p99; with a sync histogram too coarse for the window distribution, the bound
-/// `minSyncPeriod + 2 x p99(sync)` plus the longest lag.
+/// gives the coverage table, and network programming leaves W and the table (the lag measures
+/// the path before kube-proxy for deletions themselves). Without a sync histogram network
+/// programming stays, and the floor of W is minSyncPeriod plus the lag's p99; with a sync
+/// histogram too coarse for the window distribution, the bound `minSyncPeriod + 2 x p99(sync)`
+/// plus the longest lag.
 pub fn measure_node_after(
     input: &NodeInput,
     min_sync_period_seconds: f64,
@@ -386,14 +391,17 @@ pub fn measure_node_after(
     let sync_samples = sync.as_ref().map_or(0.0, Distribution::count);
     let np_samples = np.as_ref().map_or(0.0, Distribution::count);
 
-    // the path before kube-proxy (EndpointSlice controller, API server, watch), which a deletion
-    // shares with the Ready changes network programming measures
-    let from_np = np_p99.map(|q| ((q.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0), q.kind));
     // the kube-proxy term: a removal's window under kube-proxy's runner with these sync
     // durations ([`crate::core::window_distribution`])
     let deletion_window = sync.as_ref().and_then(Distribution::durations).map(|(d, known)| (DeletionWindow::new(d, min_sync_period_seconds), known));
     let from_sync = sync_p99.map(|q| (kube_proxy_term(deletion_window.as_ref().map(|(w, _)| w), q.seconds, min_sync_period_seconds, lag), q.kind));
-    let coverage_by_sleep = coverage_by_sleep(deletion_window.as_ref(), lag, np.as_ref().and_then(Distribution::durations).as_ref());
+    // the path before kube-proxy (EndpointSlice controller, API server, watch), which a deletion
+    // shares with the Ready changes network programming measures: a term of W until deletions'
+    // own lag is measured, or while no sync histogram gives the kube-proxy term
+    let np_in_w = lag.is_none() || from_sync.is_none();
+    let from_np = np_p99.filter(|_| np_in_w).map(|q| ((q.seconds - TRIGGER_TIME_RESOLUTION_SECONDS).max(0.0), q.kind));
+    let np_durations = np.as_ref().filter(|_| np_in_w).and_then(Distribution::durations);
+    let coverage_by_sleep = coverage_by_sleep(deletion_window.as_ref(), lag, np_durations.as_ref());
     let floor = min_sync_period_seconds + lag.map_or(0.0, LagDistribution::p99_seconds);
     let (window, histogram_kind) = match combine_terms(from_sync, from_np, floor) {
         Some((w, kind)) => (Some(w), Some(kind)),
@@ -831,6 +839,38 @@ mod tests {
         assert_eq!((w.basis, w.histogram_kind), (Basis::Measured, Some(HistogramKind::Classic)));
         // minSyncPeriod counts once, each sync at most twice
         assert_eq!(deletion_window_bound_seconds(2.0, 0.5), 3.0);
+    }
+
+    /// Once deletions' own lag is measured, network programming (Ready changes, the kubelet's
+    /// status write included) leaves W and the coverage table; without a sync histogram it stays.
+    #[test]
+    fn network_programming_leaves_w_once_the_lag_of_deletions_is_measured() {
+        let sync = "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.256\"} 0\n\
+            kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.512\"} 100\n\
+            kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"+Inf\"} 100\n";
+        // network programming p99 in (4, 5]: 4.99 s, so 3.99 s without the lag
+        let np = "kubeproxy_network_programming_duration_seconds_bucket{le=\"4\"} 0\n\
+            kubeproxy_network_programming_duration_seconds_bucket{le=\"5\"} 100\n\
+            kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 100\n";
+        let lag = LagDistribution::from_samples(&[0.1; 20]).unwrap();
+        let measure = |text: String, lag: Option<&LagDistribution>| {
+            let input = NodeInput { node: "n".into(), later: parse_kube_proxy_metrics(&text).unwrap(), earlier: None, proxy_mode: None };
+            measure_node_after(&input, 1.0, 5, ModeHints::default(), HistogramPreference::NativeFirst, lag)
+        };
+        let before = measure(format!("{sync}{np}"), None);
+        assert!((before.propagation_window_seconds.unwrap() - 3.99).abs() < 1e-12, "{:?}", before.propagation_window_seconds);
+        assert!(before.coverage_at(3).unwrap() < 0.01, "network programming's term holds the table down: {:?}", before.coverage_by_sleep);
+        let after = measure(format!("{sync}{np}"), Some(&lag));
+        let kube_proxy_only = measure(sync.to_string(), Some(&lag));
+        assert_eq!(after.propagation_window_seconds, kube_proxy_only.propagation_window_seconds);
+        let w = after.propagation_window_seconds.unwrap();
+        assert!(w > 1.0 + 0.5 && w < 1.0 + 2.0 * 0.512 + 0.1 + 1e-9, "the kube-proxy term after a 0.1 s lag: {w}");
+        assert_eq!(after.coverage_by_sleep, kube_proxy_only.coverage_by_sleep);
+        // still reported, for the advisor and the status
+        assert!((after.network_programming_p99.unwrap().seconds - 4.99).abs() < 1e-12);
+        // without a sync histogram, network programming is the only kube-proxy measure: it stays
+        let np_only = measure(np.to_string(), Some(&lag));
+        assert!((np_only.propagation_window_seconds.unwrap() - 3.99).abs() < 1e-12, "{:?}", np_only.propagation_window_seconds);
     }
 
     #[test]
