@@ -896,13 +896,29 @@ async fn deploy_experiment() {
                 // 2 x the true one
                 broken.push(format!("{name}: sleep {sleep} s > max(3 s, ceil(3 x {truth} s)) ({} histograms)", kind.unwrap_or("unreported")));
             }
-            // W itself (before the safety factor and the 3 s floor) covers the p99 of the run's
-            // per-pod windows
-            match (run["measuredWindowSeconds"].as_f64(), run["podWindowP99Seconds"].as_f64()) {
-                (Some(w), Some(p99)) if w < p99 => broken.push(format!("{name}: W {w} s < p99 {p99} s of the per-pod windows (wCoversP99 false)")),
+            // W itself (before the safety factor and the 3 s floor) is a p99: it covers the run's
+            // per-pod windows but the few above a p99. With n pods the interpolated p99 of their
+            // windows is almost the largest, which an exact p99 falls below in 1 - 0.99^n of
+            // runs (11.4 % at 12 pods, 5.9 % at 6); so W must cover the k-th largest window,
+            // k the smallest rank an exact p99 falls below in at most 1 % of runs
+            // (`common::truth::p99_check_rank`: 2 for 6 to 14 pods, 0.6 % at 12)
+            let mut windows: Vec<f64> = pods.iter().filter_map(|p| p["maxWindowSeconds"].as_f64()).collect();
+            windows.sort_by(|a, b| b.total_cmp(a));
+            let k = common::truth::p99_check_rank(windows.len());
+            match (run["measuredWindowSeconds"].as_f64(), windows.get(k - 1)) {
+                (Some(w), Some(&kth)) if w < kth => broken.push(format!(
+                    "{name}: W {w} s < the {k}-th largest of {} per-pod windows, {kth} s (their p99 {} s)",
+                    windows.len(),
+                    run["podWindowP99Seconds"]
+                )),
                 (None, _) => broken.push(format!("{name}: no W in the policy's status")),
                 (_, None) => broken.push(format!("{name}: no per-pod window to compare W with")),
-                (Some(w), Some(p99)) => held.push(format!("{name}: W {w} s covers the p99 {p99} s of the per-pod windows")),
+                (Some(w), Some(&kth)) => held.push(format!(
+                    "{name}: W {w} s covers the {k}-th largest of {} per-pod windows, {kth} s (their p99 {} s: {})",
+                    windows.len(),
+                    run["podWindowP99Seconds"],
+                    if run["wCoversP99"] == true { "covered too" } else { "not covered, as an exact p99 is in 1 - 0.99^n of runs" }
+                )),
             }
             // live proof of coverage: the operator's own observation of the removals (its rolling
             // window's, this run's among them) says every pod's sleep covered its window

@@ -100,6 +100,18 @@ fn nft_dir() -> tempfile::TempDir {
     dir
 }
 
+/// Follows the fake nft's monitor in `d` for `how_long`, then stops it.
+fn follow_monitor_for(d: &Path, how_long: Duration) -> RuleTrace {
+    let stop = AtomicBool::new(false);
+    let mut r = reader(d, "nftables");
+    std::thread::scope(|s| {
+        let t = s.spawn(|| follow_nft_monitor(&mut r, &stop));
+        std::thread::sleep(how_long);
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap()
+    })
+}
+
 #[test]
 fn nftables_failed_reads_record_no_removal_and_a_successful_read_without_the_ip_does() {
     let dir = nft_dir();
@@ -250,14 +262,7 @@ fn a_monitor_that_dies_or_prints_garbage_records_no_removal() {
     // another chain's rule (ignored), then the Service chain with an entry that is no IP, then
     // the monitor dies (exit 1); it is started again (after a full read) until the stop
     write(d, "monitor.out", &(monitor_line("service-XYZ-other/db/tcp/pg", &["10.244.9.9"]) + &monitor_line(CHAIN, &["10.244.1.10", "garbage"])));
-    let stop = AtomicBool::new(false);
-    let mut r = reader(d, "nftables");
-    let trace = std::thread::scope(|s| {
-        let t = s.spawn(|| follow_nft_monitor(&mut r, &stop));
-        std::thread::sleep(Duration::from_millis(600));
-        stop.store(true, Ordering::Relaxed);
-        t.join().unwrap()
-    });
+    let trace = follow_monitor_for(d, Duration::from_millis(600));
     assert!(trace.transitions.is_empty(), "{:?}", trace.transitions);
     assert!(trace.reads >= 1, "the full reads between monitors");
     assert!(trace.failed_reads >= 2, "the garbage line and the death: {trace:?}");
@@ -271,15 +276,8 @@ fn a_monitored_line_without_the_ip_is_a_removal_and_the_stop_is_no_failure() {
     let d = dir.path();
     write(d, "monitor.out", &monitor_line(CHAIN, &["10.244.1.10"]));
     write(d, "monitor.hang", "");
-    let stop = AtomicBool::new(false);
-    let mut r = reader(d, "nftables");
     let started = now_unix();
-    let trace = std::thread::scope(|s| {
-        let t = s.spawn(|| follow_nft_monitor(&mut r, &stop));
-        std::thread::sleep(Duration::from_millis(400));
-        stop.store(true, Ordering::Relaxed);
-        t.join().unwrap()
-    });
+    let trace = follow_monitor_for(d, Duration::from_millis(400));
     assert_eq!((trace.reads, trace.failed_reads), (2, 0), "{:?}", trace.errors);
     let removal = trace.removal("10.244.2.3", 0.0).expect("a removal");
     assert!(started <= removal.after && removal.after <= removal.by, "{removal:?}");
@@ -300,15 +298,8 @@ fn lost_monitor_events_are_followed_by_a_full_read_that_records_the_missed_remov
     );
     write(d, "monitor.hang", "");
     write(d, "chain.next", &nft_listing(&["10.244.1.10"]));
-    let stop = AtomicBool::new(false);
-    let mut r = reader(d, "nftables");
     let started = now_unix();
-    let trace = std::thread::scope(|s| {
-        let t = s.spawn(|| follow_nft_monitor(&mut r, &stop));
-        std::thread::sleep(Duration::from_millis(400));
-        stop.store(true, Ordering::Relaxed);
-        t.join().unwrap()
-    });
+    let trace = follow_monitor_for(d, Duration::from_millis(400));
     assert_eq!((trace.reads, trace.failed_reads, trace.lost_events), (2, 0, 1), "{:?}", trace.errors);
     let removal = trace.removal("10.244.2.3", 0.0).expect("the lost removal, seen by the full read");
     assert!(started <= removal.after && removal.after <= removal.by, "{removal:?}");
@@ -324,15 +315,8 @@ fn a_removal_the_monitor_never_shows_is_taken_from_the_full_read_after_the_chang
     write(d, "monitor.out", &monitor_line(CHAIN, &["10.244.1.10", "10.244.2.3"]));
     write(d, "monitor.hang", "");
     write(d, "chain.next", &nft_listing(&["10.244.1.10"]));
-    let stop = AtomicBool::new(false);
-    let mut r = reader(d, "nftables");
     let started = now_unix();
-    let trace = std::thread::scope(|s| {
-        let t = s.spawn(|| follow_nft_monitor(&mut r, &stop));
-        std::thread::sleep(Duration::from_millis(400));
-        stop.store(true, Ordering::Relaxed);
-        t.join().unwrap()
-    });
+    let trace = follow_monitor_for(d, Duration::from_millis(400));
     assert!(trace.own_removal("10.244.2.3", 0.0).is_none(), "the monitor never showed it: {:?}", trace.transitions);
     let confirmed = trace.confirmed.as_deref().expect("the confirming reads");
     assert_eq!((confirmed.reads, confirmed.failed_reads), (2, 0), "the first read and one after the change: {:?}", confirmed.errors);
@@ -373,4 +357,12 @@ fn the_cilium_read_counts_only_the_active_slots() {
     let unknown = CILIUM_TERMINATING.replace("\"6 0[0] (2)", "\"60 0[0] (2)");
     assert!(common::rules::parse_cilium_lb(&unknown, "10.96.220.21:80/TCP").unwrap_err().contains("backend 60"));
     assert!(common::rules::parse_cilium_lb(CILIUM_TERMINATING.split("----backends----").next().unwrap(), "10.96.220.21:80/TCP").is_err());
+}
+
+/// The rank of the per-pod window the experiment's W must cover (tests/e2e_deploy.rs).
+#[test]
+fn p99_check_rank_is_the_binomial_tail_at_1_percent() {
+    // P(X >= 1) = 1 - 0.99^n: 5.9 % at 6, 11.4 % at 12; P(X >= 2) 0.15 % at 6, 0.62 % at 12,
+    // 1.6 % at 16; P(X >= 3) 0.56 % at 36
+    assert_eq!([1, 6, 12, 14, 16, 36].map(common::truth::p99_check_rank), [1, 2, 2, 2, 3, 3]);
 }

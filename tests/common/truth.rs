@@ -98,3 +98,17 @@ pub async fn pods_in_every_nodes_rules(pods: &Api<Pod>, readers: &mut [RuleReade
     })
     .await
 }
+
+/// The rank from the top, k, of the per-pod window a p99 must cover among `n`: the smallest k
+/// with `P(Binomial(n, 0.01) >= k) <= 1 %`, the chance that k or more of n windows drawn from
+/// a distribution lie above its exact p99. 1 for fewer than 2 pods.
+pub fn p99_check_rank(n: usize) -> usize {
+    let (p, mut below, mut k) = (0.01_f64, 0.0, 0);
+    // below = P(X < k), X ~ Binomial(n, p)
+    while k < n && 1.0 - below > 0.01 {
+        let choose: f64 = (0..k).map(|i| (n - i) as f64 / (i + 1) as f64).product();
+        below += choose * p.powi(k as i32) * (1.0 - p).powi((n - k) as i32);
+        k += 1;
+    }
+    k.max(1)
+}
