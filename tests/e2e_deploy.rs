@@ -905,16 +905,20 @@ async fn deploy_experiment() {
             let mut windows: Vec<f64> = pods.iter().filter_map(|p| p["maxWindowSeconds"].as_f64()).collect();
             windows.sort_by(|a, b| b.total_cmp(a));
             let k = common::truth::p99_check_rank(windows.len());
+            let rank = match k {
+                1 => "the largest".to_string(),
+                2 => "the second largest".to_string(),
+                3 => "the third largest".to_string(),
+                _ => format!("the {k}th largest"),
+            };
             match (run["measuredWindowSeconds"].as_f64(), windows.get(k - 1)) {
-                (Some(w), Some(&kth)) if w < kth => broken.push(format!(
-                    "{name}: W {w} s < the {k}-th largest of {} per-pod windows, {kth} s (their p99 {} s)",
-                    windows.len(),
-                    run["podWindowP99Seconds"]
-                )),
+                (Some(w), Some(&kth)) if w < kth => {
+                    broken.push(format!("{name}: W {w} s < {rank} of {} per-pod windows, {kth} s (their p99 {} s)", windows.len(), run["podWindowP99Seconds"]))
+                }
                 (None, _) => broken.push(format!("{name}: no W in the policy's status")),
                 (_, None) => broken.push(format!("{name}: no per-pod window to compare W with")),
                 (Some(w), Some(&kth)) => held.push(format!(
-                    "{name}: W {w} s covers the {k}-th largest of {} per-pod windows, {kth} s (their p99 {} s: {})",
+                    "{name}: W {w} s covers {rank} of {} per-pod windows, {kth} s (their p99 {} s: {})",
                     windows.len(),
                     run["podWindowP99Seconds"],
                     if run["wCoversP99"] == true { "covered too" } else { "not covered, as an exact p99 is in 1 - 0.99^n of runs" }
