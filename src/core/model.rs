@@ -29,7 +29,7 @@
 //! seen it is the only measure of the control plane's part: on a starved machine, deletion windows reached 1.88 s at 0 extra
 //! Services while the kube-proxy term read 1.26-1.37 s, and `p99 - 1 s` covered them. Once L is
 //! measured it leaves W: its Ready changes carry the kubelet's status write, which no deletion
-//! waits for, and on a loaded machine that write set W at 2 to 4 x the longest deletion window
+//! waits for, and on a loaded machine that write set W at 2.3 and 5.4 x the longest deletion window
 //! (BENCHMARKS.md "Network programming leaves W once deletions are measured").
 //! A path kube-proxy does not measure (an EndpointSlice controller that batches updates with
 //! `--endpointslice-updates-batch-period`, an ingress reload, a cloud load balancer) belongs in
@@ -408,7 +408,7 @@ pub fn measure_node_after(
         None => (None, None),
     };
     let samples = if sync_p99.is_some() { sync_samples } else { np_samples };
-    let beyond = sync_p99.is_some_and(|q| q.beyond_top_bucket) || np_p99.is_some_and(|q| q.beyond_top_bucket);
+    let beyond = sync_p99.is_some_and(|q| q.beyond_top_bucket) || np_p99.filter(|_| np_in_w).is_some_and(|q| q.beyond_top_bucket);
     let basis = if window.is_none() { Basis::NoData } else { trusted_basis(samples, min_samples, beyond) };
     let (mode, mode_source) = resolve_mode(modes, input);
     let stale_seconds = pending_seconds(&input.later);
@@ -871,6 +871,13 @@ mod tests {
         // without a sync histogram, network programming is the only kube-proxy measure: it stays
         let np_only = measure(np.to_string(), Some(&lag));
         assert!((np_only.propagation_window_seconds.unwrap() - 3.99).abs() < 1e-12, "{:?}", np_only.propagation_window_seconds);
+        // nor does network programming beyond its top bucket make W's basis BeyondTopBucket (the
+        // sleep at maxSeconds) once it is out of W
+        let beyond = "kubeproxy_network_programming_duration_seconds_bucket{le=\"5\"} 0\n\
+            kubeproxy_network_programming_duration_seconds_bucket{le=\"+Inf\"} 100\n";
+        assert_eq!(measure(format!("{sync}{beyond}"), None).basis, Basis::BeyondTopBucket);
+        let after = measure(format!("{sync}{beyond}"), Some(&lag));
+        assert_eq!((after.basis, after.propagation_window_seconds), (Basis::Measured, kube_proxy_only.propagation_window_seconds));
     }
 
     #[test]
