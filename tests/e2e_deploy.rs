@@ -785,14 +785,17 @@ async fn deploy_experiment() {
         } else {
             held.push(format!("{name}: every deleted pod's removal was seen on every node ({} pods)", pods.len()));
         }
+        let operator_w = match (run["measuredWindowSeconds"].as_f64(), run["histogramKind"].as_str()) {
+            (Some(w), Some(kind)) => format!("W {w} s ({kind} histograms)"),
+            (Some(w), None) => format!("W {w} s"),
+            (None, _) => "no W (no policy in an unprotected run)".to_string(),
+        };
         println!(
-            "{name}: {} pods, windows min {} s, p99 {} s, max {} s; W {} s ({} histograms); failed reads per node {}",
+            "{name}: {} pods, windows min {} s, p99 {} s, max {} s; {operator_w}; failed reads per node {}",
             pods.len(),
             run["podWindowMinSeconds"],
             run["podWindowP99Seconds"],
             run["podWindowMaxSeconds"],
-            run["measuredWindowSeconds"],
-            run["histogramKind"],
             run["failedReads"]
         );
         let ws = &run["windowFromScrapes"];

@@ -60,5 +60,8 @@ if [[ -f "$ST_EXP_OUT/verdict.txt" ]]; then
 else
   echo "No verdict: the experiment stopped before its checks (exit $rc; its output above says where)."
 fi
+# the cluster stopped before the last line, so that the path of results.json stays last
+cleanup
+trap - EXIT
 [[ -f "$ST_EXP_OUT/results.json" ]] && echo "$ST_EXP_OUT/results.json"
 exit "$rc"

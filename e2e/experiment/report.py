@@ -791,7 +791,7 @@ def table(runs):
             # informational: how much longer than needed the sleep was; the test's check on the
             # sleep (tests/e2e_deploy.rs) allows the safety factor on top, and says so in the verdict
             verdict = {True: "within", False: "above", None: "unknown vs"}[bound["ok"]]
-            text += (f"; injected sleep {fmt_num(r['injectedSleepSeconds'])} s (for information, not a check:) "
+            text += (f"; injected sleep {fmt_num(r['injectedSleepSeconds'])} s, for information (not a check): "
                      f"{verdict} 2 x this run's largest window, {fmt_num(bound['limitSeconds'])} s")
             at_scale = r.get("sleepBoundAtScale")
             if at_scale is not None:

@@ -450,7 +450,7 @@ class EdgeCases(unittest.TestCase):
         self.assertEqual([g["seconds"] for g in r["groundTruth"]], [1.5, None, 0.7])
         # 5 s > max(3, 2 * 1.5)
         self.assertEqual(r["sleepBound"], {"limitSeconds": 3.0, "ok": False, "asserted": False})
-        self.assertIn("(for information, not a check:) above 2 x this run's largest window, 3 s", proc.stdout)
+        self.assertIn("for information (not a check): above 2 x this run's largest window, 3 s", proc.stdout)
 
     def test_sleep_bound_uses_twice_ground_truth(self):
         make_run(self.out, "a", meta("a", 1, True, sleep=4), seconds=10, deletions=DELETIONS[:1],
