@@ -521,8 +521,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
                 );
                 Some(before)
             });
-            let only_confirmed = trace.own_removal(ip, t_del - 0.5).is_none().then(|| trace.confirmed.as_ref()?.removal(ip, t_del - 0.5)).flatten();
-            if let Some(r) = only_confirmed {
+            if let Some(r) = trace.removal_missed_by_monitor(ip, t_del - 0.5) {
                 println!(
                     "   {pod}: {}'s nft monitor never showed its removal; the full read after the chain's next change did, {:.3} s after the deletion",
                     n.name,

@@ -281,6 +281,7 @@ fn a_monitored_line_without_the_ip_is_a_removal_and_the_stop_is_no_failure() {
     assert_eq!((trace.reads, trace.failed_reads), (2, 0), "{:?}", trace.errors);
     let removal = trace.removal("10.244.2.3", 0.0).expect("a removal");
     assert!(started <= removal.after && removal.after <= removal.by, "{removal:?}");
+    assert!(trace.removal_missed_by_monitor("10.244.2.3", 0.0).is_none(), "the monitor showed it");
     assert_eq!(trace.present(), Some(&set(&["10.244.1.10"])));
 }
 
@@ -317,10 +318,11 @@ fn a_removal_the_monitor_never_shows_is_taken_from_the_full_read_after_the_chang
     write(d, "chain.next", &nft_listing(&["10.244.1.10"]));
     let started = now_unix();
     let trace = follow_monitor_for(d, Duration::from_millis(400));
-    assert!(trace.own_removal("10.244.2.3", 0.0).is_none(), "the monitor never showed it: {:?}", trace.transitions);
+    assert!(trace.transitions.iter().all(|t| t.present), "the monitor never showed a removal: {:?}", trace.transitions);
     let confirmed = trace.confirmed.as_deref().expect("the confirming reads");
     assert_eq!((confirmed.reads, confirmed.failed_reads), (2, 0), "the first read and one after the change: {:?}", confirmed.errors);
     let removal = trace.removal("10.244.2.3", 0.0).expect("the removal, from the full read after the change");
+    assert_eq!(trace.removal_missed_by_monitor("10.244.2.3", 0.0), Some(removal));
     assert!(started <= removal.after && removal.after <= removal.by && removal.by <= now_unix(), "{removal:?}");
     assert!(trace.removal("10.244.1.10", 0.0).is_none());
     assert!(trace.absent_since("10.244.2.3", 0.0, now_unix()).is_some(), "absent from then on, by the same reads");
