@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The observer's cost on the real nodes, side by side with it off (BENCHMARKS.md "Observed
+# The observer's cost on the real nodes, side by side with it off (docs/benchmarks/observed-removals.md "Observed
 # removals"): tests/e2e_observer_cost.rs, a REPLICAS-replica rolling update with the node agents
 # in both nodes' namespaces and the operator observing removals in every other run, PAIRS pairs,
 # SERVICES extra Services (selector-less, two endpoints each) loaded first.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Resident memory of `safe-termination run` in a cluster with many Services and endpoints
-# (BENCHMARKS.md "Operator memory"). Target: under
+# (docs/benchmarks/memory.md "Operator memory"). Target: under
 # 150 MiB with 5,000 nodes' rolling windows, 10,000 Services and 150,000 endpoints.
 #
 # 1. Starts the local control plane (e2e/cluster/cluster-up.sh) WITHOUT kube-proxies (KP_MODES=none: no
@@ -34,7 +34,7 @@
 # features of the binary, e.g. system-allocator), OP_WRAPPER (a command prefix for the operator,
 # e.g. a heap profile with FEATURES=system-allocator and "env LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
 # MALLOC_CONF=prof:true,prof_gdump:true,lg_prof_sample:17,prof_prefix:OUT/jeprof" (read with jeprof;
-# heaptrack aborts on 5,000 target arguments: BENCHMARKS.md); the process measured is then the operator
+# heaptrack aborts on 5,000 target arguments: docs/benchmarks/memory.md); the process measured is then the operator
 # the wrapper started, found by its command line). Needs root
 # (the cluster). Takes about 15-20 minutes warm, most of it creating the objects.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pod CREATE latency through a real kube-apiserver: no mutation, the webhook, the
-# MutatingAdmissionPolicy (BENCHMARKS.md "Pod CREATE latency").
+# MutatingAdmissionPolicy (docs/benchmarks/pod-create-latency.md "Pod CREATE latency").
 #
 # Starts its own etcd and kube-apiserver (the pinned current minor from `make k8s-bins`; no
 # controller-manager, scheduler or nodes: only the API server's own work and admission are in the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The scrape cycle in both of kube-proxy's expositions side by side (BENCHMARKS.md "Scrape
+# The scrape cycle in both of kube-proxy's expositions side by side (docs/benchmarks/scrape.md "Scrape
 # fan-out", "Text and protobuf"): examples/scrape_fanout.rs over COUNT fake kube-proxies, the
 # bodies alternating run by run so the shared machine's noise hits each alike:
 #

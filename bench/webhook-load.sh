@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load test of the admission webhook over TLS keep-alive on loopback (BENCHMARKS.md, "Webhook").
+# Load test of the admission webhook over TLS keep-alive on loopback (docs/benchmarks/webhook.md, "Webhook").
 #
 # Servers: the real webhook (`safe-termination webhook`, static plan, default logging at info to
 # a file), the ceiling (`examples/constant_webhook.rs`: same axum + rustls stack, constant

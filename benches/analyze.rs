@@ -1,4 +1,4 @@
-//! Criterion benchmarks of `safe-termination analyze`'s core (BENCHMARKS.md "analyze"):
+//! Criterion benchmarks of `safe-termination analyze`'s core (docs/benchmarks/parse.md "analyze"):
 //! parsing a kube-proxy `/metrics` body and analysing it (quantiles, window, sizing, advice).
 //!
 //! Inputs:

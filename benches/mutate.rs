@@ -1,4 +1,4 @@
-//! Criterion benchmarks of the webhook's hot path (BENCHMARKS.md "Webhook"):
+//! Criterion benchmarks of the webhook's hot path (docs/benchmarks/webhook.md "Webhook"):
 //! - `mutate_pod` on the 3-container kube-state-metrics pod template (target <= 20 us);
 //! - `review()` on the shared AdmissionReview (parse, mutate, encode the response);
 //! - for scale, in the same run: checking that the body is JSON without building anything (the

@@ -80,10 +80,10 @@ cargo test --features cluster-tests --test e2e_chart -- --test-threads=1
 # rolling restart per strategy, asserting what the product promises (make experiment: three per
 # strategy, 4,000 Services). 2,000, not 4,000: on a 2-core machine at load 7 to 12 the
 # iptables-nft node's syncs at 4,000 Services changed speed by up to 3.5 x between two runs
-# minutes apart, and 2 of 6 runs broke a check on it (BENCHMARKS.md "At 4,000 Services on a
+# minutes apart, and 2 of 6 runs broke a check on it (docs/benchmarks/deploy-errors.md "At 4,000 Services on a
 # slower machine"). Last: its yardstick "W covers the p99 of the per-pod windows" holds with little
 # margin on a quiet small cluster (W 1.07-1.24 s against a p99 of 1.14 s when it ran first, once
-# below), a sizing question of its own (BENCHMARKS.md "Deploy errors"), not an order dependency
+# below), a sizing question of its own (docs/benchmarks/deploy-errors.md "Deploy errors"), not an order dependency
 if [ "${ST_E2E_EXPERIMENT:-1}" != 0 ]; then
   ST_EXP_RUNS="${ST_EXP_RUNS:-a,b,c,d}" ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}" ST_EXP_SERVICES="${ST_EXP_SERVICES:-2000}" ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/e2e-experiment}" e2e/experiment/experiment.sh
 fi

@@ -1,4 +1,4 @@
-//! The load-test ceiling (BENCHMARKS.md "Webhook"): the same axum + axum-server + rustls (ring,
+//! The load-test ceiling (docs/benchmarks/webhook.md "Webhook"): the same axum + axum-server + rustls (ring,
 //! ALPN h2/http1.1) stack as the real webhook, with a handler that reads the request body and
 //! returns a constant AdmissionReview: no JSON parsing, no mutation, no logging, no metrics.
 //! Same global allocator (mimalloc) as the `safe-termination` binary.

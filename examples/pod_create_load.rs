@@ -1,5 +1,5 @@
 //! Pod CREATE latency through a real kube-apiserver with no mutation, with the webhook, and
-//! with the MutatingAdmissionPolicy (BENCHMARKS.md "Pod CREATE latency";
+//! with the MutatingAdmissionPolicy (docs/benchmarks/pod-create-latency.md "Pod CREATE latency";
 //! driven by `bench/pod-create-latency.sh`, which starts the API server and the webhook).
 //!
 //! Method (Kyverno's published load test, kyverno/load-testing: concurrent virtual users each

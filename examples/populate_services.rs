@@ -1,5 +1,5 @@
 //! Fills a cluster with Services and EndpointSlices for the operator's memory benchmark
-//! (results in BENCHMARKS.md "Operator memory"; driven by
+//! (results in docs/benchmarks/memory.md "Operator memory"; driven by
 //! `bench/operator-memory.sh`).
 //!
 //! Creates `--services` Services spread over `--namespaces` namespaces `bench-<i>`, each with a

@@ -1,5 +1,5 @@
 //! CPU per scrape of the kube-proxy 1.37.2 capture (tests/data/metrics node-a) in one process,
-//! three readers side by side (BENCHMARKS.md "Text and protobuf at 5,000 nodes"):
+//! three readers side by side (docs/benchmarks/scrape.md "Text and protobuf at 5,000 nodes"):
 //!
 //! - `protobuf fast`: [`decode_kube_proxy_protobuf`], the families not read checked, not built;
 //! - `protobuf full`: [`decode_kube_proxy_protobuf_full`], every family decoded whole by prost;

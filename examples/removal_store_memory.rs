@@ -1,5 +1,5 @@
 //! The operator's memory for observed removals at cluster scale, without a cluster: the
-//! [`RemovalStore`] the observer fills, and the wire of one round (BENCHMARKS.md "Observed
+//! [`RemovalStore`] the observer fills, and the wire of one round (docs/benchmarks/observed-removals.md "Observed
 //! removals").
 //!
 //! `--open` removals are opened, and every one of `--nodes` agents reports each of them, first

@@ -1,4 +1,4 @@
-//! Scrape fan-out benchmark (results in BENCHMARKS.md "Scrape fan-out"):
+//! Scrape fan-out benchmark (results in docs/benchmarks/scrape.md "Scrape fan-out"):
 //! one full cycle of the kube-proxy source over N simulated kube-proxies on loopback, each
 //! serving a real ~75 KB scrape: `scrape::scrape_all` (GET `/metrics` and `/proxyMode`, parse)
 //! plus recording into the `MeasurementStore` (and `retain_nodes`). Targets: within 5 s wall

@@ -1,6 +1,6 @@
 //! The memory of the rolling measurement window ([`MeasurementStore`]) without a cluster:
 //! fills a store the way the operator's scraper does and prints what it holds
-//! (BENCHMARKS.md "Operator memory").
+//! (docs/benchmarks/memory.md "Operator memory").
 //!
 //! Every sample is the real v1.29 scrape (tests/data/metrics/kube-proxy-v1.29-iptables-excerpt.txt,
 //! parsed once) with its histograms' counts and sums raised per node and per round, as a live

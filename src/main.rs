@@ -13,9 +13,9 @@ use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: the webhook's hot path (parse an AdmissionReview into a
 /// `serde_json::Value`, patch, encode) is allocation-bound; glibc malloc/free were ~20% of the
-/// server's CPU under load (BENCHMARKS.md "Webhook"). Built without transparent huge pages
-/// (mimalloc's `no_thp`: a smaller resident size, BENCHMARKS.md "Operator memory").
-/// `--features system-allocator` keeps glibc's (smaller resident size; BENCHMARKS.md "Operator
+/// server's CPU under load (docs/benchmarks/webhook.md "Webhook"). Built without transparent huge pages
+/// (mimalloc's `no_thp`: a smaller resident size, docs/benchmarks/memory.md "Operator memory").
+/// `--features system-allocator` keeps glibc's (smaller resident size; docs/benchmarks/memory.md "Operator
 /// memory").
 #[cfg(not(feature = "system-allocator"))]
 #[global_allocator]

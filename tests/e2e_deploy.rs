@@ -98,7 +98,7 @@ fn spawn_samplers(nodes: &[RealNode], ns: &str, extra_services: usize, stop: Arc
 
 /// How long the rule samplers run after the last rollout has ended (the load stops 4 s after
 /// it). Longer than any window seen at 4,000 Services (10.1 s, on a machine at load 15-19,
-/// BENCHMARKS.md "The window distribution model"). With a 4 s tail, the nftables node's sampler
+/// docs/benchmarks/sizing.md "The window distribution model"). With a 4 s tail, the nftables node's sampler
 /// (`nft monitor`) had not seen the removal of the last two pods deleted in a protected run at
 /// 4,000 Services, and the run failed as "never seen removed". (A pod deleted 18 s before the
 /// end was also never seen removed once: that was `nft monitor` losing netlink events, which
@@ -723,7 +723,7 @@ async fn deploy_experiment() {
         // them: syncs during the creation of 4,000 Services at once are the slowest kube-proxy
         // ever does (3 to 4 s here) and would size the sleep from a storm that is over. A real
         // operator's window forgets such a storm after --window-seconds; so does this one's
-        // before a protected run at scale (BENCHMARKS.md "Deploy errors" shows W with the storm
+        // before a protected run at scale (docs/benchmarks/deploy-errors.md "Deploy errors" shows W with the storm
         // in the window, too).
         if spec.protected
             && spec.extra_services > 0
@@ -872,7 +872,7 @@ async fn deploy_experiment() {
             // That is out of reach for a sleep sized from the window measured before the pod was
             // admitted: on this machine the true window changed by up to 2 x between two
             // consecutive runs at the same number of Services (4.07 s in a baseline, 1.96 s in
-            // the protected run after it; 3.57 s then 2.57 s: BENCHMARKS.md "The window
+            // the protected run after it; 3.57 s then 2.57 s: docs/benchmarks/sizing.md "The window
             // distribution model"), so covering the regime just measured puts the sleep past 2 x
             // the next run's window. What is asserted instead, and reported beside the 2 x
             // verdict: (1) the model's accuracy, W over this run's own interval from the same

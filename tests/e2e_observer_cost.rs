@@ -1,4 +1,4 @@
-//! The observer's cost on the real nodes, side by side with it off (BENCHMARKS.md "Observed
+//! The observer's cost on the real nodes, side by side with it off (docs/benchmarks/observed-removals.md "Observed
 //! removals"): a 40-replica rolling update of real pods on both nodes, with the node agents
 //! running in both runs and the operator asking them to observe removals in one
 //! (`--observe-removals`) and not in the other, runs alternating (on, off, on, off, ...). Per

@@ -805,7 +805,7 @@ async fn prestop_sleep_missed_fires_on_a_run_built_to_miss() {
     let kps = kube_proxies();
     let prom = Prometheus::start("e2e-prom-miss", &kps, &chart_rule_groups()).await;
     // built to miss: 4,000 Services of two endpoints each make the removals slow (1-3 s on the
-    // iptables-nft node: BENCHMARKS.md "Observed removals"), and the policy caps every sleep
+    // iptables-nft node: docs/benchmarks/observed-removals.md "Observed removals"), and the policy caps every sleep
     // at 1 s, as a sleep sized before the cluster grew would be
     common::own_namespace(&client, "e2e-prom-miss-scale").await;
     common::create_services(&client, "e2e-prom-miss-scale", 0..4000).await;

@@ -267,7 +267,7 @@ async fn scale_slow_iptables_nft_syncs_raise_the_sleep_and_recommend_nftables() 
     .await;
 }
 
-/// The propagation window of each data plane, side by side on one cluster (BENCHMARKS.md "Three
+/// The propagation window of each data plane, side by side on one cluster (docs/benchmarks/data-planes.md "Three
 /// data planes"): `ST_PLANES_ROUNDS` rounds (default 4) of deleting all 6 real pods of a
 /// Deployment (a 5 s preStop sleep, no webhook) behind one Service, with `ST_PLANES_SERVICES`
 /// extra Services (default 0) made first; one pod deleted at a time, and each node's removal

@@ -53,7 +53,7 @@ proptest! {
     /// per container what the 16-container pod does (no growth beyond linear). Past the limit
     /// the pod is admitted unchanged within 512 KiB live, whatever its containers (measured:
     /// about 4.9 KB and 33 allocations per container; 195 KB for 40,000 or 80,000 containers;
-    /// BENCHMARKS.md "Webhook memory per request").
+    /// docs/benchmarks/bounded-work.md "Bounded work per request").
     #[test]
     fn the_cost_per_container_is_flat_and_the_limit_caps_the_rest(prefix in "[a-z]{1,20}", image in "[a-z0-9./:-]{1,60}", n in 2usize..=MAX_POD_CONTAINERS) {
         let (bytes, allocs) = per_container(n, &prefix, &image);

@@ -1090,7 +1090,7 @@ async fn oversized_body_over_http2_is_413_not_a_reset() {
 /// The peak resident size (VmHWM) the real `webhook` process may reach while it answers the
 /// worst-case reviews below, 8 at once: 96 MiB, well below the chart's memory limit (256 MiB,
 /// charts/safe-termination/values.yaml `resources.limits.memory`). Measured 55-73 MiB (debug
-/// build, idle 24 MiB; BENCHMARKS.md "Bounded work per request"); before the bounds, the first
+/// build, idle 24 MiB; docs/benchmarks/bounded-work.md "Bounded work per request"); before the bounds, the first
 /// shape alone took it to 1.7-4.0 GiB.
 const MEMORY_BOUND_BYTES: u64 = 96 << 20;
 

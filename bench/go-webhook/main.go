@@ -1,5 +1,5 @@
 // Command go-webhook is the Go peer of safe-termination's admission webhook for the load test
-// (bench/webhook-load.sh, BENCHMARKS.md "Load over TLS on loopback"): a controller-runtime
+// (bench/webhook-load.sh, docs/benchmarks/webhook.md "Load over TLS on loopback"): a controller-runtime
 // webhook server (TLS, HTTP/2 and HTTP/1.1) whose handler does the same mutation as
 // src/webhook/mutate.rs with a static plan of a 10 s native preStop sleep: decode the Pod,
 // add lifecycle.preStop.sleep to every container without a preStop hook, raise

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws the propagation window of each data plane side by side (BENCHMARKS.md "Three data
+"""Draws the propagation window of each data plane side by side (docs/benchmarks/data-planes.md "Three data
 planes"): for each number of extra Services, one group of bars per data plane, its p50 and p99
 (the late end of each removal's read bound) and a tick at its max.
 

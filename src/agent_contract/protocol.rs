@@ -13,5 +13,5 @@ pub const DEFAULT_PORT: u16 = 10349;
 pub const REASON_HEADER: &str = "x-safe-termination-reason";
 /// Response header of `/metrics` carrying kube-proxy's `/proxyMode` (read on the node at the same
 /// time; absent when it could not be read): the operator then needs one mutual-TLS request per
-/// node and cycle instead of two (BENCHMARKS.md "Through the node agent").
+/// node and cycle instead of two (docs/benchmarks/scrape.md "Through the node agent").
 pub const PROXY_MODE_HEADER: &str = "x-safe-termination-proxy-mode";

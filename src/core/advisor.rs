@@ -391,7 +391,7 @@ fn node_health(n: &NodeWindow, t: &Thresholds, min_samples: u32) -> Vec<Advice> 
 /// (the same reason, severity and threshold; no node), saying how many more nodes and how many
 /// in all. Cluster-wide items are all kept. What a TerminationPolicy's status shows: one item
 /// per node of a 5,000-node cluster made each status about 1 MB, near etcd's object limit, and
-/// the operator's heap grew by ~100 MiB per round of status writes (BENCHMARKS.md "Operator
+/// the operator's heap grew by ~100 MiB per round of status writes (docs/benchmarks/memory.md "Operator
 /// memory"). Every node's figures stay in the per-node metrics and `safe-termination analyze`.
 /// Pure.
 pub fn bounded(advice: &[Advice], per_reason: usize) -> Vec<Advice> {

@@ -256,7 +256,7 @@ pub fn analyze_window(inputs: &[NodeInput], opts: &AnalysisOptions, min_samples:
 
 /// [`analyze_window`] over inputs made one at a time, each dropped once its node's window is
 /// measured: the operator's store gives its 5,000 nodes' inputs this way rather than as one
-/// ~20 MiB copy per measurement generation (BENCHMARKS.md "Operator memory").
+/// ~20 MiB copy per measurement generation (docs/benchmarks/memory.md "Operator memory").
 pub fn analyze_window_of(inputs: impl IntoIterator<Item = NodeInput>, opts: &AnalysisOptions, min_samples: u32) -> WindowAnalysis {
     window_of(inputs.into_iter().map(|i| measure(&i, opts, min_samples)).collect(), opts, min_samples)
 }
@@ -342,7 +342,7 @@ pub fn size(w: &WindowAnalysis, spec: &TerminationPolicySpec) -> AnalysisReport 
 /// [`size`] without the per-node windows (`nodes` empty) and with at most `per_reason` per-node
 /// advice items of each reason ([`advisor::bounded`]): what one policy's status needs, without
 /// a copy of every node and every node's advice per policy (20 policies reconciled at once over
-/// 5,000 nodes held ~40 MiB of such copies; BENCHMARKS.md "Operator memory"). The per-node
+/// 5,000 nodes held ~40 MiB of such copies; docs/benchmarks/memory.md "Operator memory"). The per-node
 /// windows stay in `w`.
 pub fn size_summary(w: &WindowAnalysis, spec: &TerminationPolicySpec, per_reason: usize) -> AnalysisReport {
     sized(w, spec, Vec::new(), advisor::bounded(&w.advice, per_reason))
@@ -412,7 +412,7 @@ impl WindowCache {
         // endpoint counts are options: they change with every Service created or deleted)
         // replace the older analysis instead of adding one. Keeping them all held one 5,000-node
         // analysis per count seen until the next generation: 400 MiB while 500 Services were
-        // deleted and re-created (BENCHMARKS.md "Operator memory")
+        // deleted and re-created (docs/benchmarks/memory.md "Operator memory")
         self.entries.retain(|(m, _, _)| *m != min_samples);
         self.entries.push((min_samples, opts.clone(), w.clone()));
         w

@@ -28,7 +28,7 @@ use std::collections::{HashMap, VecDeque};
 pub const LAG_RESOLUTION_SECONDS: f64 = 0.005;
 /// At most this many distinct lag values enter a composition (the resolution doubles until they
 /// fit): each one costs one evaluation of the kube-proxy window's CDF per quantile step, so the
-/// composition costs a node's analysis at most about this many times more (BENCHMARKS.md "The
+/// composition costs a node's analysis at most about this many times more (docs/benchmarks/sizing.md "The
 /// control plane's part of a deletion").
 pub const MAX_LAG_POINTS: usize = 16;
 /// Lag samples kept at most (the oldest go first), whatever the rolling window: 16 bytes each.

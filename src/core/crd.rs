@@ -119,7 +119,7 @@ pub struct PreStopSpec {
     pub default_seconds: u32,
     /// Multiplier on the measured window. Default 1.25: the p99 is an estimate from bucket
     /// interpolation and a rollout deletes many pods at once. Measured against the ground truth
-    /// on real nodes (BENCHMARKS.md "Deploy errors"), W alone did not cover every window (one of
+    /// on real nodes (docs/benchmarks/deploy-errors.md "Deploy errors"), W alone did not cover every window (one of
     /// 1.973 s against W 1.968 s); 1.25 x W (then rounded up to whole seconds, at least 3 s)
     /// covered every one with no failed request, where 1.5 made the sleep more than twice the
     /// longest window.

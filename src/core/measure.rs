@@ -10,7 +10,7 @@
 //! histograms, exactly (bucket counts packed as varint increments, the bounds shared by every
 //! sample with the same layout), the proxy mode and the time. A whole v1.29 sample holds about
 //! 2.7 KB; a compact one about 140 bytes, a tenth of the heap for 5,000 nodes x 21 samples
-//! (`examples/store_memory.rs` measures it: BENCHMARKS.md "Operator memory").
+//! (`examples/store_memory.rs` measures it: docs/benchmarks/memory.md "Operator memory").
 
 use crate::core::exposition::{Bucket, Histogram, KubeProxyScrape, NativeHistogram};
 use crate::core::model::{NodeInput, ProxyMode};

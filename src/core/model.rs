@@ -14,7 +14,7 @@
 //! completion of one sync and the start of the next (`pkg/proxy/runner/
 //! bounded_frequency_runner.go`), so a removal waits for the rest of a running sync or gap, then
 //! its own sync: between one sync and `minSyncPeriod + 2 x sync`. Against the per-pod ground
-//! truth on real nodes (BENCHMARKS.md "The window distribution model"),
+//! truth on real nodes (docs/benchmarks/sizing.md "The window distribution model"),
 //! `minSyncPeriod + p99(sync)` fell short of the windows at 4,000 Services, and
 //! `minSyncPeriod + 2 x p99(sync)` ([`deletion_window_bound_seconds`]) stood up to 1.9 x above
 //! the longest; the distribution's p99 lies between the two.
@@ -30,7 +30,7 @@
 //! Services while the kube-proxy term read 1.26-1.37 s, and `p99 - 1 s` covered them. Once L is
 //! measured it leaves W: its Ready changes carry the kubelet's status write, which no deletion
 //! waits for, and on a loaded machine that write set W at 2.3 and 5.4 x the longest deletion window
-//! (BENCHMARKS.md "Network programming leaves W once deletions are measured").
+//! (docs/benchmarks/sizing.md "Network programming leaves W once deletions are measured").
 //! A path kube-proxy does not measure (an EndpointSlice controller that batches updates with
 //! `--endpointslice-updates-batch-period`, an ingress reload, a cloud load balancer) belongs in
 //! the policy's `preStop.extraSeconds`. Beyond 1 s of sync p99 the advisor raises ProxySyncSlow.

@@ -88,7 +88,7 @@ pub fn too_many_containers_warning() -> String {
 /// The most labels a pod may have for the engine to read them (policies and Services select on
 /// them; a pod with more is admitted unchanged with a warning). Each label is copied into the
 /// selector's map, about 120 bytes per label however short it is: a 3 MiB request of short
-/// labels (about 300,000) cost some 40-50 MB (BENCHMARKS.md "Bounded work per request"). Real
+/// labels (about 300,000) cost some 40-50 MB (docs/benchmarks/bounded-work.md "Bounded work per request"). Real
 /// pods have a few to tens of labels; the API server sets no limit on their number. Checked
 /// first, before the pod-level rules: the policy is chosen by the labels.
 pub const MAX_POD_LABELS: usize = 1024;

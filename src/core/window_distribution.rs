@@ -20,7 +20,7 @@
 //! the model is an upper bound of the idle case. Its extremes are S' (a change just before a sync
 //! starts) and `max(S) + m + max(S)`; `minSyncPeriod + 2 x p99(sync)` counts two p99 syncs for
 //! every removal and, on real nodes at 4,000 Services, stood 1.6 to 1.9 x above every window
-//! (BENCHMARKS.md "Native histograms and the per-pod truth").
+//! (docs/benchmarks/sizing.md "Native histograms and the per-pod truth").
 
 use crate::core::exposition::histogram::Histogram;
 use crate::core::exposition::native::NativeHistogram;

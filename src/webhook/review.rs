@@ -15,8 +15,8 @@
 //! Cost: the body is parsed once into a `serde_json::Value` holding only what the decision reads
 //! ([`parse_review`]: at most [`MAX_POD_CONTAINERS`] + 1 containers and [`MAX_POD_LABELS`] + 1
 //! labels, so its size follows the body's bytes); the request's fields are read from it by
-//! reference and the pod is patched in place to check the patch (BENCHMARKS.md "Webhook",
-//! "Bounded work per request").
+//! reference and the pod is patched in place to check the patch (docs/benchmarks/webhook.md "Webhook",
+//! docs/benchmarks/bounded-work.md "Bounded work per request").
 
 use crate::core::annotations::{
     ANNOTATION_AUDIT_PRESTOP_SECONDS, ANNOTATION_MIRROR, ANNOTATION_POLICY, ANNOTATION_PRESTOP_SECONDS, ANNOTATION_SKIP, ANNOTATION_SKIP_CONTAINERS,
@@ -396,7 +396,7 @@ const READ_ANNOTATIONS: [&str; 6] =
 ///
 /// Memory: the parsed value holds each kept string's bytes once, at most a few small objects
 /// per kept container, and one map entry per label: it follows the body's bytes, and the
-/// containers past the bound cost nothing (BENCHMARKS.md "Bounded work per request").
+/// containers past the bound cost nothing (docs/benchmarks/bounded-work.md "Bounded work per request").
 ///
 /// Errors: the body is not UTF-8 or not one JSON value (serde_json's message, with line and
 /// column); the same inputs `serde_json::from_slice::<Value>` rejects.

@@ -3,7 +3,7 @@
 //! instead of through `nft`.
 //!
 //! Why: `nft list chain` loads the whole `kube-proxy` table before it prints one chain. At 4,000
-//! Services that is 0.5 s per read, 0.43 s of it kernel time, and 7 s at 12,000 (BENCHMARKS.md
+//! Services that is 0.5 s per read, 0.43 s of it kernel time, and 7 s at 12,000 (docs/benchmarks/observed-removals.md
 //! "Observed removals"), so every removal's read bound was coarser than the 0.5 s a precise one
 //! needs. The kernel filters a rule dump by table and chain (`nf_tables_dump_rules`), and a
 //! set-element dump by set, so a read here costs the Service's own rules whatever the table's size.

@@ -6,7 +6,7 @@
 //! ([`parse_kube_proxy_metrics_strict`](super::parse::parse_kube_proxy_metrics_strict)) is
 //! several times slower. [`parse_kube_proxy_metrics`](super::parse::parse_kube_proxy_metrics)
 //! keeps **every check on every line** and makes the common case cheap instead (the figures:
-//! BENCHMARKS.md "analyze"):
+//! docs/benchmarks/parse.md "analyze"):
 //!
 //! * **What the fast path checks.** A line written in the plain form servers use (no blanks but
 //!   one space before the value and one before a timestamp; see `plain_unrelated_sample`) is
@@ -29,7 +29,7 @@
 //!   cut body at the skip speed, but a garbled line inside them (an error page or a second
 //!   writer spliced into the body, a wrong port) would read as "no data" and `analyze` would
 //!   exit 0 on it; the strict parser reports those, and the fast path keeps them reported at
-//!   several times the full check's throughput (BENCHMARKS.md "analyze").
+//!   several times the full check's throughput (docs/benchmarks/parse.md "analyze").
 //!
 
 /// Byte classes for [`plain_unrelated_sample`], one bit each.

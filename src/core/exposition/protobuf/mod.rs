@@ -156,7 +156,7 @@ pub fn decode_kube_proxy_protobuf(body: &[u8]) -> Result<Decoded, ProtobufError>
 /// [`decode_kube_proxy_protobuf`] with every family decoded whole by prost, the families it
 /// does not read included: the reference the tests hold the fast path to (the same result or
 /// the same error; module docs, "Speed"). About 2.4 times the CPU on kube-proxy's bodies,
-/// whose bytes are mostly families not read (BENCHMARKS.md).
+/// whose bytes are mostly families not read (docs/benchmarks/scrape.md).
 pub fn decode_kube_proxy_protobuf_full(body: &[u8]) -> Result<Decoded, ProtobufError> {
     decode(body, false)
 }
