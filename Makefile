@@ -28,13 +28,16 @@ test-tools: ## only what make test runs besides cargo: helm and promtool (tests/
 test: test-tools ## style (rustfmt, clippy -D warnings, shellcheck, actionlint, the Markdown pages' relative links and versioned commands), then unit, property, integration and CLI tests; benches and examples built, each bench run once; each fuzz target for FUZZ_TEST_SECONDS (5) (no cluster needed)
 	cargo fmt --all -- --check
 	cd e2e/testapp && cargo fmt -- --check
+	cd waiter && cargo fmt -- --check
 	cd fuzz && cargo fmt -- --check
 	cargo clippy --all-targets --features cluster-tests -- -D warnings
+	cd waiter && cargo clippy --all-targets -- -D warnings
 	tools/shellcheck.sh
 	tools/actionlint.sh
 	cargo test --all-targets
 	cargo test --doc
 	cd e2e/testapp && cargo test --quiet
+	cd waiter && cargo test --quiet
 	python3 -m unittest image/test_oci_image.py image/test_oci_index.py image/test_run_binary.py e2e/experiment/test_report.py tools/test_doc_links.py
 	$(MAKE) --no-print-directory doc-versions
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS)
@@ -104,6 +107,12 @@ static: ## the static musl binary the image ships (installs musl-tools and the r
 		i=$$(python3 image/elf_interp.py "$$b") || exit 1; \
 		if [ -n "$$i" ]; then echo "$$b is not static: it asks for the loader $$i" >&2; exit 1; fi; \
 		echo "static binary: $$b"; "$$b" --version
+	cd waiter && cargo build --release --locked --target $$(uname -m)-unknown-linux-musl
+	@case "$${CARGO_TARGET_DIR:-}" in "") d=waiter/target ;; /*) d=$$CARGO_TARGET_DIR ;; *) d=waiter/$$CARGO_TARGET_DIR ;; esac; \
+		b=$$d/$$(uname -m)-unknown-linux-musl/release/safe-termination-wait; \
+		i=$$(python3 image/elf_interp.py "$$b") || exit 1; \
+		if [ -n "$$i" ]; then echo "$$b is not static: it asks for the loader $$i" >&2; exit 1; fi; \
+		echo "static binary: $$b, $$(stat -c %s "$$b") bytes"
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 IMAGE ?= ghcr.io/safe-termination/safe-termination:$(VERSION)

@@ -1,0 +1,150 @@
+//! The files of `--dir` (a projected volume the kubelet keeps current): read bounded, and only
+//! regular files (a FIFO or a device there would block or never end). Every failure is a
+//! message, never a panic.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// The service-account token's largest size.
+pub const MAX_TOKEN: u64 = 16 * 1024;
+/// The CA bundle's largest size.
+pub const MAX_CA: u64 = 64 * 1024;
+/// `<NAME>.preStopSeconds`'s largest size (an integer and some whitespace).
+pub const MAX_SECONDS_FILE: u64 = 64;
+/// The largest sleep the operator computes for a policy.
+pub const MAX_PRESTOP_SECONDS: u64 = 3600;
+
+/// At most `limit` bytes of the regular file at `path`; a larger one is an error.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    // O_NONBLOCK: opening a FIFO for reading would block until a writer comes; it is not a
+    // regular file and is refused below anyway. Regular files ignore the flag.
+    let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(|e| io_reason(&e))?;
+    let meta = file.metadata().map_err(|e| io_reason(&e))?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut bytes = Vec::with_capacity(meta.len().min(limit) as usize);
+    (&file as &File).take(limit + 1).read_to_end(&mut bytes).map_err(|e| io_reason(&e))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("larger than {limit} bytes"));
+    }
+    Ok(bytes)
+}
+
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "missing".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// The token: trimmed, not empty, only what an HTTP header value and a JWT may hold.
+pub fn parse_token(bytes: &[u8]) -> Result<String, String> {
+    let token = bytes.trim_ascii();
+    if token.is_empty() {
+        return Err("empty".into());
+    }
+    if !token.iter().all(|b| b.is_ascii_graphic()) {
+        return Err("not printable ASCII".into());
+    }
+    // checked ASCII above
+    Ok(String::from_utf8_lossy(token).into_owned())
+}
+
+/// `<NAME>.preStopSeconds`: an integer 0..=3600 once trimmed.
+pub fn parse_seconds(bytes: &[u8]) -> Result<u64, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("not an integer: {:?}", crate::machine::short(text)));
+    }
+    match text.parse::<u64>() {
+        Ok(n) if n <= MAX_PRESTOP_SECONDS => Ok(n),
+        _ => Err(format!("not in 0..={MAX_PRESTOP_SECONDS}: {}", crate::machine::short(text))),
+    }
+}
+
+/// The policy's current sleep from `dir/<name>.preStopSeconds`, or the reason it has none.
+pub fn current_seconds(dir: &Path, policy: &str) -> Result<u64, String> {
+    let path = dir.join(format!("{policy}.preStopSeconds"));
+    read_bounded(&path, MAX_SECONDS_FILE).and_then(|b| parse_seconds(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// A fresh directory under the system's temporary one, removed on drop.
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let p = std::env::temp_dir().join(format!("st-wait-unit-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            TempDir(p)
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn bounded_reads() {
+        let d = TempDir::new("bounded");
+        let f = d.0.join("f");
+        std::fs::write(&f, vec![b'a'; 100]).unwrap();
+        assert_eq!(read_bounded(&f, 100).unwrap().len(), 100);
+        assert_eq!(read_bounded(&f, 99), Err("larger than 99 bytes".into()));
+        assert_eq!(read_bounded(&d.0.join("nope"), 100), Err("missing".into()));
+        assert_eq!(read_bounded(&d.0, 100), Err("not a regular file".into()));
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let d = TempDir::new("fifo");
+        let f = d.0.join("fifo");
+        let c = std::ffi::CString::new(f.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(read_bounded(&f, 100), Err("not a regular file".into()));
+    }
+
+    #[test]
+    fn tokens() {
+        assert_eq!(parse_token(b"  eyJhbGciOi.x-y_z\n"), Ok("eyJhbGciOi.x-y_z".into()));
+        assert_eq!(parse_token(b" \n"), Err("empty".into()));
+        assert_eq!(parse_token(b"a b"), Err("not printable ASCII".into()));
+        assert_eq!(parse_token("é".as_bytes()), Err("not printable ASCII".into()));
+        assert_eq!(parse_token(b"a\r\nX-Evil: 1"), Err("not printable ASCII".into()));
+    }
+
+    #[test]
+    fn seconds() {
+        assert_eq!(parse_seconds(b"17\n"), Ok(17));
+        assert_eq!(parse_seconds(b" 0 "), Ok(0));
+        assert_eq!(parse_seconds(b"3600"), Ok(3600));
+        assert_eq!(parse_seconds(b"3601"), Err("not in 0..=3600: 3601".into()));
+        assert_eq!(parse_seconds(b"99999999999999999999999"), Err("not in 0..=3600: 99999999999999999999999".into()));
+        assert_eq!(parse_seconds(b"-1"), Err("not an integer: \"-1\"".into()));
+        assert_eq!(parse_seconds(b"+5"), Err("not an integer: \"+5\"".into()));
+        assert_eq!(parse_seconds(b"1.5"), Err("not an integer: \"1.5\"".into()));
+        assert_eq!(parse_seconds(b""), Err("not an integer: \"\"".into()));
+        assert_eq!(parse_seconds(&[0xff, b'1']), Err("not UTF-8".into()));
+    }
+
+    #[test]
+    fn current_seconds_from_the_policy_file() {
+        let d = TempDir::new("current");
+        std::fs::write(d.0.join("web.preStopSeconds"), "12\n").unwrap();
+        std::fs::write(d.0.join("bad.preStopSeconds"), "twelve").unwrap();
+        std::fs::write(d.0.join("big.preStopSeconds"), vec![b'1'; 65]).unwrap();
+        assert_eq!(current_seconds(&d.0, "web"), Ok(12));
+        assert_eq!(current_seconds(&d.0, "bad"), Err("not an integer: \"twelve\"".into()));
+        assert_eq!(current_seconds(&d.0, "big"), Err("larger than 64 bytes".into()));
+        assert_eq!(current_seconds(&d.0, "none"), Err("missing".into()));
+    }
+}

@@ -1,0 +1,268 @@
+//! What the integration tests share: a CA and a "localhost" certificate from rcgen, a scripted
+//! HTTPS server on 127.0.0.1 (rustls on ring, HTTP/1.1 with keep-alive, written here), the
+//! files of a `--dir`, and a run of the built binary.
+
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_safe-termination-wait");
+
+/// A CA and a server certificate for "localhost" that it signed.
+pub struct Pki {
+    pub ca_pem: String,
+    ca_der: Vec<u8>,
+    leaf_der: Vec<u8>,
+    leaf_key: Vec<u8>,
+}
+
+pub fn pki() -> Pki {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "safe-termination-wait test CA");
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let mut leaf_params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    leaf_params.distinguished_name.push(DnType::CommonName, "localhost");
+    leaf_params.use_authority_key_identifier_extension = true;
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+    Pki { ca_pem: ca.pem(), ca_der: ca.der().to_vec(), leaf_der: leaf.der().to_vec(), leaf_key: leaf_key.serialize_der() }
+}
+
+/// What the server answers to one GET.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// A JSON state, at once: `{"state": STATE}` (plus a margin when given).
+    State(&'static str, Option<f64>),
+    /// Any status and body, at once.
+    Raw(u16, Vec<u8>),
+    /// Hold the request for its timeoutSeconds, then Waiting (what a real long poll does).
+    Hold,
+    /// Close the connection without an answer.
+    Close,
+}
+
+/// One request the server read.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub method: String,
+    pub target: String,
+    pub authorization: Option<String>,
+    pub body: Vec<u8>,
+    /// Which TCP connection (0, 1, ...) it came on.
+    pub conn: usize,
+}
+
+struct State {
+    script: VecDeque<Reply>,
+    /// What answers once the script is used up.
+    then: Reply,
+    requests: Vec<Request>,
+}
+
+pub struct Server {
+    pub port: u16,
+    state: Arc<Mutex<State>>,
+}
+
+impl Server {
+    /// Serves `script` (then `then` for ever) with the certificate of `pki`.
+    pub fn start(pki: &Pki, script: Vec<Reply>, then: Reply) -> Server {
+        #[allow(deprecated)]
+        let provider = rustls::crypto::ring::default_provider();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(pki.leaf_der.clone()), CertificateDer::from(pki.ca_der.clone())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.leaf_key.clone())),
+            )
+            .unwrap();
+        let config = Arc::new(config);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(Mutex::new(State { script: script.into(), then, requests: Vec::new() }));
+        let shared = state.clone();
+        let conns = Arc::new(AtomicUsize::new(0));
+        std::thread::spawn(move || {
+            for tcp in listener.incoming() {
+                let Ok(tcp) = tcp else { continue };
+                let conn = conns.fetch_add(1, Ordering::SeqCst);
+                let (config, state) = (config.clone(), shared.clone());
+                std::thread::spawn(move || serve_connection(tcp, conn, config, state));
+            }
+        });
+        Server { port, state }
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://localhost:{}/wait/v1", self.port)
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
+    pub fn gets(&self) -> Vec<Request> {
+        self.requests().into_iter().filter(|r| r.method == "GET").collect()
+    }
+
+    /// The report POSTs, waiting up to 2 s for at least one.
+    pub fn reports(&self) -> Vec<serde_json::Value> {
+        let until = Instant::now() + Duration::from_secs(2);
+        loop {
+            let reports: Vec<serde_json::Value> = self
+                .requests()
+                .into_iter()
+                .filter(|r| r.method == "POST")
+                .map(|r| {
+                    assert_eq!(r.target, "/wait/v1/report");
+                    serde_json::from_slice(&r.body).unwrap()
+                })
+                .collect();
+            if !reports.is_empty() || Instant::now() > until {
+                return reports;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn serve_connection(tcp: TcpStream, conn: usize, config: Arc<rustls::ServerConfig>, state: Arc<Mutex<State>>) {
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(30)));
+    let Ok(tls) = rustls::ServerConnection::new(config) else { return };
+    let mut stream = BufReader::new(rustls::StreamOwned::new(tls, tcp));
+    loop {
+        let Some(request) = read_request(&mut stream, conn) else { return };
+        let reply = if request.method == "POST" {
+            Reply::Raw(200, b"{}".to_vec())
+        } else {
+            let mut s = state.lock().unwrap();
+            let then = s.then.clone();
+            s.script.pop_front().unwrap_or(then)
+        };
+        let timeout_seconds: u64 = request.target.split("timeoutSeconds=").nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+        state.lock().unwrap().requests.push(request);
+        let (status, body) = match reply {
+            Reply::State(s, None) => (200, format!(r#"{{"state":"{s}"}}"#).into_bytes()),
+            Reply::State(s, Some(m)) => (200, format!(r#"{{"state":"{s}","marginSeconds":{m}}}"#).into_bytes()),
+            Reply::Raw(status, body) => (status, body),
+            Reply::Hold => {
+                std::thread::sleep(Duration::from_secs(timeout_seconds));
+                (200, br#"{"state":"Waiting"}"#.to_vec())
+            }
+            Reply::Close => return,
+        };
+        let head = format!("HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", body.len());
+        let out = stream.get_mut();
+        if out.write_all(head.as_bytes()).and_then(|()| out.write_all(&body)).and_then(|()| out.flush()).is_err() {
+            return;
+        }
+    }
+}
+
+/// One HTTP/1.1 request (head and Content-Length body); None at the connection's end.
+fn read_request<R: BufRead>(r: &mut R, conn: usize) -> Option<Request> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next()?.to_string(), parts.next()?.to_string());
+    let (mut authorization, mut length) = (None, 0usize);
+    loop {
+        let mut header = String::new();
+        r.read_line(&mut header).ok()?;
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':')?;
+        match name.to_ascii_lowercase().as_str() {
+            "authorization" => authorization = Some(value.trim().to_string()),
+            "content-length" => length = value.trim().parse().ok()?,
+            _ => {}
+        }
+    }
+    let mut body = vec![0; length];
+    r.read_exact(&mut body).ok()?;
+    Some(Request { method, target, authorization, body, conn })
+}
+
+/// A port on 127.0.0.1 that nothing listens on.
+pub fn closed_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// A fresh `--dir`, removed on drop.
+pub struct Dir(pub PathBuf);
+
+impl Dir {
+    /// With `token` and `ca.crt`; `policy_seconds`: the content of `web.preStopSeconds`, if any.
+    pub fn new(name: &str, ca_pem: &str, policy_seconds: Option<&str>) -> Dir {
+        let path = std::env::temp_dir().join(format!("st-wait-it-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(path.join("token"), format!("{}\n", token(name))).unwrap();
+        std::fs::write(path.join("ca.crt"), ca_pem).unwrap();
+        if let Some(s) = policy_seconds {
+            std::fs::write(path.join("web.preStopSeconds"), s).unwrap();
+        }
+        Dir(path)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The token written for the test `name` (a JWT's alphabet).
+pub fn token(name: &str) -> String {
+    format!("eyJhbGciOiJSUzI1NiJ9.{}.c2ln-_", name.replace(['_', ' '], "-"))
+}
+
+pub struct Run {
+    pub status: ExitStatus,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    /// The outcome word of the last line, `safe-termination-wait: <Outcome> after ...`.
+    pub fn outcome(&self) -> &str {
+        let line = self.stderr.lines().last().unwrap_or("");
+        line.strip_prefix("safe-termination-wait: ").and_then(|l| l.split(' ').next()).unwrap_or_else(|| panic!("no result line in {:?}", self.stderr))
+    }
+}
+
+/// Runs the binary with `args`, timing it.
+pub fn run(args: &[&str]) -> Run {
+    let start = Instant::now();
+    let out = Command::new(BIN).args(args).output().unwrap();
+    Run { status: out.status, stderr: String::from_utf8_lossy(&out.stderr).into_owned(), elapsed: start.elapsed() }
+}
+
+/// `wait --url URL --policy web --fallback-seconds N --deadline-seconds D --dir DIR` plus `extra`.
+pub fn run_wait(dir: &Path, url: &str, n: u64, d: u64, extra: &[&str]) -> Run {
+    let (n, d) = (n.to_string(), d.to_string());
+    let mut args = vec!["wait", "--url", url, "--policy", "web", "--fallback-seconds", &n, "--deadline-seconds", &d, "--dir", dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    run(&args)
+}

@@ -1,0 +1,216 @@
+//! `wait` as the kubelet runs it: the built binary against a scripted HTTPS server on
+//! 127.0.0.1 (tests/common), with small seconds.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Dir, Reply, Server, closed_port, pki, run_wait, token};
+use serde_json::json;
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+#[test]
+fn waiting_waiting_removed_ends_after_the_margin_well_before_the_fallback() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![Reply::State("Waiting", None), Reply::State("Waiting", None), Reply::State("Removed", Some(0.2))], Reply::Hold);
+    let dir = Dir::new("removed", &pki.ca_pem, Some("6\n"));
+    let run = run_wait(&dir.0, &server.url(), 9, 20, &[]);
+    assert!(run.status.success(), "{run:?}", run = run.stderr);
+    assert_eq!(run.outcome(), "Removed", "{}", run.stderr);
+    assert!(run.stderr.trim_end().ends_with("(fallback 6 s)"), "{}", run.stderr);
+    // two quick Waiting answers paced 0.25 s each, then the margin of 0.2 s
+    assert!(run.elapsed >= secs(0.7), "{:?}", run.elapsed);
+    assert!(run.elapsed < secs(3.0), "{:?}", run.elapsed);
+
+    let gets = server.gets();
+    assert_eq!(gets.len(), 3);
+    for g in &gets {
+        assert_eq!(g.target, "/wait/v1?timeoutSeconds=10");
+        // the token file's content (trimmed), as a bearer token
+        assert_eq!(g.authorization.as_deref(), Some(format!("Bearer {}", token("removed")).as_str()));
+    }
+    // one connection, kept alive (so the NotLeader test's new connections mean something)
+    assert!(gets.iter().all(|g| g.conn == gets[0].conn), "{gets:?}");
+
+    let reports = server.reports();
+    assert_eq!(reports.len(), 1);
+    let r = &reports[0];
+    assert_eq!((&r["outcome"], &r["fallbackSeconds"], &r["reason"]), (&json!("Removed"), &json!(6), &json!("")));
+    let waited = r["waitedSeconds"].as_f64().unwrap();
+    assert!((0.7..3.0).contains(&waited), "{r}");
+    let posts: Vec<_> = server.requests().into_iter().filter(|q| q.method == "POST").collect();
+    assert_eq!(posts[0].authorization.as_deref(), Some(format!("Bearer {}", token("removed")).as_str()));
+}
+
+#[test]
+fn server_down_waits_exactly_the_fallback_from_the_file() {
+    let pki = pki();
+    let dir = Dir::new("down", &pki.ca_pem, Some(" 2 \n"));
+    let run = run_wait(&dir.0, &format!("https://localhost:{}/wait/v1", closed_port()), 5, 30, &[]);
+    assert!(run.status.success());
+    assert_eq!(run.outcome(), "Fallback", "{}", run.stderr);
+    assert!(run.stderr.contains("(fallback 2 s): "), "{}", run.stderr);
+    assert!(run.elapsed >= secs(2.0) && run.elapsed < secs(3.5), "{:?}", run.elapsed);
+}
+
+#[test]
+fn no_policy_file_or_a_bad_one_falls_back_to_n() {
+    let pki = pki();
+    let url = format!("https://localhost:{}/wait/v1", closed_port());
+    for (name, file) in [("nofile", None), ("badfile", Some("1.5")), ("bigfile", Some("4000"))] {
+        let dir = Dir::new(name, &pki.ca_pem, file);
+        let run = run_wait(&dir.0, &url, 1, 30, &[]);
+        assert_eq!(run.outcome(), "Fallback", "{}", run.stderr);
+        assert!(run.stderr.contains("(fallback 1 s)"), "{name}: {}", run.stderr);
+        assert!(run.elapsed >= secs(1.0) && run.elapsed < secs(2.5), "{name}: {:?}", run.elapsed);
+    }
+}
+
+#[test]
+fn wrong_ca_is_a_fallback_and_nothing_is_sent() {
+    // another CA of the same name: the issuer matches, its signature does not
+    let (pki, other) = (pki(), pki());
+    let server = Server::start(&pki, vec![], Reply::State("Removed", None));
+    let dir = Dir::new("wrongca", &other.ca_pem, Some("1"));
+    let run = run_wait(&dir.0, &server.url(), 4, 30, &[]);
+    assert_eq!(run.outcome(), "Fallback", "{}", run.stderr);
+    assert!(run.stderr.contains("(fallback 1 s): ") && run.stderr.contains("invalid peer certificate"), "{}", run.stderr);
+    assert!(run.elapsed >= secs(1.0) && run.elapsed < secs(2.5), "{:?}", run.elapsed);
+    assert!(server.requests().is_empty());
+}
+
+#[test]
+fn http_500_is_a_fallback_and_is_reported() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![Reply::Raw(500, b"oops".to_vec())], Reply::State("Removed", None));
+    let dir = Dir::new("http500", &pki.ca_pem, Some("1"));
+    let run = run_wait(&dir.0, &server.url(), 4, 30, &[]);
+    assert_eq!(run.stderr.lines().last().unwrap(), "safe-termination-wait: Fallback after 1.0 s (fallback 1 s): HTTP status 500");
+    assert!(run.elapsed >= secs(1.0) && run.elapsed < secs(2.5), "{:?}", run.elapsed);
+    assert_eq!(server.gets().len(), 1);
+    let reports = server.reports();
+    assert_eq!(reports.len(), 1);
+    assert_eq!((&reports[0]["outcome"], &reports[0]["fallbackSeconds"], &reports[0]["reason"]), (&json!("Fallback"), &json!(1), &json!("HTTP status 500")));
+    assert_eq!(reports[0]["waitedSeconds"], json!(1.0));
+}
+
+#[test]
+fn bad_json_and_a_huge_body_are_fallbacks() {
+    let pki = pki();
+    for (name, body, reason) in [
+        ("badjson", b"{\"state\": ".to_vec(), "bad JSON: EOF while parsing a value"),
+        ("hugebody", vec![b' '; 1 << 20], "body larger than 65536 bytes"),
+        ("unknown", br#"{"state":"Unknown","detail":"node-b has no agent"}"#.to_vec(), "state Unknown: node-b has no agent"),
+    ] {
+        let server = Server::start(&pki, vec![Reply::Raw(200, body)], Reply::State("Removed", None));
+        let dir = Dir::new(name, &pki.ca_pem, Some("1"));
+        let run = run_wait(&dir.0, &server.url(), 4, 30, &[]);
+        assert_eq!(run.outcome(), "Fallback", "{name}: {}", run.stderr);
+        assert!(run.stderr.contains(&format!("(fallback 1 s): {reason}")), "{name}: {}", run.stderr);
+        assert!(run.elapsed >= secs(1.0) && run.elapsed < secs(2.5), "{name}: {:?}", run.elapsed);
+    }
+}
+
+#[test]
+fn a_deadline_shorter_than_the_fallback_ends_at_the_deadline() {
+    let pki = pki();
+    // the server holds every request for its timeoutSeconds, then answers Waiting
+    let server = Server::start(&pki, vec![], Reply::Hold);
+    let dir = Dir::new("deadline", &pki.ca_pem, Some("5"));
+    let run = run_wait(&dir.0, &server.url(), 5, 2, &[]);
+    assert_eq!(run.outcome(), "Deadline", "{}", run.stderr);
+    assert!(run.stderr.trim_end().ends_with("(fallback 2 s)"), "{}", run.stderr);
+    assert!(run.elapsed >= secs(2.0) && run.elapsed < secs(2.7), "{:?}", run.elapsed);
+    assert_eq!(server.gets()[0].target, "/wait/v1?timeoutSeconds=2");
+    let reports = server.reports();
+    assert_eq!(reports.len(), 1);
+    assert_eq!((&reports[0]["outcome"], &reports[0]["fallbackSeconds"]), (&json!("Deadline"), &json!(2)));
+}
+
+#[test]
+fn poll_seconds_bound_each_long_poll() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![Reply::Hold, Reply::State("LastEndpoint", None)], Reply::Hold);
+    let dir = Dir::new("poll", &pki.ca_pem, Some("9"));
+    let run = run_wait(&dir.0, &server.url(), 9, 30, &["--poll-seconds", "1"]);
+    assert_eq!(run.outcome(), "LastEndpoint", "{}", run.stderr);
+    assert!(run.elapsed >= secs(1.0) && run.elapsed < secs(2.5), "{:?}", run.elapsed);
+    let targets: Vec<String> = server.gets().into_iter().map(|g| g.target).collect();
+    assert_eq!(targets, vec!["/wait/v1?timeoutSeconds=1", "/wait/v1?timeoutSeconds=1"]);
+}
+
+#[test]
+fn last_endpoint_returns_at_once_and_is_reported() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![Reply::State("LastEndpoint", None)], Reply::Hold);
+    let dir = Dir::new("last", &pki.ca_pem, Some("5"));
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert_eq!(run.outcome(), "LastEndpoint", "{}", run.stderr);
+    assert!(run.elapsed < secs(0.8), "{:?}", run.elapsed);
+    let reports = server.reports();
+    assert_eq!((&reports[0]["outcome"], &reports[0]["fallbackSeconds"]), (&json!("LastEndpoint"), &json!(5)));
+    assert!(reports[0]["waitedSeconds"].as_f64().unwrap() < 0.8);
+}
+
+#[test]
+fn not_leader_is_asked_again_on_a_new_connection() {
+    let pki = pki();
+    let script = vec![Reply::State("NotLeader", None), Reply::State("NotLeader", None), Reply::State("Removed", Some(0.0))];
+    let server = Server::start(&pki, script, Reply::Hold);
+    let dir = Dir::new("notleader", &pki.ca_pem, Some("5"));
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert_eq!(run.outcome(), "Removed", "{}", run.stderr);
+    assert!(run.elapsed < secs(1.0), "{:?}", run.elapsed);
+    let conns: Vec<usize> = server.gets().iter().map(|g| g.conn).collect();
+    assert_eq!(conns.len(), 3);
+    assert!(conns[0] != conns[1] && conns[1] != conns[2] && conns[0] != conns[2], "{conns:?}");
+}
+
+#[test]
+fn not_leader_nine_times_in_a_row_is_a_fallback() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![], Reply::State("NotLeader", None));
+    let dir = Dir::new("notleader9", &pki.ca_pem, Some("1"));
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert!(run.stderr.ends_with("(fallback 1 s): NotLeader 9 times in a row\n"), "{}", run.stderr);
+    assert_eq!(server.gets().len(), 9);
+}
+
+#[test]
+fn a_closed_connection_is_a_fallback() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![Reply::Close], Reply::State("Removed", None));
+    let dir = Dir::new("closed", &pki.ca_pem, Some("1"));
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert_eq!(run.outcome(), "Fallback", "{}", run.stderr);
+    assert!(run.elapsed >= secs(1.0) && run.elapsed < secs(2.5), "{:?}", run.elapsed);
+}
+
+#[test]
+fn a_missing_token_or_ca_is_a_fallback_without_a_request() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![], Reply::State("Removed", None));
+    for (name, remove, reason) in [("notoken", "token", "token: missing"), ("noca", "ca.crt", "ca.crt: missing")] {
+        let dir = Dir::new(name, &pki.ca_pem, Some("1"));
+        std::fs::remove_file(dir.0.join(remove)).unwrap();
+        let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+        assert!(run.stderr.ends_with(&format!("(fallback 1 s): {reason}\n")), "{}", run.stderr);
+        assert!(run.elapsed >= secs(1.0) && run.elapsed < secs(2.5), "{:?}", run.elapsed);
+    }
+    let dir = Dir::new("badca", "not a certificate", Some("1"));
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert!(run.stderr.ends_with("(fallback 1 s): ca.crt: no usable certificate\n"), "{}", run.stderr);
+    assert!(server.requests().is_empty());
+}
+
+#[test]
+fn a_usage_error_sleeps_ten_seconds_and_exits_2() {
+    let run = common::run(&["wait", "--url", "http://op/wait/v1", "--policy", "web", "--fallback-seconds", "5", "--deadline-seconds", "30"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(run.stderr.starts_with("error: --url must start with https://"), "{}", run.stderr);
+    assert!(run.stderr.contains("usage:") && run.stderr.contains("must not\nturn into no wait at all"), "{}", run.stderr);
+    assert!(run.elapsed >= secs(10.0) && run.elapsed < secs(11.5), "{:?}", run.elapsed);
+}
