@@ -338,6 +338,7 @@ async fn main() {
         policies: Vec::new(),
         default_policy: Some(PlanPolicy { namespace: SYSTEM.into(), name: "load".into(), spec: policy.spec, pre_stop_seconds: args.pre_stop_seconds }),
         capabilities: Capabilities { native_sleep: true },
+        wait: Default::default(),
     };
     for ns in [NAMESPACE, SYSTEM] {
         let api: Api<Namespace> = Api::all(client.clone());

@@ -177,7 +177,7 @@ fn spec_fields_have_defaults_and_bounds() {
     assert_eq!(grace["maxSeconds"]["maximum"].as_f64(), Some(604800.0));
     assert_eq!(spec["mode"]["enum"], serde_json::json!(["Enforce", "Audit", "Disabled"]));
     assert_eq!(spec["scope"]["enum"], serde_json::json!(["ServiceBacked", "AllLongRunning"]));
-    assert_eq!(pre["handler"]["enum"], serde_json::json!(["Auto", "Sleep", "Exec"]));
+    assert_eq!(pre["handler"]["enum"], serde_json::json!(["Auto", "Sleep", "Exec", "Wait"]));
     // the cross-field rules the CLI also checks are enforced by the API server with CEL
     let rules = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"].as_array().unwrap();
     let text: Vec<&str> = rules.iter().map(|r| r["rule"].as_str().unwrap()).collect();

@@ -138,6 +138,7 @@ fn plan() -> Plan {
         policies: out,
         default_policy: Some(plan_policy(SYSTEM, "cluster-default", &default_spec, 12, false)),
         capabilities: Capabilities { native_sleep: true },
+        wait: Default::default(),
     }
 }
 

@@ -26,6 +26,7 @@ fn static_plan(pre_stop: u32, native_sleep: bool) -> Plan {
         policies: Vec::new(),
         default_policy: Some(PlanPolicy { namespace: String::new(), name: "e2e".into(), spec: TerminationPolicySpec::default(), pre_stop_seconds: pre_stop }),
         capabilities: Capabilities { native_sleep },
+        wait: Default::default(),
     }
 }
 

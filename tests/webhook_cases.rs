@@ -21,6 +21,7 @@ fn plan_with(spec: TerminationPolicySpec, pre_stop: u32, native_sleep: bool) -> 
         policies: Vec::new(),
         default_policy: Some(PlanPolicy { namespace: String::new(), name: "default".into(), spec, pre_stop_seconds: pre_stop }),
         capabilities: Capabilities { native_sleep },
+        wait: Default::default(),
     }
 }
 
@@ -267,7 +268,7 @@ fn opt_outs_mirror_pods_disabled_audit_and_scope() {
     let all = TerminationPolicySpec { scope: Scope::AllLongRunning, ..Default::default() };
     assert_eq!(mutate_pod(&base, "default", &plan_with(all, 10, true), &other_ns).reason, PodReason::Mutated);
     // no policy in the namespace and no default: untouched
-    let none = Plan { policies: vec![], default_policy: None, capabilities: Capabilities { native_sleep: true } };
+    let none = Plan { policies: vec![], default_policy: None, capabilities: Capabilities { native_sleep: true }, wait: Default::default() };
     assert_eq!(mutate_pod(&base, "default", &none, &matching).reason, PodReason::NoPolicy);
 }
 
@@ -316,6 +317,7 @@ fn policy_precedence_most_specific_then_name() {
         ],
         default_policy: None,
         capabilities: Capabilities { native_sleep: true },
+        wait: Default::default(),
     };
     let d = mutate_pod(&pod, "default", &plan, &AssumeServiceBacked);
     assert_eq!(d.policy.as_deref(), Some("default/z-specific"));

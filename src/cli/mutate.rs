@@ -52,6 +52,7 @@ impl PlanArgs {
             policies: Vec::new(),
             default_policy: Some(PlanPolicy { namespace: String::new(), name: name.to_string(), spec, pre_stop_seconds }),
             capabilities: Capabilities { native_sleep: self.native_sleep != NativeSleep::False },
+            wait: Default::default(),
         })
     }
 

@@ -42,7 +42,7 @@ pub fn pre_stop_seconds(policy: &TerminationPolicy) -> u32 {
 /// default policy, when named and present, serves namespaces without a policy of their own and
 /// is not also a policy of its own namespace's pods unless it selects them there.
 pub fn build_plan(policies: &[TerminationPolicy], native_sleep: bool, default_ref: Option<&DefaultPolicyRef>) -> Plan {
-    let mut plan = Plan { policies: Vec::new(), default_policy: None, capabilities: Capabilities { native_sleep } };
+    let mut plan = Plan { policies: Vec::new(), default_policy: None, capabilities: Capabilities { native_sleep }, wait: Default::default() };
     for p in policies {
         if p.spec.validate().is_err() {
             continue;

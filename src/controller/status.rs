@@ -363,6 +363,9 @@ pub fn admission_status(backend: ActiveBackend, spec: &TerminationPolicySpec) ->
                 d.push(service_backed.to_string());
             }
             d.push(warnings.to_string());
+            if spec.pre_stop.handler == crate::core::crd::PreStopHandler::Wait {
+                d.push(crate::core::admission::policy::WAIT_DIFFERENCE.to_string());
+            }
             d
         }
     };

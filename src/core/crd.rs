@@ -96,6 +96,14 @@ pub enum PreStopHandler {
     Sleep,
     /// `exec: ["sleep", "N"]` only, for images on `execImages` (they must ship a `sleep` binary).
     Exec,
+    /// Wait at deletion for the observed removal (docs/wait.md): an init container copies the
+    /// operator's small waiter binary into an emptyDir, and `preStop.exec` runs it. It asks the
+    /// operator whether every node has removed the pod's endpoints (a projected service-account
+    /// token of its own audience says which pod asks) and returns once they have (plus a margin
+    /// and `extraSeconds`), once the pod is its Services' last serving endpoint, or at
+    /// `maxSeconds`; on any doubt it waits the sleep the operator computes now (a projected
+    /// ConfigMap), never zero. Webhook backend only; Windows pods get the native sleep.
+    Wait,
 }
 
 /// preStop sizing: `preStop = clamp(ceil(W * safetyFactor + extraSeconds), minSeconds,

@@ -13,7 +13,8 @@
 //!   [`advisor`] (what a person should change), [`analysis`] (one report per measurement).
 //! - What a new pod gets: [`plan`] (what every policy asks, as both admission backends serve
 //!   it), [`mutate`] (the webhook's JSON patch of one pod) and [`admission`] (the same rules as a
-//!   MutatingAdmissionPolicy in CEL).
+//!   MutatingAdmissionPolicy in CEL), and [`wait`] (the preStop `Wait` handler: what it injects,
+//!   what the operator answers the waiter).
 //! - The shared vocabulary: [`crd`] (the TerminationPolicy types), [`selector`] (label
 //!   selectors, precedence), [`annotations`] (what the webhook writes and the controller reads).
 
@@ -32,4 +33,5 @@ pub mod proxyconfig;
 pub mod removals;
 pub mod selector;
 pub mod sizing;
+pub mod wait;
 pub mod window_distribution;

@@ -13,6 +13,10 @@
 //!   in `containers` get the same sleep as the app.
 //! - R7 run-to-completion pods (restartPolicy Never/OnFailure) and R8 mirror pods are left alone.
 //! - R11 idempotent: the engine run on its own output yields an empty patch.
+//! - R12 handler `Wait` ([`crate::core::wait`]): the waiter's `preStop.exec` in each container,
+//!   its init container, emptyDir and projected volume added once per pod (a reinvocation that
+//!   finds them adds only the new containers' mounts), the grace raised to hold the waiter's
+//!   deadline (`maxSeconds`, leaving `appShutdownSeconds`); Windows pods get the native sleep.
 //!
 //! Bounded work: a pod with more than [`MAX_POD_CONTAINERS`] containers and init containers
 //! together ([`PodReason::TooManyContainers`]) or more than [`MAX_POD_LABELS`] labels
@@ -31,6 +35,7 @@ use crate::core::annotations::{
 use crate::core::crd::{EnforcementMode, PreStopHandler, Scope};
 use crate::core::selector::{Labels, ServiceIndex};
 use crate::core::sizing::{KUBERNETES_DEFAULT_GRACE_SECONDS, grace_seconds};
+use crate::core::wait::{self as wait, WaitInjection};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use serde::Serialize;
@@ -112,6 +117,8 @@ pub enum ContainerReason {
     InjectedSleep,
     /// An `exec: [sleep, N]` preStop was injected.
     InjectedExec,
+    /// The waiter's `preStop.exec` was injected (handler `Wait`).
+    InjectedWait,
     /// It already had a preStop hook (R1).
     ExistingPreStop,
     /// Listed in `safetermination.io/skip-containers`.
@@ -240,8 +247,9 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         warnings.push(too_many_containers_warning());
         return PodMutation::skip(PodReason::TooManyContainers, warnings, Some(policy_ref));
     }
-    let hooks = container_hooks(spec, &annotations, scope.policy, scope.pre_stop, plan.capabilities);
-    finish(meta, &annotations, scope, hooks)
+    let waiting = (scope.policy.spec.pre_stop.handler == PreStopHandler::Wait).then(|| WaitPlan::new(&scope, &plan.wait));
+    let hooks = container_hooks(spec, &annotations, scope.policy, scope.pre_stop, plan.capabilities, waiting.as_ref());
+    finish(meta, spec, &annotations, scope, hooks, waiting.as_ref(), &plan.wait)
 }
 
 /// A pod the policy applies to, as the pod-level rules of [`in_scope`] left it.
@@ -312,6 +320,122 @@ fn in_scope<'p>(
     Ok(InScope { policy, policy_ref, warnings, current_grace, pre_stop })
 }
 
+/// What a `Wait` policy gives its pods: the grace that holds the waiter's deadline, the
+/// deadline, and where the waiter asks.
+struct WaitPlan<'p> {
+    /// The pod's grace once raised to hold the longest wait (R2: never lowered).
+    grace: i64,
+    /// The waiter's deadline, seconds ([`wait::deadline_seconds`]).
+    deadline: u32,
+    injection: &'p WaitInjection,
+}
+
+impl<'p> WaitPlan<'p> {
+    fn new(scope: &InScope<'_>, injection: &'p WaitInjection) -> Self {
+        let spec = &scope.policy.spec;
+        let hold = spec.pre_stop.max_seconds.max(scope.pre_stop);
+        let grace = grace_seconds(scope.current_grace, hold, &spec.grace);
+        Self { grace, deadline: wait::deadline_seconds(spec.pre_stop.max_seconds, grace, spec.grace.app_shutdown_seconds, scope.pre_stop), injection }
+    }
+
+    /// The waiter's `preStop` handler for `policy` with the admission sleep `pre_stop`.
+    fn hook(&self, policy: &str, pre_stop: u32) -> Value {
+        let mut command = vec![
+            json!(wait::WAITER_PATH),
+            json!("wait"),
+            json!("--url"),
+            json!(self.injection.url),
+            json!("--policy"),
+            json!(policy),
+            json!("--fallback-seconds"),
+            json!(pre_stop.to_string()),
+            json!("--deadline-seconds"),
+            json!(self.deadline.to_string()),
+        ];
+        if let Some(a) = &self.injection.address {
+            command.extend([json!("--address"), json!(a)]);
+        }
+        json!({"exec": {"command": command}})
+    }
+}
+
+/// The volume mounts of the waiter in an app container: its binary and its projected files.
+fn wait_mounts() -> [Value; 2] {
+    [
+        json!({"name": wait::BIN_VOLUME, "mountPath": wait::BIN_MOUNT_PATH, "readOnly": true}),
+        json!({"name": wait::CONFIG_VOLUME, "mountPath": wait::CONFIG_MOUNT_PATH, "readOnly": true}),
+    ]
+}
+
+/// The pod-level parts of the waiter (R12): its emptyDir and projected volume, and the init
+/// container that copies it, each only when the pod does not have it yet (by name). Every part
+/// passes the Restricted Pod Security level: emptyDir and projected volumes only, the init
+/// container non-root (the image's user, 65532), no privilege escalation, every capability
+/// dropped, the runtime's default seccomp profile, a read-only root filesystem.
+fn wait_pod_ops(spec: &Value, injection: &WaitInjection) -> Vec<PatchOperation> {
+    let named = |list: &str, name: &str| {
+        spec.get(list).and_then(Value::as_array).is_some_and(|l| l.iter().any(|v| v.get("name").and_then(Value::as_str) == Some(name)))
+    };
+    let mut ops = Vec::new();
+    let volumes = [
+        (wait::BIN_VOLUME, json!({"name": wait::BIN_VOLUME, "emptyDir": {"sizeLimit": wait::BIN_VOLUME_SIZE_LIMIT}})),
+        (
+            wait::CONFIG_VOLUME,
+            json!({"name": wait::CONFIG_VOLUME, "projected": {"defaultMode": 0o444, "sources": [
+                {"serviceAccountToken": {"audience": wait::WAIT_AUDIENCE, "expirationSeconds": wait::TOKEN_EXPIRATION_SECONDS, "path": "token"}},
+                {"configMap": {"name": wait::CONFIG_MAP_NAME, "optional": true}},
+                {"downwardAPI": {"items": [{"path": wait::ADMISSION_CA_FILE, "fieldRef": {"fieldPath": format!("metadata.annotations['{}']", wait::ANNOTATION_WAIT_CA)}}]}}
+            ]}}),
+        ),
+    ];
+    let missing: Vec<Value> = volumes.into_iter().filter(|(name, _)| !named("volumes", name)).map(|(_, v)| v).collect();
+    if spec.get("volumes").is_some_and(Value::is_array) {
+        ops.extend(missing.into_iter().map(|v| add(&["spec", "volumes", "-"], v)));
+    } else if !missing.is_empty() {
+        ops.push(add(&["spec", "volumes"], Value::Array(missing)));
+    }
+    if !named("initContainers", wait::INSTALL_CONTAINER) {
+        let install = json!({
+            "name": wait::INSTALL_CONTAINER,
+            "image": injection.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": [wait::WAITER_IMAGE_PATH, "install", wait::WAITER_PATH],
+            "volumeMounts": [{"name": wait::BIN_VOLUME, "mountPath": wait::BIN_MOUNT_PATH}],
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "16Mi"}},
+            "securityContext": {
+                "runAsNonRoot": true,
+                "runAsUser": 65532,
+                "runAsGroup": 65532,
+                "allowPrivilegeEscalation": false,
+                "readOnlyRootFilesystem": true,
+                "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"}
+            }
+        });
+        ops.push(if spec.get("initContainers").is_some_and(Value::is_array) {
+            add(&["spec", "initContainers", "-"], install)
+        } else {
+            add(&["spec", "initContainers"], json!([install]))
+        });
+    }
+    ops
+}
+
+/// The operations that mount the waiter into container `idx` (`c`), skipping a mount of the
+/// same name already there.
+fn wait_mount_ops(c: &Value, idx: &str) -> Vec<PatchOperation> {
+    let existing = c.get("volumeMounts").and_then(Value::as_array);
+    let has = |name: &str| existing.is_some_and(|l| l.iter().any(|m| m.get("name").and_then(Value::as_str) == Some(name)));
+    let todo: Vec<Value> = wait_mounts().into_iter().filter(|m| !has(m["name"].as_str().unwrap_or(""))).collect();
+    if todo.is_empty() {
+        return Vec::new();
+    }
+    if existing.is_some() {
+        return todo.into_iter().map(|m| add(&["spec", "containers", idx, "volumeMounts", "-"], m)).collect();
+    }
+    vec![add(&["spec", "containers", idx, "volumeMounts"], Value::Array(todo))]
+}
+
 /// What [`container_hooks`] decided for `spec.containers`.
 struct Hooks {
     /// The hooks to add (none in audit mode).
@@ -320,6 +444,10 @@ struct Hooks {
     containers: Vec<ContainerMutation>,
     /// Containers given (or, in audit mode, that would be given) a hook.
     injected: usize,
+    /// Containers that run the waiter: given it now (handler `Wait`), or kept with it from an
+    /// earlier admission (a reinvocation after another webhook's patch): the pod-level parts
+    /// must be there for them.
+    waiters: usize,
     /// Containers that kept their own preStop (R1).
     kept: usize,
     /// Whether some container could be given no handler (R4/R5).
@@ -330,7 +458,14 @@ struct Hooks {
 
 /// The preStop hook of each container of `spec.containers` (R1, R4-R6): kept, opted out,
 /// injected (native sleep or `exec sleep N`), or none usable.
-fn container_hooks(spec: &Value, annotations: &Labels, policy: &PlanPolicy, pre_stop: u32, capabilities: Capabilities) -> Hooks {
+fn container_hooks(
+    spec: &Value,
+    annotations: &Labels,
+    policy: &PlanPolicy,
+    pre_stop: u32,
+    capabilities: Capabilities,
+    waiting: Option<&WaitPlan<'_>>,
+) -> Hooks {
     let audit = policy.spec.mode == EnforcementMode::Audit;
     let skip_containers: Vec<&str> =
         annotations.get(ANNOTATION_SKIP_CONTAINERS).map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()).unwrap_or_default();
@@ -338,7 +473,7 @@ fn container_hooks(spec: &Value, annotations: &Labels, policy: &PlanPolicy, pre_
     let Capabilities { native_sleep } = capabilities;
     let handler = policy.spec.pre_stop.handler;
     let exec_images = &policy.spec.pre_stop.exec_images;
-    let mut hooks = Hooks { ops: Vec::new(), containers: Vec::new(), injected: 0, kept: 0, any_without_handler: false, warnings: Vec::new() };
+    let mut hooks = Hooks { ops: Vec::new(), containers: Vec::new(), injected: 0, waiters: 0, kept: 0, any_without_handler: false, warnings: Vec::new() };
     let mut no_handler: Vec<String> = Vec::new();
     let list = spec.get("containers").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
     if spec.get("containers").is_some_and(|c| !c.is_null() && !c.is_array()) {
@@ -359,6 +494,12 @@ fn container_hooks(spec: &Value, annotations: &Labels, policy: &PlanPolicy, pre_
             ContainerReason::OptedOut
         } else if let Some(existing) = lifecycle.and_then(|l| l.get("preStop")).filter(|p| !p.is_null()) {
             hooks.kept += 1;
+            if existing.pointer("/exec/command/0").and_then(Value::as_str) == Some(wait::WAITER_PATH) {
+                // ours from an earlier admission: its mounts may have been dropped by another
+                // webhook's patch since; without them the hook fails and nothing is waited
+                hooks.waiters += 1;
+                hooks.ops.extend(wait_mount_ops(c, &idx));
+            }
             if let Some(s) = existing.pointer("/sleep/seconds").and_then(Value::as_i64).filter(|s| *s < i64::from(pre_stop)) {
                 // the figures first: a cut warning (short_warning) loses the container name, not them
                 hooks.warnings.push(format!("safe-termination: preStop sleep {s}s kept, below the recommended {pre_stop}s, in container {name}"));
@@ -368,6 +509,8 @@ fn container_hooks(spec: &Value, annotations: &Labels, policy: &PlanPolicy, pre_
             let image = c.get("image").and_then(Value::as_str).unwrap_or("");
             let exec_ok = !windows && image_allowed(image, exec_images);
             let action = match handler {
+                PreStopHandler::Wait if !windows => waiting.map(|w| ("wait", w.hook(&policy.name, pre_stop))),
+                PreStopHandler::Wait if native_sleep => Some(("sleep", json!({"sleep": {"seconds": pre_stop}}))),
                 PreStopHandler::Auto if native_sleep => Some(("sleep", json!({"sleep": {"seconds": pre_stop}}))),
                 PreStopHandler::Sleep if native_sleep => Some(("sleep", json!({"sleep": {"seconds": pre_stop}}))),
                 PreStopHandler::Auto | PreStopHandler::Exec if exec_ok => Some(("exec", json!({"exec": {"command": ["sleep", pre_stop.to_string()]}}))),
@@ -389,14 +532,28 @@ fn container_hooks(spec: &Value, annotations: &Labels, policy: &PlanPolicy, pre_
                     } else {
                         hooks.ops.push(add(&["spec", "containers", &idx, "lifecycle"], json!({ "preStop": hook })));
                     }
-                    if kind == "sleep" { ContainerReason::InjectedSleep } else { ContainerReason::InjectedExec }
+                    match kind {
+                        "sleep" => ContainerReason::InjectedSleep,
+                        "wait" => {
+                            hooks.waiters += 1;
+                            hooks.ops.extend(wait_mount_ops(c, &idx));
+                            ContainerReason::InjectedWait
+                        }
+                        _ => ContainerReason::InjectedExec,
+                    }
                 }
             }
         };
         hooks.containers.push(ContainerMutation { name, reason });
     }
     if !no_handler.is_empty() {
-        let why = if windows { "no native sleep, no exec on Windows" } else { "no native sleep, image not in execImages" };
+        let why = if windows {
+            "no native sleep, no exec on Windows"
+        } else if handler == PreStopHandler::Wait {
+            "no waiter image configured"
+        } else {
+            "no native sleep, image not in execImages"
+        };
         hooks.warnings.push(format!("safe-termination: {why}: no preStop for {}", no_handler.join(",")));
         hooks.any_without_handler = true;
     }
@@ -405,15 +562,27 @@ fn container_hooks(spec: &Value, annotations: &Labels, policy: &PlanPolicy, pre_
 
 /// The decision from the container hooks: the grace raised to hold the sleep (R2, R3) and the
 /// annotations, or in audit mode the audit annotation and a warning only.
-fn finish(meta: Option<&Value>, annotations: &Labels, scope: InScope<'_>, hooks: Hooks) -> PodMutation {
+fn finish(
+    meta: Option<&Value>,
+    spec: &Value,
+    annotations: &Labels,
+    scope: InScope<'_>,
+    hooks: Hooks,
+    waiting: Option<&WaitPlan<'_>>,
+    injection: &WaitInjection,
+) -> PodMutation {
     let InScope { policy, policy_ref, mut warnings, current_grace, pre_stop } = scope;
-    let Hooks { mut ops, containers, injected, kept, any_without_handler, warnings: hook_warnings } = hooks;
+    let Hooks { mut ops, containers, injected, waiters, kept, any_without_handler, warnings: hook_warnings } = hooks;
     warnings.extend(hook_warnings);
     if injected == 0 && kept == 0 {
         let reason = if any_without_handler { PodReason::NoUsableHandler } else { PodReason::NoChange };
         return PodMutation { patch: Patch(Vec::new()), warnings, reason, containers, policy: Some(policy_ref) };
     }
-    let target_grace = grace_seconds(current_grace, pre_stop, &policy.spec.grace);
+    // a waiter may wait up to its deadline: the grace holds that (R12), else the sleep (R2, R3)
+    let target_grace = match waiting {
+        Some(w) if waiters > 0 => w.grace,
+        _ => grace_seconds(current_grace, pre_stop, &policy.spec.grace),
+    };
     let grace_changes = match current_grace {
         Some(g) => target_grace > g,
         None => target_grace != KUBERNETES_DEFAULT_GRACE_SECONDS,
@@ -436,8 +605,17 @@ fn finish(meta: Option<&Value>, annotations: &Labels, scope: InScope<'_>, hooks:
             None => add(&["spec", "terminationGracePeriodSeconds"], value),
         });
     }
+    if waiters > 0 {
+        ops.extend(wait_pod_ops(spec, injection));
+    }
     if injected > 0 {
-        let annotate = [(ANNOTATION_PRESTOP_SECONDS, pre_stop.to_string()), (ANNOTATION_POLICY, policy_ref.clone())];
+        let mut annotate = vec![(ANNOTATION_PRESTOP_SECONDS, pre_stop.to_string()), (ANNOTATION_POLICY, policy_ref.clone())];
+        if let Some(w) = waiting.filter(|_| waiters > 0) {
+            annotate.push((wait::ANNOTATION_PRESTOP_HANDLER, "Wait".to_string()));
+            if !w.injection.ca_pem.is_empty() {
+                annotate.push((wait::ANNOTATION_WAIT_CA, w.injection.ca_pem.clone()));
+            }
+        }
         ops.extend(annotation_ops(meta, annotations, &annotate));
     }
     let reason = if ops.is_empty() { PodReason::NoChange } else { PodReason::Mutated };

@@ -5,6 +5,7 @@
 use crate::core::crd::TerminationPolicySpec;
 use crate::core::selector::Labels;
 use crate::core::selector::{selector_matches, specificity};
+use crate::core::wait::WaitInjection;
 use serde::Serialize;
 
 /// One policy as the webhook applies it.
@@ -49,12 +50,14 @@ pub struct Plan {
     pub default_policy: Option<PlanPolicy>,
     /// API server capabilities.
     pub capabilities: Capabilities,
+    /// Where `Wait` policies' pods find the waiter and the operator.
+    pub wait: WaitInjection,
 }
 
 impl Default for Plan {
     /// An empty plan: no policy, so nothing is mutated.
     fn default() -> Self {
-        Self { policies: Vec::new(), default_policy: None, capabilities: Capabilities { native_sleep: false } }
+        Self { policies: Vec::new(), default_policy: None, capabilities: Capabilities { native_sleep: false }, wait: WaitInjection::default() }
     }
 }
 
@@ -103,6 +106,7 @@ mod tests {
             policies: vec![],
             default_policy: Some(PlanPolicy { namespace: String::new(), name: "d".into(), spec, pre_stop_seconds: 10 }),
             capabilities: Capabilities { native_sleep: true },
+            wait: WaitInjection::default(),
         };
         assert!(plan.resolve("ns", &[("app".to_string(), "web".to_string())].into()).is_some());
         assert!(plan.resolve("ns", &[("app".to_string(), "db".to_string())].into()).is_none());

@@ -62,7 +62,7 @@ pub struct PolicyParameters {
     /// The sleep injected into new pods, seconds: the policy's status recommendation, clamped to
     /// its bounds (or its defaultSeconds while unmeasured).
     pub pre_stop_seconds: u32,
-    /// Auto, Sleep or Exec.
+    /// Auto, Sleep, Exec or Wait (the policy backend injects the native sleep for Wait).
     pub handler: PreStopHandler,
     /// Images allowed the `exec sleep N` fallback (exact, or a prefix ending in `*`).
     pub exec_images: Vec<String>,
@@ -164,6 +164,7 @@ mod tests {
             ],
             default_policy: Some(policy("safe-termination", "cluster-default", &[], 0, 11)),
             capabilities: Capabilities { native_sleep: true },
+            wait: Default::default(),
         };
         let p = parameters(&plan);
         let order: Vec<&str> = p.namespaces["a"].iter().map(|e| e.policy.as_str()).collect();
@@ -196,7 +197,12 @@ mod tests {
 
     #[test]
     fn every_field_is_serialized_even_when_empty() {
-        let plan = Plan { policies: vec![policy("a", "p", &[], 0, 4)], default_policy: None, capabilities: Capabilities { native_sleep: false } };
+        let plan = Plan {
+            policies: vec![policy("a", "p", &[], 0, 4)],
+            default_policy: None,
+            capabilities: Capabilities { native_sleep: false },
+            wait: Default::default(),
+        };
         let v = serde_json::to_value(parameters(&plan)).unwrap();
         let e = &v["namespaces"]["a"][0];
         assert_eq!(e["matchLabels"], serde_json::json!({}));

@@ -38,6 +38,12 @@ pub const DIFFERENCES: [&str; 2] = [
     "no admission warnings: a MutatingAdmissionPolicy cannot return them",
 ];
 
+/// Where the policy backend differs for a policy with handler `Wait`: the waiter needs a
+/// volume, an init container and mounts added only when absent (by name) and the serving CA
+/// copied from the operator's files; the policy injects the native sleep instead (docs/wait.md
+/// "Admission backends").
+pub const WAIT_DIFFERENCE: &str = "handler Wait injects the native sleep: the waiter needs the webhook backend";
+
 /// The policy's named CEL variables, in evaluation order (`variables.NAME`). Each is evaluated
 /// lazily, at most once per admission.
 pub const VARIABLES: [(&str, &str); 17] = [
@@ -72,7 +78,7 @@ pub const VARIABLES: [(&str, &str); 17] = [
     ("windows", "object.spec.?os.?name.orValue('') == 'windows' || object.spec.?nodeSelector[?'kubernetes.io/os'].orValue('') == 'windows'"),
     ("names", "object.spec.containers.map(c, c.name)"),
     ("kept", "object.spec.containers.filter(c, !(c.name in variables.skipContainers) && c.?lifecycle.?preStop.hasValue())"),
-    ("sleepOK", "params.spec.nativeSleep && variables.policy.handler in ['Auto', 'Sleep']"),
+    ("sleepOK", "params.spec.nativeSleep && variables.policy.handler in ['Auto', 'Sleep', 'Wait']"),
     (
         "inject",
         "object.spec.containers.filter(c, !(c.name in variables.skipContainers) && !c.?lifecycle.?preStop.hasValue() && \
