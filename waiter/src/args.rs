@@ -1,6 +1,7 @@
 //! The command line, parsed by hand (a parser crate would be most of this binary's size).
 //! `--name value` and `--name=value`; each option once.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::files::MAX_PRESTOP_SECONDS;
@@ -19,10 +20,16 @@ pub struct WaitArgs {
     pub deadline_seconds: u64,
     pub dir: PathBuf,
     pub poll_seconds: u64,
+    /// `--address IP:PORT`: where every request connects instead of resolving the URL's host;
+    /// TLS still verifies the certificate against the URL's host name (also the SNI) and the
+    /// Host header stays the URL's. For pods in clusters without working DNS at deletion time,
+    /// or with DNS down: they still reach the operator's Service by its ClusterIP, while the
+    /// serving certificate is only issued for the Service's DNS name.
+    pub address: Option<SocketAddr>,
 }
 
 pub fn parse_wait(args: &[String]) -> Result<WaitArgs, String> {
-    let (mut url, mut policy, mut fallback, mut deadline, mut dir, mut poll) = (None, None, None, None, None, None);
+    let (mut url, mut policy, mut fallback, mut deadline, mut dir, mut poll, mut address) = (None, None, None, None, None, None, None);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let (name, inline) = match arg.split_once('=') {
@@ -36,6 +43,7 @@ pub fn parse_wait(args: &[String]) -> Result<WaitArgs, String> {
             "--deadline-seconds" => &mut deadline,
             "--dir" => &mut dir,
             "--poll-seconds" => &mut poll,
+            "--address" => &mut address,
             _ if name.starts_with('-') => return Err(format!("unknown option {name}")),
             _ => return Err(format!("unexpected argument {arg:?}")),
         };
@@ -61,7 +69,17 @@ pub fn parse_wait(args: &[String]) -> Result<WaitArgs, String> {
     if dir.as_os_str().is_empty() {
         return Err("--dir is empty".into());
     }
-    Ok(WaitArgs { url, policy, fallback_seconds, deadline_seconds, dir, poll_seconds })
+    let address = address.map(|a| parse_address(&a)).transpose()?;
+    Ok(WaitArgs { url, policy, fallback_seconds, deadline_seconds, dir, poll_seconds, address })
+}
+
+/// `IP:PORT`: an IPv4 address, or an IPv6 one in brackets (`[fd00::1]:443`), and a port other
+/// than 0; no host name (it would need the DNS this option does without).
+fn parse_address(value: &str) -> Result<SocketAddr, String> {
+    match value.parse::<SocketAddr>() {
+        Ok(a) if a.port() != 0 => Ok(a),
+        _ => Err(format!("--address must be IPv4:PORT or [IPv6]:PORT with a port in 1..=65535, not {value:?}")),
+    }
 }
 
 fn number(name: &str, value: String, min: u64, max: u64) -> Result<u64, String> {
@@ -116,6 +134,7 @@ mod tests {
                 deadline_seconds: 40,
                 dir: PathBuf::from("/safe-termination/wait"),
                 poll_seconds: 10,
+                address: None,
             }
         );
         let a =
@@ -154,5 +173,58 @@ mod tests {
         assert_eq!(replace(5, "+5"), "--fallback-seconds must be an integer in 0..=3600, not \"+5\"");
         assert_eq!(replace(5, "-1"), "--fallback-seconds must be an integer in 0..=3600, not \"-1\"");
         assert_eq!(replace(7, "0"), "--deadline-seconds must be an integer in 1..=86400, not \"0\"");
+    }
+
+    #[test]
+    fn addresses() {
+        let address = |value: &str| {
+            let mut a = v(MIN);
+            a.extend(v(&["--address", value]));
+            parse_wait(&a).map(|w| w.address.unwrap())
+        };
+        let ok = |value: &str| address(value).unwrap().to_string();
+        assert_eq!(ok("10.96.0.20:443"), "10.96.0.20:443");
+        assert_eq!(ok("[fd00:10:96::a]:8443"), "[fd00:10:96::a]:8443");
+        assert_eq!(ok("[::1]:1"), "[::1]:1");
+        assert_eq!(ok("[::ffff:10.96.0.20]:443"), "[::ffff:10.96.0.20]:443");
+        assert_eq!(ok("127.0.0.1:65535"), "127.0.0.1:65535");
+        // what std's parser also takes: a port's leading zeros, an IPv6 zone index
+        assert_eq!(ok("10.96.0.20:0443"), "10.96.0.20:443");
+        assert_eq!(ok("[fe80::1%2]:443"), "[fe80::1%2]:443");
+        let mut a = v(MIN);
+        a.push("--address=10.96.0.20:443".into());
+        assert_eq!(parse_wait(&a).unwrap().address, Some("10.96.0.20:443".parse().unwrap()));
+        assert_eq!(parse_wait(&v(MIN)).unwrap().address, None);
+
+        for bad in [
+            "",
+            "10.96.0.20",
+            "10.96.0.20:",
+            "10.96.0.20:0",
+            "10.96.0.20:65536",
+            "10.96.0.20:-1",
+            "10.96.0.20:https",
+            " 10.96.0.20:443",
+            "10.96.0.20:443 ",
+            "10.96.0.256:443",
+            "10.96.0:443",
+            "fd00::a:443",
+            "[fd00::a]",
+            "[fd00::a]:0",
+            "fd00::a",
+            "[10.96.0.20]:443",
+            "localhost:443",
+            "op.ns.svc:443",
+            "https://10.96.0.20:443",
+            "10.96.0.20:443/wait",
+        ] {
+            assert_eq!(address(bad).unwrap_err(), format!("--address must be IPv4:PORT or [IPv6]:PORT with a port in 1..=65535, not {bad:?}"), "{bad:?}");
+        }
+        let mut a = v(MIN);
+        a.extend(v(&["--address", "10.96.0.20:443", "--address=10.96.0.21:443"]));
+        assert_eq!(parse_wait(&a).unwrap_err(), "--address given twice");
+        let mut a = v(MIN);
+        a.push("--address".into());
+        assert_eq!(parse_wait(&a).unwrap_err(), "--address needs a value");
     }
 }

@@ -9,8 +9,12 @@ use std::path::Path;
 
 /// The service-account token's largest size.
 pub const MAX_TOKEN: u64 = 16 * 1024;
-/// The CA bundle's largest size.
+/// A CA file's largest size.
 pub const MAX_CA: u64 = 64 * 1024;
+/// The CA file of the ConfigMap `safe-termination-wait`, read first.
+pub const CA_FILE: &str = "ca.crt";
+/// The CA file written at admission, read when [`CA_FILE`] gives no certificate.
+pub const ADMISSION_CA_FILE: &str = "ca-admission.crt";
 /// `<NAME>.preStopSeconds`'s largest size (an integer and some whitespace).
 pub const MAX_SECONDS_FILE: u64 = 64;
 /// The largest sleep the operator computes for a policy.
@@ -51,6 +55,29 @@ pub fn parse_token(bytes: &[u8]) -> Result<String, String> {
     }
     // checked ASCII above
     Ok(String::from_utf8_lossy(token).into_owned())
+}
+
+/// The CA to verify the operator with, as `parse` reads it (it fails when the file holds no
+/// usable certificate): from `dir/ca.crt`, else from `dir/ca-admission.crt`; an error naming
+/// both files, with why each gave none, when neither gives one.
+///
+/// `ca.crt` comes from the ConfigMap the operator keeps current in each namespace with a `Wait`
+/// policy (it follows CA rotation), so it is preferred. `ca-admission.crt` is the CA written on
+/// the pod at admission, projected by the downward API from the pod annotation
+/// `safetermination.io/wait-ca`: namespaces served by the cluster's default policy have no
+/// ConfigMap (the projection is optional: no `ca.crt` at all), and the downward API gives an
+/// empty file when the annotation is absent. So a missing, empty or certificate-less `ca.crt`
+/// (or one that cannot be read: too large, not a regular file) turns to `ca-admission.crt`;
+/// both read with the same bounds ([`MAX_CA`], a regular file, a non-blocking open).
+pub fn read_ca<T>(dir: &Path, parse: impl Fn(&[u8]) -> Result<T, String>) -> Result<T, String> {
+    let read = |name: &str| {
+        let bytes = read_bounded(&dir.join(name), MAX_CA)?;
+        if bytes.trim_ascii().is_empty() {
+            return Err("empty".to_string());
+        }
+        parse(&bytes)
+    };
+    read(CA_FILE).or_else(|ca| read(ADMISSION_CA_FILE).map_err(|admission| format!("{CA_FILE}: {ca}; {ADMISSION_CA_FILE}: {admission}")))
 }
 
 /// `<NAME>.preStopSeconds`: an integer 0..=3600 once trimmed.
@@ -111,6 +138,66 @@ mod tests {
         // SAFETY: a valid NUL-terminated path
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         assert_eq!(read_bounded(&f, 100), Err("not a regular file".into()));
+    }
+
+    /// A stand-in for the PEM parser: a "certificate" is a line `CERT <name>`.
+    fn parse_stub(bytes: &[u8]) -> Result<String, String> {
+        let text = String::from_utf8_lossy(bytes);
+        text.trim().strip_prefix("CERT ").map(str::to_string).ok_or_else(|| "no usable certificate".to_string())
+    }
+
+    #[test]
+    fn ca_from_the_config_map_else_from_admission() {
+        let d = TempDir::new("ca");
+        let (ca, admission) = (d.0.join(CA_FILE), d.0.join(ADMISSION_CA_FILE));
+        let set = |path: &Path, content: Option<&[u8]>| match content {
+            Some(c) => std::fs::write(path, c).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(path);
+            }
+        };
+        let big = vec![b'x'; MAX_CA as usize + 1];
+        let at_most = [b"CERT edge".to_vec(), vec![b' '; MAX_CA as usize - 9]].concat();
+        // (ca.crt, ca-admission.crt: None for no file; what read_ca gives)
+        type Case<'a> = (Option<&'a [u8]>, Option<&'a [u8]>, Result<&'a str, &'a str>);
+        let cases: &[Case] = &[
+            // ca.crt first, whatever ca-admission.crt holds
+            (Some(b"CERT current\n"), Some(b"CERT admission\n"), Ok("current")),
+            (Some(b"CERT current\n"), None, Ok("current")),
+            (Some(b"CERT current\n"), Some(b""), Ok("current")),
+            (Some(&at_most), None, Ok("edge")),
+            // a default-policy namespace: no ConfigMap, the annotation's CA
+            (None, Some(b"CERT admission\n"), Ok("admission")),
+            (Some(b""), Some(b"CERT admission\n"), Ok("admission")),
+            (Some(b" \n\t"), Some(b"CERT admission\n"), Ok("admission")),
+            (Some(b"garbage"), Some(b"CERT admission\n"), Ok("admission")),
+            (Some(&big), Some(b"CERT admission\n"), Ok("admission")),
+            // neither: a doubt naming both
+            (None, None, Err("ca.crt: missing; ca-admission.crt: missing")),
+            (Some(b""), Some(b""), Err("ca.crt: empty; ca-admission.crt: empty")),
+            (None, Some(b"\n"), Err("ca.crt: missing; ca-admission.crt: empty")),
+            (Some(b"garbage"), Some(b"garbage"), Err("ca.crt: no usable certificate; ca-admission.crt: no usable certificate")),
+            (Some(b""), Some(&big), Err("ca.crt: empty; ca-admission.crt: larger than 65536 bytes")),
+        ];
+        for (i, (ca_content, admission_content, want)) in cases.iter().enumerate() {
+            set(&ca, *ca_content);
+            set(&admission, *admission_content);
+            assert_eq!(read_ca(&d.0, parse_stub), want.map(str::to_string).map_err(str::to_string), "case {i}");
+        }
+    }
+
+    #[test]
+    fn a_ca_fifo_is_passed_over_without_blocking() {
+        let d = TempDir::new("cafifo");
+        for name in [CA_FILE, ADMISSION_CA_FILE] {
+            let c = std::ffi::CString::new(d.0.join(name).to_str().unwrap()).unwrap();
+            // SAFETY: a valid NUL-terminated path
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        }
+        assert_eq!(read_ca(&d.0, parse_stub), Err("ca.crt: not a regular file; ca-admission.crt: not a regular file".into()));
+        std::fs::remove_file(d.0.join(ADMISSION_CA_FILE)).unwrap();
+        std::fs::write(d.0.join(ADMISSION_CA_FILE), "CERT admission").unwrap();
+        assert_eq!(read_ca(&d.0, parse_stub), Ok("admission".into()));
     }
 
     #[test]

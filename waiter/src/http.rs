@@ -1,13 +1,19 @@
 //! The operator's wait endpoint over HTTPS: ureq (blocking) on rustls with the `ring` provider,
 //! the server verified against the CA of `--dir` only (no system or bundled roots), no proxy,
-//! no redirects. Parsing of the answers and the report's body are pure and tested here.
+//! no redirects, and with `--address` no name resolution. Parsing of the answers and the
+//! report's body are pure and tested here.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use ureq::Agent;
+use ureq::config::Config;
+use ureq::http::Uri;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig, TlsProvider};
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 use crate::machine::{Answer, Ask, Decision, Failure, Transport, short};
 
@@ -77,16 +83,38 @@ pub fn report_url(url: &str) -> String {
     format!("{}/report", url.trim_end_matches('/'))
 }
 
-/// The wait endpoint, with the token and the CA.
+/// `--address`: the resolver that answers every name with the one address given, so that no
+/// request needs DNS. Pods in clusters without working DNS at deletion time, or with DNS down,
+/// still reach the operator's Service by its ClusterIP; the serving certificate is only issued
+/// for the Service's DNS name, so the name stays the URL's: ureq's TLS verifies the certificate
+/// against the URL's host (and sends it as SNI), and the Host header is the URL's, whatever
+/// address the connection went to. Only the resolution is replaced: ureq's default connector
+/// (TCP, then rustls) does the rest. Every request of the waiter goes to the URL's host (the
+/// GETs and the report; no proxy, no redirects), so the URI asked about is not looked at.
+/// (`ureq::unversioned` does not follow semver: written against ureq 3.5.2, of Cargo.lock; a
+/// ureq update may need this changed.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedAddress(pub SocketAddr);
+
+impl Resolver for FixedAddress {
+    fn resolve(&self, _uri: &Uri, _config: &Config, _timeout: NextTimeout) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let mut addrs = self.empty();
+        addrs.push(self.0);
+        Ok(addrs)
+    }
+}
+
+/// The wait endpoint, with the token, the CA, and the address when given.
 pub struct Http {
     url: String,
     authorization: String,
     tls: TlsConfig,
+    address: Option<SocketAddr>,
     agent: Agent,
 }
 
 impl Http {
-    pub fn new(url: &str, token: &str, ca: Vec<Certificate<'static>>) -> Http {
+    pub fn new(url: &str, token: &str, ca: Vec<Certificate<'static>>, address: Option<SocketAddr>) -> Http {
         // ring, not aws-lc-rs: no C toolchain beyond ring's, a smaller static binary. rustls
         // 0.23.48 deprecated ring's provider for its lack of post-quantum key exchange, which
         // does not weigh here: an in-cluster hop that carries a short-lived token.
@@ -97,8 +125,8 @@ impl Http {
             .unversioned_rustls_crypto_provider(Arc::new(provider))
             .root_certs(RootCerts::Specific(Arc::new(ca)))
             .build();
-        let agent = new_agent(&tls);
-        Http { url: url.to_string(), authorization: format!("Bearer {token}"), tls, agent }
+        let agent = new_agent(&tls, address);
+        Http { url: url.to_string(), authorization: format!("Bearer {token}"), tls, address, agent }
     }
 
     /// Sends the report: `POST {URL}/report`, 1 s at most. On a clone of the agent, so that it
@@ -121,12 +149,13 @@ impl Http {
     }
 
     pub fn reporter(&self) -> Http {
-        Http { url: self.url.clone(), authorization: self.authorization.clone(), tls: self.tls.clone(), agent: self.agent.clone() }
+        Http { url: self.url.clone(), authorization: self.authorization.clone(), tls: self.tls.clone(), address: self.address, agent: self.agent.clone() }
     }
 }
 
-fn new_agent(tls: &TlsConfig) -> Agent {
-    Agent::config_builder()
+/// A new agent (an empty pool); with `address`, one that connects there (see [`FixedAddress`]).
+fn new_agent(tls: &TlsConfig, address: Option<SocketAddr>) -> Agent {
+    let config = Agent::config_builder()
         .tls_config(tls.clone())
         // in-cluster Service names: never through a proxy of the app's environment
         .proxy(None)
@@ -137,15 +166,18 @@ fn new_agent(tls: &TlsConfig) -> Agent {
         .user_agent(USER_AGENT)
         .max_idle_connections(1)
         .max_idle_connections_per_host(1)
-        .build()
-        .new_agent()
+        .build();
+    match address {
+        Some(a) => Agent::with_parts(config, DefaultConnector::new(), FixedAddress(a)),
+        None => config.new_agent(),
+    }
 }
 
 impl Transport for Http {
     fn ask(&mut self, ask: &Ask) -> Result<Answer, Failure> {
         if ask.new_connection {
             // a new agent has an empty pool: the Service's load balancing picks a replica anew
-            self.agent = new_agent(&self.tls);
+            self.agent = new_agent(&self.tls, self.address);
         }
         let url = format!("{}?timeoutSeconds={}", self.url, ask.timeout_seconds);
         let reply = self
@@ -232,6 +264,18 @@ mod tests {
     fn report_urls() {
         assert_eq!(report_url("https://op.ns.svc:8443/wait/v1"), "https://op.ns.svc:8443/wait/v1/report");
         assert_eq!(report_url("https://op.ns.svc:8443/wait/v1/"), "https://op.ns.svc:8443/wait/v1/report");
+    }
+
+    #[test]
+    fn a_fixed_address_answers_every_name_with_it() {
+        for address in ["10.96.0.20:443", "[fd00:10:96::a]:8443"] {
+            let address: SocketAddr = address.parse().unwrap();
+            let resolver = FixedAddress(address);
+            for uri in ["https://safe-termination.safe-termination.svc:443/wait/v1", "https://wait.example.invalid:8443/wait/v1/report", "https://10.1.2.3/x"] {
+                let addrs = resolver.resolve(&uri.parse().unwrap(), &Config::default(), NextTimeout::default()).unwrap();
+                assert_eq!(addrs.iter().copied().collect::<Vec<_>>(), vec![address], "{uri}");
+            }
+        }
     }
 
     #[test]

@@ -27,12 +27,15 @@ usage:
   safe-termination-wait install DEST
       Copy this executable to DEST (mode 0555; DEST.tmp-<pid>, fsync, rename).
   safe-termination-wait wait --url URL --policy NAME --fallback-seconds N --deadline-seconds D
-                             [--dir DIR] [--poll-seconds T]
+                             [--dir DIR] [--poll-seconds T] [--address IP:PORT]
       Wait (as a preStop hook) until the operator at URL says every node removed this pod's
       endpoints, at most D seconds; on any doubt, sleep the fallback instead: the value of
       DIR/NAME.preStopSeconds (else N), at most D, counted from the start.
-      DIR (default /safe-termination/wait) holds token, ca.crt and NAME.preStopSeconds.
+      DIR (default /safe-termination/wait) holds token, ca.crt (the CA; when it is missing,
+      empty or holds no certificate: ca-admission.crt) and NAME.preStopSeconds.
       T (default 10): the longest long poll, in seconds.
+      IP:PORT (10.96.0.20:443, [fd00::14]:443): connect there instead of resolving URL's host;
+      the certificate is still verified against URL's host, which stays the SNI and Host.
 
 Exit status 0 for every outcome of wait; 1 when install fails; 2 for a usage error.
 A usage error sleeps 10 s before it exits: a preStop hook with a wrong command line must not
@@ -139,9 +142,10 @@ fn wait(a: &args::WaitArgs, t0: Instant) {
     eprintln!("safe-termination-wait: {} after {:.1} s (fallback {} s){reason}", decision.outcome.as_str(), waited.as_secs_f64(), plan.fallback.as_secs());
 }
 
-/// The token and the CA of `--dir`, and the endpoint: a doubt when either is missing or bad.
+/// The token and the CA of `--dir` (`ca.crt`, else `ca-admission.crt`: [`files::read_ca`]),
+/// and the endpoint: a doubt when the token or both CA files are missing or bad.
 fn connect(a: &args::WaitArgs) -> Result<http::Http, String> {
     let token = files::read_bounded(&a.dir.join("token"), files::MAX_TOKEN).and_then(|b| files::parse_token(&b)).map_err(|e| format!("token: {e}"))?;
-    let ca = files::read_bounded(&a.dir.join("ca.crt"), files::MAX_CA).and_then(|b| http::parse_ca(&b)).map_err(|e| format!("ca.crt: {e}"))?;
-    Ok(http::Http::new(&a.url, &token, ca))
+    let ca = files::read_ca(&a.dir, http::parse_ca)?;
+    Ok(http::Http::new(&a.url, &token, ca, a.address))
 }

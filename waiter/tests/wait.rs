@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Dir, Reply, Server, closed_port, pki, run_wait, token};
+use common::{Dir, INVALID_HOST, Reply, Server, closed_port, pki, run_wait, token};
 use serde_json::json;
 
 fn secs(s: f64) -> Duration {
@@ -193,7 +193,7 @@ fn a_closed_connection_is_a_fallback() {
 fn a_missing_token_or_ca_is_a_fallback_without_a_request() {
     let pki = pki();
     let server = Server::start(&pki, vec![], Reply::State("Removed", None));
-    for (name, remove, reason) in [("notoken", "token", "token: missing"), ("noca", "ca.crt", "ca.crt: missing")] {
+    for (name, remove, reason) in [("notoken", "token", "token: missing"), ("noca", "ca.crt", "ca.crt: missing; ca-admission.crt: missing")] {
         let dir = Dir::new(name, &pki.ca_pem, Some("1"));
         std::fs::remove_file(dir.0.join(remove)).unwrap();
         let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
@@ -202,7 +202,140 @@ fn a_missing_token_or_ca_is_a_fallback_without_a_request() {
     }
     let dir = Dir::new("badca", "not a certificate", Some("1"));
     let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
-    assert!(run.stderr.ends_with("(fallback 1 s): ca.crt: no usable certificate\n"), "{}", run.stderr);
+    assert!(run.stderr.ends_with("(fallback 1 s): ca.crt: no usable certificate; ca-admission.crt: missing\n"), "{}", run.stderr);
+    assert!(server.requests().is_empty());
+}
+
+#[test]
+fn address_reaches_a_host_that_does_not_resolve_and_keeps_its_name() {
+    let pki = pki();
+    // NotLeader: the new connection (a new agent) goes to the address as well
+    let script = vec![Reply::State("NotLeader", None), Reply::State("Waiting", None), Reply::State("Removed", Some(0.0))];
+    let server = Server::start(&pki, script, Reply::Hold);
+    let dir = Dir::new("address", &pki.ca_pem, Some("5"));
+    let address = format!("127.0.0.1:{}", server.port);
+    let run = run_wait(&dir.0, &server.invalid_url(), 5, 30, &["--address", &address]);
+    assert_eq!(run.outcome(), "Removed", "{}", run.stderr);
+    assert!(run.stderr.trim_end().ends_with("(fallback 5 s)"), "{}", run.stderr);
+    assert!(run.elapsed < secs(2.0), "{:?}", run.elapsed);
+    let reports = server.reports();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0]["outcome"], json!("Removed"));
+
+    // every request (the GETs and the report) came with the URL's name as SNI and Host
+    let requests = server.requests();
+    assert_eq!(requests.iter().map(|r| r.method.as_str()).collect::<Vec<_>>(), ["GET", "GET", "GET", "POST"]);
+    let host = format!("{INVALID_HOST}:{}", server.port);
+    for r in &requests {
+        assert_eq!(r.sni.as_deref(), Some(INVALID_HOST), "{r:?}");
+        assert_eq!(r.host.as_deref(), Some(host.as_str()), "{r:?}");
+    }
+    assert_ne!(requests[0].conn, requests[1].conn, "{requests:?}");
+}
+
+#[test]
+fn without_address_a_host_that_does_not_resolve_is_a_fallback() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![], Reply::State("Removed", None));
+    let dir = Dir::new("noaddress", &pki.ca_pem, Some("1"));
+    let run = run_wait(&dir.0, &server.invalid_url(), 5, 30, &[]);
+    assert_eq!(run.outcome(), "Fallback", "{}", run.stderr);
+    // getaddrinfo's error ("io: failed to lookup address information: ..."), or ureq's when no address came back
+    assert!(run.stderr.contains("(fallback 1 s): ") && (run.stderr.contains("lookup") || run.stderr.contains("host not found")), "{}", run.stderr);
+    assert!(run.elapsed >= secs(1.0) && run.elapsed < secs(3.0), "{:?}", run.elapsed);
+    assert!(server.requests().is_empty());
+}
+
+#[test]
+fn address_still_verifies_the_certificate_against_the_urls_host() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![], Reply::State("Removed", None));
+    let dir = Dir::new("addressname", &pki.ca_pem, Some("1"));
+    let address = format!("127.0.0.1:{}", server.port);
+    // the right server, the right CA, a name its certificate does not hold
+    let url = format!("https://other.example.invalid:{}/wait/v1", server.port);
+    let run = run_wait(&dir.0, &url, 5, 30, &["--address", &address]);
+    assert_eq!(run.outcome(), "Fallback", "{}", run.stderr);
+    assert!(run.stderr.contains("(fallback 1 s): ") && run.stderr.contains("invalid peer certificate"), "{}", run.stderr);
+    assert!(run.elapsed >= secs(1.0) && run.elapsed < secs(2.5), "{:?}", run.elapsed);
+    assert!(server.requests().is_empty());
+}
+
+#[test]
+fn address_in_ipv6() {
+    let pki = pki();
+    let Ok(server) = Server::start_on(&pki, "[::1]:0", vec![Reply::State("Removed", Some(0.0))], Reply::Hold) else {
+        eprintln!("skipped: cannot listen on [::1] here");
+        return;
+    };
+    let dir = Dir::new("address6", &pki.ca_pem, Some("5"));
+    let address = format!("[::1]:{}", server.port);
+    let run = run_wait(&dir.0, &server.invalid_url(), 5, 30, &["--address", &address]);
+    assert_eq!(run.outcome(), "Removed", "{}", run.stderr);
+    assert!(run.elapsed < secs(1.0), "{:?}", run.elapsed);
+    let gets = server.gets();
+    assert_eq!((gets.len(), gets[0].sni.as_deref()), (1, Some(INVALID_HOST)));
+    assert_eq!(server.reports().len(), 1);
+}
+
+#[test]
+fn only_ca_admission_crt_is_enough() {
+    // a namespace of the cluster's default policy: no ConfigMap, so no ca.crt
+    let pki = pki();
+    let server = Server::start(&pki, vec![Reply::State("Removed", Some(0.0))], Reply::Hold);
+    let dir = Dir::new("admissiononly", &pki.ca_pem, Some("5"));
+    std::fs::remove_file(dir.0.join("ca.crt")).unwrap();
+    std::fs::write(dir.0.join("ca-admission.crt"), &pki.ca_pem).unwrap();
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert_eq!(run.outcome(), "Removed", "{}", run.stderr);
+    assert!(run.elapsed < secs(1.0), "{:?}", run.elapsed);
+    assert_eq!(server.gets().len(), 1);
+}
+
+#[test]
+fn an_empty_ca_crt_turns_to_ca_admission_crt() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![Reply::State("Removed", Some(0.0))], Reply::Hold);
+    let dir = Dir::new("emptyca", "", Some("5"));
+    std::fs::write(dir.0.join("ca-admission.crt"), &pki.ca_pem).unwrap();
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert_eq!(run.outcome(), "Removed", "{}", run.stderr);
+    assert!(run.elapsed < secs(1.0), "{:?}", run.elapsed);
+    assert_eq!(server.gets().len(), 1);
+}
+
+#[test]
+fn a_ca_crt_with_a_certificate_is_used_even_when_ca_admission_crt_is_there() {
+    // ca.crt is the current CA (the ConfigMap follows rotation): it wins, right or wrong
+    let (pki, other) = (pki(), pki());
+    let server = Server::start(&pki, vec![], Reply::State("Removed", None));
+    let dir = Dir::new("caprecedence", &other.ca_pem, Some("1"));
+    std::fs::write(dir.0.join("ca-admission.crt"), &pki.ca_pem).unwrap();
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert_eq!(run.outcome(), "Fallback", "{}", run.stderr);
+    assert!(run.stderr.contains("invalid peer certificate"), "{}", run.stderr);
+    assert!(server.requests().is_empty());
+}
+
+#[test]
+fn neither_ca_file_is_a_fallback_naming_both() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![], Reply::State("Removed", None));
+    // the downward API's empty file for an absent annotation, and no or an empty ConfigMap key
+    for (name, ca, reason) in [
+        ("neither-missing", None, "ca.crt: missing; ca-admission.crt: empty"),
+        ("neither-empty", Some("\n"), "ca.crt: empty; ca-admission.crt: empty"),
+        ("neither-bad", Some("not a certificate"), "ca.crt: no usable certificate; ca-admission.crt: empty"),
+    ] {
+        let dir = Dir::new(name, ca.unwrap_or(""), Some("1"));
+        if ca.is_none() {
+            std::fs::remove_file(dir.0.join("ca.crt")).unwrap();
+        }
+        std::fs::write(dir.0.join("ca-admission.crt"), "").unwrap();
+        let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+        assert!(run.stderr.ends_with(&format!("safe-termination-wait: Fallback after 1.0 s (fallback 1 s): {reason}\n")), "{name}: {}", run.stderr);
+        assert!(run.elapsed >= secs(1.0) && run.elapsed < secs(2.5), "{name}: {:?}", run.elapsed);
+    }
     assert!(server.requests().is_empty());
 }
 

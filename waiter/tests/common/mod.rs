@@ -1,6 +1,6 @@
-//! What the integration tests share: a CA and a "localhost" certificate from rcgen, a scripted
-//! HTTPS server on 127.0.0.1 (rustls on ring, HTTP/1.1 with keep-alive, written here), the
-//! files of a `--dir`, and a run of the built binary.
+//! What the integration tests share: a CA and a server certificate from rcgen (for `localhost`
+//! and [`INVALID_HOST`]), a scripted HTTPS server on 127.0.0.1 (rustls on ring, HTTP/1.1 with
+//! keep-alive, written here), the files of a `--dir`, and a run of the built binary.
 
 #![allow(dead_code)]
 
@@ -18,7 +18,11 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_safe-termination-wait");
 
-/// A CA and a server certificate for "localhost" that it signed.
+/// A name the server certificate also holds that never resolves (`.invalid`, RFC 6761): a URL
+/// with it reaches the server only through `--address`.
+pub const INVALID_HOST: &str = "wait.example.invalid";
+
+/// A CA and a server certificate for "localhost" and [`INVALID_HOST`] that it signed.
 pub struct Pki {
     pub ca_pem: String,
     ca_der: Vec<u8>,
@@ -34,7 +38,7 @@ pub fn pki() -> Pki {
     let ca_key = KeyPair::generate().unwrap();
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca_params, ca_key);
-    let mut leaf_params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    let mut leaf_params = CertificateParams::new(vec!["localhost".to_string(), INVALID_HOST.to_string()]).unwrap();
     leaf_params.distinguished_name.push(DnType::CommonName, "localhost");
     leaf_params.use_authority_key_identifier_extension = true;
     let leaf_key = KeyPair::generate().unwrap();
@@ -61,6 +65,10 @@ pub struct Request {
     pub method: String,
     pub target: String,
     pub authorization: Option<String>,
+    /// The Host header.
+    pub host: Option<String>,
+    /// The server name the client sent in its TLS handshake (SNI).
+    pub sni: Option<String>,
     pub body: Vec<u8>,
     /// Which TCP connection (0, 1, ...) it came on.
     pub conn: usize,
@@ -79,8 +87,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Serves `script` (then `then` for ever) with the certificate of `pki`.
+    /// Serves `script` (then `then` for ever) with the certificate of `pki`, on 127.0.0.1.
     pub fn start(pki: &Pki, script: Vec<Reply>, then: Reply) -> Server {
+        Server::start_on(pki, "127.0.0.1:0", script, then).unwrap()
+    }
+
+    /// As [`Server::start`], listening on `bind` (an address with port 0); an error when it
+    /// cannot listen there (`[::1]:0` on a host without IPv6).
+    pub fn start_on(pki: &Pki, bind: &str, script: Vec<Reply>, then: Reply) -> std::io::Result<Server> {
         #[allow(deprecated)]
         let provider = rustls::crypto::ring::default_provider();
         let config = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
@@ -93,7 +107,7 @@ impl Server {
             )
             .unwrap();
         let config = Arc::new(config);
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = TcpListener::bind(bind)?;
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(Mutex::new(State { script: script.into(), then, requests: Vec::new() }));
         let shared = state.clone();
@@ -106,11 +120,16 @@ impl Server {
                 std::thread::spawn(move || serve_connection(tcp, conn, config, state));
             }
         });
-        Server { port, state }
+        Ok(Server { port, state })
     }
 
     pub fn url(&self) -> String {
         format!("https://localhost:{}/wait/v1", self.port)
+    }
+
+    /// The URL with [`INVALID_HOST`] (and this server's port).
+    pub fn invalid_url(&self) -> String {
+        format!("https://{INVALID_HOST}:{}/wait/v1", self.port)
     }
 
     pub fn requests(&self) -> Vec<Request> {
@@ -147,7 +166,9 @@ fn serve_connection(tcp: TcpStream, conn: usize, config: Arc<rustls::ServerConfi
     let Ok(tls) = rustls::ServerConnection::new(config) else { return };
     let mut stream = BufReader::new(rustls::StreamOwned::new(tls, tcp));
     loop {
-        let Some(request) = read_request(&mut stream, conn) else { return };
+        let Some(mut request) = read_request(&mut stream, conn) else { return };
+        // the handshake is over once a request was read
+        request.sni = stream.get_ref().conn.server_name().map(str::to_string);
         let reply = if request.method == "POST" {
             Reply::Raw(200, b"{}".to_vec())
         } else {
@@ -183,7 +204,7 @@ fn read_request<R: BufRead>(r: &mut R, conn: usize) -> Option<Request> {
     }
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next()?.to_string(), parts.next()?.to_string());
-    let (mut authorization, mut length) = (None, 0usize);
+    let (mut authorization, mut host, mut length) = (None, None, 0usize);
     loop {
         let mut header = String::new();
         r.read_line(&mut header).ok()?;
@@ -194,13 +215,14 @@ fn read_request<R: BufRead>(r: &mut R, conn: usize) -> Option<Request> {
         let (name, value) = header.split_once(':')?;
         match name.to_ascii_lowercase().as_str() {
             "authorization" => authorization = Some(value.trim().to_string()),
+            "host" => host = Some(value.trim().to_string()),
             "content-length" => length = value.trim().parse().ok()?,
             _ => {}
         }
     }
     let mut body = vec![0; length];
     r.read_exact(&mut body).ok()?;
-    Some(Request { method, target, authorization, body, conn })
+    Some(Request { method, target, authorization, host, sni: None, body, conn })
 }
 
 /// A port on 127.0.0.1 that nothing listens on.
