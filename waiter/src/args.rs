@@ -176,6 +176,18 @@ mod tests {
     }
 
     #[test]
+    fn every_policy_accepted_goes_in_the_query_unescaped() {
+        // the GET sends `policy=NAME` as it is (the crate has no percent-encoder)
+        for b in 0..=u8::MAX {
+            let name = format!("a{}a", b as char);
+            if check_policy(&name).is_ok() {
+                assert_eq!(crate::http::check_query_value(&name), Ok(()), "{name:?}");
+            }
+        }
+        assert_eq!(crate::http::check_query_value(&"a.b-c".repeat(50)), Ok(()));
+    }
+
+    #[test]
     fn addresses() {
         let address = |value: &str| {
             let mut a = v(MIN);

@@ -99,6 +99,7 @@ fn usage_error(message: &str, may_be_hook: bool) -> ExitCode {
 }
 
 /// The monotonic clock from t0.
+#[derive(Clone, Copy)]
 struct RealClock(Instant);
 
 impl Clock for RealClock {
@@ -119,15 +120,18 @@ fn wait(a: &args::WaitArgs, t0: Instant) {
     let ready = connect(a).map(|h| transport = Some(h));
     let decision = machine::decide(plan, ready, &clock, &mut transport);
 
-    // the report, from a thread started at the decision; not awaited past the wait + 0.3 s
+    // the report, from a thread started at the decision: its POSTs (sent again on a new
+    // connection while the answer is NotLeader) end within 1 s of it; not awaited past the
+    // wait + 0.3 s (the process ends, and the thread with it)
+    let report_until = clock.now() + http::REPORT_TIMEOUT;
     let report = transport.as_ref().and_then(|http| {
-        let reporter = http.reporter();
+        let mut reporter = http.reporter();
         let body = http::report_body(&decision, plan.fallback);
         let (done_tx, done_rx) = mpsc::sync_channel::<()>(1);
         std::thread::Builder::new()
             .name("report".into())
             .spawn(move || {
-                let _ = reporter.report(body);
+                let _ = reporter.report(&body, &clock, report_until);
                 let _ = done_tx.send(());
             })
             .ok()
@@ -143,9 +147,10 @@ fn wait(a: &args::WaitArgs, t0: Instant) {
 }
 
 /// The token and the CA of `--dir` (`ca.crt`, else `ca-admission.crt`: [`files::read_ca`]),
-/// and the endpoint: a doubt when the token or both CA files are missing or bad.
+/// and the endpoint: a doubt when the token or both CA files are missing or bad (or when the
+/// policy could not go in the query, which `args` already rules out).
 fn connect(a: &args::WaitArgs) -> Result<http::Http, String> {
     let token = files::read_bounded(&a.dir.join("token"), files::MAX_TOKEN).and_then(|b| files::parse_token(&b)).map_err(|e| format!("token: {e}"))?;
     let ca = files::read_ca(&a.dir, http::parse_ca)?;
-    Ok(http::Http::new(&a.url, &token, ca, a.address))
+    http::Http::new(&a.url, &a.policy, &token, ca, a.address)
 }

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Dir, INVALID_HOST, Reply, Server, closed_port, pki, run_wait, token};
+use common::{Dir, INVALID_HOST, NOT_LEADER_BODY, Reply, Server, closed_port, pki, run_wait, token};
 use serde_json::json;
 
 fn secs(s: f64) -> Duration {
@@ -28,7 +28,7 @@ fn waiting_waiting_removed_ends_after_the_margin_well_before_the_fallback() {
     let gets = server.gets();
     assert_eq!(gets.len(), 3);
     for g in &gets {
-        assert_eq!(g.target, "/wait/v1?timeoutSeconds=10");
+        assert_eq!(g.target, "/wait/v1?timeoutSeconds=10&policy=web");
         // the token file's content (trimmed), as a bearer token
         assert_eq!(g.authorization.as_deref(), Some(format!("Bearer {}", token("removed")).as_str()));
     }
@@ -124,7 +124,7 @@ fn a_deadline_shorter_than_the_fallback_ends_at_the_deadline() {
     assert_eq!(run.outcome(), "Deadline", "{}", run.stderr);
     assert!(run.stderr.trim_end().ends_with("(fallback 2 s)"), "{}", run.stderr);
     assert!(run.elapsed >= secs(2.0) && run.elapsed < secs(2.7), "{:?}", run.elapsed);
-    assert_eq!(server.gets()[0].target, "/wait/v1?timeoutSeconds=2");
+    assert_eq!(server.gets()[0].target, "/wait/v1?timeoutSeconds=2&policy=web");
     let reports = server.reports();
     assert_eq!(reports.len(), 1);
     assert_eq!((&reports[0]["outcome"], &reports[0]["fallbackSeconds"]), (&json!("Deadline"), &json!(2)));
@@ -139,7 +139,7 @@ fn poll_seconds_bound_each_long_poll() {
     assert_eq!(run.outcome(), "LastEndpoint", "{}", run.stderr);
     assert!(run.elapsed >= secs(1.0) && run.elapsed < secs(2.5), "{:?}", run.elapsed);
     let targets: Vec<String> = server.gets().into_iter().map(|g| g.target).collect();
-    assert_eq!(targets, vec!["/wait/v1?timeoutSeconds=1", "/wait/v1?timeoutSeconds=1"]);
+    assert_eq!(targets, vec!["/wait/v1?timeoutSeconds=1&policy=web", "/wait/v1?timeoutSeconds=1&policy=web"]);
 }
 
 #[test]
@@ -167,6 +167,156 @@ fn not_leader_is_asked_again_on_a_new_connection() {
     let conns: Vec<usize> = server.gets().iter().map(|g| g.conn).collect();
     assert_eq!(conns.len(), 3);
     assert!(conns[0] != conns[1] && conns[1] != conns[2] && conns[0] != conns[2], "{conns:?}");
+}
+
+#[test]
+fn every_get_names_the_policy() {
+    // the server adds the policy's extraSeconds to the margin: it is told which policy
+    let pki = pki();
+    let script = vec![Reply::State("Waiting", None), Reply::not_leader(), Reply::State("Removed", Some(0.0))];
+    let server = Server::start(&pki, script, Reply::Hold);
+    let dir = Dir::new("policyquery", &pki.ca_pem, None);
+    std::fs::write(dir.0.join("web-2.prod.preStopSeconds"), "3").unwrap();
+    let url = server.url();
+    let args = ["wait", "--url", &url, "--policy", "web-2.prod", "--fallback-seconds", "7", "--deadline-seconds", "30", "--dir", dir.0.to_str().unwrap()];
+    let run = common::run(&args);
+    assert_eq!(run.outcome(), "Removed", "{}", run.stderr);
+    // the policy's file, not N: the same name
+    assert!(run.stderr.trim_end().ends_with("(fallback 3 s)"), "{}", run.stderr);
+    let gets = server.gets();
+    assert_eq!(gets.len(), 3);
+    for g in &gets {
+        assert_eq!(g.target, "/wait/v1?timeoutSeconds=10&policy=web-2.prod");
+        assert_eq!((g.query("timeoutSeconds"), g.query("policy")), (Some("10"), Some("web-2.prod")));
+    }
+    // the report's URL has no query
+    assert_eq!(server.posts(1).iter().map(|p| p.target.as_str()).collect::<Vec<_>>(), ["/wait/v1/report"]);
+}
+
+#[test]
+fn a_421_not_leader_is_asked_again_on_a_new_connection() {
+    // the operator's replicas that do not lead answer HTTP 421 with {"state":"NotLeader"}
+    let pki = pki();
+    let script = vec![Reply::not_leader(), Reply::not_leader(), Reply::State("Removed", Some(0.0))];
+    let server = Server::start(&pki, script, Reply::Hold);
+    let dir = Dir::new("notleader421", &pki.ca_pem, Some("5"));
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert_eq!(run.outcome(), "Removed", "{}", run.stderr);
+    assert!(run.elapsed < secs(1.0), "{:?}", run.elapsed);
+    let conns: Vec<usize> = server.gets().iter().map(|g| g.conn).collect();
+    assert_eq!(conns.len(), 3);
+    assert!(conns[0] != conns[1] && conns[1] != conns[2] && conns[0] != conns[2], "{conns:?}");
+
+    // a 421 that does not say NotLeader is a doubt like any other status
+    let server = Server::start(&pki, vec![Reply::Raw(421, b"Misdirected Request".to_vec())], Reply::State("Removed", None));
+    let dir = Dir::new("misdirected", &pki.ca_pem, Some("1"));
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert!(run.stderr.ends_with("(fallback 1 s): HTTP status 421\n"), "{}", run.stderr);
+    assert_eq!(server.gets().len(), 1);
+}
+
+#[test]
+fn a_not_leader_report_is_sent_again_on_new_connections_until_the_leader_keeps_it() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![Reply::State("Removed", Some(0.0))], Reply::Hold);
+    server.answer_reports(vec![Reply::not_leader(), Reply::not_leader()], Reply::Raw(204, Vec::new()));
+    let dir = Dir::new("reportleader", &pki.ca_pem, Some("5"));
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert_eq!(run.outcome(), "Removed", "{}", run.stderr);
+    assert!(run.elapsed < secs(1.0), "{:?}", run.elapsed);
+
+    let posts = server.posts(3);
+    assert_eq!(posts.len(), 3, "{posts:?}");
+    // three POSTs, each on a connection of its own (the Service balances each anew)
+    let conns: Vec<usize> = posts.iter().map(|p| p.conn).collect();
+    assert!(conns[0] != conns[1] && conns[1] != conns[2] && conns[0] != conns[2], "{conns:?}");
+    // as many TLS connections as the requests came on: no other one was opened
+    let mut all: Vec<usize> = server.requests().iter().map(|r| r.conn).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(server.tls_connections(), all.len(), "{all:?}");
+    assert!(server.tls_connections() >= 3);
+    // the same report each time, with the token
+    for p in &posts {
+        assert_eq!(p.target, "/wait/v1/report");
+        assert_eq!(p.body, posts[0].body);
+        assert_eq!(p.authorization.as_deref(), Some(format!("Bearer {}", token("reportleader")).as_str()));
+    }
+    let report: serde_json::Value = serde_json::from_slice(&posts[0].body).unwrap();
+    assert_eq!((&report["outcome"], &report["fallbackSeconds"], &report["reason"]), (&json!("Removed"), &json!(5), &json!("")));
+    // nothing after the 204
+    std::thread::sleep(secs(0.3));
+    assert_eq!(server.posts(3).len(), 3);
+}
+
+#[test]
+fn a_report_is_sent_eight_times_at_most() {
+    let pki = pki();
+    // a margin of 1 s: the hook lives as long as the report's bound
+    let server = Server::start(&pki, vec![Reply::State("Removed", Some(1.0))], Reply::Hold);
+    server.answer_reports(vec![], Reply::not_leader());
+    let dir = Dir::new("report8", &pki.ca_pem, Some("5"));
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert_eq!(run.outcome(), "Removed", "{}", run.stderr);
+    std::thread::sleep(secs(0.3));
+    let posts = server.posts(8);
+    assert_eq!(posts.len(), 8, "{posts:?}");
+    let mut conns: Vec<usize> = posts.iter().map(|p| p.conn).collect();
+    conns.sort();
+    conns.dedup();
+    assert_eq!(conns.len(), 8, "{conns:?}");
+    assert!(posts.iter().all(|p| p.body == posts[0].body));
+}
+
+#[test]
+fn any_other_report_answer_ends_the_retries() {
+    let pki = pki();
+    for (name, answers, sent) in [
+        ("report500", vec![Reply::not_leader(), Reply::Raw(500, b"oops".to_vec())], 2),
+        ("report421", vec![Reply::Raw(421, br#"{"state":"Unknown"}"#.to_vec())], 1),
+        ("report200", vec![Reply::Raw(200, NOT_LEADER_BODY.to_vec())], 1),
+        ("reportclose", vec![Reply::not_leader(), Reply::Close], 2),
+    ] {
+        let server = Server::start(&pki, vec![Reply::State("Removed", Some(1.0))], Reply::Hold);
+        server.answer_reports(answers, Reply::not_leader());
+        let dir = Dir::new(name, &pki.ca_pem, Some("5"));
+        let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+        assert_eq!(run.outcome(), "Removed", "{name}: {}", run.stderr);
+        std::thread::sleep(secs(0.3));
+        assert_eq!(server.posts(sent).len(), sent, "{name}");
+    }
+}
+
+#[test]
+fn the_report_retries_end_within_a_second_of_the_decision() {
+    let pki = pki();
+    // a margin of 3 s: the hook outlives the report's bound; each NotLeader takes 0.3 s
+    let server = Server::start(&pki, vec![Reply::State("Removed", Some(3.0))], Reply::Hold);
+    server.answer_reports(vec![], Reply::Slow(secs(0.3), Box::new(Reply::not_leader())));
+    let dir = Dir::new("reportbound", &pki.ca_pem, Some("9"));
+    let run = run_wait(&dir.0, &server.url(), 9, 30, &[]);
+    assert_eq!(run.outcome(), "Removed", "{}", run.stderr);
+    assert!(run.elapsed >= secs(3.0) && run.elapsed < secs(4.0), "{:?}", run.elapsed);
+    let decided = server.gets()[0].at;
+    let posts = server.posts(1);
+    // POSTs started at about 0, 0.3, 0.6 and 0.9 s: none after 1 s
+    assert!((2..=4).contains(&posts.len()), "{posts:?}");
+    for p in &posts {
+        assert!(p.at.duration_since(decided) < secs(1.15), "{:?}", p.at.duration_since(decided));
+    }
+}
+
+#[test]
+fn report_retries_do_not_keep_the_hook_past_the_wait_and_0_3_s() {
+    let pki = pki();
+    let server = Server::start(&pki, vec![Reply::State("LastEndpoint", None)], Reply::Hold);
+    server.answer_reports(vec![], Reply::Slow(secs(0.2), Box::new(Reply::not_leader())));
+    let dir = Dir::new("reportgrace", &pki.ca_pem, Some("5"));
+    let run = run_wait(&dir.0, &server.url(), 5, 30, &[]);
+    assert_eq!(run.outcome(), "LastEndpoint", "{}", run.stderr);
+    assert!(run.elapsed < secs(0.8), "{:?}", run.elapsed);
+    // the first POST and perhaps a second, cut when the process ended
+    assert!((1..=2).contains(&server.posts(1).len()));
 }
 
 #[test]

@@ -46,7 +46,7 @@ pub fn pki() -> Pki {
     Pki { ca_pem: ca.pem(), ca_der: ca.der().to_vec(), leaf_der: leaf.der().to_vec(), leaf_key: leaf_key.serialize_der() }
 }
 
-/// What the server answers to one GET.
+/// What the server answers to one GET or report POST.
 #[derive(Clone, Debug)]
 pub enum Reply {
     /// A JSON state, at once: `{"state": STATE}` (plus a margin when given).
@@ -57,6 +57,18 @@ pub enum Reply {
     Hold,
     /// Close the connection without an answer.
     Close,
+    /// The other reply, after a pause.
+    Slow(Duration, Box<Reply>),
+}
+
+/// The operator's body of a replica that does not lead (with HTTP 421).
+pub const NOT_LEADER_BODY: &[u8] = br#"{"state":"NotLeader","detail":"this replica does not lead"}"#;
+
+impl Reply {
+    /// What a replica that does not lead answers, GETs and reports alike: 421 NotLeader.
+    pub fn not_leader() -> Reply {
+        Reply::Raw(421, NOT_LEADER_BODY.to_vec())
+    }
 }
 
 /// One request the server read.
@@ -72,6 +84,16 @@ pub struct Request {
     pub body: Vec<u8>,
     /// Which TCP connection (0, 1, ...) it came on.
     pub conn: usize,
+    /// When it was read.
+    pub at: Instant,
+}
+
+impl Request {
+    /// The value of the query parameter `name`, as sent.
+    pub fn query(&self, name: &str) -> Option<&str> {
+        let (_, query) = self.target.split_once('?')?;
+        query.split('&').find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+    }
 }
 
 struct State {
@@ -79,11 +101,16 @@ struct State {
     /// What answers once the script is used up.
     then: Reply,
     requests: Vec<Request>,
+    /// What answers the report POSTs, in turn, then `reports_then` (200 `{}` unless told).
+    reports: VecDeque<Reply>,
+    reports_then: Reply,
 }
 
 pub struct Server {
     pub port: u16,
     state: Arc<Mutex<State>>,
+    /// TLS connections accepted (handshake complete).
+    tls_connections: Arc<AtomicUsize>,
 }
 
 impl Server {
@@ -109,18 +136,38 @@ impl Server {
         let config = Arc::new(config);
         let listener = TcpListener::bind(bind)?;
         let port = listener.local_addr().unwrap().port();
-        let state = Arc::new(Mutex::new(State { script: script.into(), then, requests: Vec::new() }));
+        let state = Arc::new(Mutex::new(State {
+            script: script.into(),
+            then,
+            requests: Vec::new(),
+            reports: VecDeque::new(),
+            reports_then: Reply::Raw(200, b"{}".to_vec()),
+        }));
         let shared = state.clone();
         let conns = Arc::new(AtomicUsize::new(0));
+        let tls_connections = Arc::new(AtomicUsize::new(0));
+        let handshakes = tls_connections.clone();
         std::thread::spawn(move || {
             for tcp in listener.incoming() {
                 let Ok(tcp) = tcp else { continue };
                 let conn = conns.fetch_add(1, Ordering::SeqCst);
-                let (config, state) = (config.clone(), shared.clone());
-                std::thread::spawn(move || serve_connection(tcp, conn, config, state));
+                let (config, state, handshakes) = (config.clone(), shared.clone(), handshakes.clone());
+                std::thread::spawn(move || serve_connection(tcp, conn, config, state, handshakes));
             }
         });
-        Ok(Server { port, state })
+        Ok(Server { port, state, tls_connections })
+    }
+
+    /// Answers the report POSTs with `script` in turn, then `then` for ever.
+    pub fn answer_reports(&self, script: Vec<Reply>, then: Reply) {
+        let mut s = self.state.lock().unwrap();
+        s.reports = script.into();
+        s.reports_then = then;
+    }
+
+    /// The TLS connections accepted so far (handshake complete).
+    pub fn tls_connections(&self) -> usize {
+        self.tls_connections.load(Ordering::SeqCst)
     }
 
     pub fn url(&self) -> String {
@@ -140,7 +187,19 @@ impl Server {
         self.requests().into_iter().filter(|r| r.method == "GET").collect()
     }
 
-    /// The report POSTs, waiting up to 2 s for at least one.
+    /// The report POSTs, waiting up to 2 s for at least `n`.
+    pub fn posts(&self, n: usize) -> Vec<Request> {
+        let until = Instant::now() + Duration::from_secs(2);
+        loop {
+            let posts: Vec<Request> = self.requests().into_iter().filter(|r| r.method == "POST").collect();
+            if posts.len() >= n || Instant::now() > until {
+                return posts;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The report POSTs' bodies, waiting up to 2 s for at least one.
     pub fn reports(&self) -> Vec<serde_json::Value> {
         let until = Instant::now() + Duration::from_secs(2);
         loop {
@@ -161,23 +220,35 @@ impl Server {
     }
 }
 
-fn serve_connection(tcp: TcpStream, conn: usize, config: Arc<rustls::ServerConfig>, state: Arc<Mutex<State>>) {
+fn serve_connection(mut tcp: TcpStream, conn: usize, config: Arc<rustls::ServerConfig>, state: Arc<Mutex<State>>, handshakes: Arc<AtomicUsize>) {
     let _ = tcp.set_read_timeout(Some(Duration::from_secs(30)));
-    let Ok(tls) = rustls::ServerConnection::new(config) else { return };
+    let Ok(mut tls) = rustls::ServerConnection::new(config) else { return };
+    while tls.is_handshaking() {
+        if tls.complete_io(&mut tcp).is_err() {
+            return;
+        }
+    }
+    handshakes.fetch_add(1, Ordering::SeqCst);
     let mut stream = BufReader::new(rustls::StreamOwned::new(tls, tcp));
     loop {
         let Some(mut request) = read_request(&mut stream, conn) else { return };
-        // the handshake is over once a request was read
         request.sni = stream.get_ref().conn.server_name().map(str::to_string);
-        let reply = if request.method == "POST" {
-            Reply::Raw(200, b"{}".to_vec())
-        } else {
+        let mut reply = {
             let mut s = state.lock().unwrap();
-            let then = s.then.clone();
-            s.script.pop_front().unwrap_or(then)
+            if request.method == "POST" {
+                let then = s.reports_then.clone();
+                s.reports.pop_front().unwrap_or(then)
+            } else {
+                let then = s.then.clone();
+                s.script.pop_front().unwrap_or(then)
+            }
         };
-        let timeout_seconds: u64 = request.target.split("timeoutSeconds=").nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let timeout_seconds: u64 = request.query("timeoutSeconds").and_then(|v| v.parse().ok()).unwrap_or(0);
         state.lock().unwrap().requests.push(request);
+        while let Reply::Slow(pause, then) = reply {
+            std::thread::sleep(pause);
+            reply = *then;
+        }
         let (status, body) = match reply {
             Reply::State(s, None) => (200, format!(r#"{{"state":"{s}"}}"#).into_bytes()),
             Reply::State(s, Some(m)) => (200, format!(r#"{{"state":"{s}","marginSeconds":{m}}}"#).into_bytes()),
@@ -187,8 +258,11 @@ fn serve_connection(tcp: TcpStream, conn: usize, config: Arc<rustls::ServerConfi
                 (200, br#"{"state":"Waiting"}"#.to_vec())
             }
             Reply::Close => return,
+            Reply::Slow(..) => unreachable!(),
         };
-        let head = format!("HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", body.len());
+        // a 204 has no body, and no Content-Length (RFC 9110)
+        let length = if status == 204 { String::new() } else { format!("Content-Length: {}\r\n", body.len()) };
+        let head = format!("HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n{length}\r\n");
         let out = stream.get_mut();
         if out.write_all(head.as_bytes()).and_then(|()| out.write_all(&body)).and_then(|()| out.flush()).is_err() {
             return;
@@ -222,7 +296,7 @@ fn read_request<R: BufRead>(r: &mut R, conn: usize) -> Option<Request> {
     }
     let mut body = vec![0; length];
     r.read_exact(&mut body).ok()?;
-    Some(Request { method, target, authorization, host, sni: None, body, conn })
+    Some(Request { method, target, authorization, host, sni: None, body, conn, at: Instant::now() })
 }
 
 /// A port on 127.0.0.1 that nothing listens on.
