@@ -270,20 +270,23 @@ pub fn plans() -> &'static [Plan] {
         };
         let exec_only = TerminationPolicySpec { pre_stop: PreStopSpec { handler: PreStopHandler::Exec, ..exec.pre_stop.clone() }, ..exec.clone() };
         let audit = TerminationPolicySpec { mode: EnforcementMode::Audit, ..base.clone() };
+        let wait = TerminationPolicySpec { pre_stop: PreStopSpec { handler: PreStopHandler::Wait, ..base.pre_stop.clone() }, ..base.clone() };
         let long = TerminationPolicySpec {
             pre_stop: PreStopSpec { max_seconds: 3600, ..base.pre_stop.clone() },
             grace: GraceSpec { max_seconds: 60, ..base.grace.clone() },
             ..base.clone()
         };
         vec![
-            Plan { policies: Vec::new(), default_policy: policy(TerminationPolicySpec::default(), 10), capabilities: native },
+            Plan { policies: Vec::new(), default_policy: policy(TerminationPolicySpec::default(), 10), capabilities: native, wait: Default::default() },
             Plan {
                 policies: vec![PlanPolicy { namespace: "team".into(), name: "exec-only".into(), spec: exec_only, pre_stop_seconds: 7 }],
                 default_policy: policy(exec, 45),
                 capabilities: Capabilities { native_sleep: false },
+                wait: Default::default(),
             },
-            Plan { policies: Vec::new(), default_policy: policy(audit, 10), capabilities: native },
-            Plan { policies: Vec::new(), default_policy: policy(long, 700), capabilities: native },
+            Plan { policies: Vec::new(), default_policy: policy(audit, 10), capabilities: native, wait: Default::default() },
+            Plan { policies: Vec::new(), default_policy: policy(long, 700), capabilities: native, wait: Default::default() },
+            Plan { policies: Vec::new(), default_policy: policy(wait, 5), capabilities: native, wait: Default::default() },
         ]
     })
 }
@@ -333,7 +336,7 @@ pub fn decodable(body: &[u8]) -> Option<String> {
 /// most 120 characters; a patch is base64 JSONPatch with `patch_ops` operations that applies
 /// to the whole `request.object`, and the patched pod passes [`check_patched`].
 pub fn review_body(data: &[u8]) {
-    let plan = &plans()[data.len() % 4];
+    let plan = &plans()[data.len() % plans().len()];
     let out = review(data, plan, services());
     assert!(!out.fail_open, "internal error (fail open): {}", String::from_utf8_lossy(&out.body));
     let Some(uid) = decodable(data) else {
@@ -369,7 +372,13 @@ pub fn review_body(data: &[u8]) {
 }
 
 /// The operator's own annotations, the only user-visible values a patch may replace.
-const OWN_ANNOTATIONS: [&str; 3] = ["safetermination.io/prestop-seconds", "safetermination.io/policy", "safetermination.io/audit-prestop-seconds"];
+const OWN_ANNOTATIONS: [&str; 5] = [
+    "safetermination.io/prestop-seconds",
+    "safetermination.io/policy",
+    "safetermination.io/audit-prestop-seconds",
+    "safetermination.io/prestop-handler",
+    "safetermination.io/wait-ca",
+];
 
 /// The pod after a patch keeps the rules the API server enforces, and the user's values:
 /// - the grace period is never lowered (R2), and every preStop sleep the patch added (native
@@ -398,9 +407,14 @@ fn check_patched(original: &Value, patched: &Value) {
         let hook = hook.unwrap_or(&Value::Null);
         let sleep = hook.pointer("/sleep/seconds").and_then(Value::as_i64).or_else(|| {
             let cmd = hook.pointer("/exec/command").and_then(Value::as_array)?;
+            if cmd.first().and_then(Value::as_str) == Some(safe_termination::core::wait::WAITER_PATH) {
+                // the waiter (handler Wait): its deadline is what the grace must hold
+                let at = cmd.iter().position(|a| a == "--deadline-seconds")?;
+                return cmd.get(at + 1)?.as_str()?.parse().ok();
+            }
             (cmd.len() == 2 && cmd[0] == "sleep").then(|| cmd[1].as_str()?.parse().ok())?
         });
-        let sleep = sleep.unwrap_or_else(|| panic!("container {i}: added preStop {hook} is not a sleep"));
+        let sleep = sleep.unwrap_or_else(|| panic!("container {i}: added preStop {hook} is neither a sleep nor the waiter"));
         assert!(after.is_some_and(|g| sleep <= g), "container {i}: added sleep {sleep} s above the grace {after:?}");
     }
     let mut leaves = Vec::new();
@@ -445,7 +459,7 @@ fn ill_typed_above(pod: &Value, at: &str) -> bool {
 pub fn mutate_yaml(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let Ok(docs) = safe_termination::cli::mutate::documents_of(text, "fuzz.yaml") else { return };
-    let plan = &plans()[data.len() % 4];
+    let plan = &plans()[data.len() % plans().len()];
     for doc in docs.iter().take(64) {
         let Ok((pod, ns)) = safe_termination::cli::mutate::pod_of(doc, "default") else { continue };
         let d = mutate_pod(&pod, &ns, plan, &AssumeServiceBacked as &dyn ServiceIndex);

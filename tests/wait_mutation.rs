@@ -132,7 +132,7 @@ fn every_case_gets_the_waiter_once_with_restricted_parts_and_a_grace_that_holds_
             assert_eq!(arg("--policy"), "web", "{file}");
             assert_eq!(arg("--address"), "10.96.0.20:443", "{file}");
             let deadline: i64 = arg("--deadline-seconds").parse().unwrap();
-            assert!(deadline >= 7 && deadline <= 60, "{file}: deadline {deadline}");
+            assert!((7..=60).contains(&deadline), "{file}: deadline {deadline}");
             assert!(deadline + 30 <= grace || grace > 600 - 1, "{file}: deadline {deadline} leaves the app 30 s of grace {grace}");
             let mounts: Vec<&Value> =
                 c["volumeMounts"].as_array().unwrap().iter().filter(|m| m["name"] == wait::BIN_VOLUME || m["name"] == wait::CONFIG_VOLUME).collect();

@@ -120,6 +120,14 @@ pub struct RunArgs {
     /// and W covers the p99 of what was observed (docs/architecture.md "The observer").
     #[arg(long, env = "SAFE_TERMINATION_OBSERVE_REMOVALS")]
     pub observe_removals: bool,
+    /// The image whose `/safe-termination-wait` the init container of `Wait` policies' pods
+    /// copies (the chart: the operator's own image, by digest when given one).
+    #[arg(long, env = "SAFE_TERMINATION_WAIT_IMAGE")]
+    pub wait_image: Option<String>,
+    /// The serving CA the waiter checks the operator's certificate with, PEM (written on each
+    /// `Wait` pod and in each namespace's ConfigMap; re-read every 30 s).
+    #[arg(long, value_name = "FILE", env = "SAFE_TERMINATION_WAIT_CA_FILE", default_value = "/etc/safe-termination/tls/ca.crt")]
+    pub wait_ca_file: std::path::PathBuf,
     /// Prometheus base URL for `--source prometheus`, and the last fallback of `--source auto`.
     #[arg(long, env = "SAFE_TERMINATION_PROMETHEUS_URL")]
     pub prometheus_url: Option<String>,
@@ -302,7 +310,21 @@ impl RunArgs {
             admission: None,
             metrics: metrics.clone(),
             kube_proxy_metrics: kube_proxy_metrics.clone(),
+            wait: Some(self.wait_settings()),
         })
+    }
+
+    /// Where `Wait` policies' pods find the waiter: the image, the URL of the webhook Service
+    /// (`https://<service>.<namespace>.svc:443/wait/v1`, the name its certificate holds) and the
+    /// CA file.
+    fn wait_settings(&self) -> controller::wait::WaitSettings {
+        let base = crate::core::wait::WaitInjection {
+            image: self.wait_image.clone().unwrap_or_else(|| crate::core::wait::WaitInjection::default().image),
+            url: format!("https://{}.{}.svc:443/wait/v1", self.webhook_service, self.namespace),
+            address: None,
+            ca_pem: String::new(),
+        };
+        controller::wait::WaitSettings { base, ca_file: self.wait_ca_file.clone(), namespace: self.namespace.clone(), service: self.webhook_service.clone() }
     }
 
     /// The admission backend, resolved: `auto` by discovery, and the policy's objects. Errors:
@@ -429,7 +451,15 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
         tasks.spawn("removal observer", controller::observer::run(published.cluster.clone(), agents, shared.clone()));
     }
 
-    let parts = Served { plan: published.plans, services: published.cluster, telemetry, readiness: Readiness::new() };
+    let wait_metrics = crate::webhook::wait::WaitMetrics::new();
+    let _ = telemetry.register("wait", |r| wait_metrics.register(r));
+    let wait = crate::webhook::wait::WaitEndpoint::new(
+        std::sync::Arc::new(controller::wait::KubeTokenReviewer::new(shared.client.clone())),
+        std::sync::Arc::new(controller::wait::IndexWaitSource::new(published.cluster.clone(), shared.leader.clone())),
+        published.plans.clone(),
+        wait_metrics,
+    );
+    let parts = Served { plan: published.plans, services: published.cluster, telemetry, readiness: Readiness::new(), routes: Some(wait.router()) };
     let mut serving = std::pin::pin!(serve_with(&args.serving, listeners, parts, shutdown.clone()));
     let result = tokio::select! {
         r = &mut serving => r,

@@ -104,7 +104,7 @@ pub async fn serve(args: &WebhookArgs, listeners: Listeners, shutdown: Shutdown)
     // a policy file that cannot be read or used is bad input (exit 1), as in every command
     let plan = args.plan.plan()?;
     let telemetry = Telemetry::new();
-    let parts = Served { plan: PlanHandle::with_plan(plan), services: Arc::new(AssumeServiceBacked), readiness: Readiness::new(), telemetry };
+    let parts = Served { plan: PlanHandle::with_plan(plan), services: Arc::new(AssumeServiceBacked), readiness: Readiness::new(), telemetry, routes: None };
     serve_with(&args.serving, listeners, parts, shutdown).await
 }
 
@@ -120,6 +120,8 @@ pub struct Served {
     pub telemetry: Telemetry,
     /// The process's readiness checks.
     pub readiness: Readiness,
+    /// More routes on the same HTTPS server (the operator's preStop waiter endpoint).
+    pub routes: Option<axum::Router>,
 }
 
 /// Serves the HTTPS webhook and the admin port on `listeners` until `shutdown` fires, with
@@ -131,7 +133,7 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
             serving.max_buffered_body_bytes, serving.max_body_bytes
         )));
     }
-    let Served { plan: plan_handle, services, telemetry, readiness } = parts;
+    let Served { plan: plan_handle, services, telemetry, readiness, routes } = parts;
     let metrics = telemetry.webhook().clone();
     let Listeners { webhook: listener, admin } = listeners;
     let addr = |a: std::io::Result<SocketAddr>| a.map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
@@ -173,7 +175,10 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
     tracing::info!(listen = %listen, admin = %admin_listen, cert = %serving.tls_cert_file.display(), "admission webhook serving");
     let serve = server::serve(
         listener,
-        server::router(state),
+        match routes {
+            Some(r) => server::router(state).merge(r),
+            None => server::router(state),
+        },
         tls,
         shutdown.token(),
         Duration::from_secs(serving.drain_seconds),

@@ -13,6 +13,7 @@ pub mod reconcile;
 pub mod service_index;
 pub mod status;
 pub mod tasks;
+pub mod wait;
 
 use crate::runtime::{Shared, Tasks};
 use crate::webhook::server::PlanHandle;
@@ -45,6 +46,9 @@ pub struct Config {
     pub metrics: ControllerMetrics,
     /// The per-node kube-proxy instruments (leader only).
     pub kube_proxy_metrics: KubeProxyMetrics,
+    /// Where `Wait` policies' pods find the waiter (`None`: the chart's defaults, no CA, no
+    /// address, no ConfigMaps).
+    pub wait: Option<wait::WaitSettings>,
 }
 
 /// The resolved admission backend (`--admission-backend`) and the policy's objects.
@@ -75,7 +79,20 @@ pub fn spawn(shared: &Shared, tasks: &mut Tasks, config: Config) -> Published {
     let (native_tx, native_rx) = watch::channel(None);
     let client = &shared.client;
     tasks.spawn("service index", cluster.clone().run(client.clone(), shared.stop.clone()));
-    tasks.spawn("plan publisher", tasks::publish_plans(client.clone(), plans.clone(), native_rx, config.default_policy, shared.stop.clone()));
+    let (injection_tx, injection_rx) = watch::channel(config.wait.as_ref().map(|w| w.base.clone()).unwrap_or_default());
+    if let Some(settings) = config.wait {
+        tasks.spawn("wait injection", wait::keep_injection_current(client.clone(), settings, injection_tx, shared.stop.clone()));
+        tasks.spawn(
+            "wait ConfigMaps",
+            wait::keep_config_maps_current(client.clone(), plans.clone(), injection_rx.clone(), shared.leader.clone(), shared.stop.clone()),
+        );
+    } else {
+        // the sender must outlive the publisher's receiver, or its `changed()` ends the loop
+        tasks.spawn("wait injection", async move {
+            injection_tx.closed().await;
+        });
+    }
+    tasks.spawn("plan publisher", tasks::publish_plans(client.clone(), plans.clone(), native_rx, injection_rx, config.default_policy, shared.stop.clone()));
     tasks.spawn("capability probe", tasks::probe_capabilities(client.clone(), config.namespace, native_tx, config.probe_interval, shared.stop.clone()));
     match config.admission {
         Some(AdmissionConfig { active: crate::core::admission::ActiveBackend::Policy, objects, metrics }) => tasks.spawn(

@@ -11,6 +11,7 @@ use crate::core::annotations::ANNOTATION_PRESTOP_SECONDS;
 use crate::core::control_plane::{DeletionLags, Joined, LagDistribution, SliceEndpoint};
 use crate::core::removals::{DEFAULT_DEADLINE_SECONDS, DataPlaneSummary, PendingRemoval, RemovalStore, RemovalSummary, ServicePort};
 use crate::core::selector::{Labels, ServiceIndex};
+use crate::core::wait::{PodView, WaitRecord, WaitSummary};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -33,12 +34,45 @@ struct ServiceEntry {
     first_port: Option<(String, String, u16)>,
 }
 
+/// What is kept of one EndpointSlice.
+#[derive(Debug, Clone, Default)]
+struct SliceEntry {
+    /// Its endpoints.
+    endpoints: u64,
+    /// Of them, ready ones (`conditions.ready` true or unset: "nil should be interpreted as
+    /// true", EndpointConditions' API doc; a terminating endpoint is never ready).
+    ready: u64,
+    /// Its Service (`kubernetes.io/service-name`; empty when unlabelled).
+    service: String,
+}
+
+/// A joined deletion, as a pod's waiter asks about it: when it was seen, and the removals it
+/// opened (Service port, endpoint); none when no Service with a ClusterIP routes to the pod.
+#[derive(Debug, Clone)]
+struct JoinedDeletion {
+    deleting_at: f64,
+    namespace: String,
+    removals: Vec<(ServicePort, std::net::IpAddr)>,
+    services: Vec<String>,
+}
+
+/// pod UID -> its joined deletion, and (pod UID, when its deletion was seen) oldest first.
+type JoinedForWaiters = (HashMap<String, JoinedDeletion>, std::collections::VecDeque<(String, f64)>);
+
+/// Joined deletions kept for waiters at most (the oldest is dropped past it), and for how long,
+/// seconds (a waiter asks within its pod's grace period, at most a few minutes).
+const MAX_JOINED_FOR_WAITERS: usize = 10_000;
+const JOINED_FOR_WAITERS_SECONDS: f64 = 900.0;
+
 #[derive(Debug, Default)]
 struct Inner {
     /// namespace -> name -> entry
     services: HashMap<String, HashMap<String, ServiceEntry>>,
-    /// (namespace, name) -> endpoint count
-    slices: HashMap<(String, String), u64>,
+    /// (namespace, name) -> the slice's counts
+    slices: HashMap<(String, String), SliceEntry>,
+    /// (namespace, Service) -> its ready endpoints, summed over its slices (a pod's waiter asks
+    /// whether its Service has another: [`ClusterIndex::wait_view`])
+    ready_by_service: HashMap<(String, String), u64>,
     services_synced: bool,
     slices_synced: bool,
 }
@@ -62,7 +96,15 @@ pub struct ClusterIndex {
     /// Observed removals (only while an observer runs: [`ClusterIndex::start_observing`]).
     removals: Mutex<RemovalStore>,
     observing: std::sync::atomic::AtomicBool,
+    /// pod UID -> its joined deletion, while observing (for waiters), oldest first in `joined_order`.
+    joined: Mutex<JoinedForWaiters>,
+    /// Finished preStop waits reported to this replica, oldest first, at most
+    /// [`MAX_WAIT_RECORDS`].
+    waits: Mutex<std::collections::VecDeque<WaitRecord>>,
 }
+
+/// Finished waits kept for the status at most (the oldest is dropped past it).
+pub const MAX_WAIT_RECORDS: usize = 20_000;
 
 /// Drives one watch stream until it ends, handing each event to `on`; a watch error is logged
 /// as `what`'s and the stream goes on (kube-runtime retries with its backoff).
@@ -82,6 +124,17 @@ pub(crate) fn now_unix() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
+impl Inner {
+    /// Moves a slice's ready endpoints in its Service's sum from `old` to `new` (either absent).
+    fn move_ready(&mut self, namespace: &str, old: Option<&SliceEntry>, new: Option<&SliceEntry>) {
+        for (e, add) in [(old, false), (new, true)] {
+            let Some(e) = e.filter(|e| !e.service.is_empty()) else { continue };
+            let sum = self.ready_by_service.entry((namespace.to_string(), e.service.clone())).or_insert(0);
+            *sum = if add { sum.saturating_add(e.ready) } else { sum.saturating_sub(e.ready) };
+        }
+    }
+}
+
 impl ClusterIndex {
     /// Current counts; `None` until both watches have listed once.
     pub fn counts(&self) -> Option<ClusterCounts> {
@@ -91,7 +144,7 @@ impl ClusterIndex {
         }
         let services = g.services.values().map(|m| m.len() as u64).sum();
         let service_ports = g.services.values().flat_map(|m| m.values()).map(|e| e.ports).sum();
-        let endpoints = g.slices.values().sum();
+        let endpoints = g.slices.values().map(|e| e.endpoints).sum();
         Some(ClusterCounts { services, service_ports, endpoints })
     }
 
@@ -206,15 +259,90 @@ impl ClusterIndex {
             let service = e.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name"));
             for j in joined {
                 tracing::debug!(namespace = %j.namespace, pod_uid = %j.pod_uid, lag_seconds = j.lag_seconds, how = j.how, slice = %name, "control plane's part of a deletion");
-                if self.observing.load(std::sync::atomic::Ordering::Relaxed)
-                    && let Some(r) = service.and_then(|svc| self.removal_of(&ns, svc, &j))
-                {
-                    self.with_removals(|s| s.open(r));
+                if self.observing.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = service.and_then(|svc| self.removal_of(&ns, svc, &j));
+                    self.remember_joined(&j, service.map(String::as_str), r.as_ref().map(|r| (r.service.clone(), r.endpoint)));
+                    if let Some(r) = r {
+                        self.with_removals(|s| s.open(r));
+                    }
                 }
             }
         }
+        let entry = SliceEntry {
+            endpoints: e.endpoints.len() as u64,
+            ready: e.endpoints.iter().filter(|ep| ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true)).count() as u64,
+            service: e.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name")).cloned().unwrap_or_default(),
+        };
         if let Ok(mut g) = self.inner.write() {
-            g.slices.insert((ns, name), e.endpoints.len() as u64);
+            let old = g.slices.insert((ns.clone(), name), entry.clone());
+            g.move_ready(&ns, old.as_ref(), Some(&entry));
+        }
+    }
+
+    /// Keeps `j` for its pod's waiter, with the removal it opened (None: no Service with a
+    /// ClusterIP), bounded by [`MAX_JOINED_FOR_WAITERS`] and [`JOINED_FOR_WAITERS_SECONDS`].
+    fn remember_joined(&self, j: &Joined, service: Option<&str>, removal: Option<(ServicePort, std::net::IpAddr)>) {
+        let mut g = self.joined.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (map, order) = &mut *g;
+        while let Some((uid, at)) = order.front() {
+            if order.len() < MAX_JOINED_FOR_WAITERS && j.deleting_at - at <= JOINED_FOR_WAITERS_SECONDS {
+                break;
+            }
+            if map.get(uid).is_some_and(|d| d.deleting_at == *at) {
+                map.remove(uid);
+            }
+            order.pop_front();
+        }
+        let d = map.entry(j.pod_uid.clone()).or_insert_with(|| {
+            order.push_back((j.pod_uid.clone(), j.deleting_at));
+            JoinedDeletion { deleting_at: j.deleting_at, namespace: j.namespace.clone(), removals: Vec::new(), services: Vec::new() }
+        });
+        d.removals.extend(removal);
+        d.services.extend(service.map(str::to_string));
+    }
+
+    /// Keeps a finished wait (reported to this replica) for the status.
+    pub fn record_wait(&self, r: WaitRecord) {
+        let mut g = self.waits.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while g.len() >= MAX_WAIT_RECORDS {
+            g.pop_front();
+        }
+        g.push_back(r);
+    }
+
+    /// The waits of `namespace`'s pods reported within `window_seconds` before `now`; None
+    /// when there were none.
+    pub fn wait_summary(&self, namespace: &str, now: f64, window_seconds: f64) -> Option<WaitSummary> {
+        let g = self.waits.lock().ok()?;
+        let s = crate::core::wait::summarise(g.iter().rev().take_while(|r| now - r.at <= window_seconds).filter(|r| r.namespace == namespace));
+        (s.waits > 0).then_some(s)
+    }
+
+    /// What this replica knows of the pod `uid`'s deletion, for its waiter
+    /// ([`crate::core::wait::decide`]): `leader` whether it leads, `first_asked` when the pod
+    /// first asked (unix seconds).
+    pub fn wait_view(&self, uid: &str, leader: bool, first_asked: f64) -> PodView {
+        let observing = self.observing.load(std::sync::atomic::Ordering::Relaxed);
+        let seen = self.deletions.lock().ok().and_then(|d| d.deletion_of(uid));
+        let joined = self.joined.lock().ok().and_then(|g| g.0.get(uid).cloned());
+        let (removals, ready_others) = match &joined {
+            Some(j) => {
+                let removals = self.with_removals(|s| j.removals.iter().map(|(svc, ip)| s.progress(svc, *ip, j.deleting_at)).collect());
+                let g = self.inner.read().ok();
+                let ready =
+                    j.services.iter().map(|svc| g.as_ref().and_then(|g| g.ready_by_service.get(&(j.namespace.clone(), svc.clone())).copied())).collect();
+                (removals, ready)
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        PodView {
+            observing,
+            leader,
+            deletion_seen: joined.as_ref().map(|j| j.deleting_at).or(seen.map(|(at, _)| at)),
+            joined: joined.is_some(),
+            removals,
+            ready_others,
+            first_asked,
         }
     }
 
@@ -225,7 +353,8 @@ impl ClusterIndex {
             d.slice_deleted(&ns, &name);
         }
         if let Ok(mut g) = self.inner.write() {
-            g.slices.remove(&(ns, name));
+            let old = g.slices.remove(&(ns.clone(), name));
+            g.move_ready(&ns, old.as_ref(), None);
         }
     }
 
@@ -235,6 +364,7 @@ impl ClusterIndex {
                 g.services.clear();
             } else {
                 g.slices.clear();
+                g.ready_by_service.clear();
             }
         }
     }

@@ -30,6 +30,7 @@ pub async fn publish_plans(
     client: Client,
     plans: PlanHandle,
     mut native_sleep: watch::Receiver<Option<bool>>,
+    mut injection: watch::Receiver<crate::core::wait::WaitInjection>,
     default_ref: Option<DefaultPolicyRef>,
     stop: CancellationToken,
 ) {
@@ -41,9 +42,10 @@ pub async fn publish_plans(
     let probe_deadline = tokio::time::sleep(FIRST_PROBE_WAIT);
     let mut probe_deadline = std::pin::pin!(probe_deadline);
     let mut waited = false;
-    let publish = |store: &reflector::Store<TerminationPolicy>, native: bool| {
+    let publish = |store: &reflector::Store<TerminationPolicy>, native: bool, injection: &watch::Receiver<crate::core::wait::WaitInjection>| {
         let policies: Vec<TerminationPolicy> = store.state().iter().map(|p| (**p).clone()).collect();
-        let plan = build_plan(&policies, native, default_ref.as_ref());
+        let mut plan = build_plan(&policies, native, default_ref.as_ref());
+        plan.wait = injection.borrow().clone();
         tracing::debug!(policies = plan.policies.len(), default = plan.default_policy.is_some(), native_sleep = native, "plan published");
         plans.publish(plan);
     };
@@ -67,6 +69,10 @@ pub async fn publish_plans(
                 if changed.is_err() { return; }
                 listed
             }
+            changed = injection.changed() => {
+                if changed.is_err() { return; }
+                listed
+            }
             () = &mut probe_deadline, if !waited => {
                 waited = true;
                 if native_sleep.borrow().is_none() {
@@ -78,7 +84,7 @@ pub async fn publish_plans(
         // (`changed` is only true once listed; an answer or the deadline, once there, stays)
         let native = *native_sleep.borrow();
         if changed && (native.is_some() || waited) {
-            publish(&store, native.unwrap_or(false));
+            publish(&store, native.unwrap_or(false), &injection);
         }
     }
 }

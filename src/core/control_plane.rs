@@ -390,6 +390,13 @@ impl DeletionLags {
         Some(d)
     }
 
+    /// When the deletion of the pod `uid` was first seen (unix seconds) and whether it was
+    /// joined with its endpoint change; None when no deletion of it is held (not seen, or the
+    /// pod gone, or past [`PENDING_TTL_SECONDS`]).
+    pub fn deletion_of(&self, uid: &str) -> Option<(f64, bool)> {
+        self.pending.get(uid).map(|p| (p.deleting_at, p.joined))
+    }
+
     /// Deletions waiting for their endpoint change now.
     pub fn pending(&self) -> usize {
         self.pending.values().filter(|p| !p.joined).count()

@@ -465,6 +465,31 @@ impl RemovalStore {
         }
     }
 
+    /// How far the removal of `endpoint` from `service` after the deletion seen at `deletion`
+    /// (unix seconds) is, for a pod's waiter ([`crate::core::wait::RemovalProgress`]). The
+    /// closed removals are searched from the newest back to the first closed before the
+    /// deletion, so a question costs the removals closed since, not the whole window.
+    pub fn progress(&self, service: &ServicePort, endpoint: IpAddr, deletion: f64) -> crate::core::wait::RemovalProgress {
+        use crate::core::wait::RemovalProgress;
+        if self.open.get(&(service.clone(), endpoint)).is_some_and(|o| o.pending.deletion == deletion) {
+            return RemovalProgress::Open;
+        }
+        let (svc, ip) = (format!("{}/{}", service.namespace, service.name), endpoint.to_string());
+        for (closed_at, r) in self.closed.iter().rev() {
+            if *closed_at < deletion {
+                break;
+            }
+            if r.deletion == deletion && r.endpoint == ip && r.service == svc {
+                // closed with no node's observation: at its deadline, no node ever read it
+                return match r.window() {
+                    Some(Window::Observed(_)) => RemovalProgress::Removed,
+                    Some(Window::AtLeast(_)) | None => RemovalProgress::Censored,
+                };
+            }
+        }
+        RemovalProgress::Gone
+    }
+
     /// Closes, at `now`, every open removal that each node of `nodes` (the agents answering
     /// now) and each node that reported on it before reports removed, and every one past its
     /// deadline: a node still holding the endpoint then is censored at the deadline (an agent

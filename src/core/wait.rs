@@ -201,6 +201,78 @@ impl WaitReport {
     }
 }
 
+/// One finished wait, as the leader keeps it for the status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaitRecord {
+    /// When its report came, unix seconds.
+    pub at: f64,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub pod: String,
+    /// The outcome.
+    pub outcome: WaitOutcome,
+    /// The whole wait, seconds.
+    pub waited_seconds: f64,
+    /// The sleep it would have fallen back to (the sleep it would have had), seconds.
+    pub fallback_seconds: f64,
+}
+
+/// The waits of a namespace over the rolling window: how each ended, how long they took, and
+/// against the sleep each would have had instead.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitSummary {
+    /// Waits reported.
+    pub waits: u32,
+    /// Per outcome ([`WaitOutcome::ALL`]' order): how many.
+    pub by_outcome: [u32; 4],
+    /// The median wait, seconds.
+    pub p50_seconds: Option<f64>,
+    /// The 99th percentile wait (nearest rank), seconds.
+    pub p99_seconds: Option<f64>,
+    /// The longest wait, seconds.
+    pub max_seconds: Option<f64>,
+    /// The median of the sleeps the same pods would have had, seconds.
+    pub sleep_p50_seconds: Option<f64>,
+    /// Seconds waited in all, and slept in all had each pod slept instead.
+    pub total_waited_seconds: f64,
+    /// The sum of the sleeps, seconds.
+    pub total_sleep_seconds: f64,
+}
+
+/// The nearest-rank quantile `q` of sorted `v` (None when empty).
+fn nearest_rank(v: &[f64], q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    Some(v[rank - 1])
+}
+
+/// Summarises `records` (any order).
+pub fn summarise<'a>(records: impl IntoIterator<Item = &'a WaitRecord>) -> WaitSummary {
+    let mut s = WaitSummary::default();
+    let (mut waited, mut slept) = (Vec::new(), Vec::new());
+    for r in records {
+        s.waits += 1;
+        if let Some(i) = WaitOutcome::ALL.iter().position(|o| *o == r.outcome) {
+            s.by_outcome[i] += 1;
+        }
+        waited.push(r.waited_seconds);
+        slept.push(r.fallback_seconds);
+        s.total_waited_seconds += r.waited_seconds;
+        s.total_sleep_seconds += r.fallback_seconds;
+    }
+    waited.sort_by(f64::total_cmp);
+    slept.sort_by(f64::total_cmp);
+    s.p50_seconds = nearest_rank(&waited, 0.5);
+    s.p99_seconds = nearest_rank(&waited, 0.99);
+    s.max_seconds = waited.last().copied();
+    s.sleep_p50_seconds = nearest_rank(&slept, 0.5);
+    s
+}
+
 /// One of the pod's removals (an endpoint of one Service port), as the observer holds it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RemovalProgress {
@@ -332,6 +404,20 @@ mod tests {
         assert_eq!(deadline_seconds(60, 45, 30, 5), 15, "a user's grace of 45 s leaves 15 s to wait");
         assert_eq!(deadline_seconds(60, 20, 30, 5), 5, "never below the admission sleep");
         assert_eq!(deadline_seconds(10, 600, 30, 3), 10);
+    }
+
+    #[test]
+    fn the_summary_counts_outcomes_and_takes_nearest_rank_quantiles() {
+        let rec = |outcome, waited| WaitRecord { at: 0.0, namespace: "a".into(), pod: "p".into(), outcome, waited_seconds: waited, fallback_seconds: 5.0 };
+        let rs = [rec(WaitOutcome::Removed, 1.0), rec(WaitOutcome::Removed, 2.0), rec(WaitOutcome::Fallback, 5.0), rec(WaitOutcome::LastEndpoint, 0.1)];
+        let s = summarise(&rs);
+        assert_eq!(s.waits, 4);
+        assert_eq!(s.by_outcome, [2, 1, 0, 1]);
+        assert_eq!(s.p50_seconds, Some(1.0));
+        assert_eq!(s.p99_seconds, Some(5.0));
+        assert_eq!(s.sleep_p50_seconds, Some(5.0));
+        assert!((s.total_waited_seconds - 8.1).abs() < 1e-9 && s.total_sleep_seconds == 20.0);
+        assert_eq!(summarise(&[]).p50_seconds, None);
     }
 
     #[test]

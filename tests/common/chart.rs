@@ -247,7 +247,13 @@ pub fn check_rbac(docs: &[Value], release_ns: &str, fullname: &str, mode: &str) 
     need(Some(release_ns), "", "pods", &["create"], None);
     need(Some("kube-system"), "", "configmaps", &["get"], Some("kube-proxy"));
     need(Some("kube-system"), "", "configmaps", &["get"], Some("kube-proxy-config"));
+    // preStop handler Wait (src/controller/wait.rs): who asks, and each namespace's ConfigMap
+    need(None, "authentication.k8s.io", "tokenreviews", &["create"], None);
+    need(Some("shop"), "", "configmaps", &["create"], None);
+    need(Some("shop"), "", "configmaps", &["patch"], Some("safe-termination-wait"));
     // ... and no more than that
+    assert!(!allows(docs, sa, Some("shop"), "", "configmaps", "patch", Some("app-config")), "patch only the waiter's ConfigMap");
+    assert!(!allows(docs, sa, Some("shop"), "", "configmaps", "get", Some("app-config")), "no ConfigMap read");
     assert!(!allows(docs, sa, Some("kube-system"), "", "configmaps", "get", Some("coredns")));
     assert!(!allows(docs, sa, Some("default"), "", "pods", "create", None), "pod create only in the release namespace");
     assert!(!allows(docs, sa, None, "", "secrets", "list", None));
