@@ -41,7 +41,7 @@ pub const BIN_MOUNT_PATH: &str = "/safe-termination/bin";
 /// The waiter's path in the app containers.
 pub const WAITER_PATH: &str = "/safe-termination/bin/safe-termination-wait";
 /// The waiter's path in the operator's image (the init container runs it as `install`).
-pub const WAITER_IMAGE_PATH: &str = "/safe-termination-wait";
+pub const WAITER_IMAGE_PATH: &str = "/usr/local/bin/safe-termination-wait";
 /// The projected volume: `token`, the ConfigMap's keys, and [`ADMISSION_CA_FILE`].
 pub const CONFIG_VOLUME: &str = "safe-termination-wait";
 /// Where the app containers see [`CONFIG_VOLUME`] (read-only).
