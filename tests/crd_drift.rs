@@ -87,6 +87,7 @@ fn printer_columns() {
             ("ObservedP99", "number", ".status.measurement.observedRemovals.p99Seconds", 1),
             ("Covered", "number", ".status.measurement.observedRemovals.coverageRatio", 1),
             ("DataPlanes", "string", ".status.measurement.observedRemovals.dataPlanesSummary", 1),
+            ("Waits", "string", ".status.measurement.waits.summary", 1),
             ("ProxyMode", "string", ".status.proxy.mode", 1),
             ("Age", "date", ".metadata.creationTimestamp", 0),
         ]

@@ -265,6 +265,7 @@ pub async fn reconcile(policy: Arc<TerminationPolicy>, ctx: Arc<Context>) -> Res
         mode_source,
         no_kube_proxy_note,
         sources,
+        waits: policy.metadata.namespace.as_deref().and_then(|ns| ctx.cluster.wait_summary(ns, super::service_index::now_unix(), window)),
     };
     let now = now_time();
     let previous = policy.status.as_ref();

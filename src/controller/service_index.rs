@@ -301,6 +301,16 @@ impl ClusterIndex {
         d.services.extend(service.map(str::to_string));
     }
 
+    /// The window of the pod `uid`'s deletion: the slowest of its observed removals, seconds;
+    /// None while one is open or censored, or when none was joined or opened.
+    pub fn pod_window(&self, uid: &str) -> Option<f64> {
+        let j = self.joined.lock().ok()?.0.get(uid).cloned()?;
+        if j.removals.is_empty() {
+            return None;
+        }
+        self.with_removals(|s| j.removals.iter().map(|(svc, ip)| s.closed_window(svc, *ip, j.deleting_at)).try_fold(0.0_f64, |m, w| Some(m.max(w?))))
+    }
+
     /// Keeps a finished wait (reported to this replica) for the status.
     pub fn record_wait(&self, r: WaitRecord) {
         let mut g = self.waits.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -23,7 +23,7 @@ use crate::core::admission::policy::DIFFERENCES;
 use crate::core::advisor::{self, Advice, AdviceReason};
 use crate::core::analysis::{AnalysisReport, ObservedRemovals, coverage_percent};
 use crate::core::crd::TerminationPolicy;
-use crate::core::crd::{AdmissionStatus, Scope};
+use crate::core::crd::{AdmissionStatus, Scope, WaitsStatus};
 use crate::core::crd::{
     AdviceStatus, ControlPlaneLagStatus, CoverageStatus, DataPlaneRemovalsStatus, MeasurementStatus, MissStatus, ObservedRemovalsStatus, PodCounts,
     ProxyStatus, RecommendationStatus, TerminationPolicySpec, TerminationPolicyStatus,
@@ -57,6 +57,8 @@ pub struct MeasurementMeta {
     /// How each measured node (not failing) was read, by node name: `kube-proxy`, `agent`,
     /// `prometheus`, `file` ([`crate::core::measure::NodeSource::as_str`]).
     pub sources: std::collections::BTreeMap<String, &'static str>,
+    /// The preStop waits of the policy's namespace over the rolling window (handler `Wait`).
+    pub waits: Option<crate::core::wait::WaitSummary>,
 }
 
 impl MeasurementMeta {
@@ -308,8 +310,34 @@ fn measurement_status(report: &AnalysisReport, meta: &MeasurementMeta) -> Measur
             data_planes: o.by_data_plane.iter().map(|p| data_plane_status(p).0).collect(),
             data_planes_summary: (!o.by_data_plane.is_empty()).then(|| o.by_data_plane.iter().map(|p| data_plane_status(p).1).collect::<Vec<_>>().join(" ")),
         }),
+        waits: meta.waits.as_ref().map(waits_status),
         window_seconds: Some(meta.window_seconds),
         last_scrape_time: meta.last_scrape_time.clone(),
+    }
+}
+
+/// `status.measurement.waits`: how the namespace's preStop waits ended, how long they took
+/// against the sleeps they replaced, and whether each covered its pod's window; `summary` is
+/// the `kubectl get tpol -o wide` column (`Removed 11, Fallback 1; p50 1.2s vs sleep 5s`).
+fn waits_status(w: &crate::core::wait::WaitSummary) -> WaitsStatus {
+    use crate::core::wait::WaitOutcome;
+    let by: Vec<String> = WaitOutcome::ALL.iter().zip(w.by_outcome).filter(|(_, n)| *n > 0).map(|(o, n)| format!("{} {n}", o.as_str())).collect();
+    let p50 = |v: Option<f64>| v.map_or_else(|| "?".to_string(), |s| format!("{s:.1}s"));
+    WaitsStatus {
+        waits: w.waits,
+        removed: w.by_outcome[0],
+        last_endpoint: w.by_outcome[1],
+        deadline: w.by_outcome[2],
+        fallback: w.by_outcome[3],
+        p50_seconds: w.p50_seconds.map(round_ms),
+        p99_seconds: w.p99_seconds.map(round_ms),
+        max_seconds: w.max_seconds.map(round_ms),
+        sleep_p50_seconds: w.sleep_p50_seconds.map(round_ms),
+        saved_seconds: round_ms(w.total_sleep_seconds - w.total_waited_seconds),
+        with_window: w.with_window,
+        covered: w.covered,
+        worst_miss_seconds: w.worst_miss_seconds.map(round_ms),
+        summary: format!("{}; p50 {} vs sleep {}", by.join(", "), p50(w.p50_seconds), p50(w.sleep_p50_seconds)),
     }
 }
 
@@ -476,6 +504,25 @@ pub fn conflict_condition(policy: &TerminationPolicy, all: &[Arc<TerminationPoli
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_waits_column_names_the_outcomes_and_the_median_against_the_sleep() {
+        use crate::core::wait::{WaitOutcome, WaitRecord, summarise};
+        let rec = |outcome, waited: f64, window| WaitRecord {
+            at: 0.0,
+            namespace: "a".into(),
+            pod: "p".into(),
+            outcome,
+            waited_seconds: waited,
+            fallback_seconds: 5.0,
+            window_seconds: window,
+        };
+        let w = summarise(&[rec(WaitOutcome::Removed, 1.21, Some(1.0)), rec(WaitOutcome::Removed, 1.4, Some(1.1)), rec(WaitOutcome::Fallback, 5.0, None)]);
+        let s = waits_status(&w);
+        assert_eq!(s.summary, "Removed 2, Fallback 1; p50 1.4s vs sleep 5.0s");
+        assert_eq!((s.waits, s.removed, s.fallback, s.with_window, s.covered), (3, 2, 1, 2, 2));
+        assert_eq!(s.saved_seconds, 7.39);
+    }
 
     /// A condition pushed after desired_status follows the same transition-time rule: its time
     /// stays while its status does, and moves when the status changes.

@@ -109,6 +109,10 @@ impl WaitSource for IndexWaitSource {
         self.cluster.wait_view(uid, *self.leader.borrow(), first_asked)
     }
 
+    fn window(&self, uid: &str) -> Option<f64> {
+        self.cluster.pod_window(uid)
+    }
+
     fn record(&self, record: WaitRecord) {
         self.cluster.record_wait(record);
     }

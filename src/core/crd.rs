@@ -34,6 +34,7 @@ use std::collections::BTreeMap;
     printcolumn = r#"{"name":"ObservedP99","type":"number","priority":1,"jsonPath":".status.measurement.observedRemovals.p99Seconds"}"#,
     printcolumn = r#"{"name":"Covered","type":"number","priority":1,"jsonPath":".status.measurement.observedRemovals.coverageRatio"}"#,
     printcolumn = r#"{"name":"DataPlanes","type":"string","priority":1,"jsonPath":".status.measurement.observedRemovals.dataPlanesSummary"}"#,
+    printcolumn = r#"{"name":"Waits","type":"string","priority":1,"jsonPath":".status.measurement.waits.summary"}"#,
     printcolumn = r#"{"name":"ProxyMode","type":"string","priority":1,"jsonPath":".status.proxy.mode"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = "!has(self.spec.preStop) || self.spec.preStop.minSeconds <= self.spec.preStop.maxSeconds",
@@ -318,12 +319,57 @@ pub struct MeasurementStatus {
     /// observer (`--observe-removals`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_removals: Option<ObservedRemovalsStatus>,
+    /// The namespace's preStop waits (handler `Wait`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waits: Option<WaitsStatus>,
     /// Analysed interval, seconds (the rolling window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_seconds: Option<u32>,
     /// Time of the last scrape (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scrape_time: Option<String>,
+}
+
+/// The preStop waits of the namespace's pods over the rolling window (handler `Wait`): how each
+/// ended, how long they took against the sleep each replaced, and the coverage check of
+/// observed removals applied to them.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitsStatus {
+    /// Waits reported to the leader.
+    pub waits: u32,
+    /// Ended because every node removed the pod.
+    pub removed: u32,
+    /// Ended at once: the pod was its Services' last serving endpoint.
+    pub last_endpoint: u32,
+    /// Ended at the deadline with a node still holding the pod.
+    pub deadline: u32,
+    /// Waited the sleep instead: the operator could not tell (unreachable, not observing, a
+    /// refused token).
+    pub fallback: u32,
+    /// Median wait, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_seconds: Option<f64>,
+    /// 99th percentile wait (nearest rank), seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_seconds: Option<f64>,
+    /// Longest wait, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seconds: Option<f64>,
+    /// Median of the sleeps the same pods would have had, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep_p50_seconds: Option<f64>,
+    /// Seconds of sleep the waits saved in all (negative: they waited longer).
+    pub saved_seconds: f64,
+    /// Waits whose pod's window was known when they ended.
+    pub with_window: u32,
+    /// Of them, waits at least as long as their pod's window.
+    pub covered: u32,
+    /// The worst miss: the window less the wait, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worst_miss_seconds: Option<f64>,
+    /// The `kubectl get tpol -o wide` column: outcomes, and the median wait against the sleep.
+    pub summary: String,
 }
 
 /// The control plane's part of a deletion over the rolling window.

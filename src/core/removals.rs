@@ -490,6 +490,24 @@ impl RemovalStore {
         RemovalProgress::Gone
     }
 
+    /// The window of the removal of `endpoint` from `service` after the deletion seen at
+    /// `deletion`, once closed with every node's observation (None while open, censored, or not
+    /// found), seconds. Searched like [`RemovalStore::progress`].
+    pub fn closed_window(&self, service: &ServicePort, endpoint: IpAddr, deletion: f64) -> Option<f64> {
+        let (svc, ip) = (format!("{}/{}", service.namespace, service.name), endpoint.to_string());
+        let r = self
+            .closed
+            .iter()
+            .rev()
+            .take_while(|(at, _)| *at >= deletion)
+            .map(|(_, r)| r)
+            .find(|r| r.deletion == deletion && r.endpoint == ip && r.service == svc)?;
+        match r.window()? {
+            Window::Observed(w) => Some(w),
+            Window::AtLeast(_) => None,
+        }
+    }
+
     /// Closes, at `now`, every open removal that each node of `nodes` (the agents answering
     /// now) and each node that reported on it before reports removed, and every one past its
     /// deadline: a node still holding the endpoint then is censored at the deadline (an agent

@@ -216,6 +216,9 @@ pub struct WaitRecord {
     pub waited_seconds: f64,
     /// The sleep it would have fallen back to (the sleep it would have had), seconds.
     pub fallback_seconds: f64,
+    /// The pod's window when the report came (the slowest of its removals, from the deletion
+    /// the operator saw), seconds; None while a removal is open or none was observed.
+    pub window_seconds: Option<f64>,
 }
 
 /// The waits of a namespace over the rolling window: how each ended, how long they took, and
@@ -239,6 +242,14 @@ pub struct WaitSummary {
     pub total_waited_seconds: f64,
     /// The sum of the sleeps, seconds.
     pub total_sleep_seconds: f64,
+    /// Waits whose pod's window was known at the report.
+    pub with_window: u32,
+    /// Of them, waits at least as long as the window (the coverage check of observed removals,
+    /// applied to waits: the wait starts when the kubelet runs the hook, after the deletion the
+    /// window is timed from, so this fails towards a miss).
+    pub covered: u32,
+    /// The largest window less its wait among the misses, seconds.
+    pub worst_miss_seconds: Option<f64>,
 }
 
 /// The nearest-rank quantile `q` of sorted `v` (None when empty).
@@ -263,6 +274,15 @@ pub fn summarise<'a>(records: impl IntoIterator<Item = &'a WaitRecord>) -> WaitS
         slept.push(r.fallback_seconds);
         s.total_waited_seconds += r.waited_seconds;
         s.total_sleep_seconds += r.fallback_seconds;
+        if let Some(w) = r.window_seconds {
+            s.with_window += 1;
+            if r.waited_seconds >= w {
+                s.covered += 1;
+            } else {
+                let miss = w - r.waited_seconds;
+                s.worst_miss_seconds = Some(s.worst_miss_seconds.map_or(miss, |m: f64| m.max(miss)));
+            }
+        }
     }
     waited.sort_by(f64::total_cmp);
     slept.sort_by(f64::total_cmp);
@@ -408,8 +428,21 @@ mod tests {
 
     #[test]
     fn the_summary_counts_outcomes_and_takes_nearest_rank_quantiles() {
-        let rec = |outcome, waited| WaitRecord { at: 0.0, namespace: "a".into(), pod: "p".into(), outcome, waited_seconds: waited, fallback_seconds: 5.0 };
-        let rs = [rec(WaitOutcome::Removed, 1.0), rec(WaitOutcome::Removed, 2.0), rec(WaitOutcome::Fallback, 5.0), rec(WaitOutcome::LastEndpoint, 0.1)];
+        let rec = |outcome, waited, window| WaitRecord {
+            at: 0.0,
+            namespace: "a".into(),
+            pod: "p".into(),
+            outcome,
+            waited_seconds: waited,
+            fallback_seconds: 5.0,
+            window_seconds: window,
+        };
+        let rs = [
+            rec(WaitOutcome::Removed, 1.0, Some(0.8)),
+            rec(WaitOutcome::Removed, 2.0, Some(2.5)),
+            rec(WaitOutcome::Fallback, 5.0, None),
+            rec(WaitOutcome::LastEndpoint, 0.1, Some(0.0)),
+        ];
         let s = summarise(&rs);
         assert_eq!(s.waits, 4);
         assert_eq!(s.by_outcome, [2, 1, 0, 1]);
@@ -417,6 +450,8 @@ mod tests {
         assert_eq!(s.p99_seconds, Some(5.0));
         assert_eq!(s.sleep_p50_seconds, Some(5.0));
         assert!((s.total_waited_seconds - 8.1).abs() < 1e-9 && s.total_sleep_seconds == 20.0);
+        assert_eq!((s.with_window, s.covered), (3, 2));
+        assert_eq!(s.worst_miss_seconds, Some(0.5));
         assert_eq!(summarise(&[]).p50_seconds, None);
     }
 

@@ -79,6 +79,8 @@ pub trait WaitSource: Send + Sync + 'static {
     fn leading(&self) -> bool;
     /// What is known of the pod `uid` ([`crate::controller::service_index::ClusterIndex::wait_view`]).
     fn view(&self, uid: &str, first_asked: f64) -> PodView;
+    /// The pod `uid`'s window, once every removal of it closed observed (seconds).
+    fn window(&self, uid: &str) -> Option<f64>;
     /// Keeps a finished wait for the status.
     fn record(&self, record: WaitRecord);
 }
@@ -320,6 +322,7 @@ async fn report(State(w): State<WaitEndpoint>, headers: HeaderMap, body: Body) -
         outcome: r.outcome,
         waited_seconds: r.waited_seconds,
         fallback_seconds: r.fallback_seconds,
+        window_seconds: w.source.window(&who.uid),
     });
     StatusCode::NO_CONTENT.into_response()
 }
@@ -363,6 +366,9 @@ mod tests {
                 ready_others: vec![Some(1)],
                 first_asked,
             }
+        }
+        fn window(&self, _uid: &str) -> Option<f64> {
+            Some(1.5)
         }
         fn record(&self, record: WaitRecord) {
             self.records.lock().unwrap().push(record);
@@ -429,5 +435,6 @@ mod tests {
         let recs = source.records.lock().unwrap().clone();
         assert_eq!(recs.len(), 1);
         assert_eq!((recs[0].namespace.as_str(), recs[0].pod.as_str(), recs[0].outcome), ("a", "web-0", WaitOutcome::Fallback));
+        assert_eq!((recs[0].waited_seconds, recs[0].window_seconds), (5.0, Some(1.5)));
     }
 }
