@@ -50,6 +50,10 @@ cargo test --features cluster-tests --test e2e_window -- --test-threads=1 --noca
 # restarted mid-rollout
 e2e/toolchain/libfaketime.sh >/dev/null
 cargo test --features cluster-tests --test e2e_observer_faults -- --test-threads=1 --nocapture
+# the preStop Wait handler on the real nodes, in a namespace enforcing the Restricted level: each
+# pod stopped only after every node's rules dropped it (the same yardstick) and sooner than the
+# sleep; with the operator down, each waiter falls back to the sleep exactly
+cargo test --features cluster-tests --test e2e_wait -- --test-threads=1 --nocapture
 # the operator as real pods: the README's helm install on the real nodes, then the faults
 # (leader lost, pod-create storms during deletions, an upgrade and a CA rotation, the API
 # server and a kube-proxy restarted), each printing its numbers. Its release stays installed

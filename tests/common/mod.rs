@@ -116,6 +116,11 @@ pub async fn apply_crd(client: &Client) {
 /// the chart's (R10: Ignore, 5 s, sideEffects None, IfNeeded, pods CREATE only), calling
 /// `https://127.0.0.1:<port>/mutate` with the cluster CA as caBundle.
 pub async fn register_webhook(client: &Client, name: &str, namespace: &str, port: u16) {
+    register_webhook_at(client, name, namespace, &format!("https://127.0.0.1:{port}/mutate")).await;
+}
+
+/// [`register_webhook`] at `url` (a certificate signed by the cluster's CA serves it).
+pub async fn register_webhook_at(client: &Client, name: &str, namespace: &str, url: &str) {
     use base64::Engine as _;
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(read_state("pki/ca.crt"));
     let cfg: MutatingWebhookConfiguration = serde_json::from_value(json!({
@@ -129,7 +134,7 @@ pub async fn register_webhook(client: &Client, name: &str, namespace: &str, port
             "failurePolicy": "Ignore",
             "timeoutSeconds": 5,
             "reinvocationPolicy": "IfNeeded",
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate"), "caBundle": ca_bundle},
+            "clientConfig": {"url": url, "caBundle": ca_bundle},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}],
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
         }]

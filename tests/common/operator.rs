@@ -44,6 +44,11 @@ struct Launch<'a> {
     log: PathBuf,
     dir: Option<tempfile::TempDir>,
     extra: Vec<String>,
+    /// The address its webhook listens on (127.0.0.1; the host end of a real node's veth for
+    /// pods to reach it).
+    listen_ip: String,
+    /// Its webhook port (None: a free one).
+    port: Option<u16>,
 }
 
 impl<'a> Launch<'a> {
@@ -61,6 +66,8 @@ impl<'a> Launch<'a> {
             log: PathBuf::from(format!("{dir}/logs/operator-{namespace}.log")),
             dir: None,
             extra: extra.iter().map(ToString::to_string).collect(),
+            listen_ip: "127.0.0.1".into(),
+            port: None,
         }
     }
 
@@ -74,7 +81,7 @@ impl<'a> Launch<'a> {
     }
 
     fn spawn(self) -> Operator {
-        let (admin, webhook) = (free_port(), free_port());
+        let (admin, webhook) = (free_port(), self.port.unwrap_or_else(free_port));
         let mut args: Vec<String> = self.targets.map(|t| vec!["--kube-proxy-target".to_string(), t]).unwrap_or_default();
         // the tests register the webhook for their own namespace; the policy backend (`auto`'s
         // choice on 1.37) would write one cluster-wide policy: only where a test asks for it
@@ -84,7 +91,7 @@ impl<'a> Launch<'a> {
         let _ = std::fs::create_dir_all(self.log.parent().unwrap());
         let log = std::fs::File::create(&self.log).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
-            .args(["run", "--listen", &format!("127.0.0.1:{webhook}"), "--admin-listen", &format!("127.0.0.1:{admin}")])
+            .args(["run", "--listen", &format!("{}:{webhook}", self.listen_ip), "--admin-listen", &format!("127.0.0.1:{admin}")])
             .arg("--tls-cert-file")
             .arg(&self.tls.0)
             .arg("--tls-key-file")
@@ -141,6 +148,15 @@ impl Operator {
     /// [`Operator::start`] with a rolling analysis window of `window_seconds`.
     pub async fn start_windowed(namespace: &str, window_seconds: u64, extra: &[&str]) -> Operator {
         Launch { window_seconds, ..Launch::new(namespace, extra) }.start_alone().await
+    }
+
+    /// Like [`Operator::start`], its webhook on `listen_ip` (an address of the test cluster's own
+    /// veths, reachable from pods on the real nodes) with the serving certificate `tls` (cert,
+    /// key), and on `port` when given.
+    pub async fn start_listening(namespace: &str, listen_ip: &str, port: u16, tls: (PathBuf, PathBuf), extra: &[&str]) -> Operator {
+        let mut l = Launch { listen_ip: listen_ip.to_string(), tls, ..Launch::new(namespace, extra) };
+        l.port = Some(port);
+        l.start_alone().await
     }
 
     /// Like [`Operator::start`] but finding kube-proxy pods through the API (the default

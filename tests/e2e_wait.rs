@@ -1,0 +1,222 @@
+//! The preStop `Wait` handler on the real nodes (e2e/README.md; built only with
+//! `--features cluster-tests`, run by `make e2e`).
+//!
+//! The operator runs as a process of the host, its webhook on the host end of node-a's veth (an
+//! address of the test cluster's own), behind a selector-less Service `st-wait` whose
+//! EndpointSlice points there, with a serving certificate for `st-wait.<ns>.svc` signed by the
+//! cluster's CA. The app namespace enforces the **Restricted** Pod Security level, so the API
+//! server itself checks every part the mutation injects. The waiter comes from the operator's
+//! image as `make e2e` pushed it to the cluster's registry (`$ST_OPERATOR_IMAGE_REF`).
+//!
+//! 1. A rolling update of 4 pods with the observer on: the yardstick (tests/common/rules.rs,
+//!    each node's rules read by the test) times each pod's removal on each node, and each pod's
+//!    life after its deletion (the test's own pod watch) must cover its slowest node's window:
+//!    the app got its stop signal only after every node had removed it. The waits must be
+//!    shorter than the sleep the pods would have had.
+//! 2. The operator stopped, another rolling update: every waiter falls back to the sleep, its
+//!    pod lives at least the sleep after its deletion and not until the deadline.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+mod common;
+use common::rules::RuleReader;
+
+/// The sleep the policy sizes (minSeconds): the waiter's fallback, and what a wait is compared to.
+const SLEEP: f64 = 8.0;
+
+/// The host end of the first real node's veth (`10.x.y.1` beside the node's `10.x.y.2`), after
+/// checking that it is an address of this host (the cluster is up).
+fn host_ip() -> String {
+    let node = &common::rules::real_nodes()[0];
+    let (prefix, _) = node.ip.rsplit_once('.').expect("an IPv4 node address");
+    let ip = format!("{prefix}.1");
+    let addrs = String::from_utf8(std::process::Command::new("ip").args(["-o", "-4", "addr", "show"]).output().unwrap().stdout).unwrap();
+    assert!(addrs.contains(&format!(" {ip}/")), "{ip} (the host end of {}'s veth) is not an address of this host: is the cluster up?", node.name);
+    ip
+}
+
+/// A serving certificate for `DNS:<service>.<ns>.svc` and `IP:<ip>` signed by the cluster's CA
+/// (openssl): (cert, key) files in `dir`.
+fn mint_certificate(dir: &std::path::Path, service: &str, ns: &str, ip: &str) -> (PathBuf, PathBuf) {
+    let pki = format!("{}/pki", common::state_dir());
+    let (key, csr, crt, ext) = (dir.join("tls.key"), dir.join("tls.csr"), dir.join("tls.crt"), dir.join("ext.cnf"));
+    std::fs::write(&ext, format!("subjectAltName=DNS:{service}.{ns}.svc,IP:{ip}\nextendedKeyUsage=serverAuth\n")).unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).output().expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let p = |p: &PathBuf| p.to_str().unwrap().to_string();
+    run(&["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", &p(&key), "-subj", "/CN=st-wait", "-out", &p(&csr)]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &p(&csr),
+        "-CA",
+        &format!("{pki}/ca.crt"),
+        "-CAkey",
+        &format!("{pki}/ca.key"),
+        "-CAcreateserial",
+        "-CAserial",
+        &p(&dir.join("ca.srl")),
+        "-days",
+        "1",
+        "-out",
+        &p(&crt),
+        "-extfile",
+        &p(&ext),
+    ]);
+    (crt, key)
+}
+
+/// The pod spec of the rollouts: the test app on the real nodes, Restricted-compliant (the
+/// namespace enforces the level): non-root, no escalation, every capability dropped, the
+/// runtime's seccomp profile, a read-only root filesystem.
+fn deployment(generation: u32) -> Deployment {
+    let mut app = common::testapp_container("web");
+    app["securityContext"] = json!({"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}});
+    let mut spec = common::on_real_nodes(json!({"containers": [app]}));
+    spec["securityContext"] = json!({"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}});
+    serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 4, "strategy": {"rollingUpdate": {"maxSurge": 4, "maxUnavailable": 2}}, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}, "annotations": {"rollout": generation.to_string()}}, "spec": spec}}}))
+    .unwrap()
+}
+
+/// Rolls generation `generation` and returns, per old pod IP, (deleted, gone) unix seconds as
+/// the test's own pod watch saw them, and each node's rule trace.
+async fn roll(
+    deployments: &Api<Deployment>,
+    pods: &Api<Pod>,
+    generation: u32,
+    old: &[String],
+    readers: Vec<RuleReader>,
+) -> (BTreeMap<String, (f64, f64)>, Vec<(String, common::rules::RuleTrace)>) {
+    let deletions = common::truth::DeletionWatch::start(pods);
+    let sampler = common::truth::sample_removals(readers, old.to_vec(), 60);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    deployments.patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(&deployment(generation))).await.unwrap();
+    let traces = sampler.await.unwrap();
+    common::wait_for(&format!("the {} old pods gone", old.len()), 120, async || {
+        (old.iter().all(|ip| deletions.gone.lock().unwrap().contains_key(ip))).then_some(())
+    })
+    .await;
+    let (seen, gone) = (deletions.terminating.lock().unwrap().clone(), deletions.gone.lock().unwrap().clone());
+    let lives = old.iter().map(|ip| (ip.clone(), (seen[ip], gone[ip]))).collect();
+    (lives, traces)
+}
+
+#[tokio::test]
+async fn a_waiter_outlives_every_nodes_removal_and_falls_back_to_the_sleep_without_the_operator() {
+    let image = std::env::var("ST_OPERATOR_IMAGE_REF").expect("ST_OPERATOR_IMAGE_REF: the operator image make e2e pushed (e2e/run-e2e.sh)");
+    let client = common::client().await;
+    let (system, ns, hook) = ("e2e-wait-system", "e2e-wait", "safe-termination-e2e-wait");
+    common::apply_crd(&client).await;
+    common::own_namespace(&client, system).await;
+    common::fresh_namespace_with_labels(&client, ns, &[("pod-security.kubernetes.io/enforce", "restricted")]).await;
+    let ip = host_ip();
+    let port = common::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let tls = mint_certificate(dir.path(), "st-wait", system, &ip);
+    // the Service the waiter's URL names, its endpoint the operator's webhook on the host
+    let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "st-wait", "namespace": system},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}}))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), system).create(&PostParams::default(), &svc).await.unwrap();
+    let slice: EndpointSlice = serde_json::from_value(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "st-wait-1", "namespace": system, "labels": {"kubernetes.io/service-name": "st-wait", "endpointslice.kubernetes.io/managed-by": "e2e"}},
+        "addressType": "IPv4", "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]}))
+    .unwrap();
+    Api::<EndpointSlice>::namespaced(client.clone(), system).create(&PostParams::default(), &slice).await.unwrap();
+
+    let agents = common::agents::NodeAgents::start().await;
+    let ca = format!("{}/pki/ca.crt", common::state_dir());
+    let mut extra: Vec<&str> = agents.operator_args.iter().map(String::as_str).collect();
+    extra.extend(["--webhook-service", "st-wait", "--wait-ca-file", &ca, "--wait-image", &image]);
+    let op = common::operator::Operator::start_listening(system, &ip, port, tls, &extra).await;
+    common::register_webhook_at(&client, hook, ns, &format!("https://{ip}:{port}/mutate")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let policies: Api<safe_termination::core::crd::TerminationPolicy> = Api::namespaced(client.clone(), ns);
+    let policy = serde_json::from_value(json!({"apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
+        "metadata": {"name": "web", "namespace": ns}, "spec": {"preStop": {"handler": "Wait", "minSamples": 1, "minSeconds": SLEEP as u32, "defaultSeconds": SLEEP as u32}}}))
+    .unwrap();
+    policies.create(&PostParams::default(), &policy).await.unwrap();
+    let web: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns).create(&PostParams::default(), &web).await.unwrap();
+    // the leader's ConfigMap: each policy's current sleep and the CA, projected into the pods
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = common::wait_for("the ConfigMap safe-termination-wait", 60, async || cms.get("safe-termination-wait").await.ok()).await;
+    let data = cm.data.unwrap_or_default();
+    assert_eq!(data.get("web.preStopSeconds").map(String::as_str), Some("8"), "{data:?}");
+    assert!(data.get("ca.crt").is_some_and(|c| c.contains("BEGIN CERTIFICATE")), "{data:?}");
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    deployments.patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(&deployment(1))).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut readers: Vec<RuleReader> = common::rules::real_nodes().into_iter().map(|n| RuleReader::new(n, ns)).collect();
+    let running = common::truth::pods_in_every_nodes_rules(&pods, &mut readers, 4).await;
+    for p in &running {
+        // admitted by the Restricted level with the waiter, its init container and volumes
+        let v = serde_json::to_value(p).unwrap();
+        assert_eq!(v["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][0], safe_termination::core::wait::WAITER_PATH, "{}", v["spec"]);
+        assert_eq!(v["spec"]["initContainers"][0]["image"], image.as_str());
+        assert_eq!(v["metadata"]["annotations"]["safetermination.io/prestop-seconds"], "8");
+    }
+    let old: Vec<String> = running.iter().map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap()).collect();
+
+    // 1. the waits, against the yardstick's windows
+    let (lives, traces) = roll(&deployments, &pods, 2, &old, readers).await;
+    let mut over_window = Vec::new();
+    for (ip, (deleted, gone)) in &lives {
+        let lived = gone - deleted;
+        let slowest = traces
+            .iter()
+            .map(|(node, t)| t.removal(ip, deleted - 0.5).unwrap_or_else(|| panic!("{node}: {ip} never seen leaving the rules")).by - deleted)
+            .fold(f64::NEG_INFINITY, f64::max);
+        println!("{ip}: gone {lived:.3} s after its deletion; left every node's rules by {slowest:.3} s (sleep {SLEEP} s)");
+        // 0.3 s: both sides' watches see the deletion a little after the API server
+        assert!(lived >= slowest - 0.3, "{ip}: stopped {lived:.3} s after its deletion, before every node had removed it ({slowest:.3} s)");
+        over_window.push(lived - slowest);
+    }
+    over_window.sort_by(f64::total_cmp);
+    let median_over = (over_window[1] + over_window[2]) / 2.0;
+    let mut lived: Vec<f64> = lives.values().map(|(d, g)| g - d).collect();
+    lived.sort_by(f64::total_cmp);
+    println!("waits: pods lived {lived:?} s after deletion; over their slowest node's window by {over_window:?} s (median {median_over:.3} s)");
+    assert!(lived[3] < SLEEP, "every pod stopped before the {SLEEP} s sleep would have ended: {lived:?}");
+    let status = common::wait_for("the 4 waits in the policy's status", 60, async || {
+        let s = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap();
+        (s["measurement"]["waits"]["waits"].as_u64().unwrap_or(0) >= 4).then_some(s)
+    })
+    .await;
+    let waits = &status["measurement"]["waits"];
+    println!("status.measurement.waits: {waits}\n{}", common::kubectl(&["-n", ns, "get", "tpol", "-o", "wide"]));
+    assert_eq!((waits["removed"].as_u64(), waits["fallback"].as_u64()), (Some(4), Some(0)), "{waits}");
+
+    // 2. without the operator every waiter falls back to the sleep, exactly
+    drop(op);
+    let mut readers: Vec<RuleReader> = common::rules::real_nodes().into_iter().map(|n| RuleReader::new(n, ns)).collect();
+    let running = common::truth::pods_in_every_nodes_rules(&pods, &mut readers, 4).await;
+    let old: Vec<String> = running.iter().map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap()).collect();
+    let (lives, _) = roll(&deployments, &pods, 3, &old, readers).await;
+    for (ip, (deleted, gone)) in &lives {
+        let lived = gone - deleted;
+        println!("{ip} (operator down): gone {lived:.3} s after its deletion (the sleep: {SLEEP} s)");
+        assert!(lived >= SLEEP - 0.3, "{ip}: the fallback waited {lived:.3} s, less than the {SLEEP} s sleep");
+        assert!(lived < SLEEP + 5.0, "{ip}: {lived:.3} s: the fallback is the sleep, not the deadline");
+    }
+    drop(agents);
+    let _ = Api::<Service>::namespaced(client.clone(), system).delete("st-wait", &Default::default()).await;
+    common::cleanup(&client, hook, ns).await;
+}
