@@ -204,3 +204,28 @@ fn reinvocation_adds_only_what_is_missing() {
     assert_eq!(fixed["spec"]["volumes"].as_array().unwrap().len(), 2);
     assert_eq!(fixed["spec"]["containers"][0]["volumeMounts"].as_array().unwrap().len(), 2);
 }
+
+/// The acceptance, offline: `safe-termination mutate --policy P deploy.yaml -o json`
+/// with P's handler `Wait` prints the pod with the waiter, its token and its fallback, every
+/// injected part within the Restricted level, and the policy's own name for its ConfigMap key.
+#[test]
+fn the_mutate_command_prints_the_waiter_with_its_token_and_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.yaml");
+    std::fs::write(&policy, "apiVersion: safetermination.io/v1alpha1\nkind: TerminationPolicy\nmetadata: {name: web, namespace: shop}\nspec:\n  preStop: {handler: Wait, defaultSeconds: 12}\n").unwrap();
+    let deploy = dir.path().join("d.yaml");
+    std::fs::write(&deploy, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}\n      containers:\n      - {name: web, image: gcr.io/distroless/static, securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}}\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))
+        .args(["mutate", "--policy", policy.to_str().unwrap(), deploy.to_str().unwrap(), "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pod = &v["results"][0]["pod"];
+    let cmd = &pod["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"];
+    assert_eq!(cmd[0], wait::WAITER_PATH, "{pod}");
+    assert_eq!((cmd[4].as_str(), cmd[5].as_str(), cmd[6].as_str(), cmd[7].as_str()), (Some("--policy"), Some("web"), Some("--fallback-seconds"), Some("12")));
+    let token = &named(pod, "volumes", wait::CONFIG_VOLUME)[0]["projected"]["sources"][0]["serviceAccountToken"];
+    assert_eq!(token["audience"], wait::WAIT_AUDIENCE);
+    assert_eq!(restricted_violations_of_injected(pod), Vec::<String>::new());
+}

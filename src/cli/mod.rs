@@ -87,6 +87,12 @@ pub enum OutputFormat {
 /// field the TerminationPolicy schema does not have: a typo is refused rather than ignored, see
 /// [`crate::core::crd::unknown_fields`]).
 pub fn load_policy_spec(path: &str) -> Result<TerminationPolicySpec, Error> {
+    load_policy(path).map(|(spec, _)| spec)
+}
+
+/// [`load_policy_spec`], with the policy's `metadata.name` when the file gives one (a bare spec
+/// has none).
+pub fn load_policy(path: &str) -> Result<(TerminationPolicySpec, Option<String>), Error> {
     let text = crate::sources::read_file(path).map_err(|e| Error::Input(e.to_string()))?;
     let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
         // the parser's own hint names its Rust API; say what to do with the file instead
@@ -96,7 +102,8 @@ pub fn load_policy_spec(path: &str) -> Result<TerminationPolicySpec, Error> {
             Error::Input(yaml_error(path, &text, &e))
         }
     })?;
-    policy_spec_of(&value, path)
+    let name = value.pointer("/metadata/name").and_then(serde_json::Value::as_str).map(str::to_string);
+    Ok((policy_spec_of(&value, path)?, name))
 }
 
 /// A YAML (or JSON) parse error of the file `path` (contents `text`) in the project's words:

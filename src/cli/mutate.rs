@@ -1,7 +1,7 @@
 //! `safe-termination mutate` and `safe-termination review`: run the webhook's decision offline on
 //! manifests (Pods and workloads' pod templates) or on an AdmissionReview request.
 
-use crate::cli::{Error, OutputFormat, load_policy_spec, policy_spec_of, whole_in};
+use crate::cli::{Error, OutputFormat, load_policy, policy_spec_of, whole_in};
 use crate::core::crd::TerminationPolicySpec;
 use crate::core::mutate::{PodMutation, mutate_pod};
 use crate::core::plan::{Capabilities, Plan, PlanPolicy};
@@ -42,12 +42,15 @@ pub struct PlanArgs {
 impl PlanArgs {
     /// Builds the static plan: one default policy for every namespace.
     pub fn plan(&self) -> Result<Plan, Error> {
-        let spec: TerminationPolicySpec = match &self.policy {
-            Some(p) => load_policy_spec(p)?,
-            None => TerminationPolicySpec::default(),
+        let (spec, named): (TerminationPolicySpec, Option<String>) = match &self.policy {
+            Some(p) => load_policy(p)?,
+            None => (TerminationPolicySpec::default(), None),
         };
         let pre_stop_seconds = self.pre_stop_for(&spec);
-        let name = self.policy.as_deref().map_or("static", |p| std::path::Path::new(p).file_stem().and_then(|s| s.to_str()).unwrap_or("static"));
+        // the policy's own name (the waiter's ConfigMap key is `<name>.preStopSeconds`), else
+        // the file's stem
+        let stem = self.policy.as_deref().map_or("static", |p| std::path::Path::new(p).file_stem().and_then(|s| s.to_str()).unwrap_or("static"));
+        let name = named.as_deref().unwrap_or(stem);
         Ok(Plan {
             policies: Vec::new(),
             default_policy: Some(PlanPolicy { namespace: String::new(), name: name.to_string(), spec, pre_stop_seconds }),
