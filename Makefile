@@ -97,8 +97,8 @@ experiment-slow-sync: k8s-bins ## the slow-sync regime (runs i, j: 12,000 extra 
 
 .PHONY: image static docker-image test-image
 
-# the image's binary, built the way the Dockerfile builds it, without Docker
-static: ## the static musl binary the image ships (installs musl-tools and the rustup musl target when missing)
+# the image's two binaries (the operator, the preStop waiter), built the way the Dockerfile builds them, without Docker
+static: ## the two static musl binaries the image ships, the operator and the preStop waiter (waiter/) (installs musl-tools and the rustup musl target when missing)
 	@command -v musl-gcc >/dev/null 2>&1 || { s=; [ "$$(id -u)" -eq 0 ] || s=sudo; \
 		$$s apt-get install -y musl-tools || { $$s apt-get update -qq && $$s apt-get install -y musl-tools; }; }
 	rustup target add $$(uname -m)-unknown-linux-musl
@@ -123,7 +123,7 @@ IMAGE ?= ghcr.io/safe-termination/safe-termination:$(VERSION)
 image: static ## build the operator image without Docker: OCI archive ~/.cache/safe-termination/images/safe-termination-$(VERSION).tar (prints its path)
 	image/build.sh
 
-test-image: image ## check the built image's config and files against the Dockerfile (image/test_image.py), and start its binary (image/run_binary.py)
+test-image: image ## check the built image's config and files against the Dockerfile (image/test_image.py), and start its binaries (image/run_binary.py)
 	python3 -m unittest image/test_image.py
 	$(MAKE) --no-print-directory image-run IMAGE_ARCHIVES="$(or $(ST_OPERATOR_IMAGE),$(IMAGE_ARCHIVE))"
 
@@ -170,7 +170,7 @@ image-index: ## push the image to $(REGISTRY)/safe-termination:$(VERSION) as an 
 	@image/push-index.sh --repository "$(REGISTRY)/safe-termination" --tag "$(VERSION)" --platforms "$(PLATFORMS)" \
 		$(if $(PLAIN_HTTP),--plain-http) $(or $(IMAGE_ARCHIVES),$(IMAGE_ARCHIVE))
 
-image-run: ## start the binary of each image in IMAGE_ARCHIVES (default: make image, this machine's) with --version: natively, or another architecture's under QEMU user emulation (image/run_binary.py; $$QEMU_AARCH64 or e2e/toolchain/qemu.sh)
+image-run: ## start the binary of each image in IMAGE_ARCHIVES (default: make image, this machine's) with --version, and its preStop waiter with --help and install DEST (a 0555 copy that runs): natively, or another architecture's under QEMU user emulation (image/run_binary.py; $$QEMU_AARCH64 or e2e/toolchain/qemu.sh)
 	@$(if $(IMAGE_ARCHIVES),:,$(MAKE) --no-print-directory image >&2)
 	@python3 image/run_binary.py --version "$(VERSION)" $(or $(IMAGE_ARCHIVES),$(IMAGE_ARCHIVE))
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the operator image without Docker and without a registry: the static musl binary
-# (`make static`) and what it needs from distroless/static-debian12:nonroot, packed by
+# Build the operator image without Docker and without a registry: the two static musl binaries
+# (`make static`: the operator, and the preStop waiter of the separate crate waiter/) and what
+# they need from distroless/static-debian12:nonroot, packed by
 # image/oci_image.py (`--chown` for the one directory not owned by root) into an
 # OCI image-layout tarball. `make image` runs `make static`, then this.
 #
@@ -13,15 +14,22 @@
 # safe-termination-VERSION.stamp.
 #
 # The image, as the Dockerfile's final stage describes it (image/test_image.py checks the two
-# agree): /usr/local/bin/safe-termination (0755, root), USER 65532:65532, EXPOSE 8443 8080,
+# agree): /usr/local/bin/safe-termination (0755, root), the waiter
+# /usr/local/bin/safe-termination-wait (0755, root; the operator's injected init container runs
+# `safe-termination-wait install /safe-termination/bin/safe-termination-wait` from this image),
+# USER 65532:65532, EXPOSE 8443 8080,
 # ENTRYPOINT ["/usr/local/bin/safe-termination"], CMD ["run"], the Dockerfile's OCI labels; and
 # from distroless/static:nonroot: /etc/passwd, /etc/group, /etc/nsswitch.conf, the CA bundle
 # /etc/ssl/certs/ca-certificates.crt (Debian's ca-certificates, as distroless builds it: the
 # package's certificates concatenated), /home/nonroot (0700, 65532), /root (0700), /tmp (1777),
 # Env PATH and SSL_CERT_FILE, WorkingDir /home/nonroot.
 #
+# The binaries are found where `make static` builds them: $CARGO_TARGET_DIR (default target/)
+# for the operator; for the waiter, built from waiter/, waiter/target, or $CARGO_TARGET_DIR
+# when absolute, else waiter/$CARGO_TARGET_DIR.
+#
 # Deterministic (same inputs, same bytes and digest). A rerun reuses the archive when the
-# binary, the CA bundle, the writer and the parameters are unchanged (the .stamp file).
+# two binaries, the CA bundle, the writer and the parameters are unchanged (the .stamp file).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -54,24 +62,39 @@ IMAGE_NAME="$REPOSITORY:$VERSION"
 OUT="$IMAGES/safe-termination-$VERSION.tar"
 STAMP="$IMAGES/safe-termination-$VERSION.stamp"
 
-# ------------------------------------------------------------------ binary
+# ------------------------------------------------------------------ binaries
 ARCH="$(uname -m)"
 case "$ARCH" in
   x86_64) PLATFORM=linux/amd64 ;;
   aarch64) PLATFORM=linux/arm64 ;;
   *) die "no OCI platform known for $ARCH (x86_64 and aarch64 are)" ;;
 esac
+# the operator: cargo runs in the repository's root
 target_dir="${CARGO_TARGET_DIR:-target}"
 [[ "$target_dir" == /* ]] || target_dir="$ROOT/$target_dir"
 BIN="$target_dir/$ARCH-unknown-linux-musl/release/safe-termination"
-[[ -f "$BIN" ]] || die "no static binary at $BIN: run 'make static' (or 'make image', which does)"
-[[ -x "$BIN" ]] || die "$BIN is not executable"
-[[ "$(head -c 4 "$BIN")" == $'\x7fELF' ]] || die "$BIN is not an ELF executable"
-# a static binary has no ELF interpreter (PT_INTERP): distroless/static has no loader and no
-# shared library. (ldd cannot tell: glibc's ldd prints no "=>" for a dynamic musl binary, as
-# RUSTFLAGS=-C target-feature=-crt-static builds it.)
-interp="$(python3 "$HERE/elf_interp.py" "$BIN")" || die "$BIN: cannot read its ELF header"
-[[ -z "$interp" ]] || die "$BIN is dynamically linked (it asks for the loader $interp): build it with 'make static'"
+# the waiter: cargo runs in waiter/ (as in the Makefile's static recipe), so a relative
+# CARGO_TARGET_DIR is under waiter/
+case "${CARGO_TARGET_DIR:-}" in
+  "") wait_target_dir="$ROOT/waiter/target" ;;
+  /*) wait_target_dir="$CARGO_TARGET_DIR" ;;
+  *) wait_target_dir="$ROOT/waiter/$CARGO_TARGET_DIR" ;;
+esac
+WAIT_BIN="$wait_target_dir/$ARCH-unknown-linux-musl/release/safe-termination-wait"
+
+check_static() {   # BINARY: an executable ELF file that asks for no loader
+  local bin="$1" interp
+  [[ -f "$bin" ]] || die "no static binary at $bin: run 'make static' (or 'make image', which does)"
+  [[ -x "$bin" ]] || die "$bin is not executable"
+  [[ "$(head -c 4 "$bin")" == $'\x7fELF' ]] || die "$bin is not an ELF executable"
+  # a static binary has no ELF interpreter (PT_INTERP): distroless/static has no loader and no
+  # shared library. (ldd cannot tell: glibc's ldd prints no "=>" for a dynamic musl binary, as
+  # RUSTFLAGS=-C target-feature=-crt-static builds it.)
+  interp="$(python3 "$HERE/elf_interp.py" "$bin")" || die "$bin: cannot read its ELF header"
+  [[ -z "$interp" ]] || die "$bin is dynamically linked (it asks for the loader $interp): build it with 'make static'"
+}
+check_static "$BIN"
+check_static "$WAIT_BIN"
 
 # ------------------------------------------------------------------ CA certificates
 if ! compgen -G "$CA_SOURCES/*.crt" >/dev/null; then
@@ -116,6 +139,7 @@ args=(
   --name "$IMAGE_NAME"
   --platform "$PLATFORM"
   --add "$BIN:/usr/local/bin/safe-termination:0755"
+  --add "$WAIT_BIN:/usr/local/bin/safe-termination-wait:0755"
   --add "$CA_BUNDLE:/etc/ssl/certs/ca-certificates.crt:0644"
   --add-text "/etc/passwd:$PASSWD"
   --add-text "/etc/group:$GROUP"
@@ -143,19 +167,21 @@ if [[ -f "$CA_COPYRIGHT" ]]; then   # the certificates' licence notice, as distr
 fi
 
 bin_sha="$(sha256sum "$BIN" | cut -d' ' -f1)"
+wait_sha="$(sha256sum "$WAIT_BIN" | cut -d' ' -f1)"
 stamp="$(
   {
     printf 'bin %s\n' "$bin_sha"
+    printf 'wait %s\n' "$wait_sha"
     sha256sum "$CA_BUNDLE" "$WRITER" | cut -d' ' -f1
     [[ ! -f "$CA_COPYRIGHT" ]] || sha256sum "$CA_COPYRIGHT" | cut -d' ' -f1
     printf 'args %s\n' "${args[*]}"
   } | sha256sum | cut -d' ' -f1
 )"
 if [[ -s "$OUT" && "$(cat "$STAMP" 2>/dev/null)" == "$stamp" ]]; then
-  log "image up to date: $IMAGE_NAME (safe-termination sha256 $bin_sha)"
+  log "image up to date: $IMAGE_NAME (safe-termination sha256 $bin_sha, safe-termination-wait sha256 $wait_sha)"
 else
   rm -f "$STAMP"
-  log "packing $IMAGE_NAME ($PLATFORM, safe-termination sha256 $bin_sha)"
+  log "packing $IMAGE_NAME ($PLATFORM, safe-termination sha256 $bin_sha, safe-termination-wait sha256 $wait_sha, $(stat -c %s "$WAIT_BIN") bytes)"
   python3 "$WRITER" --out "$OUT" "${args[@]}" >&2 || die "packing $IMAGE_NAME failed"
   printf '%s\n' "$stamp" >"$STAMP"
 fi

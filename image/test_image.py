@@ -9,7 +9,10 @@ Cargo.toml's). A missing archive FAILS the image tests (run `make image`); `make
 it first.
 
 From the Dockerfile's final stage (parse_dockerfile): ENTRYPOINT, CMD, USER, EXPOSE and every
-LABEL must be the image config's. From distroless/static-debian12:nonroot, the base that stage
+LABEL must be the image config's; it must COPY the preStop waiter to
+/usr/local/bin/safe-termination-wait, and each file it copies (the operator at the
+ENTRYPOINT's path, the waiter) must be in the image: a regular file, 0755, root's, a static ELF
+(no PT_INTERP: image/elf_interp.py). From distroless/static-debian12:nonroot, the base that stage
 names: /etc/passwd with uid 65532, the CA bundle, /home/nonroot (65532), /tmp (1777), Env
 PATH and SSL_CERT_FILE, WorkingDir /home/nonroot. The name annotation must be the chart's
 default image, ghcr.io/safe-termination/safe-termination:VERSION.
@@ -32,6 +35,9 @@ from dataclasses import dataclass, field
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCKERFILE = os.path.join(ROOT, "Dockerfile")
 REPOSITORY = "ghcr.io/safe-termination/safe-termination"
+# the preStop waiter: the operator's injected init container runs
+# ["/usr/local/bin/safe-termination-wait", "install", "/safe-termination/bin/safe-termination-wait"]
+WAITER = "/usr/local/bin/safe-termination-wait"
 
 
 # --- the Dockerfile --------------------------------------------------------
@@ -47,6 +53,17 @@ class Stage:
     user: str | None = None
     exposed: set[str] = field(default_factory=set)
     labels: dict[str, str] = field(default_factory=dict)
+    copies: list[Copy] = field(default_factory=list)
+
+
+@dataclass
+class Copy:
+    """One COPY (or ADD) instruction: its --flags (--from=build -> {"from": "build"}), sources
+    and destination."""
+
+    sources: list[str]
+    dest: str
+    flags: dict[str, str] = field(default_factory=dict)
 
 
 def logical_lines(text: str) -> list[str]:
@@ -97,6 +114,30 @@ def parse_labels(args: str) -> dict[str, str]:
     return labels
 
 
+def parse_copy(args: str) -> Copy:
+    """COPY [--flag=value ...] SRC... DEST, or the JSON form COPY [--flag ...] ["SRC", ..., "DEST"]."""
+    flags: dict[str, str] = {}
+    rest = args
+    while rest.startswith("--"):
+        word, _, rest = rest.partition(" ")
+        key, _, value = word[2:].partition("=")
+        flags[key] = value
+        rest = rest.strip()
+    words = None
+    if rest.startswith("["):
+        try:
+            words = json.loads(rest)
+        except json.JSONDecodeError:
+            words = None
+        if not (isinstance(words, list) and all(isinstance(w, str) for w in words)):
+            words = None
+    if words is None:
+        words = rest.split()
+    if len(words) < 2:
+        raise ValueError(f"COPY {args!r}: needs at least one source and a destination")
+    return Copy(sources=words[:-1], dest=words[-1], flags=flags)
+
+
 def parse_dockerfile(text: str) -> Stage:
     """The final stage: each FROM starts a new one, so only the last counts."""
     stage: Stage | None = None
@@ -118,6 +159,8 @@ def parse_dockerfile(text: str) -> Stage:
                 stage.exposed.add(port if "/" in port else f"{port}/tcp")
         elif instruction == "LABEL":
             stage.labels.update(parse_labels(args))
+        elif instruction in ("COPY", "ADD"):
+            stage.copies.append(parse_copy(args))
     if stage is None:
         raise ValueError("no FROM in the Dockerfile")
     return stage
@@ -234,26 +277,55 @@ class ImageMatchesDockerfile(ImageCase):
         self.assertEqual(self.stage.labels.get("org.opencontainers.image.version"), cargo_version(),
                          "the Dockerfile's version label must be Cargo.toml's version")
 
-    def test_binary_at_entrypoint_path(self) -> None:
-        info, data = self.entry(self.stage.entrypoint[0])
-        self.assertTrue(info.isfile())
-        self.assertEqual(info.mode, 0o755)
-        self.assertEqual((info.uid, info.gid), (0, 0))
-        self.assertEqual(data[:4], b"\x7fELF")
+    def binaries(self) -> list[str]:
+        """The ENTRYPOINT's path and every file the final stage copies (the operator, the waiter)."""
+        paths = [self.stage.entrypoint[0]]
+        for copy in self.stage.copies:
+            if copy.dest not in paths:
+                paths.append(copy.dest)
+        return paths
 
-    def test_binary_is_static(self) -> None:
-        # no ELF interpreter: distroless/static has no loader (a dynamic musl binary passes ldd)
+    def assert_static_binary(self, path: str) -> None:
+        """A regular file, 0755, root's, an ELF with no interpreter: distroless/static has no
+        loader (and a dynamic musl binary passes ldd)."""
         import sys
         import tempfile
 
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from elf_interp import interpreter
 
-        _, data = self.entry(self.stage.entrypoint[0])
+        info, data = self.entry(path)
+        self.assertTrue(info.isfile(), f"{path} is not a regular file")
+        self.assertEqual(info.mode, 0o755, path)
+        self.assertEqual((info.uid, info.gid), (0, 0), path)
+        self.assertEqual(data[:4], b"\x7fELF", path)
         with tempfile.NamedTemporaryFile() as f:
             f.write(data)
             f.flush()
-            self.assertEqual(interpreter(f.name), "")
+            self.assertEqual(interpreter(f.name), "", f"{path} asks for a loader")
+
+    def test_binary_at_entrypoint_path(self) -> None:
+        self.assert_static_binary(self.stage.entrypoint[0])
+
+    def test_dockerfile_copies_the_waiter(self) -> None:
+        copies = [c for c in self.stage.copies if c.dest == WAITER]
+        self.assertEqual(len(copies), 1, f"the Dockerfile's final stage must COPY the waiter to {WAITER} once")
+        self.assertEqual(copies[0].flags.get("from"), "build", "the waiter comes from the build stage")
+
+    def test_waiter_is_a_static_binary(self) -> None:
+        self.assert_static_binary(WAITER)
+
+    def test_every_copied_binary(self) -> None:
+        self.assertIn(WAITER, self.binaries())
+        for path in self.binaries():
+            with self.subTest(path=path):
+                self.assert_static_binary(path)
+
+    def test_waiter_is_not_the_operator(self) -> None:
+        _, operator = self.entry(self.stage.entrypoint[0])
+        _, waiter = self.entry(WAITER)
+        self.assertNotEqual(operator, waiter)
+        self.assertIn(b"safe-termination-wait install DEST", waiter, "the waiter's usage is not in the file")
 
     def test_name_is_the_charts_default_image(self) -> None:
         annotations = self.image().index_entry.get("annotations", {})
@@ -317,6 +389,9 @@ USER 65532:65532
 EXPOSE 8443/tcp 8080 53/udp
 ENTRYPOINT ["/usr/local/bin/app", "--flag"]
 CMD ["run"]
+COPY --from=build /app /usr/local/bin/app
+COPY --from=build --chmod=0755 ["/a b", "/usr/local/bin/tool"]
+COPY one two /dir/
 """
 
     def test_only_the_last_stage_counts(self) -> None:
@@ -335,6 +410,16 @@ CMD ["run"]
             "single": "one more",
         })
 
+    def test_copy_flags_sources_and_dest(self) -> None:
+        stage = parse_dockerfile(self.SAMPLE)
+        self.assertEqual(stage.copies, [
+            Copy(sources=["/app"], dest="/usr/local/bin/app", flags={"from": "build"}),
+            Copy(sources=["/a b"], dest="/usr/local/bin/tool", flags={"from": "build", "chmod": "0755"}),
+            Copy(sources=["one", "two"], dest="/dir/", flags={}),
+        ])
+        with self.assertRaises(ValueError):
+            parse_dockerfile("FROM scratch\nCOPY --from=build /only\n")
+
     def test_expose_with_and_without_protocol(self) -> None:
         self.assertEqual(parse_dockerfile(self.SAMPLE).exposed, {"8443/tcp", "8080/tcp", "53/udp"})
 
@@ -349,6 +434,7 @@ CMD ["run"]
         with open(DOCKERFILE, encoding="utf-8") as f:
             stage = parse_dockerfile(f.read())
         self.assertEqual(stage.base, "gcr.io/distroless/static-debian12:nonroot")
+        self.assertEqual([c.dest for c in stage.copies], ["/usr/local/bin/safe-termination", WAITER])
         self.assertEqual(stage.labels.get("org.opencontainers.image.licenses"), cargo_package()["license"])
 
 
