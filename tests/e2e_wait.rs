@@ -5,8 +5,9 @@
 //! address of the test cluster's own), behind a selector-less Service `st-wait` whose
 //! EndpointSlice points there, with a serving certificate for `st-wait.<ns>.svc` signed by the
 //! cluster's CA. The app namespace enforces the **Restricted** Pod Security level, so the API
-//! server itself checks every part the mutation injects. The waiter comes from the operator's
-//! image as `make e2e` pushed it to the cluster's registry (`$ST_OPERATOR_IMAGE_REF`).
+//! server itself checks every part the mutation injects. The init container copies the waiter
+//! from `st.local/waiter:1` (e2e/cluster/build-images.sh, imported into every real node): the
+//! same binary the operator's image holds (image/test_image.py checks that one).
 //!
 //! 1. A rolling update of 4 pods with the observer on: the yardstick (tests/common/rules.rs,
 //!    each node's rules read by the test) times each pod's removal on each node, and each pod's
@@ -28,6 +29,9 @@ use std::time::Duration;
 
 mod common;
 use common::rules::RuleReader;
+
+/// The image the init container copies the waiter from (e2e/cluster/build-images.sh).
+const WAITER_IMAGE: &str = "st.local/waiter:1";
 
 /// The sleep the policy sizes (minSeconds): the waiter's fallback, and what a wait is compared to.
 const SLEEP: f64 = 8.0;
@@ -116,7 +120,7 @@ async fn roll(
 
 #[tokio::test]
 async fn a_waiter_outlives_every_nodes_removal_and_falls_back_to_the_sleep_without_the_operator() {
-    let image = std::env::var("ST_OPERATOR_IMAGE_REF").expect("ST_OPERATOR_IMAGE_REF: the operator image make e2e pushed (e2e/run-e2e.sh)");
+    let image = WAITER_IMAGE.to_string();
     let client = common::client().await;
     let (system, ns, hook) = ("e2e-wait-system", "e2e-wait", "safe-termination-e2e-wait");
     common::apply_crd(&client).await;

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Build the e2e test workload images (no registry, no Docker): the static
-# st-testapp binary (e2e/testapp, musl) packed by image/oci_image.py into two OCI
-# image-layout tarballs for `ctr -n k8s.io images import`.
+# st-testapp binary (e2e/testapp, musl) and the preStop waiter (waiter/, musl) packed by
+# image/oci_image.py into three OCI image-layout tarballs for `ctr -n k8s.io images import`.
 #
-#   e2e/cluster/build-images.sh        # prints the two tarball paths on stdout, logs on stderr
+#   e2e/cluster/build-images.sh        # prints the three tarball paths on stdout, logs on stderr
 #
 # Output, in ${ST_CACHE_DIR:-~/.cache/safe-termination}/images/:
 #   st-pause.tar    image st.local/pause:1    entrypoint /st-testapp pause, user 65535
 #   st-testapp.tar  image st.local/testapp:1  entrypoint /st-testapp serve, user 65532:65532, 8080/tcp
+#   st-waiter.tar   image st.local/waiter:1   /usr/local/bin/safe-termination-wait, user 65532:65532
+#                   (the init container of Wait policies' pods: the operator's --wait-image in the tests)
 #   st-testapp      the binary itself (the load generator runs it on the nodes, outside containers)
 #   st-testapp.sha256, .stamp
 #
@@ -37,6 +39,7 @@ BUILT="$TARGET_ROOT/$TARGET/release/st-testapp"
 
 PAUSE_NAME=st.local/pause:1
 TESTAPP_NAME=st.local/testapp:1
+WAITER_NAME=st.local/waiter:1
 
 log() { printf '[build-images %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -68,6 +71,18 @@ if command -v ldd >/dev/null 2>&1; then
     || die "$BUILT is dynamically linked: $ldd_out"
 fi
 
+# the preStop waiter (waiter/), for the init container of Wait policies' pods
+# (st.local/waiter:1, the operator's --wait-image in the e2e tests and the experiment)
+WAITER_CRATE="$HERE/../../waiter"
+case "${CARGO_TARGET_DIR:-}" in
+  "") WAITER_BUILT="$WAITER_CRATE/target/$TARGET/release/safe-termination-wait" ;;
+  *) WAITER_BUILT="$TARGET_ROOT/$TARGET/release/safe-termination-wait" ;;
+esac
+log "cargo build --release --target $TARGET (waiter)"
+cargo build --quiet --release --locked --target "$TARGET" --manifest-path "$WAITER_CRATE/Cargo.toml" >&2
+[[ -x "$WAITER_BUILT" ]] || die "cargo did not produce $WAITER_BUILT"
+waiter_sha="$(sha256sum "$WAITER_BUILT" | cut -d' ' -f1)"
+
 bin_sha="$(sha256sum "$BUILT" | cut -d' ' -f1)"
 if [[ ! -x "$IMAGES/st-testapp" ]] || [[ "$(cat "$IMAGES/st-testapp.sha256" 2>/dev/null)" != "$bin_sha" ]]; then
   install -m 0755 "$BUILT" "$IMAGES/st-testapp.tmp.$$"
@@ -89,6 +104,9 @@ common=(
 pause_args=(--name "$PAUSE_NAME" "${common[@]}" --entrypoint '["/st-testapp","pause"]' --user 65535)
 testapp_args=(--name "$TESTAPP_NAME" "${common[@]}" --entrypoint '["/st-testapp","serve"]' --user 65532:65532
   --expose 8080/tcp --workdir /)
+waiter_args=(--name "$WAITER_NAME" --add "$WAITER_BUILT:/usr/local/bin/safe-termination-wait:0755"
+  --add-text "/etc/passwd:$PASSWD" --add-text "/etc/group:$GROUP" --label "st.waiter.sha256=$waiter_sha"
+  --entrypoint '["/usr/local/bin/safe-termination-wait"]' --user 65532:65532)
 
 stamp="$(
   {
@@ -96,16 +114,18 @@ stamp="$(
     printf 'writer %s\n' "$(sha256sum "$HERE/../../image/oci_image.py" | cut -d' ' -f1)"
     printf 'pause %s\n' "${pause_args[*]}"
     printf 'testapp %s\n' "${testapp_args[*]}"
+    printf 'waiter %s\n' "${waiter_args[*]}"
   } | sha256sum | cut -d' ' -f1
 )"
-if [[ -s "$IMAGES/st-pause.tar" && -s "$IMAGES/st-testapp.tar" && "$(cat "$IMAGES/.stamp" 2>/dev/null)" == "$stamp" ]]; then
+if [[ -s "$IMAGES/st-pause.tar" && -s "$IMAGES/st-testapp.tar" && -s "$IMAGES/st-waiter.tar" && "$(cat "$IMAGES/.stamp" 2>/dev/null)" == "$stamp" ]]; then
   log "images up to date (st-testapp sha256 $bin_sha)"
 else
   rm -f "$IMAGES/.stamp"
   python3 "$HERE/../../image/oci_image.py" --out "$IMAGES/st-pause.tar" "${pause_args[@]}" >&2
   python3 "$HERE/../../image/oci_image.py" --out "$IMAGES/st-testapp.tar" "${testapp_args[@]}" >&2
+  python3 "$HERE/../../image/oci_image.py" --out "$IMAGES/st-waiter.tar" "${waiter_args[@]}" >&2
   printf '%s\n' "$stamp" >"$IMAGES/.stamp"
-  log "wrote $PAUSE_NAME and $TESTAPP_NAME (st-testapp sha256 $bin_sha)"
+  log "wrote $PAUSE_NAME, $TESTAPP_NAME and $WAITER_NAME (st-testapp sha256 $bin_sha, waiter $waiter_sha)"
 fi
 
-printf '%s\n' "$IMAGES/st-pause.tar" "$IMAGES/st-testapp.tar"
+printf '%s\n' "$IMAGES/st-pause.tar" "$IMAGES/st-testapp.tar" "$IMAGES/st-waiter.tar"
