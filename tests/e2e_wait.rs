@@ -19,67 +19,17 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 mod common;
 use common::rules::RuleReader;
 
-/// The image the init container copies the waiter from (e2e/cluster/build-images.sh).
-const WAITER_IMAGE: &str = "st.local/waiter:1";
-
 /// The sleep the policy sizes (minSeconds): the waiter's fallback, and what a wait is compared to.
 const SLEEP: f64 = 8.0;
-
-/// The host end of the first real node's veth (`10.x.y.1` beside the node's `10.x.y.2`), after
-/// checking that it is an address of this host (the cluster is up).
-fn host_ip() -> String {
-    let node = &common::rules::real_nodes()[0];
-    let (prefix, _) = node.ip.rsplit_once('.').expect("an IPv4 node address");
-    let ip = format!("{prefix}.1");
-    let addrs = String::from_utf8(std::process::Command::new("ip").args(["-o", "-4", "addr", "show"]).output().unwrap().stdout).unwrap();
-    assert!(addrs.contains(&format!(" {ip}/")), "{ip} (the host end of {}'s veth) is not an address of this host: is the cluster up?", node.name);
-    ip
-}
-
-/// A serving certificate for `DNS:<service>.<ns>.svc` and `IP:<ip>` signed by the cluster's CA
-/// (openssl): (cert, key) files in `dir`.
-fn mint_certificate(dir: &std::path::Path, service: &str, ns: &str, ip: &str) -> (PathBuf, PathBuf) {
-    let pki = format!("{}/pki", common::state_dir());
-    let (key, csr, crt, ext) = (dir.join("tls.key"), dir.join("tls.csr"), dir.join("tls.crt"), dir.join("ext.cnf"));
-    std::fs::write(&ext, format!("subjectAltName=DNS:{service}.{ns}.svc,IP:{ip}\nextendedKeyUsage=serverAuth\n")).unwrap();
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl").args(args).output().expect("openssl");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    let p = |p: &PathBuf| p.to_str().unwrap().to_string();
-    run(&["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", &p(&key), "-subj", "/CN=st-wait", "-out", &p(&csr)]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        &p(&csr),
-        "-CA",
-        &format!("{pki}/ca.crt"),
-        "-CAkey",
-        &format!("{pki}/ca.key"),
-        "-CAcreateserial",
-        "-CAserial",
-        &p(&dir.join("ca.srl")),
-        "-days",
-        "1",
-        "-out",
-        &p(&crt),
-        "-extfile",
-        &p(&ext),
-    ]);
-    (crt, key)
-}
 
 /// The pod spec of the rollouts: the test app on the real nodes, Restricted-compliant (the
 /// namespace enforces the level): non-root, no escalation, every capability dropped, the
@@ -120,34 +70,18 @@ async fn roll(
 
 #[tokio::test]
 async fn a_waiter_outlives_every_nodes_removal_and_falls_back_to_the_sleep_without_the_operator() {
-    let image = WAITER_IMAGE.to_string();
+    let image = common::wait_endpoint::WAITER_IMAGE.to_string();
     let client = common::client().await;
     let (system, ns, hook) = ("e2e-wait-system", "e2e-wait", "safe-termination-e2e-wait");
     common::apply_crd(&client).await;
     common::own_namespace(&client, system).await;
     common::fresh_namespace_with_labels(&client, ns, &[("pod-security.kubernetes.io/enforce", "restricted")]).await;
-    let ip = host_ip();
-    let port = common::free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let tls = mint_certificate(dir.path(), "st-wait", system, &ip);
-    // the Service the waiter's URL names, its endpoint the operator's webhook on the host
-    let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "st-wait", "namespace": system},
-        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}}))
-    .unwrap();
-    Api::<Service>::namespaced(client.clone(), system).create(&PostParams::default(), &svc).await.unwrap();
-    let slice: EndpointSlice = serde_json::from_value(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "st-wait-1", "namespace": system, "labels": {"kubernetes.io/service-name": "st-wait", "endpointslice.kubernetes.io/managed-by": "e2e"}},
-        "addressType": "IPv4", "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]}))
-    .unwrap();
-    Api::<EndpointSlice>::namespaced(client.clone(), system).create(&PostParams::default(), &slice).await.unwrap();
-
+    let endpoint = common::wait_endpoint::WaitEndpoint::create(&client, system).await;
     let agents = common::agents::NodeAgents::start().await;
-    let ca = format!("{}/pki/ca.crt", common::state_dir());
     let mut extra: Vec<&str> = agents.operator_args.iter().map(String::as_str).collect();
-    extra.extend(["--webhook-service", "st-wait", "--wait-ca-file", &ca, "--wait-image", &image]);
-    let op = common::operator::Operator::start_listening(system, &ip, port, tls, &extra).await;
-    common::register_webhook_at(&client, hook, ns, &format!("https://{ip}:{port}/mutate")).await;
+    extra.extend(endpoint.operator_args.iter().map(String::as_str));
+    let op = endpoint.start_operator(system, &extra).await;
+    common::register_webhook_at(&client, hook, ns, &endpoint.mutate_url()).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let policies: Api<safe_termination::core::crd::TerminationPolicy> = Api::namespaced(client.clone(), ns);
     let policy = serde_json::from_value(json!({"apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
@@ -221,6 +155,6 @@ async fn a_waiter_outlives_every_nodes_removal_and_falls_back_to_the_sleep_witho
         assert!(lived < SLEEP + 5.0, "{ip}: {lived:.3} s: the fallback is the sleep, not the deadline");
     }
     drop(agents);
-    let _ = Api::<Service>::namespaced(client.clone(), system).delete("st-wait", &Default::default()).await;
+    endpoint.delete(&client).await;
     common::cleanup(&client, hook, ns).await;
 }

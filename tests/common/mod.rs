@@ -19,6 +19,7 @@ pub mod operator;
 pub mod rules;
 pub mod tools;
 pub mod truth;
+pub mod wait_endpoint;
 pub mod windows;
 
 pub use operator::Operator;
