@@ -9,13 +9,16 @@
 //! from `st.local/waiter:1` (e2e/cluster/build-images.sh, imported into every real node): the
 //! same binary the operator's image holds (image/test_image.py checks that one).
 //!
-//! 1. A rolling update of 4 pods with the observer on: the yardstick (tests/common/rules.rs,
-//!    each node's rules read by the test) times each pod's removal on each node, and each pod's
-//!    life after its deletion (the test's own pod watch) must cover its slowest node's window:
-//!    the app got its stop signal only after every node had removed it. The waits must be
-//!    shorter than the sleep the pods would have had.
+//! The yardsticks are the test's own: each node's rules read by the test (tests/common/rules.rs)
+//! time each pod's removal on each node, and the kubelet's own log line "PreStop hook
+//! completed" (verbosity 3, raised for the test) times the end of each pod's wait, after which
+//! the kubelet sends the stop signal; both from the deletion the test's pod watch saw.
+//!
+//! 1. A rolling update of 4 pods with the observer on: no hook may end while a node's rules
+//!    still held the pod (before the last read that held it: a certain miss), and every wait
+//!    must be shorter than the sleep the pods would have had.
 //! 2. The operator stopped, another rolling update: every waiter falls back to the sleep, its
-//!    pod lives at least the sleep after its deletion and not until the deadline.
+//!    hook ends the sleep after the deletion, not at the deadline.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
@@ -43,6 +46,38 @@ fn deployment(generation: u32) -> Deployment {
         "spec": {"replicas": 4, "strategy": {"rollingUpdate": {"maxSurge": 4, "maxUnavailable": 2}}, "selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "web"}, "annotations": {"rollout": generation.to_string()}}, "spec": spec}}}))
     .unwrap()
+}
+
+/// An old pod of a rollout: its IP, name and node.
+struct Old {
+    ip: String,
+    name: String,
+    node: String,
+}
+
+fn old_pods(running: &[Pod]) -> Vec<Old> {
+    running
+        .iter()
+        .map(|p| Old {
+            ip: p.status.as_ref().unwrap().pod_ip.clone().unwrap(),
+            name: p.metadata.name.clone().unwrap(),
+            node: p.spec.as_ref().unwrap().node_name.clone().unwrap(),
+        })
+        .collect()
+}
+
+/// Per old pod IP, the end of its preStop hook as its kubelet logged it, unix seconds (waits up
+/// to 30 s for the log line).
+async fn hook_ends(ns: &str, old: &[Old]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for o in old {
+        let end = common::wait_for(&format!("the kubelet of {} logging the end of {}'s preStop hook", o.node, o.name), 30, async || {
+            common::truth::prestop_completed(&o.node, ns, &o.name)
+        })
+        .await;
+        out.insert(o.ip.clone(), end);
+    }
+    out
 }
 
 /// Rolls generation `generation` and returns, per old pod IP, (deleted, gone) unix seconds as
@@ -111,28 +146,43 @@ async fn a_waiter_outlives_every_nodes_removal_and_falls_back_to_the_sleep_witho
         assert_eq!(v["spec"]["initContainers"][0]["image"], image.as_str());
         assert_eq!(v["metadata"]["annotations"]["safetermination.io/prestop-seconds"], "8");
     }
-    let old: Vec<String> = running.iter().map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap()).collect();
+    let nodes: Vec<String> = common::rules::real_nodes().into_iter().map(|n| n.name).collect();
+    for n in &nodes {
+        common::truth::kubelet_verbosity(n, 3);
+    }
+    let old = old_pods(&running);
+    let ips: Vec<String> = old.iter().map(|o| o.ip.clone()).collect();
 
     // 1. the waits, against the yardstick's windows
-    let (lives, traces) = roll(&deployments, &pods, 2, &old, readers).await;
-    let mut over_window = Vec::new();
+    let (lives, traces) = roll(&deployments, &pods, 2, &ips, readers).await;
+    let ends = hook_ends(ns, &old).await;
+    let (mut waited, mut over_window) = (Vec::new(), Vec::new());
     for (ip, (deleted, gone)) in &lives {
-        let lived = gone - deleted;
-        let slowest = traces
+        let wait = ends[ip] - deleted;
+        // per node: (the start of its last read that held the IP, the end of its first read without it)
+        let bounds: Vec<(f64, f64)> = traces
             .iter()
-            .map(|(node, t)| t.removal(ip, deleted - 0.5).unwrap_or_else(|| panic!("{node}: {ip} never seen leaving the rules")).by - deleted)
-            .fold(f64::NEG_INFINITY, f64::max);
-        println!("{ip}: gone {lived:.3} s after its deletion; left every node's rules by {slowest:.3} s (sleep {SLEEP} s)");
-        // 0.3 s: both sides' watches see the deletion a little after the API server
-        assert!(lived >= slowest - 0.3, "{ip}: stopped {lived:.3} s after its deletion, before every node had removed it ({slowest:.3} s)");
-        over_window.push(lived - slowest);
+            .map(|(node, t)| {
+                let r = t.removal(ip, deleted - 0.5).unwrap_or_else(|| panic!("{node}: {ip} never seen leaving the rules"));
+                (r.after - deleted, r.by - deleted)
+            })
+            .collect();
+        let held_until = bounds.iter().map(|b| b.0).fold(f64::NEG_INFINITY, f64::max);
+        let slowest = bounds.iter().map(|b| b.1).fold(f64::NEG_INFINITY, f64::max);
+        println!(
+            "{ip}: hook ended {wait:.3} s after its deletion, pod gone at {:.3} s; every node's rules dropped it in [{held_until:.3}, {slowest:.3}] s (sleep {SLEEP} s)",
+            gone - deleted
+        );
+        // a hook that ended before a read that still held the IP let the app stop too early
+        assert!(wait >= held_until, "{ip}: the hook ended {wait:.3} s after the deletion, while a node's rules still held the pod at {held_until:.3} s");
+        waited.push(wait);
+        over_window.push(wait - slowest);
     }
+    waited.sort_by(f64::total_cmp);
     over_window.sort_by(f64::total_cmp);
     let median_over = (over_window[1] + over_window[2]) / 2.0;
-    let mut lived: Vec<f64> = lives.values().map(|(d, g)| g - d).collect();
-    lived.sort_by(f64::total_cmp);
-    println!("waits: pods lived {lived:?} s after deletion; over their slowest node's window by {over_window:?} s (median {median_over:.3} s)");
-    assert!(lived[3] < SLEEP, "every pod stopped before the {SLEEP} s sleep would have ended: {lived:?}");
+    println!("waits: {waited:?} s after deletion; over the slowest node's window (late end) by {over_window:?} s (median {median_over:.3} s)");
+    assert!(waited[3] < SLEEP, "every wait shorter than the {SLEEP} s sleep: {waited:?}");
     let status = common::wait_for("the 4 waits in the policy's status", 60, async || {
         let s = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap();
         (s["measurement"]["waits"]["waits"].as_u64().unwrap_or(0) >= 4).then_some(s)
@@ -146,15 +196,35 @@ async fn a_waiter_outlives_every_nodes_removal_and_falls_back_to_the_sleep_witho
     drop(op);
     let mut readers: Vec<RuleReader> = common::rules::real_nodes().into_iter().map(|n| RuleReader::new(n, ns)).collect();
     let running = common::truth::pods_in_every_nodes_rules(&pods, &mut readers, 4).await;
-    let old: Vec<String> = running.iter().map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap()).collect();
-    let (lives, _) = roll(&deployments, &pods, 3, &old, readers).await;
-    for (ip, (deleted, gone)) in &lives {
-        let lived = gone - deleted;
-        println!("{ip} (operator down): gone {lived:.3} s after its deletion (the sleep: {SLEEP} s)");
-        assert!(lived >= SLEEP - 0.3, "{ip}: the fallback waited {lived:.3} s, less than the {SLEEP} s sleep");
-        assert!(lived < SLEEP + 5.0, "{ip}: {lived:.3} s: the fallback is the sleep, not the deadline");
+    let old = old_pods(&running);
+    let ips: Vec<String> = old.iter().map(|o| o.ip.clone()).collect();
+    let (lives, _) = roll(&deployments, &pods, 3, &ips, readers).await;
+    let ends = hook_ends(ns, &old).await;
+    for (ip, (deleted, _)) in &lives {
+        let wait = ends[ip] - deleted;
+        println!("{ip} (operator down): hook ended {wait:.3} s after its deletion (the sleep: {SLEEP} s)");
+        // 0.3 s: the kubelet may see the deletion before the test's watch does
+        assert!(wait >= SLEEP - 0.3, "{ip}: the fallback waited {wait:.3} s, less than the {SLEEP} s sleep");
+        assert!(wait < SLEEP + 3.0, "{ip}: {wait:.3} s: the fallback is the sleep, not the deadline");
+    }
+    for n in &nodes {
+        common::truth::kubelet_verbosity(n, 1);
     }
     drop(agents);
     endpoint.delete(&client).await;
     common::cleanup(&client, hook, ns).await;
+}
+
+/// The kubelet log's timestamps as the yardstick reads them.
+#[test]
+fn klog_headers_are_read_as_utc_unix_seconds() {
+    let year = 1970 + (common::rules::now_unix() / 31_556_952.0) as i64;
+    let t = common::truth::klog_unix_seconds("I1207 18:48:59.123456   1234 kuberuntime_container.go:806] \"PreStop hook completed\"").unwrap();
+    // 2026-12-07T18:48:59.123456Z is 1796669339.123456; other years shift by whole days
+    let expected_2026 = 1_796_669_339.123_456;
+    let days = (t - expected_2026) / 86_400.0;
+    assert!((days - days.round()).abs() < 1e-6, "{t}");
+    if year == 2026 {
+        assert!((t - expected_2026).abs() < 1e-6, "{t}");
+    }
 }

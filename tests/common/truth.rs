@@ -112,3 +112,52 @@ pub fn p99_check_rank(n: usize) -> usize {
     }
     k.max(1)
 }
+
+/// The kubelets' own record of each preStop hook's end: the yardstick of a wait (the kubelet
+/// sends the stop signal right after it). Read from the kubelet's log (`$ST_E2E_DIR/logs/
+/// kubelet-<node>.log`), whose line `"PreStop hook completed" pod="<ns>/<name>"` is logged at
+/// verbosity 3 (pkg/kubelet/kuberuntime/kuberuntime_container.go `executePreStopHook`);
+/// [`kubelet_verbosity`] raises it on a running kubelet.
+///
+/// Sets the kubelet of `node`'s log verbosity (`PUT /debug/flags/v` through the API server's
+/// node proxy; the kubelet's debugging handlers are on by default). Panics when refused.
+pub fn kubelet_verbosity(node: &str, v: u32) {
+    use std::io::Write;
+    let mut child = super::tools::tool("kubectl")
+        .args(["replace", "--raw", &format!("/api/v1/nodes/{node}/proxy/debug/flags/v"), "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    child.stdin.take().unwrap().write_all(v.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "kubelet {node}: log verbosity {v}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// When the kubelet of `node` logged the end of pod `namespace/name`'s preStop hook (its first
+/// container's), unix seconds; None when it has not (yet). klog's header is local time without
+/// a year: the host's clock is UTC here and the year is this one.
+pub fn prestop_completed(node: &str, namespace: &str, name: &str) -> Option<f64> {
+    let log = std::fs::read_to_string(format!("{}/logs/kubelet-{node}.log", super::state_dir())).ok()?;
+    let needle = format!("pod=\"{namespace}/{name}\"");
+    let line = log.lines().rfind(|l| l.contains("PreStop hook completed") && l.contains(&needle))?;
+    klog_unix_seconds(line)
+}
+
+/// The time of a klog line (`I1207 18:48:59.123456 ...`, UTC, this year), unix seconds.
+pub fn klog_unix_seconds(line: &str) -> Option<f64> {
+    let head = line.get(1..21)?;
+    let (month, day): (i64, i64) = (head.get(0..2)?.parse().ok()?, head.get(2..4)?.parse().ok()?);
+    let (h, m): (i64, i64) = (head.get(5..7)?.parse().ok()?, head.get(8..10)?.parse().ok()?);
+    let s: f64 = head.get(11..20)?.parse().ok()?;
+    let year = 1970 + (now_unix() / 31_556_952.0) as i64;
+    // days from 1970-01-01 to year-month-day (Howard Hinnant's days_from_civil)
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + h * 3600 + m * 60) as f64 + s)
+}
