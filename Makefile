@@ -88,7 +88,7 @@ demo: cluster-bins ## the main job: the deploy-error experiment at a small size 
 	e2e/experiment/demo.sh
 
 .PHONY: experiment
-experiment: k8s-bins ## the full deploy-error experiment (runs a-h: new-connection and keep-alive clients, 4,000 extra Services for c and d); results in target/experiment
+experiment: k8s-bins ## the full deploy-error experiment (runs a-h: new-connection and keep-alive clients, 4,000 extra Services for c and d; w and x: the preStop Wait handler at 0 and 4,000); results in target/experiment
 	e2e/experiment/experiment.sh
 
 .PHONY: experiment-slow-sync

@@ -89,7 +89,7 @@ cargo test --features cluster-tests --test e2e_chart -- --test-threads=1
 # margin on a quiet small cluster (W 1.07-1.24 s against a p99 of 1.14 s when it ran first, once
 # below), a sizing question of its own (docs/benchmarks/deploy-errors.md "Deploy errors"), not an order dependency
 if [ "${ST_E2E_EXPERIMENT:-1}" != 0 ]; then
-  ST_EXP_RUNS="${ST_EXP_RUNS:-a,b,c,d}" ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}" ST_EXP_SERVICES="${ST_EXP_SERVICES:-2000}" ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/e2e-experiment}" e2e/experiment/experiment.sh
+  ST_EXP_RUNS="${ST_EXP_RUNS:-a,b,w,c,d}" ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}" ST_EXP_SERVICES="${ST_EXP_SERVICES:-2000}" ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/e2e-experiment}" e2e/experiment/experiment.sh
 fi
 # the chart's KubeProxySyncSlow alert firing through the real Prometheus' /api/v1/alerts at scale
 # (it grows its own Services until the sync p99 passes 1 s)

@@ -24,7 +24,9 @@
 //! Settings (environment): ST_EXP_OUT (output dir), ST_EXP_RUNS (comma list, a to h by
 //! default: a baseline, b protected, c baseline at scale, d protected at scale; e-h with
 //! keep-alive clients: e baseline, f protected, g baseline with the app's graceful shutdown,
-//! h protected with it; and on request i baseline, j protected in the slow-sync regime,
+//! h protected with it; w and x protected with the preStop `Wait` handler (docs/wait.md) at 0
+//! and ST_EXP_SERVICES extra Services, each pod's wait from its kubelet's record of the hook's
+//! end; and on request i baseline, j protected in the slow-sync regime,
 //! ST_EXP_SLOW_SERVICES extra Services, 12,000 by default), ST_EXP_REPLICAS (6),
 //! ST_EXP_RATE (200 per node per second), ST_EXP_ROLLOUTS (3 per strategy), ST_EXP_STRATEGIES
 //! ("25%/0,25%/25%": maxSurge/maxUnavailable), ST_EXP_TIMEOUT_MS (1000), ST_EXP_SERVICES (4000
@@ -153,6 +155,12 @@ fn int_or_percent(s: &str) -> Value {
 }
 
 /// The preStop sleep seconds of a pod's first container (None: no native sleep).
+/// Whether the pod's first container runs the waiter as its preStop hook (handler `Wait`).
+fn has_waiter(p: &Pod) -> bool {
+    let cmd = p.spec.as_ref().and_then(|s| s.containers.first()).and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref()?.exec.as_ref()?.command.clone());
+    cmd.and_then(|c| c.first().cloned()).as_deref() == Some(safe_termination::core::wait::WAITER_PATH)
+}
+
 fn pre_stop_sleep(p: &Pod) -> Option<i64> {
     p.spec.as_ref()?.containers.first()?.lifecycle.as_ref()?.pre_stop.as_ref()?.sleep.as_ref().map(|s| s.seconds)
 }
@@ -216,13 +224,16 @@ async fn wait_proxies_idle(nodes: &[RealNode]) {
 // ------------------------------------------------------------------------------ one run
 
 /// A deleted pod, by name: (IP, node, when its deletion was seen (unix seconds), its preStop
-/// sleep seconds, its terminationGracePeriodSeconds).
-type Deletion = (String, String, f64, Option<i64>, Option<i64>);
+/// sleep seconds (with the `Wait` handler: its wait as its kubelet logged the hook's end, from
+/// the deletion), its terminationGracePeriodSeconds).
+type Deletion = (String, String, f64, Option<f64>, Option<i64>);
 
 struct RunSpec {
     name: &'static str,
     order: u32,
     protected: bool,
+    /// The policy's preStop handler is `Wait` (docs/wait.md) instead of the sleep.
+    wait: bool,
     extra_services: usize,
     /// The load generators keep their connections (`st-testapp load --keep-alive`).
     keep_alive: bool,
@@ -317,11 +328,12 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     println!("== run {} ({}protected, {} extra Services) in namespace {ns}", spec.name, if spec.protected { "" } else { "un" }, spec.extra_services);
     common::own_namespace(client, &ns).await;
     if spec.protected {
-        common::register_webhook(client, &format!("{HOOK}-{}", spec.name), &ns, operator_webhook_port()).await;
+        common::register_webhook_at(client, &format!("{HOOK}-{}", spec.name), &ns, operator_webhook_url()).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
+        let spec_json = if spec.wait { json!({"preStop": {"handler": "Wait"}}) } else { json!({}) };
         let policy: safe_termination::core::crd::TerminationPolicy = serde_json::from_value(json!({
             "apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
-            "metadata": {"name": "web", "namespace": ns}, "spec": {}}))
+            "metadata": {"name": "web", "namespace": ns}, "spec": spec_json}))
         .unwrap();
         Api::namespaced(client.clone(), &ns).create(&PostParams::default(), &policy).await.expect("create TerminationPolicy");
         // every kube-proxy scraped (a Cilium node has none: it is measured by observation)
@@ -362,7 +374,15 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     if spec.protected {
         let l = pods.list(&Default::default()).await.unwrap();
-        assert!(l.items.iter().all(|p| pre_stop_sleep(p).is_some()), "protected run: every pod has the injected preStop sleep");
+        if spec.wait {
+            assert!(l.items.iter().all(has_waiter), "wait run: every pod has the injected waiter");
+            // the kubelets log each preStop hook's end at verbosity 3: the yardstick of a wait
+            for n in nodes {
+                common::truth::kubelet_verbosity(&n.name, 3);
+            }
+        } else {
+            assert!(l.items.iter().all(|p| pre_stop_sleep(p).is_some()), "protected run: every pod has the injected preStop sleep");
+        }
     }
     wait_rules_match(client, nodes, &ns).await;
 
@@ -384,7 +404,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
                     let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
                     let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
                     let grace = p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds);
-                    deletions.lock().unwrap().entry(name).or_insert((ip, node, t, pre_stop_sleep(&p), grace));
+                    deletions.lock().unwrap().entry(name).or_insert((ip, node, t, pre_stop_sleep(&p).map(|s| s as f64), grace));
                 }
             }
         })
@@ -482,16 +502,27 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         Some(t) => json!(t.await.unwrap_or_default()),
         None => Value::Null,
     };
-    let deletions = deletions.lock().unwrap().clone();
+    let mut deletions = deletions.lock().unwrap().clone();
+    if spec.wait {
+        // each pod's wait: from its deletion (this test's watch) to the end of its preStop hook
+        // as its kubelet logged it (None: not logged, a failed measurement the report names)
+        for (pod, d) in deletions.iter_mut() {
+            d.3 = common::truth::prestop_completed(&d.1, &ns, pod).map(|end| ((end - d.2) * 1000.0).round() / 1000.0);
+        }
+        for n in nodes {
+            common::truth::kubelet_verbosity(&n.name, 1);
+        }
+    }
     let terminating = terminating.lock().unwrap().clone();
     // deletions.csv: pod, its IP and node, when the watch saw its deletion (unix seconds), its
     // preStop sleep and terminationGracePeriodSeconds (seconds; empty when it had none), when
     // the EndpointSlice watch saw its endpoint terminating (unix seconds; empty when never)
     let opt = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
+    let opt_f = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
     let mut csv = String::from("pod,ip,node,deleted_at_unix,sleep_seconds,grace_seconds,endpoint_terminating_at_unix\n");
     for (pod, (ip, node, t, sleep, grace)) in &deletions {
         let seen = terminating.get(pod).map(|t| format!("{t:.6}")).unwrap_or_default();
-        writeln!(csv, "{pod},{ip},{node},{t:.6},{},{},{seen}", opt(*sleep), opt(*grace)).unwrap();
+        writeln!(csv, "{pod},{ip},{node},{t:.6},{},{},{seen}", opt_f(*sleep), opt(*grace)).unwrap();
     }
     std::fs::write(dir.join("deletions.csv"), csv).unwrap();
     // groundtruth.csv, per deleted pod and node: removed_at_unix is the end of the first
@@ -534,7 +565,7 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         }
     }
     std::fs::write(dir.join("groundtruth.csv"), csv).unwrap();
-    let sleeps: Vec<i64> = deletions.values().filter_map(|d| d.3).collect();
+    let sleeps: Vec<f64> = deletions.values().filter_map(|d| d.3).collect();
     let graces: Vec<i64> = deletions.values().filter_map(|d| d.4).collect();
     let per_node = |f: &dyn Fn(&RuleTrace) -> Value| nodes.iter().zip(&traces).map(|(n, t)| (n.name.clone(), f(t))).collect::<serde_json::Map<_, _>>();
     let meta = json!({
@@ -543,7 +574,10 @@ async fn run_one(client: &Client, nodes: &[RealNode], spec: &RunSpec, s: &Settin
         "nodeModes": nodes.iter().map(|n| (n.name.clone(), json!(n.mode))).collect::<serde_json::Map<_, _>>(),
         "extraServices": spec.extra_services, "replicas": s.replicas, "ratePerNodePerSecond": s.rate, "timeoutMs": s.timeout_ms,
         "startedAtUnix": started, "finishedAtUnix": finished, "rollouts": rollouts,
-        "injectedSleepSeconds": if spec.protected { json!(sleeps.iter().max()) } else { Value::Null },
+        "injectedSleepSeconds": if spec.protected { json!(sleeps.iter().copied().reduce(f64::max)) } else { Value::Null },
+        // the preStop handler of a protected run: `Wait` (each pod's "sleep" is then its
+        // measured wait) or the sleep
+        "handler": if spec.wait { "Wait" } else if spec.protected { "Sleep" } else { "none" },
         "terminationGracePeriodSeconds": graces.iter().max(),
         "measuredWindowSeconds": status["measurement"]["propagationWindowSeconds"],
         // which kind of histogram the operator's p99 came from (`native` or `classic`); null
@@ -620,11 +654,11 @@ async fn operator_sync_p99(nodes: &[RealNode]) -> Value {
         .into()
 }
 
-static OPERATOR_WEBHOOK: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+static OPERATOR_WEBHOOK: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 /// The experiment's operator's admin port (/metrics).
 static OPERATOR_ADMIN: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
-fn operator_webhook_port() -> u16 {
-    *OPERATOR_WEBHOOK.get().expect("operator started")
+fn operator_webhook_url() -> &'static str {
+    OPERATOR_WEBHOOK.get().expect("operator started")
 }
 
 /// The runs of `list` (letters a to j), sorted by their extra Services (stable): the scale
@@ -635,19 +669,42 @@ fn run_specs(list: &str, services: usize, slow_services: usize) -> Vec<RunSpec> 
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| match s {
-            "a" => RunSpec { name: "a-baseline", order: 1, protected: false, extra_services: 0, keep_alive: false, graceful: false },
-            "b" => RunSpec { name: "b-protected", order: 2, protected: true, extra_services: 0, keep_alive: false, graceful: false },
-            "c" => RunSpec { name: "c-baseline-scale", order: 3, protected: false, extra_services: services, keep_alive: false, graceful: false },
-            "d" => RunSpec { name: "d-protected-scale", order: 4, protected: true, extra_services: services, keep_alive: false, graceful: false },
+            "a" => RunSpec { name: "a-baseline", order: 1, protected: false, wait: false, extra_services: 0, keep_alive: false, graceful: false },
+            "b" => RunSpec { name: "b-protected", order: 2, protected: true, wait: false, extra_services: 0, keep_alive: false, graceful: false },
+            "c" => RunSpec { name: "c-baseline-scale", order: 3, protected: false, wait: false, extra_services: services, keep_alive: false, graceful: false },
+            "d" => RunSpec { name: "d-protected-scale", order: 4, protected: true, wait: false, extra_services: services, keep_alive: false, graceful: false },
             // keep-alive clients, against the app without graceful shutdown and with it
-            "e" => RunSpec { name: "e-baseline-keepalive", order: 5, protected: false, extra_services: 0, keep_alive: true, graceful: false },
-            "f" => RunSpec { name: "f-protected-keepalive", order: 6, protected: true, extra_services: 0, keep_alive: true, graceful: false },
-            "g" => RunSpec { name: "g-baseline-keepalive-graceful", order: 7, protected: false, extra_services: 0, keep_alive: true, graceful: true },
-            "h" => RunSpec { name: "h-protected-keepalive-graceful", order: 8, protected: true, extra_services: 0, keep_alive: true, graceful: true },
+            "e" => RunSpec { name: "e-baseline-keepalive", order: 5, protected: false, wait: false, extra_services: 0, keep_alive: true, graceful: false },
+            "f" => RunSpec { name: "f-protected-keepalive", order: 6, protected: true, wait: false, extra_services: 0, keep_alive: true, graceful: false },
+            "g" => {
+                RunSpec { name: "g-baseline-keepalive-graceful", order: 7, protected: false, wait: false, extra_services: 0, keep_alive: true, graceful: true }
+            }
+            "h" => {
+                RunSpec { name: "h-protected-keepalive-graceful", order: 8, protected: true, wait: false, extra_services: 0, keep_alive: true, graceful: true }
+            }
             // the slow-sync regime: enough Services that node-a's iptables-nft sync p99 exceeds 1 s
-            "i" => RunSpec { name: "i-baseline-slow-sync", order: 9, protected: false, extra_services: slow_services, keep_alive: false, graceful: false },
-            "j" => RunSpec { name: "j-protected-slow-sync", order: 10, protected: true, extra_services: slow_services, keep_alive: false, graceful: false },
-            other => panic!("ST_EXP_RUNS: unknown run '{other}' (a to j)"),
+            "i" => RunSpec {
+                name: "i-baseline-slow-sync",
+                order: 9,
+                protected: false,
+                wait: false,
+                extra_services: slow_services,
+                keep_alive: false,
+                graceful: false,
+            },
+            "j" => RunSpec {
+                name: "j-protected-slow-sync",
+                order: 10,
+                protected: true,
+                wait: false,
+                extra_services: slow_services,
+                keep_alive: false,
+                graceful: false,
+            },
+            // the preStop Wait handler as a third arm beside a/b and c/d
+            "w" => RunSpec { name: "w-wait", order: 11, protected: true, wait: true, extra_services: 0, keep_alive: false, graceful: false },
+            "x" => RunSpec { name: "x-wait-scale", order: 12, protected: true, wait: true, extra_services: services, keep_alive: false, graceful: false },
+            other => panic!("ST_EXP_RUNS: unknown run '{other}' (a to j, w, x)"),
         })
         .collect();
     specs.sort_by_key(|s| s.extra_services);
@@ -677,7 +734,7 @@ async fn deploy_experiment() {
     };
     let services: usize = env_or("ST_EXP_SERVICES", 4000);
     let slow_services: usize = env_or("ST_EXP_SLOW_SERVICES", 12000);
-    let specs = run_specs(&std::env::var("ST_EXP_RUNS").unwrap_or_else(|_| "a,b,c,d,e,f,g,h".into()), services, slow_services);
+    let specs = run_specs(&std::env::var("ST_EXP_RUNS").unwrap_or_else(|_| "a,b,c,d,e,f,g,h,w,x".into()), services, slow_services);
     let _ = std::fs::remove_dir_all(out.join("runs"));
     std::fs::create_dir_all(&out).unwrap();
 
@@ -686,9 +743,12 @@ async fn deploy_experiment() {
     common::own_namespace(&client, SYSTEM_NS).await;
     // with node agents on both nodes observing every removal (common::agents)
     let agents = common::agents::NodeAgents::start().await;
-    let extra: Vec<&str> = agents.operator_args.iter().map(String::as_str).collect();
-    let op = common::Operator::start_windowed(SYSTEM_NS, OPERATOR_WINDOW_SECONDS, &extra).await;
-    OPERATOR_WEBHOOK.set(op.webhook).unwrap();
+    // its webhook where the pods' waiters reach it too (the wait runs: docs/wait.md)
+    let endpoint = common::wait_endpoint::WaitEndpoint::create(&client, SYSTEM_NS).await;
+    let mut extra: Vec<&str> = agents.operator_args.iter().map(String::as_str).collect();
+    extra.extend(endpoint.operator_args.iter().map(String::as_str));
+    let op = endpoint.start_operator(SYSTEM_NS, OPERATOR_WINDOW_SECONDS, &extra).await;
+    OPERATOR_WEBHOOK.set(endpoint.mutate_url()).unwrap();
     OPERATOR_ADMIN.set(op.admin).unwrap();
     // how many extra Services the scale fixture holds now (s0, s1, ...)
     let mut scale_services = 0;
@@ -859,6 +919,9 @@ async fn deploy_experiment() {
             for p in pods {
                 let (sleep, window) = (p["sleepSeconds"].as_f64(), p["maxWindowSeconds"].as_f64());
                 match (sleep, window) {
+                    (None, _) if run["handler"] == "Wait" => {
+                        broken.push(format!("{name}: pod {}: no wait measured (its kubelet logged no end of its preStop hook)", p["name"]))
+                    }
                     (None, _) => broken.push(format!("{name}: pod {} got no preStop sleep", p["name"])),
                     (Some(s), Some(w)) if s < w => broken.push(format!("{name}: pod {}: sleep {s} s < its window {w} s ({})", p["name"], p["windowSeconds"])),
                     _ => {}
@@ -866,6 +929,20 @@ async fn deploy_experiment() {
             }
             if broken.len() == uncovered_before {
                 held.push(format!("{name}: every pod's own sleep covered its own window on the slowest node ({} pods)", pods.len()));
+            }
+            if run["handler"] == "Wait" {
+                // the wait for the fact, not more: each pod's wait (its kubelet's record) less its
+                // slowest node's window (the late end of the rule reads); reported, the issue's
+                // target being a median within 0.5 s
+                let mut over: Vec<f64> = pods.iter().filter_map(|p| Some(p["sleepSeconds"].as_f64()? - p["maxWindowSeconds"].as_f64()?)).collect();
+                over.sort_by(f64::total_cmp);
+                let median = if over.is_empty() { f64::NAN } else { (over[(over.len() - 1) / 2] + over[over.len() / 2]) / 2.0 };
+                held.push(format!(
+                    "{name}: the waits exceeded their pod's slowest window by {median:.3} s at the median (target 0.5 s; min {:.3}, max {:.3} s over {} pods)",
+                    over.first().copied().unwrap_or(f64::NAN),
+                    over.last().copied().unwrap_or(f64::NAN),
+                    over.len()
+                ));
             }
             let sleep = pods.iter().filter_map(|p| p["sleepSeconds"].as_f64()).fold(0.0, f64::max);
             // not wasteful. The target was sleep <= max(3 s, 2 x this run's largest window).

@@ -115,7 +115,7 @@ async fn a_waiter_outlives_every_nodes_removal_and_falls_back_to_the_sleep_witho
     let agents = common::agents::NodeAgents::start().await;
     let mut extra: Vec<&str> = agents.operator_args.iter().map(String::as_str).collect();
     extra.extend(endpoint.operator_args.iter().map(String::as_str));
-    let op = endpoint.start_operator(system, &extra).await;
+    let op = endpoint.start_operator(system, common::operator::OPERATOR_WINDOW_SECONDS, &extra).await;
     common::register_webhook_at(&client, hook, ns, &endpoint.mutate_url()).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let policies: Api<safe_termination::core::crd::TerminationPolicy> = Api::namespaced(client.clone(), ns);

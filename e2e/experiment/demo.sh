@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export ST_E2E_DIR="${ST_E2E_DIR:-/tmp/safe-termination-e2e}"
 export ST_EXP_OUT="${ST_EXP_OUT:-$PWD/target/demo}"
-export ST_EXP_RUNS="${ST_EXP_RUNS:-a,b}"
+export ST_EXP_RUNS="${ST_EXP_RUNS:-a,b,w}"
 export ST_EXP_ROLLOUTS="${ST_EXP_ROLLOUTS:-1}"
 export ST_EXP_STRATEGIES="${ST_EXP_STRATEGIES:-25%/0}"
 export ST_EXP_KEEP="${DEMO_KEEP:-0}"

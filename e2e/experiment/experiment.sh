@@ -6,7 +6,7 @@
 # table, and prints the path of results.json on its last line.
 #
 #   e2e/experiment/experiment.sh                      # the full experiment: runs a to h (make experiment)
-#   ST_EXP_RUNS=a,b ST_EXP_ROLLOUTS=1 ST_EXP_STRATEGIES=25%/0 e2e/experiment/experiment.sh    # make demo
+#   ST_EXP_RUNS=a,b,w ST_EXP_ROLLOUTS=1 ST_EXP_STRATEGIES=25%/0 e2e/experiment/experiment.sh    # make demo
 #   ST_EXP_RUNS=i,j ST_EXP_ROLLOUTS=1 e2e/experiment/experiment.sh    # the slow-sync regime (make experiment-slow-sync)
 #
 # Uses the running cluster when $ST_E2E_DIR/env answers; otherwise starts one (e2e/cluster/cluster-up.sh)
@@ -40,7 +40,7 @@ trap cleanup EXIT
 source "$ST_E2E_DIR/env"
 mkdir -p "$ST_EXP_OUT"
 t0=$SECONDS
-say "runs ${ST_EXP_RUNS:-a,b,c,d,e,f,g,h} -> $ST_EXP_OUT"
+say "runs ${ST_EXP_RUNS:-a,b,c,d,e,f,g,h,w,x} -> $ST_EXP_OUT"
 rm -f "$ST_EXP_OUT/verdict.txt"
 # the checks' verdict is printed in words below: no backtrace under the table
 rc=0

@@ -410,6 +410,9 @@ def load_run(rundir):
     result = {
         "name": name,
         "protected": bool(protected),
+        # the preStop handler: "Wait" (each pod's sleepSeconds is then its measured wait, from
+        # its kubelet's record of the hook's end), "Sleep", or "none" (unprotected)
+        "handler": meta.get("handler") or ("Sleep" if protected else "none"),
         "proxyModes": list(meta.get("proxyModes") or []),
         "extraServices": int(meta.get("extraServices") or 0),
         "requests": n_req,
@@ -766,7 +769,8 @@ def table(runs):
         causes = ", ".join(f"{c} {n}" for c, n in r["failuresByCause"].items() if n) or "–"
         windows = " / ".join(fmt_num(r[k]) for k in ("podWindowMinSeconds", "podWindowP99Seconds",
                                                          "podWindowMaxSeconds"))
-        cells = [r["name"], "yes" if r["protected"] else "no", ", ".join(r["proxyModes"]) or "–",
+        protected = ("yes (wait)" if r.get("handler") == "Wait" else "yes") if r["protected"] else "no"
+        cells = [r["name"], protected, ", ".join(r["proxyModes"]) or "–",
                  str(r["extraServices"]), str(r["requests"]), str(r["failures"]), rate, outcomes, causes,
                  fmt_num(r["measuredWindowSeconds"]), fmt_num(r["injectedSleepSeconds"]),
                  fmt_num(r["maxGroundTruthSeconds"]), windows, yes_no(r["wCoversP99"]),
@@ -1004,14 +1008,14 @@ def svg_panel(out, run, raw, top, inset_x, windows_x):
 
     y = top
     # Title.
-    status = "protected" if run["protected"] else "unprotected"
+    status = ("protected, preStop Wait" if run.get("handler") == "Wait" else "protected") if run["protected"] else "unprotected"
     rate = "" if run["failureRate"] is None else f" ({100 * run['failureRate']:.3f}%)"
     details = [status]
     if run["proxyModes"]:
         details.append(", ".join(run["proxyModes"]))
     details.append(f"{thousands(run['extraServices'])} extra Services")
     if run["protected"] and sleep is not None:
-        details.append(f"preStop sleep {fmt_num(sleep)} s")
+        details.append(f"longest wait {fmt_num(sleep)} s" if run.get("handler") == "Wait" else f"preStop sleep {fmt_num(sleep)} s")
     if run["measuredWindowSeconds"] is not None:
         details.append(f"measured W {fmt_num(run['measuredWindowSeconds'])} s")
     details.append(f"{thousands(run['requests'])} requests")

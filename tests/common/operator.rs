@@ -150,11 +150,11 @@ impl Operator {
         Launch { window_seconds, ..Launch::new(namespace, extra) }.start_alone().await
     }
 
-    /// Like [`Operator::start`], its webhook on `listen_ip` (an address of the test cluster's own
-    /// veths, reachable from pods on the real nodes) with the serving certificate `tls` (cert,
-    /// key), and on `port` when given.
-    pub async fn start_listening(namespace: &str, listen_ip: &str, port: u16, tls: (PathBuf, PathBuf), extra: &[&str]) -> Operator {
-        let mut l = Launch { listen_ip: listen_ip.to_string(), tls, ..Launch::new(namespace, extra) };
+    /// Like [`Operator::start_windowed`], its webhook on `listen_ip` (an address of the test
+    /// cluster's own veths, reachable from pods on the real nodes) and `port`, with the serving
+    /// certificate `tls` (cert, key).
+    pub async fn start_listening(namespace: &str, listen_ip: &str, port: u16, tls: (PathBuf, PathBuf), window_seconds: u64, extra: &[&str]) -> Operator {
+        let mut l = Launch { listen_ip: listen_ip.to_string(), tls, window_seconds, ..Launch::new(namespace, extra) };
         l.port = Some(port);
         l.start_alone().await
     }

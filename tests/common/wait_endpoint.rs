@@ -99,10 +99,10 @@ impl WaitEndpoint {
         WaitEndpoint { ip, port, tls, operator_args, namespace: namespace.to_string(), _dir: dir }
     }
 
-    /// Starts the operator in `namespace` listening here, with `extra` flags (which must hold
-    /// [`WaitEndpoint::operator_args`]).
-    pub async fn start_operator(&self, namespace: &str, extra: &[&str]) -> super::operator::Operator {
-        super::operator::Operator::start_listening(namespace, &self.ip, self.port, self.tls.clone(), extra).await
+    /// Starts the operator in `namespace` listening here with a rolling window of
+    /// `window_seconds`, with `extra` flags (which must hold [`WaitEndpoint::operator_args`]).
+    pub async fn start_operator(&self, namespace: &str, window_seconds: u64, extra: &[&str]) -> super::operator::Operator {
+        super::operator::Operator::start_listening(namespace, &self.ip, self.port, self.tls.clone(), window_seconds, extra).await
     }
 
     /// The webhook's URL for the API server.
