@@ -54,6 +54,11 @@ struct JoinedDeletion {
     namespace: String,
     removals: Vec<(ServicePort, std::net::IpAddr)>,
     services: Vec<String>,
+    /// The Services with a ClusterIP and a port that selected the pod when its deletion was
+    /// seen (by its labels): each must have a removal for the waiter to be told `Removed`.
+    expected: Option<Vec<String>>,
+    /// Whether the deletion was joined with its endpoint change.
+    joined: bool,
 }
 
 /// pod UID -> its joined deletion, and (pod UID, when its deletion was seen) oldest first.
@@ -261,10 +266,13 @@ impl ClusterIndex {
                 tracing::debug!(namespace = %j.namespace, pod_uid = %j.pod_uid, lag_seconds = j.lag_seconds, how = j.how, slice = %name, "control plane's part of a deletion");
                 if self.observing.load(std::sync::atomic::Ordering::Relaxed) {
                     let r = service.and_then(|svc| self.removal_of(&ns, svc, &j));
-                    self.remember_joined(&j, service.map(String::as_str), r.as_ref().map(|r| (r.service.clone(), r.endpoint)));
+                    let key = r.as_ref().map(|r| (r.service.clone(), r.endpoint));
+                    // opened before its waiter can see the join (else a question in between
+                    // finds the removal neither open nor closed)
                     if let Some(r) = r {
                         self.with_removals(|s| s.open(r));
                     }
+                    self.remember_joined(&j, service.map(String::as_str), key);
                 }
             }
         }
@@ -279,26 +287,52 @@ impl ClusterIndex {
         }
     }
 
-    /// Keeps `j` for its pod's waiter, with the removal it opened (None: no Service with a
-    /// ClusterIP), bounded by [`MAX_JOINED_FOR_WAITERS`] and [`JOINED_FOR_WAITERS_SECONDS`].
-    fn remember_joined(&self, j: &Joined, service: Option<&str>, removal: Option<(ServicePort, std::net::IpAddr)>) {
+    /// Runs `f` on the pod `uid`'s entry for its waiter (made at `deleting_at` in `namespace` when
+    /// absent), bounded by [`MAX_JOINED_FOR_WAITERS`] and [`JOINED_FOR_WAITERS_SECONDS`].
+    fn for_waiter(&self, uid: &str, namespace: &str, deleting_at: f64, f: impl FnOnce(&mut JoinedDeletion)) {
         let mut g = self.joined.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (map, order) = &mut *g;
-        while let Some((uid, at)) = order.front() {
-            if order.len() < MAX_JOINED_FOR_WAITERS && j.deleting_at - at <= JOINED_FOR_WAITERS_SECONDS {
+        while let Some((old, at)) = order.front() {
+            if order.len() < MAX_JOINED_FOR_WAITERS && deleting_at - at <= JOINED_FOR_WAITERS_SECONDS {
                 break;
             }
-            if map.get(uid).is_some_and(|d| d.deleting_at == *at) {
-                map.remove(uid);
+            if map.get(old).is_some_and(|d| d.deleting_at == *at) {
+                map.remove(old);
             }
             order.pop_front();
         }
-        let d = map.entry(j.pod_uid.clone()).or_insert_with(|| {
-            order.push_back((j.pod_uid.clone(), j.deleting_at));
-            JoinedDeletion { deleting_at: j.deleting_at, namespace: j.namespace.clone(), removals: Vec::new(), services: Vec::new() }
+        let d = map.entry(uid.to_string()).or_insert_with(|| {
+            order.push_back((uid.to_string(), deleting_at));
+            JoinedDeletion { deleting_at, namespace: namespace.to_string(), removals: Vec::new(), services: Vec::new(), expected: None, joined: false }
         });
-        d.removals.extend(removal);
-        d.services.extend(service.map(str::to_string));
+        f(d);
+    }
+
+    /// Keeps `j` for its pod's waiter, with the removal it opened (None: no Service with a
+    /// ClusterIP, or one not known).
+    fn remember_joined(&self, j: &Joined, service: Option<&str>, removal: Option<(ServicePort, std::net::IpAddr)>) {
+        self.for_waiter(&j.pod_uid, &j.namespace, j.deleting_at, |d| {
+            d.joined = true;
+            d.deleting_at = j.deleting_at;
+            d.removals.extend(removal);
+            d.services.extend(service.map(str::to_string));
+        });
+    }
+
+    /// The Services of `namespace` with a ClusterIP and a port (those a removal is opened for)
+    /// whose selector matches `labels`; None until the Service watch has listed once.
+    fn cluster_ip_services_selecting(&self, namespace: &str, labels: &Labels) -> Option<Vec<String>> {
+        let g = self.inner.read().ok()?;
+        if !g.services_synced {
+            return None;
+        }
+        let Some(m) = g.services.get(namespace) else { return Some(Vec::new()) };
+        Some(
+            m.iter()
+                .filter(|(_, e)| e.cluster_ip.is_some() && e.first_port.is_some() && crate::core::selector::service_selects(&e.selector, labels))
+                .map(|(name, _)| name.clone())
+                .collect(),
+        )
     }
 
     /// The window of the pod `uid`'s deletion: the slowest of its observed removals, seconds;
@@ -335,23 +369,36 @@ impl ClusterIndex {
         let observing = self.observing.load(std::sync::atomic::Ordering::Relaxed);
         let seen = self.deletions.lock().ok().and_then(|d| d.deletion_of(uid));
         let joined = self.joined.lock().ok().and_then(|g| g.0.get(uid).cloned());
-        let (removals, ready_others) = match &joined {
+        let (removals, ready_others, unobserved) = match joined.as_ref().filter(|j| j.joined) {
             Some(j) => {
                 let removals = self.with_removals(|s| j.removals.iter().map(|(svc, ip)| s.progress(svc, *ip, j.deleting_at)).collect());
                 let g = self.inner.read().ok();
-                let ready =
-                    j.services.iter().map(|svc| g.as_ref().and_then(|g| g.ready_by_service.get(&(j.namespace.clone(), svc.clone())).copied())).collect();
-                (removals, ready)
+                // counts from a half re-listed EndpointSlice watch are not trusted
+                let synced = g.as_ref().is_some_and(|g| g.slices_synced);
+                let ready = j
+                    .services
+                    .iter()
+                    .map(|svc| g.as_ref().filter(|_| synced).and_then(|g| g.ready_by_service.get(&(j.namespace.clone(), svc.clone())).copied()))
+                    .collect();
+                // the Services that selected the pod at its deletion without a removal of theirs
+                // (a second Service, a headless one's slice joined first): not observed; not
+                // known at the deletion (the Service watch not listed): one, unless a removal is
+                let unobserved = match &j.expected {
+                    Some(expected) => expected.iter().filter(|e| !j.removals.iter().any(|(svc, _)| &svc.name == *e)).count(),
+                    None => usize::from(j.removals.is_empty()),
+                };
+                (removals, ready, unobserved)
             }
-            None => (Vec::new(), Vec::new()),
+            None => (Vec::new(), Vec::new(), 0),
         };
         PodView {
             observing,
             leader,
-            deletion_seen: joined.as_ref().map(|j| j.deleting_at).or(seen.map(|(at, _)| at)),
-            joined: joined.is_some(),
+            deletion_seen: joined.as_ref().filter(|j| j.joined).map(|j| j.deleting_at).or(seen.map(|(at, _)| at)),
+            joined: joined.as_ref().is_some_and(|j| j.joined),
             removals,
             ready_others,
+            unobserved,
             first_asked,
         }
     }
@@ -375,6 +422,8 @@ impl ClusterIndex {
             } else {
                 g.slices.clear();
                 g.ready_by_service.clear();
+                // until InitDone: the ready counts are being rebuilt
+                g.slices_synced = false;
             }
         }
     }
@@ -428,6 +477,20 @@ impl ClusterIndex {
     /// deleted at an unknown time before, and is not counted, nor is one replayed when the watch
     /// went live ([`DeletionLags::predates_watch`]).
     fn on_pod(&self, ev: watcher::Event<PartialObjectMeta<Pod>>, at: f64) {
+        // for its waiter: which Services with a ClusterIP select the pod as it is deleted (its
+        // labels are in the metadata watch), before the deletions' lock (no lock is nested)
+        if let watcher::Event::Apply(p) = &ev
+            && p.metadata.deletion_timestamp.is_some()
+            && self.observing.load(std::sync::atomic::Ordering::Relaxed)
+            && let Some(uid) = p.metadata.uid.as_deref()
+            && !self.joined.lock().is_ok_and(|g| g.0.get(uid).is_some_and(|j| j.expected.is_some()))
+        {
+            let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+            let labels: Labels = p.metadata.labels.clone().unwrap_or_default().into_iter().collect();
+            if let Some(expected) = self.cluster_ip_services_selecting(ns, &labels) {
+                self.for_waiter(uid, ns, at, |j| j.expected = Some(expected));
+            }
+        }
         let Ok(mut d) = self.deletions.lock() else { return };
         match ev {
             watcher::Event::InitDone => d.watch_live(at),
@@ -553,5 +616,96 @@ mod tests {
         assert!(!idx.selects("a", &labels), "an empty selector selects nothing");
         idx.on_slice(watcher::Event::Delete(slice), 0.0);
         assert_eq!(idx.counts().unwrap().endpoints, 0);
+    }
+}
+
+#[cfg(test)]
+mod wait_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ObjectReference, ServicePort as K8sPort, ServiceSpec};
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
+    use kube::core::ObjectMeta;
+
+    fn svc(name: &str, cluster_ip: Option<&str>) -> Service {
+        let mut s = Service::default();
+        s.metadata.namespace = Some("a".into());
+        s.metadata.name = Some(name.into());
+        s.spec = Some(ServiceSpec {
+            selector: Some([("app".to_string(), "web".to_string())].into()),
+            ports: Some(vec![K8sPort { port: 80, ..Default::default() }]),
+            cluster_ip: cluster_ip.map(str::to_string),
+            ..Default::default()
+        });
+        s
+    }
+
+    fn pod(deleting: bool) -> PartialObjectMeta<Pod> {
+        PartialObjectMeta::<Pod> {
+            metadata: ObjectMeta {
+                namespace: Some("a".into()),
+                name: Some("web-0".into()),
+                uid: Some("u1".into()),
+                labels: Some([("app".to_string(), "web".to_string())].into()),
+                deletion_timestamp: deleting.then_some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn slice(service: &str, terminating: bool, others_ready: usize) -> EndpointSlice {
+        let mut s = EndpointSlice::default();
+        s.metadata.namespace = Some("a".into());
+        s.metadata.name = Some(format!("{service}-1"));
+        s.metadata.labels = Some([("kubernetes.io/service-name".to_string(), service.to_string())].into());
+        let me = Endpoint {
+            addresses: vec!["10.244.1.5".into()],
+            target_ref: Some(ObjectReference { uid: Some("u1".into()), ..Default::default() }),
+            conditions: Some(EndpointConditions { ready: Some(!terminating), terminating: Some(terminating), ..Default::default() }),
+            ..Default::default()
+        };
+        let other = Endpoint {
+            addresses: vec!["10.244.1.9".into()],
+            conditions: Some(EndpointConditions { ready: Some(true), ..Default::default() }),
+            ..Default::default()
+        };
+        s.endpoints = std::iter::once(me).chain(std::iter::repeat_n(other, others_ready)).collect();
+        s
+    }
+
+    /// A deleted pod's view: the Services that selected it at its deletion each need an observed
+    /// removal (a pod in two ClusterIP Services joins on one slice: the other is doubt; a
+    /// headless Service's slice joining first is doubt too); its Service's other ready endpoints
+    /// (the last one: LastEndpoint).
+    fn view_after(services: &[Service], joined_on: &str, others_ready: usize) -> crate::core::wait::PodView {
+        let idx = ClusterIndex::default();
+        idx.start_observing();
+        idx.on_service(watcher::Event::Init);
+        for s in services {
+            idx.on_service(watcher::Event::InitApply(s.clone()));
+        }
+        idx.on_service(watcher::Event::InitDone);
+        idx.on_slice(watcher::Event::Init, 0.0);
+        idx.on_slice(watcher::Event::InitDone, 0.0);
+        let t = now_unix();
+        idx.on_pod(watcher::Event::InitDone, t - 30.0);
+        idx.on_slice(watcher::Event::Apply(slice(joined_on, false, others_ready)), t);
+        idx.on_pod(watcher::Event::Apply(pod(true)), t + 0.1);
+        idx.on_slice(watcher::Event::Apply(slice(joined_on, true, others_ready)), t + 0.2);
+        idx.wait_view("u1", true, t + 0.3)
+    }
+
+    #[test]
+    fn every_service_that_selected_the_pod_needs_an_observed_removal() {
+        let one = view_after(&[svc("web", Some("10.96.0.10"))], "web", 1);
+        assert_eq!((one.joined, one.removals.len(), one.unobserved), (true, 1, 0), "{one:?}");
+        assert_eq!(one.ready_others, vec![Some(1)]);
+        let two = view_after(&[svc("web", Some("10.96.0.10")), svc("web-admin", Some("10.96.0.11"))], "web", 1);
+        assert_eq!((two.removals.len(), two.unobserved), (1, 1), "{two:?}");
+        assert_eq!(crate::core::wait::decide(&two, now_unix(), 0).state, crate::core::wait::WaitState::Unknown);
+        let headless_first = view_after(&[svc("web", Some("10.96.0.10")), svc("web-headless", Some("None"))], "web-headless", 1);
+        assert_eq!((headless_first.removals.len(), headless_first.unobserved), (0, 1), "{headless_first:?}");
+        let last = view_after(&[svc("web", Some("10.96.0.10"))], "web", 0);
+        assert_eq!(crate::core::wait::decide(&last, now_unix(), 0).state, crate::core::wait::WaitState::LastEndpoint);
     }
 }

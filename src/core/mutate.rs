@@ -401,7 +401,8 @@ fn wait_pod_ops(spec: &Value, injection: &WaitInjection) -> Vec<PatchOperation> 
             "imagePullPolicy": "IfNotPresent",
             "command": [wait::WAITER_IMAGE_PATH, "install", wait::WAITER_PATH],
             "volumeMounts": [{"name": wait::BIN_VOLUME, "mountPath": wait::BIN_MOUNT_PATH}],
-            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "16Mi"}},
+            // limits too: a ResourceQuota on limits.cpu or limits.memory refuses a pod without them
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "16Mi"}},
             "securityContext": {
                 "runAsNonRoot": true,
                 "runAsUser": 65532,

@@ -323,6 +323,10 @@ pub struct PodView {
     /// Per Service of the pod: its endpoints that are ready, the pod's own excluded (None: not
     /// known).
     pub ready_others: Vec<Option<u64>>,
+    /// Services with a ClusterIP that selected the pod at its deletion but have no removal of
+    /// it observed (a second Service: a deletion joins on its first endpoint change only; or
+    /// the Services not known then).
+    pub unobserved: usize,
     /// When this pod first asked, unix seconds.
     pub first_asked: f64,
 }
@@ -331,7 +335,7 @@ pub struct PodView {
 /// `preStop.extraSeconds`, paths the observer does not see) added to the margin after a
 /// removal. In order: not the leader; observer off; the deletion not seen or not joined within
 /// [`UNJOINED_SECONDS`]; a removal gone; every Service without another ready endpoint; every
-/// removal removed; else waiting.
+/// removal removed; a Service that selected the pod without an observed removal; else waiting.
 pub fn decide(view: &PodView, now: f64, extra_seconds: u32) -> WaitAnswer {
     if !view.leader {
         return WaitAnswer::new(WaitState::NotLeader, "this replica does not lead");
@@ -349,6 +353,9 @@ pub fn decide(view: &PodView, now: f64, extra_seconds: u32) -> WaitAnswer {
     }
     if view.removals.contains(&RemovalProgress::Gone) {
         return WaitAnswer::new(WaitState::Unknown, "a removal of the pod is no longer observed (its Service deleted?)");
+    }
+    if view.unobserved > 0 {
+        return WaitAnswer::new(WaitState::Unknown, format!("{} of its Services' removals not observed", view.unobserved));
     }
     let open = view.removals.iter().filter(|r| **r == RemovalProgress::Open).count();
     if open > 0 && !view.ready_others.is_empty() && view.ready_others.iter().all(|r| *r == Some(0)) {
@@ -377,6 +384,7 @@ mod tests {
             joined: true,
             removals: removals.to_vec(),
             ready_others: vec![Some(2)],
+            unobserved: 0,
             first_asked: 100.1,
         }
     }
@@ -393,6 +401,9 @@ mod tests {
         assert_eq!(decide(&view(&[]), 101.0, 0).state, WaitState::Removed, "no ClusterIP Service: nothing to remove");
         assert_eq!(decide(&view(&[Removed, Gone]), 101.0, 0).state, WaitState::Unknown, "a dropped removal is doubt");
         assert_eq!(decide(&view(&[Censored]), 170.0, 0).state, WaitState::Waiting, "censored: the waiter's deadline ends it");
+        let second = PodView { unobserved: 1, ..view(&[Removed]) };
+        assert_eq!(decide(&second, 101.0, 0).state, WaitState::Unknown, "a second Service not observed is doubt, not Removed");
+        assert_eq!(decide(&PodView { unobserved: 1, ..view(&[]) }, 101.0, 0).state, WaitState::Unknown, "a headless slice joined first");
     }
 
     #[test]

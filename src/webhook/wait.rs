@@ -219,14 +219,14 @@ impl WaitEndpoint {
         *m.entry(uid.to_string()).or_insert(now)
     }
 
-    /// `extraSeconds` of the policy `name` that applies in `namespace` (0 when not found).
-    fn extra_seconds(&self, namespace: &str, name: &str) -> u32 {
+    /// `extraSeconds` of the policy `name` that applies in `namespace` (None when not found).
+    fn extra_seconds(&self, namespace: &str, name: &str) -> Option<u32> {
         let plan = self.plan.current();
         plan.policies
             .iter()
             .chain(plan.default_policy.iter())
             .find(|p| p.name == name && (p.namespace == namespace || p.namespace.is_empty()))
-            .map_or(0, |p| p.spec.pre_stop.extra_seconds)
+            .map(|p| p.spec.pre_stop.extra_seconds)
     }
 
     fn answer(&self, status: StatusCode, a: &WaitAnswer) -> Response {
@@ -269,7 +269,12 @@ async fn ask(State(w): State<WaitEndpoint>, Query(q): Query<AskQuery>, headers: 
         Err((status, detail)) => return w.refuse(status, detail),
     };
     let hold = Duration::from_secs(q.timeout_seconds.unwrap_or(MAX_POLL_SECONDS).min(MAX_POLL_SECONDS));
-    let extra = q.policy.as_deref().map_or(0, |p| w.extra_seconds(&who.namespace, p));
+    // the policy's extraSeconds (paths the observer does not see) is part of the margin: a
+    // policy not known (renamed, deleted) leaves it unknown, and the waiter falls back
+    let Some(extra) = q.policy.as_deref().and_then(|p| w.extra_seconds(&who.namespace, p)) else {
+        let detail = format!("the pod's policy {:?} is not known in namespace {}", q.policy.as_deref().unwrap_or(""), who.namespace);
+        return w.answer(StatusCode::OK, &WaitAnswer { state: WaitState::Unknown, margin_seconds: None, detail });
+    };
     let started = Instant::now();
     let first = w.first_asked(&who.uid, super::unix_now());
     loop {
@@ -313,7 +318,8 @@ async fn report(State(w): State<WaitEndpoint>, headers: HeaderMap, body: Body) -
     w.metrics.wait_seconds.get_or_create(&outcome).observe(r.waited_seconds);
     w.metrics.sleep_seconds.get_or_create(&outcome).observe(r.fallback_seconds);
     if r.outcome == WaitOutcome::Fallback {
-        tracing::info!(namespace = %who.namespace, pod = %who.name, reason = %r.reason.chars().take(200).collect::<String>(), "a preStop waiter fell back to the sleep");
+        let reason: String = r.reason.chars().take(200).map(|c| if c.is_control() { ' ' } else { c }).collect();
+        tracing::info!(namespace = %who.namespace, pod = %who.name, reason = %reason, "a preStop waiter fell back to the sleep");
     }
     w.source.record(WaitRecord {
         at: super::unix_now(),
@@ -364,6 +370,7 @@ mod tests {
                 joined: true,
                 removals: vec![r],
                 ready_others: vec![Some(1)],
+                unobserved: 0,
                 first_asked,
             }
         }
@@ -378,7 +385,9 @@ mod tests {
     fn endpoint() -> (WaitEndpoint, Arc<Reviewer>, Arc<Source>) {
         let reviewer = Arc::new(Reviewer(AtomicUsize::new(0)));
         let source = Arc::new(Source { leading: AtomicBool::new(true), removed: AtomicBool::new(false), records: Mutex::new(Vec::new()) });
-        (WaitEndpoint::new(reviewer.clone(), source.clone(), PlanHandle::default(), WaitMetrics::new()), reviewer, source)
+        let policy = crate::core::plan::PlanPolicy { namespace: "a".into(), name: "p".into(), spec: Default::default(), pre_stop_seconds: 5 };
+        let plan = PlanHandle::with_plan(crate::core::plan::Plan { policies: vec![policy], ..Default::default() });
+        (WaitEndpoint::new(reviewer.clone(), source.clone(), plan, WaitMetrics::new()), reviewer, source)
     }
 
     async fn call(router: Router, req: axum::http::Request<Body>) -> (StatusCode, serde_json::Value) {
@@ -419,6 +428,9 @@ mod tests {
         let (w, _, source) = endpoint();
         let (status, body) = call(w.clone().router(), get("stolen", 1)).await;
         assert_eq!((status, body["state"].as_str()), (StatusCode::UNAUTHORIZED, Some("Unknown")));
+        let other = axum::http::Request::get("/wait/v1?policy=someone-elses").header("authorization", "Bearer good").body(Body::empty()).unwrap();
+        let (status, body) = call(w.clone().router(), other).await;
+        assert_eq!((status, body["state"].as_str()), (StatusCode::OK, Some("Unknown")), "a policy not in the pod's namespace: {body}");
         let none = axum::http::Request::get("/wait/v1").body(Body::empty()).unwrap();
         assert_eq!(call(w.clone().router(), none).await.0, StatusCode::UNAUTHORIZED);
         source.leading.store(false, Ordering::Relaxed);

@@ -5,7 +5,7 @@
 //!
 //! The rules (the crate's README has them too):
 //! - `fallback` = min(the operator's current sleep for the policy, the deadline D).
-//! - `Removed`: wait the answer's margin more (clamped to 0..=10 s, never past the deadline).
+//! - `Removed`: wait the answer's margin more (clamped to 0..=3600 s, never past the deadline).
 //! - `LastEndpoint`: stop at once (waiting changes nothing for the pod's Services).
 //! - `Waiting`: ask again; after an answer that came back in under 0.2 s, pause 0.25 s first.
 //! - `NotLeader`: ask again at once on a new connection, up to 8 times in a row; the 9th in a
@@ -18,8 +18,10 @@ use std::time::Duration;
 
 /// NotLeader answers in a row that are still asked again; one more is a doubt.
 pub const MAX_NOT_LEADER_IN_A_ROW: u32 = 8;
-/// The margin of a `Removed` answer is clamped to 0..=this.
-pub const MAX_MARGIN: Duration = Duration::from_secs(10);
+/// The margin of a `Removed` answer is clamped to 0..=this: the CRD's bound on `extraSeconds`,
+/// which the operator adds to it (paths the observer does not see, such as an ingress or a
+/// cloud load balancer, can need tens of seconds); the deadline bounds it anyway.
+pub const MAX_MARGIN: Duration = Duration::from_secs(3600);
 /// An answer quicker than this is followed by [`SPIN_PAUSE`] before the next question.
 pub const QUICK_ANSWER: Duration = Duration::from_millis(200);
 /// The pause after a quick `Waiting`, so that a broken server cannot make the hook spin.
@@ -246,7 +248,7 @@ impl Machine {
     }
 }
 
-/// min(max(margin, 0), 10) s; no margin, or not a finite number: 0.
+/// min(max(margin, 0), [`MAX_MARGIN`]); no margin, or not a finite number: 0.
 fn clamp_margin(margin_seconds: Option<f64>) -> Duration {
     match margin_seconds {
         Some(m) if m.is_finite() && m > 0.0 => Duration::from_secs_f64(m.min(MAX_MARGIN.as_secs_f64())),
@@ -392,9 +394,11 @@ mod tests {
     }
 
     #[test]
-    fn margin_is_clamped_to_zero_and_ten_seconds_and_to_the_deadline() {
+    fn margin_is_clamped_to_zero_and_to_the_deadline() {
         assert_eq!(run(Plan::new(20, 60, 10), vec![(s(1), removed(-3.0))]).0, decision(Outcome::Removed, s(1)));
-        assert_eq!(run(Plan::new(20, 60, 10), vec![(s(1), removed(99.0))]).0, decision(Outcome::Removed, s(11)));
+        // an extraSeconds of 30 s is waited in full
+        assert_eq!(run(Plan::new(20, 60, 10), vec![(s(1), removed(30.25))]).0, decision(Outcome::Removed, ms(31_250)));
+        assert_eq!(run(Plan::new(20, 60, 10), vec![(s(1), removed(99.0))]).0, decision(Outcome::Removed, s(60)));
         assert_eq!(run(Plan::new(20, 60, 10), vec![(s(1), removed(f64::NAN))]).0, decision(Outcome::Removed, s(1)));
         assert_eq!(run(Plan::new(20, 60, 10), vec![(s(1), removed(f64::INFINITY))]).0, decision(Outcome::Removed, s(1)));
         // 8 s + 5 s would pass the deadline of 10 s
