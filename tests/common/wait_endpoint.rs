@@ -1,9 +1,14 @@
 //! The operator's webhook where pods on the real nodes reach it, for the preStop `Wait` handler's
 //! tests (tests/e2e_wait.rs, the experiment's wait runs): on the host end of the first real
 //! node's veth (an address of the test cluster's own), behind a selector-less Service `st-wait`
-//! whose EndpointSlice points there, with a serving certificate for `st-wait.<ns>.svc` and that
-//! address signed by the cluster's CA (openssl), and the waiter's image `st.local/waiter:1`
-//! (e2e/cluster/build-images.sh).
+//! with a serving certificate for `st-wait.<ns>.svc` and that address signed by the cluster's CA
+//! (openssl), and the waiter's image `st.local/waiter:1` (e2e/cluster/build-images.sh).
+//!
+//! A node's network namespace routes only to its own host end (e2e/cluster/nodes.sh), so the
+//! Service has `internalTrafficPolicy: Local` and one endpoint per real node, the host end of
+//! that node's veth, with its `nodeName`: each node's data plane sends its pods to its own. On
+//! every node but the first, a relay of this test (a TCP copy, TLS passing through) forwards
+//! from there to the operator.
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -26,18 +31,41 @@ pub struct WaitEndpoint {
     /// `--webhook-service st-wait --wait-ca-file <the cluster's CA> --wait-image st.local/waiter:1`.
     pub operator_args: Vec<String>,
     namespace: String,
+    relays: Vec<tokio::task::JoinHandle<()>>,
     _dir: tempfile::TempDir,
 }
 
-/// The host end of the first real node's veth (`10.x.y.1` beside the node's `10.x.y.2`), after
-/// checking that it is an address of this host (the cluster is up).
-pub fn host_ip() -> String {
-    let node = &super::rules::real_nodes()[0];
+impl Drop for WaitEndpoint {
+    fn drop(&mut self) {
+        for r in &self.relays {
+            r.abort();
+        }
+    }
+}
+
+/// The host end of `node`'s veth (`10.x.y.1` beside the node's `10.x.y.2`), after checking that
+/// it is an address of this host (the cluster is up).
+pub fn host_ip_of(node: &super::rules::RealNode) -> String {
     let (prefix, _) = node.ip.rsplit_once('.').expect("an IPv4 node address");
     let ip = format!("{prefix}.1");
     let addrs = String::from_utf8(std::process::Command::new("ip").args(["-o", "-4", "addr", "show"]).output().unwrap().stdout).unwrap();
     assert!(addrs.contains(&format!(" {ip}/")), "{ip} (the host end of {}'s veth) is not an address of this host: is the cluster up?", node.name);
     ip
+}
+
+/// Forwards every connection to `listen` (ip:port) to `to`, until dropped.
+async fn relay(listen: String, to: String) -> tokio::task::JoinHandle<()> {
+    let l = tokio::net::TcpListener::bind(&listen).await.unwrap_or_else(|e| panic!("relay on {listen}: {e}"));
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = l.accept().await {
+            let to = to.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    })
 }
 
 /// A serving certificate for `DNS:<service>.<ns>.svc` and `IP:<ip>` signed by the cluster's CA
@@ -78,25 +106,33 @@ impl WaitEndpoint {
     /// Mints the certificate and creates the Service `st-wait` and its EndpointSlice in
     /// `namespace` (the operator's).
     pub async fn create(client: &Client, namespace: &str) -> WaitEndpoint {
-        let ip = host_ip();
+        let nodes = super::rules::real_nodes();
+        let ip = host_ip_of(&nodes[0]);
         let port = super::free_port();
+        let mut relays = Vec::new();
+        let mut endpoints = vec![json!({"addresses": [ip], "nodeName": nodes[0].name, "conditions": {"ready": true}})];
+        for n in &nodes[1..] {
+            let host = host_ip_of(n);
+            relays.push(relay(format!("{host}:{port}"), format!("{ip}:{port}")).await);
+            endpoints.push(json!({"addresses": [host], "nodeName": n.name, "conditions": {"ready": true}}));
+        }
         let dir = tempfile::tempdir().unwrap();
         let tls = mint_certificate(dir.path(), "st-wait", namespace, &ip);
         let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "st-wait", "namespace": namespace},
-            "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}}))
+            "spec": {"internalTrafficPolicy": "Local", "ports": [{"name": "https", "port": 443, "targetPort": port}]}}))
         .unwrap();
         let _ = Api::<Service>::namespaced(client.clone(), namespace).delete("st-wait", &Default::default()).await;
         Api::<Service>::namespaced(client.clone(), namespace).create(&PostParams::default(), &svc).await.unwrap();
         let slice: EndpointSlice = serde_json::from_value(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {"name": "st-wait-1", "namespace": namespace, "labels": {"kubernetes.io/service-name": "st-wait", "endpointslice.kubernetes.io/managed-by": "e2e"}},
             "addressType": "IPv4", "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]}))
+            "endpoints": endpoints}))
         .unwrap();
         let _ = Api::<EndpointSlice>::namespaced(client.clone(), namespace).delete("st-wait-1", &Default::default()).await;
         Api::<EndpointSlice>::namespaced(client.clone(), namespace).create(&PostParams::default(), &slice).await.unwrap();
         let ca = format!("{}/pki/ca.crt", super::state_dir());
         let operator_args = ["--webhook-service", "st-wait", "--wait-ca-file", &ca, "--wait-image", WAITER_IMAGE].map(String::from).to_vec();
-        WaitEndpoint { ip, port, tls, operator_args, namespace: namespace.to_string(), _dir: dir }
+        WaitEndpoint { ip, port, tls, operator_args, namespace: namespace.to_string(), relays, _dir: dir }
     }
 
     /// Starts the operator in `namespace` listening here with a rolling window of
