@@ -120,6 +120,10 @@ pub struct RunArgs {
     /// and W covers the p99 of what was observed (docs/architecture.md "The observer").
     #[arg(long, env = "SAFE_TERMINATION_OBSERVE_REMOVALS")]
     pub observe_removals: bool,
+    /// HTTPS address of the preStop waiter endpoint (`GET /wait/v1`), on its own socket and
+    /// connection cap: a rollout's long polls never take the admission webhook's connections.
+    #[arg(long, default_value = "0.0.0.0:8444", env = "SAFE_TERMINATION_WAIT_LISTEN")]
+    pub wait_listen: std::net::SocketAddr,
     /// The image whose `/safe-termination-wait` the init container of `Wait` policies' pods
     /// copies (the chart: the operator's own image, by digest when given one).
     #[arg(long, env = "SAFE_TERMINATION_WAIT_IMAGE")]
@@ -320,7 +324,7 @@ impl RunArgs {
     fn wait_settings(&self) -> controller::wait::WaitSettings {
         let base = crate::core::wait::WaitInjection {
             image: self.wait_image.clone().unwrap_or_else(|| crate::core::wait::WaitInjection::default().image),
-            url: format!("https://{}.{}.svc:443/wait/v1", self.webhook_service, self.namespace),
+            url: format!("https://{}.{}.svc:{}/wait/v1", self.webhook_service, self.namespace, self.wait_listen.port()),
             address: None,
             ca_pem: String::new(),
         };
@@ -408,13 +412,14 @@ pub async fn run(args: &RunArgs) -> Result<(), Error> {
     let shutdown = Shutdown::new();
     shutdown.listen_for_signals().map_err(|e| Error::Io(format!("cannot install signal handlers: {e}")))?;
     let listeners = Listeners::bind(&args.serving).await?;
-    run_with(args, listeners, shutdown).await
+    let wait = std::net::TcpListener::bind(args.wait_listen).map_err(|e| Error::Io(format!("cannot listen on {} (--wait-listen): {e}", args.wait_listen)))?;
+    run_with(args, listeners, Some(wait), shutdown).await
 }
 
 /// The operator on already-bound listeners (the testable core of [`run`]): one [`Shared`]
 /// context, then the measurement source, the controller and the certificates spawned into one
 /// task set, and the webhook served until shutdown or until any task ends.
-pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) -> Result<(), Error> {
+pub async fn run_with(args: &RunArgs, listeners: Listeners, wait_listener: Option<std::net::TcpListener>, shutdown: Shutdown) -> Result<(), Error> {
     let telemetry = Telemetry::new();
     let (kube_proxy_metrics, controller_metrics, scrape_metrics) = (KubeProxyMetrics::default(), ControllerMetrics::default(), ScrapeMetrics::default());
     let _ = telemetry.register("kube_proxy", |r| kube_proxy_metrics.register(r));
@@ -459,7 +464,8 @@ pub async fn run_with(args: &RunArgs, listeners: Listeners, shutdown: Shutdown) 
         published.plans.clone(),
         wait_metrics,
     );
-    let parts = Served { plan: published.plans, services: published.cluster, telemetry, readiness: Readiness::new(), routes: Some(wait.router()) };
+    let parts =
+        Served { plan: published.plans, services: published.cluster, telemetry, readiness: Readiness::new(), wait: wait_listener.map(|l| (l, wait.router())) };
     let mut serving = std::pin::pin!(serve_with(&args.serving, listeners, parts, shutdown.clone()));
     let result = tokio::select! {
         r = &mut serving => r,

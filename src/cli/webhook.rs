@@ -104,7 +104,7 @@ pub async fn serve(args: &WebhookArgs, listeners: Listeners, shutdown: Shutdown)
     // a policy file that cannot be read or used is bad input (exit 1), as in every command
     let plan = args.plan.plan()?;
     let telemetry = Telemetry::new();
-    let parts = Served { plan: PlanHandle::with_plan(plan), services: Arc::new(AssumeServiceBacked), readiness: Readiness::new(), telemetry, routes: None };
+    let parts = Served { plan: PlanHandle::with_plan(plan), services: Arc::new(AssumeServiceBacked), readiness: Readiness::new(), telemetry, wait: None };
     serve_with(&args.serving, listeners, parts, shutdown).await
 }
 
@@ -120,9 +120,15 @@ pub struct Served {
     pub telemetry: Telemetry,
     /// The process's readiness checks.
     pub readiness: Readiness,
-    /// More routes on the same HTTPS server (the operator's preStop waiter endpoint).
-    pub routes: Option<axum::Router>,
+    /// A second HTTPS server with the same certificate, on its own socket and connection cap
+    /// (the operator's preStop waiter endpoint: its long polls never take the admission
+    /// webhook's connections).
+    pub wait: Option<(std::net::TcpListener, axum::Router)>,
 }
+
+/// Connections the preStop waiter endpoint holds at once, at most: one per pod waiting (a
+/// waiter keeps one connection), about 22 KB each; beyond it a waiter falls back to the sleep.
+pub const WAIT_MAX_CONNECTIONS: usize = 4096;
 
 /// Serves the HTTPS webhook and the admin port on `listeners` until `shutdown` fires, with
 /// certificates reloaded from `serving`'s files.
@@ -133,7 +139,7 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
             serving.max_buffered_body_bytes, serving.max_body_bytes
         )));
     }
-    let Served { plan: plan_handle, services, telemetry, readiness, routes } = parts;
+    let Served { plan: plan_handle, services, telemetry, readiness, wait } = parts;
     let metrics = telemetry.webhook().clone();
     let Listeners { webhook: listener, admin } = listeners;
     let addr = |a: std::io::Result<SocketAddr>| a.map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
@@ -173,12 +179,20 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
         },
     };
     tracing::info!(listen = %listen, admin = %admin_listen, cert = %serving.tls_cert_file.display(), "admission webhook serving");
+    let wait_task = wait.map(|(listener, router)| {
+        let addr = listener.local_addr().map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
+        tracing::info!(listen = %addr, "preStop waiter endpoint serving");
+        let connections = server::Connections { max_connections: WAIT_MAX_CONNECTIONS, ..Default::default() };
+        let (tls, token, drain) = (tls.clone(), shutdown.token(), Duration::from_secs(serving.drain_seconds));
+        tokio::spawn(async move {
+            if let Err(e) = server::serve(listener, router, tls, token, drain, connections).await {
+                tracing::error!(error = %e, "the preStop waiter endpoint stopped");
+            }
+        })
+    });
     let serve = server::serve(
         listener,
-        match routes {
-            Some(r) => server::router(state).merge(r),
-            None => server::router(state),
-        },
+        server::router(state),
         tls,
         shutdown.token(),
         Duration::from_secs(serving.drain_seconds),
@@ -190,6 +204,13 @@ pub async fn serve_with(serving: &ServingArgs, listeners: Listeners, parts: Serv
         () = abort.cancelled() => Err(Error::Aborted),
     };
     stop_background.cancel();
+    if let Some(t) = wait_task {
+        if matches!(result, Err(Error::Aborted)) {
+            t.abort();
+        } else {
+            let _ = t.await;
+        }
+    }
     if !matches!(result, Err(Error::Aborted)) {
         let _ = reload_task.await;
         if let Ok(Err(e)) = admin_task.await {

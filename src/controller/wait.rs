@@ -144,8 +144,16 @@ pub async fn keep_injection_current(client: Client, settings: WaitSettings, tx: 
         }
         match services.get(&settings.service).await {
             Ok(s) => {
-                let ip = s.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()).and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
-                next.address = ip.map(|ip| std::net::SocketAddr::new(ip, 443).to_string());
+                let spec = s.spec.as_ref();
+                let ip = spec.and_then(|s| s.cluster_ip.as_deref()).and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
+                // the Service's port named `wait` (the chart's), else the URL's
+                let url_port = next.url.rsplit_once(':').and_then(|(_, rest)| rest.split('/').next()?.parse::<u16>().ok()).unwrap_or(443);
+                let port = spec
+                    .and_then(|s| s.ports.as_ref())
+                    .and_then(|ps| ps.iter().find(|p| p.name.as_deref() == Some("wait")))
+                    .and_then(|p| u16::try_from(p.port).ok())
+                    .unwrap_or(url_port);
+                next.address = ip.map(|ip| std::net::SocketAddr::new(ip, port).to_string());
             }
             Err(e) => tracing::debug!(error = %e, service = %settings.service, "wait: the webhook Service is not readable"),
         }

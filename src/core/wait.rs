@@ -72,7 +72,8 @@ pub const UNJOINED_SECONDS: f64 = 10.0;
 pub struct WaitInjection {
     /// The image of the init container: the operator's own (it holds [`WAITER_IMAGE_PATH`]).
     pub image: String,
-    /// `https://<service>.<namespace>.svc:443/wait/v1`: the name the serving certificate holds.
+    /// `https://<service>.<namespace>.svc:8444/wait/v1`: the name the serving certificate holds,
+    /// and the waiter endpoint's own port (`--wait-listen`, the Service's port `wait`).
     pub url: String,
     /// The Service's ClusterIP and port, when known: the waiter connects there and still checks
     /// the certificate against the URL's host (no cluster DNS needed at deletion).
@@ -87,7 +88,7 @@ impl Default for WaitInjection {
     fn default() -> Self {
         Self {
             image: format!("ghcr.io/safe-termination/safe-termination:{}", env!("CARGO_PKG_VERSION")),
-            url: "https://safe-termination.safe-termination.svc:443/wait/v1".into(),
+            url: "https://safe-termination.safe-termination.svc:8444/wait/v1".into(),
             address: None,
             ca_pem: String::new(),
         }

@@ -88,6 +88,11 @@ impl<'a> Launch<'a> {
         if !self.extra.iter().any(|a| a == "--admission-backend") {
             args.extend(["--admission-backend".to_string(), "webhook".to_string()]);
         }
+        // the preStop waiter endpoint's own socket: on loopback unless a test puts it where
+        // pods reach it (tests/common/wait_endpoint.rs)
+        if !self.extra.iter().any(|a| a == "--wait-listen") {
+            args.extend(["--wait-listen".to_string(), format!("127.0.0.1:{}", free_port())]);
+        }
         let _ = std::fs::create_dir_all(self.log.parent().unwrap());
         let log = std::fs::File::create(&self.log).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_safe-termination"))

@@ -28,7 +28,8 @@ pub struct WaitEndpoint {
     pub port: u16,
     /// The serving certificate and key.
     pub tls: (PathBuf, PathBuf),
-    /// `--webhook-service st-wait --wait-ca-file <the cluster's CA> --wait-image st.local/waiter:1`.
+    /// `--webhook-service st-wait --wait-ca-file <the cluster's CA> --wait-image st.local/waiter:1
+    /// --wait-listen <ip>:<its port>`.
     pub operator_args: Vec<String>,
     namespace: String,
     relays: Vec<tokio::task::JoinHandle<()>>,
@@ -108,30 +109,33 @@ impl WaitEndpoint {
     pub async fn create(client: &Client, namespace: &str) -> WaitEndpoint {
         let nodes = super::rules::real_nodes();
         let ip = host_ip_of(&nodes[0]);
-        let port = super::free_port();
+        // the webhook's port, and the waiter endpoint's own (--wait-listen)
+        let (port, wait_port) = (super::free_port(), super::free_port());
         let mut relays = Vec::new();
         let mut endpoints = vec![json!({"addresses": [ip], "nodeName": nodes[0].name, "conditions": {"ready": true}})];
         for n in &nodes[1..] {
             let host = host_ip_of(n);
-            relays.push(relay(format!("{host}:{port}"), format!("{ip}:{port}")).await);
+            relays.push(relay(format!("{host}:{wait_port}"), format!("{ip}:{wait_port}")).await);
             endpoints.push(json!({"addresses": [host], "nodeName": n.name, "conditions": {"ready": true}}));
         }
         let dir = tempfile::tempdir().unwrap();
         let tls = mint_certificate(dir.path(), "st-wait", namespace, &ip);
         let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "st-wait", "namespace": namespace},
-            "spec": {"internalTrafficPolicy": "Local", "ports": [{"name": "https", "port": 443, "targetPort": port}]}}))
+            "spec": {"internalTrafficPolicy": "Local", "ports": [{"name": "wait", "port": 8444, "targetPort": wait_port}]}}))
         .unwrap();
         let _ = Api::<Service>::namespaced(client.clone(), namespace).delete("st-wait", &Default::default()).await;
         Api::<Service>::namespaced(client.clone(), namespace).create(&PostParams::default(), &svc).await.unwrap();
         let slice: EndpointSlice = serde_json::from_value(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {"name": "st-wait-1", "namespace": namespace, "labels": {"kubernetes.io/service-name": "st-wait", "endpointslice.kubernetes.io/managed-by": "e2e"}},
-            "addressType": "IPv4", "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+            "addressType": "IPv4", "ports": [{"name": "wait", "port": wait_port, "protocol": "TCP"}],
             "endpoints": endpoints}))
         .unwrap();
         let _ = Api::<EndpointSlice>::namespaced(client.clone(), namespace).delete("st-wait-1", &Default::default()).await;
         Api::<EndpointSlice>::namespaced(client.clone(), namespace).create(&PostParams::default(), &slice).await.unwrap();
         let ca = format!("{}/pki/ca.crt", super::state_dir());
-        let operator_args = ["--webhook-service", "st-wait", "--wait-ca-file", &ca, "--wait-image", WAITER_IMAGE].map(String::from).to_vec();
+        let listen = format!("{ip}:{wait_port}");
+        let operator_args =
+            ["--webhook-service", "st-wait", "--wait-ca-file", &ca, "--wait-image", WAITER_IMAGE, "--wait-listen", &listen].map(String::from).to_vec();
         WaitEndpoint { ip, port, tls, operator_args, namespace: namespace.to_string(), relays, _dir: dir }
     }
 
