@@ -349,6 +349,12 @@ pub fn check_deployment(docs: &[Value], release_ns: &str, fullname: &str, replic
     let svc = find(docs, "Service", fullname);
     let https = svc["spec"]["ports"].as_array().unwrap().iter().find(|p| p["port"] == 443).expect("Service port 443");
     assert_eq!(https["targetPort"], "webhook");
+    // the preStop waiters' own socket (docs/wait.md): the flag, the container port and the
+    // Service's port `wait`, apart from the webhook's
+    let wait = svc["spec"]["ports"].as_array().unwrap().iter().find(|p| p["name"] == "wait").expect("Service port wait");
+    assert_eq!((wait["targetPort"].as_str(), wait["port"].as_u64()), (Some("wait"), Some(u64::from(args.wait_listen.port()))));
+    assert_eq!(port("wait"), u64::from(args.wait_listen.port()));
+    assert_ne!(port("wait"), port("webhook"));
     for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
         assert_eq!(labels[k], *v);
     }
