@@ -59,6 +59,9 @@ struct JoinedDeletion {
     expected: Option<Vec<String>>,
     /// Whether the deletion was joined with its endpoint change.
     joined: bool,
+    /// The pod's name and injected sleep (for the removals of its other Services).
+    pod_name: String,
+    sleep_seconds: Option<u32>,
 }
 
 /// pod UID -> its joined deletion, and (pod UID, when its deletion was seen) oldest first.
@@ -103,6 +106,9 @@ pub struct ClusterIndex {
     observing: std::sync::atomic::AtomicBool,
     /// pod UID -> its joined deletion, while observing (for waiters), oldest first in `joined_order`.
     joined: Mutex<JoinedForWaiters>,
+    /// Pod UIDs of `joined` whose other Services' removals are not opened yet (at most
+    /// [`MAX_JOINED_FOR_WAITERS`]).
+    incomplete: Mutex<Vec<String>>,
     /// Finished preStop waits reported to this replica, oldest first, at most
     /// [`MAX_WAIT_RECORDS`].
     waits: Mutex<std::collections::VecDeque<WaitRecord>>,
@@ -276,6 +282,12 @@ impl ClusterIndex {
                 }
             }
         }
+        if self.observing.load(std::sync::atomic::Ordering::Relaxed)
+            && self.incomplete.lock().is_ok_and(|g| !g.is_empty())
+            && let Some(svc) = e.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name"))
+        {
+            self.join_other_services(e, &ns, svc, at);
+        }
         let entry = SliceEntry {
             endpoints: e.endpoints.len() as u64,
             ready: e.endpoints.iter().filter(|ep| ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true)).count() as u64,
@@ -303,7 +315,16 @@ impl ClusterIndex {
         }
         let d = map.entry(uid.to_string()).or_insert_with(|| {
             order.push_back((uid.to_string(), deleting_at));
-            JoinedDeletion { deleting_at, namespace: namespace.to_string(), removals: Vec::new(), services: Vec::new(), expected: None, joined: false }
+            JoinedDeletion {
+                deleting_at,
+                namespace: namespace.to_string(),
+                removals: Vec::new(),
+                services: Vec::new(),
+                expected: None,
+                joined: false,
+                pod_name: String::new(),
+                sleep_seconds: None,
+            }
         });
         f(d);
     }
@@ -311,12 +332,67 @@ impl ClusterIndex {
     /// Keeps `j` for its pod's waiter, with the removal it opened (None: no Service with a
     /// ClusterIP, or one not known).
     fn remember_joined(&self, j: &Joined, service: Option<&str>, removal: Option<(ServicePort, std::net::IpAddr)>) {
+        let mut incomplete = false;
         self.for_waiter(&j.pod_uid, &j.namespace, j.deleting_at, |d| {
             d.joined = true;
             d.deleting_at = j.deleting_at;
+            d.pod_name = j.pod_name.clone();
+            d.sleep_seconds = j.sleep_seconds;
             d.removals.extend(removal);
             d.services.extend(service.map(str::to_string));
+            incomplete = d.expected.as_ref().is_some_and(|e| e.iter().any(|svc| !d.removals.iter().any(|(p, _)| &p.name == svc)));
         });
+        if incomplete {
+            let mut g = self.incomplete.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if g.len() >= MAX_JOINED_FOR_WAITERS {
+                g.remove(0);
+            }
+            g.push(j.pod_uid.clone());
+        }
+    }
+
+    /// The removals of the other Services of pods joined on one Service's slice (a deletion
+    /// joins once, on the first slice that shows it; a pod behind a headless Service and a
+    /// ClusterIP one, or behind two, has a removal in each): `e`, a slice of Service `svc` seen at
+    /// `at`, opens the removal of each such pod it shows terminating.
+    fn join_other_services(&self, e: &EndpointSlice, namespace: &str, svc: &str, at: f64) {
+        let uids: Vec<String> = self.incomplete.lock().map(|g| g.clone()).unwrap_or_default();
+        for uid in uids {
+            let Some(d) = self.joined.lock().ok().and_then(|g| g.0.get(&uid).cloned()) else {
+                self.incomplete.lock().map(|mut g| g.retain(|u| u != &uid)).ok();
+                continue;
+            };
+            let wanted =
+                d.namespace == namespace && d.expected.as_ref().is_some_and(|x| x.iter().any(|s| s == svc)) && !d.removals.iter().any(|(p, _)| p.name == svc);
+            let terminating = e
+                .endpoints
+                .iter()
+                .find(|ep| ep.target_ref.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid.as_str()))
+                .filter(|ep| ep.conditions.as_ref().and_then(|c| c.terminating).unwrap_or(false));
+            let (true, Some(ep)) = (wanted, terminating) else { continue };
+            let j = Joined {
+                pod_uid: uid.clone(),
+                namespace: namespace.to_string(),
+                lag_seconds: (at - d.deleting_at).max(0.0),
+                how: "terminating",
+                pod_name: d.pod_name.clone(),
+                sleep_seconds: d.sleep_seconds,
+                deleting_at: d.deleting_at,
+                address: ep.addresses.first().and_then(|a| a.parse().ok()),
+            };
+            let Some(r) = self.removal_of(namespace, svc, &j) else { continue };
+            let key = (r.service.clone(), r.endpoint);
+            self.with_removals(|s| s.open(r));
+            let mut complete = false;
+            self.for_waiter(&uid, namespace, d.deleting_at, |d| {
+                d.removals.push(key);
+                d.services.push(svc.to_string());
+                complete = d.expected.as_ref().is_none_or(|e| e.iter().all(|s| d.removals.iter().any(|(p, _)| &p.name == s)));
+            });
+            if complete {
+                self.incomplete.lock().map(|mut g| g.retain(|u| u != &uid)).ok();
+            }
+        }
     }
 
     /// The Services of `namespace` with a ClusterIP and a port (those a removal is opened for)
@@ -678,6 +754,11 @@ mod wait_tests {
     /// headless Service's slice joining first is doubt too); its Service's other ready endpoints
     /// (the last one: LastEndpoint).
     fn view_after(services: &[Service], joined_on: &str, others_ready: usize) -> crate::core::wait::PodView {
+        view_after_both(services, joined_on, None, others_ready)
+    }
+
+    /// [`view_after`], with a later slice of `then` showing the pod terminating too.
+    fn view_after_both(services: &[Service], joined_on: &str, then: Option<&str>, others_ready: usize) -> crate::core::wait::PodView {
         let idx = ClusterIndex::default();
         idx.start_observing();
         idx.on_service(watcher::Event::Init);
@@ -692,7 +773,22 @@ mod wait_tests {
         idx.on_slice(watcher::Event::Apply(slice(joined_on, false, others_ready)), t);
         idx.on_pod(watcher::Event::Apply(pod(true)), t + 0.1);
         idx.on_slice(watcher::Event::Apply(slice(joined_on, true, others_ready)), t + 0.2);
+        if let Some(other) = then {
+            idx.on_slice(watcher::Event::Apply(slice(other, true, others_ready)), t + 0.25);
+        }
         idx.wait_view("u1", true, t + 0.3)
+    }
+
+    /// A deletion joins on the first slice that shows it; the pod's other Services' slices open
+    /// their removals when they show it terminating, so a StatefulSet behind a headless and a
+    /// ClusterIP Service, or a pod behind two, is observed on each.
+    #[test]
+    fn the_other_services_slices_open_their_removals_too() {
+        let two = view_after_both(&[svc("web", Some("10.96.0.10")), svc("web-admin", Some("10.96.0.11"))], "web", Some("web-admin"), 1);
+        assert_eq!((two.removals.len(), two.unobserved), (2, 0), "{two:?}");
+        let headless = view_after_both(&[svc("web", Some("10.96.0.10")), svc("web-headless", Some("None"))], "web-headless", Some("web"), 1);
+        assert_eq!((headless.removals.len(), headless.unobserved), (1, 0), "{headless:?}");
+        assert_eq!(crate::core::wait::decide(&headless, now_unix(), 0).state, crate::core::wait::WaitState::Waiting, "open: every node must report it");
     }
 
     #[test]
