@@ -228,3 +228,92 @@ fn klog_headers_are_read_as_utc_unix_seconds() {
         assert!((t - expected_2026).abs() < 1e-6, "{t}");
     }
 }
+
+/// One StatefulSet rollout's duration, seconds: from the template's change until every one of
+/// its `replicas` pods runs the new revision and is ready (OrderedReady: one pod at a time, each
+/// deleted, waited for, recreated and ready before the next).
+async fn statefulset_rollout(client: &kube::Client, ns: &str, generation: u32, replicas: i32) -> f64 {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let spec = common::on_real_nodes(json!({"containers": [common::testapp_container("web")]}));
+    let set: StatefulSet = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "web"},
+        "spec": {"replicas": replicas, "serviceName": "web-headless", "podManagementPolicy": "OrderedReady", "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}, "annotations": {"rollout": generation.to_string()}}, "spec": spec}}}))
+    .unwrap();
+    let t0 = common::rules::now_unix();
+    let applied = sets.patch("web", &PatchParams::apply("e2e").force(), &Patch::Apply(&set)).await.unwrap();
+    let want = applied.metadata.generation.unwrap_or(1);
+    common::wait_for(&format!("{ns}/web: {replicas} pods of rollout {generation} ready"), 600, async || {
+        let st = sets.get("web").await.ok()?.status?;
+        // the controller has seen this generation (before, its status is the last rollout's)
+        let done = st.observed_generation.is_some_and(|g| g >= want)
+            && st.update_revision.is_some()
+            && st.current_revision == st.update_revision
+            && st.updated_replicas == Some(replicas)
+            && st.ready_replicas == Some(replicas);
+        done.then_some(())
+    })
+    .await;
+    common::rules::now_unix() - t0
+}
+
+/// The StatefulSet rollout (6 replicas, OrderedReady) with the sized sleep and with the wait,
+/// side by side and alternating, on the real nodes at 0 extra Services: each pod's deletion
+/// holds up the next, so a rollout takes the sum of its pods' termination times. Behind a
+/// headless Service (the StatefulSet's) and a ClusterIP one. A benchmark: `make cluster-up`,
+/// then `cargo test --features cluster-tests --test e2e_wait -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "a benchmark (docs/benchmarks/wait.md): cargo test --features cluster-tests --test e2e_wait -- --ignored"]
+async fn statefulset_rollouts_with_the_sleep_and_with_the_wait() {
+    let client = common::client().await;
+    let system = "e2e-sts-system";
+    common::apply_crd(&client).await;
+    common::own_namespace(&client, system).await;
+    let endpoint = common::wait_endpoint::WaitEndpoint::create(&client, system).await;
+    let agents = common::agents::NodeAgents::start().await;
+    let mut extra: Vec<&str> = agents.operator_args.iter().map(String::as_str).collect();
+    extra.extend(endpoint.operator_args.iter().map(String::as_str));
+    let op = endpoint.start_operator(system, common::operator::OPERATOR_WINDOW_SECONDS, &extra).await;
+    let mut arms = Vec::new();
+    for (ns, spec) in [("e2e-sts-sleep", json!({"preStop": {"minSamples": 1}})), ("e2e-sts-wait", json!({"preStop": {"minSamples": 1, "handler": "Wait"}}))] {
+        common::own_namespace(&client, ns).await;
+        let hook = format!("safe-termination-{ns}");
+        common::register_webhook_at(&client, &hook, ns, &endpoint.mutate_url()).await;
+        let policy = serde_json::from_value(json!({"apiVersion": "safetermination.io/v1alpha1", "kind": "TerminationPolicy",
+            "metadata": {"name": "web", "namespace": ns}, "spec": spec}))
+        .unwrap();
+        Api::<safe_termination::core::crd::TerminationPolicy>::namespaced(client.clone(), ns).create(&PostParams::default(), &policy).await.unwrap();
+        for (name, cluster_ip) in [("web", None), ("web-headless", Some("None"))] {
+            let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+                "spec": {"clusterIP": cluster_ip, "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}))
+            .unwrap();
+            Api::<Service>::namespaced(client.clone(), ns).create(&PostParams::default(), &svc).await.unwrap();
+        }
+        arms.push((ns, hook));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (ns, _) in &arms {
+        let created = statefulset_rollout(&client, ns, 1, 6).await;
+        println!("{ns}: 6 pods created and ready in {created:.1} s");
+    }
+    let mut took: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for generation in 2..5 {
+        for (ns, _) in &arms {
+            let t = statefulset_rollout(&client, ns, generation, 6).await;
+            println!("{ns}: rollout {generation}: {t:.1} s");
+            took.entry(ns).or_default().push(t);
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (sleep, wait) = (mean(&took["e2e-sts-sleep"]), mean(&took["e2e-sts-wait"]));
+    let policies: Api<safe_termination::core::crd::TerminationPolicy> = Api::namespaced(client.clone(), "e2e-sts-wait");
+    let waits = serde_json::to_value(policies.get("web").await.unwrap().status).unwrap()["measurement"]["waits"].clone();
+    println!("StatefulSet rollouts (6 replicas, OrderedReady): sleep {sleep:.1} s, wait {wait:.1} s: {:.2} x (target <= 0.75 x); waits {waits}", wait / sleep);
+    assert!(wait < sleep, "the wait's rollouts ({:?}) were not faster than the sleep's ({:?})", took["e2e-sts-wait"], took["e2e-sts-sleep"]);
+    drop(op);
+    drop(agents);
+    endpoint.delete(&client).await;
+    for (ns, hook) in &arms {
+        common::cleanup(&client, hook, ns).await;
+    }
+}
