@@ -508,15 +508,7 @@ mod tests {
     #[test]
     fn the_waits_column_names_the_outcomes_and_the_median_against_the_sleep() {
         use crate::core::wait::{WaitOutcome, WaitRecord, summarise};
-        let rec = |outcome, waited: f64, window| WaitRecord {
-            at: 0.0,
-            namespace: "a".into(),
-            pod: "p".into(),
-            outcome,
-            waited_seconds: waited,
-            fallback_seconds: 5.0,
-            window_seconds: window,
-        };
+        let rec = WaitRecord::example;
         let w = summarise(&[rec(WaitOutcome::Removed, 1.21, Some(1.0)), rec(WaitOutcome::Removed, 1.4, Some(1.1)), rec(WaitOutcome::Fallback, 5.0, None)]);
         let s = waits_status(&w);
         assert_eq!(s.summary, "Removed 2, Fallback 1; p50 1.4s vs sleep 5.0s");

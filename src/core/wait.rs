@@ -262,6 +262,14 @@ fn nearest_rank(v: &[f64], q: f64) -> Option<f64> {
     Some(v[rank - 1])
 }
 
+impl WaitRecord {
+    /// A record of namespace `a`, pod `p`, a 5 s sleep replaced (tests).
+    #[cfg(test)]
+    pub(crate) fn example(outcome: WaitOutcome, waited_seconds: f64, window_seconds: Option<f64>) -> Self {
+        Self { at: 0.0, namespace: "a".into(), pod: "p".into(), outcome, waited_seconds, fallback_seconds: 5.0, window_seconds }
+    }
+}
+
 /// Summarises `records` (any order).
 pub fn summarise<'a>(records: impl IntoIterator<Item = &'a WaitRecord>) -> WaitSummary {
     let mut s = WaitSummary::default();
@@ -440,15 +448,7 @@ mod tests {
 
     #[test]
     fn the_summary_counts_outcomes_and_takes_nearest_rank_quantiles() {
-        let rec = |outcome, waited, window| WaitRecord {
-            at: 0.0,
-            namespace: "a".into(),
-            pod: "p".into(),
-            outcome,
-            waited_seconds: waited,
-            fallback_seconds: 5.0,
-            window_seconds: window,
-        };
+        let rec = WaitRecord::example;
         let rs = [
             rec(WaitOutcome::Removed, 1.0, Some(0.8)),
             rec(WaitOutcome::Removed, 2.0, Some(2.5)),

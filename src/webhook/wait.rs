@@ -239,6 +239,21 @@ impl WaitEndpoint {
         (status, axum::Json(WaitAnswer { state: WaitState::Unknown, margin_seconds: None, detail })).into_response()
     }
 
+    /// What both routes check first, in order: a permit of [`MAX_WAITS`] (503 beyond), this
+    /// replica leading (421 `NotLeader` before any review), and the token's pod (401/503).
+    async fn admit(&self, headers: &HeaderMap) -> Result<(tokio::sync::SemaphorePermit<'_>, PodIdentity), Response> {
+        let Ok(permit) = self.inner.permits.try_acquire() else {
+            return Err(self.refuse(StatusCode::SERVICE_UNAVAILABLE, format!("more than {MAX_WAITS} waits at once")));
+        };
+        if !self.source.leading() {
+            return Err(self.not_leader());
+        }
+        match self.identify(headers).await {
+            Ok(who) => Ok((permit, who)),
+            Err((status, detail)) => Err(self.refuse(status, detail)),
+        }
+    }
+
     fn not_leader(&self) -> Response {
         self.answer(
             StatusCode::MISDIRECTED_REQUEST,
@@ -258,15 +273,9 @@ struct AskQuery {
 }
 
 async fn ask(State(w): State<WaitEndpoint>, Query(q): Query<AskQuery>, headers: HeaderMap) -> Response {
-    let Ok(_permit) = w.inner.permits.try_acquire() else {
-        return w.refuse(StatusCode::SERVICE_UNAVAILABLE, format!("more than {MAX_WAITS} waits at once"));
-    };
-    if !w.source.leading() {
-        return w.not_leader();
-    }
-    let who = match w.identify(&headers).await {
-        Ok(who) => who,
-        Err((status, detail)) => return w.refuse(status, detail),
+    let (_permit, who) = match w.admit(&headers).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
     };
     let hold = Duration::from_secs(q.timeout_seconds.unwrap_or(MAX_POLL_SECONDS).min(MAX_POLL_SECONDS));
     // the policy's extraSeconds (paths the observer does not see) is part of the margin: a
@@ -290,15 +299,9 @@ async fn ask(State(w): State<WaitEndpoint>, Query(q): Query<AskQuery>, headers: 
 }
 
 async fn report(State(w): State<WaitEndpoint>, headers: HeaderMap, body: Body) -> Response {
-    let Ok(_permit) = w.inner.permits.try_acquire() else {
-        return w.refuse(StatusCode::SERVICE_UNAVAILABLE, format!("more than {MAX_WAITS} waits at once"));
-    };
-    if !w.source.leading() {
-        return w.not_leader();
-    }
-    let who = match w.identify(&headers).await {
-        Ok(who) => who,
-        Err((status, detail)) => return w.refuse(status, detail),
+    let (_permit, who) = match w.admit(&headers).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
     };
     let limited = http_body_util::Limited::new(body, MAX_REPORT_BYTES);
     let bytes = match tokio::time::timeout(REVIEW_TIMEOUT, limited.collect()).await {
