@@ -39,6 +39,8 @@ use std::time::{Duration, Instant};
 /// How long a TokenReview's answer is reused, seconds (a projected token lives an hour; a
 /// waiter asks for at most a minute).
 pub const TOKEN_CACHE_SECONDS: u64 = 120;
+/// How long a refused token is refused without another review, seconds.
+pub const REFUSED_CACHE_SECONDS: u64 = 10;
 /// The most TokenReview answers kept.
 pub const TOKEN_CACHE_ENTRIES: usize = 10_000;
 /// The most questions and reports served at once.
@@ -157,6 +159,12 @@ struct Inner {
     tokens: Mutex<HashMap<[u8; 32], (PodIdentity, Instant)>>,
     /// pod UID -> when it first asked, unix seconds
     first_asked: Mutex<HashMap<String, f64>>,
+    /// SHA-256 of a refused token -> when: refused again without a review for
+    /// [`REFUSED_CACHE_SECONDS`] (random tokens cannot make one TokenReview each)
+    refused: Mutex<HashMap<[u8; 32], Instant>>,
+    /// pod UIDs whose wait was reported (a pod's containers each run a waiter: the first report
+    /// counts), at most [`TOKEN_CACHE_ENTRIES`]
+    reported: Mutex<std::collections::HashSet<String>>,
     permits: tokio::sync::Semaphore,
 }
 
@@ -164,7 +172,13 @@ impl WaitEndpoint {
     /// The endpoint over `reviewer` and `source`, with the policies of `plan` (for each policy's
     /// `extraSeconds`).
     pub fn new(reviewer: Arc<dyn TokenReviewer>, source: Arc<dyn WaitSource>, plan: PlanHandle, metrics: WaitMetrics) -> Self {
-        let inner = Inner { tokens: Mutex::new(HashMap::new()), first_asked: Mutex::new(HashMap::new()), permits: tokio::sync::Semaphore::new(MAX_WAITS) };
+        let inner = Inner {
+            tokens: Mutex::new(HashMap::new()),
+            first_asked: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
+            reported: Mutex::new(std::collections::HashSet::new()),
+            permits: tokio::sync::Semaphore::new(MAX_WAITS),
+        };
         Self { reviewer, source, plan, metrics, inner: Arc::new(inner) }
     }
 
@@ -189,9 +203,24 @@ impl WaitEndpoint {
         {
             return Ok(who);
         }
+        let refused_ttl = Duration::from_secs(REFUSED_CACHE_SECONDS);
+        if self.inner.refused.lock().ok().and_then(|m| m.get(&key).copied()).is_some_and(|at| at.elapsed() < refused_ttl) {
+            return Err((StatusCode::UNAUTHORIZED, format!("token refused (again within {REFUSED_CACHE_SECONDS} s)")));
+        }
         let who = match tokio::time::timeout(REVIEW_TIMEOUT, self.reviewer.review(token)).await {
             Ok(Ok(who)) => who,
-            Ok(Err(e)) => return Err((StatusCode::UNAUTHORIZED, format!("token refused: {e}"))),
+            Ok(Err(e)) => {
+                if let Ok(mut m) = self.inner.refused.lock() {
+                    if m.len() >= TOKEN_CACHE_ENTRIES {
+                        m.retain(|_, at| at.elapsed() < refused_ttl);
+                        if m.len() >= TOKEN_CACHE_ENTRIES {
+                            m.clear();
+                        }
+                    }
+                    m.insert(key, Instant::now());
+                }
+                return Err((StatusCode::UNAUTHORIZED, format!("token refused: {e}")));
+            }
             Err(_) => return Err((StatusCode::SERVICE_UNAVAILABLE, "the TokenReview did not answer in time".into())),
         };
         if let Ok(mut m) = self.inner.tokens.lock() {
@@ -316,6 +345,19 @@ async fn report(State(w): State<WaitEndpoint>, headers: HeaderMap, body: Body) -
     if let Err(e) = r.validate() {
         return w.refuse(StatusCode::BAD_REQUEST, e);
     }
+    // only a pod being deleted waits; each pod counts once (one waiter per container reports)
+    if w.source.view(&who.uid, super::unix_now()).deletion_seen.is_none() {
+        return w.refuse(StatusCode::CONFLICT, "the pod's deletion was not seen: no wait to report".into());
+    }
+    let first = w.inner.reported.lock().map(|mut g| {
+        if g.len() >= TOKEN_CACHE_ENTRIES {
+            g.clear();
+        }
+        g.insert(who.uid.clone())
+    });
+    if matches!(first, Ok(false)) {
+        return StatusCode::NO_CONTENT.into_response();
+    }
     let outcome = OutcomeLabel { outcome: r.outcome.as_str().into() };
     w.metrics.waits.get_or_create(&outcome).inc();
     w.metrics.wait_seconds.get_or_create(&outcome).observe(r.waited_seconds);
@@ -428,9 +470,11 @@ mod tests {
 
     #[tokio::test]
     async fn refused_tokens_followers_and_bad_reports_are_answered_without_a_verdict() {
-        let (w, _, source) = endpoint();
+        let (w, reviewer, source) = endpoint();
         let (status, body) = call(w.clone().router(), get("stolen", 1)).await;
         assert_eq!((status, body["state"].as_str()), (StatusCode::UNAUTHORIZED, Some("Unknown")));
+        assert_eq!(call(w.clone().router(), get("stolen", 1)).await.0, StatusCode::UNAUTHORIZED);
+        assert_eq!(reviewer.0.load(Ordering::Relaxed), 1, "a refused token is not reviewed again at once");
         let other = axum::http::Request::get("/wait/v1?policy=someone-elses").header("authorization", "Bearer good").body(Body::empty()).unwrap();
         let (status, body) = call(w.clone().router(), other).await;
         assert_eq!((status, body["state"].as_str()), (StatusCode::OK, Some("Unknown")), "a policy not in the pod's namespace: {body}");
@@ -447,6 +491,7 @@ mod tests {
         assert_eq!(call(w.clone().router(), post(bad)).await.0, StatusCode::BAD_REQUEST);
         let good = "{\"outcome\":\"Fallback\",\"waitedSeconds\":5,\"fallbackSeconds\":5,\"reason\":\"connection refused\"}";
         assert_eq!(call(w.clone().router(), post(good)).await.0, StatusCode::NO_CONTENT);
+        assert_eq!(call(w.clone().router(), post(good)).await.0, StatusCode::NO_CONTENT, "a second container's report");
         let recs = source.records.lock().unwrap().clone();
         assert_eq!(recs.len(), 1);
         assert_eq!((recs[0].namespace.as_str(), recs[0].pod.as_str(), recs[0].outcome), ("a", "web-0", WaitOutcome::Fallback));
