@@ -229,3 +229,50 @@ fn the_mutate_command_prints_the_waiter_with_its_token_and_fallback() {
     assert_eq!(token["audience"], wait::WAIT_AUDIENCE);
     assert_eq!(restricted_violations_of_injected(pod), Vec::<String>::new());
 }
+
+/// The waiter's names and paths taken by the pod's own things (a volume of another type, a
+/// mount at one of its paths, an init container or a container of its name) give the native
+/// sleep with a warning: a clashing mount gets the pod refused, a hook without its binary waits
+/// nothing. Pods for Windows nodes by a required node affinity get the sleep too.
+#[test]
+fn a_pod_whose_names_or_paths_clash_with_the_waiters_gets_the_sleep() {
+    let plan = wait_plan(5);
+    let base = |spec: Value| json!({"kind": "Pod", "spec": spec});
+    let cases = [
+        ("volume", base(json!({"volumes": [{"name": wait::BIN_VOLUME, "configMap": {"name": "x"}}], "containers": [{"name": "app", "image": "a"}]}))),
+        (
+            "path",
+            base(
+                json!({"containers": [{"name": "app", "image": "a", "volumeMounts": [{"name": "data", "mountPath": wait::BIN_MOUNT_PATH}]}], "volumes": [{"name": "data", "emptyDir": {}}]}),
+            ),
+        ),
+        ("mount", base(json!({"containers": [{"name": "app", "image": "a", "volumeMounts": [{"name": wait::BIN_VOLUME, "mountPath": "/data"}]}]}))),
+        ("init", base(json!({"initContainers": [{"name": wait::INSTALL_CONTAINER, "image": "theirs"}], "containers": [{"name": "app", "image": "a"}]}))),
+        ("container", base(json!({"containers": [{"name": wait::INSTALL_CONTAINER, "image": "a"}]}))),
+        (
+            "windows by affinity",
+            base(json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]}]}}},
+                "containers": [{"name": "app", "image": "a"}]})),
+        ),
+    ];
+    for (what, pod) in cases {
+        let (d, p) = run(&pod, &plan);
+        assert!(d.containers.iter().all(|c| c.reason != ContainerReason::InjectedWait), "{what}: {:?}", d.containers);
+        assert_eq!(p.pointer("/spec/containers/0/lifecycle/preStop/sleep/seconds"), Some(&json!(5)), "{what}: {p}");
+        assert!(named(&p, "initContainers", wait::INSTALL_CONTAINER).iter().all(|c| c["image"] != "registry.example/safe-termination@sha256:0123"), "{what}");
+        if what != "windows by affinity" {
+            assert!(d.warnings.iter().any(|w| w.contains("no preStop waiter")), "{what}: {:?}", d.warnings);
+        }
+    }
+}
+
+#[test]
+fn audit_mode_says_the_waiter_and_its_grace() {
+    let mut plan = wait_plan(5);
+    plan.default_policy.as_mut().unwrap().spec.mode = safe_termination::core::crd::EnforcementMode::Audit;
+    let pod = json!({"kind": "Pod", "spec": {"containers": [{"name": "app", "image": "a"}]}});
+    let (d, p) = run(&pod, &plan);
+    assert!(d.warnings.iter().any(|w| w.contains("the preStop waiter (fallback 5s)") && w.contains("grace 90s")), "{:?}", d.warnings);
+    assert!(p.pointer("/spec/initContainers").is_none() && p.pointer("/spec/containers/0/lifecycle").is_none());
+}

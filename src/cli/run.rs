@@ -124,8 +124,8 @@ pub struct RunArgs {
     /// connection cap: a rollout's long polls never take the admission webhook's connections.
     #[arg(long, default_value = "0.0.0.0:8444", env = "SAFE_TERMINATION_WAIT_LISTEN")]
     pub wait_listen: std::net::SocketAddr,
-    /// The image whose `/safe-termination-wait` the init container of `Wait` policies' pods
-    /// copies (the chart: the operator's own image, by digest when given one).
+    /// The image whose `/usr/local/bin/safe-termination-wait` the init container of `Wait`
+    /// policies' pods copies (the chart: the operator's own image, by digest when given one).
     #[arg(long, env = "SAFE_TERMINATION_WAIT_IMAGE")]
     pub wait_image: Option<String>,
     /// The serving CA the waiter checks the operator's certificate with, PEM (written on each

@@ -216,10 +216,61 @@ pub fn image_allowed(image: &str, allow: &[String]) -> bool {
     })
 }
 
+/// A pod for Windows nodes: `spec.os.name`, the `kubernetes.io/os` node selector, or a
+/// required node affinity term asking `kubernetes.io/os In [.., windows, ..]`.
 fn is_windows(spec: &Value) -> bool {
     let os = spec.pointer("/os/name").and_then(Value::as_str);
     let selector = spec.pointer("/nodeSelector/kubernetes.io~1os").and_then(Value::as_str);
-    os == Some("windows") || selector == Some("windows")
+    let terms = spec.pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms").and_then(Value::as_array);
+    let affinity = terms.into_iter().flatten().filter_map(|t| t.get("matchExpressions")?.as_array()).flatten().any(|e| {
+        e.get("key").and_then(Value::as_str) == Some("kubernetes.io/os")
+            && e.get("operator").and_then(Value::as_str) == Some("In")
+            && e.get("values").and_then(Value::as_array).is_some_and(|v| v.iter().any(|x| x.as_str() == Some("windows")))
+    });
+    os == Some("windows") || selector == Some("windows") || affinity
+}
+
+/// Why the waiter's parts cannot go into this pod, if so: one of its names or paths is taken by
+/// something of the pod's own (a volume of another type, an init container or a container with
+/// the install container's name, a mount at one of its paths or of its volumes elsewhere). The
+/// pod then gets the native sleep: a clashing mount gets the pod refused, and a hook whose
+/// binary is not there fails and waits nothing.
+fn wait_clash(spec: &Value) -> Option<String> {
+    let list = |k: &str| spec.get(k).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    let name = |v: &Value| v.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    for v in list("volumes") {
+        let ours = match name(v).as_str() {
+            wait::BIN_VOLUME => v.get("emptyDir").is_some(),
+            wait::CONFIG_VOLUME => v.get("projected").is_some(),
+            _ => true,
+        };
+        if !ours {
+            return Some(format!("volume {} is the pod's own", name(v)));
+        }
+    }
+    for c in list("initContainers") {
+        if name(c) == wait::INSTALL_CONTAINER && c.pointer("/command/0").and_then(Value::as_str) != Some(wait::WAITER_IMAGE_PATH) {
+            return Some(format!("init container {} is the pod's own", wait::INSTALL_CONTAINER));
+        }
+    }
+    for c in list("containers") {
+        if name(c) == wait::INSTALL_CONTAINER {
+            return Some(format!("container {} is the pod's own", wait::INSTALL_CONTAINER));
+        }
+        for m in c.get("volumeMounts").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+            let path = m.get("mountPath").and_then(Value::as_str).unwrap_or("");
+            let expected = match name(m).as_str() {
+                wait::BIN_VOLUME => Some(wait::BIN_MOUNT_PATH),
+                wait::CONFIG_VOLUME => Some(wait::CONFIG_MOUNT_PATH),
+                _ => None,
+            };
+            let taken = expected.is_none() && (path == wait::BIN_MOUNT_PATH || path == wait::CONFIG_MOUNT_PATH);
+            if taken || expected.is_some_and(|p| p != path) {
+                return Some(format!("container {} mounts {} at {path}", name(c), name(m)));
+            }
+        }
+    }
+    None
 }
 
 /// Decides the mutation of `pod` (a Pod as JSON) created in `namespace` (the admission request's
@@ -247,8 +298,13 @@ pub fn mutate_pod(pod: &Value, namespace: &str, plan: &Plan, services: &dyn Serv
         warnings.push(too_many_containers_warning());
         return PodMutation::skip(PodReason::TooManyContainers, warnings, Some(policy_ref));
     }
-    let waiting = (scope.policy.spec.pre_stop.handler == PreStopHandler::Wait).then(|| WaitPlan::new(&scope, &plan.wait));
-    let hooks = container_hooks(spec, &annotations, scope.policy, scope.pre_stop, plan.capabilities, waiting.as_ref());
+    let wanted = scope.policy.spec.pre_stop.handler == PreStopHandler::Wait;
+    let clash = wanted.then(|| wait_clash(spec)).flatten();
+    let waiting = (wanted && clash.is_none()).then(|| WaitPlan::new(&scope, &plan.wait));
+    let mut hooks = container_hooks(spec, &annotations, scope.policy, scope.pre_stop, plan.capabilities, waiting.as_ref());
+    if let Some(why) = clash {
+        hooks.warnings.insert(0, format!("safe-termination: no preStop waiter ({why}): native sleep instead"));
+    }
     finish(meta, spec, &annotations, scope, hooks, waiting.as_ref(), &plan.wait)
 }
 
@@ -510,7 +566,7 @@ fn container_hooks(
             let image = c.get("image").and_then(Value::as_str).unwrap_or("");
             let exec_ok = !windows && image_allowed(image, exec_images);
             let action = match handler {
-                PreStopHandler::Wait if !windows => waiting.map(|w| ("wait", w.hook(&policy.name, pre_stop))),
+                PreStopHandler::Wait if !windows && waiting.is_some() => waiting.map(|w| ("wait", w.hook(&policy.name, pre_stop))),
                 PreStopHandler::Wait if native_sleep => Some(("sleep", json!({"sleep": {"seconds": pre_stop}}))),
                 PreStopHandler::Auto if native_sleep => Some(("sleep", json!({"sleep": {"seconds": pre_stop}}))),
                 PreStopHandler::Sleep if native_sleep => Some(("sleep", json!({"sleep": {"seconds": pre_stop}}))),
@@ -522,8 +578,10 @@ fn container_hooks(
                     no_handler.push(name.clone());
                     ContainerReason::NoUsableHandler
                 }
-                Some(_) if audit => {
+                Some((kind, _)) if audit => {
                     hooks.injected += 1;
+                    // counted, so that the audit's warning gives the grace the waiter would get
+                    hooks.waiters += usize::from(kind == "wait");
                     ContainerReason::WouldInject
                 }
                 Some((kind, hook)) => {
@@ -589,7 +647,8 @@ fn finish(
         None => target_grace != KUBERNETES_DEFAULT_GRACE_SECONDS,
     };
     if policy.spec.mode == EnforcementMode::Audit {
-        warnings.push(format!("safe-termination (audit): would add a {pre_stop}s preStop sleep to {injected} container(s), grace {}s", target_grace));
+        let what = if waiters > 0 { format!("the preStop waiter (fallback {pre_stop}s)") } else { format!("a {pre_stop}s preStop sleep") };
+        warnings.push(format!("safe-termination (audit): would add {what} to {injected} container(s), grace {}s", target_grace));
         let mut annotate = Vec::new();
         if annotations.get(ANNOTATION_AUDIT_PRESTOP_SECONDS) != Some(&pre_stop.to_string()) && injected > 0 {
             annotate.push((ANNOTATION_AUDIT_PRESTOP_SECONDS, pre_stop.to_string()));
@@ -613,7 +672,9 @@ fn finish(
         let mut annotate = vec![(ANNOTATION_PRESTOP_SECONDS, pre_stop.to_string()), (ANNOTATION_POLICY, policy_ref.clone())];
         if let Some(w) = waiting.filter(|_| waiters > 0) {
             annotate.push((wait::ANNOTATION_PRESTOP_HANDLER, "Wait".to_string()));
-            if !w.injection.ca_pem.is_empty() {
+            // a CA bundle of a sensible size (one or two certificates): the pod's annotations
+            // are limited to 256 KiB in all
+            if !w.injection.ca_pem.is_empty() && w.injection.ca_pem.len() <= 16 * 1024 {
                 annotate.push((wait::ANNOTATION_WAIT_CA, w.injection.ca_pem.clone()));
             }
         }
