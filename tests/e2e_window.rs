@@ -159,9 +159,15 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     // seen by its own watch (0.25 s), and the agents start reading only when the operator's
     // next request names the removal (up to its 0.25 s round, plus a read: 0.5 s late)
     assert!(observed["censored"] == 0 && observed["p99IsLowerBound"] == false, "every removal seen on both nodes: {observed}");
+    // a removal bounded too coarsely (a read more than 0.5 s late: PRECISE_BOUND_SECONDS) is
+    // counted apart, not in the observed p99: the p99 is of the others, so its lowest possible
+    // value is the p99 of the yardstick's smallest windows but as many (the status does not
+    // say which removal was coarse); with none coarse, that is the p99 of all of them
+    let coarse = observed["coarse"].as_u64().unwrap_or(0) as usize;
+    let lowest = percentile(&at_least[..at_least.len().saturating_sub(coarse).max(1)], 0.99);
     assert!(
-        observed_p99 >= p99_at_least - 0.25 && observed_p99 <= p99 + 0.5,
-        "observed p99 {observed_p99:.3} s outside the yardstick's [{p99_at_least:.3}, {p99:.3}] s (less 0.25 s, plus 0.5 s)"
+        observed_p99 >= lowest - 0.25 && observed_p99 <= p99 + 0.5,
+        "observed p99 {observed_p99:.3} s outside the yardstick's [{lowest:.3}, {p99:.3}] s (less 0.25 s, plus 0.5 s; {coarse} coarse removals left out of it)"
     );
     assert_eq!(observed["coverageRatio"], 1.0, "every pod's own sleep covered its observed window: {observed}");
     // W covers the truth: at least the observed p99, and never below the yardstick's early
@@ -177,7 +183,11 @@ async fn ground_truth_rules_drop_a_terminating_pod_before_its_prestop_sleep_ends
     for (plane, pods) in &per_plane {
         let entry = planes.iter().find(|p| p["dataPlane"] == plane.as_str()).unwrap_or_else(|| panic!("no {plane} in {planes:?}"));
         let late = pods.values().map(|w| w.0).fold(f64::NEG_INFINITY, f64::max);
-        let early = pods.values().map(|w| w.1).fold(f64::NEG_INFINITY, f64::max);
+        // as above: a data plane's coarse removals are not in its p99
+        let mut earlies: Vec<f64> = pods.values().map(|w| w.1).collect();
+        earlies.sort_by(f64::total_cmp);
+        let plane_coarse = entry["coarse"].as_u64().unwrap_or(0) as usize;
+        let early = earlies[..earlies.len().saturating_sub(plane_coarse).max(1)].iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let p99 = entry["p99Seconds"].as_f64().unwrap_or_else(|| panic!("{plane}: no p99 in {entry}"));
         println!("{plane}: observed p99 {p99:.3} s over {} removals; yardstick [{early:.3}, {late:.3}] s", entry["removals"]);
         assert_eq!(entry["removals"], 4, "{plane}: {entry}");
