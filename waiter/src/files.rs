@@ -92,10 +92,16 @@ pub fn parse_seconds(bytes: &[u8]) -> Result<u64, String> {
     }
 }
 
-/// The policy's current sleep from `dir/<name>.preStopSeconds`, or the reason it has none.
+/// The policy's current sleep from `dir/<name>.preStopSeconds`, or the reason it has none. A
+/// current sleep of 0 s (a policy with `minSeconds: 0` sized to nothing after the pod's
+/// admission) counts as none: the fallback is for doubt, and the admission's sleep, which was
+/// above 0 (a 0 s sleep injects nothing), is kept rather than wait zero.
 pub fn current_seconds(dir: &Path, policy: &str) -> Result<u64, String> {
     let path = dir.join(format!("{policy}.preStopSeconds"));
-    read_bounded(&path, MAX_SECONDS_FILE).and_then(|b| parse_seconds(&b))
+    match read_bounded(&path, MAX_SECONDS_FILE).and_then(|b| parse_seconds(&b))? {
+        0 => Err("0 s: the admission's sleep is kept".into()),
+        s => Ok(s),
+    }
 }
 
 #[cfg(test)]
@@ -233,5 +239,7 @@ mod tests {
         assert_eq!(current_seconds(&d.0, "bad"), Err("not an integer: \"twelve\"".into()));
         assert_eq!(current_seconds(&d.0, "big"), Err("larger than 64 bytes".into()));
         assert_eq!(current_seconds(&d.0, "none"), Err("missing".into()));
+        std::fs::write(d.0.join("zero.preStopSeconds"), "0").unwrap();
+        assert_eq!(current_seconds(&d.0, "zero"), Err("0 s: the admission's sleep is kept".into()), "never a fallback of zero");
     }
 }

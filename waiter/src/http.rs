@@ -339,16 +339,7 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    /// A virtual clock: sleeping advances it.
-    struct FakeClock(Cell<Duration>);
-    impl Clock for FakeClock {
-        fn now(&self) -> Duration {
-            self.0.get()
-        }
-        fn sleep(&self, d: Duration) {
-            self.0.set(self.0.get() + d);
-        }
-    }
+    use crate::machine::testing::FakeClock;
 
     /// One POST of [`send_report`]: when, its timeout, on a new connection.
     type Post = (Duration, Duration, bool);

@@ -266,6 +266,25 @@ pub fn short(reason: &str) -> String {
 }
 
 /// The time since t0, and sleeping.
+/// What the tests of the state machine and of the HTTP layer share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::Clock;
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    /// A virtual clock: sleeping (and, in the machine's tests, answering) advances it.
+    pub(crate) struct FakeClock(pub(crate) Cell<Duration>);
+    impl Clock for FakeClock {
+        fn now(&self) -> Duration {
+            self.0.get()
+        }
+        fn sleep(&self, d: Duration) {
+            self.0.set(self.0.get() + d);
+        }
+    }
+}
+
 pub trait Clock {
     fn now(&self) -> Duration;
     fn sleep(&self, d: Duration);
@@ -319,16 +338,7 @@ mod tests {
         Duration::from_secs(n)
     }
 
-    /// A virtual clock: sleeping and answering advance it.
-    struct FakeClock(Cell<Duration>);
-    impl Clock for FakeClock {
-        fn now(&self) -> Duration {
-            self.0.get()
-        }
-        fn sleep(&self, d: Duration) {
-            self.0.set(self.0.get() + d);
-        }
-    }
+    pub(crate) use super::testing::FakeClock;
 
     /// Scripted answers, each taking some time (capped at the request's timeout, after which
     /// it is a timeout, as a real transport's); records the questions and when they were asked.
