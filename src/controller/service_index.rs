@@ -138,10 +138,14 @@ pub(crate) fn now_unix() -> f64 {
 impl Inner {
     /// Moves a slice's ready endpoints in its Service's sum from `old` to `new` (either absent).
     fn move_ready(&mut self, namespace: &str, old: Option<&SliceEntry>, new: Option<&SliceEntry>) {
-        for (e, add) in [(old, false), (new, true)] {
-            let Some(e) = e.filter(|e| !e.service.is_empty()) else { continue };
+        if let Some(e) = old.filter(|e| !e.service.is_empty())
+            && let Some(sum) = self.ready_by_service.get_mut(&(namespace.to_string(), e.service.clone()))
+        {
+            *sum = sum.saturating_sub(e.ready);
+        }
+        if let Some(e) = new.filter(|e| !e.service.is_empty()) {
             let sum = self.ready_by_service.entry((namespace.to_string(), e.service.clone())).or_insert(0);
-            *sum = if add { sum.saturating_add(e.ready) } else { sum.saturating_sub(e.ready) };
+            *sum = sum.saturating_add(e.ready);
         }
     }
 }
@@ -244,6 +248,10 @@ impl ClusterIndex {
             && let Some(m) = g.services.get_mut(&ns)
         {
             m.remove(&name);
+        }
+        // its ready count goes with it (its slices' deletions bring it to 0, not away)
+        if let Ok(mut g) = self.inner.write() {
+            g.ready_by_service.remove(&(ns, name));
         }
     }
 
