@@ -276,3 +276,32 @@ fn audit_mode_says_the_waiter_and_its_grace() {
     assert!(d.warnings.iter().any(|w| w.contains("the preStop waiter (fallback 5s)") && w.contains("grace 90s")), "{:?}", d.warnings);
     assert!(p.pointer("/spec/initContainers").is_none() && p.pointer("/spec/containers/0/lifecycle").is_none());
 }
+
+/// The shared AdmissionReview (../shared/cases/admission, copied to tests/data/admission)
+/// through the webhook's whole answer with a `Wait` policy, and Linkerd's injector patch (the
+/// shared case) applied after ours and ours again after theirs (reinvocation): the waiter, its
+/// init container after theirs, and nothing added twice.
+#[test]
+fn the_shared_admission_review_and_linkerds_patch_compose_with_the_waiter() {
+    use base64::Engine as _;
+    let plan = wait_plan(7);
+    let body = std::fs::read("tests/data/admission/admissionreview-pod-create.json").unwrap();
+    let out = safe_termination::webhook::review(&body, &plan, &AssumeServiceBacked);
+    assert_eq!(out.status, 200);
+    let v: Value = serde_json::from_slice(&out.body).unwrap();
+    assert_eq!(v["response"]["allowed"], true);
+    let bytes = base64::engine::general_purpose::STANDARD.decode(v["response"]["patch"].as_str().expect("a patch")).unwrap();
+    let ours: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let req: Value = serde_json::from_slice(&body).unwrap();
+    let mut pod = req["request"]["object"].clone();
+    pod["spec"]["initContainers"] = json!([]);
+    json_patch::patch(&mut pod, &ours.0).unwrap();
+    assert_eq!(pod.pointer("/spec/containers/0/lifecycle/preStop/exec/command/0"), Some(&json!(wait::WAITER_PATH)));
+    let theirs: json_patch::Patch = serde_json::from_slice(&std::fs::read("tests/data/admission/other-webhook-patch-linkerd.json").unwrap()).unwrap();
+    json_patch::patch(&mut pod, &theirs.0).expect("their patch applies after ours");
+    let again = mutate_pod(&pod, "example-ns", &plan, &AssumeServiceBacked);
+    json_patch::patch(&mut pod, &again.patch.0).unwrap();
+    assert_eq!(named(&pod, "initContainers", wait::INSTALL_CONTAINER).len(), 1, "{}", pod["spec"]["initContainers"]);
+    assert_eq!(named(&pod, "volumes", wait::BIN_VOLUME).len(), 1);
+    assert!(mutate_pod(&pod, "example-ns", &plan, &AssumeServiceBacked).patch.0.is_empty(), "idempotent after both");
+}
