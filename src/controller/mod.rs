@@ -81,7 +81,7 @@ pub fn spawn(shared: &Shared, tasks: &mut Tasks, config: Config) -> Published {
     tasks.spawn("service index", cluster.clone().run(client.clone(), shared.stop.clone()));
     let (injection_tx, injection_rx) = watch::channel(config.wait.as_ref().map(|w| w.base.clone()).unwrap_or_default());
     if let Some(settings) = config.wait {
-        tasks.spawn("wait injection", wait::keep_injection_current(client.clone(), settings, injection_tx, shared.stop.clone()));
+        tasks.spawn("wait injection", wait::keep_injection_current(cluster.clone(), settings, injection_tx, shared.stop.clone()));
         tasks.spawn(
             "wait ConfigMaps",
             wait::keep_config_maps_current(client.clone(), plans.clone(), injection_rx.clone(), shared.leader.clone(), shared.stop.clone()),

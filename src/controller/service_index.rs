@@ -29,6 +29,8 @@ struct ServiceEntry {
     /// The ClusterIP (None: headless, or not allocated): the data planes program no rule
     /// without one.
     cluster_ip: Option<std::net::IpAddr>,
+    /// The port named `wait` (the chart's Service: the preStop waiters' endpoint).
+    wait_port: Option<u16>,
     /// The first port: (name, protocol, port). One port's rules show an endpoint's removal: the
     /// proxiers program every port of a Service in the same sync.
     first_port: Option<(String, String, u16)>,
@@ -211,6 +213,14 @@ impl ClusterIndex {
         })
     }
 
+    /// The ClusterIP of Service `name` in `namespace` and its port named `wait`, from the watch
+    /// (None: not known, or headless).
+    pub fn service_address(&self, namespace: &str, name: &str) -> Option<(std::net::IpAddr, Option<u16>)> {
+        let g = self.inner.read().ok()?;
+        let e = g.services.get(namespace)?.get(name)?;
+        Some((e.cluster_ip?, e.wait_port))
+    }
+
     /// True once the Service watch has listed once (the webhook's scope check is trusted).
     pub fn services_synced(&self) -> bool {
         self.inner.read().map(|g| g.services_synced).unwrap_or(false)
@@ -224,6 +234,10 @@ impl ClusterIndex {
             selector: spec.and_then(|s| s.selector.clone()).unwrap_or_default().into_iter().collect(),
             ports: spec.and_then(|s| s.ports.as_ref()).map_or(0, |p| p.len() as u64),
             cluster_ip: spec.and_then(|s| s.cluster_ip.as_deref()).and_then(|ip| ip.parse().ok()),
+            wait_port: spec
+                .and_then(|s| s.ports.as_ref())
+                .and_then(|ps| ps.iter().find(|p| p.name.as_deref() == Some("wait")))
+                .and_then(|p| u16::try_from(p.port).ok()),
             first_port: spec
                 .and_then(|s| s.ports.as_ref())
                 .and_then(|p| p.first())

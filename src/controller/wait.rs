@@ -4,7 +4,8 @@
 //! - [`IndexWaitSource`]: what is known of that pod, from the Service index and the observer's
 //!   removals ([`ClusterIndex::wait_view`]), and whether this replica leads;
 //! - [`keep_injection_current`]: what the mutation writes into new pods (the serving CA, read
-//!   from its file, and the Service's ClusterIP), refreshed every [`INJECTION_REFRESH`];
+//!   from its file, and the Service's ClusterIP from the Service index), refreshed every
+//!   [`INJECTION_REFRESH`];
 //! - [`keep_config_maps_current`]: on the leader, the ConfigMap [`CONFIG_MAP_NAME`] in each
 //!   namespace with a `Wait` policy: the serving CA and each policy's current sleep, which the
 //!   kubelet projects into the pods: the waiter's fallback is the sleep computed now, not the one
@@ -18,7 +19,7 @@ use crate::webhook::PlanHandle;
 use crate::webhook::wait::{PodIdentity, TokenReviewer, WaitSource};
 use futures::future::BoxFuture;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use std::collections::BTreeMap;
@@ -134,37 +135,30 @@ pub struct WaitSettings {
 /// Reads the CA file (bounded) and the Service's ClusterIP now and then, and sends the
 /// injection on `tx` when it changed. A failed read keeps the last value (a missing CA leaves
 /// the pods the ConfigMap's, a missing address the Service's DNS name).
-pub async fn keep_injection_current(client: Client, settings: WaitSettings, tx: watch::Sender<WaitInjection>, stop: CancellationToken) {
-    let services: Api<Service> = Api::namespaced(client, &settings.namespace);
+pub async fn keep_injection_current(cluster: Arc<ClusterIndex>, settings: WaitSettings, tx: watch::Sender<WaitInjection>, stop: CancellationToken) {
     loop {
         let mut next = tx.borrow().clone();
         match read_bounded(&settings.ca_file).await {
             Ok(pem) => next.ca_pem = pem,
             Err(e) => tracing::debug!(error = %e, file = %settings.ca_file.display(), "wait: the serving CA is not readable"),
         }
-        match services.get(&settings.service).await {
-            Ok(s) => {
-                let spec = s.spec.as_ref();
-                let ip = spec.and_then(|s| s.cluster_ip.as_deref()).and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
-                // the Service's port named `wait` (the chart's), else the URL's
-                let url_port = next.url.rsplit_once(':').and_then(|(_, rest)| rest.split('/').next()?.parse::<u16>().ok()).unwrap_or(443);
-                let port = spec
-                    .and_then(|s| s.ports.as_ref())
-                    .and_then(|ps| ps.iter().find(|p| p.name.as_deref() == Some("wait")))
-                    .and_then(|p| u16::try_from(p.port).ok())
-                    .unwrap_or(url_port);
-                next.address = ip.map(|ip| std::net::SocketAddr::new(ip, port).to_string());
-            }
-            Err(e) => tracing::debug!(error = %e, service = %settings.service, "wait: the webhook Service is not readable"),
+        // the webhook Service from the Service index's watch (no API call of its own): its
+        // ClusterIP and its port named `wait` (the chart's), else the URL's port
+        if let Some((ip, wait_port)) = cluster.service_address(&settings.namespace, &settings.service) {
+            let url_port = next.url.rsplit_once(':').and_then(|(_, rest)| rest.split('/').next()?.parse::<u16>().ok()).unwrap_or(443);
+            next.address = Some(std::net::SocketAddr::new(ip, wait_port.unwrap_or(url_port)).to_string());
         }
         tx.send_if_modified(|cur| {
             let changed = *cur != next;
             *cur = next;
             changed
         });
+        // until the index has listed the Service, look again every second: pods admitted
+        // meanwhile get no address (their waiter then needs DNS)
+        let pause = if tx.borrow().address.is_some() { INJECTION_REFRESH } else { std::time::Duration::from_secs(1) };
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(INJECTION_REFRESH) => {}
+            _ = tokio::time::sleep(pause) => {}
         }
     }
 }
